@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Builds the lab's binaries from Go modules into a cache outside the repo, once; prints the bin dir.
+#
+#   kind/build.sh            build what is missing, print the bin directory on stdout
+#
+# Components: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl (through the
+# wrapper module in kind/tools, which pins k8s.io/kubernetes and its staging modules), kwok and helm
+# (through `go install module@version`). Versions are in kind/versions.env.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+BIN_DIR="$(lab_cache_dir)/bin"
+mkdir -p "$BIN_DIR"
+
+# build_one NAME STEP TOTAL COMMAND...: runs COMMAND (which writes $out) with progress, then installs it.
+build_one() {
+    local name=$1 step=$2 total=$3; shift 3
+    if [[ -x "$BIN_DIR/$name" ]]; then
+        log "($step/$total) $name: cached"
+        return
+    fi
+    log "($step/$total) building $name (the first build of the Kubernetes binaries takes several minutes)"
+    local start=$SECONDS tmp
+    tmp=$(mktemp -d "$BIN_DIR/.build-XXXXXX")
+    out="$tmp/$name" "$@" >"$tmp/build.log" 2>&1 &
+    local pid=$!
+    while kill -0 "$pid" 2>/dev/null; do
+        sleep 1
+        if (((SECONDS - start) % 30 == 0)); then
+            log "    $name: still building ($((SECONDS - start))s)"
+        fi
+    done
+    if ! wait "$pid"; then
+        tail -n 40 "$tmp/build.log" >&2
+        rm -rf "$tmp"
+        die "building $name failed (log above); check Go ($(go version)) and access to the Go module proxy"
+    fi
+    mv "$tmp/$name" "$BIN_DIR/$name"
+    rm -rf "$tmp"
+    log "    $name built in $((SECONDS - start))s"
+}
+
+k8s_build() {
+    local v=k8s.io/component-base/version minor=${KUBERNETES_VERSION#*.}
+    minor=${minor%%.*}
+    (cd "$LAB_ROOT/tools" && go build -o "$out" \
+        -ldflags "-s -w -X $v.gitVersion=v$KUBERNETES_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean" \
+        "$1")
+}
+etcd_build() { (cd "$LAB_ROOT/tools" && go build -o "$out" -ldflags "-s -w" go.etcd.io/etcd/server/v3); }
+go_install() {
+    local gobin
+    gobin=$(dirname "$out")
+    GOBIN="$gobin" go install -ldflags "-s -w $2" "$1"
+    [[ -x "$out" ]] || mv "$gobin/$(basename "${1%@*}")" "$out"
+}
+
+build_one etcd 1 7 etcd_build
+build_one kube-apiserver 2 7 k8s_build k8s.io/kubernetes/cmd/kube-apiserver
+build_one kube-controller-manager 3 7 k8s_build k8s.io/kubernetes/cmd/kube-controller-manager
+build_one kube-scheduler 4 7 k8s_build k8s.io/kubernetes/cmd/kube-scheduler
+build_one kubectl 5 7 k8s_build k8s.io/kubernetes/cmd/kubectl
+build_one kwok 6 7 go_install "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION" \
+    "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION"
+build_one helm 7 7 go_install "helm.sh/helm/v4/cmd/helm@v$HELM_VERSION" \
+    "-X helm.sh/helm/v4/internal/version.version=v$HELM_VERSION"
+
+# kwok's stage definitions (fake node and pod lifecycles) ship in its module.
+STAGES="$BIN_DIR/kwok-stages.yaml"
+if [[ ! -s "$STAGES" ]]; then
+    src=$(go mod download -json "sigs.k8s.io/kwok@v$KWOK_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+    {
+        for f in node/fast/node-initialize.yaml node/heartbeat/node-heartbeat.yaml \
+            pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+            echo "---"
+            cat "$src/kustomize/stage/$f"
+        done
+    } >"$STAGES.tmp"
+    mv "$STAGES.tmp" "$STAGES"
+fi
+echo "$BIN_DIR"

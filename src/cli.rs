@@ -1,0 +1,216 @@
+//! Command-line interface: `crd` and `clusters`.
+
+use std::{io::Write, path::PathBuf, process::ExitCode};
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::registry::{self, ClusterRegistry, HubSource, RegistrationFile};
+
+/// Delivers Helm charts into tenant namespaces across many Kubernetes clusters and reports what runs there.
+#[derive(Debug, Parser)]
+#[command(name = "tenancy-hub", version, propagate_version = true)]
+#[command(after_help = "Examples:\n  \
+    tenancy-hub crd | kubectl apply -f -\n  \
+    tenancy-hub clusters --clusters clusters.yaml --kubeconfig lab/kubeconfig --context hub")]
+pub struct Cli {
+    /// Logging options.
+    #[command(flatten)]
+    pub log: LogArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Logging options shared by every command.
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "TENANCY_HUB_LOG_FORMAT")]
+    pub log_format: LogFormat,
+    /// Log filter, in `RUST_LOG` syntax (for example `info,tenancy_hub=debug`).
+    #[arg(long, global = true, default_value = "info", env = "RUST_LOG")]
+    pub log_level: String,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Output format of listing commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// Aligned columns.
+    Table,
+    /// JSON.
+    Json,
+    /// YAML.
+    Yaml,
+}
+
+/// Where the hub and the member clusters are.
+#[derive(Debug, Args)]
+pub struct ClusterArgs {
+    /// Registration file listing the member clusters (`clusters:` entries of name, context, kubeconfig, labels).
+    #[arg(long, env = "TENANCY_HUB_CLUSTERS")]
+    pub clusters: Option<PathBuf>,
+    /// Kubeconfig for the hub cluster; default: KUBECONFIG, ~/.kube/config, or the in-cluster config.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Context of the hub cluster in that kubeconfig; default: its current context.
+    #[arg(long)]
+    pub context: Option<String>,
+}
+
+impl ClusterArgs {
+    /// Loads the registration file (empty when none is given) and connects every cluster.
+    pub async fn registry(&self) -> anyhow::Result<ClusterRegistry> {
+        let file = match &self.clusters {
+            Some(path) => RegistrationFile::load(path)?,
+            None => RegistrationFile::default(),
+        };
+        let hub = HubSource {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+        };
+        Ok(ClusterRegistry::connect(&hub, &file).await?)
+    }
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the Controller CustomResourceDefinition as YAML.
+    #[command(after_help = "Example:\n  tenancy-hub crd | kubectl apply --server-side -f -")]
+    Crd,
+    /// Show every registered cluster: context, reachability and API server version.
+    ///
+    /// Exits non-zero when a cluster is unreachable.
+    #[command(after_help = "Example:\n  tenancy-hub clusters --clusters clusters.yaml --kubeconfig kubeconfig --context hub -o json")]
+    Clusters {
+        /// Where the clusters are.
+        #[command(flatten)]
+        clusters: ClusterArgs,
+        /// Output format.
+        #[arg(short, long, value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
+}
+
+impl Command {
+    /// Runs the command.
+    pub async fn execute(self) -> anyhow::Result<ExitCode> {
+        match self {
+            Command::Crd => {
+                std::io::stdout()
+                    .write_all(crate::crd::crd_yaml().as_bytes())
+                    .context("writing the CRD to stdout")?;
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Clusters { clusters, output } => {
+                let registry = clusters.registry().await?;
+                let health = futures::future::join_all(registry.iter().map(|m| registry::probe(m))).await;
+                print!("{}", render_health(&health, output)?);
+                let all_up = health.iter().all(|h| h.reachable);
+                Ok(if all_up { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+            }
+        }
+    }
+}
+
+fn render_health(health: &[registry::Health], output: Output) -> anyhow::Result<String> {
+    Ok(match output {
+        Output::Json => serde_json::to_string_pretty(health)? + "\n",
+        Output::Yaml => serde_yaml::to_string(health)?,
+        Output::Table => {
+            let rows: Vec<[String; 4]> = health
+                .iter()
+                .map(|h| {
+                    [
+                        h.cluster.clone(),
+                        h.context.clone(),
+                        if h.reachable { "yes".into() } else { "no".into() },
+                        h.version.clone().or_else(|| h.error.clone()).unwrap_or_default(),
+                    ]
+                })
+                .collect();
+            table(&["CLUSTER", "CONTEXT", "REACHABLE", "VERSION"], &rows)
+        }
+    })
+}
+
+/// Renders rows as left-aligned columns under a header.
+pub fn table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) -> String {
+    let mut widths = header.map(str::len);
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == N {
+                s.push_str(cell);
+            } else {
+                s.push_str(&format!("{cell:<w$}   "));
+            }
+        }
+        s.trim_end().to_owned() + "\n"
+    };
+    let mut out = line(header.to_vec());
+    for row in rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+/// Sets up tracing to stderr in the chosen format.
+pub fn init_logging(args: &LogArgs) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn tables_align_columns_under_their_headers() {
+        let rows = [
+            ["hub".to_string(), "yes".to_string()],
+            ["member-1".to_string(), "no".to_string()],
+        ];
+        let out = table(&["CLUSTER", "OK"], &rows);
+        assert_eq!(out, "CLUSTER    OK\nhub        yes\nmember-1   no\n");
+    }
+
+    #[test]
+    fn unreachable_clusters_show_their_error_in_the_table() {
+        let health = [registry::Health {
+            cluster: "member-2".into(),
+            context: "member-2".into(),
+            reachable: false,
+            version: None,
+            error: Some("connection refused".into()),
+        }];
+        let out = render_health(&health, Output::Table).unwrap();
+        assert!(out.contains("member-2   member-2   no          connection refused"), "{out}");
+    }
+}

@@ -1,0 +1,343 @@
+//! The `multitenancy.dev/v1alpha1` `Controller` resource: spec, status and schema rules.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, CustomResourceExt, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Name of the cluster a tenancy goes to when it names no clusters and no selector.
+pub const HUB_CLUSTER: &str = "hub";
+
+/// Desired state: Helm charts delivered into tenant namespaces of member clusters.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "multitenancy.dev",
+    version = "v1alpha1",
+    kind = "Controller",
+    namespaced,
+    status = "ControllerStatus",
+    shortname = "tenctl",
+    category = "tenancy",
+    doc = "Delivers Helm charts into tenant namespaces across member clusters and reports what runs there.",
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Clusters", type_ = "string", description = "Reachable clusters / targeted clusters", json_path = ".status.summary.clusters"),
+    printcolumn(name = "Releases", type_ = "string", description = "Deployed releases / desired releases", json_path = ".status.summary.releases"),
+    printcolumn(name = "Pods", type_ = "string", description = "Ready pods / pods", json_path = ".status.summary.pods"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ControllerSpec {
+    /// Tenancies to deliver: each is a namespace, the clusters it goes to, and its charts.
+    #[serde(default)]
+    #[schemars(length(max = 1000))]
+    pub tenancies: Vec<Tenancy>,
+}
+
+/// One tenant namespace, the clusters it goes to, and the charts released into it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("self.charts.all(c, self.charts.exists_one(d, (has(d.releaseName) ? d.releaseName : self.__namespace__) == (has(c.releaseName) ? c.releaseName : self.__namespace__)))")
+        .message("release names must be unique within a tenancy (a chart without releaseName is released under the namespace name)"),
+    validation = Rule::new("self.charts.all(c, has(c.releaseName) || size(self.__namespace__) <= 53)")
+        .message("a chart without releaseName is released under the namespace name, which is then limited to 53 characters: set releaseName")
+)]
+pub struct Tenancy {
+    /// Namespace the charts are released into; created on each target cluster if missing.
+    /// A DNS-1123 label (lowercase letters, digits and '-').
+    #[schemars(length(min = 1, max = 63))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')")
+        .message("must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit"))]
+    pub namespace: String,
+
+    /// Registered cluster names this tenancy goes to (see the registration file).
+    /// With neither `clusters` nor `clusterSelector`, the tenancy goes to the hub cluster itself.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256), inner(length(min = 1, max = 253)))]
+    pub clusters: Vec<String>,
+
+    /// Selects registered clusters by the labels given in the registration file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_selector: Option<ClusterSelector>,
+
+    /// Helm charts released into the namespace.
+    #[serde(default)]
+    #[schemars(length(max = 32))]
+    pub charts: Vec<Chart>,
+}
+
+/// Selects registered clusters by label.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSelector {
+    /// Every label here must be present, with this value, on the cluster's registration entry.
+    #[serde(default)]
+    pub match_labels: BTreeMap<String, String>,
+}
+
+/// One Helm chart released into a tenancy's namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Chart {
+    /// Chart to release: a directory name under the chart home, a chart name in `repo`,
+    /// or an `oci://` reference.
+    #[schemars(length(min = 1, max = 512))]
+    pub chart_name: String,
+
+    /// Helm release name. Defaults to the tenancy's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 53))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')")
+        .message("must be a valid Helm release name: lowercase letters, digits, '-' and '.', at most 53 characters"))]
+    pub release_name: Option<String>,
+
+    /// Chart version to pin (a semantic version or range). The newest available when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128))]
+    pub version: Option<String>,
+
+    /// Helm repository URL the chart comes from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    pub repo: Option<String>,
+
+    /// Values set one by one, as `helm --set key=value`; values are taken literally.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1000))]
+    pub settings: Vec<Setting>,
+
+    /// Free-form values, passed to Helm as a values file; settings take precedence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form_object")]
+    pub values: Option<serde_json::Value>,
+}
+
+/// One `--set key=value` pair.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct Setting {
+    /// Dotted path of the value in the chart's values, for example `service.internalPort`.
+    #[schemars(length(max = 1024))]
+    #[x_kube(validation = Rule::new("size(self) > 0").message("a setting key must not be empty"))]
+    pub key: String,
+
+    /// The value, taken literally: commas, backslashes and '=' are not special.
+    #[serde(default)]
+    #[schemars(length(max = 65536))]
+    pub value: String,
+}
+
+/// Observed state, per cluster and namespace, kept under 256 KiB.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ControllerStatus {
+    /// One entry per cluster/namespace this resource delivers to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub updated_tenancies: Vec<TenancyStatus>,
+
+    /// One entry per targeted cluster: reachability and readiness counts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<ClusterStatus>,
+
+    /// Totals shown by `kubectl get controllers`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<Summary>,
+
+    /// Ready, Degraded and other conditions, with reasons and transition times.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+
+    /// The spec generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// Totals over all clusters, as "ready/total".
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct Summary {
+    /// Reachable clusters / targeted clusters.
+    pub clusters: String,
+    /// Deployed releases / desired releases.
+    pub releases: String,
+    /// Ready pods / pods.
+    pub pods: String,
+}
+
+/// What runs in one namespace of one cluster.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TenancyStatus {
+    /// Registered cluster name.
+    pub cluster: String,
+    /// Namespace on that cluster.
+    pub namespace: String,
+    /// One entry per release.
+    #[serde(default)]
+    pub chart_messages: Vec<ChartMessage>,
+    /// Deployments, StatefulSets and DaemonSets of the releases.
+    #[serde(default)]
+    pub replication_controller_status: Vec<WorkloadStatus>,
+    /// Pods of the releases; beyond a bound, only pods that are not ready.
+    #[serde(default)]
+    pub pod_status: Vec<PodStatus>,
+    /// Pods counted, listed or not.
+    #[serde(default)]
+    pub pods_total: u32,
+    /// Ready pods counted, listed or not.
+    #[serde(default)]
+    pub pods_ready: u32,
+    /// True when the entry reflects a live watch; false when the cluster is unreachable.
+    #[serde(default)]
+    pub fresh: bool,
+    /// When the cluster last answered for this namespace (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_seen: Option<String>,
+}
+
+/// Outcome of one Helm release.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ChartMessage {
+    /// Chart as named in the spec.
+    pub chart_name: String,
+    /// Helm release name.
+    pub release_name: String,
+    /// Settings applied, key to value.
+    #[serde(default)]
+    pub setting_map: BTreeMap<String, String>,
+    /// Trimmed Helm or planning error; empty when the release is fine.
+    #[serde(default)]
+    pub error_message: String,
+    /// Release phase: Pending, Deployed, Failed, Uninstalling, Conflict or Unknown.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub phase: String,
+    /// Helm revision deployed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// Chart version deployed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub chart_version: String,
+}
+
+/// Readiness of one Deployment, StatefulSet or DaemonSet.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadStatus {
+    /// Workload name.
+    pub replication_controller_name: String,
+    /// For example `apps/v1`.
+    pub api_version: String,
+    /// Deployment, StatefulSet or DaemonSet.
+    pub kind: String,
+    /// "ready/desired".
+    pub ready: String,
+    /// Release the workload belongs to.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub release_name: String,
+}
+
+/// State of one pod.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodStatus {
+    /// Pod name.
+    pub pod_name: String,
+    /// Pod phase: Pending, Running, Succeeded, Failed or Unknown.
+    pub phase: String,
+    /// Whether every container is ready.
+    #[serde(default)]
+    pub ready: bool,
+    /// Container restarts, summed.
+    #[serde(default)]
+    pub restarts: u32,
+    /// Waiting or terminated reason, when there is one.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+}
+
+/// Reachability and readiness of one targeted cluster.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterStatus {
+    /// Registered cluster name.
+    pub name: String,
+    /// Whether the cluster's API server answers.
+    pub reachable: bool,
+    /// When the cluster last answered (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_seen: Option<String>,
+    /// Deployed releases / desired releases on this cluster.
+    pub releases: String,
+    /// Ready pods / pods on this cluster.
+    pub pods: String,
+}
+
+fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+        "description": "Free-form values, passed to Helm as a values file; settings take precedence."
+    })
+}
+
+/// The CustomResourceDefinition as YAML, exactly as `crds/` holds it.
+pub fn crd_yaml() -> String {
+    let crd = Controller::crd();
+    serde_yaml::to_string(&crd).expect("a CustomResourceDefinition always serializes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEED_EXAMPLE: &str = include_str!("../config/example-controller.yaml");
+
+    #[test]
+    fn the_seed_example_parses_unchanged() {
+        let c: Controller = serde_yaml::from_str(SEED_EXAMPLE).unwrap();
+        assert_eq!(c.metadata.name.as_deref(), Some("example-controller"));
+        let t = &c.spec.tenancies[0];
+        assert_eq!(t.namespace, "foo");
+        assert!(t.clusters.is_empty() && t.cluster_selector.is_none());
+        assert_eq!(t.charts[0].chart_name, "deployment-example");
+        assert_eq!(t.charts[0].release_name, None);
+        assert_eq!(t.charts[1].release_name.as_deref(), Some("nginx"));
+        assert_eq!(t.charts[1].settings[1].key, "service.internalPort");
+        assert_eq!(t.charts[1].settings[1].value, "8080");
+    }
+
+    #[test]
+    fn the_crd_is_namespaced_with_a_status_subresource() {
+        let crd = Controller::crd();
+        assert_eq!(crd.metadata.name.as_deref(), Some("controllers.multitenancy.dev"));
+        assert_eq!(crd.spec.scope, "Namespaced");
+        let version = &crd.spec.versions[0];
+        assert_eq!(version.name, "v1alpha1");
+        assert!(version.subresources.as_ref().unwrap().status.is_some());
+    }
+
+    #[test]
+    fn the_schema_carries_the_cel_rules_with_messages() {
+        let yaml = crd_yaml();
+        for needle in [
+            "must be a DNS-1123 label",
+            "release names must be unique within a tenancy",
+            "a setting key must not be empty",
+            "limited to 53 characters",
+            "maxLength: 53",
+            "x-kubernetes-preserve-unknown-fields: true",
+        ] {
+            assert!(yaml.contains(needle), "CRD lacks {needle:?}");
+        }
+    }
+
+    #[test]
+    fn the_committed_crd_matches_the_code() {
+        let committed = include_str!("../crds/controllers.multitenancy.dev.yaml");
+        assert!(
+            committed == crd_yaml(),
+            "crds/controllers.multitenancy.dev.yaml is stale: run `cargo run -- crd > crds/controllers.multitenancy.dev.yaml`"
+        );
+    }
+}

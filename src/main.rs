@@ -1,0 +1,16 @@
+//! The `tenancy-hub` binary: parses the command line and hands over to the library.
+
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = tenancy_hub::cli::Cli::parse();
+    tenancy_hub::cli::init_logging(&cli.log);
+    match cli.command.execute().await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

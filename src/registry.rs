@@ -1,0 +1,434 @@
+//! Member clusters from the registration file: one kube client per cluster, keyed by name.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+use kube::{
+    Client, Config,
+    config::{KubeConfigOptions, Kubeconfig},
+};
+use serde::{Deserialize, Serialize};
+
+use crate::{crd::HUB_CLUSTER, key::ClusterName};
+
+/// How long to wait for a cluster's API server to accept a connection.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// How long a health probe may take in all.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(6);
+
+/// Result alias for this module.
+pub type Result<T, E = RegistryError> = std::result::Result<T, E>;
+
+/// What went wrong loading the registration file or building a cluster's client.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// The registration file could not be read.
+    #[error("cannot read registration file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The registration file is not valid YAML of the expected shape.
+    #[error(
+        "registration file {path} does not parse: {source}; expected `clusters:` with entries of `name`, `context`, and optional `kubeconfig` and `labels`"
+    )]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parse error, with its line and column.
+        source: serde_yaml::Error,
+    },
+    /// Two entries share a name.
+    #[error("registration file {path}: cluster {name:?} is registered twice (entries {first} and {second}); give each cluster its own name")]
+    DuplicateName {
+        /// The file.
+        path: PathBuf,
+        /// The shared name.
+        name: String,
+        /// Position of the first entry (from 1).
+        first: usize,
+        /// Position of the second entry (from 1).
+        second: usize,
+    },
+    /// An entry uses the name reserved for the hub.
+    #[error("registration file {path}: entry {index} is named {HUB_CLUSTER:?}, which is reserved for the hub cluster itself; rename it")]
+    ReservedName {
+        /// The file.
+        path: PathBuf,
+        /// Position of the entry (from 1).
+        index: usize,
+    },
+    /// A kubeconfig named by an entry could not be loaded.
+    #[error("cluster {cluster}: cannot load kubeconfig {kubeconfig}: {source}")]
+    Kubeconfig {
+        /// The cluster whose entry names it.
+        cluster: String,
+        /// The kubeconfig file.
+        kubeconfig: PathBuf,
+        /// The loader's error.
+        source: kube::config::KubeconfigError,
+    },
+    /// An entry names a context its kubeconfig does not have.
+    #[error("cluster {cluster}: context {context:?} is not in kubeconfig {kubeconfig}; available contexts: {}", available.join(", "))]
+    UnknownContext {
+        /// The cluster whose entry names it.
+        cluster: String,
+        /// The missing context.
+        context: String,
+        /// The kubeconfig file searched.
+        kubeconfig: PathBuf,
+        /// Contexts the kubeconfig does have.
+        available: Vec<String>,
+    },
+    /// No kubeconfig was named and none could be found.
+    #[error("cluster {cluster}: no kubeconfig given and neither KUBECONFIG nor HOME is set; add `kubeconfig:` to its entry")]
+    NoKubeconfig {
+        /// The cluster.
+        cluster: String,
+    },
+    /// The hub's own configuration could not be found.
+    #[error("hub cluster: {0}; pass --kubeconfig and --context, or run inside a cluster")]
+    Hub(String),
+    /// A client could not be built from a valid configuration.
+    #[error("cluster {cluster}: cannot build a client: {source}")]
+    Client {
+        /// The cluster.
+        cluster: String,
+        /// The client error.
+        source: kube::Error,
+    },
+}
+
+/// The registration file: the member clusters tenancies may target.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistrationFile {
+    /// The registered member clusters.
+    #[serde(default)]
+    pub clusters: Vec<ClusterEntry>,
+}
+
+/// One registered member cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterEntry {
+    /// Name used in `spec.tenancies[].clusters` and in status.
+    pub name: ClusterName,
+    /// Context in the kubeconfig.
+    pub context: String,
+    /// Kubeconfig file; defaults to `KUBECONFIG` or `~/.kube/config`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Labels matched by `clusterSelector`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+}
+
+impl RegistrationFile {
+    /// Reads and checks a registration file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|source| RegistryError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Parses and checks registration text; `path` only names it in errors.
+    pub fn parse(path: &Path, text: &str) -> Result<Self> {
+        let file: Self = serde_yaml::from_str(text).map_err(|source| RegistryError::Parse {
+            path: path.to_owned(),
+            source,
+        })?;
+        let mut seen: HashMap<&ClusterName, usize> = HashMap::new();
+        for (i, entry) in file.clusters.iter().enumerate() {
+            if entry.name.as_str() == HUB_CLUSTER {
+                return Err(RegistryError::ReservedName {
+                    path: path.to_owned(),
+                    index: i + 1,
+                });
+            }
+            if let Some(first) = seen.insert(&entry.name, i + 1) {
+                return Err(RegistryError::DuplicateName {
+                    path: path.to_owned(),
+                    name: entry.name.to_string(),
+                    first,
+                    second: i + 1,
+                });
+            }
+        }
+        Ok(file)
+    }
+}
+
+/// A registered cluster with its client.
+#[derive(Clone)]
+pub struct Member {
+    /// Its registration entry.
+    pub entry: ClusterEntry,
+    /// The kubeconfig actually used.
+    pub kubeconfig: PathBuf,
+    /// A client for its API server.
+    pub client: Client,
+}
+
+/// Every cluster tenancy-hub can reach, the hub included, keyed by name.
+#[derive(Clone)]
+pub struct ClusterRegistry {
+    members: BTreeMap<ClusterName, Arc<Member>>,
+}
+
+/// Where the hub's own client comes from.
+#[derive(Debug, Clone, Default)]
+pub struct HubSource {
+    /// Kubeconfig file; default: KUBECONFIG, ~/.kube/config, or the in-cluster config.
+    pub kubeconfig: Option<PathBuf>,
+    /// Context in that kubeconfig; default: its current context.
+    pub context: Option<String>,
+}
+
+impl ClusterRegistry {
+    /// Builds a client for the hub and for every registered member.
+    pub async fn connect(hub: &HubSource, file: &RegistrationFile) -> Result<Self> {
+        let mut kubeconfigs: HashMap<PathBuf, Kubeconfig> = HashMap::new();
+        let mut members = BTreeMap::new();
+        let hub_member = connect_hub(hub, &mut kubeconfigs).await?;
+        members.insert(hub_member.entry.name.clone(), Arc::new(hub_member));
+        for entry in &file.clusters {
+            let path = match &entry.kubeconfig {
+                Some(p) => p.clone(),
+                None => default_kubeconfig().ok_or_else(|| RegistryError::NoKubeconfig {
+                    cluster: entry.name.to_string(),
+                })?,
+            };
+            let client = client_for(entry.name.as_str(), &path, &entry.context, &mut kubeconfigs).await?;
+            members.insert(
+                entry.name.clone(),
+                Arc::new(Member {
+                    entry: entry.clone(),
+                    kubeconfig: path,
+                    client,
+                }),
+            );
+        }
+        Ok(Self { members })
+    }
+
+    /// The cluster registered under `name`, if any.
+    pub fn get(&self, name: &ClusterName) -> Option<&Arc<Member>> {
+        self.members.get(name)
+    }
+
+    /// Every cluster, the hub first, then members by name.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Member>> {
+        let hub = self.members.values().filter(|m| m.entry.name.as_str() == HUB_CLUSTER);
+        hub.chain(self.members.values().filter(|m| m.entry.name.as_str() != HUB_CLUSTER))
+    }
+}
+
+/// What a probe of one cluster found.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Health {
+    /// Cluster name.
+    pub cluster: String,
+    /// Context used.
+    pub context: String,
+    /// Whether `/version` answered in time.
+    pub reachable: bool,
+    /// The API server's version, when reachable.
+    pub version: Option<String>,
+    /// Why it is unreachable.
+    pub error: Option<String>,
+}
+
+/// Asks one cluster's API server for its version, within [`PROBE_TIMEOUT`].
+pub async fn probe(member: &Member) -> Health {
+    let outcome = tokio::time::timeout(PROBE_TIMEOUT, member.client.apiserver_version()).await;
+    let (version, error) = match outcome {
+        Ok(Ok(info)) => (Some(info.git_version), None),
+        Ok(Err(e)) => (None, Some(e.to_string())),
+        Err(_) => (None, Some(format!("no answer within {}s", PROBE_TIMEOUT.as_secs()))),
+    };
+    Health {
+        cluster: member.entry.name.to_string(),
+        context: member.entry.context.clone(),
+        reachable: version.is_some(),
+        version,
+        error,
+    }
+}
+
+fn default_kubeconfig() -> Option<PathBuf> {
+    if let Some(first) = std::env::var_os("KUBECONFIG")
+        .and_then(|v| std::env::split_paths(&v).find(|p| !p.as_os_str().is_empty()))
+    {
+        return Some(first);
+    }
+    std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".kube/config"))
+}
+
+async fn connect_hub(hub: &HubSource, kubeconfigs: &mut HashMap<PathBuf, Kubeconfig>) -> Result<Member> {
+    let name: ClusterName = HUB_CLUSTER.parse().expect("the hub's name is a valid cluster name");
+    let kubeconfig = hub.kubeconfig.clone().or_else(default_kubeconfig);
+    let in_cluster = hub.kubeconfig.is_none()
+        && hub.context.is_none()
+        && !kubeconfig.as_ref().is_some_and(|p| p.exists());
+    let (client, path, context) = if in_cluster {
+        let mut config = Config::incluster().map_err(|e| RegistryError::Hub(format!("no kubeconfig found and not in a cluster ({e})")))?;
+        config.connect_timeout = Some(CONNECT_TIMEOUT);
+        let client = Client::try_from(config).map_err(|source| RegistryError::Client {
+            cluster: HUB_CLUSTER.into(),
+            source,
+        })?;
+        (client, PathBuf::new(), "in-cluster".to_owned())
+    } else {
+        let path = kubeconfig.ok_or_else(|| RegistryError::Hub("no kubeconfig found".into()))?;
+        let loaded = load_kubeconfig(HUB_CLUSTER, &path, kubeconfigs)?;
+        let context = match &hub.context {
+            Some(c) => c.clone(),
+            None => loaded
+                .current_context
+                .clone()
+                .ok_or_else(|| RegistryError::Hub(format!("kubeconfig {} has no current context", path.display())))?,
+        };
+        let client = client_for(HUB_CLUSTER, &path, &context, kubeconfigs).await?;
+        (client, path, context)
+    };
+    Ok(Member {
+        entry: ClusterEntry {
+            name,
+            context,
+            kubeconfig: None,
+            labels: BTreeMap::new(),
+        },
+        kubeconfig: path,
+        client,
+    })
+}
+
+fn load_kubeconfig<'a>(
+    cluster: &str,
+    path: &Path,
+    cache: &'a mut HashMap<PathBuf, Kubeconfig>,
+) -> Result<&'a Kubeconfig> {
+    if !cache.contains_key(path) {
+        let loaded = Kubeconfig::read_from(path).map_err(|source| RegistryError::Kubeconfig {
+            cluster: cluster.to_owned(),
+            kubeconfig: path.to_owned(),
+            source,
+        })?;
+        cache.insert(path.to_owned(), loaded);
+    }
+    Ok(&cache[path])
+}
+
+async fn client_for(
+    cluster: &str,
+    path: &Path,
+    context: &str,
+    cache: &mut HashMap<PathBuf, Kubeconfig>,
+) -> Result<Client> {
+    let kubeconfig = load_kubeconfig(cluster, path, cache)?.clone();
+    let available: BTreeSet<String> = kubeconfig.contexts.iter().map(|c| c.name.clone()).collect();
+    if !available.contains(context) {
+        return Err(RegistryError::UnknownContext {
+            cluster: cluster.to_owned(),
+            context: context.to_owned(),
+            kubeconfig: path.to_owned(),
+            available: available.into_iter().collect(),
+        });
+    }
+    let options = KubeConfigOptions {
+        context: Some(context.to_owned()),
+        ..Default::default()
+    };
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &options)
+        .await
+        .map_err(|source| RegistryError::Kubeconfig {
+            cluster: cluster.to_owned(),
+            kubeconfig: path.to_owned(),
+            source,
+        })?;
+    config.connect_timeout = Some(CONNECT_TIMEOUT);
+    Client::try_from(config).map_err(|source| RegistryError::Client {
+        cluster: cluster.to_owned(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<RegistrationFile> {
+        RegistrationFile::parse(Path::new("clusters.yaml"), text)
+    }
+
+    #[test]
+    fn a_registration_file_with_labels_parses() {
+        let file = parse(
+            "clusters:\n  - name: member-1\n    context: member-1\n    kubeconfig: /tmp/kc\n    labels: {region: east}\n  - name: member-2\n    context: ctx-2\n",
+        )
+        .unwrap();
+        assert_eq!(file.clusters.len(), 2);
+        assert_eq!(file.clusters[0].labels["region"], "east");
+        assert_eq!(file.clusters[1].kubeconfig, None);
+    }
+
+    #[test]
+    fn a_duplicate_name_is_refused_naming_both_entries() {
+        let err = parse("clusters:\n  - {name: a, context: x}\n  - {name: a, context: y}\n").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("clusters.yaml") && msg.contains("\"a\"") && msg.contains("entries 1 and 2"), "{msg}");
+    }
+
+    #[test]
+    fn the_hub_name_is_reserved() {
+        let err = parse("clusters:\n  - {name: hub, context: x}\n").unwrap_err();
+        assert!(err.to_string().contains("reserved for the hub"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_name_or_unknown_field_is_refused_with_its_position() {
+        let err = parse("clusters:\n  - {name: Bad_Name, context: x}\n").unwrap_err();
+        assert!(err.to_string().contains("Bad_Name"), "{err}");
+        let err = parse("clusters:\n  - {name: a, contxt: x}\n").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("contxt") && msg.contains("line 2"), "{msg}");
+    }
+
+    #[tokio::test]
+    async fn an_unknown_context_is_refused_listing_the_available_ones() {
+        let dir = std::env::temp_dir().join(format!("tenancy-hub-registry-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let kc = dir.join("kubeconfig");
+        std::fs::write(
+            &kc,
+            "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\nusers: [{name: u, user: {token: t}}]\ncontexts:\n  - {name: hub, context: {cluster: c, user: u}}\n  - {name: member-1, context: {cluster: c, user: u}}\ncurrent-context: hub\n",
+        )
+        .unwrap();
+        let file = parse(&format!(
+            "clusters:\n  - {{name: member-1, context: member-1, kubeconfig: {k}}}\n  - {{name: member-9, context: member-9, kubeconfig: {k}}}\n",
+            k = kc.display()
+        ))
+        .unwrap();
+        let hub = HubSource {
+            kubeconfig: Some(kc.clone()),
+            context: None,
+        };
+        let err = ClusterRegistry::connect(&hub, &file).await.err().unwrap();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("cluster member-9") && msg.contains("\"member-9\"") && msg.contains("available contexts: hub, member-1"),
+            "{msg}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

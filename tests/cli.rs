@@ -1,0 +1,78 @@
+//! End-to-end tests of the `tenancy-hub` command line against the lab.
+
+mod common;
+
+use std::process::Command;
+
+use common::{Lab, unique};
+
+fn tenancy_hub(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tenancy-hub"))
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("the binary runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+#[ignore = "needs the lab: run tests/run.sh"]
+fn clusters_shows_every_lab_cluster_reachable_with_its_version() {
+    let lab = Lab::get();
+    let kubeconfig = lab.kubeconfig_path();
+    let registration = lab.clusters_path();
+    let (ok, stdout, stderr) = tenancy_hub(&[
+        "clusters",
+        "--clusters",
+        registration.to_str().unwrap(),
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--context",
+        "hub",
+        "-o",
+        "json",
+    ]);
+    assert!(ok, "clusters failed: {stderr}\n{stdout}");
+    let health: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
+    let names: Vec<&str> = health.iter().map(|h| h["cluster"].as_str().unwrap()).collect();
+    assert_eq!(names[0], "hub");
+    assert_eq!(names.len(), lab.contexts().len(), "{names:?}");
+    for h in &health {
+        assert_eq!(h["reachable"], true, "{h}");
+        assert!(h["version"].as_str().unwrap().starts_with("v1."), "{h}");
+    }
+}
+
+#[test]
+#[ignore = "needs the lab: run tests/run.sh"]
+fn a_registration_with_an_unknown_context_is_refused_naming_the_entry() {
+    let lab = Lab::get();
+    let file = std::env::temp_dir().join(format!("{}.yaml", unique("clusters")));
+    std::fs::write(
+        &file,
+        format!(
+            "clusters:\n  - {{name: member-1, context: member-1, kubeconfig: {k}}}\n  - {{name: far-away, context: nowhere, kubeconfig: {k}}}\n",
+            k = lab.kubeconfig_path().display()
+        ),
+    )
+    .unwrap();
+    let (ok, stdout, stderr) = tenancy_hub(&[
+        "clusters",
+        "--clusters",
+        file.to_str().unwrap(),
+        "--kubeconfig",
+        lab.kubeconfig_path().to_str().unwrap(),
+        "--context",
+        "hub",
+    ]);
+    std::fs::remove_file(&file).unwrap();
+    assert!(!ok, "an unknown context was accepted: {stdout}");
+    assert!(
+        stderr.contains("cluster far-away") && stderr.contains("\"nowhere\"") && stderr.contains("member-1"),
+        "the error names the entry, the context and what is available: {stderr}"
+    );
+}

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Runs every test: formatting and lints, unit tests, then the end-to-end tests against a fresh lab.
+#
+#   tests/run.sh
+#
+# Does all set-up on a fresh machine (the lab's binaries are built once into ~/.cache/tenancy-hub),
+# prints the time of each phase, and always stops the lab it started, even when a test fails.
+# Environment: TENANCY_HUB_TEST_LAB_DIR (default: a new temporary directory), TEST_MEMBERS (default 2).
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO"
+
+declare -a PHASES=()
+phase_start=$SECONDS
+phase() {
+    local now=$SECONDS
+    if [[ -n ${current:-} ]]; then PHASES+=("$(printf '%-28s %5ss' "$current" $((now - phase_start)))"); fi
+    current=$1
+    phase_start=$now
+    [[ -n $current ]] && printf '\n=== %s\n' "$current"
+    return 0
+}
+report() {
+    phase ""
+    printf '\n=== phase times\n'
+    printf '  %s\n' "${PHASES[@]}"
+}
+
+LAB_DIR=${TENANCY_HUB_TEST_LAB_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/tenancy-hub-test-lab.XXXXXX")}
+lab_started=false
+cleanup() {
+    local rc=$?
+    if $lab_started; then
+        if ((rc != 0)); then
+            echo "--- last lines of the lab's logs (tests failed) ---"
+            for f in "$LAB_DIR"/logs/*.log; do
+                echo "## $f"
+                tail -n 5 "$f" || true
+            done
+        fi
+        phase "lab down"
+        "$REPO/kind/down.sh" --dir "$LAB_DIR" || true
+    fi
+    report
+    exit $rc
+}
+trap cleanup EXIT
+
+phase "format and lints"
+cargo fmt --all -- --check
+cargo clippy --all-targets --locked -- -D warnings
+
+phase "lab binaries"
+"$REPO/kind/build.sh" >/dev/null
+
+phase "unit tests"
+cargo test --locked --lib --bins
+
+phase "lab up"
+lab_started=true
+"$REPO/kind/up.sh" --members "${TEST_MEMBERS:-2}" --dir "$LAB_DIR"
+
+phase "end-to-end tests"
+TENANCY_HUB_LAB_DIR=$LAB_DIR cargo test --locked --test '*' -- --include-ignored
