@@ -19,7 +19,8 @@ while (($#)); do
     esac
 done
 
-step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+if [[ -t 1 ]]; then BOLD=$'\033[1m' PLAIN=$'\033[0m'; else BOLD='' PLAIN=''; fi
+step() { printf '\n%s==> %s%s\n' "$BOLD" "$*" "$PLAIN"; }
 
 step "1/4 bringing up the lab: hub + $MEMBERS members (the first run builds Kubernetes from source, ~10 min)"
 "$LAB_ROOT/up.sh" --members "$MEMBERS" --dir "$LAB_DIR"

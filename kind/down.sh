@@ -4,7 +4,8 @@
 #   kind/down.sh [--dir DIR] [--keep-logs]
 #
 # Each recorded process is checked to still be the binary that was started (a reused pid is left
-# alone), asked to stop with SIGTERM, and killed if it has not stopped within 15 seconds.
+# alone), asked to stop with SIGTERM, and killed if it has not stopped within 15 seconds. Clients
+# stop first, then the API servers, then etcd.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -31,26 +32,35 @@ ours() {
     [[ $exe == "$2" ]]
 }
 
-if [[ -s "$LAB_DIR/pids" ]]; then
-    # Stop in reverse start order: kwok, schedulers and controller-managers, API servers, etcd.
-    mapfile -t entries < <(tac "$LAB_DIR/pids")
-    stopping=()
-    for entry in "${entries[@]}"; do
-        read -r pid name bin <<<"$entry"
-        if ours "$pid" "$bin"; then
-            kill -TERM "$pid" 2>/dev/null && stopping+=("$pid $name $bin")
+# stop_tier PATTERN: stops the recorded processes whose name matches PATTERN, all at once.
+stopped=0
+stop_tier() {
+    local pattern=$1 pid name bin
+    local stopping=()
+    while read -r pid name bin; do
+        [[ $name =~ $pattern ]] || continue
+        if ours "$pid" "$bin" && kill -TERM "$pid" 2>/dev/null; then
+            stopping+=("$pid $name $bin")
         fi
-    done
-    deadline=$((SECONDS + 15))
+    done <"$LAB_DIR/pids"
+    local deadline=$((SECONDS + 15))
     for entry in "${stopping[@]}"; do
         read -r pid name bin <<<"$entry"
-        while ours "$pid" "$bin" && ((SECONDS < deadline)); do sleep 0.2; done
+        while ours "$pid" "$bin" && ((SECONDS < deadline)); do sleep 0.1; done
         if ours "$pid" "$bin"; then
-            log "$name (pid $pid) did not stop on SIGTERM; killing it"
+            log "$name (pid $pid) did not stop within 15s of SIGTERM; killing it"
             kill -KILL "$pid" 2>/dev/null || true
         fi
     done
-    log "stopped ${#stopping[@]} processes of the lab in $LAB_DIR"
+    stopped=$((stopped + ${#stopping[@]}))
+}
+
+if [[ -s "$LAB_DIR/pids" ]]; then
+    # Clients of the API servers first, then the API servers, then etcd under them.
+    stop_tier '(kwok|scheduler|controller-manager)$'
+    stop_tier 'apiserver$'
+    stop_tier '^etcd$'
+    log "stopped $stopped processes of the lab in $LAB_DIR"
 fi
 
 if $KEEP_LOGS; then

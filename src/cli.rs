@@ -91,7 +91,9 @@ pub enum Command {
     /// Show every registered cluster: context, reachability and API server version.
     ///
     /// Exits non-zero when a cluster is unreachable.
-    #[command(after_help = "Example:\n  tenancy-hub clusters --clusters clusters.yaml --kubeconfig kubeconfig --context hub -o json")]
+    #[command(
+        after_help = "Example:\n  tenancy-hub clusters --clusters clusters.yaml --kubeconfig kubeconfig --context hub -o json"
+    )]
     Clusters {
         /// Where the clusters are.
         #[command(flatten)]
@@ -114,10 +116,15 @@ impl Command {
             }
             Command::Clusters { clusters, output } => {
                 let registry = clusters.registry().await?;
-                let health = futures::future::join_all(registry.iter().map(|m| registry::probe(m))).await;
+                let health =
+                    futures::future::join_all(registry.iter().map(|m| registry::probe(m))).await;
                 print!("{}", render_health(&health, output)?);
                 let all_up = health.iter().all(|h| h.reachable);
-                Ok(if all_up { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+                Ok(if all_up {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                })
             }
         }
     }
@@ -134,8 +141,15 @@ fn render_health(health: &[registry::Health], output: Output) -> anyhow::Result<
                     [
                         h.cluster.clone(),
                         h.context.clone(),
-                        if h.reachable { "yes".into() } else { "no".into() },
-                        h.version.clone().or_else(|| h.error.clone()).unwrap_or_default(),
+                        if h.reachable {
+                            "yes".into()
+                        } else {
+                            "no".into()
+                        },
+                        h.version
+                            .clone()
+                            .or_else(|| h.error.clone())
+                            .unwrap_or_default(),
                     ]
                 })
                 .collect();
@@ -174,7 +188,9 @@ pub fn table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) -> String
 pub fn init_logging(args: &LogArgs) {
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match args.log_format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
@@ -211,6 +227,9 @@ mod tests {
             error: Some("connection refused".into()),
         }];
         let out = render_health(&health, Output::Table).unwrap();
-        assert!(out.contains("member-2   member-2   no          connection refused"), "{out}");
+        assert!(
+            out.contains("member-2   member-2   no          connection refused"),
+            "{out}"
+        );
     }
 }

@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 pub const HUB_CLUSTER: &str = "hub";
 
 /// Desired state: Helm charts delivered into tenant namespaces of member clusters.
+// The printer columns repeat `type_`, which clippy mistakes for a duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "multitenancy.dev",
@@ -21,11 +23,34 @@ pub const HUB_CLUSTER: &str = "hub";
     shortname = "tenctl",
     category = "tenancy",
     doc = "Delivers Helm charts into tenant namespaces across member clusters and reports what runs there.",
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
-    printcolumn(name = "Clusters", type_ = "string", description = "Reachable clusters / targeted clusters", json_path = ".status.summary.clusters"),
-    printcolumn(name = "Releases", type_ = "string", description = "Deployed releases / desired releases", json_path = ".status.summary.releases"),
-    printcolumn(name = "Pods", type_ = "string", description = "Ready pods / pods", json_path = ".status.summary.pods"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Clusters",
+        type_ = "string",
+        description = "Reachable clusters / targeted clusters",
+        json_path = ".status.summary.clusters"
+    ),
+    printcolumn(
+        name = "Releases",
+        type_ = "string",
+        description = "Deployed releases / desired releases",
+        json_path = ".status.summary.releases"
+    ),
+    printcolumn(
+        name = "Pods",
+        type_ = "string",
+        description = "Ready pods / pods",
+        json_path = ".status.summary.pods"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ControllerSpec {
@@ -45,15 +70,13 @@ pub struct ControllerSpec {
         .message("a chart without releaseName is released under the namespace name, which is then limited to 53 characters: set releaseName")
 )]
 pub struct Tenancy {
-    /// Namespace the charts are released into; created on each target cluster if missing.
-    /// A DNS-1123 label (lowercase letters, digits and '-').
+    /// Namespace the charts are released into, created on each target cluster if missing: a DNS-1123 label (lowercase letters, digits and '-').
     #[schemars(length(min = 1, max = 63))]
     #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')")
         .message("must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit"))]
     pub namespace: String,
 
-    /// Registered cluster names this tenancy goes to (see the registration file).
-    /// With neither `clusters` nor `clusterSelector`, the tenancy goes to the hub cluster itself.
+    /// Registered cluster names this tenancy goes to (see the registration file). With neither `clusters` nor `clusterSelector`, the tenancy goes to the hub cluster itself.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 256), inner(length(min = 1, max = 253)))]
     pub clusters: Vec<String>,
@@ -64,7 +87,7 @@ pub struct Tenancy {
 
     /// Helm charts released into the namespace.
     #[serde(default)]
-    #[schemars(length(max = 32))]
+    #[schemars(length(max = 16))]
     pub charts: Vec<Chart>,
 }
 
@@ -81,8 +104,7 @@ pub struct ClusterSelector {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Chart {
-    /// Chart to release: a directory name under the chart home, a chart name in `repo`,
-    /// or an `oci://` reference.
+    /// Chart to release: a directory name under the chart home, a chart name in `repo`, or an `oci://` reference.
     #[schemars(length(min = 1, max = 512))]
     pub chart_name: String,
 
@@ -115,11 +137,10 @@ pub struct Chart {
 }
 
 /// One `--set key=value` pair.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct Setting {
-    /// Dotted path of the value in the chart's values, for example `service.internalPort`.
-    #[schemars(length(max = 1024))]
-    #[x_kube(validation = Rule::new("size(self) > 0").message("a setting key must not be empty"))]
+    /// Dotted path of the value in the chart's values, for example `service.internalPort`; must not be empty.
+    #[schemars(length(min = 1, max = 1024))]
     pub key: String,
 
     /// The value, taken literally: commas, backslashes and '=' are not special.
@@ -183,10 +204,10 @@ pub struct TenancyStatus {
     pub pod_status: Vec<PodStatus>,
     /// Pods counted, listed or not.
     #[serde(default)]
-    pub pods_total: u32,
+    pub pods_total: i32,
     /// Ready pods counted, listed or not.
     #[serde(default)]
-    pub pods_ready: u32,
+    pub pods_ready: i32,
     /// True when the entry reflects a live watch; false when the cluster is unreachable.
     #[serde(default)]
     pub fresh: bool,
@@ -250,7 +271,7 @@ pub struct PodStatus {
     pub ready: bool,
     /// Container restarts, summed.
     #[serde(default)]
-    pub restarts: u32,
+    pub restarts: i32,
     /// Waiting or terminated reason, when there is one.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,
@@ -310,7 +331,10 @@ mod tests {
     #[test]
     fn the_crd_is_namespaced_with_a_status_subresource() {
         let crd = Controller::crd();
-        assert_eq!(crd.metadata.name.as_deref(), Some("controllers.multitenancy.dev"));
+        assert_eq!(
+            crd.metadata.name.as_deref(),
+            Some("controllers.multitenancy.dev")
+        );
         assert_eq!(crd.spec.scope, "Namespaced");
         let version = &crd.spec.versions[0];
         assert_eq!(version.name, "v1alpha1");
@@ -323,7 +347,6 @@ mod tests {
         for needle in [
             "must be a DNS-1123 label",
             "release names must be unique within a tenancy",
-            "a setting key must not be empty",
             "limited to 53 characters",
             "maxLength: 53",
             "x-kubernetes-preserve-unknown-fields: true",

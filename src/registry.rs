@@ -46,7 +46,9 @@ pub enum RegistryError {
         source: serde_yaml::Error,
     },
     /// Two entries share a name.
-    #[error("registration file {path}: cluster {name:?} is registered twice (entries {first} and {second}); give each cluster its own name")]
+    #[error(
+        "registration file {path}: cluster {name:?} is registered twice (entries {first} and {second}); give each cluster its own name"
+    )]
     DuplicateName {
         /// The file.
         path: PathBuf,
@@ -58,7 +60,9 @@ pub enum RegistryError {
         second: usize,
     },
     /// An entry uses the name reserved for the hub.
-    #[error("registration file {path}: entry {index} is named {HUB_CLUSTER:?}, which is reserved for the hub cluster itself; rename it")]
+    #[error(
+        "registration file {path}: entry {index} is named {HUB_CLUSTER:?}, which is reserved for the hub cluster itself; rename it"
+    )]
     ReservedName {
         /// The file.
         path: PathBuf,
@@ -88,7 +92,9 @@ pub enum RegistryError {
         available: Vec<String>,
     },
     /// No kubeconfig was named and none could be found.
-    #[error("cluster {cluster}: no kubeconfig given and neither KUBECONFIG nor HOME is set; add `kubeconfig:` to its entry")]
+    #[error(
+        "cluster {cluster}: no kubeconfig given and neither KUBECONFIG nor HOME is set; add `kubeconfig:` to its entry"
+    )]
     NoKubeconfig {
         /// The cluster.
         cluster: String,
@@ -208,7 +214,8 @@ impl ClusterRegistry {
                     cluster: entry.name.to_string(),
                 })?,
             };
-            let client = client_for(entry.name.as_str(), &path, &entry.context, &mut kubeconfigs).await?;
+            let client =
+                client_for(entry.name.as_str(), &path, &entry.context, &mut kubeconfigs).await?;
             members.insert(
                 entry.name.clone(),
                 Arc::new(Member {
@@ -228,8 +235,15 @@ impl ClusterRegistry {
 
     /// Every cluster, the hub first, then members by name.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Member>> {
-        let hub = self.members.values().filter(|m| m.entry.name.as_str() == HUB_CLUSTER);
-        hub.chain(self.members.values().filter(|m| m.entry.name.as_str() != HUB_CLUSTER))
+        let hub = self
+            .members
+            .values()
+            .filter(|m| m.entry.name.as_str() == HUB_CLUSTER);
+        hub.chain(
+            self.members
+                .values()
+                .filter(|m| m.entry.name.as_str() != HUB_CLUSTER),
+        )
     }
 }
 
@@ -254,7 +268,10 @@ pub async fn probe(member: &Member) -> Health {
     let (version, error) = match outcome {
         Ok(Ok(info)) => (Some(info.git_version), None),
         Ok(Err(e)) => (None, Some(e.to_string())),
-        Err(_) => (None, Some(format!("no answer within {}s", PROBE_TIMEOUT.as_secs()))),
+        Err(_) => (
+            None,
+            Some(format!("no answer within {}s", PROBE_TIMEOUT.as_secs())),
+        ),
     };
     Health {
         cluster: member.entry.name.to_string(),
@@ -274,14 +291,21 @@ fn default_kubeconfig() -> Option<PathBuf> {
     std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".kube/config"))
 }
 
-async fn connect_hub(hub: &HubSource, kubeconfigs: &mut HashMap<PathBuf, Kubeconfig>) -> Result<Member> {
-    let name: ClusterName = HUB_CLUSTER.parse().expect("the hub's name is a valid cluster name");
+async fn connect_hub(
+    hub: &HubSource,
+    kubeconfigs: &mut HashMap<PathBuf, Kubeconfig>,
+) -> Result<Member> {
+    let name: ClusterName = HUB_CLUSTER
+        .parse()
+        .expect("the hub's name is a valid cluster name");
     let kubeconfig = hub.kubeconfig.clone().or_else(default_kubeconfig);
     let in_cluster = hub.kubeconfig.is_none()
         && hub.context.is_none()
         && !kubeconfig.as_ref().is_some_and(|p| p.exists());
     let (client, path, context) = if in_cluster {
-        let mut config = Config::incluster().map_err(|e| RegistryError::Hub(format!("no kubeconfig found and not in a cluster ({e})")))?;
+        let mut config = Config::incluster().map_err(|e| {
+            RegistryError::Hub(format!("no kubeconfig found and not in a cluster ({e})"))
+        })?;
         config.connect_timeout = Some(CONNECT_TIMEOUT);
         let client = Client::try_from(config).map_err(|source| RegistryError::Client {
             cluster: HUB_CLUSTER.into(),
@@ -293,10 +317,12 @@ async fn connect_hub(hub: &HubSource, kubeconfigs: &mut HashMap<PathBuf, Kubecon
         let loaded = load_kubeconfig(HUB_CLUSTER, &path, kubeconfigs)?;
         let context = match &hub.context {
             Some(c) => c.clone(),
-            None => loaded
-                .current_context
-                .clone()
-                .ok_or_else(|| RegistryError::Hub(format!("kubeconfig {} has no current context", path.display())))?,
+            None => loaded.current_context.clone().ok_or_else(|| {
+                RegistryError::Hub(format!(
+                    "kubeconfig {} has no current context",
+                    path.display()
+                ))
+            })?,
         };
         let client = client_for(HUB_CLUSTER, &path, &context, kubeconfigs).await?;
         (client, path, context)
@@ -384,9 +410,15 @@ mod tests {
 
     #[test]
     fn a_duplicate_name_is_refused_naming_both_entries() {
-        let err = parse("clusters:\n  - {name: a, context: x}\n  - {name: a, context: y}\n").unwrap_err();
+        let err =
+            parse("clusters:\n  - {name: a, context: x}\n  - {name: a, context: y}\n").unwrap_err();
         let msg = err.to_string();
-        assert!(msg.contains("clusters.yaml") && msg.contains("\"a\"") && msg.contains("entries 1 and 2"), "{msg}");
+        assert!(
+            msg.contains("clusters.yaml")
+                && msg.contains("\"a\"")
+                && msg.contains("entries 1 and 2"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -426,7 +458,9 @@ mod tests {
         let err = ClusterRegistry::connect(&hub, &file).await.err().unwrap();
         let msg = err.to_string();
         assert!(
-            msg.contains("cluster member-9") && msg.contains("\"member-9\"") && msg.contains("available contexts: hub, member-1"),
+            msg.contains("cluster member-9")
+                && msg.contains("\"member-9\"")
+                && msg.contains("available contexts: hub, member-1"),
             "{msg}"
         );
         std::fs::remove_dir_all(&dir).unwrap();

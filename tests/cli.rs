@@ -38,7 +38,10 @@ fn clusters_shows_every_lab_cluster_reachable_with_its_version() {
     ]);
     assert!(ok, "clusters failed: {stderr}\n{stdout}");
     let health: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
-    let names: Vec<&str> = health.iter().map(|h| h["cluster"].as_str().unwrap()).collect();
+    let names: Vec<&str> = health
+        .iter()
+        .map(|h| h["cluster"].as_str().unwrap())
+        .collect();
     assert_eq!(names[0], "hub");
     assert_eq!(names.len(), lab.contexts().len(), "{names:?}");
     for h in &health {
@@ -72,7 +75,9 @@ fn a_registration_with_an_unknown_context_is_refused_naming_the_entry() {
     std::fs::remove_file(&file).unwrap();
     assert!(!ok, "an unknown context was accepted: {stdout}");
     assert!(
-        stderr.contains("cluster far-away") && stderr.contains("\"nowhere\"") && stderr.contains("member-1"),
+        stderr.contains("cluster far-away")
+            && stderr.contains("\"nowhere\"")
+            && stderr.contains("member-1"),
         "the error names the entry, the context and what is available: {stderr}"
     );
 }

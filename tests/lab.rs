@@ -20,18 +20,26 @@ async fn install_crd(hub: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(hub.clone());
     let crd = Controller::crd();
     let name = crd.metadata.name.clone().unwrap();
-    crds.patch(&name, &PatchParams::apply("tenancy-hub-tests").force(), &Patch::Apply(&crd))
-        .await
-        .expect("the CRD applies to the hub");
-    wait_until("the CRD to be established", Duration::from_secs(30), || async {
-        let crd = crds.get(&name).await.ok()?;
-        let established = crd
-            .status?
-            .conditions?
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        established.then_some(())
-    })
+    crds.patch(
+        &name,
+        &PatchParams::apply("tenancy-hub-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("the CRD applies to the hub");
+    wait_until(
+        "the CRD to be established",
+        Duration::from_secs(30),
+        || async {
+            let crd = crds.get(&name).await.ok()?;
+            let established = crd
+                .status?
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            established.then_some(())
+        },
+    )
     .await;
 }
 
@@ -44,7 +52,10 @@ fn controller_from_yaml(yaml: &str) -> Controller {
 async fn every_cluster_answers_readyz() {
     let lab = Lab::get();
     let contexts = lab.contexts();
-    assert!(contexts.len() >= 3, "expected hub and at least two members, got {contexts:?}");
+    assert!(
+        contexts.len() >= 3,
+        "expected hub and at least two members, got {contexts:?}"
+    );
     for context in contexts {
         let client = lab.client(&context).await;
         let body = client
@@ -53,7 +64,11 @@ async fn every_cluster_answers_readyz() {
             .unwrap_or_else(|e| panic!("{context}: /readyz failed: {e}"));
         assert_eq!(body, "ok", "{context}: /readyz said {body:?}");
         let version = client.apiserver_version().await.unwrap();
-        assert!(version.git_version.starts_with("v1."), "{context}: version {}", version.git_version);
+        assert!(
+            version.git_version.starts_with("v1."),
+            "{context}: version {}",
+            version.git_version
+        );
     }
 }
 
@@ -72,13 +87,23 @@ async fn each_context_reaches_a_different_cluster() {
     for context in &contexts {
         let cms: Api<ConfigMap> = Api::namespaced(lab.client(context).await, "default");
         for other in &contexts {
-            let found = cms.get_opt(&format!("{name}-{other}")).await.unwrap().is_some();
-            assert_eq!(found, context == other, "context {context} sees the object made in {other}: {found}");
+            let found = cms
+                .get_opt(&format!("{name}-{other}"))
+                .await
+                .unwrap()
+                .is_some();
+            assert_eq!(
+                found,
+                context == other,
+                "context {context} sees the object made in {other}: {found}"
+            );
         }
     }
     for context in &contexts {
         let cms: Api<ConfigMap> = Api::namespaced(lab.client(context).await, "default");
-        cms.delete(&format!("{name}-{context}"), &DeleteParams::default()).await.unwrap();
+        cms.delete(&format!("{name}-{context}"), &DeleteParams::default())
+            .await
+            .unwrap();
     }
 }
 
@@ -99,7 +124,9 @@ async fn rbac_is_enforced_for_unprivileged_identities() {
         config.auth_info.impersonate = Some("system:serviceaccount:default:default".into());
         Client::try_from(config).unwrap()
     };
-    pods.list(&ListParams::default()).await.expect("the admin may list pods");
+    pods.list(&ListParams::default())
+        .await
+        .expect("the admin may list pods");
     let denied = Api::<Pod>::namespaced(impersonated, "kube-system")
         .list(&ListParams::default())
         .await
@@ -121,9 +148,18 @@ async fn the_crd_installs_and_accepts_the_seed_example() {
 
     let seed = controller_from_yaml(include_str!("../config/example-controller.yaml"));
     let api: Api<Controller> = Api::namespaced(hub.clone(), &ns);
-    let created = api.create(&PostParams::default(), &seed).await.expect("the seed example is valid");
-    assert_eq!(created.spec, seed.spec, "the API server kept the seed's spec as written");
-    namespaces.delete(&ns, &DeleteParams::default()).await.unwrap();
+    let created = api
+        .create(&PostParams::default(), &seed)
+        .await
+        .expect("the seed example is valid");
+    assert_eq!(
+        created.spec, seed.spec,
+        "the API server kept the seed's spec as written"
+    );
+    namespaces
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -146,11 +182,31 @@ async fn the_api_server_rejects_invalid_controllers_with_readable_messages() {
             "- {chartName: a, releaseName: x}\n        - {chartName: b, releaseName: x}",
             "release names must be unique within a tenancy",
         ),
-        ("foo", "- {chartName: a}\n        - {chartName: b}", "release names must be unique within a tenancy"),
-        ("foo", "- {chartName: a, settings: [{key: '', value: v}]}", "a setting key must not be empty"),
-        ("foo", &format!("- {{chartName: a, releaseName: {long}}}"), "53"),
-        (&long_ns, "- {chartName: a}", "limited to 53 characters: set releaseName"),
-        ("foo", "- {chartName: a, releaseName: Bad_Name}", "must be a valid Helm release name"),
+        (
+            "foo",
+            "- {chartName: a}\n        - {chartName: b}",
+            "release names must be unique within a tenancy",
+        ),
+        (
+            "foo",
+            "- {chartName: a, settings: [{key: '', value: v}]}",
+            "spec.tenancies[0].charts[0].settings[0].key",
+        ),
+        (
+            "foo",
+            &format!("- {{chartName: a, releaseName: {long}}}"),
+            "53",
+        ),
+        (
+            &long_ns,
+            "- {chartName: a}",
+            "limited to 53 characters: set releaseName",
+        ),
+        (
+            "foo",
+            "- {chartName: a, releaseName: Bad_Name}",
+            "must be a valid Helm release name",
+        ),
     ];
     for (namespace, charts, expected) in cases {
         let yaml = format!(
@@ -159,10 +215,18 @@ async fn the_api_server_rejects_invalid_controllers_with_readable_messages() {
         let err = api
             .create(&dry_run, &controller_from_yaml(&yaml))
             .await
-            .expect_err(&format!("the API server accepted an invalid resource:\n{yaml}"));
+            .expect_err(&format!(
+                "the API server accepted an invalid resource:\n{yaml}"
+            ));
         let msg = err.to_string();
-        assert!(msg.contains(expected), "expected {expected:?} in the rejection of\n{yaml}\ngot: {msg}");
-        assert!(msg.contains("spec.tenancies[0]"), "the rejection names the field: {msg}");
+        assert!(
+            msg.contains(expected),
+            "expected {expected:?} in the rejection of\n{yaml}\ngot: {msg}"
+        );
+        assert!(
+            msg.contains("spec.tenancies[0]"),
+            "the rejection names the field: {msg}"
+        );
     }
 }
 
@@ -182,25 +246,47 @@ async fn a_deployment_on_member_2_gets_running_pods() {
     )
     .unwrap();
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
-    deployments.create(&PostParams::default(), &deployment).await.unwrap();
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let running = wait_until("2 running pods of the deployment on member-2", Duration::from_secs(90), || async {
-        let list = pods.list(&ListParams::default().labels("app=web")).await.ok()?;
-        let running: Vec<String> = list
-            .items
+    let running = wait_until(
+        "2 running pods of the deployment on member-2",
+        Duration::from_secs(90),
+        || async {
+            let list = pods
+                .list(&ListParams::default().labels("app=web"))
+                .await
+                .ok()?;
+            let running: Vec<String> = list
+                .items
+                .iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+                .collect();
+            (running.len() == 2).then_some(running)
+        },
+    )
+    .await;
+    assert!(
+        running
             .iter()
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .filter_map(|p| p.spec.as_ref()?.node_name.clone())
-            .collect();
-        (running.len() == 2).then_some(running)
-    })
+            .all(|node| node.starts_with("kwok-member-2-")),
+        "scheduled on {running:?}"
+    );
+    wait_until(
+        "the deployment to report 2 ready replicas",
+        Duration::from_secs(60),
+        || async {
+            let d = deployments.get("web").await.ok()?;
+            (d.status?.ready_replicas == Some(2)).then_some(())
+        },
+    )
     .await;
-    assert!(running.iter().all(|node| node.starts_with("kwok-member-2-")), "scheduled on {running:?}");
-    wait_until("the deployment to report 2 ready replicas", Duration::from_secs(60), || async {
-        let d = deployments.get("web").await.ok()?;
-        (d.status?.ready_replicas == Some(2)).then_some(())
-    })
-    .await;
-    namespaces.delete(&ns, &DeleteParams::default()).await.unwrap();
+    namespaces
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .unwrap();
 }

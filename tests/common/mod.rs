@@ -31,8 +31,12 @@ impl Lab {
             .map(PathBuf::from)
             .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".lab"));
         let path = dir.join("kubeconfig");
-        let kubeconfig = Kubeconfig::read_from(&path)
-            .unwrap_or_else(|e| panic!("no lab kubeconfig at {}: {e}; this test {NEEDS_LAB}", path.display()));
+        let kubeconfig = Kubeconfig::read_from(&path).unwrap_or_else(|e| {
+            panic!(
+                "no lab kubeconfig at {}: {e}; this test {NEEDS_LAB}",
+                path.display()
+            )
+        });
         Self { dir, kubeconfig }
     }
 
@@ -48,7 +52,12 @@ impl Lab {
 
     /// Every context: hub first, then the members.
     pub fn contexts(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.kubeconfig.contexts.iter().map(|c| c.name.clone()).collect();
+        let mut names: Vec<String> = self
+            .kubeconfig
+            .contexts
+            .iter()
+            .map(|c| c.name.clone())
+            .collect();
         names.sort_by_key(|n| (n != "hub", n.clone()));
         names
     }
