@@ -1,0 +1,844 @@
+//! Planning: the releases a spec asks for, compared with those applied in the clusters, become Helm jobs (pure).
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    fmt,
+    path::{Path, PathBuf},
+};
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::{
+    crd::{ControllerSpec, HUB_CLUSTER, Tenancy},
+    key::{ClusterName, ClusterNamespace, ReleaseKey},
+};
+
+/// Label on every release tenancy-hub manages.
+pub const MANAGED_BY_LABEL: &str = "multitenancy.dev/managed-by";
+/// Value of [`MANAGED_BY_LABEL`].
+pub const MANAGED_BY: &str = "tenancy-hub";
+/// Label naming the namespace of the owning `Controller`.
+pub const OWNER_NAMESPACE_LABEL: &str = "multitenancy.dev/controller-namespace";
+/// Label naming the owning `Controller`.
+pub const OWNER_NAME_LABEL: &str = "multitenancy.dev/controller-name";
+/// Label holding the fingerprint of the spec a release was applied from.
+pub const SPEC_HASH_LABEL: &str = "multitenancy.dev/spec-hash";
+
+/// The `Controller` resource that owns a release.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct OwnerId {
+    /// Namespace of the resource on the hub.
+    pub namespace: String,
+    /// Name of the resource.
+    pub name: String,
+}
+
+impl fmt::Display for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Where a chart comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum ChartSource {
+    /// A chart directory under the chart home.
+    Directory(PathBuf),
+    /// A chart in a Helm repository.
+    Repository {
+        /// Repository URL.
+        url: String,
+        /// Chart name in the repository.
+        chart: String,
+    },
+    /// An `oci://` reference.
+    Oci(String),
+}
+
+/// A release the spec asks for, fully resolved.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Release {
+    /// Where it goes.
+    pub key: ReleaseKey,
+    /// Who asks for it.
+    pub owner: OwnerId,
+    /// Chart as named in the spec.
+    pub chart_name: String,
+    /// Where the chart comes from.
+    pub source: ChartSource,
+    /// Pinned chart version.
+    pub version: Option<String>,
+    /// `--set` pairs in spec order.
+    pub settings: Vec<(String, String)>,
+    /// Values passed as a values file.
+    pub values: Option<serde_json::Value>,
+    /// Fingerprint of everything above that Helm sees.
+    pub spec_hash: String,
+}
+
+/// What a cluster holds for one release, read from Helm's release records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    /// Where it is.
+    pub key: ReleaseKey,
+    /// The owning resource, when tenancy-hub manages it.
+    pub owner: Option<OwnerId>,
+    /// Fingerprint of the spec it was applied from.
+    pub spec_hash: Option<String>,
+    /// Helm revision of the newest record.
+    pub revision: i64,
+    /// Helm status of the newest record (deployed, failed, pending-upgrade, ...).
+    pub status: String,
+    /// When the newest record was written (Unix seconds).
+    pub modified_at: Option<i64>,
+}
+
+impl Applied {
+    /// True while Helm reports an operation in progress.
+    pub fn is_pending(&self) -> bool {
+        self.status.starts_with("pending-")
+    }
+}
+
+/// Work for the Helm queue.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Job {
+    /// Install or upgrade to this release; `stale_pending` names a revision left pending to clear first.
+    Apply {
+        /// The release.
+        release: Release,
+        /// A revision stuck in a pending state, to be cleared before applying.
+        stale_pending: Option<i64>,
+    },
+    /// Uninstall a release no longer asked for.
+    Uninstall {
+        /// Where it is.
+        key: ReleaseKey,
+        /// Who owned it.
+        owner: OwnerId,
+    },
+}
+
+impl Job {
+    /// The release the job is about.
+    pub fn key(&self) -> &ReleaseKey {
+        match self {
+            Job::Apply { release, .. } => &release.key,
+            Job::Uninstall { key, .. } => key,
+        }
+    }
+
+    /// The resource the job is done for.
+    pub fn owner(&self) -> &OwnerId {
+        match self {
+            Job::Apply { release, .. } => &release.owner,
+            Job::Uninstall { owner, .. } => owner,
+        }
+    }
+
+    /// Identifies the desired end state: two jobs with one fingerprint do the same thing.
+    pub fn fingerprint(&self) -> String {
+        match self {
+            Job::Apply { release, .. } => format!("apply:{}", release.spec_hash),
+            Job::Uninstall { .. } => "uninstall".to_owned(),
+        }
+    }
+}
+
+/// A part of the spec that cannot be carried out as written; it waits for a change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Problem {
+    /// A tenancy names a cluster that is not registered.
+    UnknownCluster {
+        /// The tenancy's namespace.
+        namespace: String,
+        /// The unknown name.
+        cluster: String,
+        /// Registered names.
+        known: Vec<String>,
+    },
+    /// A tenancy's cluster selector matches no registered cluster.
+    NoClusterSelected {
+        /// The tenancy's namespace.
+        namespace: String,
+    },
+    /// A chart directory is missing from the chart home.
+    MissingChart {
+        /// The release.
+        key: ReleaseKey,
+        /// The chart as named.
+        chart: String,
+        /// Where it was looked for.
+        path: PathBuf,
+    },
+    /// Another resource, or something outside tenancy-hub, holds the release.
+    Conflict {
+        /// The release.
+        key: ReleaseKey,
+        /// Who holds it.
+        holder: String,
+    },
+    /// A setting key Helm cannot take literally.
+    InvalidSetting {
+        /// The release.
+        key: ReleaseKey,
+        /// The setting key.
+        setting: String,
+    },
+}
+
+impl Problem {
+    /// The release the problem is about, when it is about one.
+    pub fn release(&self) -> Option<&ReleaseKey> {
+        match self {
+            Problem::MissingChart { key, .. } | Problem::Conflict { key, .. } | Problem::InvalidSetting { key, .. } => {
+                Some(key)
+            }
+            Problem::UnknownCluster { .. } | Problem::NoClusterSelected { .. } => None,
+        }
+    }
+
+    /// A short CamelCase reason, for conditions and events.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Problem::UnknownCluster { .. } => "UnknownCluster",
+            Problem::NoClusterSelected { .. } => "NoClusterSelected",
+            Problem::MissingChart { .. } => "ChartNotFound",
+            Problem::Conflict { .. } => "Conflict",
+            Problem::InvalidSetting { .. } => "InvalidSetting",
+        }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::UnknownCluster {
+                namespace,
+                cluster,
+                known,
+            } => write!(
+                f,
+                "tenancy {namespace}: cluster {cluster:?} is not registered (registered: {}); register it in the clusters file or fix spec.tenancies[].clusters",
+                known.join(", ")
+            ),
+            Problem::NoClusterSelected { namespace } => write!(
+                f,
+                "tenancy {namespace}: clusterSelector matches no registered cluster; check the labels in the clusters file"
+            ),
+            Problem::MissingChart { key, chart, path } => write!(
+                f,
+                "release {key}: chart {chart:?} not found at {}; add it to the chart home, or set repo or an oci:// chartName",
+                path.display()
+            ),
+            Problem::Conflict { key, holder } => write!(
+                f,
+                "release {key} is already held by {holder}; it is left to its holder: rename the release or remove it from one of them"
+            ),
+            Problem::InvalidSetting { key, setting } => write!(
+                f,
+                "release {key}: setting key {setting:?} contains ',' or '=', which Helm cannot take in a key; use values instead"
+            ),
+        }
+    }
+}
+
+/// Everything planning needs to know, gathered by the reconciler.
+pub struct Inputs<'a> {
+    /// The resource planned for.
+    pub owner: &'a OwnerId,
+    /// Its spec.
+    pub spec: &'a ControllerSpec,
+    /// Registered clusters (the hub included) and their labels.
+    pub clusters: &'a BTreeMap<ClusterName, BTreeMap<String, String>>,
+    /// Clusters whose applied releases are fully known; others are not planned for yet.
+    pub synced: &'a BTreeSet<ClusterName>,
+    /// Releases in the clusters, by key.
+    pub applied: &'a HashMap<ReleaseKey, Applied>,
+    /// Which resource holds each release key claimed by several.
+    pub claims: &'a HashMap<ReleaseKey, OwnerId>,
+    /// Chart directory root.
+    pub chart_home: &'a Path,
+    /// Whether a chart directory exists (a parameter so planning stays pure).
+    pub chart_exists: &'a dyn Fn(&Path) -> bool,
+    /// Now, in Unix seconds.
+    pub now: i64,
+    /// How long a pending release may stay pending before it is cleared.
+    pub pending_timeout_secs: i64,
+}
+
+/// The outcome of planning.
+#[derive(Debug, Default, PartialEq)]
+pub struct Plan {
+    /// Releases the spec asks for and this resource holds.
+    pub desired: Vec<Release>,
+    /// Helm work to do.
+    pub jobs: Vec<Job>,
+    /// Parts of the spec that wait for a change.
+    pub problems: Vec<Problem>,
+    /// Releases on clusters whose state is not known yet.
+    pub waiting: Vec<ReleaseKey>,
+}
+
+/// The clusters a tenancy goes to, or the problems that keep it from going anywhere.
+pub fn targets(
+    tenancy: &Tenancy,
+    clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
+) -> (BTreeSet<ClusterName>, Vec<Problem>) {
+    let mut out = BTreeSet::new();
+    let mut problems = Vec::new();
+    let known = || clusters.keys().map(ToString::to_string).collect::<Vec<_>>();
+    for name in &tenancy.clusters {
+        match name.parse::<ClusterName>().ok().filter(|c| clusters.contains_key(c)) {
+            Some(c) => {
+                out.insert(c);
+            }
+            None => problems.push(Problem::UnknownCluster {
+                namespace: tenancy.namespace.clone(),
+                cluster: name.clone(),
+                known: known(),
+            }),
+        }
+    }
+    if let Some(selector) = &tenancy.cluster_selector {
+        let before = out.len();
+        out.extend(
+            clusters
+                .iter()
+                .filter(|(_, labels)| selector.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v)))
+                .map(|(c, _)| c.clone()),
+        );
+        if out.len() == before && tenancy.clusters.is_empty() {
+            problems.push(Problem::NoClusterSelected {
+                namespace: tenancy.namespace.clone(),
+            });
+        }
+    }
+    if tenancy.clusters.is_empty() && tenancy.cluster_selector.is_none() {
+        out.insert(HUB_CLUSTER.parse().expect("the hub's name is valid"));
+    }
+    (out, problems)
+}
+
+/// The releases a spec asks for, resolved, with the problems found on the way.
+pub fn desired(
+    owner: &OwnerId,
+    spec: &ControllerSpec,
+    clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
+    chart_home: &Path,
+    chart_exists: &dyn Fn(&Path) -> bool,
+) -> (Vec<Release>, Vec<Problem>) {
+    let mut releases = Vec::new();
+    let mut problems = Vec::new();
+    for tenancy in &spec.tenancies {
+        let (targets, mut found) = targets(tenancy, clusters);
+        problems.append(&mut found);
+        for cluster in targets {
+            let Ok(scope) = ClusterNamespace::new(cluster, &tenancy.namespace) else {
+                continue; // the schema only admits DNS-1123 labels
+            };
+            for chart in &tenancy.charts {
+                let key = ReleaseKey {
+                    scope: scope.clone(),
+                    release: chart.release_name.clone().unwrap_or_else(|| tenancy.namespace.clone()),
+                };
+                let source = if chart.chart_name.starts_with("oci://") {
+                    ChartSource::Oci(chart.chart_name.clone())
+                } else if let Some(url) = &chart.repo {
+                    ChartSource::Repository {
+                        url: url.clone(),
+                        chart: chart.chart_name.clone(),
+                    }
+                } else {
+                    let path = chart_home.join(&chart.chart_name);
+                    if !chart_exists(&path) || chart.chart_name.contains("..") {
+                        problems.push(Problem::MissingChart {
+                            key,
+                            chart: chart.chart_name.clone(),
+                            path,
+                        });
+                        continue;
+                    }
+                    ChartSource::Directory(path)
+                };
+                if let Some(bad) = chart.settings.iter().find(|s| s.key.contains([',', '='])) {
+                    problems.push(Problem::InvalidSetting {
+                        key,
+                        setting: bad.key.clone(),
+                    });
+                    continue;
+                }
+                let mut release = Release {
+                    key,
+                    owner: owner.clone(),
+                    chart_name: chart.chart_name.clone(),
+                    source,
+                    version: chart.version.clone(),
+                    settings: chart.settings.iter().map(|s| (s.key.clone(), s.value.clone())).collect(),
+                    values: chart.values.clone(),
+                    spec_hash: String::new(),
+                };
+                release.spec_hash = spec_hash(&release);
+                releases.push(release);
+            }
+        }
+    }
+    (releases, problems)
+}
+
+/// Fingerprint of what Helm is given for a release: 16 hex digits.
+pub fn spec_hash(release: &Release) -> String {
+    #[derive(Serialize)]
+    struct Hashed<'a> {
+        source: &'a ChartSource,
+        version: &'a Option<String>,
+        settings: &'a [(String, String)],
+        values: &'a Option<serde_json::Value>,
+    }
+    let source = match &release.source {
+        // The chart home may move between replicas; the chart's name identifies it.
+        ChartSource::Directory(_) => &ChartSource::Directory(PathBuf::from(&release.chart_name)),
+        other => other,
+    };
+    let text = serde_json::to_vec(&Hashed {
+        source,
+        version: &release.version,
+        settings: &release.settings,
+        values: &release.values,
+    })
+    .expect("plain data serializes");
+    let digest = Sha256::digest(text);
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Who holds each release key: the oldest resource asking for it (then the smallest namespace/name).
+pub fn claims<'a>(
+    claimants: impl IntoIterator<Item = (OwnerId, i64, Vec<ReleaseKey>)>,
+) -> HashMap<ReleaseKey, OwnerId> {
+    let mut best: HashMap<ReleaseKey, (i64, OwnerId)> = HashMap::new();
+    for (owner, created, keys) in claimants {
+        for key in keys {
+            let candidate = (created, owner.clone());
+            best.entry(key)
+                .and_modify(|held| {
+                    if candidate < *held {
+                        *held = candidate.clone();
+                    }
+                })
+                .or_insert(candidate);
+        }
+    }
+    best.into_iter().map(|(k, (_, o))| (k, o)).collect()
+}
+
+/// Compares what the spec asks for with what the clusters hold and decides the Helm work.
+pub fn plan(inputs: &Inputs<'_>) -> Plan {
+    let (releases, mut problems) = desired(
+        inputs.owner,
+        inputs.spec,
+        inputs.clusters,
+        inputs.chart_home,
+        inputs.chart_exists,
+    );
+    let mut plan = Plan::default();
+    let mut wanted: BTreeSet<&ReleaseKey> = BTreeSet::new();
+    for release in &releases {
+        wanted.insert(&release.key);
+        if let Some(holder) = inputs.claims.get(&release.key).filter(|h| *h != inputs.owner) {
+            problems.push(Problem::Conflict {
+                key: release.key.clone(),
+                holder: format!("Controller {holder}"),
+            });
+            continue;
+        }
+        let applied = inputs.applied.get(&release.key);
+        if let Some(a) = applied {
+            match &a.owner {
+                Some(o) if o != inputs.owner => {
+                    problems.push(Problem::Conflict {
+                        key: release.key.clone(),
+                        holder: format!("Controller {o}"),
+                    });
+                    continue;
+                }
+                None => {
+                    problems.push(Problem::Conflict {
+                        key: release.key.clone(),
+                        holder: "a Helm release not managed by tenancy-hub".into(),
+                    });
+                    continue;
+                }
+                Some(_) => {}
+            }
+        }
+        plan.desired.push(release.clone());
+        if !inputs.synced.contains(&release.key.scope.cluster) {
+            plan.waiting.push(release.key.clone());
+            continue;
+        }
+        let job = match applied {
+            None => Some(None),
+            Some(a) if a.is_pending() => {
+                let age = a.modified_at.map_or(i64::MAX, |t| inputs.now - t);
+                (age > inputs.pending_timeout_secs).then_some(Some(a.revision))
+            }
+            Some(a) if a.status == "deployed" && a.spec_hash.as_deref() == Some(&release.spec_hash) => None,
+            Some(_) => Some(None),
+        };
+        if let Some(stale_pending) = job {
+            plan.jobs.push(Job::Apply {
+                release: release.clone(),
+                stale_pending,
+            });
+        }
+    }
+    let mut removals: Vec<&Applied> = inputs
+        .applied
+        .values()
+        .filter(|a| a.owner.as_ref() == Some(inputs.owner))
+        .filter(|a| !wanted.contains(&a.key) && inputs.synced.contains(&a.key.scope.cluster))
+        .filter(|a| a.status != "uninstalling")
+        .collect();
+    removals.sort_by(|a, b| a.key.cmp(&b.key));
+    plan.jobs.extend(removals.into_iter().map(|a| Job::Uninstall {
+        key: a.key.clone(),
+        owner: inputs.owner.clone(),
+    }));
+    plan.problems = problems;
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{Chart, ClusterSelector, Setting};
+
+    fn owner(name: &str) -> OwnerId {
+        OwnerId {
+            namespace: "default".into(),
+            name: name.into(),
+        }
+    }
+
+    fn cluster(name: &str) -> ClusterName {
+        name.parse().unwrap()
+    }
+
+    fn registry() -> BTreeMap<ClusterName, BTreeMap<String, String>> {
+        let mut m = BTreeMap::new();
+        m.insert(cluster("hub"), BTreeMap::new());
+        m.insert(cluster("member-1"), BTreeMap::from([("region".into(), "east".into())]));
+        m.insert(cluster("member-2"), BTreeMap::from([("region".into(), "west".into())]));
+        m
+    }
+
+    fn seed() -> ControllerSpec {
+        let c: crate::crd::Controller =
+            serde_yaml::from_str(include_str!("../config/example-controller.yaml")).unwrap();
+        c.spec
+    }
+
+    fn tenancy(ns: &str, clusters: &[&str], charts: Vec<Chart>) -> Tenancy {
+        Tenancy {
+            namespace: ns.into(),
+            clusters: clusters.iter().map(|c| c.to_string()).collect(),
+            cluster_selector: None,
+            charts,
+        }
+    }
+
+    fn chart(name: &str, release: Option<&str>, settings: &[(&str, &str)]) -> Chart {
+        Chart {
+            chart_name: name.into(),
+            release_name: release.map(Into::into),
+            settings: settings
+                .iter()
+                .map(|(k, v)| Setting {
+                    key: k.to_string(),
+                    value: v.to_string(),
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    struct World {
+        clusters: BTreeMap<ClusterName, BTreeMap<String, String>>,
+        synced: BTreeSet<ClusterName>,
+        applied: HashMap<ReleaseKey, Applied>,
+        claims: HashMap<ReleaseKey, OwnerId>,
+    }
+
+    impl World {
+        fn new() -> Self {
+            let clusters = registry();
+            let synced = clusters.keys().cloned().collect();
+            Self {
+                clusters,
+                synced,
+                applied: HashMap::new(),
+                claims: HashMap::new(),
+            }
+        }
+
+        fn plan(&self, who: &OwnerId, spec: &ControllerSpec) -> Plan {
+            plan(&Inputs {
+                owner: who,
+                spec,
+                clusters: &self.clusters,
+                synced: &self.synced,
+                applied: &self.applied,
+                claims: &self.claims,
+                chart_home: Path::new("/charts"),
+                chart_exists: &|p: &Path| !p.ends_with("missing"),
+                now: 10_000,
+                pending_timeout_secs: 600,
+            })
+        }
+
+        /// Records every job of a plan as successfully applied.
+        fn apply(&mut self, plan: &Plan) {
+            for job in &plan.jobs {
+                match job {
+                    Job::Apply { release, .. } => {
+                        let revision = self.applied.get(&release.key).map_or(1, |a| a.revision + 1);
+                        self.applied.insert(
+                            release.key.clone(),
+                            Applied {
+                                key: release.key.clone(),
+                                owner: Some(release.owner.clone()),
+                                spec_hash: Some(release.spec_hash.clone()),
+                                revision,
+                                status: "deployed".into(),
+                                modified_at: Some(9_000),
+                            },
+                        );
+                    }
+                    Job::Uninstall { key, .. } => {
+                        self.applied.remove(key);
+                    }
+                }
+            }
+        }
+    }
+
+    fn keys(jobs: &[Job]) -> Vec<String> {
+        jobs.iter()
+            .map(|j| match j {
+                Job::Apply { release, .. } => format!("apply {}", release.key),
+                Job::Uninstall { key, .. } => format!("uninstall {key}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_seed_example_goes_to_the_hub_with_release_names_as_in_the_seed() {
+        let world = World::new();
+        let plan = world.plan(&owner("example-controller"), &seed());
+        assert_eq!(keys(&plan.jobs), ["apply hub/foo/foo", "apply hub/foo/nginx"]);
+        assert!(plan.problems.is_empty());
+        let Job::Apply { release, .. } = &plan.jobs[1] else { panic!() };
+        assert_eq!(release.source, ChartSource::Directory("/charts/statefulset-example".into()));
+        assert_eq!(
+            release.settings,
+            [("replicas".to_string(), "3".to_string()), ("service.internalPort".into(), "8080".into())]
+        );
+    }
+
+    #[test]
+    fn an_unchanged_spec_produces_no_job() {
+        let mut world = World::new();
+        let first = world.plan(&owner("a"), &seed());
+        world.apply(&first);
+        let second = world.plan(&owner("a"), &seed());
+        assert!(second.jobs.is_empty(), "{:?}", second.jobs);
+        assert_eq!(second.desired.len(), 2);
+    }
+
+    #[test]
+    fn changing_one_setting_upgrades_that_release_only_on_every_cluster() {
+        let mut world = World::new();
+        let mut spec = ControllerSpec {
+            tenancies: vec![tenancy(
+                "team",
+                &["member-1", "member-2"],
+                vec![chart("deployment-example", Some("web"), &[("replicaCount", "1")]), chart("statefulset-example", Some("db"), &[])],
+            )],
+        };
+        let first = world.plan(&owner("a"), &spec);
+        assert_eq!(first.jobs.len(), 4);
+        world.apply(&first);
+        spec.tenancies[0].charts[0].settings[0].value = "2".into();
+        let second = world.plan(&owner("a"), &spec);
+        assert_eq!(keys(&second.jobs), ["apply member-1/team/web", "apply member-2/team/web"]);
+    }
+
+    #[test]
+    fn removing_a_cluster_or_a_chart_uninstalls_there_only() {
+        let mut world = World::new();
+        let mut spec = ControllerSpec {
+            tenancies: vec![tenancy(
+                "team",
+                &["member-1", "member-2"],
+                vec![chart("deployment-example", Some("web"), &[]), chart("statefulset-example", Some("db"), &[])],
+            )],
+        };
+        world.apply(&world.plan(&owner("a"), &spec));
+        spec.tenancies[0].clusters = vec!["member-1".into()];
+        let plan = world.plan(&owner("a"), &spec);
+        assert_eq!(keys(&plan.jobs), ["uninstall member-2/team/db", "uninstall member-2/team/web"]);
+        world.apply(&plan);
+        spec.tenancies[0].charts.pop();
+        assert_eq!(keys(&world.plan(&owner("a"), &spec).jobs), ["uninstall member-1/team/db"]);
+    }
+
+    #[test]
+    fn an_out_of_band_uninstall_is_reinstalled() {
+        let mut world = World::new();
+        world.apply(&world.plan(&owner("a"), &seed()));
+        world.applied.retain(|k, _| k.release != "nginx");
+        assert_eq!(keys(&world.plan(&owner("a"), &seed()).jobs), ["apply hub/foo/nginx"]);
+    }
+
+    #[test]
+    fn a_failed_release_is_tried_again_and_a_fresh_pending_one_is_left_alone() {
+        let mut world = World::new();
+        world.apply(&world.plan(&owner("a"), &seed()));
+        let foo: ReleaseKey = "hub/foo/foo".parse().unwrap();
+        world.applied.get_mut(&foo).unwrap().status = "failed".into();
+        assert_eq!(keys(&world.plan(&owner("a"), &seed()).jobs), ["apply hub/foo/foo"]);
+        let a = world.applied.get_mut(&foo).unwrap();
+        a.status = "pending-upgrade".into();
+        a.modified_at = Some(9_900);
+        assert!(world.plan(&owner("a"), &seed()).jobs.is_empty());
+    }
+
+    #[test]
+    fn a_release_pending_past_its_timeout_is_cleared_and_applied() {
+        let mut world = World::new();
+        world.apply(&world.plan(&owner("a"), &seed()));
+        let foo: ReleaseKey = "hub/foo/foo".parse().unwrap();
+        let a = world.applied.get_mut(&foo).unwrap();
+        a.status = "pending-install".into();
+        a.modified_at = Some(1_000);
+        let plan = world.plan(&owner("a"), &seed());
+        assert!(matches!(&plan.jobs[..], [Job::Apply { stale_pending: Some(1), .. }]), "{:?}", plan.jobs);
+    }
+
+    #[test]
+    fn an_unknown_cluster_is_a_problem_for_that_tenancy_only() {
+        let world = World::new();
+        let spec = ControllerSpec {
+            tenancies: vec![
+                tenancy("a", &["member-1", "member-9"], vec![chart("deployment-example", None, &[])]),
+                tenancy("b", &["member-2"], vec![chart("deployment-example", None, &[])]),
+            ],
+        };
+        let plan = world.plan(&owner("x"), &spec);
+        assert_eq!(keys(&plan.jobs), ["apply member-1/a/a", "apply member-2/b/b"]);
+        assert_eq!(plan.problems.len(), 1);
+        let msg = plan.problems[0].to_string();
+        assert!(msg.contains("tenancy a") && msg.contains("\"member-9\"") && msg.contains("hub, member-1, member-2"), "{msg}");
+    }
+
+    #[test]
+    fn a_missing_chart_is_a_problem_for_that_release_only() {
+        let world = World::new();
+        let spec = ControllerSpec {
+            tenancies: vec![tenancy("a", &[], vec![chart("missing", Some("m"), &[]), chart("deployment-example", None, &[])])],
+        };
+        let plan = world.plan(&owner("x"), &spec);
+        assert_eq!(keys(&plan.jobs), ["apply hub/a/a"]);
+        assert_eq!(plan.problems[0].release().unwrap().to_string(), "hub/a/m");
+        assert!(plan.problems[0].to_string().contains("/charts/missing"));
+    }
+
+    #[test]
+    fn a_cluster_selector_picks_clusters_by_label() {
+        let world = World::new();
+        let mut t = tenancy("a", &[], vec![chart("deployment-example", None, &[])]);
+        t.cluster_selector = Some(ClusterSelector {
+            match_labels: BTreeMap::from([("region".into(), "west".into())]),
+        });
+        let plan = world.plan(&owner("x"), &ControllerSpec { tenancies: vec![t.clone()] });
+        assert_eq!(keys(&plan.jobs), ["apply member-2/a/a"]);
+        t.cluster_selector = Some(ClusterSelector {
+            match_labels: BTreeMap::from([("region".into(), "north".into())]),
+        });
+        let plan = world.plan(&owner("x"), &ControllerSpec { tenancies: vec![t] });
+        assert!(plan.jobs.is_empty());
+        assert_eq!(plan.problems[0].reason(), "NoClusterSelected");
+    }
+
+    #[test]
+    fn a_release_claimed_by_an_older_resource_is_a_conflict_for_the_newer() {
+        let mut world = World::new();
+        let keys_of = |o: &OwnerId| desired(o, &seed(), &registry(), Path::new("/charts"), &|_| true).0.into_iter().map(|r| r.key).collect::<Vec<_>>();
+        world.claims = claims([(owner("new"), 200, keys_of(&owner("new"))), (owner("old"), 100, keys_of(&owner("old")))]);
+        let newer = world.plan(&owner("new"), &seed());
+        assert!(newer.jobs.is_empty());
+        assert_eq!(newer.problems.len(), 2);
+        assert!(newer.problems[0].to_string().contains("held by Controller default/old"));
+        assert_eq!(world.plan(&owner("old"), &seed()).jobs.len(), 2);
+    }
+
+    #[test]
+    fn a_release_held_outside_tenancy_hub_is_never_touched() {
+        let mut world = World::new();
+        let key: ReleaseKey = "hub/foo/foo".parse().unwrap();
+        world.applied.insert(
+            key.clone(),
+            Applied {
+                key,
+                owner: None,
+                spec_hash: None,
+                revision: 3,
+                status: "deployed".into(),
+                modified_at: None,
+            },
+        );
+        let plan = world.plan(&owner("a"), &seed());
+        assert_eq!(keys(&plan.jobs), ["apply hub/foo/nginx"]);
+        assert!(plan.problems[0].to_string().contains("not managed by tenancy-hub"));
+    }
+
+    #[test]
+    fn clusters_not_yet_synced_are_waited_for_and_never_uninstalled_from() {
+        let mut world = World::new();
+        world.apply(&world.plan(&owner("a"), &seed()));
+        world.synced.remove(&cluster("hub"));
+        let plan = world.plan(&owner("a"), &ControllerSpec::default());
+        assert!(plan.jobs.is_empty());
+        let plan = world.plan(&owner("a"), &seed());
+        assert!(plan.jobs.is_empty());
+        assert_eq!(plan.waiting.len(), 2);
+    }
+
+    #[test]
+    fn the_spec_hash_changes_with_what_helm_sees_and_nothing_else() {
+        let world = World::new();
+        let base = world.plan(&owner("a"), &seed()).desired[0].clone();
+        let mut moved = base.clone();
+        moved.source = ChartSource::Directory("/elsewhere/deployment-example".into());
+        assert_eq!(spec_hash(&base), spec_hash(&moved));
+        let mut changed = base.clone();
+        changed.settings[0].1 = "3".into();
+        assert_ne!(spec_hash(&base), spec_hash(&changed));
+        let mut pinned = base.clone();
+        pinned.version = Some("0.1.0".into());
+        assert_ne!(spec_hash(&base), spec_hash(&pinned));
+        assert_eq!(spec_hash(&base).len(), 16);
+    }
+
+    #[test]
+    fn setting_keys_helm_would_split_are_refused() {
+        let world = World::new();
+        let spec = ControllerSpec {
+            tenancies: vec![tenancy("a", &[], vec![chart("deployment-example", None, &[("a,b", "1")])])],
+        };
+        let plan = world.plan(&owner("x"), &spec);
+        assert!(plan.jobs.is_empty());
+        assert_eq!(plan.problems[0].reason(), "InvalidSetting");
+    }
+}
