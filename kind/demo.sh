@@ -31,7 +31,7 @@ step "2/4 building tenancy-hub"
 TH="$REPO_ROOT/target/debug/tenancy-hub"
 
 step "3/4 installing the Controller CRD on the hub"
-"$TH" crd | kubectl --context hub apply --server-side --field-manager tenancy-hub -f -
+"$TH" crd | kubectl --context hub apply --server-side --force-conflicts --field-manager tenancy-hub -f -
 kubectl --context hub wait --for condition=Established --timeout 60s crd/controllers.multitenancy.dev
 kubectl --context hub explain controllers.spec.tenancies.charts | sed -n '1,12p'
 

@@ -1,17 +1,24 @@
-//! Command-line interface: `crd` and `clusters`.
+//! Command-line interface: `run`, `crd` and `clusters`.
 
-use std::{io::Write, path::PathBuf, process::ExitCode};
+use std::{io::Write, path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::registry::{self, ClusterRegistry, HubSource, RegistrationFile};
+use crate::{
+    Settings,
+    helm::HelmOptions,
+    operator::{self, RunConfig},
+    queue::QueueConfig,
+    registry::{self, ClusterRegistry, HubSource, RegistrationFile},
+};
 
 /// Delivers Helm charts into tenant namespaces across many Kubernetes clusters and reports what runs there.
 #[derive(Debug, Parser)]
 #[command(name = "tenancy-hub", version, propagate_version = true)]
 #[command(after_help = "Examples:\n  \
-    tenancy-hub crd | kubectl apply -f -\n  \
+    tenancy-hub crd | kubectl apply --server-side -f -\n  \
+    tenancy-hub run --clusters clusters.yaml --chart-home config/charts\n  \
     tenancy-hub clusters --clusters clusters.yaml --kubeconfig lab/kubeconfig --context hub")]
 pub struct Cli {
     /// Logging options.
@@ -68,23 +75,94 @@ pub struct ClusterArgs {
 }
 
 impl ClusterArgs {
+    /// Where the hub is.
+    pub fn hub(&self) -> HubSource {
+        HubSource {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+        }
+    }
+
     /// Loads the registration file (empty when none is given) and connects every cluster.
     pub async fn registry(&self) -> anyhow::Result<ClusterRegistry> {
         let file = match &self.clusters {
             Some(path) => RegistrationFile::load(path)?,
             None => RegistrationFile::default(),
         };
-        let hub = HubSource {
-            kubeconfig: self.kubeconfig.clone(),
-            context: self.context.clone(),
-        };
-        Ok(ClusterRegistry::connect(&hub, &file).await?)
+        Ok(ClusterRegistry::connect(&self.hub(), &file).await?)
+    }
+}
+
+/// Options of `run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Where the clusters are.
+    #[command(flatten)]
+    pub clusters: ClusterArgs,
+    /// Reconcile only the Controller resources in this hub namespace (default: all namespaces).
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// Directory of local charts, looked up by chartName.
+    #[arg(long, env = "CHART_HOME", default_value = "charts")]
+    pub chart_home: PathBuf,
+    /// Helm jobs run at once, over all clusters.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
+    pub workers: u16,
+    /// Helm jobs run at once on one cluster.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
+    pub per_cluster: u16,
+    /// The helm binary.
+    #[arg(long, env = "TENANCY_HUB_HELM", default_value = "helm")]
+    pub helm: PathBuf,
+    /// Timeout of each helm call, in seconds.
+    #[arg(long, default_value_t = 300)]
+    pub helm_timeout: u64,
+    /// Revisions Helm keeps per release.
+    #[arg(long, default_value_t = 5)]
+    pub history_max: u32,
+    /// Seconds after which a release left pending (by a crash) is cleared; default: the helm timeout plus a minute.
+    #[arg(long)]
+    pub pending_timeout: Option<u64>,
+}
+
+impl RunArgs {
+    /// The operator's configuration.
+    pub fn config(&self) -> RunConfig {
+        let helm_timeout = Duration::from_secs(self.helm_timeout);
+        RunConfig {
+            hub: self.clusters.hub(),
+            clusters_file: self.clusters.clusters.clone(),
+            namespace: self.namespace.clone(),
+            settings: Settings {
+                chart_home: self.chart_home.clone(),
+                pending_timeout: self
+                    .pending_timeout
+                    .map_or(helm_timeout + Duration::from_secs(60), Duration::from_secs),
+            },
+            helm: HelmOptions {
+                binary: self.helm.clone(),
+                timeout: helm_timeout,
+                history_max: self.history_max,
+            },
+            queue: QueueConfig {
+                workers: self.workers.into(),
+                per_cluster: self.per_cluster.into(),
+                ..QueueConfig::default()
+            },
+        }
     }
 }
 
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the operator: reconcile every Controller on the hub into Helm releases on the clusters.
+    ///
+    /// Stops cleanly on SIGINT or SIGTERM, letting running Helm jobs finish within a bound.
+    #[command(
+        after_help = "Example:\n  tenancy-hub run --kubeconfig lab/kubeconfig --context hub --clusters lab/clusters.yaml --chart-home config/charts"
+    )]
+    Run(RunArgs),
     /// Print the Controller CustomResourceDefinition as YAML.
     #[command(after_help = "Example:\n  tenancy-hub crd | kubectl apply --server-side -f -")]
     Crd,
@@ -108,6 +186,10 @@ impl Command {
     /// Runs the command.
     pub async fn execute(self) -> anyhow::Result<ExitCode> {
         match self {
+            Command::Run(args) => {
+                operator::run(args.config(), operator::shutdown_signal()).await?;
+                Ok(ExitCode::SUCCESS)
+            }
             Command::Crd => {
                 std::io::stdout()
                     .write_all(crate::crd::crd_yaml().as_bytes())

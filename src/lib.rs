@@ -2,5 +2,46 @@
 
 pub mod cli;
 pub mod crd;
+pub mod helm;
 pub mod key;
+pub mod operator;
+pub mod plan;
+pub mod queue;
+pub mod reconcile;
 pub mod registry;
+pub mod releases;
+pub mod status;
+
+use std::{path::PathBuf, time::Duration};
+
+use dashmap::DashMap;
+use kube::runtime::{events::Recorder, reflector::Store};
+
+/// Settings the reconciler plans with.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Directory of local charts (`--chart-home`, `CHART_HOME`).
+    pub chart_home: PathBuf,
+    /// How long a release may stay `pending-*` before it is cleared.
+    pub pending_timeout: Duration,
+}
+
+/// Everything the reconciler and the workers share, passed as one `Arc`.
+pub struct Context {
+    /// Client of the hub cluster.
+    pub hub: kube::Client,
+    /// The registered clusters, swapped whole on change.
+    pub registry: registry::SharedRegistry,
+    /// Helm's release records per cluster.
+    pub releases: releases::ReleaseIndex,
+    /// The central FIFO of Helm jobs.
+    pub queue: queue::HelmQueue,
+    /// The last outcome of each release's Helm job.
+    pub outcomes: DashMap<key::ReleaseKey, status::LastOutcome>,
+    /// Every `Controller` on the hub, as the reconciler sees them.
+    pub controllers: Store<crd::Controller>,
+    /// Publishes Kubernetes Events on `Controller` resources.
+    pub recorder: Recorder,
+    /// Planning settings.
+    pub settings: Settings,
+}

@@ -192,9 +192,9 @@ impl Problem {
     /// The release the problem is about, when it is about one.
     pub fn release(&self) -> Option<&ReleaseKey> {
         match self {
-            Problem::MissingChart { key, .. } | Problem::Conflict { key, .. } | Problem::InvalidSetting { key, .. } => {
-                Some(key)
-            }
+            Problem::MissingChart { key, .. }
+            | Problem::Conflict { key, .. }
+            | Problem::InvalidSetting { key, .. } => Some(key),
             Problem::UnknownCluster { .. } | Problem::NoClusterSelected { .. } => None,
         }
     }
@@ -290,7 +290,11 @@ pub fn targets(
     let mut problems = Vec::new();
     let known = || clusters.keys().map(ToString::to_string).collect::<Vec<_>>();
     for name in &tenancy.clusters {
-        match name.parse::<ClusterName>().ok().filter(|c| clusters.contains_key(c)) {
+        match name
+            .parse::<ClusterName>()
+            .ok()
+            .filter(|c| clusters.contains_key(c))
+        {
             Some(c) => {
                 out.insert(c);
             }
@@ -306,7 +310,12 @@ pub fn targets(
         out.extend(
             clusters
                 .iter()
-                .filter(|(_, labels)| selector.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v)))
+                .filter(|(_, labels)| {
+                    selector
+                        .match_labels
+                        .iter()
+                        .all(|(k, v)| labels.get(k) == Some(v))
+                })
                 .map(|(c, _)| c.clone()),
         );
         if out.len() == before && tenancy.clusters.is_empty() {
@@ -341,7 +350,10 @@ pub fn desired(
             for chart in &tenancy.charts {
                 let key = ReleaseKey {
                     scope: scope.clone(),
-                    release: chart.release_name.clone().unwrap_or_else(|| tenancy.namespace.clone()),
+                    release: chart
+                        .release_name
+                        .clone()
+                        .unwrap_or_else(|| tenancy.namespace.clone()),
                 };
                 let source = if chart.chart_name.starts_with("oci://") {
                     ChartSource::Oci(chart.chart_name.clone())
@@ -375,7 +387,11 @@ pub fn desired(
                     chart_name: chart.chart_name.clone(),
                     source,
                     version: chart.version.clone(),
-                    settings: chart.settings.iter().map(|s| (s.key.clone(), s.value.clone())).collect(),
+                    settings: chart
+                        .settings
+                        .iter()
+                        .map(|s| (s.key.clone(), s.value.clone()))
+                        .collect(),
                     values: chart.values.clone(),
                     spec_hash: String::new(),
                 };
@@ -413,7 +429,7 @@ pub fn spec_hash(release: &Release) -> String {
 }
 
 /// Who holds each release key: the oldest resource asking for it (then the smallest namespace/name).
-pub fn claims<'a>(
+pub fn claims(
     claimants: impl IntoIterator<Item = (OwnerId, i64, Vec<ReleaseKey>)>,
 ) -> HashMap<ReleaseKey, OwnerId> {
     let mut best: HashMap<ReleaseKey, (i64, OwnerId)> = HashMap::new();
@@ -445,7 +461,11 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
     let mut wanted: BTreeSet<&ReleaseKey> = BTreeSet::new();
     for release in &releases {
         wanted.insert(&release.key);
-        if let Some(holder) = inputs.claims.get(&release.key).filter(|h| *h != inputs.owner) {
+        if let Some(holder) = inputs
+            .claims
+            .get(&release.key)
+            .filter(|h| *h != inputs.owner)
+        {
             problems.push(Problem::Conflict {
                 key: release.key.clone(),
                 holder: format!("Controller {holder}"),
@@ -483,7 +503,11 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
                 let age = a.modified_at.map_or(i64::MAX, |t| inputs.now - t);
                 (age > inputs.pending_timeout_secs).then_some(Some(a.revision))
             }
-            Some(a) if a.status == "deployed" && a.spec_hash.as_deref() == Some(&release.spec_hash) => None,
+            Some(a)
+                if a.status == "deployed" && a.spec_hash.as_deref() == Some(&release.spec_hash) =>
+            {
+                None
+            }
             Some(_) => Some(None),
         };
         if let Some(stale_pending) = job {
@@ -501,10 +525,11 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
         .filter(|a| a.status != "uninstalling")
         .collect();
     removals.sort_by(|a, b| a.key.cmp(&b.key));
-    plan.jobs.extend(removals.into_iter().map(|a| Job::Uninstall {
-        key: a.key.clone(),
-        owner: inputs.owner.clone(),
-    }));
+    plan.jobs
+        .extend(removals.into_iter().map(|a| Job::Uninstall {
+            key: a.key.clone(),
+            owner: inputs.owner.clone(),
+        }));
     plan.problems = problems;
     plan
 }
@@ -528,8 +553,14 @@ mod tests {
     fn registry() -> BTreeMap<ClusterName, BTreeMap<String, String>> {
         let mut m = BTreeMap::new();
         m.insert(cluster("hub"), BTreeMap::new());
-        m.insert(cluster("member-1"), BTreeMap::from([("region".into(), "east".into())]));
-        m.insert(cluster("member-2"), BTreeMap::from([("region".into(), "west".into())]));
+        m.insert(
+            cluster("member-1"),
+            BTreeMap::from([("region".into(), "east".into())]),
+        );
+        m.insert(
+            cluster("member-2"),
+            BTreeMap::from([("region".into(), "west".into())]),
+        );
         m
     }
 
@@ -636,13 +667,24 @@ mod tests {
     fn the_seed_example_goes_to_the_hub_with_release_names_as_in_the_seed() {
         let world = World::new();
         let plan = world.plan(&owner("example-controller"), &seed());
-        assert_eq!(keys(&plan.jobs), ["apply hub/foo/foo", "apply hub/foo/nginx"]);
+        assert_eq!(
+            keys(&plan.jobs),
+            ["apply hub/foo/foo", "apply hub/foo/nginx"]
+        );
         assert!(plan.problems.is_empty());
-        let Job::Apply { release, .. } = &plan.jobs[1] else { panic!() };
-        assert_eq!(release.source, ChartSource::Directory("/charts/statefulset-example".into()));
+        let Job::Apply { release, .. } = &plan.jobs[1] else {
+            panic!()
+        };
+        assert_eq!(
+            release.source,
+            ChartSource::Directory("/charts/statefulset-example".into())
+        );
         assert_eq!(
             release.settings,
-            [("replicas".to_string(), "3".to_string()), ("service.internalPort".into(), "8080".into())]
+            [
+                ("replicas".to_string(), "3".to_string()),
+                ("service.internalPort".into(), "8080".into())
+            ]
         );
     }
 
@@ -663,7 +705,10 @@ mod tests {
             tenancies: vec![tenancy(
                 "team",
                 &["member-1", "member-2"],
-                vec![chart("deployment-example", Some("web"), &[("replicaCount", "1")]), chart("statefulset-example", Some("db"), &[])],
+                vec![
+                    chart("deployment-example", Some("web"), &[("replicaCount", "1")]),
+                    chart("statefulset-example", Some("db"), &[]),
+                ],
             )],
         };
         let first = world.plan(&owner("a"), &spec);
@@ -671,7 +716,10 @@ mod tests {
         world.apply(&first);
         spec.tenancies[0].charts[0].settings[0].value = "2".into();
         let second = world.plan(&owner("a"), &spec);
-        assert_eq!(keys(&second.jobs), ["apply member-1/team/web", "apply member-2/team/web"]);
+        assert_eq!(
+            keys(&second.jobs),
+            ["apply member-1/team/web", "apply member-2/team/web"]
+        );
     }
 
     #[test]
@@ -681,16 +729,25 @@ mod tests {
             tenancies: vec![tenancy(
                 "team",
                 &["member-1", "member-2"],
-                vec![chart("deployment-example", Some("web"), &[]), chart("statefulset-example", Some("db"), &[])],
+                vec![
+                    chart("deployment-example", Some("web"), &[]),
+                    chart("statefulset-example", Some("db"), &[]),
+                ],
             )],
         };
         world.apply(&world.plan(&owner("a"), &spec));
         spec.tenancies[0].clusters = vec!["member-1".into()];
         let plan = world.plan(&owner("a"), &spec);
-        assert_eq!(keys(&plan.jobs), ["uninstall member-2/team/db", "uninstall member-2/team/web"]);
+        assert_eq!(
+            keys(&plan.jobs),
+            ["uninstall member-2/team/db", "uninstall member-2/team/web"]
+        );
         world.apply(&plan);
         spec.tenancies[0].charts.pop();
-        assert_eq!(keys(&world.plan(&owner("a"), &spec).jobs), ["uninstall member-1/team/db"]);
+        assert_eq!(
+            keys(&world.plan(&owner("a"), &spec).jobs),
+            ["uninstall member-1/team/db"]
+        );
     }
 
     #[test]
@@ -698,7 +755,10 @@ mod tests {
         let mut world = World::new();
         world.apply(&world.plan(&owner("a"), &seed()));
         world.applied.retain(|k, _| k.release != "nginx");
-        assert_eq!(keys(&world.plan(&owner("a"), &seed()).jobs), ["apply hub/foo/nginx"]);
+        assert_eq!(
+            keys(&world.plan(&owner("a"), &seed()).jobs),
+            ["apply hub/foo/nginx"]
+        );
     }
 
     #[test]
@@ -707,7 +767,10 @@ mod tests {
         world.apply(&world.plan(&owner("a"), &seed()));
         let foo: ReleaseKey = "hub/foo/foo".parse().unwrap();
         world.applied.get_mut(&foo).unwrap().status = "failed".into();
-        assert_eq!(keys(&world.plan(&owner("a"), &seed()).jobs), ["apply hub/foo/foo"]);
+        assert_eq!(
+            keys(&world.plan(&owner("a"), &seed()).jobs),
+            ["apply hub/foo/foo"]
+        );
         let a = world.applied.get_mut(&foo).unwrap();
         a.status = "pending-upgrade".into();
         a.modified_at = Some(9_900);
@@ -723,7 +786,17 @@ mod tests {
         a.status = "pending-install".into();
         a.modified_at = Some(1_000);
         let plan = world.plan(&owner("a"), &seed());
-        assert!(matches!(&plan.jobs[..], [Job::Apply { stale_pending: Some(1), .. }]), "{:?}", plan.jobs);
+        assert!(
+            matches!(
+                &plan.jobs[..],
+                [Job::Apply {
+                    stale_pending: Some(1),
+                    ..
+                }]
+            ),
+            "{:?}",
+            plan.jobs
+        );
     }
 
     #[test]
@@ -731,22 +804,45 @@ mod tests {
         let world = World::new();
         let spec = ControllerSpec {
             tenancies: vec![
-                tenancy("a", &["member-1", "member-9"], vec![chart("deployment-example", None, &[])]),
-                tenancy("b", &["member-2"], vec![chart("deployment-example", None, &[])]),
+                tenancy(
+                    "a",
+                    &["member-1", "member-9"],
+                    vec![chart("deployment-example", None, &[])],
+                ),
+                tenancy(
+                    "b",
+                    &["member-2"],
+                    vec![chart("deployment-example", None, &[])],
+                ),
             ],
         };
         let plan = world.plan(&owner("x"), &spec);
-        assert_eq!(keys(&plan.jobs), ["apply member-1/a/a", "apply member-2/b/b"]);
+        assert_eq!(
+            keys(&plan.jobs),
+            ["apply member-1/a/a", "apply member-2/b/b"]
+        );
         assert_eq!(plan.problems.len(), 1);
         let msg = plan.problems[0].to_string();
-        assert!(msg.contains("tenancy a") && msg.contains("\"member-9\"") && msg.contains("hub, member-1, member-2"), "{msg}");
+        assert!(
+            msg.contains("tenancy a")
+                && msg.contains("\"member-9\"")
+                && msg.contains("hub, member-1, member-2"),
+            "{msg}"
+        );
     }
 
     #[test]
     fn a_missing_chart_is_a_problem_for_that_release_only() {
         let world = World::new();
         let spec = ControllerSpec {
-            tenancies: vec![tenancy("a", &[], vec![chart("missing", Some("m"), &[]), chart("deployment-example", None, &[])])],
+            tenancies: vec![tenancy(
+                "a",
+                &[],
+                vec![
+                    chart("missing", Some("m"), &[]),
+                    chart("deployment-example", None, &[]),
+                ],
+            )],
         };
         let plan = world.plan(&owner("x"), &spec);
         assert_eq!(keys(&plan.jobs), ["apply hub/a/a"]);
@@ -761,7 +857,12 @@ mod tests {
         t.cluster_selector = Some(ClusterSelector {
             match_labels: BTreeMap::from([("region".into(), "west".into())]),
         });
-        let plan = world.plan(&owner("x"), &ControllerSpec { tenancies: vec![t.clone()] });
+        let plan = world.plan(
+            &owner("x"),
+            &ControllerSpec {
+                tenancies: vec![t.clone()],
+            },
+        );
         assert_eq!(keys(&plan.jobs), ["apply member-2/a/a"]);
         t.cluster_selector = Some(ClusterSelector {
             match_labels: BTreeMap::from([("region".into(), "north".into())]),
@@ -774,12 +875,25 @@ mod tests {
     #[test]
     fn a_release_claimed_by_an_older_resource_is_a_conflict_for_the_newer() {
         let mut world = World::new();
-        let keys_of = |o: &OwnerId| desired(o, &seed(), &registry(), Path::new("/charts"), &|_| true).0.into_iter().map(|r| r.key).collect::<Vec<_>>();
-        world.claims = claims([(owner("new"), 200, keys_of(&owner("new"))), (owner("old"), 100, keys_of(&owner("old")))]);
+        let keys_of = |o: &OwnerId| {
+            desired(o, &seed(), &registry(), Path::new("/charts"), &|_| true)
+                .0
+                .into_iter()
+                .map(|r| r.key)
+                .collect::<Vec<_>>()
+        };
+        world.claims = claims([
+            (owner("new"), 200, keys_of(&owner("new"))),
+            (owner("old"), 100, keys_of(&owner("old"))),
+        ]);
         let newer = world.plan(&owner("new"), &seed());
         assert!(newer.jobs.is_empty());
         assert_eq!(newer.problems.len(), 2);
-        assert!(newer.problems[0].to_string().contains("held by Controller default/old"));
+        assert!(
+            newer.problems[0]
+                .to_string()
+                .contains("held by Controller default/old")
+        );
         assert_eq!(world.plan(&owner("old"), &seed()).jobs.len(), 2);
     }
 
@@ -800,7 +914,11 @@ mod tests {
         );
         let plan = world.plan(&owner("a"), &seed());
         assert_eq!(keys(&plan.jobs), ["apply hub/foo/nginx"]);
-        assert!(plan.problems[0].to_string().contains("not managed by tenancy-hub"));
+        assert!(
+            plan.problems[0]
+                .to_string()
+                .contains("not managed by tenancy-hub")
+        );
     }
 
     #[test]
@@ -835,7 +953,11 @@ mod tests {
     fn setting_keys_helm_would_split_are_refused() {
         let world = World::new();
         let spec = ControllerSpec {
-            tenancies: vec![tenancy("a", &[], vec![chart("deployment-example", None, &[("a,b", "1")])])],
+            tenancies: vec![tenancy(
+                "a",
+                &[],
+                vec![chart("deployment-example", None, &[("a,b", "1")])],
+            )],
         };
         let plan = world.plan(&owner("x"), &spec);
         assert!(plan.jobs.is_empty());

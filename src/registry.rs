@@ -185,6 +185,9 @@ pub struct Member {
     pub client: Client,
 }
 
+/// The registry in force, swapped whole when the registration file changes.
+pub type SharedRegistry = Arc<arc_swap::ArcSwap<ClusterRegistry>>;
+
 /// Every cluster tenancy-hub can reach, the hub included, keyed by name.
 #[derive(Clone)]
 pub struct ClusterRegistry {
@@ -231,6 +234,14 @@ impl ClusterRegistry {
     /// The cluster registered under `name`, if any.
     pub fn get(&self, name: &ClusterName) -> Option<&Arc<Member>> {
         self.members.get(name)
+    }
+
+    /// Every cluster's name and registration labels (the hub has none).
+    pub fn labels(&self) -> BTreeMap<ClusterName, BTreeMap<String, String>> {
+        self.members
+            .iter()
+            .map(|(name, m)| (name.clone(), m.entry.labels.clone()))
+            .collect()
     }
 
     /// Every cluster, the hub first, then members by name.

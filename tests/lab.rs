@@ -4,44 +4,16 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Lab, unique, wait_until};
+use common::{Lab, install_crd, unique, wait_until};
 use k8s_openapi::api::{
     apps::v1::Deployment,
     core::v1::{ConfigMap, Namespace, Pod},
 };
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
-    Api, Client, CustomResourceExt,
-    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+    Api, Client,
+    api::{DeleteParams, ListParams, PostParams},
 };
 use tenancy_hub::crd::Controller;
-
-async fn install_crd(hub: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(hub.clone());
-    let crd = Controller::crd();
-    let name = crd.metadata.name.clone().unwrap();
-    crds.patch(
-        &name,
-        &PatchParams::apply("tenancy-hub-tests").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .expect("the CRD applies to the hub");
-    wait_until(
-        "the CRD to be established",
-        Duration::from_secs(30),
-        || async {
-            let crd = crds.get(&name).await.ok()?;
-            let established = crd
-                .status?
-                .conditions?
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            established.then_some(())
-        },
-    )
-    .await;
-}
 
 fn controller_from_yaml(yaml: &str) -> Controller {
     serde_yaml::from_str(yaml).expect("test resource parses")

@@ -7,10 +7,13 @@ use std::{
     time::Duration,
 };
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
-    Client, Config,
+    Api, Client, Config, CustomResourceExt,
+    api::{Patch, PatchParams},
     config::{KubeConfigOptions, Kubeconfig},
 };
+use tenancy_hub::crd::Controller;
 
 /// What to tell someone who runs the end-to-end tests without a lab.
 pub const NEEDS_LAB: &str = "needs the lab: run tests/run.sh, or kind/up.sh and then \
@@ -101,4 +104,169 @@ pub fn unique(prefix: &str) -> String {
         .unwrap()
         .subsec_nanos();
     format!("{prefix}-{}-{nanos:x}", std::process::id())
+}
+
+impl Lab {
+    /// The directory holding the lab's kubectl and helm.
+    pub fn bin_dir(&self) -> PathBuf {
+        let env =
+            std::fs::read_to_string(self.dir.join("env")).expect("the lab writes an env file");
+        let line = env
+            .lines()
+            .find_map(|l| l.strip_prefix("export PATH=\""))
+            .expect("the env file sets PATH");
+        PathBuf::from(line.split(':').next().unwrap())
+    }
+
+    /// Runs the lab's helm against one context; returns stdout, panicking with stderr on failure.
+    pub fn helm(&self, context: &str, args: &[&str]) -> String {
+        self.try_helm(context, args)
+            .unwrap_or_else(|e| panic!("helm {args:?} on {context} failed: {e}"))
+    }
+
+    /// Runs the lab's helm against one context.
+    pub fn try_helm(&self, context: &str, args: &[&str]) -> Result<String, String> {
+        let out = std::process::Command::new(self.bin_dir().join("helm"))
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig_path())
+            .args(["--kube-context", context])
+            .output()
+            .expect("helm runs");
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    /// Helm releases in one namespace of one cluster: name -> (revision, status).
+    pub fn releases(
+        &self,
+        context: &str,
+        namespace: &str,
+    ) -> std::collections::BTreeMap<String, (i64, String)> {
+        let out = self.helm(context, &["list", "-n", namespace, "-a", "-o", "json"]);
+        let list: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+        list.iter()
+            .map(|r| {
+                let revision = r["revision"].as_str().unwrap().parse().unwrap();
+                (
+                    r["name"].as_str().unwrap().to_owned(),
+                    (revision, r["status"].as_str().unwrap().to_owned()),
+                )
+            })
+            .collect()
+    }
+
+    /// The user-supplied values of a release, as JSON.
+    pub fn values(&self, context: &str, namespace: &str, release: &str) -> serde_json::Value {
+        serde_json::from_str(&self.helm(
+            context,
+            &["get", "values", release, "-n", namespace, "-o", "json"],
+        ))
+        .unwrap()
+    }
+}
+
+/// A running `tenancy-hub run`, stopped with SIGTERM when dropped.
+pub struct Operator {
+    child: std::process::Child,
+    /// Where its log goes.
+    pub log: PathBuf,
+}
+
+impl Operator {
+    /// Starts the operator on the lab, reconciling only the Controllers in hub namespace `namespace`.
+    pub fn start(lab: &Lab, namespace: &str) -> Self {
+        let log = lab.dir.join(format!("operator-{namespace}.log"));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_tenancy-hub"))
+            .args(["run", "--context", "hub", "--namespace", namespace])
+            .arg("--kubeconfig")
+            .arg(lab.kubeconfig_path())
+            .arg("--clusters")
+            .arg(lab.clusters_path())
+            .arg("--chart-home")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts"))
+            .arg("--helm")
+            .arg(lab.bin_dir().join("helm"))
+            .env("RUST_LOG", "info,tenancy_hub=debug")
+            .env("NO_COLOR", "1")
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .expect("the operator starts");
+        Self { child, log }
+    }
+
+    /// Stops it with SIGTERM and waits for it to exit, within 60 seconds.
+    pub fn stop(mut self) {
+        self.terminate();
+    }
+
+    fn terminate(&mut self) {
+        if self.child.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        panic!(
+            "the operator did not stop within 60s of SIGTERM; see {}",
+            self.log.display()
+        );
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            self.terminate();
+        } else {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Applies the Controller CRD to the hub and waits until it is established.
+pub async fn install_crd(hub: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(hub.clone());
+    let crd = Controller::crd();
+    let name = crd.metadata.name.clone().unwrap();
+    crds.patch(
+        &name,
+        &PatchParams::apply("tenancy-hub-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("the CRD applies to the hub");
+    wait_until(
+        "the CRD to be established",
+        Duration::from_secs(30),
+        || async {
+            let crd = crds.get(&name).await.ok()?;
+            let established = crd
+                .status?
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            established.then_some(())
+        },
+    )
+    .await;
 }

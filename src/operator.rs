@@ -1,0 +1,178 @@
+//! Wires registry, release watches, queue and reconciler together and runs them until shutdown.
+
+use std::{future::Future, path::PathBuf, sync::Arc, time::Duration};
+
+use futures::StreamExt;
+use kube::{
+    Api,
+    api::ListParams,
+    runtime::{
+        Controller as Runtime,
+        events::{Recorder, Reporter},
+        watcher,
+    },
+};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    Context, Settings,
+    crd::{Controller, HUB_CLUSTER},
+    helm::{HelmCli, HelmOptions},
+    queue::{HelmQueue, QueueConfig},
+    reconcile,
+    registry::{self, ClusterRegistry, HubSource, RegistrationFile},
+    releases::ReleaseIndex,
+};
+
+/// Everything `tenancy-hub run` is configured with.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// Where the hub is.
+    pub hub: HubSource,
+    /// The registration file, if any.
+    pub clusters_file: Option<PathBuf>,
+    /// Only reconcile `Controller` resources in this hub namespace; all namespaces when None.
+    pub namespace: Option<String>,
+    /// Planning settings.
+    pub settings: Settings,
+    /// How Helm is called.
+    pub helm: HelmOptions,
+    /// How the queue runs.
+    pub queue: QueueConfig,
+}
+
+/// Why the operator could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The registry could not be built.
+    #[error(transparent)]
+    Registry(#[from] registry::RegistryError),
+    /// The CRD is missing from the hub.
+    #[error(
+        "the Controller CRD is not installed on the hub ({0}); install it with `tenancy-hub crd | kubectl apply --server-side -f -`"
+    )]
+    NoCrd(kube::Error),
+    /// The chart home does not exist.
+    #[error("chart home {0} is not a directory; pass --chart-home or set CHART_HOME")]
+    ChartHome(PathBuf),
+    /// The Helm scratch directory could not be made.
+    #[error("cannot create a private directory for Helm values files: {0}")]
+    Scratch(std::io::Error),
+}
+
+/// Runs the operator until `shutdown` completes, then stops within the queue's shutdown grace.
+pub async fn run(
+    config: RunConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let chart_home = std::fs::canonicalize(&config.settings.chart_home)
+        .ok()
+        .filter(|p| p.is_dir())
+        .ok_or_else(|| Error::ChartHome(config.settings.chart_home.clone()))?;
+    let file = match &config.clusters_file {
+        Some(path) => RegistrationFile::load(path)?,
+        None => RegistrationFile::default(),
+    };
+    let registry = ClusterRegistry::connect(&config.hub, &file).await?;
+    let hub = registry
+        .get(&HUB_CLUSTER.parse().expect("valid"))
+        .expect("the registry always holds the hub")
+        .client
+        .clone();
+    let controllers: Api<Controller> = match &config.namespace {
+        Some(ns) => Api::namespaced(hub.clone(), ns),
+        None => Api::all(hub.clone()),
+    };
+    controllers
+        .list(&ListParams::default().limit(1))
+        .await
+        .map_err(Error::NoCrd)?;
+
+    let cancel = CancellationToken::new();
+    let (trigger_tx, trigger_rx) = mpsc::unbounded_channel();
+    let releases = ReleaseIndex::default();
+    for member in registry.iter() {
+        releases.watch(
+            member.entry.name.clone(),
+            member.client.clone(),
+            trigger_tx.clone(),
+            &cancel,
+        );
+        tracing::info!(cluster = %member.entry.name, context = %member.entry.context, "watching release records");
+    }
+    let shared: registry::SharedRegistry = Arc::new(arc_swap::ArcSwap::from_pointee(registry));
+    let queue = HelmQueue::new(config.queue.clone());
+    let executor =
+        Arc::new(HelmCli::new(config.helm.clone(), shared.clone()).map_err(Error::Scratch)?);
+
+    let triggers = futures::stream::unfold(trigger_rx, |mut rx| async move {
+        rx.recv().await.map(|r| (r, rx))
+    });
+    let runtime = Runtime::new(controllers, watcher::Config::default())
+        .reconcile_on(triggers)
+        .graceful_shutdown_on(cancel.clone().cancelled_owned());
+    let ctx = Arc::new(Context {
+        hub: hub.clone(),
+        registry: shared,
+        releases,
+        queue: queue.clone(),
+        outcomes: Default::default(),
+        controllers: runtime.store(),
+        recorder: Recorder::new(hub, Reporter::from("tenancy-hub")),
+        settings: Settings {
+            chart_home,
+            ..config.settings
+        },
+    });
+
+    let (done_tx, done_rx) = mpsc::unbounded_channel();
+    let workers = tokio::spawn({
+        let (queue, cancel) = (queue.clone(), cancel.clone());
+        async move { queue.run(executor, done_tx, cancel).await }
+    });
+    tokio::spawn(reconcile::record_outcomes(ctx.clone(), done_rx, trigger_tx));
+    tokio::spawn({
+        let cancel = cancel.clone();
+        async move {
+            shutdown.await;
+            tracing::info!("shutting down: no new Helm jobs; waiting for running ones");
+            cancel.cancel();
+        }
+    });
+    tracing::info!(
+        workers = config.queue.workers,
+        per_cluster = config.queue.per_cluster,
+        "tenancy-hub is running"
+    );
+    runtime
+        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "reconcile ended with an error");
+            }
+        })
+        .await;
+    let grace = config.queue.shutdown_grace + Duration::from_secs(5);
+    if tokio::time::timeout(grace, workers).await.is_err() {
+        tracing::warn!("Helm workers did not stop in time");
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Completes on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing a SIGTERM handler");
+        tokio::select! {
+            _ = interrupt => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}

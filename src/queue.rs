@@ -1,0 +1,792 @@
+//! The central FIFO of Helm jobs for all clusters: keyed, coalescing, per-key exclusive, per-cluster capped, with backoff.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    hash::{DefaultHasher, Hash, Hasher},
+    panic::AssertUnwindSafe,
+    sync::{Arc, Mutex, MutexGuard},
+    time::Duration,
+};
+
+use futures::FutureExt;
+use tokio::{
+    sync::{Notify, mpsc::UnboundedSender},
+    task::{JoinError, JoinSet},
+    time::Instant,
+};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::{key::ReleaseKey, plan::Job};
+
+/// How the queue runs.
+#[derive(Clone, Debug)]
+pub struct QueueConfig {
+    /// Jobs running at once, over all clusters.
+    pub workers: usize,
+    /// Jobs running at once in one cluster.
+    pub per_cluster: usize,
+    /// Delay before the first retry of a failed job.
+    pub backoff_base: Duration,
+    /// Longest delay between retries.
+    pub backoff_max: Duration,
+    /// How long shutdown waits for running jobs before abandoning them.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        Self {
+            workers: 4,
+            per_cluster: 2,
+            backoff_base: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(300),
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What running a job came to.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// Installed or upgraded.
+    Applied {
+        /// Helm revision now deployed.
+        revision: i64,
+        /// Chart version now deployed.
+        chart_version: String,
+    },
+    /// Uninstalled (or was already gone).
+    Uninstalled,
+    /// Failed; `retry` false means retrying cannot help until the spec changes (e.g. the chart does not render).
+    Failed {
+        /// What went wrong, for status and events.
+        message: String,
+        /// Whether trying again later may succeed.
+        retry: bool,
+    },
+}
+
+/// Runs one job. Implemented by the Helm executor; the only place processes are spawned.
+pub trait Executor: Send + Sync + 'static {
+    /// Carries out `job` and tells how it went.
+    fn execute(&self, job: Job) -> impl std::future::Future<Output = Outcome> + Send;
+}
+
+/// A finished job, reported to whoever reconciles its owner.
+#[derive(Clone, Debug)]
+pub struct Completed {
+    /// The job that ran.
+    pub job: Job,
+    /// How it went.
+    pub outcome: Outcome,
+    /// Which try this was, counting from 1.
+    pub attempt: u32,
+    /// How long it ran.
+    pub elapsed: Duration,
+    /// The delay before it runs again, when it was re-queued.
+    pub next_retry: Option<Duration>,
+}
+
+/// What enqueueing did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Enqueued {
+    /// Queued at the back.
+    Added,
+    /// Took the place of a different job queued for the key.
+    Replaced,
+    /// An equal job is queued already; nothing changed.
+    AlreadyQueued,
+    /// An equal job is running now; the job was dropped.
+    AlreadyRunning,
+}
+
+/// A job waiting its turn.
+#[derive(Debug)]
+struct Waiting {
+    job: Job,
+    fingerprint: String,
+    /// Tries made so far.
+    attempts: u32,
+    not_before: Instant,
+}
+
+/// The queue's bookkeeping, free of any runtime so it is tested with explicit instants.
+#[derive(Debug)]
+struct State {
+    config: QueueConfig,
+    waiting: VecDeque<Waiting>,
+    /// Fingerprints of the running jobs, by key.
+    running: HashMap<ReleaseKey, String>,
+}
+
+impl State {
+    fn new(config: QueueConfig) -> Self {
+        Self {
+            config,
+            waiting: VecDeque::new(),
+            running: HashMap::new(),
+        }
+    }
+
+    fn position(&self, key: &ReleaseKey) -> Option<usize> {
+        self.waiting.iter().position(|w| w.job.key() == key)
+    }
+
+    fn enqueue(&mut self, job: Job, now: Instant) -> Enqueued {
+        let fingerprint = job.fingerprint();
+        let queued = self.position(job.key());
+        if self.running.get(job.key()) == Some(&fingerprint) {
+            // The running job already heads for this state; a different queued one is stale.
+            if let Some(i) = queued {
+                self.waiting.remove(i);
+            }
+            return Enqueued::AlreadyRunning;
+        }
+        let entry = Waiting {
+            job,
+            fingerprint,
+            attempts: 0,
+            not_before: now,
+        };
+        match queued {
+            Some(i) if self.waiting[i].fingerprint == entry.fingerprint => Enqueued::AlreadyQueued,
+            Some(i) => {
+                self.waiting[i] = entry;
+                Enqueued::Replaced
+            }
+            None => {
+                self.waiting.push_back(entry);
+                Enqueued::Added
+            }
+        }
+    }
+
+    fn running_in(&self, key: &ReleaseKey) -> usize {
+        let cluster = &key.scope.cluster;
+        self.running
+            .keys()
+            .filter(|k| k.scope.cluster == *cluster)
+            .count()
+    }
+
+    /// Takes the first job allowed to start now and marks it running; returns it with its attempt number.
+    fn start_next(&mut self, now: Instant) -> Option<(Job, u32)> {
+        if self.running.len() >= self.config.workers {
+            return None;
+        }
+        let i = self.waiting.iter().position(|w| {
+            let key = w.job.key();
+            w.not_before <= now
+                && !self.running.contains_key(key)
+                && self.running_in(key) < self.config.per_cluster
+        })?;
+        let w = self.waiting.remove(i)?;
+        self.running.insert(w.job.key().clone(), w.fingerprint);
+        Some((w.job, w.attempts + 1))
+    }
+
+    /// Records a finished job; re-queues a retryable failure and returns its delay.
+    fn finish(
+        &mut self,
+        job: &Job,
+        attempt: u32,
+        outcome: &Outcome,
+        now: Instant,
+    ) -> Option<Duration> {
+        let key = job.key();
+        self.running.remove(key);
+        let retry = matches!(outcome, Outcome::Failed { retry: true, .. });
+        if !retry || self.position(key).is_some() {
+            return None;
+        }
+        let delay = self.backoff(key, attempt);
+        self.waiting.push_back(Waiting {
+            job: job.clone(),
+            fingerprint: job.fingerprint(),
+            attempts: attempt,
+            not_before: now + delay,
+        });
+        Some(delay)
+    }
+
+    /// `base * 2^(attempt-1)`, capped, with up to ±20% jitter fixed by the key and attempt.
+    fn backoff(&self, key: &ReleaseKey, attempt: u32) -> Duration {
+        let doubled = 2u32.saturating_pow(attempt.saturating_sub(1));
+        let capped = self
+            .config
+            .backoff_base
+            .saturating_mul(doubled)
+            .min(self.config.backoff_max);
+        let mut hasher = DefaultHasher::new();
+        (key, attempt).hash(&mut hasher);
+        let jitter = 0.8 + 0.4 * (hasher.finish() % 1001) as f64 / 1000.0;
+        capped.mul_f64(jitter).min(self.config.backoff_max)
+    }
+
+    /// The earliest instant after `now` at which a backing-off job becomes eligible.
+    fn next_wake(&self, now: Instant) -> Option<Instant> {
+        self.waiting
+            .iter()
+            .map(|w| w.not_before)
+            .filter(|t| *t > now)
+            .min()
+    }
+}
+
+/// Handle to the queue; cheap to clone.
+#[derive(Clone)]
+pub struct HelmQueue {
+    state: Arc<Mutex<State>>,
+    wake: Arc<Notify>,
+}
+
+impl HelmQueue {
+    /// An empty queue.
+    pub fn new(config: QueueConfig) -> Self {
+        Self {
+            state: Arc::new(Mutex::new(State::new(config))),
+            wake: Arc::new(Notify::new()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().expect("queue lock")
+    }
+
+    /// Queues `job`, coalescing it with what is queued or running for its key.
+    pub fn enqueue(&self, job: Job) -> Enqueued {
+        let enqueued = self.lock().enqueue(job, Instant::now());
+        self.wake.notify_one();
+        enqueued
+    }
+
+    /// Jobs waiting (not running).
+    pub fn depth(&self) -> usize {
+        self.lock().waiting.len()
+    }
+
+    /// Jobs running now.
+    pub fn running(&self) -> usize {
+        self.lock().running.len()
+    }
+
+    /// True when a job for this key is queued or running.
+    pub fn is_busy(&self, key: &ReleaseKey) -> bool {
+        let state = self.lock();
+        state.running.contains_key(key) || state.position(key).is_some()
+    }
+
+    /// Runs jobs until `cancel` fires; then starts nothing new, waits up to shutdown_grace for running jobs, and drops (aborts) the rest. Each finished job is sent on `done` (ignore send errors).
+    pub async fn run<E: Executor>(
+        &self,
+        executor: Arc<E>,
+        done: UnboundedSender<Completed>,
+        cancel: CancellationToken,
+    ) {
+        let mut tasks = JoinSet::new();
+        while !cancel.is_cancelled() {
+            self.start_ready(&executor, &mut tasks);
+            let wake = self.lock().next_wake(Instant::now());
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => {}
+                Some(joined) = tasks.join_next() => self.complete(joined, &done),
+                () = self.wake.notified() => {}
+                () = sleep_until(wake) => {}
+            }
+        }
+        self.shut_down(tasks, &done).await;
+    }
+
+    fn start_ready<E: Executor>(&self, executor: &Arc<E>, tasks: &mut JoinSet<Completed>) {
+        let now = Instant::now();
+        let ready: Vec<_> = {
+            let mut state = self.lock();
+            std::iter::from_fn(|| state.start_next(now)).collect()
+        };
+        for (job, attempt) in ready {
+            let key = job.key();
+            let span = tracing::info_span!(
+                "helm_job",
+                cluster = %key.scope.cluster,
+                namespace = %key.scope.namespace,
+                release = %key.release,
+            );
+            tasks.spawn(execute(executor.clone(), job, attempt).instrument(span));
+        }
+    }
+
+    fn complete(&self, joined: Result<Completed, JoinError>, done: &UnboundedSender<Completed>) {
+        let mut completed =
+            joined.expect("job tasks catch panics and are aborted only at shutdown");
+        let now = Instant::now();
+        completed.next_retry =
+            self.lock()
+                .finish(&completed.job, completed.attempt, &completed.outcome, now);
+        let _ = done.send(completed);
+    }
+
+    async fn shut_down(&self, mut tasks: JoinSet<Completed>, done: &UnboundedSender<Completed>) {
+        let grace = self.lock().config.shutdown_grace;
+        let drain = async {
+            while let Some(joined) = tasks.join_next().await {
+                self.complete(joined, done);
+            }
+        };
+        if tokio::time::timeout(grace, drain).await.is_err() {
+            tracing::warn!(
+                abandoned = tasks.len(),
+                ?grace,
+                "shutdown grace ran out; aborting running Helm jobs"
+            );
+            tasks.abort_all();
+            self.lock().running.clear();
+        }
+    }
+}
+
+/// Runs one job, turning a panicking executor into a retryable failure.
+async fn execute<E: Executor>(executor: Arc<E>, job: Job, attempt: u32) -> Completed {
+    let started = Instant::now();
+    let outcome = AssertUnwindSafe(executor.execute(job.clone()))
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|_| Outcome::Failed {
+            message: "the Helm executor panicked".into(),
+            retry: true,
+        });
+    Completed {
+        job,
+        outcome,
+        attempt,
+        elapsed: started.elapsed(),
+        next_retry: None,
+    }
+}
+
+/// Sleeps until `at`, or forever when there is nothing to wait for.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::sync::{mpsc, oneshot};
+
+    use super::*;
+    use crate::plan::{ChartSource, OwnerId, Release};
+
+    fn owner() -> OwnerId {
+        OwnerId {
+            namespace: "default".into(),
+            name: "a".into(),
+        }
+    }
+
+    fn apply(key: &str, spec_hash: &str) -> Job {
+        Job::Apply {
+            release: Release {
+                key: key.parse().unwrap(),
+                owner: owner(),
+                chart_name: "web".into(),
+                source: ChartSource::Directory("web".into()),
+                version: None,
+                settings: vec![],
+                values: None,
+                spec_hash: spec_hash.into(),
+            },
+            stale_pending: None,
+        }
+    }
+
+    fn uninstall(key: &str) -> Job {
+        Job::Uninstall {
+            key: key.parse().unwrap(),
+            owner: owner(),
+        }
+    }
+
+    fn failed(retry: bool) -> Outcome {
+        Outcome::Failed {
+            message: "boom".into(),
+            retry,
+        }
+    }
+
+    fn state(workers: usize, per_cluster: usize) -> State {
+        State::new(QueueConfig {
+            workers,
+            per_cluster,
+            ..QueueConfig::default()
+        })
+    }
+
+    /// Starts every job allowed at `now`, naming each by its key.
+    fn start_all(state: &mut State, now: Instant) -> Vec<String> {
+        std::iter::from_fn(|| state.start_next(now))
+            .map(|(job, _)| job.key().to_string())
+            .collect()
+    }
+
+    fn queued(state: &State) -> Vec<(String, String, u32)> {
+        state
+            .waiting
+            .iter()
+            .map(|w| (w.job.key().to_string(), w.fingerprint.clone(), w.attempts))
+            .collect()
+    }
+
+    #[test]
+    fn jobs_start_in_the_order_first_enqueued() {
+        let mut s = state(10, 10);
+        let now = Instant::now();
+        for key in ["c-1/ns/b", "c-2/ns/a", "c-1/ns/c"] {
+            assert_eq!(s.enqueue(apply(key, "h1"), now), Enqueued::Added);
+        }
+        assert_eq!(s.enqueue(apply("c-2/ns/a", "h2"), now), Enqueued::Replaced);
+        assert_eq!(start_all(&mut s, now), ["c-1/ns/b", "c-2/ns/a", "c-1/ns/c"]);
+    }
+
+    #[test]
+    fn a_different_job_for_a_queued_key_replaces_it_in_place() {
+        let mut s = state(10, 10);
+        let now = Instant::now();
+        s.enqueue(apply("c/ns/a", "h1"), now);
+        s.enqueue(apply("c/ns/b", "h1"), now);
+        assert_eq!(s.enqueue(uninstall("c/ns/a"), now), Enqueued::Replaced);
+        let (job, attempt) = s.start_next(now).unwrap();
+        assert_eq!((job, attempt), (uninstall("c/ns/a"), 1));
+    }
+
+    #[test]
+    fn an_equal_job_for_a_queued_key_leaves_its_backoff_and_attempts_alone() {
+        let mut s = state(10, 10);
+        let now = Instant::now();
+        s.enqueue(apply("c/ns/a", "h1"), now);
+        let (job, attempt) = s.start_next(now).unwrap();
+        let delay = s.finish(&job, attempt, &failed(true), now).unwrap();
+        assert_eq!(
+            s.enqueue(apply("c/ns/a", "h1"), now),
+            Enqueued::AlreadyQueued
+        );
+        assert_eq!(queued(&s), [("c/ns/a".into(), "apply:h1".into(), 1)]);
+        assert!(s.start_next(now + delay / 2).is_none());
+        assert_eq!(s.start_next(now + delay).unwrap().1, 2);
+    }
+
+    #[test]
+    fn a_changed_job_for_a_backing_off_key_starts_afresh_at_once() {
+        let mut s = state(10, 10);
+        let now = Instant::now();
+        s.enqueue(apply("c/ns/a", "h1"), now);
+        let (job, attempt) = s.start_next(now).unwrap();
+        s.finish(&job, attempt, &failed(true), now).unwrap();
+        assert_eq!(s.enqueue(apply("c/ns/a", "h2"), now), Enqueued::Replaced);
+        assert_eq!(s.start_next(now), Some((apply("c/ns/a", "h2"), 1)));
+    }
+
+    #[test]
+    fn a_job_equal_to_the_running_one_is_dropped() {
+        let mut s = state(10, 10);
+        let now = Instant::now();
+        s.enqueue(apply("c/ns/a", "h1"), now);
+        s.start_next(now).unwrap();
+        assert_eq!(
+            s.enqueue(apply("c/ns/a", "h1"), now),
+            Enqueued::AlreadyRunning
+        );
+        assert!(s.waiting.is_empty());
+    }
+
+    #[test]
+    fn a_changed_job_for_a_running_key_starts_only_after_the_running_one_completes() {
+        let mut s = state(10, 10);
+        let now = Instant::now();
+        s.enqueue(apply("c/ns/a", "h1"), now);
+        let (job, attempt) = s.start_next(now).unwrap();
+        assert_eq!(s.enqueue(apply("c/ns/a", "h2"), now), Enqueued::Added);
+        assert!(s.start_next(now).is_none());
+        assert_eq!(s.finish(&job, attempt, &Outcome::Uninstalled, now), None);
+        assert_eq!(s.start_next(now), Some((apply("c/ns/a", "h2"), 1)));
+    }
+
+    #[test]
+    fn returning_to_the_running_state_drops_the_stale_queued_job() {
+        let mut s = state(10, 10);
+        let now = Instant::now();
+        s.enqueue(apply("c/ns/a", "h1"), now);
+        s.start_next(now).unwrap();
+        s.enqueue(apply("c/ns/a", "h2"), now);
+        assert_eq!(
+            s.enqueue(apply("c/ns/a", "h1"), now),
+            Enqueued::AlreadyRunning
+        );
+        assert!(s.waiting.is_empty());
+    }
+
+    #[test]
+    fn no_more_than_the_workers_run_at_once() {
+        let mut s = state(2, 10);
+        let now = Instant::now();
+        for key in ["c-1/ns/a", "c-2/ns/a", "c-3/ns/a"] {
+            s.enqueue(apply(key, "h1"), now);
+        }
+        assert_eq!(start_all(&mut s, now), ["c-1/ns/a", "c-2/ns/a"]);
+        s.finish(&apply("c-1/ns/a", "h1"), 1, &Outcome::Uninstalled, now);
+        assert_eq!(start_all(&mut s, now), ["c-3/ns/a"]);
+    }
+
+    #[test]
+    fn a_capped_cluster_is_skipped_and_later_jobs_of_other_clusters_start() {
+        let mut s = state(4, 2);
+        let now = Instant::now();
+        for key in [
+            "slow/ns/a",
+            "slow/ns/b",
+            "slow/ns/c",
+            "fast/ns/a",
+            "slow/ns/d",
+            "fast/ns/b",
+        ] {
+            s.enqueue(apply(key, "h1"), now);
+        }
+        assert_eq!(
+            start_all(&mut s, now),
+            ["slow/ns/a", "slow/ns/b", "fast/ns/a", "fast/ns/b"]
+        );
+        s.finish(&apply("slow/ns/a", "h1"), 1, &Outcome::Uninstalled, now);
+        assert_eq!(start_all(&mut s, now), ["slow/ns/c"]);
+    }
+
+    #[test]
+    fn a_retryable_failure_goes_to_the_back_and_waits_out_its_backoff() {
+        let mut s = state(1, 1);
+        let now = Instant::now();
+        s.enqueue(apply("c/ns/a", "h1"), now);
+        s.enqueue(apply("c/ns/b", "h1"), now);
+        let (job, attempt) = s.start_next(now).unwrap();
+        let delay = s.finish(&job, attempt, &failed(true), now).unwrap();
+        assert_eq!(delay, s.backoff(job.key(), 1));
+        assert_eq!(queued(&s)[1], ("c/ns/a".into(), "apply:h1".into(), 1));
+        assert_eq!(start_all(&mut s, now), ["c/ns/b"]);
+        s.finish(&apply("c/ns/b", "h1"), 1, &Outcome::Uninstalled, now);
+        assert!(
+            s.start_next(now + delay - Duration::from_millis(1))
+                .is_none()
+        );
+        assert_eq!(s.start_next(now + delay), Some((job, 2)));
+    }
+
+    #[test]
+    fn backoff_doubles_per_attempt_within_a_fifth_either_way_and_is_capped() {
+        let s = state(1, 1);
+        let key: ReleaseKey = "c/ns/a".parse().unwrap();
+        for attempt in 1..=8 {
+            let nominal = Duration::from_secs(1 << (attempt - 1));
+            let delay = s.backoff(&key, attempt);
+            assert!(
+                delay >= nominal.mul_f64(0.8) && delay <= nominal.mul_f64(1.2),
+                "{attempt}: {delay:?}"
+            );
+            assert_eq!(delay, s.backoff(&key, attempt), "jitter is deterministic");
+        }
+        let far = s.backoff(&key, 40);
+        assert!(
+            far <= Duration::from_secs(300) && far >= Duration::from_secs(240),
+            "{far:?}"
+        );
+        let other: ReleaseKey = "c/ns/b".parse().unwrap();
+        assert_ne!(
+            s.backoff(&key, 3),
+            s.backoff(&other, 3),
+            "keys are spread apart"
+        );
+    }
+
+    #[test]
+    fn a_failure_is_dropped_when_a_newer_job_arrived_while_it_ran() {
+        let mut s = state(10, 10);
+        let now = Instant::now();
+        s.enqueue(apply("c/ns/a", "h1"), now);
+        let (job, attempt) = s.start_next(now).unwrap();
+        s.enqueue(apply("c/ns/a", "h2"), now);
+        assert_eq!(s.finish(&job, attempt, &failed(true), now), None);
+        assert_eq!(queued(&s), [("c/ns/a".into(), "apply:h2".into(), 0)]);
+    }
+
+    #[test]
+    fn a_failure_retrying_cannot_fix_is_not_requeued() {
+        let mut s = state(10, 10);
+        let now = Instant::now();
+        s.enqueue(apply("c/ns/a", "h1"), now);
+        let (job, attempt) = s.start_next(now).unwrap();
+        assert_eq!(s.finish(&job, attempt, &failed(false), now), None);
+        assert!(s.waiting.is_empty() && s.running.is_empty());
+    }
+
+    #[test]
+    fn the_next_wake_up_is_the_earliest_backoff_expiry_and_never_a_due_job() {
+        let mut s = state(1, 1);
+        let now = Instant::now();
+        s.enqueue(apply("c/ns/a", "h1"), now);
+        s.enqueue(apply("c/ns/b", "h1"), now);
+        let (job, attempt) = s.start_next(now).unwrap();
+        let delay = s.finish(&job, attempt, &failed(true), now).unwrap();
+        s.start_next(now).unwrap();
+        assert_eq!(s.next_wake(now), Some(now + delay));
+        assert_eq!(s.next_wake(now + delay), None);
+    }
+
+    #[test]
+    fn the_handle_tells_depth_running_jobs_and_busy_keys() {
+        let queue = HelmQueue::new(QueueConfig::default());
+        queue.enqueue(apply("c/ns/a", "h1"));
+        queue.enqueue(apply("c/ns/b", "h1"));
+        queue.lock().start_next(Instant::now()).unwrap();
+        assert_eq!((queue.depth(), queue.running()), (1, 1));
+        assert!(queue.is_busy(&"c/ns/a".parse().unwrap()));
+        assert!(queue.is_busy(&"c/ns/b".parse().unwrap()));
+        assert!(!queue.is_busy(&"c/ns/c".parse().unwrap()));
+    }
+
+    /// An executor that hands each job to the test and waits for the test's answer.
+    struct Scripted {
+        calls: mpsc::UnboundedSender<(Job, oneshot::Sender<Outcome>)>,
+    }
+
+    impl Executor for Scripted {
+        async fn execute(&self, job: Job) -> Outcome {
+            let (answer, outcome) = oneshot::channel();
+            self.calls.send((job, answer)).expect("the test listens");
+            outcome.await.unwrap_or(Outcome::Uninstalled)
+        }
+    }
+
+    /// A running queue with its executor's calls and its reports.
+    struct Harness {
+        queue: HelmQueue,
+        calls: mpsc::UnboundedReceiver<(Job, oneshot::Sender<Outcome>)>,
+        done: mpsc::UnboundedReceiver<Completed>,
+        cancel: CancellationToken,
+        run: tokio::task::JoinHandle<()>,
+    }
+
+    impl Harness {
+        fn start(config: QueueConfig) -> Self {
+            let queue = HelmQueue::new(config);
+            let (calls_tx, calls) = mpsc::unbounded_channel();
+            let (done_tx, done) = mpsc::unbounded_channel();
+            let cancel = CancellationToken::new();
+            let executor = Arc::new(Scripted { calls: calls_tx });
+            let run = tokio::spawn({
+                let (queue, cancel) = (queue.clone(), cancel.clone());
+                async move { queue.run(executor, done_tx, cancel).await }
+            });
+            Self {
+                queue,
+                calls,
+                done,
+                cancel,
+                run,
+            }
+        }
+
+        async fn call(&mut self) -> (Job, oneshot::Sender<Outcome>) {
+            within(self.calls.recv())
+                .await
+                .expect("the executor is called")
+        }
+
+        async fn completed(&mut self) -> Completed {
+            within(self.done.recv()).await.expect("a job completes")
+        }
+    }
+
+    /// Waits for `f` with a deadline far beyond any delay in these tests.
+    async fn within<T>(f: impl Future<Output = T>) -> T {
+        tokio::time::timeout(Duration::from_secs(3600), f)
+            .await
+            .expect("in time")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn run_starts_jobs_as_they_are_enqueued_and_reports_them() {
+        let mut h = Harness::start(QueueConfig::default());
+        h.queue.enqueue(apply("c/ns/a", "h1"));
+        let (job, answer) = h.call().await;
+        assert_eq!(job, apply("c/ns/a", "h1"));
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let applied = Outcome::Applied {
+            revision: 2,
+            chart_version: "0.1.0".into(),
+        };
+        answer.send(applied.clone()).unwrap();
+        let completed = h.completed().await;
+        assert_eq!((completed.outcome, completed.attempt), (applied, 1));
+        assert_eq!(
+            (completed.elapsed, completed.next_retry),
+            (Duration::from_secs(5), None)
+        );
+        assert!(!h.queue.is_busy(job.key()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn run_retries_a_failed_job_exactly_when_its_backoff_expires() {
+        let mut h = Harness::start(QueueConfig::default());
+        h.queue.enqueue(apply("c/ns/a", "h1"));
+        let (_, answer) = h.call().await;
+        answer.send(failed(true)).unwrap();
+        let delay = h.completed().await.next_retry.expect("re-queued");
+        let failed_at = Instant::now();
+        let (job, answer) = h.call().await;
+        let waited = Instant::now() - failed_at;
+        // Tokio's timers tick in whole milliseconds.
+        assert!(
+            waited >= delay && waited - delay < Duration::from_millis(1),
+            "{waited:?} for {delay:?}"
+        );
+        answer.send(Outcome::Uninstalled).unwrap();
+        assert_eq!(
+            (h.completed().await.attempt, job),
+            (2, apply("c/ns/a", "h1"))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_lets_running_jobs_finish_and_starts_nothing_new() {
+        let mut h = Harness::start(QueueConfig {
+            workers: 1,
+            ..QueueConfig::default()
+        });
+        h.queue.enqueue(apply("c/ns/a", "h1"));
+        let (_, answer) = h.call().await;
+        h.queue.enqueue(apply("c/ns/b", "h1"));
+        h.cancel.cancel();
+        tokio::time::advance(Duration::from_secs(10)).await;
+        answer.send(Outcome::Uninstalled).unwrap();
+        within(&mut h.run).await.unwrap();
+        assert_eq!(h.completed().await.job, apply("c/ns/a", "h1"));
+        assert!(h.calls.try_recv().is_err(), "the queued job never started");
+        assert_eq!(h.queue.depth(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_job_that_never_finishes_is_abandoned_after_the_grace_and_run_returns() {
+        let mut h = Harness::start(QueueConfig::default());
+        h.queue.enqueue(apply("c/ns/a", "h1"));
+        let (_, _never_answered) = h.call().await;
+        let cancelled_at = Instant::now();
+        h.cancel.cancel();
+        within(&mut h.run).await.unwrap();
+        assert_eq!(
+            Instant::now() - cancelled_at,
+            QueueConfig::default().shutdown_grace
+        );
+        assert!(h.done.try_recv().is_err());
+        assert_eq!(h.queue.running(), 0);
+    }
+}

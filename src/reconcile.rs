@@ -1,0 +1,364 @@
+//! Hub reconciler: observe, plan, enqueue and report for each `Controller`; the finalizer uninstalls.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    sync::Arc,
+    time::Duration,
+};
+
+use k8s_openapi::jiff::Timestamp;
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::{
+        controller::Action,
+        events::{Event as KubeEvent, EventType},
+        finalizer::{Event, finalizer},
+        reflector::ObjectRef,
+    },
+};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+
+use crate::{
+    Context,
+    crd::Controller,
+    key::{ClusterName, ReleaseKey},
+    plan::{self, Inputs, Job, OwnerId},
+    queue::{Completed, Outcome},
+    status::{self, LastOutcome, ReleaseView},
+};
+
+/// Finalizer that holds a resource until its releases are uninstalled everywhere.
+pub const FINALIZER: &str = "multitenancy.dev/cleanup";
+
+/// Result alias for this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong reconciling one resource.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A call to the hub failed.
+    #[error("Controller {owner}: {action}: {source}")]
+    Hub {
+        /// The resource.
+        owner: OwnerId,
+        /// What was being done.
+        action: &'static str,
+        /// The error.
+        source: Box<kube::Error>,
+    },
+    /// Deletion waits for releases to be uninstalled.
+    #[error(
+        "Controller {owner} is being deleted: waiting for {remaining} release(s) to be uninstalled{unreached}"
+    )]
+    CleanupPending {
+        /// The resource.
+        owner: OwnerId,
+        /// Releases left.
+        remaining: usize,
+        /// Clusters not reached yet, if any.
+        unreached: String,
+    },
+    /// The finalizer machinery failed.
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+/// The owner id of a resource.
+pub fn owner_id(c: &Controller) -> OwnerId {
+    OwnerId {
+        namespace: c.namespace().unwrap_or_default(),
+        name: c.name_any(),
+    }
+}
+
+/// Reconciles one `Controller`.
+pub async fn reconcile(obj: Arc<Controller>, ctx: Arc<Context>) -> Result<Action> {
+    let api: Api<Controller> =
+        Api::namespaced(ctx.hub.clone(), &obj.namespace().unwrap_or_default());
+    finalizer(&api, FINALIZER, obj, |event| async {
+        match event {
+            Event::Apply(c) => apply(&c, &ctx).await,
+            Event::Cleanup(c) => cleanup(&c, &ctx),
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+/// Retries failed reconciles: soon while deletion waits, with a longer pause otherwise.
+pub fn error_policy(_obj: Arc<Controller>, error: &Error, _ctx: Arc<Context>) -> Action {
+    match error {
+        Error::Finalizer(inner)
+            if matches!(
+                **inner,
+                kube::runtime::finalizer::Error::CleanupFailed(Error::CleanupPending { .. })
+            ) =>
+        {
+            tracing::info!(%error);
+            Action::requeue(Duration::from_secs(3))
+        }
+        _ => {
+            tracing::warn!(%error, "reconcile failed; retrying in 15s");
+            Action::requeue(Duration::from_secs(15))
+        }
+    }
+}
+
+fn created_secs(c: &Controller) -> i64 {
+    c.meta()
+        .creation_timestamp
+        .as_ref()
+        .map_or(i64::MAX, |t| t.0.as_second())
+}
+
+/// Which resource holds each release key, over every resource on the hub not being deleted.
+fn claims(
+    ctx: &Context,
+    clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
+) -> HashMap<ReleaseKey, OwnerId> {
+    let all = ctx.controllers.state();
+    plan::claims(
+        all.iter()
+            .filter(|c| c.meta().deletion_timestamp.is_none())
+            .map(|c| {
+                let owner = owner_id(c);
+                let (releases, _) =
+                    plan::desired(&owner, &c.spec, clusters, &ctx.settings.chart_home, &|_| {
+                        true
+                    });
+                (
+                    owner,
+                    created_secs(c),
+                    releases.into_iter().map(|r| r.key).collect(),
+                )
+            }),
+    )
+}
+
+/// True when this exact job already failed in a way retrying cannot fix.
+fn failed_for_good(ctx: &Context, job: &Job) -> bool {
+    ctx.outcomes.get(job.key()).is_some_and(|last| {
+        last.fingerprint == job.fingerprint()
+            && matches!(last.outcome, Outcome::Failed { retry: false, .. })
+    })
+}
+
+async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
+    let owner = owner_id(c);
+    let clusters = ctx.registry.load().labels();
+    let (applied, synced) = ctx.releases.snapshot();
+    let claims = claims(ctx, &clusters);
+    let chart_exists = |p: &std::path::Path| p.join("Chart.yaml").is_file();
+    let plan = plan::plan(&Inputs {
+        owner: &owner,
+        spec: &c.spec,
+        clusters: &clusters,
+        synced: &synced,
+        applied: &applied,
+        claims: &claims,
+        chart_home: &ctx.settings.chart_home,
+        chart_exists: &chart_exists,
+        now: Timestamp::now().as_second(),
+        pending_timeout_secs: ctx.settings.pending_timeout.as_secs() as i64,
+    });
+    for job in plan.jobs.iter().filter(|j| !failed_for_good(ctx, j)) {
+        ctx.queue.enqueue(job.clone());
+    }
+    let keys: Vec<&ReleaseKey> = plan
+        .desired
+        .iter()
+        .map(|r| &r.key)
+        .chain(plan.jobs.iter().map(Job::key))
+        .collect();
+    let busy: BTreeSet<ReleaseKey> = keys
+        .iter()
+        .filter(|k| ctx.queue.is_busy(k))
+        .map(|k| (*k).clone())
+        .collect();
+    let outcomes: HashMap<ReleaseKey, LastOutcome> = keys
+        .iter()
+        .filter_map(|k| ctx.outcomes.get(*k).map(|o| ((*k).clone(), o.clone())))
+        .collect();
+    let previous = c.status.clone().unwrap_or_default();
+    let status = status::build(&ReleaseView {
+        plan: &plan,
+        applied: &applied,
+        outcomes: &outcomes,
+        busy: &busy,
+        synced: &synced,
+        generation: c.meta().generation,
+        previous: &previous.conditions,
+        now: Timestamp::now(),
+    });
+    report_new_problems(ctx, c, &plan.problems, &previous).await;
+    if status != previous {
+        let api: Api<Controller> = Api::namespaced(ctx.hub.clone(), &owner.namespace);
+        let patch = serde_json::json!({ "status": status });
+        api.patch_status(&owner.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| Error::Hub {
+                owner: owner.clone(),
+                action: "writing status",
+                source: Box::new(source),
+            })?;
+    }
+    let settling = !busy.is_empty() || !plan.waiting.is_empty();
+    Ok(Action::requeue(Duration::from_secs(if settling {
+        30
+    } else {
+        300
+    })))
+}
+
+async fn report_new_problems(
+    ctx: &Context,
+    c: &Controller,
+    problems: &[plan::Problem],
+    previous: &crate::crd::ControllerStatus,
+) {
+    let known: BTreeSet<&str> = previous
+        .updated_tenancies
+        .iter()
+        .flat_map(|t| &t.chart_messages)
+        .map(|m| m.error_message.as_str())
+        .collect();
+    for problem in problems {
+        let note = problem.to_string();
+        if known.contains(note.as_str()) {
+            continue;
+        }
+        tracing::warn!(controller = %owner_id(c), problem = %note, "spec cannot be carried out as written");
+        publish(ctx, c, EventType::Warning, problem.reason(), "Plan", note).await;
+    }
+}
+
+/// Publishes an Event on a `Controller`; failures are logged, never fatal.
+async fn publish(
+    ctx: &Context,
+    c: &Controller,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    let event = KubeEvent {
+        type_,
+        reason: reason.into(),
+        note: Some(note.chars().take(1024).collect()),
+        action: action.into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &c.object_ref(&())).await {
+        tracing::warn!(error = %e, "could not publish an event");
+    }
+}
+
+fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
+    let owner = owner_id(c);
+    let (applied, synced) = ctx.releases.snapshot();
+    let owned: Vec<&ReleaseKey> = applied
+        .values()
+        .filter(|a| a.owner.as_ref() == Some(&owner))
+        .map(|a| &a.key)
+        .collect();
+    for key in &owned {
+        ctx.queue.enqueue(Job::Uninstall {
+            key: (*key).clone(),
+            owner: owner.clone(),
+        });
+    }
+    let unreached: Vec<String> = ctx
+        .registry
+        .load()
+        .labels()
+        .into_keys()
+        .filter(|c| !synced.contains(c))
+        .map(|c| c.to_string())
+        .collect();
+    if owned.is_empty() && unreached.is_empty() {
+        tracing::info!(controller = %owner, "every release uninstalled; removing the finalizer");
+        return Ok(Action::await_change());
+    }
+    Err(Error::CleanupPending {
+        owner,
+        remaining: owned.len(),
+        unreached: if unreached.is_empty() {
+            String::new()
+        } else {
+            format!(" and for clusters {} to be reached", unreached.join(", "))
+        },
+    })
+}
+
+/// Records each finished Helm job, publishes its Event, and wakes the resource that owns it.
+pub async fn record_outcomes(
+    ctx: Arc<Context>,
+    mut done: UnboundedReceiver<Completed>,
+    trigger: UnboundedSender<ObjectRef<Controller>>,
+) {
+    while let Some(completed) = done.recv().await {
+        let key = completed.job.key().clone();
+        let owner = completed.job.owner().clone();
+        let (type_, reason, note) = describe(&completed);
+        match type_ {
+            EventType::Normal => {
+                tracing::info!(release = %key, elapsed_ms = completed.elapsed.as_millis() as u64, "{note}")
+            }
+            EventType::Warning => {
+                tracing::warn!(release = %key, attempt = completed.attempt, "{note}")
+            }
+        }
+        ctx.outcomes.insert(
+            key,
+            LastOutcome {
+                fingerprint: completed.job.fingerprint(),
+                outcome: completed.outcome.clone(),
+            },
+        );
+        let object = ObjectRef::new(&owner.name).within(&owner.namespace);
+        if let Some(c) = ctx.controllers.get(&object) {
+            publish(&ctx, &c, type_, reason, "Helm", note).await;
+        }
+        let _ = trigger.send(object);
+    }
+}
+
+fn describe(completed: &Completed) -> (EventType, &'static str, String) {
+    let key = completed.job.key();
+    match &completed.outcome {
+        Outcome::Applied {
+            revision: 1,
+            chart_version,
+        } => (
+            EventType::Normal,
+            "Installed",
+            format!("installed {key} (chart {chart_version}, revision 1)"),
+        ),
+        Outcome::Applied {
+            revision,
+            chart_version,
+        } => (
+            EventType::Normal,
+            "Upgraded",
+            format!("upgraded {key} (chart {chart_version}, revision {revision})"),
+        ),
+        Outcome::Uninstalled => (
+            EventType::Normal,
+            "Uninstalled",
+            format!("uninstalled {key}"),
+        ),
+        Outcome::Failed { message, .. } => {
+            let retry = completed
+                .next_retry
+                .map_or("not retried until the spec changes".to_owned(), |d| {
+                    format!("retrying in {}s", d.as_secs())
+                });
+            (
+                EventType::Warning,
+                "Failed",
+                format!("{key} failed: {message}; {retry}"),
+            )
+        }
+    }
+}

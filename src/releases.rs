@@ -1,0 +1,242 @@
+//! Helm's release records in every cluster, watched as Secret metadata, as the applied side of planning.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+use dashmap::DashMap;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    Api,
+    core::PartialObjectMeta,
+    runtime::{
+        WatchStreamExt,
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::{
+    crd::Controller,
+    key::{ClusterName, ClusterNamespace, ReleaseKey},
+    plan::{
+        Applied, MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, OwnerId,
+        SPEC_HASH_LABEL,
+    },
+};
+
+type Record = PartialObjectMeta<Secret>;
+
+struct Watched {
+    store: Store<Record>,
+    synced: Arc<AtomicBool>,
+    stop: CancellationToken,
+}
+
+/// The release records of every watched cluster.
+#[derive(Default)]
+pub struct ReleaseIndex {
+    clusters: DashMap<ClusterName, Watched>,
+}
+
+impl ReleaseIndex {
+    /// Starts watching one cluster's release records; a change to a record owned by a `Controller`
+    /// sends that resource on `trigger`. Replaces any earlier watch of that cluster.
+    pub fn watch(
+        &self,
+        cluster: ClusterName,
+        client: kube::Client,
+        trigger: UnboundedSender<ObjectRef<Controller>>,
+        parent: &CancellationToken,
+    ) {
+        let (store, writer) = reflector::store();
+        let synced = Arc::new(AtomicBool::new(false));
+        let stop = parent.child_token();
+        let api: Api<Record> = Api::all(client);
+        let config = watcher::Config::default().labels("owner=helm");
+        let stream = watcher(api, config)
+            .default_backoff()
+            .reflect(writer)
+            .touched_objects();
+        let span = tracing::info_span!("release_records", cluster = %cluster);
+        let (ready, flag, token) = (store.clone(), synced.clone(), stop.clone());
+        tokio::spawn(
+            async move {
+                let forward = stream.for_each(|event| {
+                    match event {
+                        Ok(record) => {
+                            if let Some(owner) = owner_of(&record) {
+                                let _ = trigger.send(ObjectRef::new(&owner.name).within(&owner.namespace));
+                            }
+                        }
+                        Err(e) => tracing::warn!(error = %e, "watching release records failed; retrying with backoff"),
+                    }
+                    futures::future::ready(())
+                });
+                let mark = async {
+                    if ready.wait_until_ready().await.is_ok() {
+                        flag.store(true, Ordering::Release);
+                    }
+                    std::future::pending::<()>().await
+                };
+                tokio::select! {
+                    () = forward => {}
+                    () = mark => {}
+                    () = token.cancelled() => {}
+                }
+            }
+            .instrument(span),
+        );
+        if let Some(old) = self.clusters.insert(
+            cluster,
+            Watched {
+                store,
+                synced,
+                stop,
+            },
+        ) {
+            old.stop.cancel();
+        }
+    }
+
+    /// Stops watching a cluster and forgets its records.
+    pub fn forget(&self, cluster: &ClusterName) {
+        if let Some((_, old)) = self.clusters.remove(cluster) {
+            old.stop.cancel();
+        }
+    }
+
+    /// Every release known, newest record per release, and the clusters whose records are fully listed.
+    pub fn snapshot(&self) -> (HashMap<ReleaseKey, Applied>, BTreeSet<ClusterName>) {
+        let mut applied = HashMap::new();
+        let mut synced = BTreeSet::new();
+        for entry in &self.clusters {
+            if entry.synced.load(Ordering::Acquire) {
+                synced.insert(entry.key().clone());
+            }
+            for record in entry.store.state() {
+                if let Some(a) = applied_from(entry.key(), &record) {
+                    match applied.get(&a.key) {
+                        Some(held) if newer_or_same(held, &a) => {}
+                        _ => {
+                            applied.insert(a.key.clone(), a);
+                        }
+                    }
+                }
+            }
+        }
+        (applied, synced)
+    }
+}
+
+fn newer_or_same(held: &Applied, other: &Applied) -> bool {
+    held.revision >= other.revision
+}
+
+fn owner_of(record: &Record) -> Option<OwnerId> {
+    let labels = record.metadata.labels.as_ref()?;
+    (labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY)).then(|| OwnerId {
+        namespace: labels
+            .get(OWNER_NAMESPACE_LABEL)
+            .cloned()
+            .unwrap_or_default(),
+        name: labels.get(OWNER_NAME_LABEL).cloned().unwrap_or_default(),
+    })
+}
+
+/// Reads one Helm release record's labels; None for Secrets that are not release records.
+pub fn applied_from(cluster: &ClusterName, record: &Record) -> Option<Applied> {
+    let labels = record.metadata.labels.as_ref()?;
+    let namespace = record.metadata.namespace.as_deref()?;
+    let scope = ClusterNamespace::new(cluster.clone(), namespace).ok()?;
+    Some(Applied {
+        key: ReleaseKey {
+            scope,
+            release: labels.get("name")?.clone(),
+        },
+        owner: owner_of(record),
+        spec_hash: labels.get(SPEC_HASH_LABEL).cloned(),
+        revision: labels.get("version")?.parse().ok()?,
+        status: labels.get("status").cloned().unwrap_or_default(),
+        modified_at: record
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.as_second()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn record(ns: &str, labels: &[(&str, &str)]) -> Record {
+        let mut r = Record::default();
+        r.metadata.namespace = Some(ns.into());
+        r.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>(),
+        );
+        r
+    }
+
+    #[test]
+    fn a_managed_release_record_reads_as_applied_with_its_owner_and_hash() {
+        let r = record(
+            "team",
+            &[
+                ("owner", "helm"),
+                ("name", "web"),
+                ("version", "3"),
+                ("status", "deployed"),
+                (MANAGED_BY_LABEL, MANAGED_BY),
+                (OWNER_NAMESPACE_LABEL, "default"),
+                (OWNER_NAME_LABEL, "example"),
+                (SPEC_HASH_LABEL, "abc"),
+            ],
+        );
+        let a = applied_from(&"member-1".parse().unwrap(), &r).unwrap();
+        assert_eq!(a.key.to_string(), "member-1/team/web");
+        assert_eq!(a.revision, 3);
+        assert_eq!(a.status, "deployed");
+        assert_eq!(a.owner.unwrap().to_string(), "default/example");
+        assert_eq!(a.spec_hash.as_deref(), Some("abc"));
+    }
+
+    #[test]
+    fn a_release_installed_by_hand_has_no_owner() {
+        let r = record(
+            "team",
+            &[
+                ("owner", "helm"),
+                ("name", "web"),
+                ("version", "1"),
+                ("status", "deployed"),
+            ],
+        );
+        let a = applied_from(&"hub".parse().unwrap(), &r).unwrap();
+        assert_eq!(a.owner, None);
+    }
+
+    #[test]
+    fn a_secret_without_release_labels_is_ignored() {
+        assert!(
+            applied_from(
+                &"hub".parse().unwrap(),
+                &record("team", &[("owner", "helm")])
+            )
+            .is_none()
+        );
+    }
+}
