@@ -155,12 +155,14 @@ pub fn trim_error(stderr: &str) -> String {
 
 /// Whether a Helm failure can succeed on a later try without a spec change.
 pub fn is_retryable(stderr: &str) -> bool {
-    const PERMANENT: [&str; 6] = [
+    const PERMANENT: [&str; 8] = [
         "parse error",
         "template: ",
+        "executing \"",
         "execution error",
         "failed parsing --set",
         "unable to build kubernetes objects",
+        "failed to create typed patch",
         "YAML parse error",
     ];
     !PERMANENT.iter().any(|p| stderr.contains(p))

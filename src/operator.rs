@@ -9,6 +9,7 @@ use kube::{
     runtime::{
         Controller as Runtime,
         events::{Recorder, Reporter},
+        reflector::ObjectRef,
         watcher,
     },
 };
@@ -106,8 +107,16 @@ pub async fn run(
     let executor =
         Arc::new(HelmCli::new(config.helm.clone(), shared.clone()).map_err(Error::Scratch)?);
 
+    let scope = config.namespace.clone();
     let triggers = futures::stream::unfold(trigger_rx, |mut rx| async move {
         rx.recv().await.map(|r| (r, rx))
+    })
+    .filter(move |r: &ObjectRef<Controller>| {
+        futures::future::ready(
+            scope
+                .as_ref()
+                .is_none_or(|ns| r.namespace.as_ref() == Some(ns)),
+        )
     });
     let runtime = Runtime::new(controllers, watcher::Config::default())
         .reconcile_on(triggers)

@@ -146,7 +146,19 @@ impl Lab {
         context: &str,
         namespace: &str,
     ) -> std::collections::BTreeMap<String, (i64, String)> {
-        let out = self.helm(context, &["list", "-n", namespace, "-a", "-o", "json"]);
+        let out = self.helm(
+            context,
+            &[
+                "list",
+                "-n",
+                namespace,
+                "--deployed",
+                "--failed",
+                "--pending",
+                "-o",
+                "json",
+            ],
+        );
         let list: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
         list.iter()
             .map(|r| {

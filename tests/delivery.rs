@@ -1,0 +1,552 @@
+//! End-to-end tests of Helm delivery: the operator, the lab's API servers and the real helm.
+
+mod common;
+
+use std::{collections::BTreeMap, path::Path, time::Duration};
+
+use common::{Lab, Operator, install_crd, unique, wait_until};
+use k8s_openapi::api::{
+    apps::v1::{Deployment, StatefulSet},
+    core::v1::{Event, Namespace},
+};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+};
+use tenancy_hub::crd::{
+    Chart, ChartMessage, Controller, ControllerSpec, ControllerStatus, Setting, Tenancy,
+};
+
+const DEADLINE: Duration = Duration::from_secs(120);
+
+/// A hub namespace of the test's own, with its own operator reconciling only that namespace.
+struct Hub {
+    lab: Lab,
+    client: Client,
+    namespace: String,
+    operator: Option<Operator>,
+}
+
+impl Hub {
+    async fn new(prefix: &str) -> Self {
+        let lab = Lab::get();
+        let client = lab.client("hub").await;
+        install_crd(&client).await;
+        let namespace = unique(prefix);
+        create_namespace(&client, &namespace).await;
+        let operator = Some(Operator::start(&lab, &namespace));
+        Self {
+            lab,
+            client,
+            namespace,
+            operator,
+        }
+    }
+
+    fn api(&self) -> Api<Controller> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    async fn apply(&self, name: &str, spec: ControllerSpec) {
+        let c = Controller::new(name, spec);
+        self.api()
+            .patch(
+                name,
+                &PatchParams::apply("tenancy-hub-tests").force(),
+                &Patch::Apply(&c),
+            )
+            .await
+            .expect("the Controller applies");
+    }
+
+    /// Waits until the resource's status satisfies `check`, returning it.
+    async fn status_until(
+        &self,
+        name: &str,
+        what: &str,
+        check: impl Fn(&ControllerStatus) -> bool,
+    ) -> ControllerStatus {
+        let api = self.api();
+        wait_until(what, DEADLINE, || async {
+            let c = api.get(name).await.ok()?;
+            let status = c.status?;
+            check(&status).then_some(status)
+        })
+        .await
+    }
+
+    /// Waits until releases in `namespace` of `context` are exactly `expected` (name -> revision, all deployed).
+    async fn releases_become(&self, context: &str, namespace: &str, expected: &[(&str, i64)]) {
+        let expected: BTreeMap<String, (i64, String)> = expected
+            .iter()
+            .map(|(n, r)| (n.to_string(), (*r, "deployed".to_string())))
+            .collect();
+        let what = format!("releases {expected:?} in {context}/{namespace}");
+        wait_until(&what, DEADLINE, || async {
+            (self.lab.releases(context, namespace) == expected).then_some(())
+        })
+        .await;
+    }
+
+    async fn delete_and_wait_gone(&self, name: &str) {
+        self.api()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+        let api = self.api();
+        wait_until(
+            "the Controller to be deleted (finalizer removed)",
+            DEADLINE,
+            || async { api.get_opt(name).await.ok()?.is_none().then_some(()) },
+        )
+        .await;
+    }
+
+    /// Where the operator logs.
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.operator.as_ref().unwrap().log).unwrap_or_default()
+    }
+}
+
+async fn create_namespace(client: &Client, name: &str) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let mut n = Namespace::default();
+    n.metadata.name = Some(name.to_owned());
+    match namespaces.create(&PostParams::default(), &n).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating namespace {name}: {e}"),
+    }
+}
+
+fn tenancy(namespace: &str, clusters: &[&str], charts: Vec<Chart>) -> Tenancy {
+    Tenancy {
+        namespace: namespace.into(),
+        clusters: clusters.iter().map(|c| c.to_string()).collect(),
+        charts,
+        ..Default::default()
+    }
+}
+
+fn chart(name: &str, release: &str, settings: &[(&str, &str)]) -> Chart {
+    Chart {
+        chart_name: name.into(),
+        release_name: Some(release.into()),
+        settings: settings
+            .iter()
+            .map(|(k, v)| Setting {
+                key: k.to_string(),
+                value: v.to_string(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn message<'a>(
+    status: &'a ControllerStatus,
+    cluster: &str,
+    release: &str,
+) -> Option<&'a ChartMessage> {
+    status
+        .updated_tenancies
+        .iter()
+        .filter(|t| t.cluster == cluster)
+        .flat_map(|t| &t.chart_messages)
+        .find(|m| m.release_name == release)
+}
+
+fn ready(status: &ControllerStatus) -> bool {
+    status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn the_seed_example_is_delivered_to_the_hub_as_written() {
+    let hub = Hub::new("seed").await;
+    let seed: Controller =
+        serde_yaml::from_str(include_str!("../config/example-controller.yaml")).unwrap();
+    hub.api()
+        .create(&PostParams::default(), &seed)
+        .await
+        .unwrap();
+
+    let status = hub
+        .status_until("example-controller", "the seed example to be ready", ready)
+        .await;
+    let foo = message(&status, "hub", "foo").expect("a message for release foo");
+    assert_eq!(
+        (foo.chart_name.as_str(), foo.phase.as_str(), foo.revision),
+        ("deployment-example", "Deployed", Some(1))
+    );
+    assert_eq!(foo.setting_map["replicaCount"], "2");
+    assert_eq!(
+        message(&status, "hub", "nginx").unwrap().setting_map["service.internalPort"],
+        "8080"
+    );
+    assert_eq!(status.updated_tenancies[0].namespace, "foo");
+
+    assert_eq!(
+        hub.lab.values("hub", "foo", "foo"),
+        serde_json::json!({"replicaCount": 2})
+    );
+    assert_eq!(
+        hub.lab.values("hub", "foo", "nginx"),
+        serde_json::json!({"replicas": 3, "service": {"internalPort": 8080}})
+    );
+    let deployments: Api<Deployment> = Api::namespaced(hub.client.clone(), "foo");
+    let statefulsets: Api<StatefulSet> = Api::namespaced(hub.client.clone(), "foo");
+    wait_until("Deployment foo with 2 ready replicas", DEADLINE, || async {
+        let d = deployments.get("foo").await.ok()?;
+        (d.spec?.replicas == Some(2) && d.status?.ready_replicas == Some(2)).then_some(())
+    })
+    .await;
+    wait_until(
+        "StatefulSet nginx with 3 ready replicas",
+        DEADLINE,
+        || async {
+            let s = statefulsets.get("nginx").await.ok()?;
+            (s.spec?.replicas == Some(3) && s.status?.ready_replicas == Some(3)).then_some(())
+        },
+    )
+    .await;
+
+    hub.delete_and_wait_gone("example-controller").await;
+    assert!(
+        hub.lab.releases("hub", "foo").is_empty(),
+        "deleting the resource uninstalls its releases"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_tenancy_on_two_members_follows_every_spec_change() {
+    let hub = Hub::new("members").await;
+    let ns = unique("team");
+    let spec = |clusters: &[&str], replicas: &str, with_db: bool| {
+        let mut charts = vec![chart(
+            "deployment-example",
+            "web",
+            &[("replicaCount", replicas)],
+        )];
+        if with_db {
+            charts.push(chart("statefulset-example", "db", &[("replicas", "1")]));
+        }
+        ControllerSpec {
+            tenancies: vec![tenancy(&ns, clusters, charts)],
+        }
+    };
+    let both = ["member-1", "member-2"];
+    hub.apply("team", spec(&both, "1", true)).await;
+    for member in both {
+        hub.releases_become(member, &ns, &[("db", 1), ("web", 1)])
+            .await;
+    }
+    hub.status_until("team", "status to show both members ready", |s| {
+        ready(s) && s.clusters.len() == 2 && s.summary.as_ref().is_some_and(|t| t.releases == "4/4")
+    })
+    .await;
+
+    hub.apply("team", spec(&both, "2", true)).await;
+    for member in both {
+        hub.releases_become(member, &ns, &[("db", 1), ("web", 2)])
+            .await;
+        assert_eq!(
+            hub.lab.values(member, &ns, "web"),
+            serde_json::json!({"replicaCount": 2})
+        );
+    }
+
+    hub.apply("team", spec(&["member-1"], "2", true)).await;
+    hub.releases_become("member-2", &ns, &[]).await;
+    hub.releases_become("member-1", &ns, &[("db", 1), ("web", 2)])
+        .await;
+
+    hub.apply("team", spec(&["member-1"], "2", false)).await;
+    hub.releases_become("member-1", &ns, &[("web", 2)]).await;
+
+    hub.delete_and_wait_gone("team").await;
+    assert!(hub.lab.releases("member-1", &ns).is_empty());
+}
+
+/// A Helm repository served over loopback HTTP from a temporary directory, stopped when dropped.
+struct ChartRepo {
+    server: std::process::Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl ChartRepo {
+    fn serve(lab: &Lab, versions: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts/deployment-example");
+        for version in versions {
+            let out = std::process::Command::new(lab.bin_dir().join("helm"))
+                .args(["package", "--version", version, "-d"])
+                .arg(dir.path())
+                .arg(&chart)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "helm package: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let url = format!("http://127.0.0.1:{port}");
+        let index = std::process::Command::new(lab.bin_dir().join("helm"))
+            .args(["repo", "index", "--url", &url])
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(index.success());
+        let server = std::process::Command::new("python3")
+            .args([
+                "-m",
+                "http.server",
+                "--bind",
+                "127.0.0.1",
+                &port.to_string(),
+                "--directory",
+            ])
+            .arg(dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("python3 serves the repository");
+        Self {
+            server,
+            url,
+            _dir: dir,
+        }
+    }
+
+    async fn wait_ready(&self) {
+        let address = self.url.trim_start_matches("http://").to_owned();
+        wait_until(
+            "the chart repository to serve its index",
+            Duration::from_secs(30),
+            || {
+                let address = address.clone();
+                async move {
+                    use std::io::{Read, Write};
+                    let mut stream = std::net::TcpStream::connect(&address).ok()?;
+                    stream.write_all(b"GET /index.yaml HTTP/1.0\r\n\r\n").ok()?;
+                    let mut body = String::new();
+                    stream.read_to_string(&mut body).ok()?;
+                    body.contains("deployment-example").then_some(())
+                }
+            },
+        )
+        .await;
+    }
+}
+
+impl Drop for ChartRepo {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_chart_from_a_helm_repository_is_pinned_to_its_version() {
+    let hub = Hub::new("repo").await;
+    let repo = ChartRepo::serve(&hub.lab, &["0.1.0", "0.2.0"]);
+    repo.wait_ready().await;
+    let ns = unique("repo-tenant");
+    let spec = |version: &str| {
+        let mut c = chart("deployment-example", "web", &[]);
+        c.repo = Some(repo.url.clone());
+        c.version = Some(version.into());
+        ControllerSpec {
+            tenancies: vec![tenancy(&ns, &["member-1"], vec![c])],
+        }
+    };
+    hub.apply("from-repo", spec("0.1.0")).await;
+    let status = hub
+        .status_until("from-repo", "the repository chart to be deployed", ready)
+        .await;
+    assert_eq!(
+        message(&status, "member-1", "web").unwrap().chart_version,
+        "0.1.0"
+    );
+    let listed = hub.lab.helm("member-1", &["list", "-n", &ns, "-o", "json"]);
+    assert!(listed.contains("deployment-example-0.1.0"), "{listed}");
+
+    hub.apply("from-repo", spec("0.2.0")).await;
+    hub.releases_become("member-1", &ns, &[("web", 2)]).await;
+    let listed = hub.lab.helm("member-1", &["list", "-n", &ns, "-o", "json"]);
+    assert!(listed.contains("deployment-example-0.2.0"), "{listed}");
+    hub.delete_and_wait_gone("from-repo").await;
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn restarting_the_operator_changes_nothing() {
+    let mut hub = Hub::new("restart").await;
+    let ns = unique("steady");
+    let witness = unique("witness");
+    let base = vec![tenancy(
+        &ns,
+        &["member-1"],
+        vec![
+            chart("deployment-example", "web", &[("replicaCount", "1")]),
+            chart("statefulset-example", "db", &[]),
+        ],
+    )];
+    hub.apply(
+        "steady",
+        ControllerSpec {
+            tenancies: base.clone(),
+        },
+    )
+    .await;
+    hub.releases_become("member-1", &ns, &[("db", 1), ("web", 1)])
+        .await;
+    hub.status_until("steady", "the releases to be ready", ready)
+        .await;
+
+    hub.operator.take().unwrap().stop();
+    hub.operator = Some(Operator::start(&hub.lab, &hub.namespace));
+    // A change elsewhere proves the new operator has reconciled this resource.
+    let mut with_witness = base.clone();
+    with_witness.push(tenancy(
+        &witness,
+        &["member-1"],
+        vec![chart("deployment-example", "w", &[])],
+    ));
+    hub.apply(
+        "steady",
+        ControllerSpec {
+            tenancies: with_witness,
+        },
+    )
+    .await;
+    hub.releases_become("member-1", &witness, &[("w", 1)]).await;
+    hub.status_until("steady", "the witness to be ready", ready)
+        .await;
+
+    assert_eq!(
+        hub.lab.releases("member-1", &ns),
+        BTreeMap::from([
+            ("db".to_string(), (1, "deployed".to_string())),
+            ("web".to_string(), (1, "deployed".to_string()))
+        ]),
+        "a restart made new revisions"
+    );
+    let log = hub.log();
+    assert_eq!(
+        log.matches("installed member-1/").count(),
+        3,
+        "each release installed once:\n{log}"
+    );
+    assert!(
+        !log.contains("upgraded member-1/"),
+        "nothing upgraded:\n{log}"
+    );
+    hub.delete_and_wait_gone("steady").await;
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn bad_input_is_reported_on_its_own_release_and_the_rest_is_deployed() {
+    let hub = Hub::new("bad").await;
+    let ns = unique("mixed");
+    let literal =
+        "a,b\\c {x,y} $(rm -rf /) `id` 'q' \"z\" --set=evil=1; echo hi\nline two ünï = done";
+    let spec = ControllerSpec {
+        tenancies: vec![tenancy(
+            &ns,
+            &["member-1", "member-9"],
+            vec![
+                chart(
+                    "deployment-example",
+                    "good",
+                    &[("podAnnotations.note", literal)],
+                ),
+                chart("no-such-chart", "missing", &[]),
+                chart(
+                    "deployment-example",
+                    "broken",
+                    &[("podAnnotations", "notamap")],
+                ),
+            ],
+        )],
+    };
+    hub.apply("mixed", spec).await;
+    let status = hub
+        .status_until(
+            "mixed",
+            "every release of the mixed tenancy to be reported",
+            |s| {
+                message(s, "member-1", "good").is_some_and(|m| m.phase == "Deployed")
+                    && message(s, "member-1", "broken").is_some_and(|m| m.phase == "Failed")
+            },
+        )
+        .await;
+
+    let unknown = status
+        .updated_tenancies
+        .iter()
+        .find(|t| t.cluster == "member-9")
+        .expect("an entry for member-9");
+    assert!(
+        unknown.chart_messages[0]
+            .error_message
+            .contains("\"member-9\" is not registered"),
+        "{unknown:?}"
+    );
+    let missing = message(&status, "member-1", "missing").unwrap();
+    assert!(
+        missing
+            .error_message
+            .contains("\"no-such-chart\" not found"),
+        "{missing:?}"
+    );
+    let broken = message(&status, "member-1", "broken").unwrap();
+    assert!(
+        broken.error_message.contains("can't iterate over notamap"),
+        "{broken:?}"
+    );
+    assert!(!ready(&status));
+
+    let values = hub.lab.values("member-1", &ns, "good");
+    assert_eq!(
+        values["podAnnotations"]["note"], literal,
+        "the value arrived exactly as written"
+    );
+    assert_eq!(
+        hub.lab
+            .releases("member-1", &ns)
+            .get("good")
+            .map(|r| r.1.as_str()),
+        Some("deployed")
+    );
+
+    let events: Api<Event> = Api::namespaced(hub.client.clone(), &hub.namespace);
+    let reasons: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some("mixed"))
+        .filter_map(|e| e.reason.clone())
+        .collect();
+    for reason in ["Installed", "Failed", "UnknownCluster", "ChartNotFound"] {
+        assert!(
+            reasons.iter().any(|r| r == reason),
+            "no {reason} event among {reasons:?}"
+        );
+    }
+    hub.delete_and_wait_gone("mixed").await;
+    assert!(hub.lab.releases("member-1", &ns).is_empty());
+}
