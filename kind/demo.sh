@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The tenancy-hub demo: brings up the lab (a hub and two member clusters), installs the Controller
-# CRD on the hub, and shows every registered cluster reachable.
+# CRD on the hub, shows every registered cluster reachable, runs the operator, and delivers the seed's
+# example Controller to the hub and a second tenancy to both members.
 #
 #   kind/demo.sh [--members N] [--dir DIR]
 #
@@ -22,27 +23,54 @@ done
 if [[ -t 1 ]]; then BOLD=$'\033[1m' PLAIN=$'\033[0m'; else BOLD='' PLAIN=''; fi
 step() { printf '\n%s==> %s%s\n' "$BOLD" "$*" "$PLAIN"; }
 
-step "1/4 bringing up the lab: hub + $MEMBERS members (the first run builds Kubernetes from source, ~10 min)"
+OPERATOR_PID=
+stop_operator() {
+    if [[ -n $OPERATOR_PID ]] && kill -0 "$OPERATOR_PID" 2>/dev/null; then
+        kill -TERM "$OPERATOR_PID"
+        wait "$OPERATOR_PID" || true
+    fi
+}
+trap stop_operator EXIT
+
+step "1/6 bringing up the lab: hub + $MEMBERS members (the first run builds Kubernetes from source, ~10 min)"
 "$LAB_ROOT/up.sh" --members "$MEMBERS" --dir "$LAB_DIR"
 source "$LAB_DIR/env"
 
-step "2/4 building tenancy-hub"
+step "2/6 building tenancy-hub"
 (cd "$REPO_ROOT" && cargo build --locked --quiet)
 TH="$REPO_ROOT/target/debug/tenancy-hub"
 
-step "3/4 installing the Controller CRD on the hub"
+step "3/6 installing the Controller CRD on the hub"
 "$TH" crd | kubectl --context hub apply --server-side --force-conflicts --field-manager tenancy-hub -f -
 kubectl --context hub wait --for condition=Established --timeout 60s crd/controllers.multitenancy.dev
-kubectl --context hub explain controllers.spec.tenancies.charts | sed -n '1,12p'
 
-step "4/4 every registered cluster, as tenancy-hub sees it"
+step "4/6 every registered cluster, as tenancy-hub sees it"
 "$TH" clusters --clusters "$LAB_DIR/clusters.yaml" --kubeconfig "$KUBECONFIG" --context hub
+
+step "5/6 running the operator (log: $LAB_DIR/operator.log) and applying two Controllers"
+"$TH" run --kubeconfig "$KUBECONFIG" --context hub --clusters "$LAB_DIR/clusters.yaml" \
+    --chart-home "$REPO_ROOT/config/charts" --helm "$(command -v helm)" >"$LAB_DIR/operator.log" 2>&1 &
+OPERATOR_PID=$!
+kubectl --context hub apply -f "$REPO_ROOT/config/example-controller.yaml" -f "$REPO_ROOT/config/members-controller.yaml"
+kubectl --context hub wait --for condition=Ready --timeout 180s \
+    controller/example-controller controller/members-controller
+kubectl --context hub get controllers
+
+step "6/6 what runs where"
+for c in hub $(seq -f 'member-%g' 1 "$MEMBERS"); do
+    echo "--- $c"
+    helm --kube-context "$c" list -A
+    kubectl --context "$c" get pods -A -l app.kubernetes.io/instance --no-headers 2>/dev/null | sed 's/^/    /'
+done
+echo
+kubectl --context hub get controller members-controller \
+    -o jsonpath='{range .status.updatedTenancies[*]}{.cluster}/{.namespace}:{range .chartMessages[*]} {.releaseName}={.phase}(rev {.revision}){end}{"\n"}{end}'
 
 cat <<MSG
 
-The lab is still running. Try:
+The operator has stopped; the lab and the releases are still there. Try:
   source $LAB_DIR/env
-  kubectl --context member-1 get nodes
-  kubectl --context hub apply -f config/example-controller.yaml && kubectl --context hub get controllers
-Stop it with: kind/down.sh --dir $LAB_DIR
+  kubectl --context hub get controllers -o yaml
+  $TH run --kubeconfig \$KUBECONFIG --context hub --clusters $LAB_DIR/clusters.yaml --chart-home config/charts
+Stop the lab with: kind/down.sh --dir $LAB_DIR
 MSG

@@ -36,6 +36,8 @@ pub struct Context {
     pub releases: releases::ReleaseIndex,
     /// The central FIFO of Helm jobs.
     pub queue: queue::HelmQueue,
+    /// Which resources ask for each release.
+    pub interest: reconcile::Interest,
     /// The last outcome of each release's Helm job.
     pub outcomes: DashMap<key::ReleaseKey, status::LastOutcome>,
     /// Every `Controller` on the hub, as the reconciler sees them.

@@ -92,12 +92,13 @@ pub async fn run(
 
     let cancel = CancellationToken::new();
     let (trigger_tx, trigger_rx) = mpsc::unbounded_channel();
+    let (record_tx, record_rx) = mpsc::unbounded_channel();
     let releases = ReleaseIndex::default();
     for member in registry.iter() {
         releases.watch(
             member.entry.name.clone(),
             member.client.clone(),
-            trigger_tx.clone(),
+            record_tx.clone(),
             &cancel,
         );
         tracing::info!(cluster = %member.entry.name, context = %member.entry.context, "watching release records");
@@ -126,6 +127,7 @@ pub async fn run(
         registry: shared,
         releases,
         queue: queue.clone(),
+        interest: Default::default(),
         outcomes: Default::default(),
         controllers: runtime.store(),
         recorder: Recorder::new(hub, Reporter::from("tenancy-hub")),
@@ -140,7 +142,16 @@ pub async fn run(
         let (queue, cancel) = (queue.clone(), cancel.clone());
         async move { queue.run(executor, done_tx, cancel).await }
     });
-    tokio::spawn(reconcile::record_outcomes(ctx.clone(), done_rx, trigger_tx));
+    tokio::spawn(reconcile::record_outcomes(
+        ctx.clone(),
+        done_rx,
+        trigger_tx.clone(),
+    ));
+    tokio::spawn(reconcile::forward_record_changes(
+        ctx.clone(),
+        record_rx,
+        trigger_tx,
+    ));
     tokio::spawn({
         let cancel = cancel.clone();
         async move {

@@ -279,6 +279,8 @@ pub struct Plan {
     pub problems: Vec<Problem>,
     /// Releases on clusters whose state is not known yet.
     pub waiting: Vec<ReleaseKey>,
+    /// Seconds until a release now pending counts as stuck, when one is pending.
+    pub recheck_in: Option<i64>,
 }
 
 /// The clusters a tenancy goes to, or the problems that keep it from going anywhere.
@@ -501,6 +503,10 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
             None => Some(None),
             Some(a) if a.is_pending() => {
                 let age = a.modified_at.map_or(i64::MAX, |t| inputs.now - t);
+                let left = inputs.pending_timeout_secs.saturating_sub(age) + 1;
+                if left > 0 {
+                    plan.recheck_in = Some(plan.recheck_in.map_or(left, |r| r.min(left)));
+                }
                 (age > inputs.pending_timeout_secs).then_some(Some(a.revision))
             }
             Some(a)
@@ -774,7 +780,13 @@ mod tests {
         let a = world.applied.get_mut(&foo).unwrap();
         a.status = "pending-upgrade".into();
         a.modified_at = Some(9_900);
-        assert!(world.plan(&owner("a"), &seed()).jobs.is_empty());
+        let plan = world.plan(&owner("a"), &seed());
+        assert!(plan.jobs.is_empty());
+        assert_eq!(
+            plan.recheck_in,
+            Some(501),
+            "checked again once it would count as stuck"
+        );
     }
 
     #[test]

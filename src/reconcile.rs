@@ -1,11 +1,12 @@
 //! Hub reconciler: observe, plan, enqueue and report for each `Controller`; the finalizer uninstalls.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     sync::Arc,
     time::Duration,
 };
 
+use dashmap::DashMap;
 use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, Resource, ResourceExt,
@@ -203,12 +204,84 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
                 source: Box::new(source),
             })?;
     }
+    let claimed = plan.desired.iter().map(|r| r.key.clone());
+    ctx.interest.set(
+        &ObjectRef::from_obj(c),
+        claimed.chain(conflicts(&plan.problems)),
+    );
     let settling = !busy.is_empty() || !plan.waiting.is_empty();
-    Ok(Action::requeue(Duration::from_secs(if settling {
-        30
-    } else {
-        300
-    })))
+    let mut next = if settling { 30 } else { 300 };
+    if let Some(recheck) = plan.recheck_in {
+        next = next.min(recheck.max(1) as u64);
+    }
+    Ok(Action::requeue(Duration::from_secs(next)))
+}
+
+fn conflicts(problems: &[plan::Problem]) -> impl Iterator<Item = ReleaseKey> + '_ {
+    problems.iter().filter_map(|p| match p {
+        plan::Problem::Conflict { key, .. } => Some(key.clone()),
+        _ => None,
+    })
+}
+
+/// Which resources ask for each release key, so news about a release wakes all of them.
+#[derive(Default)]
+pub struct Interest {
+    by_key: DashMap<ReleaseKey, HashSet<ObjectRef<Controller>>>,
+    by_owner: DashMap<ObjectRef<Controller>, Vec<ReleaseKey>>,
+}
+
+impl Interest {
+    /// Records the keys one resource asks for, replacing what it asked for before.
+    pub fn set(&self, owner: &ObjectRef<Controller>, keys: impl Iterator<Item = ReleaseKey>) {
+        let keys: Vec<ReleaseKey> = keys.collect();
+        if let Some((_, old)) = self.by_owner.remove(owner) {
+            for key in old {
+                if let Some(mut set) = self.by_key.get_mut(&key) {
+                    set.remove(owner);
+                }
+                self.by_key.remove_if(&key, |_, set| set.is_empty());
+            }
+        }
+        for key in &keys {
+            self.by_key
+                .entry(key.clone())
+                .or_default()
+                .insert(owner.clone());
+        }
+        self.by_owner.insert(owner.clone(), keys);
+    }
+
+    /// The resources asking for a key.
+    pub fn of(&self, key: &ReleaseKey) -> Vec<ObjectRef<Controller>> {
+        self.by_key
+            .get(key)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Wakes the owner of a changed release record and every resource asking for that release.
+pub async fn forward_record_changes(
+    ctx: Arc<Context>,
+    mut changes: UnboundedReceiver<(ReleaseKey, Option<OwnerId>)>,
+    trigger: UnboundedSender<ObjectRef<Controller>>,
+) {
+    while let Some((key, owner)) = changes.recv().await {
+        wake(&ctx, &key, owner.as_ref(), &trigger);
+    }
+}
+
+fn wake(
+    ctx: &Context,
+    key: &ReleaseKey,
+    owner: Option<&OwnerId>,
+    trigger: &UnboundedSender<ObjectRef<Controller>>,
+) {
+    let owner = owner.map(|o| ObjectRef::new(&o.name).within(&o.namespace));
+    for object in owner.into_iter().chain(ctx.interest.of(key)) {
+        let _ = trigger.send(object);
+    }
 }
 
 async fn report_new_problems(
@@ -310,7 +383,7 @@ pub async fn record_outcomes(
             }
         }
         ctx.outcomes.insert(
-            key,
+            key.clone(),
             LastOutcome {
                 fingerprint: completed.job.fingerprint(),
                 outcome: completed.outcome.clone(),
@@ -320,7 +393,7 @@ pub async fn record_outcomes(
         if let Some(c) = ctx.controllers.get(&object) {
             publish(&ctx, &c, type_, reason, "Helm", note).await;
         }
-        let _ = trigger.send(object);
+        wake(&ctx, &key, Some(&owner), &trigger);
     }
 }
 

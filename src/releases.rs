@@ -16,7 +16,7 @@ use kube::{
     core::PartialObjectMeta,
     runtime::{
         WatchStreamExt,
-        reflector::{self, ObjectRef, Store},
+        reflector::{self, Store},
         watcher,
     },
 };
@@ -25,7 +25,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::{
-    crd::Controller,
     key::{ClusterName, ClusterNamespace, ReleaseKey},
     plan::{
         Applied, MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, OwnerId,
@@ -48,13 +47,13 @@ pub struct ReleaseIndex {
 }
 
 impl ReleaseIndex {
-    /// Starts watching one cluster's release records; a change to a record owned by a `Controller`
-    /// sends that resource on `trigger`. Replaces any earlier watch of that cluster.
+    /// Starts watching one cluster's release records; each change sends the release and its owner
+    /// on `changes`. Replaces any earlier watch of that cluster.
     pub fn watch(
         &self,
         cluster: ClusterName,
         client: kube::Client,
-        trigger: UnboundedSender<ObjectRef<Controller>>,
+        changes: UnboundedSender<(ReleaseKey, Option<OwnerId>)>,
         parent: &CancellationToken,
     ) {
         let (store, writer) = reflector::store();
@@ -67,14 +66,15 @@ impl ReleaseIndex {
             .reflect(writer)
             .touched_objects();
         let span = tracing::info_span!("release_records", cluster = %cluster);
+        let name = cluster.clone();
         let (ready, flag, token) = (store.clone(), synced.clone(), stop.clone());
         tokio::spawn(
             async move {
                 let forward = stream.for_each(|event| {
                     match event {
                         Ok(record) => {
-                            if let Some(owner) = owner_of(&record) {
-                                let _ = trigger.send(ObjectRef::new(&owner.name).within(&owner.namespace));
+                            if let Some(a) = applied_from(&name, &record) {
+                                let _ = changes.send((a.key, a.owner));
                             }
                         }
                         Err(e) => tracing::warn!(error = %e, "watching release records failed; retrying with backoff"),

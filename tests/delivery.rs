@@ -550,3 +550,158 @@ async fn bad_input_is_reported_on_its_own_release_and_the_rest_is_deployed() {
     hub.delete_and_wait_gone("mixed").await;
     assert!(hub.lab.releases("member-1", &ns).is_empty());
 }
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_release_claimed_by_two_resources_stays_with_the_first() {
+    let hub = Hub::new("claims").await;
+    let ns = unique("shared");
+    let spec = |replicas: &str| ControllerSpec {
+        tenancies: vec![tenancy(
+            &ns,
+            &["member-1"],
+            vec![chart(
+                "deployment-example",
+                "web",
+                &[("replicaCount", replicas)],
+            )],
+        )],
+    };
+    hub.apply("first", spec("1")).await;
+    hub.status_until("first", "the first resource to deploy", ready)
+        .await;
+    hub.apply("second", spec("2")).await;
+    let status = hub
+        .status_until("second", "the conflict to be reported on the second", |s| {
+            message(s, "member-1", "web").is_some_and(|m| m.phase == "Conflict")
+        })
+        .await;
+    let conflict = message(&status, "member-1", "web").unwrap();
+    assert!(
+        conflict.error_message.contains("held by Controller"),
+        "{conflict:?}"
+    );
+    assert!(conflict.error_message.contains("/first"), "{conflict:?}");
+    assert_eq!(
+        hub.lab.releases("member-1", &ns)["web"],
+        (1, "deployed".to_string()),
+        "never fought over"
+    );
+    assert_eq!(
+        hub.lab.values("member-1", &ns, "web"),
+        serde_json::json!({"replicaCount": 1})
+    );
+
+    hub.delete_and_wait_gone("first").await;
+    hub.status_until(
+        "second",
+        "the second resource to take the release over",
+        ready,
+    )
+    .await;
+    assert_eq!(
+        hub.lab.values("member-1", &ns, "web"),
+        serde_json::json!({"replicaCount": 2})
+    );
+    hub.delete_and_wait_gone("second").await;
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_release_left_pending_by_a_killed_helm_is_recovered() {
+    let lab = Lab::get();
+    let ns = unique("stuck");
+    let hub_ns = unique("pending");
+    // A chart whose pre-install hook pod can never be scheduled keeps helm waiting in pending-install.
+    let chart = tempfile::tempdir().unwrap();
+    std::fs::create_dir(chart.path().join("templates")).unwrap();
+    std::fs::write(
+        chart.path().join("Chart.yaml"),
+        "apiVersion: v2\nname: stuck\nversion: 0.1.0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        chart.path().join("templates/hook.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: never\n  annotations: {\"helm.sh/hook\": pre-install}\nspec:\n  nodeSelector: {nowhere: \"true\"}\n  containers: [{name: c, image: busybox}]\n",
+    )
+    .unwrap();
+    let labels = format!(
+        "multitenancy.dev/managed-by=tenancy-hub,multitenancy.dev/controller-namespace={hub_ns},multitenancy.dev/controller-name=recover,multitenancy.dev/spec-hash=0"
+    );
+    let mut helm = std::process::Command::new(lab.bin_dir().join("helm"))
+        .args([
+            "upgrade",
+            "--install",
+            "web",
+            "--create-namespace",
+            "--timeout",
+            "10m",
+            "-n",
+            &ns,
+            "--labels",
+            &labels,
+        ])
+        .arg(chart.path())
+        .arg("--kubeconfig")
+        .arg(lab.kubeconfig_path())
+        .args(["--kube-context", "member-1"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(
+        "helm to leave the release pending-install",
+        DEADLINE,
+        || async {
+            (lab.releases("member-1", &ns)
+                .get("web")
+                .map(|r| r.1.as_str())
+                == Some("pending-install"))
+            .then_some(())
+        },
+    )
+    .await;
+    helm.kill().unwrap();
+    helm.wait().unwrap();
+
+    let client = lab.client("hub").await;
+    install_crd(&client).await;
+    create_namespace(&client, &hub_ns).await;
+    let operator = Operator::start_with(&lab, &hub_ns, &["--pending-timeout", "1"]);
+    let hub = Hub {
+        lab,
+        client,
+        namespace: hub_ns,
+        operator: Some(operator),
+    };
+    hub.apply(
+        "recover",
+        ControllerSpec {
+            tenancies: vec![tenancy(
+                &ns,
+                &["member-1"],
+                vec![chart_ref("deployment-example", "web")],
+            )],
+        },
+    )
+    .await;
+    hub.releases_become("member-1", &ns, &[("web", 1)]).await;
+    let status = hub
+        .status_until("recover", "the recovered release to be ready", ready)
+        .await;
+    assert_eq!(
+        message(&status, "member-1", "web").unwrap().chart_name,
+        "deployment-example"
+    );
+    assert!(
+        hub.log()
+            .contains("cleared a release revision left pending"),
+        "{}",
+        hub.log()
+    );
+    hub.delete_and_wait_gone("recover").await;
+}
+
+fn chart_ref(name: &str, release: &str) -> Chart {
+    chart(name, release, &[])
+}

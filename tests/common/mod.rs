@@ -191,6 +191,11 @@ pub struct Operator {
 impl Operator {
     /// Starts the operator on the lab, reconciling only the Controllers in hub namespace `namespace`.
     pub fn start(lab: &Lab, namespace: &str) -> Self {
+        Self::start_with(lab, namespace, &[])
+    }
+
+    /// Like [`Operator::start`], with extra arguments for `run`.
+    pub fn start_with(lab: &Lab, namespace: &str, extra: &[&str]) -> Self {
         let log = lab.dir.join(format!("operator-{namespace}.log"));
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -207,6 +212,7 @@ impl Operator {
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts"))
             .arg("--helm")
             .arg(lab.bin_dir().join("helm"))
+            .args(extra)
             .env("RUST_LOG", "info,tenancy_hub=debug")
             .env("NO_COLOR", "1")
             .stdout(file.try_clone().unwrap())
