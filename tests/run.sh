@@ -20,10 +20,15 @@ phase() {
     [[ -n $current ]] && printf '\n=== %s\n' "$current"
     return 0
 }
+RESULTS=$(mktemp)
 report() {
     phase ""
     printf '\n=== phase times\n'
     printf '  %s\n' "${PHASES[@]}"
+    # One closing line over every cargo test run: "tests: N passed, N failed".
+    awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed/) p += $(i-1); if ($i ~ /^failed/) f += $(i-1) } }
+         END { printf "\ntests: %d passed, %d failed\n", p, f }' "$RESULTS"
+    rm -f "$RESULTS"
 }
 
 LAB_DIR=${TENANCY_HUB_TEST_LAB_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/tenancy-hub-test-lab.XXXXXX")}
@@ -54,11 +59,11 @@ phase "lab binaries"
 "$REPO/kind/build.sh" >/dev/null
 
 phase "unit tests"
-cargo test --locked --lib --bins
+cargo test --locked --lib --bins 2>&1 | tee -a "$RESULTS"
 
 phase "lab up"
 lab_started=true
 "$REPO/kind/up.sh" --members "${TEST_MEMBERS:-2}" --dir "$LAB_DIR"
 
 phase "end-to-end tests"
-TENANCY_HUB_LAB_DIR=$LAB_DIR cargo test --locked --test '*' -- --include-ignored
+TENANCY_HUB_LAB_DIR=$LAB_DIR cargo test --locked --test '*' -- --include-ignored 2>&1 | tee -a "$RESULTS"
