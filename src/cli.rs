@@ -123,6 +123,12 @@ pub struct RunArgs {
     /// Seconds after which a release left pending (by a crash) is cleared; default: the helm timeout plus a minute.
     #[arg(long)]
     pub pending_timeout: Option<u64>,
+    /// Address of the HTTP endpoints: /healthz, /readyz, /metrics and the /api/v1 status API.
+    #[arg(long, env = "TENANCY_HUB_HTTP_ADDR", default_value = "127.0.0.1:9090")]
+    pub http_addr: std::net::SocketAddr,
+    /// Milliseconds between status writes of one resource, at most; changes in between are coalesced.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(100..=10_000))]
+    pub status_interval_ms: u64,
 }
 
 impl RunArgs {
@@ -149,6 +155,8 @@ impl RunArgs {
                 per_cluster: self.per_cluster.into(),
                 ..QueueConfig::default()
             },
+            http_addr: self.http_addr,
+            status_interval: Duration::from_millis(self.status_interval_ms),
         }
     }
 }

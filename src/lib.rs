@@ -4,6 +4,7 @@ pub mod cli;
 pub mod crd;
 pub mod helm;
 pub mod key;
+pub mod model;
 pub mod operator;
 pub mod plan;
 pub mod queue;

@@ -41,6 +41,10 @@ pub struct RunConfig {
     pub helm: HelmOptions,
     /// How the queue runs.
     pub queue: QueueConfig,
+    /// Where the HTTP endpoints listen (health, readiness, metrics, status API).
+    pub http_addr: std::net::SocketAddr,
+    /// At most one status write per resource in this window.
+    pub status_interval: Duration,
 }
 
 /// Why the operator could not start.
