@@ -188,6 +188,36 @@ pub enum Command {
         #[arg(short, long, value_enum, default_value_t = Output::Table)]
         output: Output,
     },
+    /// Show what Controller resources deliver: per cluster and namespace, releases, workloads and pods.
+    ///
+    /// Reads the resources' status from the hub. Exits non-zero when any listed resource is not
+    /// Ready (or its status does not yet describe its latest spec), so scripts can wait on it.
+    #[command(
+        after_help = "Examples:\n  tenancy-hub status example-controller --kubeconfig lab/kubeconfig --context hub\n  tenancy-hub status -A --cluster member-1 -o json\n  until tenancy-hub status example-controller >/dev/null; do sleep 2; done"
+    )]
+    Status {
+        /// Name of one Controller resource; default: every one in the namespace.
+        #[arg(conflicts_with = "all_namespaces")]
+        name: Option<String>,
+        /// Hub namespace of the resources; default: the kubeconfig context's namespace, or "default".
+        #[arg(short, long)]
+        namespace: Option<String>,
+        /// List the resources of every namespace.
+        #[arg(short = 'A', long, conflicts_with = "namespace")]
+        all_namespaces: bool,
+        /// Show only the entries of this cluster.
+        #[arg(long)]
+        cluster: Option<String>,
+        /// Kubeconfig for the hub cluster; default: KUBECONFIG, ~/.kube/config, or the in-cluster config.
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Context of the hub cluster in that kubeconfig; default: its current context.
+        #[arg(long)]
+        context: Option<String>,
+        /// Output format.
+        #[arg(short, long, value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
 }
 
 impl Command {
@@ -211,6 +241,52 @@ impl Command {
                 print!("{}", render_health(&health, output)?);
                 let all_up = health.iter().all(|h| h.reachable);
                 Ok(if all_up {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                })
+            }
+            Command::Status {
+                name,
+                namespace,
+                all_namespaces,
+                cluster,
+                kubeconfig,
+                context,
+                output,
+            } => {
+                use crate::inspect::{self, Selection};
+                let hub = HubSource {
+                    kubeconfig,
+                    context,
+                };
+                let registry = ClusterRegistry::connect(&hub, &RegistrationFile::default()).await?;
+                let client = registry
+                    .iter()
+                    .next()
+                    .context("the cluster registry has no hub")?
+                    .client
+                    .clone();
+                let namespace = namespace.unwrap_or_else(|| client.default_namespace().to_owned());
+                let selection = match name {
+                    Some(name) => Selection::One { namespace, name },
+                    None if all_namespaces => Selection::All,
+                    None => Selection::Namespace(namespace),
+                };
+                let controllers = inspect::fetch(client, &selection).await?;
+                if controllers.is_empty() {
+                    eprintln!("No Controller resources found in {selection}.");
+                }
+                let color = inspect::color_wanted(
+                    output,
+                    std::io::IsTerminal::is_terminal(&std::io::stdout()),
+                    std::env::var_os("NO_COLOR").as_deref(),
+                );
+                print!(
+                    "{}",
+                    inspect::render(&controllers, cluster.as_deref(), output, color)?
+                );
+                Ok(if controllers.iter().all(inspect::is_ready) {
                     ExitCode::SUCCESS
                 } else {
                     ExitCode::FAILURE

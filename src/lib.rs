@@ -3,7 +3,10 @@
 pub mod cli;
 pub mod crd;
 pub mod helm;
+pub mod http;
+pub mod inspect;
 pub mod key;
+pub mod metrics;
 pub mod model;
 pub mod operator;
 pub mod plan;
@@ -12,6 +15,8 @@ pub mod reconcile;
 pub mod registry;
 pub mod releases;
 pub mod status;
+pub mod watch;
+pub mod writer;
 
 use std::{path::PathBuf, time::Duration};
 
@@ -45,6 +50,14 @@ pub struct Context {
     pub controllers: Store<crd::Controller>,
     /// Publishes Kubernetes Events on `Controller` resources.
     pub recorder: Recorder,
+    /// What runs, per cluster/namespace.
+    pub model: std::sync::Arc<model::Model>,
+    /// The pod and workload watchers.
+    pub watches: watch::WatchSupervisor,
+    /// Paced status writes.
+    pub writer: writer::StatusWriter,
+    /// Operator metrics.
+    pub metrics: std::sync::Arc<metrics::Metrics>,
     /// Planning settings.
     pub settings: Settings,
 }

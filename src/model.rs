@@ -91,7 +91,8 @@ pub type Tagged = (ClusterNamespace, Change);
 pub struct ScopeState {
     /// Pods by name.
     pub pods: BTreeMap<String, PodInfo>,
-    /// Workloads by kind and name.
+    /// Workloads by kind and name (serialized as a list).
+    #[serde(serialize_with = "values")]
     pub workloads: BTreeMap<WorkloadRef, WorkloadInfo>,
     /// True while every watch of the namespace is connected.
     pub live: bool,
@@ -100,6 +101,13 @@ pub struct ScopeState {
     /// When a watch last delivered anything.
     #[serde(serialize_with = "timestamp")]
     pub last_seen: Option<Timestamp>,
+}
+
+fn values<S: serde::Serializer>(
+    map: &BTreeMap<WorkloadRef, WorkloadInfo>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_seq(map.values())
 }
 
 fn timestamp<S: serde::Serializer>(t: &Option<Timestamp>, s: S) -> Result<S::Ok, S::Error> {
@@ -130,10 +138,13 @@ impl ScopeState {
             Change::WorkloadGone(id) => {
                 self.workloads.remove(&id);
             }
-            Change::PodsListed(pods) => self.pods = pods.into_iter().map(|p| (p.name.clone(), p)).collect(),
+            Change::PodsListed(pods) => {
+                self.pods = pods.into_iter().map(|p| (p.name.clone(), p)).collect()
+            }
             Change::WorkloadsListed(kind, list) => {
                 self.workloads.retain(|id, _| id.kind != kind);
-                self.workloads.extend(list.into_iter().map(|w| (w.id.clone(), w)));
+                self.workloads
+                    .extend(list.into_iter().map(|w| (w.id.clone(), w)));
             }
             Change::Lost(why) => {
                 self.live = false;
@@ -198,13 +209,19 @@ mod tests {
             ready,
             restarts: 0,
             reason: String::new(),
-            owner: owner.map(|(n, kind)| WorkloadRef { kind, name: n.into() }),
+            owner: owner.map(|(n, kind)| WorkloadRef {
+                kind,
+                name: n.into(),
+            }),
         }
     }
 
     fn workload(name: &str, kind: WorkloadKind, release: &str) -> WorkloadInfo {
         WorkloadInfo {
-            id: WorkloadRef { kind, name: name.into() },
+            id: WorkloadRef {
+                kind,
+                name: name.into(),
+            },
             release: Some(release.into()),
             ready: 1,
             desired: 2,
@@ -216,10 +233,22 @@ mod tests {
         let model = Model::default();
         let a: ClusterNamespace = "member-1/team".parse().unwrap();
         let b: ClusterNamespace = "member-2/team".parse().unwrap();
-        model.apply((a.clone(), Change::Pod(pod("p", true, None))), Timestamp::UNIX_EPOCH);
-        model.apply((b.clone(), Change::Pod(pod("q", true, None))), Timestamp::UNIX_EPOCH);
-        assert_eq!(model.scope(&a).unwrap().pods.keys().collect::<Vec<_>>(), ["p"]);
-        assert_eq!(model.scope(&b).unwrap().pods.keys().collect::<Vec<_>>(), ["q"]);
+        model.apply(
+            (a.clone(), Change::Pod(pod("p", true, None))),
+            Timestamp::UNIX_EPOCH,
+        );
+        model.apply(
+            (b.clone(), Change::Pod(pod("q", true, None))),
+            Timestamp::UNIX_EPOCH,
+        );
+        assert_eq!(
+            model.scope(&a).unwrap().pods.keys().collect::<Vec<_>>(),
+            ["p"]
+        );
+        assert_eq!(
+            model.scope(&b).unwrap().pods.keys().collect::<Vec<_>>(),
+            ["q"]
+        );
         assert_eq!(model.cluster(&"member-2".parse().unwrap()).len(), 1);
         model.forget(&a);
         assert_eq!(model.scopes(), [b]);
@@ -229,22 +258,44 @@ mod tests {
     fn a_relist_replaces_what_was_known_and_a_lost_stream_marks_the_scope_stale() {
         let mut s = ScopeState::default();
         s.apply(Change::Pod(pod("old", true, None)), Timestamp::UNIX_EPOCH);
-        s.apply(Change::PodsListed(vec![pod("new", false, None)]), Timestamp::UNIX_EPOCH);
+        s.apply(
+            Change::PodsListed(vec![pod("new", false, None)]),
+            Timestamp::UNIX_EPOCH,
+        );
         assert_eq!(s.pods.keys().collect::<Vec<_>>(), ["new"]);
         assert!(s.live);
-        s.apply(Change::Lost("connection refused".into()), Timestamp::from_second(5).unwrap());
+        s.apply(
+            Change::Lost("connection refused".into()),
+            Timestamp::from_second(5).unwrap(),
+        );
         assert!(!s.live);
-        assert_eq!(s.last_seen, Some(Timestamp::UNIX_EPOCH), "last seen stays at the last delivery");
-        s.apply(Change::PodGone("new".into()), Timestamp::from_second(9).unwrap());
+        assert_eq!(
+            s.last_seen,
+            Some(Timestamp::UNIX_EPOCH),
+            "last seen stays at the last delivery"
+        );
+        s.apply(
+            Change::PodGone("new".into()),
+            Timestamp::from_second(9).unwrap(),
+        );
         assert!(s.live && s.problem.is_none());
     }
 
     #[test]
     fn workloads_relist_per_kind_and_pods_find_their_release_through_them() {
         let mut s = ScopeState::default();
-        s.apply(Change::Workload(workload("web", WorkloadKind::Deployment, "foo")), Timestamp::UNIX_EPOCH);
-        s.apply(Change::Workload(workload("db", WorkloadKind::StatefulSet, "nginx")), Timestamp::UNIX_EPOCH);
-        s.apply(Change::WorkloadsListed(WorkloadKind::StatefulSet, vec![]), Timestamp::UNIX_EPOCH);
+        s.apply(
+            Change::Workload(workload("web", WorkloadKind::Deployment, "foo")),
+            Timestamp::UNIX_EPOCH,
+        );
+        s.apply(
+            Change::Workload(workload("db", WorkloadKind::StatefulSet, "nginx")),
+            Timestamp::UNIX_EPOCH,
+        );
+        s.apply(
+            Change::WorkloadsListed(WorkloadKind::StatefulSet, vec![]),
+            Timestamp::UNIX_EPOCH,
+        );
         assert_eq!(s.workloads.len(), 1);
         let p = pod("web-1", true, Some(("web", WorkloadKind::Deployment)));
         assert_eq!(s.release_of(&p), Some("foo"));

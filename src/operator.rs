@@ -1,6 +1,14 @@
 //! Wires registry, release watches, queue and reconciler together and runs them until shutdown.
 
-use std::{future::Future, path::PathBuf, sync::Arc, time::Duration};
+use std::{
+    future::Future,
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use futures::StreamExt;
 use kube::{
@@ -20,10 +28,15 @@ use crate::{
     Context, Settings,
     crd::{Controller, HUB_CLUSTER},
     helm::{HelmCli, HelmOptions},
+    http::{self, ApiState},
+    metrics::Metrics,
+    model::Model,
     queue::{HelmQueue, QueueConfig},
     reconcile,
     registry::{self, ClusterRegistry, HubSource, RegistrationFile},
     releases::ReleaseIndex,
+    watch::WatchSupervisor,
+    writer::StatusWriter,
 };
 
 /// Everything `tenancy-hub run` is configured with.
@@ -61,6 +74,9 @@ pub enum Error {
     /// The chart home does not exist.
     #[error("chart home {0} is not a directory; pass --chart-home or set CHART_HOME")]
     ChartHome(PathBuf),
+    /// The HTTP endpoints could not listen.
+    #[error("cannot serve HTTP endpoints: {0}; pass another --http-addr")]
+    Http(std::io::Error),
     /// The Helm scratch directory could not be made.
     #[error("cannot create a private directory for Helm values files: {0}")]
     Scratch(std::io::Error),
@@ -126,6 +142,20 @@ pub async fn run(
     let runtime = Runtime::new(controllers, watcher::Config::default())
         .reconcile_on(triggers)
         .graceful_shutdown_on(cancel.clone().cancelled_owned());
+    let (changes_tx, changes_rx) = mpsc::unbounded_channel();
+    let model = Arc::new(Model::default());
+    let metrics = Arc::new(Metrics::default());
+    let ready = Arc::new(AtomicBool::new(false));
+    let http = ApiState {
+        model: model.clone(),
+        registry: shared.clone(),
+        metrics: metrics.clone(),
+        queue: queue.clone(),
+        ready: ready.clone(),
+    };
+    let address = http::serve(config.http_addr, http, cancel.clone())
+        .await
+        .map_err(Error::Http)?;
     let ctx = Arc::new(Context {
         hub: hub.clone(),
         registry: shared,
@@ -135,6 +165,10 @@ pub async fn run(
         outcomes: Default::default(),
         controllers: runtime.store(),
         recorder: Recorder::new(hub, Reporter::from("tenancy-hub")),
+        model,
+        watches: WatchSupervisor::new(changes_tx, cancel.clone()),
+        writer: StatusWriter::default(),
+        metrics,
         settings: Settings {
             chart_home,
             ..config.settings
@@ -156,6 +190,21 @@ pub async fn run(
         record_rx,
         trigger_tx,
     ));
+    tokio::spawn(reconcile::aggregate(ctx.clone(), changes_rx));
+    tokio::spawn({
+        let (ctx, cancel) = (ctx.clone(), cancel.clone());
+        let interval = config.status_interval;
+        async move { ctx.writer.run(&ctx, interval, cancel).await }
+    });
+    tokio::spawn({
+        let store = ctx.controllers.clone();
+        async move {
+            if store.wait_until_ready().await.is_ok() {
+                ready.store(true, Ordering::Release);
+                tracing::info!(%address, "ready: the hub's Controllers are listed");
+            }
+        }
+    });
     tokio::spawn({
         let cancel = cancel.clone();
         async move {

@@ -10,7 +10,6 @@ use dashmap::DashMap;
 use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, Resource, ResourceExt,
-    api::{Patch, PatchParams},
     runtime::{
         controller::Action,
         events::{Event as KubeEvent, EventType},
@@ -24,6 +23,7 @@ use crate::{
     Context,
     crd::Controller,
     key::{ClusterName, ReleaseKey},
+    model::{Change, Tagged},
     plan::{self, Inputs, Job, OwnerId},
     queue::{Completed, Outcome},
     status::{self, LastOutcome, ReleaseView},
@@ -75,16 +75,20 @@ pub fn owner_id(c: &Controller) -> OwnerId {
 
 /// Reconciles one `Controller`.
 pub async fn reconcile(obj: Arc<Controller>, ctx: Arc<Context>) -> Result<Action> {
+    let started = std::time::Instant::now();
     let api: Api<Controller> =
         Api::namespaced(ctx.hub.clone(), &obj.namespace().unwrap_or_default());
-    finalizer(&api, FINALIZER, obj, |event| async {
+    let result = finalizer(&api, FINALIZER, obj, |event| async {
         match event {
             Event::Apply(c) => apply(&c, &ctx).await,
             Event::Cleanup(c) => cleanup(&c, &ctx),
         }
     })
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
+    .map_err(|e| Error::Finalizer(Box::new(e)));
+    ctx.metrics
+        .reconcile(started.elapsed().as_secs_f64(), result.is_ok());
+    result
 }
 
 /// Retries failed reconciles: soon while deletion waits, with a longer pause otherwise.
@@ -182,27 +186,20 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
         .filter_map(|k| ctx.outcomes.get(*k).map(|o| ((*k).clone(), o.clone())))
         .collect();
     let previous = c.status.clone().unwrap_or_default();
-    let status = status::build(&ReleaseView {
+    let report = status::releases(&ReleaseView {
         plan: &plan,
         applied: &applied,
         outcomes: &outcomes,
         busy: &busy,
         synced: &synced,
         generation: c.meta().generation,
-        previous: &previous.conditions,
-        now: Timestamp::now(),
     });
     report_new_problems(ctx, c, &plan.problems, &previous).await;
-    if status != previous {
-        let api: Api<Controller> = Api::namespaced(ctx.hub.clone(), &owner.namespace);
-        let patch = serde_json::json!({ "status": status });
-        api.patch_status(&owner.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(|source| Error::Hub {
-                owner: owner.clone(),
-                action: "writing status",
-                source: Box::new(source),
-            })?;
+    let object = ObjectRef::from_obj(c);
+    ctx.writer.submit(object.clone(), report);
+    let scopes = plan.desired.iter().map(|r| r.key.scope.clone()).collect();
+    for gone in ctx.watches.set(&object, scopes, &ctx.registry.load()) {
+        ctx.model.forget(&gone);
     }
     let claimed = plan.desired.iter().map(|r| r.key.clone());
     ctx.interest.set(
@@ -350,6 +347,15 @@ fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
         .map(|c| c.to_string())
         .collect();
     if owned.is_empty() && unreached.is_empty() {
+        let object = ObjectRef::from_obj(c);
+        for gone in ctx
+            .watches
+            .set(&object, BTreeSet::new(), &ctx.registry.load())
+        {
+            ctx.model.forget(&gone);
+        }
+        ctx.interest.set(&object, std::iter::empty());
+        ctx.writer.forget(&object);
         tracing::info!(controller = %owner, "every release uninstalled; removing the finalizer");
         return Ok(Action::await_change());
     }
@@ -364,6 +370,24 @@ fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
     })
 }
 
+/// Applies tagged pod and workload changes to the model and marks the resources that see them.
+pub async fn aggregate(ctx: Arc<Context>, mut changes: UnboundedReceiver<Tagged>) {
+    while let Some((scope, change)) = changes.recv().await {
+        if !ctx.watches.is_watched(&scope) {
+            continue; // a late event from a watcher just stopped
+        }
+        ctx.metrics.watch_event();
+        if let Change::Lost(why) = &change {
+            tracing::debug!(cluster = %scope.cluster, namespace = %scope.namespace, %why, "watch lost; marking entries stale");
+            ctx.metrics.watch_restart(scope.cluster.as_str());
+        }
+        ctx.model.apply((scope.clone(), change), Timestamp::now());
+        for owner in ctx.watches.owners_of(&scope) {
+            ctx.writer.touch(owner);
+        }
+    }
+}
+
 /// Records each finished Helm job, publishes its Event, and wakes the resource that owns it.
 pub async fn record_outcomes(
     ctx: Arc<Context>,
@@ -374,6 +398,26 @@ pub async fn record_outcomes(
         let key = completed.job.key().clone();
         let owner = completed.job.owner().clone();
         let (type_, reason, note) = describe(&completed);
+        let outcome = match &completed.outcome {
+            Outcome::Applied { .. } => "applied",
+            Outcome::Uninstalled => "uninstalled",
+            Outcome::Failed { .. } => "failed",
+        };
+        ctx.metrics.helm_job(
+            key.scope.cluster.as_str(),
+            outcome,
+            completed.elapsed.as_secs_f64(),
+        );
+        let outcome = match &completed.outcome {
+            Outcome::Applied { .. } => "applied",
+            Outcome::Uninstalled => "uninstalled",
+            Outcome::Failed { .. } => "failed",
+        };
+        ctx.metrics.helm_job(
+            key.scope.cluster.as_str(),
+            outcome,
+            completed.elapsed.as_secs_f64(),
+        );
         match type_ {
             EventType::Normal => {
                 tracing::info!(release = %key, elapsed_ms = completed.elapsed.as_millis() as u64, "{note}")

@@ -8,8 +8,12 @@ use k8s_openapi::{
 };
 
 use crate::{
-    crd::{ChartMessage, ClusterStatus, ControllerStatus, Summary, TenancyStatus},
+    crd::{
+        ChartMessage, ClusterStatus, ControllerStatus, PodStatus, Summary, TenancyStatus,
+        WorkloadStatus,
+    },
     key::{ClusterName, ReleaseKey},
+    model::{PodInfo, ScopeState},
     plan::{Applied, Plan, Problem, Release},
     queue::Outcome,
 };
@@ -53,11 +57,26 @@ pub struct ReleaseView<'a> {
     pub synced: &'a BTreeSet<ClusterName>,
     /// The resource's generation.
     pub generation: Option<i64>,
-    /// The conditions now in status, to keep transition times.
-    pub previous: &'a [Condition],
-    /// Now.
-    pub now: Timestamp,
 }
+
+/// The release side of a resource's status, waiting to be joined with what runs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ReleaseReport {
+    /// One entry per cluster/namespace with its chart messages.
+    pub tenancies: Vec<TenancyStatus>,
+    /// Problems that belong to no cluster/namespace.
+    pub general: Vec<String>,
+    /// Clusters whose release records are known.
+    pub synced: BTreeSet<ClusterName>,
+    /// The resource's generation.
+    pub generation: Option<i64>,
+}
+
+/// Pods listed per cluster/namespace entry before only pods that are not ready are listed.
+pub const POD_LIST_LIMIT: usize = 50;
+
+/// The serialized status stays below this many bytes.
+pub const STATUS_BUDGET: usize = 200 * 1024;
 
 fn message(
     release: &Release,
@@ -152,9 +171,8 @@ fn problem_message(problem: &Problem, key: &ReleaseKey) -> ChartMessage {
     }
 }
 
-/// Builds the status: one entry per cluster/namespace with its releases, cluster summaries,
-/// totals and conditions. Pods and workloads are left empty here.
-pub fn build(view: &ReleaseView<'_>) -> ControllerStatus {
+/// The release side of the status: one entry per cluster/namespace with its releases.
+pub fn releases(view: &ReleaseView<'_>) -> ReleaseReport {
     let mut tenancies: BTreeMap<(String, String), TenancyStatus> = BTreeMap::new();
     let mut general = Vec::new();
     for release in &view.plan.desired {
@@ -189,19 +207,136 @@ pub fn build(view: &ReleaseView<'_>) -> ControllerStatus {
             (None, _) => general.push(problem.to_string()),
         }
     }
-    for t in tenancies.values_mut() {
-        t.fresh = view.synced.iter().any(|c| c.as_str() == t.cluster);
+    ReleaseReport {
+        tenancies: tenancies.into_values().collect(),
+        general,
+        synced: view.synced.clone(),
+        generation: view.generation,
     }
-    let updated_tenancies: Vec<TenancyStatus> = tenancies.into_values().collect();
-    let clusters = cluster_summaries(&updated_tenancies, view.synced);
-    let summary = totals(&updated_tenancies, &clusters);
-    let conditions = conditions(&updated_tenancies, &general, view);
-    ControllerStatus {
-        updated_tenancies,
+}
+
+/// Joins the release side with what runs (`scope` looks a cluster/namespace up in the model):
+/// workloads and pods per entry, freshness, per-cluster summaries, totals and conditions, bounded.
+pub fn assemble(
+    report: &ReleaseReport,
+    scope: &dyn Fn(&str, &str) -> Option<ScopeState>,
+    previous: &[Condition],
+    now: Timestamp,
+) -> ControllerStatus {
+    let mut tenancies = report.tenancies.clone();
+    for t in &mut tenancies {
+        let synced = report.synced.iter().any(|c| c.as_str() == t.cluster);
+        match scope(&t.cluster, &t.namespace) {
+            Some(state) => fill(t, &state, synced),
+            None => t.fresh = false,
+        }
+    }
+    let clusters = cluster_summaries(&tenancies, &report.synced);
+    let summary = totals(&tenancies, &clusters);
+    let stale = tenancies.iter().filter(|t| !t.fresh).count();
+    let conditions = conditions(
+        &tenancies,
+        &report.general,
+        stale,
+        report.generation,
+        previous,
+        now,
+    );
+    let mut status = ControllerStatus {
+        updated_tenancies: tenancies,
         clusters,
         summary: Some(summary),
         conditions,
-        observed_generation: view.generation,
+        observed_generation: report.generation,
+    };
+    bound(&mut status, STATUS_BUDGET);
+    status
+}
+
+fn fill(t: &mut TenancyStatus, state: &ScopeState, synced: bool) {
+    let releases: BTreeSet<&str> = t
+        .chart_messages
+        .iter()
+        .map(|m| m.release_name.as_str())
+        .filter(|r| !r.is_empty())
+        .collect();
+    let ours = |release: Option<&str>| release.is_some_and(|r| releases.contains(r));
+    t.fresh = synced && state.live;
+    t.last_seen = state.last_seen.map(|s| s.to_string());
+    t.replication_controller_status = state
+        .workloads
+        .values()
+        .filter(|w| ours(w.release.as_deref()))
+        .map(|w| WorkloadStatus {
+            replication_controller_name: w.id.name.clone(),
+            api_version: "apps/v1".into(),
+            kind: w.id.kind.to_string(),
+            ready: if t.fresh {
+                format!("{}/{}", w.ready, w.desired)
+            } else {
+                format!("?/{}", w.desired)
+            },
+            release_name: w.release.clone().unwrap_or_default(),
+        })
+        .collect();
+    let mut pods: Vec<&PodInfo> = state
+        .pods
+        .values()
+        .filter(|p| ours(state.release_of(p)))
+        .collect();
+    pods.sort_by_key(|p| (p.ready, p.name.clone()));
+    t.pods_total = pods.len() as i32;
+    t.pods_ready = if t.fresh {
+        pods.iter().filter(|p| p.ready).count() as i32
+    } else {
+        0
+    };
+    t.pod_status = pods
+        .iter()
+        .take(POD_LIST_LIMIT)
+        .map(|p| PodStatus {
+            pod_name: p.name.clone(),
+            phase: if t.fresh {
+                p.phase.clone()
+            } else {
+                phase::UNKNOWN.into()
+            },
+            ready: t.fresh && p.ready,
+            restarts: p.restarts,
+            reason: p.reason.clone(),
+        })
+        .collect();
+}
+
+/// Shrinks a status until it serializes within `budget` bytes: ready pods go first, then ready
+/// workloads, then deployed releases; counts stay.
+pub fn bound(status: &mut ControllerStatus, budget: usize) {
+    let size = |s: &ControllerStatus| serde_json::to_vec(s).map_or(0, |v| v.len());
+    let mut limit = POD_LIST_LIMIT;
+    while size(status) > budget && limit > 0 {
+        limit /= 2;
+        for t in &mut status.updated_tenancies {
+            t.pod_status.retain(|p| !p.ready);
+            t.pod_status.truncate(limit);
+        }
+    }
+    if size(status) > budget {
+        for t in &mut status.updated_tenancies {
+            t.replication_controller_status
+                .retain(|w| w.ready.split_once('/').is_some_and(|(r, d)| r != d));
+        }
+    }
+    if size(status) > budget {
+        for t in &mut status.updated_tenancies {
+            t.chart_messages.retain(|m| m.phase != phase::DEPLOYED);
+            for m in &mut t.chart_messages {
+                m.setting_map.clear();
+            }
+        }
+    }
+    while size(status) > budget && !status.updated_tenancies.is_empty() {
+        let keep = status.updated_tenancies.len() / 2;
+        status.updated_tenancies.truncate(keep);
     }
 }
 
@@ -254,8 +389,16 @@ fn cluster_summaries(
                 counts(tenancies.iter().filter(|t| t.cluster == name));
             ClusterStatus {
                 name: name.to_owned(),
-                reachable: synced.iter().any(|c| c.as_str() == name),
-                last_seen: None,
+                reachable: synced.iter().any(|c| c.as_str() == name)
+                    && tenancies
+                        .iter()
+                        .filter(|t| t.cluster == name)
+                        .all(|t| t.fresh),
+                last_seen: tenancies
+                    .iter()
+                    .filter(|t| t.cluster == name)
+                    .filter_map(|t| t.last_seen.clone())
+                    .max(),
                 releases: ratio(deployed, releases),
                 pods: format!("{pods_ready}/{pods}"),
             }
@@ -275,35 +418,44 @@ fn totals(tenancies: &[TenancyStatus], clusters: &[ClusterStatus]) -> Summary {
     }
 }
 
-fn condition(
-    type_: &str,
-    ok: bool,
-    reason: &str,
-    message: String,
-    view: &ReleaseView<'_>,
-) -> Condition {
+/// When a condition was last computed, to keep transition times while it holds.
+struct Clock<'a> {
+    previous: &'a [Condition],
+    now: Timestamp,
+    generation: Option<i64>,
+}
+
+fn condition(type_: &str, ok: bool, reason: &str, message: String, clock: &Clock<'_>) -> Condition {
     let status = if ok { "True" } else { "False" };
-    let since = view
+    let since = clock
         .previous
         .iter()
         .find(|c| c.type_ == type_ && c.status == status)
         .map(|c| c.last_transition_time.clone())
-        .unwrap_or(Time(view.now));
+        .unwrap_or(Time(clock.now));
     Condition {
         type_: type_.to_owned(),
         status: status.to_owned(),
         reason: reason.to_owned(),
         message,
         last_transition_time: since,
-        observed_generation: view.generation,
+        observed_generation: clock.generation,
     }
 }
 
 fn conditions(
     tenancies: &[TenancyStatus],
     general: &[String],
-    view: &ReleaseView<'_>,
+    stale: usize,
+    generation: Option<i64>,
+    previous: &[Condition],
+    now: Timestamp,
 ) -> Vec<Condition> {
+    let clock = Clock {
+        previous,
+        now,
+        generation,
+    };
     let all: Vec<&ChartMessage> = tenancies.iter().flat_map(|t| &t.chart_messages).collect();
     let count = |p: &str| all.iter().filter(|m| m.phase == p).count();
     let (failed, conflict, invalid, pending, unknown) = (
@@ -336,6 +488,12 @@ fn conditions(
             "ClusterUnavailable",
             format!("{unknown} release(s) are on clusters not reached yet"),
         ),
+        _ if stale > 0 => (
+            "ClusterUnavailable",
+            format!(
+                "{stale} cluster/namespace entr(ies) are not watched live; their pods are Unknown"
+            ),
+        ),
         _ if pending > 0 => (
             "Progressing",
             format!("{pending} release(s) are being installed, upgraded or uninstalled"),
@@ -354,13 +512,13 @@ fn conditions(
         "no release has failed".into()
     };
     vec![
-        condition("Ready", ready, ready_reason, ready_message, view),
+        condition("Ready", ready, ready_reason, ready_message, &clock),
         condition(
             "Degraded",
             degraded,
             degraded_reason,
             degraded_message,
-            view,
+            &clock,
         ),
     ]
 }
@@ -426,17 +584,29 @@ mod tests {
             }
         }
 
-        fn build(&self) -> ControllerStatus {
-            build(&ReleaseView {
+        fn report(&self) -> ReleaseReport {
+            releases(&ReleaseView {
                 plan: &self.plan,
                 applied: &self.applied,
                 outcomes: &self.outcomes,
                 busy: &self.busy,
                 synced: &self.synced,
                 generation: Some(4),
-                previous: &[],
-                now: Timestamp::UNIX_EPOCH,
             })
+        }
+
+        /// The status with every watched namespace live and empty.
+        fn build(&self) -> ControllerStatus {
+            let live = ScopeState {
+                live: true,
+                ..Default::default()
+            };
+            assemble(
+                &self.report(),
+                &|_, _| Some(live.clone()),
+                &[],
+                Timestamp::UNIX_EPOCH,
+            )
         }
     }
 
@@ -557,17 +727,137 @@ mod tests {
             last_transition_time: earlier.clone(),
             observed_generation: Some(3),
         }];
-        let s = build(&ReleaseView {
-            plan: &f.plan,
-            applied: &f.applied,
-            outcomes: &f.outcomes,
-            busy: &f.busy,
-            synced: &f.synced,
-            generation: Some(4),
-            previous: &previous,
-            now: Timestamp::from_second(9_000).unwrap(),
-        });
+        let live = ScopeState {
+            live: true,
+            ..Default::default()
+        };
+        let now = Timestamp::from_second(9_000).unwrap();
+        let s = assemble(&f.report(), &|_, _| Some(live.clone()), &previous, now);
         assert_eq!(s.conditions[0].last_transition_time, earlier);
         assert_eq!(s.conditions[1].last_transition_time.0.as_second(), 9_000);
+    }
+
+    fn running_scope(pods: usize, ready: usize) -> ScopeState {
+        use crate::model::{WorkloadInfo, WorkloadKind, WorkloadRef};
+        let web = WorkloadRef {
+            kind: WorkloadKind::Deployment,
+            name: "web".into(),
+        };
+        let mut s = ScopeState {
+            live: true,
+            last_seen: Some(Timestamp::from_second(100).unwrap()),
+            ..Default::default()
+        };
+        s.workloads.insert(
+            web.clone(),
+            WorkloadInfo {
+                id: web.clone(),
+                release: Some("web".into()),
+                ready: ready as i32,
+                desired: pods as i32,
+            },
+        );
+        for i in 0..pods {
+            let name = format!("web-{i:04}");
+            s.pods.insert(
+                name.clone(),
+                PodInfo {
+                    name,
+                    phase: "Running".into(),
+                    ready: i < ready,
+                    restarts: 0,
+                    reason: String::new(),
+                    owner: Some(web.clone()),
+                },
+            );
+        }
+        s
+    }
+
+    #[test]
+    fn pods_and_workloads_join_their_release_entry() {
+        let mut f = Fixture::new(&["member-1/team/web"]);
+        f.applied.extend([deployed("member-1/team/web", 1)]);
+        let scope = running_scope(3, 2);
+        let s = assemble(
+            &f.report(),
+            &|_, _| Some(scope.clone()),
+            &[],
+            Timestamp::UNIX_EPOCH,
+        );
+        let t = &s.updated_tenancies[0];
+        assert_eq!((t.pods_total, t.pods_ready), (3, 2));
+        assert_eq!(t.replication_controller_status[0].ready, "2/3");
+        assert_eq!(t.replication_controller_status[0].kind, "Deployment");
+        assert_eq!(
+            t.pod_status[0].pod_name, "web-0002",
+            "pods that are not ready come first"
+        );
+        assert_eq!(s.summary.as_ref().unwrap().pods, "2/3");
+        assert!(t.fresh);
+    }
+
+    #[test]
+    fn a_namespace_whose_watch_is_lost_shows_unknown_pods_with_the_time_last_seen() {
+        let mut f = Fixture::new(&["member-1/team/web"]);
+        f.applied.extend([deployed("member-1/team/web", 1)]);
+        let mut scope = running_scope(2, 2);
+        scope.live = false;
+        let s = assemble(
+            &f.report(),
+            &|_, _| Some(scope.clone()),
+            &[],
+            Timestamp::UNIX_EPOCH,
+        );
+        let t = &s.updated_tenancies[0];
+        assert!(!t.fresh);
+        assert_eq!(t.last_seen.as_deref(), Some("1970-01-01T00:01:40Z"));
+        assert!(
+            t.pod_status
+                .iter()
+                .all(|p| p.phase == "Unknown" && !p.ready)
+        );
+        assert_eq!(t.replication_controller_status[0].ready, "?/2");
+        assert!(!s.clusters[0].reachable);
+        assert_eq!(ready(&s), ("False", "ClusterUnavailable"));
+    }
+
+    #[test]
+    fn many_pods_list_only_up_to_the_limit_and_keep_their_counts() {
+        let mut f = Fixture::new(&["member-1/team/web"]);
+        f.applied.extend([deployed("member-1/team/web", 1)]);
+        let scope = running_scope(500, 480);
+        let s = assemble(
+            &f.report(),
+            &|_, _| Some(scope.clone()),
+            &[],
+            Timestamp::UNIX_EPOCH,
+        );
+        let t = &s.updated_tenancies[0];
+        assert_eq!((t.pods_total, t.pods_ready), (500, 480));
+        assert_eq!(t.pod_status.len(), POD_LIST_LIMIT);
+        assert!(t.pod_status[..20].iter().all(|p| !p.ready));
+    }
+
+    #[test]
+    fn any_fleet_fits_the_status_budget() {
+        let keys: Vec<String> = (0..3000)
+            .map(|i| format!("member-{}/ns-{i}/release-{i}", i % 20))
+            .collect();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let mut f = Fixture::new(&keys);
+        f.synced = (0..20)
+            .map(|i| format!("member-{i}").parse().unwrap())
+            .collect();
+        let scope = running_scope(60, 30);
+        let s = assemble(
+            &f.report(),
+            &|_, _| Some(scope.clone()),
+            &[],
+            Timestamp::UNIX_EPOCH,
+        );
+        let size = serde_json::to_vec(&s).unwrap().len();
+        assert!(size <= STATUS_BUDGET, "{size} bytes");
+        assert_eq!(s.summary.as_ref().unwrap().releases, "0/3000");
     }
 }

@@ -186,6 +186,8 @@ pub struct Operator {
     child: std::process::Child,
     /// Where its log goes.
     pub log: PathBuf,
+    /// Where its HTTP endpoints listen.
+    pub http: std::net::SocketAddr,
 }
 
 impl Operator {
@@ -197,6 +199,9 @@ impl Operator {
     /// Like [`Operator::start`], with extra arguments for `run`.
     pub fn start_with(lab: &Lab, namespace: &str, extra: &[&str]) -> Self {
         let log = lab.dir.join(format!("operator-{namespace}.log"));
+        let http = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap();
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -213,13 +218,15 @@ impl Operator {
             .arg("--helm")
             .arg(lab.bin_dir().join("helm"))
             .args(extra)
+            .arg("--http-addr")
+            .arg(http.to_string())
             .env("RUST_LOG", "info,tenancy_hub=debug")
             .env("NO_COLOR", "1")
             .stdout(file.try_clone().unwrap())
             .stderr(file)
             .spawn()
             .expect("the operator starts");
-        Self { child, log }
+        Self { child, log, http }
     }
 
     /// Stops it with SIGTERM and waits for it to exit, within 60 seconds.

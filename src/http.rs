@@ -1,0 +1,786 @@
+//! HTTP endpoints: health, readiness, Prometheus metrics and the read-only status API.
+
+use std::{
+    collections::BTreeMap,
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+use axum::{
+    Json, Router,
+    extract::{Path, State},
+    http::{StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::{
+    key::{ClusterName, ClusterNamespace, KeyError},
+    metrics::{Gauges, Metrics},
+    model::{Model, PodInfo, ScopeState, WorkloadInfo},
+    queue::HelmQueue,
+    registry::{ClusterEntry, ClusterRegistry, SharedRegistry},
+};
+
+/// What `/readyz` answers until the hub's `Controller` resources are listed.
+const NOT_READY: &str = "not ready: the hub's Controllers are not listed yet";
+
+/// Result alias for this module.
+pub type Result<T, E = ApiError> = std::result::Result<T, E>;
+
+/// Why a status API request cannot be answered; each becomes a JSON `{"error": ...}` reply.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The path names a cluster or namespace that is not a DNS-1123 label.
+    #[error("{0}")]
+    BadName(#[from] KeyError),
+    /// The cluster is not in the registry.
+    #[error("cluster {cluster:?} is not registered; registered: {}", registered.join(", "))]
+    UnknownCluster {
+        /// The requested cluster.
+        cluster: String,
+        /// Every registered cluster, in registry order.
+        registered: Vec<String>,
+    },
+    /// The namespace of a registered cluster is not watched.
+    #[error("namespace {namespace} of cluster {cluster} is not watched: no tenancy targets it")]
+    NotWatched {
+        /// The cluster.
+        cluster: String,
+        /// The requested namespace.
+        namespace: String,
+    },
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = match self {
+            Self::BadName(_) => StatusCode::BAD_REQUEST,
+            Self::UnknownCluster { .. } | Self::NotWatched { .. } => StatusCode::NOT_FOUND,
+        };
+        (
+            status,
+            Json(serde_json::json!({ "error": self.to_string() })),
+        )
+            .into_response()
+    }
+}
+
+/// What the HTTP handlers read.
+#[derive(Clone)]
+pub struct ApiState {
+    /// What runs in every watched cluster/namespace.
+    pub model: Arc<Model>,
+    /// The registered clusters.
+    pub registry: SharedRegistry,
+    /// The operator's counters.
+    pub metrics: Arc<Metrics>,
+    /// The Helm job queue, for its depth and running jobs.
+    pub queue: HelmQueue,
+    /// Set once the hub's `Controller` resources are listed.
+    pub ready: Arc<AtomicBool>,
+}
+
+/// The routes: `/healthz`, `/readyz`, `/metrics` and `/api/v1/clusters[/{cluster}[/namespaces/{namespace}]]`.
+pub fn router(state: ApiState) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/api/v1/clusters", get(clusters))
+        .route("/api/v1/clusters/{cluster}", get(cluster))
+        .route(
+            "/api/v1/clusters/{cluster}/namespaces/{namespace}",
+            get(namespace),
+        )
+        .with_state(state)
+}
+
+/// Listens on `addr` and serves [`router`] until `cancel` fires; returns the bound address.
+///
+/// # Errors
+/// When `addr` cannot be bound; the error names the address.
+pub async fn serve(
+    addr: SocketAddr,
+    state: ApiState,
+    cancel: CancellationToken,
+) -> std::io::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("cannot listen on {addr} for health, metrics and the status API: {e}"),
+        )
+    })?;
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, "serving health, metrics and the status API");
+    let server =
+        axum::serve(listener, router(state)).with_graceful_shutdown(cancel.cancelled_owned());
+    tokio::spawn(
+        async move {
+            if let Err(error) = server.await {
+                tracing::error!(%error, "the HTTP server stopped");
+            }
+        }
+        .instrument(tracing::info_span!("http", %addr)),
+    );
+    Ok(addr)
+}
+
+async fn readyz(State(state): State<ApiState>) -> Response {
+    if state.ready.load(Ordering::Acquire) {
+        "ok".into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, NOT_READY).into_response()
+    }
+}
+
+async fn metrics(State(state): State<ApiState>) -> Response {
+    let registered = registered(&state.registry.load());
+    let gauges = Gauges {
+        queue_depth: state.queue.depth(),
+        jobs_running: state.queue.running(),
+        ..gauges(&state.model, &registered)
+    };
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(&gauges),
+    )
+        .into_response()
+}
+
+async fn clusters(State(state): State<ApiState>) -> Json<Vec<ClusterSummary<usize>>> {
+    Json(cluster_list(
+        &state.model,
+        &registered(&state.registry.load()),
+    ))
+}
+
+async fn cluster(
+    State(state): State<ApiState>,
+    Path(cluster): Path<String>,
+) -> Result<Json<ClusterSummary<Vec<NamespaceSummary>>>> {
+    cluster_detail(&state.model, &registered(&state.registry.load()), &cluster).map(Json)
+}
+
+async fn namespace(
+    State(state): State<ApiState>,
+    Path((cluster, namespace)): Path<(String, String)>,
+) -> Result<Json<ScopeView>> {
+    let registered = registered(&state.registry.load());
+    scope_view(&state.model, &registered, &cluster, &namespace).map(Json)
+}
+
+/// Every registered cluster's entry, in registry order (the hub first).
+fn registered(registry: &ClusterRegistry) -> Vec<ClusterEntry> {
+    registry.iter().map(|m| m.entry.clone()).collect()
+}
+
+/// How many of something are ready, of how many.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+struct Count {
+    ready: usize,
+    total: usize,
+}
+
+impl Count {
+    fn add(&mut self, other: Count) {
+        self.ready += other.ready;
+        self.total += other.total;
+    }
+}
+
+/// One cluster: its registration, liveness and counts; `N` is a count or a list of namespaces.
+#[derive(Debug, PartialEq, Serialize)]
+struct ClusterSummary<N> {
+    name: String,
+    context: String,
+    labels: BTreeMap<String, String>,
+    namespaces: N,
+    live: bool,
+    pods: Count,
+    workloads: Count,
+}
+
+/// One watched namespace of a cluster, in brief.
+#[derive(Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct NamespaceSummary {
+    namespace: String,
+    live: bool,
+    last_seen: Option<String>,
+    problem: Option<String>,
+    pods: Count,
+    workloads: Count,
+}
+
+/// All that is known of one watched namespace.
+///
+/// Pods and workloads are lists (in name order) because a workload's key is not a string.
+#[derive(Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ScopeView {
+    cluster: String,
+    namespace: String,
+    live: bool,
+    problem: Option<String>,
+    last_seen: Option<String>,
+    pods: Vec<PodInfo>,
+    workloads: Vec<WorkloadInfo>,
+}
+
+fn pod_count(scope: &ScopeState) -> Count {
+    Count {
+        ready: scope.pods.values().filter(|p| p.ready).count(),
+        total: scope.pods.len(),
+    }
+}
+
+fn workload_count(scope: &ScopeState) -> Count {
+    Count {
+        ready: scope
+            .workloads
+            .values()
+            .filter(|w| w.ready >= w.desired)
+            .count(),
+        total: scope.workloads.len(),
+    }
+}
+
+/// A cluster is live when a watch of one of its namespaces is connected, or none is watched.
+fn cluster_live(scopes: &BTreeMap<String, ScopeState>) -> bool {
+    scopes.is_empty() || scopes.values().any(|s| s.live)
+}
+
+/// The metrics gauges the model and the registry give (the queue's are left at zero).
+fn gauges(model: &Model, registered: &[ClusterEntry]) -> Gauges {
+    Gauges {
+        clusters: registered
+            .iter()
+            .map(|e| (e.name.to_string(), cluster_live(&model.cluster(&e.name))))
+            .collect(),
+        watched_namespaces: model.scopes().len(),
+        ..Gauges::default()
+    }
+}
+
+fn summary<N>(
+    entry: &ClusterEntry,
+    scopes: &BTreeMap<String, ScopeState>,
+    namespaces: N,
+) -> ClusterSummary<N> {
+    let (mut pods, mut workloads) = (Count::default(), Count::default());
+    for scope in scopes.values() {
+        pods.add(pod_count(scope));
+        workloads.add(workload_count(scope));
+    }
+    ClusterSummary {
+        name: entry.name.to_string(),
+        context: entry.context.clone(),
+        labels: entry.labels.clone(),
+        namespaces,
+        live: cluster_live(scopes),
+        pods,
+        workloads,
+    }
+}
+
+/// One summary per registered cluster, in registry order.
+fn cluster_list(model: &Model, registered: &[ClusterEntry]) -> Vec<ClusterSummary<usize>> {
+    registered
+        .iter()
+        .map(|entry| {
+            let scopes = model.cluster(&entry.name);
+            summary(entry, &scopes, scopes.len())
+        })
+        .collect()
+}
+
+/// The registered cluster named `cluster`, or why there is none.
+fn find<'a>(registered: &'a [ClusterEntry], cluster: &str) -> Result<&'a ClusterEntry> {
+    let name: ClusterName = cluster.parse()?;
+    registered
+        .iter()
+        .find(|e| e.name == name)
+        .ok_or_else(|| ApiError::UnknownCluster {
+            cluster: cluster.to_owned(),
+            registered: registered.iter().map(|e| e.name.to_string()).collect(),
+        })
+}
+
+/// One cluster's summary with a line per watched namespace.
+fn cluster_detail(
+    model: &Model,
+    registered: &[ClusterEntry],
+    cluster: &str,
+) -> Result<ClusterSummary<Vec<NamespaceSummary>>> {
+    let entry = find(registered, cluster)?;
+    let scopes = model.cluster(&entry.name);
+    let namespaces = scopes
+        .iter()
+        .map(|(namespace, s)| NamespaceSummary {
+            namespace: namespace.clone(),
+            live: s.live,
+            last_seen: s.last_seen.map(|t| t.to_string()),
+            problem: s.problem.clone(),
+            pods: pod_count(s),
+            workloads: workload_count(s),
+        })
+        .collect();
+    Ok(summary(entry, &scopes, namespaces))
+}
+
+/// Everything known of one namespace of a registered cluster.
+fn scope_view(
+    model: &Model,
+    registered: &[ClusterEntry],
+    cluster: &str,
+    namespace: &str,
+) -> Result<ScopeView> {
+    let entry = find(registered, cluster)?;
+    let key = ClusterNamespace::new(entry.name.clone(), namespace)?;
+    let state = model.scope(&key).ok_or_else(|| ApiError::NotWatched {
+        cluster: cluster.to_owned(),
+        namespace: namespace.to_owned(),
+    })?;
+    Ok(ScopeView {
+        cluster: key.cluster.to_string(),
+        namespace: key.namespace,
+        live: state.live,
+        problem: state.problem,
+        last_seen: state.last_seen.map(|t| t.to_string()),
+        pods: state.pods.into_values().collect(),
+        workloads: state.workloads.into_values().collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{path::Path as FsPath, time::Duration};
+
+    use axum::body::Body;
+    use k8s_openapi::jiff::Timestamp;
+    use serde_json::{Value, json};
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::{
+        model::{Change, WorkloadKind, WorkloadRef},
+        queue::QueueConfig,
+        registry::{HubSource, RegistrationFile},
+    };
+
+    fn entry(name: &str, labels: &[(&str, &str)]) -> ClusterEntry {
+        ClusterEntry {
+            name: name.parse().unwrap(),
+            context: format!("ctx-{name}"),
+            kubeconfig: None,
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    fn pod(name: &str, ready: bool) -> PodInfo {
+        PodInfo {
+            name: name.into(),
+            phase: "Running".into(),
+            ready,
+            restarts: 0,
+            reason: String::new(),
+            owner: None,
+        }
+    }
+
+    fn workload(name: &str, ready: i32, desired: i32) -> WorkloadInfo {
+        WorkloadInfo {
+            id: WorkloadRef {
+                kind: WorkloadKind::Deployment,
+                name: name.into(),
+            },
+            release: Some("foo".into()),
+            ready,
+            desired,
+        }
+    }
+
+    fn apply(model: &Model, scope: &str, change: Change) {
+        model.apply((scope.parse().unwrap(), change), Timestamp::UNIX_EPOCH);
+    }
+
+    /// member-1: `foo` live (1 of 2 pods, 1 of 2 workloads ready) and `bar` lost;
+    /// member-2: `baz` lost; the hub watches nothing.
+    fn model() -> Model {
+        let model = Model::default();
+        apply(
+            &model,
+            "member-1/foo",
+            Change::PodsListed(vec![pod("a", true), pod("b", false)]),
+        );
+        let workloads = vec![workload("web", 2, 2), workload("api", 0, 1)];
+        apply(
+            &model,
+            "member-1/foo",
+            Change::WorkloadsListed(WorkloadKind::Deployment, workloads),
+        );
+        apply(&model, "member-1/bar", Change::Pod(pod("c", true)));
+        apply(
+            &model,
+            "member-1/bar",
+            Change::Lost("connection refused".into()),
+        );
+        apply(
+            &model,
+            "member-2/baz",
+            Change::Lost("no route to host".into()),
+        );
+        model
+    }
+
+    fn registered() -> Vec<ClusterEntry> {
+        vec![
+            entry("hub", &[]),
+            entry("member-1", &[("region", "east")]),
+            entry("member-2", &[]),
+        ]
+    }
+
+    #[test]
+    fn the_cluster_list_counts_ready_pods_and_workloads_per_cluster_in_registry_order() {
+        let list = serde_json::to_value(cluster_list(&model(), &registered())).unwrap();
+        assert_eq!(
+            list,
+            json!([
+                {"name": "hub", "context": "ctx-hub", "labels": {}, "namespaces": 0, "live": true,
+                 "pods": {"ready": 0, "total": 0}, "workloads": {"ready": 0, "total": 0}},
+                {"name": "member-1", "context": "ctx-member-1", "labels": {"region": "east"},
+                 "namespaces": 2, "live": true,
+                 "pods": {"ready": 2, "total": 3}, "workloads": {"ready": 1, "total": 2}},
+                {"name": "member-2", "context": "ctx-member-2", "labels": {}, "namespaces": 1,
+                 "live": false, "pods": {"ready": 0, "total": 0}, "workloads": {"ready": 0, "total": 0}},
+            ])
+        );
+    }
+
+    #[test]
+    fn a_cluster_is_reachable_when_any_namespace_is_live_or_none_is_watched() {
+        let g = gauges(&model(), &registered());
+        assert_eq!(
+            g.clusters,
+            [
+                ("hub".to_owned(), true),
+                ("member-1".to_owned(), true),
+                ("member-2".to_owned(), false)
+            ]
+        );
+        assert_eq!(g.watched_namespaces, 3);
+    }
+
+    #[test]
+    fn a_cluster_detail_has_a_line_per_watched_namespace() {
+        let detail = cluster_detail(&model(), &registered(), "member-1").unwrap();
+        let detail = serde_json::to_value(detail).unwrap();
+        assert_eq!(detail["labels"], json!({"region": "east"}));
+        assert_eq!(
+            detail["namespaces"],
+            json!([
+                {"namespace": "bar", "live": false, "lastSeen": "1970-01-01T00:00:00Z",
+                 "problem": "connection refused",
+                 "pods": {"ready": 1, "total": 1}, "workloads": {"ready": 0, "total": 0}},
+                {"namespace": "foo", "live": true, "lastSeen": "1970-01-01T00:00:00Z",
+                 "problem": null,
+                 "pods": {"ready": 1, "total": 2}, "workloads": {"ready": 1, "total": 2}},
+            ])
+        );
+    }
+
+    #[test]
+    fn an_unregistered_cluster_is_named_with_the_registered_ones() {
+        let err = cluster_detail(&model(), &registered(), "member-9").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "cluster \"member-9\" is not registered; registered: hub, member-1, member-2"
+        );
+        let err = scope_view(&model(), &registered(), "member-9", "foo").unwrap_err();
+        assert!(matches!(err, ApiError::UnknownCluster { .. }), "{err}");
+    }
+
+    #[test]
+    fn an_invalid_cluster_or_namespace_name_is_a_bad_request() {
+        let err = cluster_detail(&model(), &registered(), "Member_1").unwrap_err();
+        assert!(matches!(err, ApiError::BadName(_)), "{err}");
+        assert!(
+            err.to_string()
+                .contains("\"Member_1\" is not a DNS-1123 label"),
+            "{err}"
+        );
+        let err = scope_view(&model(), &registered(), "member-1", "Foo").unwrap_err();
+        assert!(err.to_string().contains("namespace \"Foo\""), "{err}");
+    }
+
+    #[test]
+    fn a_namespace_view_has_every_pod_and_workload_with_its_cluster_and_namespace() {
+        let view = scope_view(&model(), &registered(), "member-1", "foo").unwrap();
+        let view = serde_json::to_value(view).unwrap();
+        assert_eq!(
+            (&view["cluster"], &view["namespace"]),
+            (&json!("member-1"), &json!("foo"))
+        );
+        assert_eq!(
+            (&view["live"], &view["problem"]),
+            (&json!(true), &Value::Null)
+        );
+        let pods: Vec<&Value> = view["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| &p["name"])
+            .collect();
+        assert_eq!(pods, [&json!("a"), &json!("b")]);
+        assert_eq!(
+            view["workloads"][0],
+            json!({"id": {"kind": "Deployment", "name": "api"}, "release": "foo", "ready": 0, "desired": 1})
+        );
+    }
+
+    #[test]
+    fn a_namespace_no_tenancy_targets_is_not_watched() {
+        let err = scope_view(&model(), &registered(), "member-1", "other").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "namespace other of cluster member-1 is not watched: no tenancy targets it"
+        );
+    }
+
+    /// A registry of the hub, member-1 (labelled) and member-2, built from a kubeconfig in `dir`.
+    async fn registry(dir: &FsPath) -> SharedRegistry {
+        let kc = dir.join("kubeconfig");
+        std::fs::write(
+            &kc,
+            "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\nusers: [{name: u, user: {token: t}}]\ncontexts:\n  - {name: hub, context: {cluster: c, user: u}}\n  - {name: member-1, context: {cluster: c, user: u}}\n  - {name: member-2, context: {cluster: c, user: u}}\ncurrent-context: hub\n",
+        )
+        .unwrap();
+        let file = RegistrationFile::parse(
+            FsPath::new("clusters.yaml"),
+            &format!(
+                "clusters:\n  - {{name: member-1, context: member-1, kubeconfig: {k}, labels: {{region: east}}}}\n  - {{name: member-2, context: member-2, kubeconfig: {k}}}\n",
+                k = kc.display()
+            ),
+        )
+        .unwrap();
+        let hub = HubSource {
+            kubeconfig: Some(kc),
+            context: None,
+        };
+        let registry = ClusterRegistry::connect(&hub, &file).await.unwrap();
+        Arc::new(arc_swap::ArcSwap::from_pointee(registry))
+    }
+
+    async fn state() -> (ApiState, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Metrics::default();
+        metrics.watch_event();
+        let state = ApiState {
+            model: Arc::new(model()),
+            registry: registry(dir.path()).await,
+            metrics: Arc::new(metrics),
+            queue: HelmQueue::new(QueueConfig::default()),
+            ready: Arc::new(AtomicBool::new(false)),
+        };
+        (state, dir)
+    }
+
+    /// GETs `uri` from the router: status, content type and body.
+    async fn get(state: &ApiState, uri: &str) -> (StatusCode, String, String) {
+        let request = axum::http::Request::get(uri).body(Body::empty()).unwrap();
+        let response = router(state.clone()).oneshot(request).await.unwrap();
+        let status = response.status();
+        let content_type = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (
+            status,
+            content_type,
+            String::from_utf8(body.to_vec()).unwrap(),
+        )
+    }
+
+    async fn get_json(state: &ApiState, uri: &str) -> (StatusCode, Value) {
+        let (status, content_type, body) = get(state, uri).await;
+        assert_eq!(content_type, "application/json", "{uri}");
+        (status, serde_json::from_str(&body).unwrap())
+    }
+
+    #[tokio::test]
+    async fn healthz_always_answers_ok() {
+        let (state, _dir) = state().await;
+        let (status, _, body) = get(&state, "/healthz").await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
+    }
+
+    #[tokio::test]
+    async fn readyz_answers_ok_only_once_the_controllers_are_listed() {
+        let (state, _dir) = state().await;
+        let (status, _, body) = get(&state, "/readyz").await;
+        assert_eq!(
+            (status, body.as_str()),
+            (StatusCode::SERVICE_UNAVAILABLE, NOT_READY)
+        );
+        state.ready.store(true, Ordering::Release);
+        let (status, _, body) = get(&state, "/readyz").await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
+    }
+
+    #[tokio::test]
+    async fn metrics_are_prometheus_text_with_gauges_from_the_model_and_registry() {
+        let (state, _dir) = state().await;
+        let (status, content_type, body) = get(&state, "/metrics").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            content_type.starts_with("text/plain; version=0.0.4"),
+            "{content_type}"
+        );
+        for line in [
+            "tenancy_hub_watch_events_total 1",
+            "tenancy_hub_queue_depth 0",
+            "tenancy_hub_jobs_running 0",
+            "tenancy_hub_cluster_reachable{cluster=\"hub\"} 1",
+            "tenancy_hub_cluster_reachable{cluster=\"member-1\"} 1",
+            "tenancy_hub_cluster_reachable{cluster=\"member-2\"} 0",
+            "tenancy_hub_watched_namespaces 3",
+        ] {
+            assert!(
+                body.lines().any(|l| l == line),
+                "{line} missing from\n{body}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn the_cluster_list_has_every_registered_cluster_hub_first() {
+        let (state, _dir) = state().await;
+        let (status, list) = get_json(&state, "/api/v1/clusters").await;
+        assert_eq!(status, StatusCode::OK);
+        let names: Vec<&str> = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["hub", "member-1", "member-2"]);
+        assert_eq!(list[1]["context"], "member-1");
+        assert_eq!(list[1]["labels"], json!({"region": "east"}));
+        assert_eq!(list[1]["pods"], json!({"ready": 2, "total": 3}));
+    }
+
+    #[tokio::test]
+    async fn a_cluster_route_answers_its_namespaces_or_a_404_or_400() {
+        let (state, _dir) = state().await;
+        let (status, detail) = get_json(&state, "/api/v1/clusters/member-2").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(detail["namespaces"][0]["namespace"], "baz");
+        assert_eq!(detail["namespaces"][0]["problem"], "no route to host");
+        let (status, body) = get_json(&state, "/api/v1/clusters/x").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert_eq!(
+            body,
+            json!({"error": "cluster \"x\" is not registered; registered: hub, member-1, member-2"})
+        );
+        let (status, body) = get_json(&state, "/api/v1/clusters/Not_A_Label").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(
+            body["error"].as_str().unwrap().contains("DNS-1123"),
+            "{body}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_namespace_route_answers_its_state_or_a_404() {
+        let (state, _dir) = state().await;
+        let (status, view) = get_json(&state, "/api/v1/clusters/member-1/namespaces/foo").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            (&view["cluster"], &view["namespace"]),
+            (&json!("member-1"), &json!("foo"))
+        );
+        assert_eq!(view["pods"].as_array().unwrap().len(), 2);
+        assert_eq!(view["workloads"].as_array().unwrap().len(), 2);
+        let (status, body) = get_json(&state, "/api/v1/clusters/member-1/namespaces/nope").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert_eq!(
+            body["error"],
+            "namespace nope of cluster member-1 is not watched: no tenancy targets it"
+        );
+        let (status, _) = get_json(&state, "/api/v1/clusters/member-9/namespaces/foo").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+    }
+
+    #[tokio::test]
+    async fn serve_answers_on_the_port_it_bound_and_stops_when_cancelled() {
+        let (state, _dir) = state().await;
+        let cancel = CancellationToken::new();
+        let addr = serve("127.0.0.1:0".parse().unwrap(), state, cancel.clone())
+            .await
+            .unwrap();
+        assert_ne!(addr.port(), 0);
+        let answer = tokio::task::spawn_blocking(move || {
+            use std::io::{Read, Write};
+            let mut stream = std::net::TcpStream::connect(addr).unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(30)))
+                .unwrap();
+            stream
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            let mut answer = String::new();
+            stream
+                .read_to_string(&mut answer)
+                .expect("an answer in time");
+            answer
+        })
+        .await
+        .unwrap();
+        assert!(
+            answer.starts_with("HTTP/1.1 200 OK") && answer.ends_with("\r\n\r\nok"),
+            "{answer}"
+        );
+        cancel.cancel();
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while tokio::net::TcpStream::connect(addr).await.is_ok() {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the listener closes after cancellation");
+    }
+
+    #[tokio::test]
+    async fn serve_names_the_address_it_cannot_bind() {
+        let (state, _dir) = state().await;
+        let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = taken.local_addr().unwrap();
+        let err = serve(addr, state, CancellationToken::new())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
+        assert!(
+            err.to_string()
+                .contains(&format!("cannot listen on {addr}")),
+            "{err}"
+        );
+    }
+}

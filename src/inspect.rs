@@ -1,0 +1,768 @@
+//! Renders Controller status for `tenancy-hub status`: per cluster and namespace, releases, workloads and pods.
+
+use std::ffi::OsStr;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{Api, Client, ResourceExt, api::ListParams};
+use serde::Serialize;
+
+use crate::{
+    cli::{Output, table},
+    crd::{ClusterStatus, Controller, ControllerStatus, Summary, TenancyStatus},
+};
+
+/// Longest release message shown in a table, in characters.
+pub const MESSAGE_WIDTH: usize = 80;
+
+/// Result alias for this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong reading or rendering Controller status.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The named resource does not exist.
+    #[error(
+        "no Controller {name:?} in namespace {namespace:?}; list them with `kubectl get controllers -A`"
+    )]
+    NotFound {
+        /// The namespace searched.
+        namespace: String,
+        /// The name asked for.
+        name: String,
+    },
+    /// The hub does not know the Controller resource type.
+    #[error(
+        "the hub has no Controller resource type (CRD controllers.multitenancy.dev); install it with `tenancy-hub crd | kubectl apply --server-side -f -`"
+    )]
+    NoCrd,
+    /// A call to the hub failed.
+    #[error("cannot read Controller resources ({selection}) from the hub: {source}")]
+    Hub {
+        /// What was being read.
+        selection: Selection,
+        /// The error.
+        source: Box<kube::Error>,
+    },
+    /// Status could not be written as JSON.
+    #[error("cannot render status as JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// Status could not be written as YAML.
+    #[error("cannot render status as YAML: {0}")]
+    Yaml(#[from] serde_yaml::Error),
+}
+
+/// Which Controller resources to read from the hub.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selection {
+    /// One resource, by namespace and name.
+    One {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+    },
+    /// Every resource in one namespace.
+    Namespace(String),
+    /// Every resource in every namespace.
+    All,
+}
+
+impl std::fmt::Display for Selection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Selection::One { namespace, name } => write!(f, "{namespace}/{name}"),
+            Selection::Namespace(ns) => write!(f, "namespace {ns}"),
+            Selection::All => f.write_str("all namespaces"),
+        }
+    }
+}
+
+/// Reads the selected resources from the hub, ordered by namespace and name.
+pub async fn fetch(hub: Client, selection: &Selection) -> Result<Vec<Controller>> {
+    let failed = |source: kube::Error| match source {
+        kube::Error::Api(s) if s.code == 404 => Error::NoCrd,
+        source => Error::Hub {
+            selection: selection.clone(),
+            source: Box::new(source),
+        },
+    };
+    let mut controllers = match selection {
+        Selection::One { namespace, name } => {
+            let api = Api::<Controller>::namespaced(hub, namespace);
+            let found = api.get_opt(name).await.map_err(failed)?;
+            vec![found.ok_or_else(|| Error::NotFound {
+                namespace: namespace.clone(),
+                name: name.clone(),
+            })?]
+        }
+        Selection::Namespace(ns) => {
+            Api::<Controller>::namespaced(hub, ns)
+                .list(&ListParams::default())
+                .await
+                .map_err(failed)?
+                .items
+        }
+        Selection::All => {
+            Api::<Controller>::all(hub)
+                .list(&ListParams::default())
+                .await
+                .map_err(failed)?
+                .items
+        }
+    };
+    controllers.sort_by_key(|c| (c.namespace(), c.name_any()));
+    Ok(controllers)
+}
+
+/// Whether to color a table: only on a terminal, and not when `NO_COLOR` is set to something.
+pub fn color_wanted(output: Output, is_terminal: bool, no_color: Option<&OsStr>) -> bool {
+    output == Output::Table && is_terminal && no_color.is_none_or(OsStr::is_empty)
+}
+
+/// True when the resource's Ready condition is True and its status describes the current spec.
+pub fn is_ready(controller: &Controller) -> bool {
+    controller.status.as_ref().is_some_and(|status| {
+        observed_current(controller, status)
+            && ready_condition(status).is_some_and(|c| c.status == "True")
+    })
+}
+
+/// Renders the resources' status; `cluster` keeps only that cluster's entries; `color` adds ANSI colors to tables.
+///
+/// JSON and YAML give, per resource, `namespace`, `name`, `summary` (the resource's totals),
+/// `conditions`, `clusters` and `tenancies`, the last two filtered by `cluster`.
+pub fn render(
+    controllers: &[Controller],
+    cluster: Option<&str>,
+    output: Output,
+    color: bool,
+) -> Result<String> {
+    Ok(match output {
+        Output::Table => controllers
+            .iter()
+            .map(|c| resource_table(c, cluster, color))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Output::Json => serde_json::to_string_pretty(&entries(controllers, cluster))? + "\n",
+        Output::Yaml => serde_yaml::to_string(&entries(controllers, cluster))?,
+    })
+}
+
+/// One resource in JSON and YAML output.
+#[derive(Serialize)]
+struct Entry<'a> {
+    namespace: String,
+    name: String,
+    summary: Option<&'a Summary>,
+    conditions: &'a [Condition],
+    clusters: Vec<&'a ClusterStatus>,
+    tenancies: Vec<&'a TenancyStatus>,
+}
+
+fn entries<'a>(controllers: &'a [Controller], cluster: Option<&str>) -> Vec<Entry<'a>> {
+    let keep = |name: &str| cluster.is_none_or(|c| c == name);
+    controllers
+        .iter()
+        .map(|c| {
+            let status = c.status.as_ref();
+            Entry {
+                namespace: c.namespace().unwrap_or_default(),
+                name: c.name_any(),
+                summary: status.and_then(|s| s.summary.as_ref()),
+                conditions: status.map_or(&[][..], |s| s.conditions.as_slice()),
+                clusters: status
+                    .into_iter()
+                    .flat_map(|s| &s.clusters)
+                    .filter(|s| keep(&s.name))
+                    .collect(),
+                tenancies: status
+                    .into_iter()
+                    .flat_map(|s| &s.updated_tenancies)
+                    .filter(|t| keep(&t.cluster))
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+fn ready_condition(status: &ControllerStatus) -> Option<&Condition> {
+    status.conditions.iter().find(|c| c.type_ == "Ready")
+}
+
+// `None < Some(_)`: a status without a generation is behind a spec that has one.
+fn observed_current(controller: &Controller, status: &ControllerStatus) -> bool {
+    status.observed_generation >= controller.metadata.generation
+}
+
+fn resource_table(controller: &Controller, cluster: Option<&str>, color: bool) -> String {
+    let id = format!(
+        "{}/{}",
+        controller.namespace().unwrap_or_default(),
+        controller.name_any()
+    );
+    let Some(status) = &controller.status else {
+        return format!("Controller {id}  no status yet (is `tenancy-hub run` running?)\n");
+    };
+    let mut out = format!("Controller {id}  {}", ready_text(status, color));
+    if let Some(s) = &status.summary {
+        out += &format!(
+            "  clusters {}  releases {}  pods {}",
+            s.clusters, s.releases, s.pods
+        );
+    }
+    out.push('\n');
+    if let (Some(seen), Some(spec)) = (
+        status.observed_generation,
+        controller
+            .metadata
+            .generation
+            .filter(|_| !observed_current(controller, status)),
+    ) {
+        out += &format!("  status describes generation {seen}; the spec is at {spec}\n");
+    }
+    if let Some(ready) =
+        ready_condition(status).filter(|c| c.status != "True" && !c.message.is_empty())
+    {
+        out += &format!("  {}\n", ready.message);
+    }
+    let tenancies: Vec<&TenancyStatus> = status
+        .updated_tenancies
+        .iter()
+        .filter(|t| cluster.is_none_or(|c| c == t.cluster))
+        .collect();
+    if tenancies.is_empty() {
+        out += &match cluster {
+            Some(c) => format!("  no entries for cluster {c}\n"),
+            None => "  no cluster/namespace entries yet\n".into(),
+        };
+    }
+    for t in tenancies {
+        out.push('\n');
+        out += &tenancy_block(t, color);
+    }
+    out
+}
+
+fn ready_text(status: &ControllerStatus, color: bool) -> String {
+    match ready_condition(status) {
+        Some(c) => {
+            let tone = match (c.status.as_str(), c.reason.as_str()) {
+                ("True", _) => Tone::Good,
+                (_, "InvalidSpec" | "Conflict" | "ReleaseFailed") => Tone::Bad,
+                _ => Tone::Other,
+            };
+            let text = format!("Ready={} ({})", c.status, c.reason);
+            paint(&text, tone, color)
+        }
+        None => paint("Ready=Unknown", Tone::Other, color),
+    }
+}
+
+fn tenancy_block(t: &TenancyStatus, color: bool) -> String {
+    let freshness = if t.fresh {
+        paint("(fresh)", Tone::Good, color)
+    } else {
+        let seen = t
+            .last_seen
+            .as_deref()
+            .map_or("never seen".to_owned(), |s| format!("last seen {s}"));
+        paint(&format!("(STALE, {seen})"), Tone::Other, color)
+    };
+    let mut out = format!("  {}/{} {freshness}\n", t.cluster, t.namespace);
+    let releases: Vec<[String; 6]> = t
+        .chart_messages
+        .iter()
+        .map(|m| {
+            [
+                m.release_name.clone(),
+                m.chart_name.clone(),
+                m.phase.clone(),
+                m.revision.map_or("-".into(), |r| r.to_string()),
+                dash_if_empty(&m.chart_version),
+                trim_message(&m.error_message, MESSAGE_WIDTH),
+            ]
+        })
+        .collect();
+    out += &section(
+        "no releases",
+        &[
+            "RELEASE", "CHART", "PHASE", "REVISION", "VERSION", "MESSAGE",
+        ],
+        &releases,
+        &[(2, word_tone)],
+        color,
+    );
+    let workloads: Vec<[String; 3]> = t
+        .replication_controller_status
+        .iter()
+        .map(|w| {
+            [
+                w.kind.clone(),
+                w.replication_controller_name.clone(),
+                w.ready.clone(),
+            ]
+        })
+        .collect();
+    out += &section(
+        "no workloads",
+        &["KIND", "NAME", "READY"],
+        &workloads,
+        &[(2, ratio_tone)],
+        color,
+    );
+    let mut pods: Vec<_> = t.pod_status.iter().collect();
+    pods.sort_by_key(|p| p.ready);
+    let pod_rows: Vec<[String; 5]> = pods
+        .iter()
+        .map(|p| {
+            [
+                p.pod_name.clone(),
+                p.phase.clone(),
+                if p.ready { "yes" } else { "no" }.into(),
+                p.restarts.to_string(),
+                p.reason.clone(),
+            ]
+        })
+        .collect();
+    out += &section(
+        "no pods",
+        &["NAME", "PHASE", "READY", "RESTARTS", "REASON"],
+        &pod_rows,
+        &[(1, word_tone), (2, yes_tone)],
+        color,
+    );
+    let total = usize::try_from(t.pods_total).unwrap_or(0);
+    if pods.len() < total {
+        out += &format!(
+            "    showing {} of {total} pods (not-ready first)\n",
+            pods.len()
+        );
+    }
+    out
+}
+
+/// A column index and how to color its cells.
+type Painter = (usize, fn(&str) -> Tone);
+
+fn section<const N: usize>(
+    empty: &str,
+    header: &[&str; N],
+    rows: &[[String; N]],
+    painters: &[Painter],
+    color: bool,
+) -> String {
+    if rows.is_empty() {
+        return format!("    {empty}\n");
+    }
+    let plain = table(header, rows);
+    let mut lines = plain.lines();
+    let head = lines.next().unwrap_or_default();
+    let starts = column_starts(head, header);
+    let mut out = format!("    {head}\n");
+    for (line, row) in lines.zip(rows) {
+        let mut line = line.to_owned();
+        if color {
+            let mut painters = painters.to_vec();
+            // Right to left, so painting a cell leaves the positions of those before it alone.
+            painters.sort_by_key(|(column, _)| std::cmp::Reverse(*column));
+            for (column, tone) in painters {
+                let cell = &row[column];
+                let at = line.char_indices().nth(starts[column]).map(|(at, _)| at);
+                if let Some(at) =
+                    at.filter(|&at| !cell.is_empty() && line[at..].starts_with(cell.as_str()))
+                {
+                    line.replace_range(at..at + cell.len(), &paint(cell, tone(cell), true));
+                }
+            }
+        }
+        out += &format!("    {line}\n");
+    }
+    out
+}
+
+/// Character positions where each column starts, read off the header line.
+fn column_starts<const N: usize>(head: &str, header: &[&str; N]) -> [usize; N] {
+    let mut starts = [0; N];
+    let mut from = 0;
+    for (start, name) in starts.iter_mut().zip(header) {
+        *start = head[from..].find(name).map_or(from, |at| from + at);
+        from = *start + name.len();
+    }
+    starts
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tone {
+    Good,
+    Bad,
+    Other,
+}
+
+fn word_tone(word: &str) -> Tone {
+    match word {
+        "Deployed" | "Ready" | "Running" | "Succeeded" => Tone::Good,
+        "Failed" | "Conflict" | "Invalid" => Tone::Bad,
+        _ => Tone::Other,
+    }
+}
+
+fn ratio_tone(ratio: &str) -> Tone {
+    match ratio.split_once('/') {
+        Some((ready, desired)) if ready == desired => Tone::Good,
+        _ => Tone::Other,
+    }
+}
+
+fn yes_tone(word: &str) -> Tone {
+    if word == "yes" {
+        Tone::Good
+    } else {
+        Tone::Other
+    }
+}
+
+fn paint(text: &str, tone: Tone, color: bool) -> String {
+    if !color {
+        return text.to_owned();
+    }
+    let code = match tone {
+        Tone::Good => 32,
+        Tone::Bad => 31,
+        Tone::Other => 33,
+    };
+    format!("\x1b[{code}m{text}\x1b[0m")
+}
+
+fn dash_if_empty(s: &str) -> String {
+    if s.is_empty() {
+        "-".into()
+    } else {
+        s.to_owned()
+    }
+}
+
+/// One line of at most `max` characters, ending in `…` when cut.
+fn trim_message(message: &str, max: usize) -> String {
+    let line = message.split_whitespace().collect::<Vec<_>>().join(" ");
+    if line.chars().count() <= max {
+        return line;
+    }
+    line.chars().take(max - 1).chain(['…']).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{ChartMessage, ControllerSpec, PodStatus, WorkloadStatus};
+    use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+
+    fn ready(status: &str, reason: &str, message: &str) -> Condition {
+        Condition {
+            type_: "Ready".into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            last_transition_time: Time(Timestamp::UNIX_EPOCH),
+            observed_generation: Some(1),
+        }
+    }
+
+    fn release(name: &str, phase: &str, error: &str) -> ChartMessage {
+        ChartMessage {
+            chart_name: "deployment-example".into(),
+            release_name: name.into(),
+            error_message: error.into(),
+            phase: phase.into(),
+            revision: (phase == "Deployed").then_some(2),
+            chart_version: if phase == "Deployed" {
+                "0.1.0".into()
+            } else {
+                String::new()
+            },
+            ..ChartMessage::default()
+        }
+    }
+
+    fn pod(name: &str, ready: bool, reason: &str) -> PodStatus {
+        PodStatus {
+            pod_name: name.into(),
+            phase: if ready { "Running" } else { "Pending" }.into(),
+            ready,
+            restarts: if ready { 0 } else { 3 },
+            reason: reason.into(),
+        }
+    }
+
+    fn tenancy(cluster: &str, fresh: bool) -> TenancyStatus {
+        TenancyStatus {
+            cluster: cluster.into(),
+            namespace: "foo".into(),
+            chart_messages: vec![release("foo", "Deployed", "")],
+            replication_controller_status: vec![WorkloadStatus {
+                replication_controller_name: "foo".into(),
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                ready: "2/2".into(),
+                release_name: "foo".into(),
+            }],
+            pod_status: vec![pod("foo-1", true, ""), pod("foo-2", true, "")],
+            pods_total: 2,
+            pods_ready: 2,
+            fresh,
+            last_seen: (!fresh).then(|| "2025-01-02T03:04:05Z".into()),
+        }
+    }
+
+    fn controller(name: &str, status: Option<ControllerStatus>) -> Controller {
+        let mut c = Controller::new(name, ControllerSpec::default());
+        c.metadata.namespace = Some("default".into());
+        c.metadata.generation = Some(1);
+        c.status = status.map(|s| ControllerStatus {
+            observed_generation: Some(1),
+            ..s
+        });
+        c
+    }
+
+    fn example() -> Controller {
+        let mut failing = tenancy("member-2", false);
+        failing.chart_messages = vec![release(
+            "web",
+            "Failed",
+            "UPGRADE FAILED: template: web/templates/deployment.yaml:9:4: executing \"web/templates/deployment.yaml\" at <.Values.image>: nil pointer",
+        )];
+        failing.pod_status = vec![
+            pod("web-1", true, ""),
+            pod("web-2", false, "CrashLoopBackOff"),
+        ];
+        failing.pods_total = 7;
+        failing.pods_ready = 5;
+        controller(
+            "example-controller",
+            Some(ControllerStatus {
+                updated_tenancies: vec![tenancy("member-1", true), failing],
+                clusters: vec![
+                    ClusterStatus {
+                        name: "member-1".into(),
+                        reachable: true,
+                        last_seen: Some("2025-01-02T03:04:05Z".into()),
+                        releases: "1/1".into(),
+                        pods: "2/2".into(),
+                    },
+                    ClusterStatus {
+                        name: "member-2".into(),
+                        reachable: false,
+                        last_seen: Some("2025-01-02T03:04:05Z".into()),
+                        releases: "0/1".into(),
+                        pods: "5/7".into(),
+                    },
+                ],
+                summary: Some(Summary {
+                    clusters: "1/2".into(),
+                    releases: "1/2".into(),
+                    pods: "7/9".into(),
+                }),
+                conditions: vec![ready(
+                    "False",
+                    "ReleaseFailed",
+                    "1 release(s) failed; see chartMessages",
+                )],
+                observed_generation: Some(1),
+            }),
+        )
+    }
+
+    fn table_of(controllers: &[Controller], cluster: Option<&str>) -> String {
+        render(controllers, cluster, Output::Table, false).unwrap()
+    }
+
+    #[test]
+    fn the_table_shows_a_header_and_aligned_rows_per_cluster_and_namespace() {
+        let out = table_of(&[example()], None);
+        for line in [
+            "Controller default/example-controller  Ready=False (ReleaseFailed)  clusters 1/2  releases 1/2  pods 7/9",
+            "  1 release(s) failed; see chartMessages",
+            "  member-1/foo (fresh)",
+            "    RELEASE   CHART                PHASE      REVISION   VERSION   MESSAGE",
+            "    foo       deployment-example   Deployed   2          0.1.0",
+            "    KIND         NAME   READY",
+            "    Deployment   foo    2/2",
+            "    NAME    PHASE     READY   RESTARTS   REASON",
+            "    foo-1   Running   yes     0",
+        ] {
+            assert!(out.lines().any(|l| l == line), "no line {line:?} in\n{out}");
+        }
+    }
+
+    #[test]
+    fn an_unreachable_cluster_is_marked_stale_with_its_last_sighting() {
+        let out = table_of(&[example()], None);
+        assert!(
+            out.contains("  member-2/foo (STALE, last seen 2025-01-02T03:04:05Z)\n"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn long_messages_are_cut_to_one_line_of_eighty_characters() {
+        let out = table_of(&[example()], None);
+        let row = out.lines().find(|l| l.starts_with("    web ")).unwrap();
+        let message = &row[row.find("UPGRADE FAILED").unwrap()..];
+        assert_eq!(message.chars().count(), MESSAGE_WIDTH, "{row}");
+        assert!(message.ends_with('…'), "{row}");
+        assert_eq!(trim_message("a\n  b", 80), "a b");
+    }
+
+    #[test]
+    fn listed_pods_fewer_than_counted_say_how_many_are_shown_not_ready_first() {
+        let out = table_of(&[example()], Some("member-2"));
+        assert!(
+            out.contains("    showing 2 of 7 pods (not-ready first)\n"),
+            "{out}"
+        );
+        let not_ready = out.find("web-2").unwrap();
+        assert!(not_ready < out.find("web-1").unwrap(), "{out}");
+        let all_listed = table_of(&[example()], Some("member-1"));
+        assert!(!all_listed.contains("showing"), "{all_listed}");
+    }
+
+    #[test]
+    fn a_cluster_filter_keeps_only_that_clusters_entries() {
+        let out = table_of(&[example()], Some("member-1"));
+        assert!(
+            out.contains("member-1/foo") && !out.contains("member-2/foo"),
+            "{out}"
+        );
+        let none = table_of(&[example()], Some("member-9"));
+        assert!(
+            none.contains("  no entries for cluster member-9\n"),
+            "{none}"
+        );
+        let json = render(&[example()], Some("member-2"), Output::Json, false).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let entry = &value[0];
+        assert_eq!(entry["tenancies"].as_array().unwrap().len(), 1);
+        assert_eq!(entry["tenancies"][0]["cluster"], "member-2");
+        assert_eq!(entry["clusters"].as_array().unwrap().len(), 1);
+        assert_eq!(entry["clusters"][0]["name"], "member-2");
+        assert_eq!(entry["summary"]["pods"], "7/9");
+    }
+
+    #[test]
+    fn json_is_valid_and_keeps_a_stable_shape() {
+        let json = render(&[example()], None, Output::Json, false).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let keys: Vec<&str> = value[0]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut expected = [
+            "namespace",
+            "name",
+            "summary",
+            "conditions",
+            "clusters",
+            "tenancies",
+        ];
+        expected.sort_unstable();
+        assert_eq!(keys, expected);
+        assert_eq!(value[0]["conditions"][0]["reason"], "ReleaseFailed");
+        assert_eq!(
+            value[0]["tenancies"][1]["podStatus"][1]["reason"],
+            "CrashLoopBackOff"
+        );
+        assert_eq!(
+            json,
+            render(&[example()], None, Output::Json, false).unwrap()
+        );
+        let bare = render(&[controller("new", None)], None, Output::Json, false).unwrap();
+        assert_eq!(
+            bare,
+            "[\n  {\n    \"namespace\": \"default\",\n    \"name\": \"new\",\n    \"summary\": null,\n    \"conditions\": [],\n    \"clusters\": [],\n    \"tenancies\": []\n  }\n]\n"
+        );
+    }
+
+    #[test]
+    fn yaml_carries_the_same_shape_as_json() {
+        let yaml = render(&[example()], None, Output::Yaml, false).unwrap();
+        let from_yaml: serde_json::Value = serde_yaml::from_str(&yaml).unwrap();
+        let json = render(&[example()], None, Output::Json, false).unwrap();
+        let from_json: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(from_yaml, from_json);
+    }
+
+    #[test]
+    fn colors_appear_only_when_asked_and_keep_columns_aligned() {
+        let plain = table_of(&[example()], None);
+        assert!(!plain.contains('\x1b'), "{plain}");
+        let colored = render(&[example()], None, Output::Table, true).unwrap();
+        assert!(colored.contains("\x1b[32mDeployed\x1b[0m"), "{colored}");
+        assert!(colored.contains("\x1b[31mFailed\x1b[0m"), "{colored}");
+        assert!(colored.contains("\x1b[33mPending\x1b[0m"), "{colored}");
+        assert!(
+            colored.contains("\x1b[31mReady=False (ReleaseFailed)\x1b[0m"),
+            "{colored}"
+        );
+        let stripped = colored
+            .replace("\x1b[0m", "")
+            .replace("\x1b[31m", "")
+            .replace("\x1b[32m", "")
+            .replace("\x1b[33m", "");
+        assert_eq!(stripped, plain);
+    }
+
+    #[test]
+    fn color_is_wanted_only_for_tables_on_a_terminal_without_no_color() {
+        assert!(color_wanted(Output::Table, true, None));
+        assert!(color_wanted(Output::Table, true, Some(OsStr::new(""))));
+        assert!(!color_wanted(Output::Table, true, Some(OsStr::new("1"))));
+        assert!(!color_wanted(Output::Table, false, None));
+        assert!(!color_wanted(Output::Json, true, None));
+    }
+
+    #[test]
+    fn a_resource_without_status_says_the_operator_may_not_be_running() {
+        let out = table_of(&[controller("new", None)], None);
+        assert_eq!(
+            out,
+            "Controller default/new  no status yet (is `tenancy-hub run` running?)\n"
+        );
+        assert!(!is_ready(&controller("new", None)));
+    }
+
+    #[test]
+    fn readiness_needs_a_true_ready_condition_for_the_current_generation() {
+        let status = ControllerStatus {
+            conditions: vec![ready(
+                "True",
+                "AllReleasesDeployed",
+                "1 release(s) deployed",
+            )],
+            ..ControllerStatus::default()
+        };
+        let mut c = controller("web", Some(status));
+        assert!(is_ready(&c));
+        assert!(!is_ready(&example()));
+        c.metadata.generation = Some(2);
+        assert!(!is_ready(&c));
+        let out = table_of(&[c], None);
+        assert!(
+            out.contains("  status describes generation 1; the spec is at 2\n"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn a_missing_resource_is_named_with_its_namespace_and_a_way_to_list_them() {
+        let err = Error::NotFound {
+            namespace: "team-a".into(),
+            name: "web".into(),
+        };
+        assert_eq!(
+            err.to_string(),
+            "no Controller \"web\" in namespace \"team-a\"; list them with `kubectl get controllers -A`"
+        );
+    }
+}

@@ -1,0 +1,169 @@
+//! Debounced status writes to the hub: at most one per resource per interval, none when nothing changed.
+
+use std::{collections::HashSet, sync::Mutex, time::Duration};
+
+use dashmap::DashMap;
+use futures::StreamExt;
+use k8s_openapi::jiff::Timestamp;
+use kube::{
+    Api,
+    api::{Patch, PatchParams},
+    runtime::reflector::ObjectRef,
+};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    Context,
+    crd::{Controller, ControllerStatus},
+    key::ClusterNamespace,
+    model::ScopeState,
+    status::{self, ReleaseReport},
+};
+
+/// Status writes running at once.
+const CONCURRENT_WRITES: usize = 8;
+
+/// Collects what each resource's status should say and writes it, paced.
+#[derive(Default)]
+pub struct StatusWriter {
+    reports: DashMap<ObjectRef<Controller>, ReleaseReport>,
+    written: DashMap<ObjectRef<Controller>, ControllerStatus>,
+    dirty: Mutex<HashSet<ObjectRef<Controller>>>,
+    notify: Notify,
+}
+
+impl StatusWriter {
+    /// Records the release side of a resource's status; it is written on the next pass if it changed.
+    pub fn submit(&self, owner: ObjectRef<Controller>, report: ReleaseReport) {
+        let changed = self.reports.get(&owner).is_none_or(|r| *r != report);
+        if changed {
+            self.reports.insert(owner.clone(), report);
+            self.touch(owner);
+        }
+    }
+
+    /// Marks a resource's status for recomputation, for example after its pods changed.
+    pub fn touch(&self, owner: ObjectRef<Controller>) {
+        self.dirty.lock().expect("status writer lock").insert(owner);
+        self.notify.notify_one();
+    }
+
+    /// Forgets a resource that is gone.
+    pub fn forget(&self, owner: &ObjectRef<Controller>) {
+        self.reports.remove(owner);
+        self.written.remove(owner);
+    }
+
+    /// Writes marked statuses until cancelled: one pass, then a pause of `interval`, so each
+    /// resource is written at most once per interval whatever the rate of changes.
+    pub async fn run(&self, ctx: &Context, interval: Duration, cancel: CancellationToken) {
+        loop {
+            tokio::select! {
+                () = self.notify.notified() => {}
+                () = cancel.cancelled() => return,
+            }
+            let batch: Vec<ObjectRef<Controller>> = self
+                .dirty
+                .lock()
+                .expect("status writer lock")
+                .drain()
+                .collect();
+            futures::stream::iter(batch)
+                .for_each_concurrent(CONCURRENT_WRITES, |owner| async move {
+                    self.write(ctx, owner).await
+                })
+                .await;
+            tokio::select! {
+                () = tokio::time::sleep(interval) => {}
+                () = cancel.cancelled() => return,
+            }
+        }
+    }
+
+    async fn write(&self, ctx: &Context, owner: ObjectRef<Controller>) {
+        let Some(report) = self.reports.get(&owner).map(|r| r.clone()) else {
+            return;
+        };
+        let Some(object) = ctx.controllers.get(&owner) else {
+            self.forget(&owner);
+            return;
+        };
+        let previous = match self.written.get(&owner) {
+            Some(w) => w.clone(),
+            None => object.status.clone().unwrap_or_default(),
+        };
+        let lookup = |cluster: &str, namespace: &str| -> Option<ScopeState> {
+            let scope: ClusterNamespace = format!("{cluster}/{namespace}").parse().ok()?;
+            ctx.model.scope(&scope)
+        };
+        let status = status::assemble(&report, &lookup, &previous.conditions, Timestamp::now());
+        if status == previous {
+            ctx.metrics.status_write_skipped();
+            return;
+        }
+        let namespace = owner.namespace.clone().unwrap_or_default();
+        let api: Api<Controller> = Api::namespaced(ctx.hub.clone(), &namespace);
+        match api
+            .patch_status(
+                &owner.name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch_of(&status)),
+            )
+            .await
+        {
+            Ok(_) => {
+                ctx.metrics.status_write();
+                self.written.insert(owner, status);
+            }
+            Err(e) => {
+                tracing::warn!(controller = %owner, error = %e, "writing status failed; retrying on the next pass");
+                self.touch(owner);
+            }
+        }
+    }
+}
+
+/// A merge patch that sets every status field, clearing those now empty.
+pub fn patch_of(status: &ControllerStatus) -> serde_json::Value {
+    let mut value = serde_json::to_value(status).expect("status serializes");
+    let fields = value.as_object_mut().expect("status is an object");
+    for key in [
+        "updatedTenancies",
+        "clusters",
+        "summary",
+        "conditions",
+        "observedGeneration",
+    ] {
+        fields.entry(key).or_insert(serde_json::Value::Null);
+    }
+    serde_json::json!({ "status": value })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_patch_clears_fields_that_are_now_empty() {
+        let patch = patch_of(&ControllerStatus::default());
+        assert_eq!(patch["status"]["updatedTenancies"], serde_json::Value::Null);
+        assert!(
+            patch["status"]
+                .as_object()
+                .unwrap()
+                .contains_key("conditions")
+        );
+    }
+
+    #[test]
+    fn an_unchanged_report_marks_nothing() {
+        let writer = StatusWriter::default();
+        let owner = ObjectRef::new("x").within("default");
+        writer.submit(owner.clone(), ReleaseReport::default());
+        assert_eq!(writer.dirty.lock().unwrap().len(), 1);
+        writer.dirty.lock().unwrap().clear();
+        writer.submit(owner, ReleaseReport::default());
+        assert!(writer.dirty.lock().unwrap().is_empty());
+    }
+}
