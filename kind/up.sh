@@ -49,7 +49,7 @@ BIN=$("$LAB_ROOT/build.sh")
 export PATH="$BIN:$PATH"
 PKI="$LAB_DIR/pki"
 LOGS="$LAB_DIR/logs"
-rm -rf "$PKI" "$LOGS" "$LAB_DIR/etcd" "$LAB_DIR/clusters"
+rm -rf "$PKI" "$LOGS" "$LAB_DIR/etcd" "$LAB_DIR/clusters" "$LAB_DIR/cmds"
 mkdir -p "$PKI" "$LOGS" "$LAB_DIR/clusters"
 : >"$LAB_DIR/pids"
 
@@ -89,9 +89,12 @@ done
 chmod 600 "$PKI"/*.key
 
 # --- processes ----------------------------------------------------------------------------------
-# start NAME BINARY ARGS...: runs BINARY in its own session, logging to LOGS/NAME.log.
+# start NAME BINARY ARGS...: runs BINARY in its own session, logging to LOGS/NAME.log, and keeps
+# its command line in LAB_DIR/cmds/NAME so kind/ctl.sh can start it again.
 start() {
     local name=$1 bin=$2; shift 2
+    mkdir -p "$LAB_DIR/cmds"
+    printf '%q ' "$BIN/$bin" "$@" >"$LAB_DIR/cmds/$name"
     setsid "$BIN/$bin" "$@" >"$LOGS/$name.log" 2>&1 </dev/null &
     printf '%s %s %s\n' "$!" "$name" "$BIN/$bin" >>"$LAB_DIR/pids"
 }

@@ -211,14 +211,12 @@ fn resource_table(controller: &Controller, cluster: Option<&str>, color: bool) -
         );
     }
     out.push('\n');
-    if let (Some(seen), Some(spec)) = (
-        status.observed_generation,
-        controller
-            .metadata
-            .generation
-            .filter(|_| !observed_current(controller, status)),
-    ) {
-        out += &format!("  status describes generation {seen}; the spec is at {spec}\n");
+    if !observed_current(controller, status) {
+        let seen = status
+            .observed_generation
+            .map_or("none".to_owned(), |g| g.to_string());
+        let spec = controller.metadata.generation.unwrap_or_default();
+        out += &format!("  status is behind the spec: generation {spec}, observed {seen}\n");
     }
     if let Some(ready) =
         ready_condition(status).filter(|c| c.status != "True" && !c.message.is_empty())
@@ -269,6 +267,13 @@ fn tenancy_block(t: &TenancyStatus, color: bool) -> String {
         paint(&format!("(STALE, {seen})"), Tone::Other, color)
     };
     let mut out = format!("  {}/{} {freshness}\n", t.cluster, t.namespace);
+    out += &releases_section(t, color);
+    out += &workloads_section(t, color);
+    out += &pods_section(t, color);
+    out
+}
+
+fn releases_section(t: &TenancyStatus, color: bool) -> String {
     let releases: Vec<[String; 6]> = t
         .chart_messages
         .iter()
@@ -283,7 +288,7 @@ fn tenancy_block(t: &TenancyStatus, color: bool) -> String {
             ]
         })
         .collect();
-    out += &section(
+    section(
         "no releases",
         &[
             "RELEASE", "CHART", "PHASE", "REVISION", "VERSION", "MESSAGE",
@@ -291,7 +296,10 @@ fn tenancy_block(t: &TenancyStatus, color: bool) -> String {
         &releases,
         &[(2, word_tone)],
         color,
-    );
+    )
+}
+
+fn workloads_section(t: &TenancyStatus, color: bool) -> String {
     let workloads: Vec<[String; 3]> = t
         .replication_controller_status
         .iter()
@@ -303,13 +311,16 @@ fn tenancy_block(t: &TenancyStatus, color: bool) -> String {
             ]
         })
         .collect();
-    out += &section(
+    section(
         "no workloads",
         &["KIND", "NAME", "READY"],
         &workloads,
         &[(2, ratio_tone)],
         color,
-    );
+    )
+}
+
+fn pods_section(t: &TenancyStatus, color: bool) -> String {
     let mut pods: Vec<_> = t.pod_status.iter().collect();
     pods.sort_by_key(|p| p.ready);
     let pod_rows: Vec<[String; 5]> = pods
@@ -324,14 +335,18 @@ fn tenancy_block(t: &TenancyStatus, color: bool) -> String {
             ]
         })
         .collect();
-    out += &section(
-        "no pods",
-        &["NAME", "PHASE", "READY", "RESTARTS", "REASON"],
-        &pod_rows,
-        &[(1, word_tone), (2, yes_tone)],
-        color,
-    );
     let total = usize::try_from(t.pods_total).unwrap_or(0);
+    let mut out = if pods.is_empty() && total > 0 {
+        String::new()
+    } else {
+        section(
+            "no pods",
+            &["NAME", "PHASE", "READY", "RESTARTS", "REASON"],
+            &pod_rows,
+            &[(1, word_tone), (2, yes_tone)],
+            color,
+        )
+    };
     if pods.len() < total {
         out += &format!(
             "    showing {} of {total} pods (not-ready first)\n",
@@ -624,6 +639,14 @@ mod tests {
         assert!(not_ready < out.find("web-1").unwrap(), "{out}");
         let all_listed = table_of(&[example()], Some("member-1"));
         assert!(!all_listed.contains("showing"), "{all_listed}");
+        let mut none_listed = example();
+        let status = none_listed.status.as_mut().unwrap();
+        status.updated_tenancies[0].pod_status.clear();
+        let out = table_of(&[none_listed], Some("member-1"));
+        assert!(
+            out.ends_with("    2/2\n    showing 0 of 2 pods (not-ready first)\n"),
+            "{out}"
+        );
     }
 
     #[test]
@@ -749,7 +772,7 @@ mod tests {
         assert!(!is_ready(&c));
         let out = table_of(&[c], None);
         assert!(
-            out.contains("  status describes generation 1; the spec is at 2\n"),
+            out.contains("  status is behind the spec: generation 2, observed 1\n"),
             "{out}"
         );
     }

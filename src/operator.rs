@@ -199,10 +199,14 @@ pub async fn run(
     tokio::spawn({
         let store = ctx.controllers.clone();
         async move {
-            if store.wait_until_ready().await.is_ok() {
-                ready.store(true, Ordering::Release);
-                tracing::info!(%address, "ready: the hub's Controllers are listed");
-            }
+            // The store wakes a single waiter when it fills (the controller's own), so poll it.
+            let tick = Duration::from_millis(200);
+            while tokio::time::timeout(tick, store.wait_until_ready())
+                .await
+                .is_err()
+            {}
+            ready.store(true, Ordering::Release);
+            tracing::info!(%address, "ready: the hub's Controllers are listed");
         }
     });
     tokio::spawn({

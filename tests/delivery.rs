@@ -4,164 +4,19 @@ mod common;
 
 use std::{collections::BTreeMap, path::Path, time::Duration};
 
-use common::{Lab, Operator, install_crd, unique, wait_until};
+use common::{
+    DEADLINE, Hub, Lab, Operator, chart, create_namespace, install_crd, message, ready, tenancy,
+    unique, wait_until,
+};
 use k8s_openapi::api::{
     apps::v1::{Deployment, StatefulSet},
-    core::v1::{Event, Namespace},
+    core::v1::Event,
 };
 use kube::{
-    Api, Client,
-    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+    Api,
+    api::{ListParams, PostParams},
 };
-use tenancy_hub::crd::{
-    Chart, ChartMessage, Controller, ControllerSpec, ControllerStatus, Setting, Tenancy,
-};
-
-const DEADLINE: Duration = Duration::from_secs(120);
-
-/// A hub namespace of the test's own, with its own operator reconciling only that namespace.
-struct Hub {
-    lab: Lab,
-    client: Client,
-    namespace: String,
-    operator: Option<Operator>,
-}
-
-impl Hub {
-    async fn new(prefix: &str) -> Self {
-        let lab = Lab::get();
-        let client = lab.client("hub").await;
-        install_crd(&client).await;
-        let namespace = unique(prefix);
-        create_namespace(&client, &namespace).await;
-        let operator = Some(Operator::start(&lab, &namespace));
-        Self {
-            lab,
-            client,
-            namespace,
-            operator,
-        }
-    }
-
-    fn api(&self) -> Api<Controller> {
-        Api::namespaced(self.client.clone(), &self.namespace)
-    }
-
-    async fn apply(&self, name: &str, spec: ControllerSpec) {
-        let c = Controller::new(name, spec);
-        self.api()
-            .patch(
-                name,
-                &PatchParams::apply("tenancy-hub-tests").force(),
-                &Patch::Apply(&c),
-            )
-            .await
-            .expect("the Controller applies");
-    }
-
-    /// Waits until the resource's status satisfies `check`, returning it.
-    async fn status_until(
-        &self,
-        name: &str,
-        what: &str,
-        check: impl Fn(&ControllerStatus) -> bool,
-    ) -> ControllerStatus {
-        let api = self.api();
-        wait_until(what, DEADLINE, || async {
-            let c = api.get(name).await.ok()?;
-            let status = c.status?;
-            check(&status).then_some(status)
-        })
-        .await
-    }
-
-    /// Waits until releases in `namespace` of `context` are exactly `expected` (name -> revision, all deployed).
-    async fn releases_become(&self, context: &str, namespace: &str, expected: &[(&str, i64)]) {
-        let expected: BTreeMap<String, (i64, String)> = expected
-            .iter()
-            .map(|(n, r)| (n.to_string(), (*r, "deployed".to_string())))
-            .collect();
-        let what = format!("releases {expected:?} in {context}/{namespace}");
-        wait_until(&what, DEADLINE, || async {
-            (self.lab.releases(context, namespace) == expected).then_some(())
-        })
-        .await;
-    }
-
-    async fn delete_and_wait_gone(&self, name: &str) {
-        self.api()
-            .delete(name, &DeleteParams::default())
-            .await
-            .unwrap();
-        let api = self.api();
-        wait_until(
-            "the Controller to be deleted (finalizer removed)",
-            DEADLINE,
-            || async { api.get_opt(name).await.ok()?.is_none().then_some(()) },
-        )
-        .await;
-    }
-
-    /// Where the operator logs.
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.operator.as_ref().unwrap().log).unwrap_or_default()
-    }
-}
-
-async fn create_namespace(client: &Client, name: &str) {
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let mut n = Namespace::default();
-    n.metadata.name = Some(name.to_owned());
-    match namespaces.create(&PostParams::default(), &n).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => panic!("creating namespace {name}: {e}"),
-    }
-}
-
-fn tenancy(namespace: &str, clusters: &[&str], charts: Vec<Chart>) -> Tenancy {
-    Tenancy {
-        namespace: namespace.into(),
-        clusters: clusters.iter().map(|c| c.to_string()).collect(),
-        charts,
-        ..Default::default()
-    }
-}
-
-fn chart(name: &str, release: &str, settings: &[(&str, &str)]) -> Chart {
-    Chart {
-        chart_name: name.into(),
-        release_name: Some(release.into()),
-        settings: settings
-            .iter()
-            .map(|(k, v)| Setting {
-                key: k.to_string(),
-                value: v.to_string(),
-            })
-            .collect(),
-        ..Default::default()
-    }
-}
-
-fn message<'a>(
-    status: &'a ControllerStatus,
-    cluster: &str,
-    release: &str,
-) -> Option<&'a ChartMessage> {
-    status
-        .updated_tenancies
-        .iter()
-        .filter(|t| t.cluster == cluster)
-        .flat_map(|t| &t.chart_messages)
-        .find(|m| m.release_name == release)
-}
-
-fn ready(status: &ControllerStatus) -> bool {
-    status
-        .conditions
-        .iter()
-        .any(|c| c.type_ == "Ready" && c.status == "True")
-}
+use tenancy_hub::crd::{Chart, Controller, ControllerSpec};
 
 #[tokio::test]
 #[ignore = "needs the lab: run tests/run.sh"]

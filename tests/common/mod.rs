@@ -7,13 +7,20 @@ use std::{
     time::Duration,
 };
 
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, PostParams};
 use kube::{
     Api, Client, Config, CustomResourceExt,
     api::{Patch, PatchParams},
     config::{KubeConfigOptions, Kubeconfig},
 };
-use tenancy_hub::crd::Controller;
+use tenancy_hub::crd::{
+    Chart, ChartMessage, Controller, ControllerSpec, ControllerStatus, Setting, Tenancy,
+};
+
+/// How long end-to-end tests wait for the operator to converge.
+pub const DEADLINE: Duration = Duration::from_secs(120);
 
 /// What to tell someone who runs the end-to-end tests without a lab.
 pub const NEEDS_LAB: &str = "needs the lab: run tests/run.sh, or kind/up.sh and then \
@@ -226,7 +233,9 @@ impl Operator {
             .stderr(file)
             .spawn()
             .expect("the operator starts");
-        Self { child, log, http }
+        let operator = Self { child, log, http };
+        operator.wait_ready();
+        operator
     }
 
     /// Stops it with SIGTERM and waits for it to exit, within 60 seconds.
@@ -294,4 +303,223 @@ pub async fn install_crd(hub: &Client) {
         },
     )
     .await;
+}
+
+/// A hub namespace of the test's own, with its own operator reconciling only that namespace.
+pub struct Hub {
+    /// The lab.
+    pub lab: Lab,
+    /// A client of the hub.
+    pub client: Client,
+    /// The test's own hub namespace.
+    pub namespace: String,
+    /// The operator reconciling that namespace.
+    pub operator: Option<Operator>,
+}
+
+impl Hub {
+    pub async fn new(prefix: &str) -> Self {
+        let lab = Lab::get();
+        let client = lab.client("hub").await;
+        install_crd(&client).await;
+        let namespace = unique(prefix);
+        create_namespace(&client, &namespace).await;
+        let operator = Some(Operator::start(&lab, &namespace));
+        Self {
+            lab,
+            client,
+            namespace,
+            operator,
+        }
+    }
+
+    pub fn api(&self) -> Api<Controller> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    pub async fn apply(&self, name: &str, spec: ControllerSpec) {
+        let c = Controller::new(name, spec);
+        self.api()
+            .patch(
+                name,
+                &PatchParams::apply("tenancy-hub-tests").force(),
+                &Patch::Apply(&c),
+            )
+            .await
+            .expect("the Controller applies");
+    }
+
+    /// Waits until the resource's status satisfies `check`, returning it.
+    pub async fn status_until(
+        &self,
+        name: &str,
+        what: &str,
+        check: impl Fn(&ControllerStatus) -> bool,
+    ) -> ControllerStatus {
+        let api = self.api();
+        wait_until(what, DEADLINE, || async {
+            let c = api.get(name).await.ok()?;
+            let status = c.status?;
+            check(&status).then_some(status)
+        })
+        .await
+    }
+
+    /// Waits until releases in `namespace` of `context` are exactly `expected` (name -> revision, all deployed).
+    pub async fn releases_become(&self, context: &str, namespace: &str, expected: &[(&str, i64)]) {
+        let expected: std::collections::BTreeMap<String, (i64, String)> = expected
+            .iter()
+            .map(|(n, r)| (n.to_string(), (*r, "deployed".to_string())))
+            .collect();
+        let what = format!("releases {expected:?} in {context}/{namespace}");
+        wait_until(&what, DEADLINE, || async {
+            (self.lab.releases(context, namespace) == expected).then_some(())
+        })
+        .await;
+    }
+
+    pub async fn delete_and_wait_gone(&self, name: &str) {
+        self.api()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+        let api = self.api();
+        wait_until(
+            "the Controller to be deleted (finalizer removed)",
+            DEADLINE,
+            || async { api.get_opt(name).await.ok()?.is_none().then_some(()) },
+        )
+        .await;
+    }
+
+    /// Where the operator logs.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.operator.as_ref().unwrap().log).unwrap_or_default()
+    }
+}
+
+pub async fn create_namespace(client: &Client, name: &str) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let mut n = Namespace::default();
+    n.metadata.name = Some(name.to_owned());
+    match namespaces.create(&PostParams::default(), &n).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating namespace {name}: {e}"),
+    }
+}
+
+pub fn tenancy(namespace: &str, clusters: &[&str], charts: Vec<Chart>) -> Tenancy {
+    Tenancy {
+        namespace: namespace.into(),
+        clusters: clusters.iter().map(|c| c.to_string()).collect(),
+        charts,
+        ..Default::default()
+    }
+}
+
+pub fn chart(name: &str, release: &str, settings: &[(&str, &str)]) -> Chart {
+    Chart {
+        chart_name: name.into(),
+        release_name: Some(release.into()),
+        settings: settings
+            .iter()
+            .map(|(k, v)| Setting {
+                key: k.to_string(),
+                value: v.to_string(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+pub fn message<'a>(
+    status: &'a ControllerStatus,
+    cluster: &str,
+    release: &str,
+) -> Option<&'a ChartMessage> {
+    status
+        .updated_tenancies
+        .iter()
+        .filter(|t| t.cluster == cluster)
+        .flat_map(|t| &t.chart_messages)
+        .find(|m| m.release_name == release)
+}
+
+pub fn ready(status: &ControllerStatus) -> bool {
+    status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+impl Operator {
+    /// Waits until /readyz answers 200, within 60 seconds.
+    fn wait_ready(&self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
+            if std::net::TcpStream::connect(self.http).is_ok() && self.get("/readyz").0 == 200 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "the operator was not ready within 60s; see {}",
+            self.log.display()
+        );
+    }
+
+    /// GETs a path from the operator's HTTP endpoints: (status code, body).
+    pub fn get(&self, path: &str) -> (u16, String) {
+        use std::io::{Read, Write};
+        let mut stream =
+            std::net::TcpStream::connect(self.http).expect("the operator's HTTP endpoints answer");
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.http).unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        let code = response
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
+        (code, body)
+    }
+
+    /// One sample of the operator's Prometheus metrics (first series of that name).
+    pub fn metric(&self, name: &str) -> f64 {
+        let (_, body) = self.get("/metrics");
+        body.lines()
+            .find(|l| l.starts_with(name) && !l.starts_with('#'))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no metric {name} in:\n{body}"))
+    }
+}
+
+/// The entry of one cluster/namespace in a status.
+pub fn entry<'a>(
+    status: &'a ControllerStatus,
+    cluster: &str,
+    namespace: &str,
+) -> Option<&'a tenancy_hub::crd::TenancyStatus> {
+    status
+        .updated_tenancies
+        .iter()
+        .find(|t| t.cluster == cluster && t.namespace == namespace)
+}
+
+/// Runs a lab control command (kind/ctl.sh) on the test's lab.
+pub fn lab_ctl(lab: &Lab, args: &[&str]) {
+    let status =
+        std::process::Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("kind/ctl.sh"))
+            .args(args)
+            .arg("--dir")
+            .arg(&lab.dir)
+            .status()
+            .expect("kind/ctl.sh runs");
+    assert!(status.success(), "kind/ctl.sh {args:?} failed");
 }

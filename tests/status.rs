@@ -1,0 +1,224 @@
+//! End-to-end tests of the live picture: watchers per cluster/namespace and the aggregated status.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{DEADLINE, Hub, chart, entry, ready, tenancy, unique, wait_until};
+use k8s_openapi::api::core::v1::Pod;
+use kube::{
+    Api,
+    api::{DeleteParams, ListParams, PostParams},
+};
+use tenancy_hub::crd::{Controller, ControllerSpec};
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn the_seed_example_shows_its_running_pods_and_ready_workloads() {
+    let hub = Hub::new("seed-status").await;
+    let seed: Controller =
+        serde_yaml::from_str(include_str!("../config/example-controller.yaml")).unwrap();
+    hub.api()
+        .create(&PostParams::default(), &seed)
+        .await
+        .unwrap();
+    let status = hub
+        .status_until("example-controller", "5 ready pods in hub/foo", |s| {
+            ready(s) && entry(s, "hub", "foo").is_some_and(|t| t.pods_ready == 5)
+        })
+        .await;
+    let foo = entry(&status, "hub", "foo").unwrap();
+    assert!(foo.fresh);
+    assert_eq!(foo.pods_total, 5);
+    assert_eq!(
+        foo.pod_status
+            .iter()
+            .filter(|p| p.phase == "Running" && p.ready)
+            .count(),
+        5
+    );
+    let workloads: Vec<(String, String, String)> = foo
+        .replication_controller_status
+        .iter()
+        .map(|w| {
+            (
+                w.kind.clone(),
+                w.replication_controller_name.clone(),
+                w.ready.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        workloads,
+        [
+            (
+                "Deployment".to_string(),
+                "foo".to_string(),
+                "2/2".to_string()
+            ),
+            (
+                "StatefulSet".to_string(),
+                "nginx".to_string(),
+                "3/3".to_string()
+            )
+        ]
+    );
+    assert_eq!(status.summary.as_ref().unwrap().pods, "5/5");
+    assert_eq!(status.clusters[0].name, "hub");
+    assert!(status.clusters[0].reachable);
+    hub.delete_and_wait_gone("example-controller").await;
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn scaling_pod_replacement_and_tenancy_removal_show_up_per_cluster() {
+    let hub = Hub::new("live").await;
+    let ns = unique("live");
+    let spec = |replicas: &str, with_tenancy: bool| ControllerSpec {
+        tenancies: if with_tenancy {
+            vec![tenancy(
+                &ns,
+                &["member-1", "member-2"],
+                vec![chart(
+                    "deployment-example",
+                    "web",
+                    &[("replicaCount", replicas)],
+                )],
+            )]
+        } else {
+            vec![]
+        },
+    };
+    hub.apply("live", spec("1", true)).await;
+    hub.status_until("live", "one ready pod on each member", |s| {
+        ["member-1", "member-2"]
+            .iter()
+            .all(|c| entry(s, c, &ns).is_some_and(|t| t.fresh && t.pods_ready == 1))
+    })
+    .await;
+
+    let scaled = Instant::now();
+    hub.apply("live", spec("3", true)).await;
+    hub.status_until("live", "three ready pods on each member", |s| {
+        ["member-1", "member-2"]
+            .iter()
+            .all(|c| entry(s, c, &ns).is_some_and(|t| t.pods_ready == 3 && t.pods_total == 3))
+    })
+    .await;
+    let took = scaled.elapsed();
+    assert!(
+        took < Duration::from_secs(30),
+        "scaling took {took:?} to show"
+    );
+
+    let pods: Api<Pod> = Api::namespaced(hub.lab.client("member-2").await, &ns);
+    let victim = pods.list(&ListParams::default()).await.unwrap().items[0]
+        .metadata
+        .name
+        .clone()
+        .unwrap();
+    pods.delete(&victim, &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    let status = hub
+        .status_until(
+            "live",
+            "the deleted pod replaced in member-2's entry",
+            |s| {
+                entry(s, "member-2", &ns).is_some_and(|t| {
+                    t.pods_ready == 3
+                        && t.pods_total == 3
+                        && t.pod_status.iter().all(|p| p.pod_name != victim)
+                })
+            },
+        )
+        .await;
+    assert_eq!(entry(&status, "member-1", &ns).unwrap().pods_ready, 3);
+
+    let operator = hub.operator.as_ref().unwrap();
+    assert_eq!(
+        operator
+            .get(&format!("/api/v1/clusters/member-1/namespaces/{ns}"))
+            .0,
+        200
+    );
+    hub.apply("live", spec("3", false)).await;
+    hub.status_until("live", "the tenancy's entries to go", |s| {
+        s.updated_tenancies.is_empty()
+    })
+    .await;
+    wait_until(
+        "the watchers of the tenancy's namespaces to stop",
+        DEADLINE,
+        || async {
+            let gone = ["member-1", "member-2"].iter().all(|c| {
+                operator
+                    .get(&format!("/api/v1/clusters/{c}/namespaces/{ns}"))
+                    .0
+                    == 404
+            });
+            gone.then_some(())
+        },
+    )
+    .await;
+
+    assert_eq!(
+        hub.log()
+            .lines()
+            .filter(|l| l.contains("stopped watching") && l.contains(&ns))
+            .count(),
+        2,
+        "one watcher set stopped per member"
+    );
+    hub.delete_and_wait_gone("live").await;
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn five_hundred_pods_keep_the_status_small_and_the_writes_paced() {
+    let hub = Hub::new("big").await;
+    let ns = unique("big");
+    let operator = hub.operator.as_ref().unwrap();
+    let writes_before = operator.metric("tenancy_hub_status_writes_total");
+    let started = Instant::now();
+    hub.apply(
+        "big",
+        ControllerSpec {
+            tenancies: vec![tenancy(
+                &ns,
+                &["member-1"],
+                vec![chart(
+                    "deployment-example",
+                    "web",
+                    &[("replicaCount", "500")],
+                )],
+            )],
+        },
+    )
+    .await;
+    let status = hub
+        .status_until("big", "500 ready pods", |s| {
+            entry(s, "member-1", &ns).is_some_and(|t| t.pods_ready == 500)
+        })
+        .await;
+    let elapsed = started.elapsed().as_secs_f64();
+    let writes = operator.metric("tenancy_hub_status_writes_total") - writes_before;
+    let events = operator.metric("tenancy_hub_watch_events_total");
+    let size = serde_json::to_vec(&status).unwrap().len();
+    eprintln!(
+        "500 pods: {size} bytes of status, {writes} writes in {elapsed:.1}s, {events} watch events"
+    );
+    assert!(size < 256 * 1024, "status is {size} bytes");
+    let t = entry(&status, "member-1", &ns).unwrap();
+    assert_eq!(t.pods_total, 500);
+    assert!(t.pod_status.len() <= tenancy_hub::status::POD_LIST_LIMIT);
+    assert!(
+        writes / elapsed <= 2.2,
+        "{writes} status writes in {elapsed:.1}s"
+    );
+    assert!(
+        events > 500.0,
+        "every pod was seen through the watch ({events} events)"
+    );
+    hub.delete_and_wait_gone("big").await;
+}
