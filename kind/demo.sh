@@ -48,27 +48,26 @@ step "4/6 every registered cluster, as tenancy-hub sees it"
 "$TH" clusters --clusters "$LAB_DIR/clusters.yaml" --kubeconfig "$KUBECONFIG" --context hub
 
 step "5/6 running the operator (log: $LAB_DIR/operator.log) and applying two Controllers"
+HTTP_ADDR="127.0.0.1:$(free_port)"
 "$TH" run --kubeconfig "$KUBECONFIG" --context hub --clusters "$LAB_DIR/clusters.yaml" \
-    --chart-home "$REPO_ROOT/config/charts" --helm "$(command -v helm)" >"$LAB_DIR/operator.log" 2>&1 &
+    --chart-home "$REPO_ROOT/config/charts" --helm "$(command -v helm)" --http-addr "$HTTP_ADDR" \
+    >"$LAB_DIR/operator.log" 2>&1 &
 OPERATOR_PID=$!
 kubectl --context hub apply -f "$REPO_ROOT/config/example-controller.yaml" -f "$REPO_ROOT/config/members-controller.yaml"
 kubectl --context hub wait --for condition=Ready --timeout 180s \
     controller/example-controller controller/members-controller
 kubectl --context hub get controllers
 
-step "6/6 what runs where"
-for c in hub $(seq -f 'member-%g' 1 "$MEMBERS"); do
-    echo "--- $c"
-    helm --kube-context "$c" list -A
-    kubectl --context "$c" get pods -A -l app.kubernetes.io/instance --no-headers 2>/dev/null | sed 's/^/    /'
-done
+step "6/6 what runs where, per cluster (tenancy-hub status, and the operator's HTTP API)"
+wait_for "both Controllers to report Ready" 120 "$TH" status --kubeconfig "$KUBECONFIG" --context hub
+"$TH" status --kubeconfig "$KUBECONFIG" --context hub
 echo
-kubectl --context hub get controller members-controller \
-    -o jsonpath='{range .status.updatedTenancies[*]}{.cluster}/{.namespace}:{range .chartMessages[*]} {.releaseName}={.phase}(rev {.revision}){end}{"\n"}{end}'
+echo "GET http://$HTTP_ADDR/api/v1/clusters"
+curl -s "http://$HTTP_ADDR/api/v1/clusters" | python3 -m json.tool --compact 2>/dev/null || true
 
 cat <<MSG
 
-The operator has stopped; the lab and the releases are still there. Try:
+The operator stops as this script ends; the lab and the releases stay. Try:
   source $LAB_DIR/env
   kubectl --context hub get controllers -o yaml
   $TH run --kubeconfig \$KUBECONFIG --context hub --clusters $LAB_DIR/clusters.yaml --chart-home config/charts

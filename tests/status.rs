@@ -66,6 +66,44 @@ async fn the_seed_example_shows_its_running_pods_and_ready_workloads() {
     assert_eq!(status.summary.as_ref().unwrap().pods, "5/5");
     assert_eq!(status.clusters[0].name, "hub");
     assert!(status.clusters[0].reachable);
+
+    let cli = std::process::Command::new(env!("CARGO_BIN_EXE_tenancy-hub"))
+        .args([
+            "status",
+            "example-controller",
+            "-n",
+            &hub.namespace,
+            "--context",
+            "hub",
+            "-o",
+            "json",
+        ])
+        .arg("--kubeconfig")
+        .arg(hub.lab.kubeconfig_path())
+        .output()
+        .unwrap();
+    assert!(
+        cli.status.success(),
+        "status exits 0 when Ready: {}",
+        String::from_utf8_lossy(&cli.stderr)
+    );
+    let shown: serde_json::Value = serde_json::from_slice(&cli.stdout).unwrap();
+    let tenancy = &shown[0]["tenancies"][0];
+    assert_eq!(
+        (tenancy["cluster"].as_str(), tenancy["podsReady"].as_i64()),
+        (Some("hub"), Some(5)),
+        "{shown}"
+    );
+
+    let (code, body) = hub
+        .operator
+        .as_ref()
+        .unwrap()
+        .get("/api/v1/clusters/hub/namespaces/foo");
+    assert_eq!(code, 200, "{body}");
+    let scope: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(scope["pods"].as_array().map(Vec::len), Some(5), "{scope}");
+    assert_eq!(scope["live"], true);
     hub.delete_and_wait_gone("example-controller").await;
 }
 
