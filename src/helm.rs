@@ -14,6 +14,7 @@ use kube::{Api, api::DeleteParams};
 use tokio::process::Command;
 
 use crate::{
+    health::HealthBoard,
     key::ReleaseKey,
     plan::{
         ChartSource, Job, MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL,
@@ -191,16 +192,22 @@ pub fn parse_release_json(stdout: &str) -> Option<(i64, String)> {
 pub struct HelmCli {
     options: HelmOptions,
     registry: SharedRegistry,
+    health: Arc<HealthBoard>,
     scratch: Arc<tempfile::TempDir>,
 }
 
 impl HelmCli {
     /// An executor for the clusters in `registry`; values files go to a private temporary directory.
-    pub fn new(options: HelmOptions, registry: SharedRegistry) -> std::io::Result<Self> {
+    pub fn new(
+        options: HelmOptions,
+        registry: SharedRegistry,
+        health: Arc<HealthBoard>,
+    ) -> std::io::Result<Self> {
         let scratch = tempfile::Builder::new().prefix("tenancy-hub-").tempdir()?;
         Ok(Self {
             options,
             registry,
+            health,
             scratch: Arc::new(scratch),
         })
     }
@@ -332,6 +339,14 @@ fn unregistered(key: &ReleaseKey) -> Outcome {
 
 impl Executor for HelmCli {
     async fn execute(&self, job: Job) -> Outcome {
+        let cluster = &job.key().scope.cluster;
+        if let Some(error) = self.health.unreachable(cluster) {
+            // No helm process for a cluster known to be down: the job waits out its backoff instead.
+            return failed(
+                format!("cluster {cluster} is unreachable ({error}); waiting for it to return"),
+                true,
+            );
+        }
         match job {
             Job::Apply {
                 release,

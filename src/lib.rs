@@ -2,10 +2,12 @@
 
 pub mod cli;
 pub mod crd;
+pub mod health;
 pub mod helm;
 pub mod http;
 pub mod inspect;
 pub mod key;
+pub mod leader;
 pub mod metrics;
 pub mod model;
 pub mod operator;
@@ -14,6 +16,7 @@ pub mod queue;
 pub mod reconcile;
 pub mod registry;
 pub mod releases;
+pub mod reload;
 pub mod status;
 pub mod watch;
 pub mod writer;
@@ -44,6 +47,8 @@ pub struct Context {
     pub queue: queue::HelmQueue,
     /// Which resources ask for each release.
     pub interest: reconcile::Interest,
+    /// Releases left in clusters removed from the registration file, with their owners.
+    pub orphans: DashMap<key::ReleaseKey, plan::OwnerId>,
     /// The last outcome of each release's Helm job.
     pub outcomes: DashMap<key::ReleaseKey, status::LastOutcome>,
     /// Every `Controller` on the hub, as the reconciler sees them.
@@ -56,6 +61,8 @@ pub struct Context {
     pub watches: watch::WatchSupervisor,
     /// Paced status writes.
     pub writer: writer::StatusWriter,
+    /// Reachability of every cluster, from periodic probes.
+    pub health: std::sync::Arc<health::HealthBoard>,
     /// Operator metrics.
     pub metrics: std::sync::Arc<metrics::Metrics>,
     /// Planning settings.

@@ -50,6 +50,8 @@ pub struct Metrics {
     watch_events: AtomicU64,
     status_writes: AtomicU64,
     status_writes_skipped: AtomicU64,
+    registry_reloads: AtomicU64,
+    registry_rejects: AtomicU64,
 }
 
 /// Locks `m`, carrying on past a panic elsewhere: every update leaves the data consistent.
@@ -105,6 +107,16 @@ impl Metrics {
     /// Counts one status write skipped because nothing changed.
     pub fn status_write_skipped(&self) {
         self.status_writes_skipped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one reload of the registration file: applied (`ok`) or refused.
+    pub fn registry_reload(&self, ok: bool) {
+        let counter = if ok {
+            &self.registry_reloads
+        } else {
+            &self.registry_rejects
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Status writes counted so far.
@@ -195,6 +207,16 @@ impl Metrics {
             "tenancy_hub_status_writes_skipped_total",
             "Status writes skipped because nothing had changed.",
             &self.status_writes_skipped,
+        );
+        out.counter(
+            "tenancy_hub_registry_reloads_total",
+            "Edits of the registration file applied without a restart.",
+            &self.registry_reloads,
+        );
+        out.counter(
+            "tenancy_hub_registry_rejects_total",
+            "Edits of the registration file refused; the last good registry stayed in force.",
+            &self.registry_rejects,
         );
     }
 }
@@ -590,7 +612,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(declared.len(), 13, "every family is declared");
+        assert_eq!(declared.len(), 15, "every family is declared");
     }
 
     #[test]

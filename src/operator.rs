@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     Context, Settings,
     crd::{Controller, HUB_CLUSTER},
+    health::HealthBoard,
     helm::{HelmCli, HelmOptions},
     http::{self, ApiState},
     metrics::Metrics,
@@ -35,6 +36,7 @@ use crate::{
     reconcile,
     registry::{self, ClusterRegistry, HubSource, RegistrationFile},
     releases::ReleaseIndex,
+    reload::Reloader,
     watch::WatchSupervisor,
     writer::StatusWriter,
 };
@@ -125,8 +127,11 @@ pub async fn run(
     }
     let shared: registry::SharedRegistry = Arc::new(arc_swap::ArcSwap::from_pointee(registry));
     let queue = HelmQueue::new(config.queue.clone());
-    let executor =
-        Arc::new(HelmCli::new(config.helm.clone(), shared.clone()).map_err(Error::Scratch)?);
+    let health = Arc::new(HealthBoard::default());
+    let executor = Arc::new(
+        HelmCli::new(config.helm.clone(), shared.clone(), health.clone())
+            .map_err(Error::Scratch)?,
+    );
 
     let scope = config.namespace.clone();
     let triggers = futures::stream::unfold(trigger_rx, |mut rx| async move {
@@ -162,12 +167,14 @@ pub async fn run(
         releases,
         queue: queue.clone(),
         interest: Default::default(),
+        orphans: Default::default(),
         outcomes: Default::default(),
         controllers: runtime.store(),
         recorder: Recorder::new(hub, Reporter::from("tenancy-hub")),
         model,
         watches: WatchSupervisor::new(changes_tx, cancel.clone()),
         writer: StatusWriter::default(),
+        health,
         metrics,
         settings: Settings {
             chart_home,
@@ -188,9 +195,19 @@ pub async fn run(
     tokio::spawn(reconcile::forward_record_changes(
         ctx.clone(),
         record_rx,
-        trigger_tx,
+        trigger_tx.clone(),
     ));
     tokio::spawn(reconcile::aggregate(ctx.clone(), changes_rx));
+    tokio::spawn(crate::health::monitor(ctx.clone(), cancel.clone()));
+    if let Some(path) = config.clusters_file.clone() {
+        let reloader = Reloader {
+            path,
+            hub: config.hub.clone(),
+            records: record_tx.clone(),
+            trigger: trigger_tx.clone(),
+        };
+        tokio::spawn(reloader.run(ctx.clone(), cancel.clone()));
+    }
     tokio::spawn({
         let (ctx, cancel) = (ctx.clone(), cancel.clone());
         let interval = config.status_interval;

@@ -17,7 +17,10 @@ use tokio::{
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::{key::ReleaseKey, plan::Job};
+use crate::{
+    key::{ClusterName, ReleaseKey},
+    plan::Job,
+};
 
 /// How the queue runs.
 #[derive(Clone, Debug)]
@@ -127,6 +130,22 @@ impl State {
             waiting: VecDeque::new(),
             running: HashMap::new(),
         }
+    }
+
+    /// Makes every waiting job of `cluster` eligible at once.
+    fn expedite(&mut self, cluster: &ClusterName, now: Instant) -> usize {
+        let mut count = 0;
+        for w in self
+            .waiting
+            .iter_mut()
+            .filter(|w| &w.job.key().scope.cluster == cluster)
+        {
+            if w.not_before > now {
+                w.not_before = now;
+                count += 1;
+            }
+        }
+        count
     }
 
     fn position(&self, key: &ReleaseKey) -> Option<usize> {
@@ -259,6 +278,14 @@ impl HelmQueue {
         let enqueued = self.lock().enqueue(job, Instant::now());
         self.wake.notify_one();
         enqueued
+    }
+
+    /// Ends the backoff of every waiting job of a cluster, for example when it becomes reachable
+    /// again; returns how many jobs were waiting out a backoff.
+    pub fn expedite(&self, cluster: &ClusterName) -> usize {
+        let count = self.lock().expedite(cluster, Instant::now());
+        self.wake.notify_one();
+        count
     }
 
     /// Jobs waiting (not running).
@@ -788,5 +815,18 @@ mod tests {
         );
         assert!(h.done.try_recv().is_err());
         assert_eq!(h.queue.running(), 0);
+    }
+
+    #[test]
+    fn expediting_a_cluster_ends_the_backoff_of_its_jobs_only() {
+        let mut state = state(4, 2);
+        let now = Instant::now();
+        state.enqueue(apply("member-1/ns/a", "h"), now);
+        state.enqueue(apply("member-2/ns/b", "h"), now);
+        for w in state.waiting.iter_mut() {
+            w.not_before = now + Duration::from_secs(300);
+        }
+        assert_eq!(state.expedite(&"member-1".parse().unwrap(), now), 1);
+        assert_eq!(start_all(&mut state, now), ["member-1/ns/a"]);
     }
 }

@@ -186,7 +186,7 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
         .filter_map(|k| ctx.outcomes.get(*k).map(|o| ((*k).clone(), o.clone())))
         .collect();
     let previous = c.status.clone().unwrap_or_default();
-    let report = status::releases(&ReleaseView {
+    let mut report = status::releases(&ReleaseView {
         plan: &plan,
         applied: &applied,
         outcomes: &outcomes,
@@ -194,6 +194,13 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
         synced: &synced,
         generation: c.meta().generation,
     });
+    let orphans: Vec<ReleaseKey> = ctx
+        .orphans
+        .iter()
+        .filter(|o| *o.value() == owner)
+        .map(|o| o.key().clone())
+        .collect();
+    status::add_orphans(&mut report, &orphans);
     report_new_problems(ctx, c, &plan.problems, &previous).await;
     let object = ObjectRef::from_obj(c);
     ctx.writer.submit(object.clone(), report);
@@ -304,7 +311,7 @@ async fn report_new_problems(
 }
 
 /// Publishes an Event on a `Controller`; failures are logged, never fatal.
-async fn publish(
+pub async fn publish(
     ctx: &Context,
     c: &Controller,
     type_: EventType,

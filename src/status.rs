@@ -32,6 +32,8 @@ pub mod phase {
     pub const UNKNOWN: &str = "Unknown";
     /// Cannot be planned as written.
     pub const INVALID: &str = "Invalid";
+    /// Left in a cluster that is no longer registered.
+    pub const ORPHANED: &str = "Orphaned";
 }
 
 /// The last outcome of a release's Helm job, with the fingerprint of the job.
@@ -215,6 +217,30 @@ pub fn releases(view: &ReleaseView<'_>) -> ReleaseReport {
     }
 }
 
+/// Adds releases left in clusters no longer registered, each to its cluster/namespace entry.
+pub fn add_orphans<'a>(
+    report: &mut ReleaseReport,
+    orphans: impl IntoIterator<Item = &'a ReleaseKey>,
+) {
+    let mut tenancies: BTreeMap<(String, String), TenancyStatus> = report
+        .tenancies
+        .drain(..)
+        .map(|t| ((t.cluster.clone(), t.namespace.clone()), t))
+        .collect();
+    for key in orphans {
+        let cluster = key.scope.cluster.as_str();
+        entry(&mut tenancies, cluster, &key.scope.namespace).chart_messages.push(ChartMessage {
+            release_name: key.release.clone(),
+            phase: phase::ORPHANED.into(),
+            error_message: format!(
+                "cluster {cluster} is no longer registered; release {key} is left in place, not uninstalled (register the cluster again to manage it)"
+            ),
+            ..Default::default()
+        });
+    }
+    report.tenancies = tenancies.into_values().collect();
+}
+
 /// Joins the release side with what runs (`scope` looks a cluster/namespace up in the model):
 /// workloads and pods per entry, freshness, per-cluster summaries, totals and conditions, bounded.
 pub fn assemble(
@@ -233,7 +259,10 @@ pub fn assemble(
     }
     let clusters = cluster_summaries(&tenancies, &report.synced);
     let summary = totals(&tenancies, &clusters);
-    let stale = tenancies.iter().filter(|t| !t.fresh).count();
+    let stale = tenancies
+        .iter()
+        .filter(|t| !t.fresh && t.chart_messages.iter().any(|m| m.phase != phase::ORPHANED))
+        .count();
     let conditions = conditions(
         &tenancies,
         &report.general,
@@ -458,6 +487,7 @@ fn conditions(
     };
     let all: Vec<&ChartMessage> = tenancies.iter().flat_map(|t| &t.chart_messages).collect();
     let count = |p: &str| all.iter().filter(|m| m.phase == p).count();
+    let orphaned = count(phase::ORPHANED);
     let (failed, conflict, invalid, pending, unknown) = (
         count(phase::FAILED),
         count(phase::CONFLICT),
@@ -504,12 +534,16 @@ fn conditions(
         ),
     };
     let ready = ready_reason == "AllReleasesDeployed";
-    let degraded = failed + conflict + invalid > 0;
-    let degraded_reason = if degraded { ready_reason } else { "AsExpected" };
-    let degraded_message = if degraded {
-        ready_message.clone()
-    } else {
-        "no release has failed".into()
+    let degraded = failed + conflict + invalid + orphaned > 0;
+    let degraded_reason = match () {
+        _ if !degraded => "AsExpected",
+        _ if ready_reason == "AllReleasesDeployed" => "Orphaned",
+        _ => ready_reason,
+    };
+    let degraded_message = match degraded_reason {
+        "AsExpected" => "no release has failed".into(),
+        "Orphaned" => format!("{orphaned} release(s) are left in clusters no longer registered"),
+        _ => ready_message.clone(),
     };
     vec![
         condition("Ready", ready, ready_reason, ready_message, &clock),
@@ -859,5 +893,40 @@ mod tests {
         let size = serde_json::to_vec(&s).unwrap().len();
         assert!(size <= STATUS_BUDGET, "{size} bytes");
         assert_eq!(s.summary.as_ref().unwrap().releases, "0/3000");
+    }
+
+    #[test]
+    fn orphaned_releases_are_listed_on_their_entry_and_degrade_the_resource() {
+        let mut f = Fixture::new(&["member-1/team/web"]);
+        f.applied.extend([deployed("member-1/team/web", 1)]);
+        let mut report = f.report();
+        let orphan: ReleaseKey = "gone/team/web".parse().unwrap();
+        add_orphans(&mut report, [&orphan]);
+        let live = ScopeState {
+            live: true,
+            ..Default::default()
+        };
+        let s = assemble(
+            &report,
+            &|_, _| Some(live.clone()),
+            &[],
+            Timestamp::UNIX_EPOCH,
+        );
+        let gone = s
+            .updated_tenancies
+            .iter()
+            .find(|t| t.cluster == "gone")
+            .unwrap();
+        assert_eq!(gone.chart_messages[0].phase, "Orphaned");
+        assert!(
+            gone.chart_messages[0]
+                .error_message
+                .contains("left in place")
+        );
+        let degraded = s.conditions.iter().find(|c| c.type_ == "Degraded").unwrap();
+        assert_eq!(
+            (degraded.status.as_str(), degraded.reason.as_str()),
+            ("True", "Orphaned")
+        );
     }
 }

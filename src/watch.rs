@@ -22,7 +22,7 @@ use tracing::Instrument;
 
 use crate::{
     crd::Controller,
-    key::ClusterNamespace,
+    key::{ClusterName, ClusterNamespace},
     model::{Change, PodInfo, Tagged, WorkloadInfo, WorkloadKind, WorkloadRef},
     registry::ClusterRegistry,
 };
@@ -310,6 +310,28 @@ impl WatchSupervisor {
             state.running.insert(scope, token);
         }
         gone
+    }
+
+    /// Follows a new registry: watchers of unregistered clusters stop, those of `changed` clusters
+    /// restart with their new clients. Returns the namespaces no longer watched.
+    pub fn refresh(
+        &self,
+        registry: &ClusterRegistry,
+        changed: &BTreeSet<ClusterName>,
+    ) -> Vec<ClusterNamespace> {
+        let mut state = self.state.lock().expect("watch supervisor lock");
+        let restart: Vec<ClusterNamespace> = state
+            .running
+            .keys()
+            .filter(|s| changed.contains(&s.cluster))
+            .cloned()
+            .collect();
+        for scope in restart {
+            if let Some(token) = state.running.remove(&scope) {
+                token.cancel();
+            }
+        }
+        self.converge(&mut state, registry)
     }
 
     /// True while a watcher set runs for this namespace.

@@ -95,7 +95,12 @@ impl StatusWriter {
         };
         let lookup = |cluster: &str, namespace: &str| -> Option<ScopeState> {
             let scope: ClusterNamespace = format!("{cluster}/{namespace}").parse().ok()?;
-            ctx.model.scope(&scope)
+            let mut state = ctx.model.scope(&scope)?;
+            if let Some(error) = ctx.health.unreachable(&scope.cluster) {
+                state.live = false;
+                state.problem = Some(format!("cluster unreachable: {error}"));
+            }
+            Some(state)
         };
         let status = status::assemble(&report, &lookup, &previous.conditions, Timestamp::now());
         if status == previous {
