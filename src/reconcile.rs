@@ -24,8 +24,9 @@ use crate::{
     crd::Controller,
     key::{ClusterName, ReleaseKey},
     model::{Change, Tagged},
-    plan::{self, Inputs, Job, OwnerId},
+    plan::{self, Applied, Inputs, Job, OwnerId},
     queue::{Completed, Outcome},
+    releases::RecordChange,
     status::{self, LastOutcome, ReleaseView},
 };
 
@@ -141,11 +142,18 @@ fn claims(
     )
 }
 
-/// True when this exact job already failed in a way retrying cannot fix.
-fn failed_for_good(ctx: &Context, job: &Job) -> bool {
+/// True when enqueueing this job would repeat work: it already failed in a way retrying cannot
+/// fix, or it was just applied and the release records have not caught up with it yet.
+fn redundant(ctx: &Context, job: &Job, applied: &HashMap<ReleaseKey, Applied>) -> bool {
     ctx.outcomes.get(job.key()).is_some_and(|last| {
         last.fingerprint == job.fingerprint()
-            && matches!(last.outcome, Outcome::Failed { retry: false, .. })
+            && match last.outcome {
+                Outcome::Failed { retry, .. } => !retry,
+                Outcome::Applied { revision, .. } => applied
+                    .get(job.key())
+                    .is_some_and(|a| a.revision < revision),
+                Outcome::Uninstalled => false,
+            }
     })
 }
 
@@ -167,7 +175,7 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
         now: Timestamp::now().as_second(),
         pending_timeout_secs: ctx.settings.pending_timeout.as_secs() as i64,
     });
-    for job in plan.jobs.iter().filter(|j| !failed_for_good(ctx, j)) {
+    for job in plan.jobs.iter().filter(|j| !redundant(ctx, j, &applied)) {
         ctx.queue.enqueue(job.clone());
     }
     let keys: Vec<&ReleaseKey> = plan
@@ -265,14 +273,23 @@ impl Interest {
     }
 }
 
-/// Wakes the owner of a changed release record and every resource asking for that release.
+/// Wakes the owner of a changed release record and every resource asking for that release; after
+/// a cluster is listed in full, every resource.
 pub async fn forward_record_changes(
     ctx: Arc<Context>,
-    mut changes: UnboundedReceiver<(ReleaseKey, Option<OwnerId>)>,
+    mut changes: UnboundedReceiver<RecordChange>,
     trigger: UnboundedSender<ObjectRef<Controller>>,
 ) {
-    while let Some((key, owner)) = changes.recv().await {
-        wake(&ctx, &key, owner.as_ref(), &trigger);
+    while let Some(change) = changes.recv().await {
+        match change {
+            RecordChange::Release(key, owner) => wake(&ctx, &key, owner.as_ref(), &trigger),
+            RecordChange::Listed(cluster) => {
+                tracing::debug!(%cluster, "release records listed; reconciling every resource");
+                for c in ctx.controllers.state() {
+                    let _ = trigger.send(ObjectRef::from_obj(&*c));
+                }
+            }
+        }
     }
 }
 

@@ -34,6 +34,15 @@ use crate::{
 
 type Record = PartialObjectMeta<Secret>;
 
+/// News from the release-record watches.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RecordChange {
+    /// A record of this release changed, appeared or went away; with its owner, if managed.
+    Release(ReleaseKey, Option<OwnerId>),
+    /// A cluster's records were listed in full (at start, or after the watch failed).
+    Listed(ClusterName),
+}
+
 struct Watched {
     store: Store<Record>,
     synced: Arc<AtomicBool>,
@@ -47,13 +56,14 @@ pub struct ReleaseIndex {
 }
 
 impl ReleaseIndex {
-    /// Starts watching one cluster's release records; each change sends the release and its owner
-    /// on `changes`. Replaces any earlier watch of that cluster.
+    /// Starts watching one cluster's release records; each change is sent on `changes`. The
+    /// cluster counts as synced from its first complete listing until its watch fails, and again
+    /// after the watch has relisted. Replaces any earlier watch of that cluster.
     pub fn watch(
         &self,
         cluster: ClusterName,
         client: kube::Client,
-        changes: UnboundedSender<(ReleaseKey, Option<OwnerId>)>,
+        changes: UnboundedSender<RecordChange>,
         parent: &CancellationToken,
     ) {
         let (store, writer) = reflector::store();
@@ -61,35 +71,34 @@ impl ReleaseIndex {
         let stop = parent.child_token();
         let api: Api<Record> = Api::all(client);
         let config = watcher::Config::default().labels("owner=helm");
-        let stream = watcher(api, config)
-            .default_backoff()
-            .reflect(writer)
-            .touched_objects();
+        let stream = watcher(api, config).default_backoff().reflect(writer);
         let span = tracing::info_span!("release_records", cluster = %cluster);
         let name = cluster.clone();
-        let (ready, flag, token) = (store.clone(), synced.clone(), stop.clone());
+        let (flag, token) = (synced.clone(), stop.clone());
         tokio::spawn(
             async move {
                 let forward = stream.for_each(|event| {
                     match event {
-                        Ok(record) => {
-                            if let Some(a) = applied_from(&name, &record) {
-                                let _ = changes.send((a.key, a.owner));
+                        Ok(watcher::Event::Apply(r) | watcher::Event::Delete(r) | watcher::Event::InitApply(r)) => {
+                            if let Some(a) = applied_from(&name, &r) {
+                                let _ = changes.send(RecordChange::Release(a.key, a.owner));
                             }
                         }
-                        Err(e) => tracing::warn!(error = %e, "watching release records failed; retrying with backoff"),
+                        Ok(watcher::Event::Init) => {}
+                        Ok(watcher::Event::InitDone) => {
+                            flag.store(true, Ordering::Release);
+                            let _ = changes.send(RecordChange::Listed(name.clone()));
+                        }
+                        Err(e) => {
+                            // Until the watch has relisted, what the store holds may be out of date.
+                            flag.store(false, Ordering::Release);
+                            tracing::warn!(error = %e, "watching release records failed; retrying with backoff");
+                        }
                     }
                     futures::future::ready(())
                 });
-                let mark = async {
-                    if ready.wait_until_ready().await.is_ok() {
-                        flag.store(true, Ordering::Release);
-                    }
-                    std::future::pending::<()>().await
-                };
                 tokio::select! {
                     () = forward => {}
-                    () = mark => {}
                     () = token.cancelled() => {}
                 }
             }

@@ -9,8 +9,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     Context,
     crd::Controller,
-    key::{ClusterName, ReleaseKey},
-    plan::OwnerId,
+    key::ClusterName,
     registry::{ClusterRegistry, HubSource, RegistrationFile, RegistryError},
 };
 
@@ -57,7 +56,7 @@ pub struct Reloader {
     /// Where the hub is.
     pub hub: HubSource,
     /// Where release-record watches send their changes.
-    pub records: UnboundedSender<(ReleaseKey, Option<OwnerId>)>,
+    pub records: UnboundedSender<crate::releases::RecordChange>,
     /// Where resources are woken for a reconcile.
     pub trigger: UnboundedSender<ObjectRef<Controller>>,
 }

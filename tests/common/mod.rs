@@ -218,8 +218,11 @@ impl Operator {
             .args(["run", "--context", "hub", "--namespace", namespace])
             .arg("--kubeconfig")
             .arg(lab.kubeconfig_path())
-            .arg("--clusters")
-            .arg(lab.clusters_path())
+            .args(if extra.contains(&"--clusters") {
+                vec![]
+            } else {
+                vec!["--clusters".into(), lab.clusters_path().into_os_string()]
+            })
             .arg("--chart-home")
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts"))
             .arg("--helm")
@@ -236,6 +239,12 @@ impl Operator {
         let operator = Self { child, log, http };
         operator.wait_ready();
         operator
+    }
+
+    /// Kills it with SIGKILL, as a crash would.
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
     }
 
     /// Stops it with SIGTERM and waits for it to exit, within 60 seconds.
