@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::{
     Settings,
     helm::HelmOptions,
+    leader::LeaseConfig,
     operator::{self, RunConfig},
     queue::QueueConfig,
     registry::{self, ClusterRegistry, HubSource, RegistrationFile},
@@ -126,6 +127,15 @@ pub struct RunArgs {
     /// Address of the HTTP endpoints: /healthz, /readyz, /metrics and the /api/v1 status API.
     #[arg(long, env = "TENANCY_HUB_HTTP_ADDR", default_value = "127.0.0.1:9090")]
     pub http_addr: std::net::SocketAddr,
+    /// Run with leader election: only the replica holding the Lease works, the others stand by.
+    #[arg(long, env = "TENANCY_HUB_LEADER_ELECT")]
+    pub leader_elect: bool,
+    /// Hub namespace of the leader election Lease; default: POD_NAMESPACE, or "default".
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub lease_namespace: String,
+    /// Name of the leader election Lease.
+    #[arg(long, default_value = "tenancy-hub")]
+    pub lease_name: String,
     /// Milliseconds between status writes of one resource, at most; changes in between are coalesced.
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(100..=10_000))]
     pub status_interval_ms: u64,
@@ -156,6 +166,17 @@ impl RunArgs {
                 ..QueueConfig::default()
             },
             http_addr: self.http_addr,
+            leader: self.leader_elect.then(|| {
+                let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .map(|h| h.trim().to_owned())
+                    .unwrap_or_else(|_| "tenancy-hub".into());
+                let mut lease = LeaseConfig::new(
+                    &self.lease_namespace,
+                    format!("{host}-{}", std::process::id()),
+                );
+                lease.name = self.lease_name.clone();
+                lease
+            }),
             status_interval: Duration::from_millis(self.status_interval_ms),
         }
     }

@@ -30,6 +30,7 @@ use crate::{
     health::HealthBoard,
     helm::{HelmCli, HelmOptions},
     http::{self, ApiState},
+    leader::{Leadership, LeaseConfig},
     metrics::Metrics,
     model::Model,
     queue::{HelmQueue, QueueConfig},
@@ -60,6 +61,8 @@ pub struct RunConfig {
     pub http_addr: std::net::SocketAddr,
     /// At most one status write per resource in this window.
     pub status_interval: Duration,
+    /// Leader election: only the holder of this Lease works; None runs without election.
+    pub leader: Option<LeaseConfig>,
 }
 
 /// Why the operator could not start.
@@ -76,6 +79,14 @@ pub enum Error {
     /// The chart home does not exist.
     #[error("chart home {0} is not a directory; pass --chart-home or set CHART_HOME")]
     ChartHome(PathBuf),
+    /// Leader election failed for good (RBAC, a missing namespace, bad timings).
+    #[error(transparent)]
+    Leader(#[from] crate::leader::Error),
+    /// Leadership was lost while working; every Helm process was stopped.
+    #[error(
+        "lost leadership; stopped every Helm job so the new leader works alone (restart to stand by again)"
+    )]
+    LostLeadership,
     /// The HTTP endpoints could not listen.
     #[error("cannot serve HTTP endpoints: {0}; pass another --http-addr")]
     Http(std::io::Error),
@@ -113,6 +124,14 @@ pub async fn run(
         .map_err(Error::NoCrd)?;
 
     let cancel = CancellationToken::new();
+    tokio::spawn({
+        let cancel = cancel.clone();
+        async move {
+            shutdown.await;
+            tracing::info!("shutting down: no new Helm jobs; waiting for running ones");
+            cancel.cancel();
+        }
+    });
     let (trigger_tx, trigger_rx) = mpsc::unbounded_channel();
     let (record_tx, record_rx) = mpsc::unbounded_channel();
     let releases = ReleaseIndex::default();
@@ -161,6 +180,25 @@ pub async fn run(
     let address = http::serve(config.http_addr, http, cancel.clone())
         .await
         .map_err(Error::Http)?;
+    let leadership = match config.leader.clone() {
+        None => None,
+        Some(lease) => {
+            // A standby is healthy and ready; it reports not ready only while it takes over.
+            ready.store(true, Ordering::Release);
+            tracing::info!(lease = %format!("{}/{}", lease.namespace, lease.name), identity = %lease.identity, "waiting for leadership");
+            match Leadership::acquire(hub.clone(), lease, &cancel).await? {
+                Some(l) => {
+                    ready.store(false, Ordering::Release);
+                    tracing::info!("acquired leadership; starting work");
+                    Some(l)
+                }
+                None => return Ok(()),
+            }
+        }
+    };
+    let lost = leadership
+        .as_ref()
+        .map_or_else(CancellationToken::new, Leadership::lost);
     let ctx = Arc::new(Context {
         hub: hub.clone(),
         registry: shared,
@@ -226,30 +264,34 @@ pub async fn run(
             tracing::info!(%address, "ready: the hub's Controllers are listed");
         }
     });
-    tokio::spawn({
-        let cancel = cancel.clone();
-        async move {
-            shutdown.await;
-            tracing::info!("shutting down: no new Helm jobs; waiting for running ones");
-            cancel.cancel();
-        }
-    });
     tracing::info!(
         workers = config.queue.workers,
         per_cluster = config.queue.per_cluster,
         "tenancy-hub is running"
     );
-    runtime
+    let run = runtime
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "reconcile ended with an error");
             }
-        })
-        .await;
+        });
+    tokio::select! {
+        () = run => {}
+        () = lost.cancelled(), if leadership.is_some() && !cancel.is_cancelled() => {
+            // Another replica may take over soon: stop every Helm process now, not after a grace.
+            workers.abort();
+            cancel.cancel();
+            return Err(Error::LostLeadership);
+        }
+    }
     let grace = config.queue.shutdown_grace + Duration::from_secs(5);
     if tokio::time::timeout(grace, workers).await.is_err() {
         tracing::warn!("Helm workers did not stop in time");
+    }
+    if let Some(l) = leadership {
+        l.release().await?;
+        tracing::info!("released leadership");
     }
     tracing::info!("stopped");
     Ok(())

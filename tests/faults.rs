@@ -439,3 +439,84 @@ async fn huge_and_hostile_input_is_handled_or_refused_clearly() {
     hub.delete_and_wait_gone("settings").await;
     hub.delete_and_wait_gone("many").await;
 }
+
+fn log_of(operator: &Operator) -> String {
+    std::fs::read_to_string(&operator.log).unwrap_or_default()
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_standby_takes_over_within_fifteen_seconds_when_the_leader_is_killed() {
+    let lab = common::Lab::get();
+    let client = lab.client("hub").await;
+    common::install_crd(&client).await;
+    let namespace = unique("leader");
+    common::create_namespace(&client, &namespace).await;
+    let lease = [
+        "--leader-elect",
+        "--lease-namespace",
+        namespace.as_str(),
+        "--lease-name",
+        "tenancy-hub-test",
+    ];
+    let first = Operator::start_with(&lab, &namespace, &lease);
+    wait_until("the first replica to lead", DEADLINE, || async {
+        log_of(&first).contains("acquired leadership").then_some(())
+    })
+    .await;
+    let second = Operator::start_with(&lab, &namespace, &lease);
+    let hub = Hub {
+        lab,
+        client,
+        namespace: namespace.clone(),
+        operator: None,
+    };
+    let ns = unique("ha");
+    hub.apply("ha", wave(&ns, &["member-1"], "1")).await;
+    hub.releases_become("member-1", &ns, &[("a", 1), ("b", 1), ("c", 1)])
+        .await;
+    hub.status_until("ha", "the leader's status", ready).await;
+    let standby = log_of(&second);
+    assert!(standby.contains("waiting for leadership"), "{standby}");
+    assert!(
+        !standby.contains("installed "),
+        "the standby ran helm:\n{standby}"
+    );
+
+    first.kill();
+    let killed = Instant::now();
+    hub.apply("ha", wave(&ns, &["member-1"], "2")).await;
+    wait_until("the standby to take over", DEADLINE, || async {
+        log_of(&second)
+            .contains("acquired leadership")
+            .then_some(())
+    })
+    .await;
+    let takeover = killed.elapsed();
+    hub.releases_become("member-1", &ns, &[("a", 2), ("b", 2), ("c", 2)])
+        .await;
+    eprintln!("the standby took over {takeover:?} after the leader was killed");
+    assert!(takeover.as_secs() < 15, "takeover took {takeover:?}");
+
+    let leases = kube::Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+        hub.client.clone(),
+        &namespace,
+    );
+    let held = leases
+        .get("tenancy-hub-test")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .holder_identity;
+    assert!(held.is_some_and(|h| !h.is_empty()));
+    let mut hub = hub;
+    hub.operator = Some(second);
+    hub.delete_and_wait_gone("ha").await;
+    hub.operator.take().unwrap().stop();
+    let released = leases.get("tenancy-hub-test").await.unwrap().spec.unwrap();
+    assert!(
+        released.holder_identity.as_ref().is_none_or(|h| h.is_empty()),
+        "SIGTERM releases the lease: {released:?}"
+    );
+}
