@@ -516,7 +516,10 @@ async fn a_standby_takes_over_within_fifteen_seconds_when_the_leader_is_killed()
     hub.operator.take().unwrap().stop();
     let released = leases.get("tenancy-hub-test").await.unwrap().spec.unwrap();
     assert!(
-        released.holder_identity.as_ref().is_none_or(|h| h.is_empty()),
+        released
+            .holder_identity
+            .as_ref()
+            .is_none_or(|h| h.is_empty()),
         "SIGTERM releases the lease: {released:?}"
     );
 }

@@ -205,7 +205,9 @@ impl Operator {
 
     /// Like [`Operator::start`], with extra arguments for `run`.
     pub fn start_with(lab: &Lab, namespace: &str, extra: &[&str]) -> Self {
-        let log = lab.dir.join(format!("{}.log", unique(&format!("operator-{namespace}"))));
+        let log = lab
+            .dir
+            .join(format!("{}.log", unique(&format!("operator-{namespace}"))));
         let http = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .unwrap();
