@@ -213,19 +213,20 @@ impl HelmCli {
     }
 
     async fn run(&self, args: Vec<OsString>) -> Result<String, String> {
-        let child = Command::new(&self.options.binary)
+        let mut command = Command::new(&self.options.binary);
+        command
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| {
-                format!(
-                    "cannot run {}: {e}; install helm or pass --helm",
-                    self.options.binary.display()
-                )
-            })?;
+            .kill_on_drop(true);
+        die_with_parent(&mut command);
+        let child = command.spawn().map_err(|e| {
+            format!(
+                "cannot run {}: {e}; install helm or pass --helm",
+                self.options.binary.display()
+            )
+        })?;
         let limit = self.options.timeout + Duration::from_secs(30);
         match tokio::time::timeout(limit, child.wait_with_output()).await {
             Err(_) => Err(format!(
@@ -322,6 +323,25 @@ impl HelmCli {
         }
     }
 }
+
+/// Makes helm die with the operator, even on SIGKILL, so a crashed operator leaves no helm running
+/// that a restarted one could race on the same release.
+#[cfg(target_os = "linux")]
+fn die_with_parent(command: &mut Command) {
+    // SAFETY: prctl is async-signal-safe and touches only the child between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn die_with_parent(_command: &mut Command) {}
 
 fn failed(message: String, retry: bool) -> Outcome {
     Outcome::Failed { message, retry }
