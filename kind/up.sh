@@ -167,7 +167,7 @@ for c in "${CLUSTERS[@]}"; do
         --authentication-kubeconfig "$dir/controller-manager.kubeconfig" \
         --authorization-kubeconfig "$dir/controller-manager.kubeconfig" \
         --bind-address 127.0.0.1 --secure-port "${KCM_PORT[$c]}" --cert-dir "$dir/kcm" \
-        --leader-elect=false --use-service-account-credentials \
+        --leader-elect=false --use-service-account-credentials --kube-api-qps 200 --kube-api-burst 400 \
         --service-account-private-key-file "$PKI/$c-sa.key" --root-ca-file "$PKI/ca.crt" \
         --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
         --controllers '*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle-controller,-node-route-controller'
@@ -176,7 +176,7 @@ for c in "${CLUSTERS[@]}"; do
         --authentication-kubeconfig "$dir/scheduler.kubeconfig" \
         --authorization-kubeconfig "$dir/scheduler.kubeconfig" \
         --bind-address 127.0.0.1 --secure-port "${SCHED_PORT[$c]}" --cert-dir "$dir/scheduler" \
-        --leader-elect=false
+        --leader-elect=false --kube-api-qps 200 --kube-api-burst 400
     start "$c-kwok" kwok \
         --kubeconfig "$dir/admin.kubeconfig" --config "$BIN/kwok-stages.yaml" \
         --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \

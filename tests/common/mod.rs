@@ -243,6 +243,11 @@ impl Operator {
         operator
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Kills it with SIGKILL, as a crash would.
     pub fn kill(mut self) {
         self.child.kill().unwrap();

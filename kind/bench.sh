@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Benchmarks: convergence, status propagation latency, write load, footprint and breadth, on the lab.
+#
+#   kind/bench.sh [--dir DIR] [--only convergence,latency,breadth,footprint] [--pods P] [--json FILE]
+#
+# Brings the lab up in DIR if it is not running (default: .lab), builds tenancy-hub in release mode,
+# runs the scenarios (each with an operator of its own), prints a table and writes the figures as
+# JSON (default: DIR/bench.json). Figures are reported, never asserted; see BENCHMARKS.md.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+LAB_DIR=$(default_lab_dir)
+PASS=()
+JSON=
+while (($#)); do
+    case $1 in
+        --dir) LAB_DIR=${2:?--dir needs a directory}; shift 2 ;;
+        --json) JSON=${2:?--json needs a file}; shift 2 ;;
+        -h | --help) sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) PASS+=("$1"); shift ;;
+    esac
+done
+if ! "$LAB_ROOT/status.sh" --dir "$LAB_DIR" >/dev/null 2>&1; then
+    "$LAB_ROOT/up.sh" --dir "$LAB_DIR"
+fi
+LAB_DIR=$(cd "$LAB_DIR" && pwd)
+JSON=${JSON:-$LAB_DIR/bench.json}
+log "building tenancy-hub in release mode"
+(cd "$REPO_ROOT" && cargo build --locked --release --quiet --benches)
+cd "$REPO_ROOT"
+TENANCY_HUB_LAB_DIR=$LAB_DIR cargo bench --locked --quiet --bench lab -- --json "$JSON" "${PASS[@]}"

@@ -1,0 +1,555 @@
+//! Benchmarks on the lab: convergence, status latency, write load, footprint and breadth, as a table and JSON.
+//!
+//! Run with `kind/bench.sh` (it brings the lab up and builds in release mode), or on a running lab:
+//! `TENANCY_HUB_LAB_DIR=.lab cargo bench --bench lab -- [--only NAME] [--json FILE] [--pods P]`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
+
+use common::{Hub, Lab, Operator, chart, entry, install_crd, ready, tenancy, unique};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::{
+    Api,
+    api::DeleteParams,
+    runtime::{WatchStreamExt, watcher},
+};
+use serde_json::{Value, json};
+use tenancy_hub::crd::{Controller, ControllerSpec, ControllerStatus};
+use tokio::sync::watch;
+
+const LONG: Duration = Duration::from_secs(900);
+
+struct Args {
+    only: Option<String>,
+    json: Option<String>,
+    pods: usize,
+    changes: usize,
+    releases: usize,
+    breadth: usize,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        only: None,
+        json: None,
+        pods: 3000,
+        changes: 100,
+        releases: 10,
+        breadth: 21,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        match flag.as_str() {
+            "--only" => a.only = Some(value()),
+            "--json" => a.json = Some(value()),
+            "--pods" => a.pods = value().parse().expect("--pods N"),
+            "--changes" => a.changes = value().parse().expect("--changes N"),
+            "--releases" => a.releases = value().parse().expect("--releases N"),
+            "--breadth" => a.breadth = value().parse().expect("--breadth N"),
+            "--bench" => {}
+            other => panic!("unknown argument {other}; see the top of tests/benchmarks/lab.rs"),
+        }
+    }
+    a
+}
+
+fn progress(msg: &str) {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let since = START.get_or_init(Instant::now).elapsed();
+    eprintln!("[bench {:>7.1}s] {msg}", since.as_secs_f64());
+}
+
+/// A hub namespace with an operator of its own, started with extra arguments.
+async fn hub_with(prefix: &str, extra: &[&str]) -> Hub {
+    let lab = Lab::get();
+    let client = lab.client("hub").await;
+    install_crd(&client).await;
+    let namespace = unique(prefix);
+    common::create_namespace(&client, &namespace).await;
+    let operator = Operator::start_with(&lab, &namespace, extra);
+    Hub {
+        lab,
+        client,
+        namespace,
+        operator: Some(operator),
+    }
+}
+
+const CLUSTERS: [&str; 3] = ["hub", "member-1", "member-2"];
+
+fn spread_spec(run: &str, releases: usize) -> ControllerSpec {
+    ControllerSpec {
+        tenancies: (0..releases)
+            .map(|i| {
+                tenancy(
+                    &format!("{run}-{i}"),
+                    &CLUSTERS,
+                    vec![chart("deployment-example", "app", &[])],
+                )
+            })
+            .collect(),
+    }
+}
+
+async fn operator_convergence(workers: &str, per_cluster: &str, releases: usize) -> f64 {
+    let hub = hub_with(
+        "bench-cv",
+        &["--workers", workers, "--per-cluster", per_cluster],
+    )
+    .await;
+    let run = unique("cv");
+    let total = releases * CLUSTERS.len();
+    let started = Instant::now();
+    hub.apply("cv", spread_spec(&run, releases)).await;
+    let want = format!("{total}/{total}");
+    common::wait_until("every release deployed", LONG, || async {
+        let c = hub.api().get("cv").await.ok()?;
+        (c.status?.summary?.releases == want).then_some(())
+    })
+    .await;
+    let took = started.elapsed().as_secs_f64();
+    hub.delete_and_wait_gone("cv").await;
+    took
+}
+
+fn raw_helm_convergence(lab: &Lab, releases: usize) -> f64 {
+    let run = unique("raw");
+    let chart =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts/deployment-example");
+    let chart = chart.to_str().unwrap();
+    let started = Instant::now();
+    for i in 0..releases {
+        for c in CLUSTERS {
+            lab.helm(
+                c,
+                &[
+                    "upgrade",
+                    "--install",
+                    "app",
+                    chart,
+                    "-n",
+                    &format!("{run}-{i}"),
+                    "--create-namespace",
+                ],
+            );
+        }
+    }
+    let took = started.elapsed().as_secs_f64();
+    for i in 0..releases {
+        for c in CLUSTERS {
+            lab.helm(c, &["uninstall", "app", "-n", &format!("{run}-{i}")]);
+        }
+    }
+    took
+}
+
+async fn convergence(a: &Args) -> Value {
+    let lab = Lab::get();
+    let total = a.releases * CLUSTERS.len();
+    progress(&format!(
+        "convergence: {total} releases by raw sequential helm"
+    ));
+    let raw = raw_helm_convergence(&lab, a.releases);
+    progress("convergence: operator with 1 worker (the seed's sequential FIFO)");
+    let one = operator_convergence("1", "1", a.releases).await;
+    progress("convergence: operator with the default 4 workers, 2 per cluster");
+    let four = operator_convergence("4", "2", a.releases).await;
+    json!({
+        "releases": a.releases, "clusters": CLUSTERS.len(), "total": total,
+        "raw_helm_seconds": raw, "one_worker_seconds": one, "four_workers_seconds": four,
+        "speedup_over_one_worker": one / four,
+        "speedup_target": 0.8 * 4.0,
+        "overhead_over_raw_helm": one / raw - 1.0,
+    })
+}
+
+/// Pod names in a member namespace, with readiness, updated by a watch; each change is timestamped.
+fn member_pods(api: Api<Pod>) -> watch::Receiver<(Instant, BTreeMap<String, bool>)> {
+    let (tx, rx) = watch::channel((Instant::now(), BTreeMap::new()));
+    tokio::spawn(async move {
+        let mut pods: BTreeMap<String, bool> = BTreeMap::new();
+        let mut events = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        while let Some(Ok(event)) = events.next().await {
+            match event {
+                watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+                    let ready = tenancy_hub::watch::pod_info(&p).ready;
+                    pods.insert(p.metadata.name.unwrap_or_default(), ready);
+                }
+                watcher::Event::Delete(p) => {
+                    pods.remove(&p.metadata.name.unwrap_or_default());
+                }
+                watcher::Event::Init => pods.clear(),
+                watcher::Event::InitDone => {}
+            }
+            let _ = tx.send((Instant::now(), pods.clone()));
+        }
+    });
+    rx
+}
+
+/// The resource's status, updated by a watch; each change is timestamped.
+fn hub_status(api: Api<Controller>, name: &str) -> watch::Receiver<(Instant, ControllerStatus)> {
+    let (tx, rx) = watch::channel((Instant::now(), ControllerStatus::default()));
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    tokio::spawn(async move {
+        let mut events = watcher(api, config)
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        while let Some(Ok(c)) = events.next().await {
+            let _ = tx.send((Instant::now(), c.status.unwrap_or_default()));
+        }
+    });
+    rx
+}
+
+async fn when<T: Clone>(
+    rx: &mut watch::Receiver<(Instant, T)>,
+    what: &str,
+    pred: impl Fn(&T) -> bool,
+) -> Instant {
+    let got = tokio::time::timeout(Duration::from_secs(60), rx.wait_for(|(_, v)| pred(v)))
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+        .expect("the watch runs");
+    got.0
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+async fn latency(a: &Args) -> Value {
+    let hub = hub_with("bench-lat", &[]).await;
+    let ns = unique("lat");
+    let spec = ControllerSpec {
+        tenancies: vec![tenancy(
+            &ns,
+            &["member-1"],
+            vec![chart("deployment-example", "web", &[("replicaCount", "3")])],
+        )],
+    };
+    hub.apply("lat", spec).await;
+    hub.status_until("lat", "3 ready pods", |s| {
+        entry(s, "member-1", &ns).is_some_and(|t| t.pods_ready == 3)
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(hub.lab.client("member-1").await, &ns);
+    let mut member = member_pods(pods.clone());
+    let mut status = hub_status(hub.api(), "lat");
+    let operator = hub.operator.as_ref().unwrap();
+    let (events0, writes0) = (
+        operator.metric("tenancy_hub_watch_events_total"),
+        operator.metric("tenancy_hub_status_writes_total"),
+    );
+    let churn = Instant::now();
+    let listed = |s: &ControllerStatus| -> BTreeMap<String, bool> {
+        entry(s, "member-1", &ns)
+            .map(|t| {
+                t.pod_status
+                    .iter()
+                    .map(|p| (p.pod_name.clone(), p.ready))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut samples = Vec::new();
+    progress(&format!(
+        "latency: {} pod deletions and replacements on member-1",
+        a.changes
+    ));
+    for _ in 0..a.changes {
+        when(&mut member, "3 ready pods in member-1", |p| {
+            p.values().filter(|r| **r).count() == 3
+        })
+        .await;
+        when(&mut status, "3 ready pods in status", |s| {
+            listed(s).values().filter(|r| **r).count() == 3
+        })
+        .await;
+        let victim = member.borrow().1.keys().next().cloned().unwrap();
+        pods.delete(&victim, &DeleteParams::default().grace_period(0))
+            .await
+            .unwrap();
+        let gone = when(&mut member, "the deleted pod to leave member-1", |p| {
+            !p.contains_key(&victim)
+        })
+        .await;
+        let shown = when(&mut status, "the deleted pod to leave the status", |s| {
+            !listed(s).contains_key(&victim)
+        })
+        .await;
+        samples.push(shown.saturating_duration_since(gone).as_secs_f64());
+        let up = when(
+            &mut member,
+            "the replacement to be ready in member-1",
+            |p| p.values().filter(|r| **r).count() == 3,
+        )
+        .await;
+        let shown = when(
+            &mut status,
+            "the replacement to be ready in the status",
+            |s| listed(s).values().filter(|r| **r).count() == 3,
+        )
+        .await;
+        samples.push(shown.saturating_duration_since(up).as_secs_f64());
+    }
+    let seconds = churn.elapsed().as_secs_f64();
+    let events = operator.metric("tenancy_hub_watch_events_total") - events0;
+    let writes = operator.metric("tenancy_hub_status_writes_total") - writes0;
+    samples.sort_by(|x, y| x.total_cmp(y));
+    hub.delete_and_wait_gone("lat").await;
+    json!({
+        "changes": samples.len(),
+        "p50_seconds": percentile(&samples, 0.5), "p95_seconds": percentile(&samples, 0.95),
+        "p99_seconds": percentile(&samples, 0.99), "max_seconds": samples[samples.len() - 1],
+        "churn_seconds": seconds, "watch_events_per_second": events / seconds,
+        "status_writes_per_second": writes / seconds,
+    })
+}
+
+/// Resident set now, peak resident set (both KiB) and CPU seconds used, from /proc.
+fn usage(pid: u32) -> (u64, u64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    (kib("VmRSS:"), kib("VmHWM:"), ticks / 100.0)
+}
+
+async fn cpu_over(pid: u32, window: Duration) -> f64 {
+    let (_, _, before) = usage(pid);
+    tokio::time::sleep(window).await; // a measurement window, not a wait for a condition
+    let (_, _, after) = usage(pid);
+    (after - before) / window.as_secs_f64()
+}
+
+async fn footprint(a: &Args) -> Value {
+    let hub = hub_with("bench-fp", &[]).await;
+    let operator = hub.operator.as_ref().unwrap();
+    let pid = operator.pid();
+    let idle_cpu = cpu_over(pid, Duration::from_secs(5)).await;
+    let (idle_rss, _, _) = usage(pid);
+    let ns = unique("fp");
+    let pods = a.pods.to_string();
+    hub.apply(
+        "fp",
+        ControllerSpec {
+            tenancies: vec![tenancy(
+                &ns,
+                &CLUSTERS,
+                vec![chart(
+                    "deployment-example",
+                    "web",
+                    &[("replicaCount", &pods)],
+                )],
+            )],
+        },
+    )
+    .await;
+    progress(&format!(
+        "footprint: {} × {} kwok pods",
+        CLUSTERS.len(),
+        a.pods
+    ));
+    let (events0, writes0, cpu0) = (
+        operator.metric("tenancy_hub_watch_events_total"),
+        operator.metric("tenancy_hub_status_writes_total"),
+        usage(pid).2,
+    );
+    let started = Instant::now();
+    let mut peak_sampled = 0;
+    loop {
+        let s = hub
+            .api()
+            .get("fp")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        peak_sampled = peak_sampled.max(usage(pid).0);
+        let done = CLUSTERS
+            .iter()
+            .all(|c| entry(&s, c, &ns).is_some_and(|t| t.pods_ready as usize == a.pods));
+        if done {
+            break;
+        }
+        assert!(
+            started.elapsed() < LONG,
+            "{} pods per cluster were not ready in time",
+            a.pods
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await; // sampling interval of RSS
+    }
+    let churn = started.elapsed().as_secs_f64();
+    let events = operator.metric("tenancy_hub_watch_events_total") - events0;
+    let writes = operator.metric("tenancy_hub_status_writes_total") - writes0;
+    let churn_cpu = (usage(pid).2 - cpu0) / churn;
+    let steady_cpu = cpu_over(pid, Duration::from_secs(10)).await;
+    let (steady_rss, peak_rss, _) = usage(pid);
+    let status = hub
+        .api()
+        .get("fp")
+        .await
+        .unwrap()
+        .status
+        .unwrap_or_default();
+    let bytes = serde_json::to_vec(&status).unwrap().len();
+    hub.delete_and_wait_gone("fp").await;
+    json!({
+        "clusters": CLUSTERS.len(), "pods_per_cluster": a.pods,
+        "idle_rss_mib": idle_rss as f64 / 1024.0, "steady_rss_mib": steady_rss as f64 / 1024.0,
+        "peak_rss_mib": peak_rss.max(peak_sampled) as f64 / 1024.0,
+        "idle_cpu_cores": idle_cpu, "churn_cpu_cores": churn_cpu, "steady_cpu_cores": steady_cpu,
+        "churn_seconds": churn, "watch_events_per_second": events / churn,
+        "status_writes_per_second": writes / churn, "status_bytes": bytes,
+    })
+}
+
+async fn breadth(a: &Args) -> Value {
+    let lab = Lab::get();
+    let names: Vec<String> = (1..=a.breadth).map(|i| format!("c{i:02}")).collect();
+    let file = lab.dir.join(format!("{}.yaml", unique("breadth")));
+    let k = lab.kubeconfig_path();
+    let entries: String = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            format!(
+                "  - {{name: {n}, context: {}, kubeconfig: {}}}\n",
+                CLUSTERS[i % 3],
+                k.display()
+            )
+        })
+        .collect();
+    std::fs::write(&file, format!("clusters:\n{entries}")).unwrap();
+    let hub = hub_with("bench-br", &["--clusters", file.to_str().unwrap()]).await;
+    let run = unique("br");
+    let spec = ControllerSpec {
+        tenancies: names
+            .iter()
+            .map(|n| {
+                tenancy(
+                    &format!("{run}-{n}"),
+                    &[n.as_str()],
+                    vec![chart("deployment-example", "app", &[])],
+                )
+            })
+            .collect(),
+    };
+    progress(&format!(
+        "breadth: one release on each of {} registered clusters",
+        names.len()
+    ));
+    let started = Instant::now();
+    hub.apply("br", spec).await;
+    let mut done: BTreeMap<String, f64> = BTreeMap::new();
+    while done.len() < names.len() {
+        let s = hub
+            .api()
+            .get("br")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        for t in &s.updated_tenancies {
+            if t.chart_messages.iter().all(|m| m.phase == "Deployed")
+                && !t.chart_messages.is_empty()
+            {
+                done.entry(t.cluster.clone())
+                    .or_insert_with(|| started.elapsed().as_secs_f64());
+            }
+        }
+        assert!(started.elapsed() < LONG, "breadth did not converge");
+        tokio::time::sleep(Duration::from_millis(100)).await; // sampling interval of completion times
+    }
+    let total = started.elapsed().as_secs_f64();
+    let mut times: Vec<f64> = done.values().copied().collect();
+    times.sort_by(|x, y| x.total_cmp(y));
+    let status_ready = ready(
+        &hub.api()
+            .get("br")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default(),
+    );
+    hub.delete_and_wait_gone("br").await;
+    std::fs::remove_file(&file).unwrap();
+    json!({
+        "clusters": names.len(), "seconds": total, "ready": status_ready,
+        "first_cluster_seconds": times[0], "median_cluster_seconds": percentile(&times, 0.5),
+        "last_cluster_seconds": times[times.len() - 1],
+    })
+}
+
+fn table(results: &BTreeMap<&str, Value>) -> String {
+    let f = |v: &Value, k: &str| {
+        v.get(k)
+            .and_then(Value::as_f64)
+            .map_or("-".into(), |x| format!("{x:.3}"))
+    };
+    let mut out = String::from("scenario      figure                          value\n");
+    for (name, v) in results {
+        for (k, _) in v.as_object().unwrap() {
+            out.push_str(&format!("{name:<13} {k:<31} {}\n", f(v, k)));
+        }
+    }
+    out
+}
+
+#[tokio::main]
+async fn main() {
+    let a = args();
+    let want = |s: &str| {
+        a.only
+            .as_deref()
+            .is_none_or(|o| o.split(',').any(|x| x == s))
+    };
+    let mut results: BTreeMap<&str, Value> = BTreeMap::new();
+    if want("convergence") {
+        results.insert("convergence", convergence(&a).await);
+    }
+    if want("latency") {
+        results.insert("latency", latency(&a).await);
+    }
+    if want("breadth") {
+        results.insert("breadth", breadth(&a).await);
+    }
+    if want("footprint") {
+        results.insert("footprint", footprint(&a).await);
+    }
+    print!("{}", table(&results));
+    if let Some(path) = &a.json {
+        let doc = json!({
+            "date": k8s_openapi::jiff::Timestamp::now().to_string(),
+            "machine": format!("{} cores, {}", std::thread::available_parallelism().map_or(0, |n| n.get()), std::env::consts::ARCH),
+            "results": results,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap()).unwrap();
+        eprintln!("wrote {path}");
+    }
+}
