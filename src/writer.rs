@@ -1,6 +1,10 @@
 //! Debounced status writes to the hub: at most one per resource per interval, none when nothing changed.
 
-use std::{collections::HashSet, sync::Mutex, time::Duration};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Mutex,
+    time::Duration,
+};
 
 use dashmap::DashMap;
 use futures::StreamExt;
@@ -10,7 +14,7 @@ use kube::{
     api::{Patch, PatchParams},
     runtime::reflector::ObjectRef,
 };
-use tokio::sync::Notify;
+use tokio::{sync::Notify, time::Instant};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -55,30 +59,61 @@ impl StatusWriter {
         self.written.remove(owner);
     }
 
-    /// Writes marked statuses until cancelled: one pass, then a pause of `interval`, so each
+    /// Writes marked statuses until cancelled. A resource not written within the last `interval`
+    /// is written at once; one written more recently waits until its interval has passed, so each
     /// resource is written at most once per interval whatever the rate of changes.
     pub async fn run(&self, ctx: &Context, interval: Duration, cancel: CancellationToken) {
+        let mut last: HashMap<ObjectRef<Controller>, Instant> = HashMap::new();
+        let mut next: Option<Instant> = None;
         loop {
+            let wake = async {
+                match next {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 () = self.notify.notified() => {}
+                () = wake => {}
                 () = cancel.cancelled() => return,
             }
-            let batch: Vec<ObjectRef<Controller>> = self
-                .dirty
-                .lock()
-                .expect("status writer lock")
-                .drain()
-                .collect();
-            futures::stream::iter(batch)
+            let now = Instant::now();
+            let (due, later) = self.take_due(&last, interval, now);
+            next = later;
+            for owner in &due {
+                last.insert(owner.clone(), now);
+            }
+            last.retain(|_, at| now.duration_since(*at) < interval);
+            futures::stream::iter(due)
                 .for_each_concurrent(CONCURRENT_WRITES, |owner| async move {
                     self.write(ctx, owner).await
                 })
                 .await;
-            tokio::select! {
-                () = tokio::time::sleep(interval) => {}
-                () = cancel.cancelled() => return,
-            }
         }
+    }
+
+    /// Takes the marked resources whose interval has passed; the others stay marked, and the
+    /// earliest time one of them falls due is returned.
+    fn take_due(
+        &self,
+        last: &HashMap<ObjectRef<Controller>, Instant>,
+        interval: Duration,
+        now: Instant,
+    ) -> (Vec<ObjectRef<Controller>>, Option<Instant>) {
+        let mut dirty = self.dirty.lock().expect("status writer lock");
+        let mut due = Vec::new();
+        let mut later: Option<Instant> = None;
+        dirty.retain(|owner| match last.get(owner).map(|at| *at + interval) {
+            Some(at) if at > now => {
+                later = Some(later.map_or(at, |l| l.min(at)));
+                true
+            }
+            _ => {
+                due.push(owner.clone());
+                false
+            }
+        });
+        (due, later)
     }
 
     async fn write(&self, ctx: &Context, owner: ObjectRef<Controller>) {
@@ -170,5 +205,24 @@ mod tests {
         writer.dirty.lock().unwrap().clear();
         writer.submit(owner, ReleaseReport::default());
         assert!(writer.dirty.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_resource_written_within_its_interval_waits_and_others_go_at_once() {
+        let writer = StatusWriter::default();
+        let (a, b) = (
+            ObjectRef::new("a").within("ns"),
+            ObjectRef::new("b").within("ns"),
+        );
+        writer.touch(a.clone());
+        writer.touch(b.clone());
+        let now = Instant::now();
+        let interval = Duration::from_millis(500);
+        let last = HashMap::from([(a.clone(), now - Duration::from_millis(100))]);
+        let (due, later) = writer.take_due(&last, interval, now);
+        assert_eq!(due, [b]);
+        assert_eq!(later, Some(now + Duration::from_millis(400)));
+        let (due, later) = writer.take_due(&last, interval, now + Duration::from_millis(400));
+        assert_eq!((due, later), (vec![a], None));
     }
 }
