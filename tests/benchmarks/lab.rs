@@ -98,7 +98,28 @@ fn spread_spec(run: &str, releases: usize) -> ControllerSpec {
     }
 }
 
-async fn operator_convergence(workers: &str, per_cluster: &str, releases: usize) -> f64 {
+/// Busy and total CPU time of the whole machine so far, in ticks (from /proc/stat).
+fn machine_cpu() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let total: u64 = fields.iter().sum();
+    let idle = fields[3] + fields.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
+/// The share of the machine's CPU used between two readings of [`machine_cpu`].
+fn busy_between(before: (u64, u64), after: (u64, u64)) -> f64 {
+    (after.0 - before.0) as f64 / (after.1 - before.1).max(1) as f64
+}
+
+async fn operator_convergence(workers: &str, per_cluster: &str, releases: usize) -> (f64, f64) {
     let hub = hub_with(
         "bench-cv",
         &["--workers", workers, "--per-cluster", per_cluster],
@@ -106,6 +127,7 @@ async fn operator_convergence(workers: &str, per_cluster: &str, releases: usize)
     .await;
     let run = unique("cv");
     let total = releases * CLUSTERS.len();
+    let cpu = machine_cpu();
     let started = Instant::now();
     hub.apply("cv", spread_spec(&run, releases)).await;
     let want = format!("{total}/{total}");
@@ -115,15 +137,17 @@ async fn operator_convergence(workers: &str, per_cluster: &str, releases: usize)
     })
     .await;
     let took = started.elapsed().as_secs_f64();
+    let busy = busy_between(cpu, machine_cpu());
     hub.delete_and_wait_gone("cv").await;
-    took
+    (took, busy)
 }
 
-fn raw_helm_convergence(lab: &Lab, releases: usize) -> f64 {
+fn raw_helm_convergence(lab: &Lab, releases: usize) -> (f64, f64) {
     let run = unique("raw");
     let chart =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts/deployment-example");
     let chart = chart.to_str().unwrap();
+    let cpu = machine_cpu();
     let started = Instant::now();
     for i in 0..releases {
         for c in CLUSTERS {
@@ -142,12 +166,13 @@ fn raw_helm_convergence(lab: &Lab, releases: usize) -> f64 {
         }
     }
     let took = started.elapsed().as_secs_f64();
+    let busy = busy_between(cpu, machine_cpu());
     for i in 0..releases {
         for c in CLUSTERS {
             lab.helm(c, &["uninstall", "app", "-n", &format!("{run}-{i}")]);
         }
     }
-    took
+    (took, busy)
 }
 
 async fn convergence(a: &Args) -> Value {
@@ -156,17 +181,19 @@ async fn convergence(a: &Args) -> Value {
     progress(&format!(
         "convergence: {total} releases by raw sequential helm"
     ));
-    let raw = raw_helm_convergence(&lab, a.releases);
+    let (raw, raw_busy) = raw_helm_convergence(&lab, a.releases);
     progress("convergence: operator with 1 worker (the seed's sequential FIFO)");
-    let one = operator_convergence("1", "1", a.releases).await;
+    let (one, one_busy) = operator_convergence("1", "1", a.releases).await;
     progress("convergence: operator with the default 4 workers, 2 per cluster");
-    let four = operator_convergence("4", "2", a.releases).await;
+    let (four, four_busy) = operator_convergence("4", "2", a.releases).await;
     json!({
         "releases": a.releases, "clusters": CLUSTERS.len(), "total": total,
         "raw_helm_seconds": raw, "one_worker_seconds": one, "four_workers_seconds": four,
         "speedup_over_one_worker": one / four,
         "speedup_target": 0.8 * 4.0,
         "overhead_over_raw_helm": one / raw - 1.0,
+        "machine_cpu_busy_raw_helm": raw_busy, "machine_cpu_busy_one_worker": one_busy,
+        "machine_cpu_busy_four_workers": four_busy,
     })
 }
 
