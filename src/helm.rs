@@ -74,8 +74,11 @@ fn flag(name: &str, value: impl AsRef<std::ffi::OsStr>) -> OsString {
 
 fn common(args: &mut Vec<OsString>, key: &ReleaseKey, target: Target<'_>, options: &HelmOptions) {
     args.push(flag("namespace", &key.scope.namespace));
-    args.push(flag("kubeconfig", target.kubeconfig));
-    args.push(flag("kube-context", target.context));
+    // An empty kubeconfig is the hub's in-cluster configuration, which helm finds by itself.
+    if !target.kubeconfig.as_os_str().is_empty() {
+        args.push(flag("kubeconfig", target.kubeconfig));
+        args.push(flag("kube-context", target.context));
+    }
     args.push(flag("timeout", format!("{}s", options.timeout.as_secs())));
 }
 
@@ -540,5 +543,24 @@ mod tests {
         let out = r#"{"name":"web","version":3,"chart":{"metadata":{"name":"x","version":"0.1.0"}},"info":{"status":"deployed"}}"#;
         assert_eq!(parse_release_json(out), Some((3, "0.1.0".into())));
         assert_eq!(parse_release_json("not json"), None);
+    }
+
+    #[test]
+    fn the_in_cluster_hub_is_left_to_helms_own_in_cluster_configuration() {
+        let in_cluster = Target {
+            kubeconfig: Path::new(""),
+            context: "in-cluster",
+        };
+        let args = strings(uninstall_args(
+            &"hub/foo/foo".parse().unwrap(),
+            in_cluster,
+            &HelmOptions::default(),
+        ));
+        assert!(
+            !args
+                .iter()
+                .any(|a| a.starts_with("--kubeconfig") || a.starts_with("--kube-context")),
+            "{args:?}"
+        );
     }
 }

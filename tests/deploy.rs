@@ -1,0 +1,738 @@
+//! Tests of deploy/: the manifests agree with the code, apply to the hub, and give the operator what it needs and no more.
+
+mod common;
+
+use std::{
+    io::Write as _,
+    panic::AssertUnwindSafe,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use common::{DEADLINE, Lab, chart, create_namespace, entry, install_crd, message, ready, tenancy};
+use futures::FutureExt as _;
+use k8s_openapi::api::{coordination::v1::Lease, core::v1::Namespace, events::v1::Event};
+use kube::{
+    Api,
+    api::{DeleteParams, ListParams, Patch, PatchParams},
+};
+use serde::Deserialize as _;
+use serde_yaml::Value;
+use tenancy_hub::{
+    crd::{Controller, ControllerSpec},
+    registry::RegistrationFile,
+};
+
+/// The operator's namespace, as deploy/ creates it.
+const NAMESPACE: &str = "tenancy-hub";
+
+/// The user the operator's pods authenticate as.
+const SERVICE_ACCOUNT: &str = "system:serviceaccount:tenancy-hub:tenancy-hub";
+
+/// Field manager of everything these tests apply.
+const FIELD_MANAGER: &str = "tenancy-hub-deploy-tests";
+
+/// Every kind the kustomization ships, with the prefix `kubectl apply` names it by.
+const KINDS: [(&str, &str); 11] = [
+    ("Namespace", "namespace/"),
+    (
+        "CustomResourceDefinition",
+        "customresourcedefinition.apiextensions.k8s.io/",
+    ),
+    ("ServiceAccount", "serviceaccount/"),
+    ("ClusterRole", "clusterrole.rbac.authorization.k8s.io/"),
+    (
+        "ClusterRoleBinding",
+        "clusterrolebinding.rbac.authorization.k8s.io/",
+    ),
+    ("Role", "role.rbac.authorization.k8s.io/"),
+    ("RoleBinding", "rolebinding.rbac.authorization.k8s.io/"),
+    ("ConfigMap", "configmap/"),
+    ("Secret", "secret/"),
+    ("Deployment", "deployment.apps/"),
+    ("Service", "service/"),
+];
+
+fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy")
+}
+
+/// The YAML documents of a stream, empty ones left out.
+fn documents(text: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(text)
+        .map(|d| Value::deserialize(d).expect("valid YAML"))
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+/// One stream of YAML documents.
+fn stream(docs: &[Value]) -> String {
+    docs.iter()
+        .map(|d| serde_yaml::to_string(d).unwrap())
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+fn kind(doc: &Value) -> &str {
+    doc["kind"].as_str().unwrap_or_default()
+}
+
+/// The one document of `kind` named `name`.
+fn find<'a>(docs: &'a [Value], kind_: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| kind(d) == kind_ && d["metadata"]["name"].as_str() == Some(name))
+        .unwrap_or_else(|| panic!("no {kind_} {name} in deploy/"))
+}
+
+/// The documents of one file of deploy/, read without kustomize.
+fn file(name: &str) -> Vec<Value> {
+    documents(&std::fs::read_to_string(deploy_dir().join(name)).unwrap())
+}
+
+/// What a kubectl run printed.
+struct Run {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs the lab's kubectl as the lab's admin on the hub, with `stdin` if given.
+fn kubectl(lab: &Lab, args: &[&str], stdin: Option<&str>) -> Run {
+    kubectl_as(lab, &lab.kubeconfig_path(), args, stdin)
+}
+
+/// Runs the lab's kubectl on the hub context of `kubeconfig`.
+fn kubectl_as(lab: &Lab, kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Run {
+    let mut child = Command::new(lab.bin_dir().join("kubectl"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--context", "hub"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    Run {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Runs kubectl and panics, with its output, unless it succeeds.
+fn kubectl_ok(lab: &Lab, args: &[&str], stdin: Option<&str>) -> String {
+    let run = kubectl(lab, args, stdin);
+    assert!(
+        run.ok,
+        "kubectl {args:?} failed:\n{}\n{}",
+        run.stdout, run.stderr
+    );
+    run.stdout
+}
+
+/// `kubectl kustomize deploy`, with the lab's kubectl.
+fn render(lab: &Lab) -> String {
+    let dir = deploy_dir();
+    kubectl_ok(lab, &["kustomize", dir.to_str().unwrap()], None)
+}
+
+/// Applies documents to the hub for real, server-side.
+fn apply(lab: &Lab, docs: &[Value]) -> String {
+    let args = ["apply", "--server-side", "--force-conflicts"];
+    let manager = format!("--field-manager={FIELD_MANAGER}");
+    let mut all = args.to_vec();
+    all.extend([manager.as_str(), "-f", "-"]);
+    kubectl_ok(lab, &all, Some(&stream(docs)))
+}
+
+/// Whether the operator's service account may do `verb` on `resource`, per `kubectl auth can-i`.
+fn can_i(lab: &Lab, verb: &str, resource: &str, namespace: Option<&str>) -> bool {
+    let mut args = vec!["auth", "can-i", verb, resource, "--as", SERVICE_ACCOUNT];
+    if let Some(ns) = namespace {
+        args.extend(["-n", ns]);
+    }
+    let run = kubectl(lab, &args, None);
+    match run.stdout.trim() {
+        "yes" => true,
+        "no" => false,
+        _ => panic!(
+            "kubectl {args:?} answered neither yes nor no:\n{}\n{}",
+            run.stdout, run.stderr
+        ),
+    }
+}
+
+#[test]
+fn the_deployed_crd_is_the_generated_one() {
+    let shipped = std::fs::read_to_string(deploy_dir().join("crd.yaml")).unwrap();
+    assert!(
+        shipped == tenancy_hub::crd::crd_yaml(),
+        "deploy/crd.yaml is stale: run `cargo run -- crd > deploy/crd.yaml`"
+    );
+}
+
+#[test]
+fn the_deployment_reads_its_configuration_from_the_mounted_configmap_and_secret() {
+    let config = file("config.yaml");
+    let data = &find(&config, "ConfigMap", "tenancy-hub-clusters")["data"];
+    let deployment = file("deployment.yaml");
+    let pod = &deployment[0]["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let mount_of = |volume: &Value| -> String {
+        let name = volume["name"].as_str().unwrap();
+        let mounts = container["volumeMounts"].as_sequence().unwrap();
+        let mount = mounts.iter().find(|m| m["name"].as_str() == Some(name));
+        mount.expect("the volume is mounted")["mountPath"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let volumes = pod["volumes"].as_sequence().unwrap();
+    let volume = |source: &str, field: &str, name: &str| {
+        volumes
+            .iter()
+            .find(|v| v[source][field].as_str() == Some(name))
+            .unwrap_or_else(|| panic!("no volume of {source} {name}"))
+    };
+    let config_dir = mount_of(volume("configMap", "name", "tenancy-hub-clusters"));
+    let secret_dir = mount_of(volume("secret", "secretName", "tenancy-hub-kubeconfigs"));
+    let args: Vec<&str> = container["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    for (flag, key) in [
+        ("--clusters", "clusters.yaml"),
+        ("--kubeconfig", "hub-kubeconfig.yaml"),
+    ] {
+        assert!(
+            args.contains(&format!("{flag}={config_dir}/{key}").as_str()),
+            "{flag} does not point at {key} in the mounted ConfigMap: {args:?}"
+        );
+        assert!(data[key].is_string(), "the ConfigMap has no {key}");
+    }
+    let registration = RegistrationFile::parse(
+        Path::new("clusters.yaml"),
+        data["clusters.yaml"].as_str().unwrap(),
+    )
+    .expect("the shipped registration file is valid");
+    assert!(!registration.clusters.is_empty(), "no example entry");
+    for entry in &registration.clusters {
+        let kubeconfig = entry.kubeconfig.as_ref().expect("a kubeconfig path");
+        assert!(
+            kubeconfig.starts_with(&secret_dir),
+            "{} is outside the mounted Secret {secret_dir}",
+            kubeconfig.display()
+        );
+    }
+    let secret = find(&config, "Secret", "tenancy-hub-kubeconfigs");
+    assert!(
+        secret.get("data").is_none() && secret.get("stringData").is_none(),
+        "the placeholder Secret must have no data, or re-applying it would replace real kubeconfigs"
+    );
+}
+
+#[test]
+#[ignore = "needs the lab: run tests/run.sh"]
+fn the_kustomization_applies_to_the_hub_with_server_side_dry_run() {
+    let lab = Lab::get();
+    let rendered = render(&lab);
+    let docs = documents(&rendered);
+    for doc in &docs {
+        assert_eq!(
+            doc["metadata"]["labels"]["app.kubernetes.io/name"].as_str(),
+            Some("tenancy-hub"),
+            "{} {} lacks the app label",
+            kind(doc),
+            doc["metadata"]["name"].as_str().unwrap_or_default()
+        );
+    }
+    // A dry run cannot place objects in a namespace that does not exist yet: create it for real.
+    let namespace = find(&docs, "Namespace", NAMESPACE).clone();
+    apply(&lab, &[namespace]);
+
+    let manager = format!("--field-manager={FIELD_MANAGER}");
+    let run = kubectl(
+        &lab,
+        &[
+            "apply",
+            "--server-side",
+            "--dry-run=server",
+            // The CRD is already on the hub, applied by other tests under their own field manager.
+            "--force-conflicts",
+            &manager,
+            "-f",
+            "-",
+        ],
+        Some(&rendered),
+    );
+    assert!(
+        run.ok,
+        "the dry run failed:\n{}\n{}",
+        run.stdout, run.stderr
+    );
+    for (kind_, prefix) in KINDS {
+        assert!(
+            docs.iter().any(|d| kind(d) == kind_),
+            "the kustomization renders no {kind_}"
+        );
+        assert!(
+            run.stdout
+                .lines()
+                .any(|l| l.starts_with(prefix) && l.ends_with("(server dry run)")),
+            "no {kind_} in the dry run's output:\n{}",
+            run.stdout
+        );
+    }
+    // The namespace warns about pods that would break the "restricted" Pod Security Standard.
+    assert!(
+        !run.stderr.contains("PodSecurity"),
+        "the Deployment's pods would be refused in namespace {NAMESPACE}:\n{}",
+        run.stderr
+    );
+}
+
+/// The operator started by hand, as its Deployment would, stopped with SIGTERM when dropped.
+struct Process {
+    child: std::process::Child,
+    log: PathBuf,
+    http: std::net::SocketAddr,
+}
+
+impl Process {
+    fn start(lab: &Lab, kubeconfig: &Path, namespace: &str) -> Self {
+        let log = lab
+            .dir
+            .join(format!("{}.log", common::unique("operator-deploy")));
+        let http = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap();
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_tenancy-hub"))
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["--context", "hub", "--namespace", namespace])
+            .arg("--clusters")
+            .arg(lab.clusters_path())
+            .arg("--chart-home")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts"))
+            .arg("--helm")
+            .arg(lab.bin_dir().join("helm"))
+            .args(["--leader-elect", "--lease-namespace", NAMESPACE])
+            .args(["--lease-name", "tenancy-hub"])
+            .arg("--http-addr")
+            .arg(http.to_string())
+            // Nothing may fall back to the lab's admin kubeconfig for the hub.
+            .env_remove("KUBECONFIG")
+            .env_remove("POD_NAMESPACE")
+            .env("RUST_LOG", "info,tenancy_hub=debug")
+            .env("NO_COLOR", "1")
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("the operator starts");
+        let process = Self { child, log, http };
+        process.wait_ready();
+        process
+    }
+
+    /// Panics with the first thing the hub refused the operator, if it logged any.
+    fn assert_not_refused(&self) {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        if let Some(line) = log.lines().find(|l| l.to_lowercase().contains("forbidden")) {
+            panic!(
+                "the hub refused the operator something; see {}:\n{line}",
+                self.log.display()
+            );
+        }
+    }
+
+    fn wait_ready(&self) {
+        use std::io::Read as _;
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
+            if let Ok(mut stream) = std::net::TcpStream::connect(self.http) {
+                write!(
+                    stream,
+                    "GET /readyz HTTP/1.0\r\nHost: {}\r\n\r\n",
+                    self.http
+                )
+                .unwrap();
+                let mut response = String::new();
+                let _ = stream.read_to_string(&mut response);
+                if response.starts_with("HTTP/1.1 200") || response.starts_with("HTTP/1.0 200") {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "the operator was not ready within 60s; see {}",
+            self.log.display()
+        );
+    }
+
+    /// Stops it with SIGTERM, as the kubelet would, within 60 seconds.
+    fn stop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        panic!("the operator did not stop within 60s of SIGTERM");
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        } else {
+            self.stop();
+        }
+    }
+}
+
+/// The hub kubeconfig the Deployment uses, pointed at the lab's hub and a token file of the service account.
+fn service_account_kubeconfig(lab: &Lab, docs: &[Value], dir: &Path) -> PathBuf {
+    let configmap = find(docs, "ConfigMap", "tenancy-hub-clusters");
+    let text = configmap["data"]["hub-kubeconfig.yaml"].as_str().unwrap();
+    let mut kubeconfig: Value = serde_yaml::from_str(text).unwrap();
+    let cluster = &mut kubeconfig["clusters"][0]["cluster"];
+    assert_eq!(
+        cluster["server"].as_str(),
+        Some("https://kubernetes.default.svc")
+    );
+    let lab_hub = lab
+        .kubeconfig
+        .clusters
+        .iter()
+        .find(|c| c.name == "hub")
+        .and_then(|c| c.cluster.clone())
+        .expect("the lab has a hub cluster");
+    cluster["server"] = lab_hub.server.unwrap().into();
+    let mapping = cluster.as_mapping_mut().unwrap();
+    mapping.remove("certificate-authority");
+    mapping.insert(
+        "certificate-authority-data".into(),
+        lab_hub.certificate_authority_data.unwrap().into(),
+    );
+    let user = &mut kubeconfig["users"][0]["user"];
+    assert_eq!(
+        user["tokenFile"].as_str(),
+        Some("/var/run/secrets/kubernetes.io/serviceaccount/token")
+    );
+    // A token of the service account, as the kubelet would project it.
+    let token = dir.join("token");
+    let issued = kubectl_ok(
+        lab,
+        &[
+            "create",
+            "token",
+            "tenancy-hub",
+            "-n",
+            NAMESPACE,
+            "--duration=1h",
+        ],
+        None,
+    );
+    std::fs::write(&token, issued.trim()).unwrap();
+    user["tokenFile"] = token.to_str().unwrap().into();
+    let path = dir.join("hub-kubeconfig.yaml");
+    std::fs::write(&path, serde_yaml::to_string(&kubeconfig).unwrap()).unwrap();
+    path
+}
+
+/// The example hub tenant namespace and its RoleBinding, for namespace `name`.
+fn hub_tenant(name: &str) -> Vec<Value> {
+    let mut docs = file("examples/hub-tenant-namespace.yaml");
+    for doc in &mut docs {
+        match kind(doc) {
+            "Namespace" => doc["metadata"]["name"] = name.into(),
+            _ => doc["metadata"]["namespace"] = name.into(),
+        }
+    }
+    docs
+}
+
+/// The Deployment's pod template as a Pod, to ask the hub's admission whether it may run.
+fn pod_of(docs: &[Value]) -> Value {
+    let template = &find(docs, "Deployment", "tenancy-hub")["spec"]["template"];
+    let mut pod: Value = serde_yaml::from_str("{apiVersion: v1, kind: Pod}").unwrap();
+    pod["metadata"] = template["metadata"].clone();
+    pod["metadata"]["name"] = "tenancy-hub-admission-probe".into();
+    pod["metadata"]["namespace"] = NAMESPACE.into();
+    pod["spec"] = template["spec"].clone();
+    pod
+}
+
+async fn delete_namespace(client: &kube::Client, name: &str) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    match namespaces.delete(name, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => panic!("deleting namespace {name}: {e}"),
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn the_operator_runs_under_its_service_account_rbac() {
+    let lab = Lab::get();
+    let names = Names {
+        home: common::unique("deploy"),
+        hub: common::unique("deploy-hub"),
+        member: common::unique("deploy-m1"),
+    };
+    let outcome = AssertUnwindSafe(run_under_rbac(&lab, &names))
+        .catch_unwind()
+        .await;
+    clean_up(&lab, &names).await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// The namespaces one run of the test makes: of its Controller on the hub, of its hub tenancy,
+/// of its member-1 tenancy.
+struct Names {
+    home: String,
+    hub: String,
+    member: String,
+}
+
+/// Removes what the test made, also after a failure: a Controller left with its finalizer, the
+/// releases, the namespaces. The operator's namespace and cluster-wide RBAC stay, as installed.
+async fn clean_up(lab: &Lab, names: &Names) {
+    let admin = lab.client("hub").await;
+    let controllers: Api<Controller> = Api::namespaced(admin.clone(), &names.home);
+    if controllers.get_opt("deploy").await.ok().flatten().is_some() {
+        let unblock = serde_json::json!({"metadata": {"finalizers": null}});
+        let _ = controllers
+            .patch("deploy", &PatchParams::default(), &Patch::Merge(&unblock))
+            .await;
+    }
+    let _ = lab.try_helm("hub", &["uninstall", "web", "-n", &names.hub]);
+    let _ = lab.try_helm("member-1", &["uninstall", "web", "-n", &names.member]);
+    delete_namespace(&admin, &names.hub).await;
+    delete_namespace(&admin, &names.home).await;
+    delete_namespace(&lab.client("member-1").await, &names.member).await;
+}
+
+async fn run_under_rbac(lab: &Lab, names: &Names) {
+    let (home, hub_ns, member_ns) = (&names.home, &names.hub, &names.member);
+    let admin = lab.client("hub").await;
+    install_crd(&admin).await;
+    let docs = documents(&render(lab));
+    let rbac: Vec<Value> = docs
+        .iter()
+        .filter(|d| {
+            [
+                "Namespace",
+                "ServiceAccount",
+                "ClusterRole",
+                "ClusterRoleBinding",
+                "Role",
+                "RoleBinding",
+            ]
+            .contains(&kind(d))
+        })
+        .cloned()
+        .collect();
+    apply(lab, &rbac);
+    // Pod Security "restricted" is enforced in the namespace: its admission takes the pods.
+    kubectl_ok(
+        lab,
+        &["create", "--dry-run=server", "-f", "-"],
+        Some(&stream(&[pod_of(&docs)])),
+    );
+
+    create_namespace(&admin, home).await;
+    apply(lab, &hub_tenant(hub_ns));
+    let scratch = tempfile::tempdir().unwrap();
+    let kubeconfig = service_account_kubeconfig(lab, &docs, scratch.path());
+    let whoami = kubectl_as(
+        lab,
+        &kubeconfig,
+        &[
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username}",
+        ],
+        None,
+    );
+    assert_eq!(
+        whoami.stdout, SERVICE_ACCOUNT,
+        "the hub kubeconfig's identity: {}",
+        whoami.stderr
+    );
+
+    let mut operator = Process::start(lab, &kubeconfig, home);
+    let identity = format!("-{}", operator.child.id());
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), NAMESPACE);
+    common::wait_until("the operator to hold the Lease", DEADLINE, || async {
+        let holder = leases
+            .get("tenancy-hub")
+            .await
+            .ok()?
+            .spec?
+            .holder_identity?;
+        holder.ends_with(&identity).then_some(())
+    })
+    .await;
+
+    let web = || vec![chart("deployment-example", "web", &[("replicaCount", "1")])];
+    let spec = ControllerSpec {
+        tenancies: vec![
+            tenancy(member_ns, &["member-1"], web()),
+            tenancy(hub_ns, &[], web()),
+        ],
+    };
+    let controllers: Api<Controller> = Api::namespaced(admin.clone(), home);
+    controllers
+        .patch(
+            "deploy",
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&Controller::new("deploy", spec)),
+        )
+        .await
+        .expect("the Controller applies");
+    common::wait_until(
+        "both releases deployed and the hub's Deployment ready in the status",
+        DEADLINE,
+        || async {
+            operator.assert_not_refused();
+            let status = controllers.get("deploy").await.ok()?.status?;
+            let deployed =
+                |cluster| message(&status, cluster, "web").is_some_and(|m| m.phase == "Deployed");
+            let hub = entry(&status, "hub", hub_ns)?;
+            let running = hub
+                .replication_controller_status
+                .iter()
+                .any(|w| w.replication_controller_name == "web" && w.ready == "1/1");
+            (ready(&status) && deployed("hub") && deployed("member-1") && running).then_some(())
+        },
+    )
+    .await;
+
+    // kube-runtime's Recorder creates the first Event and patches its series count on repeats.
+    let events: Api<Event> = Api::namespaced(admin.clone(), home);
+    common::wait_until(
+        "Installed Events for both releases (created, then patched)",
+        DEADLINE,
+        || async {
+            operator.assert_not_refused();
+            let listed = events.list(&ListParams::default()).await.ok()?;
+            let installed: i32 = listed
+                .items
+                .iter()
+                .filter(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("deploy")
+                        && e.reporting_controller.as_deref() == Some("tenancy-hub")
+                        && e.reason.as_deref() == Some("Installed")
+                })
+                .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+                .sum();
+            (installed >= 2).then_some(())
+        },
+    )
+    .await;
+
+    controllers
+        .delete("deploy", &DeleteParams::default())
+        .await
+        .unwrap();
+    common::wait_until(
+        "the finalizer to go once the releases are uninstalled",
+        DEADLINE,
+        || async {
+            controllers
+                .get_opt("deploy")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(lab.releases("hub", hub_ns).is_empty());
+    assert!(lab.releases("member-1", member_ns).is_empty());
+    operator.assert_not_refused();
+
+    operator.stop();
+    let lease = leases.get("tenancy-hub").await.unwrap().spec.unwrap();
+    assert!(
+        !lease
+            .holder_identity
+            .unwrap_or_default()
+            .ends_with(&identity),
+        "the operator did not release the Lease on SIGTERM"
+    );
+
+    // And no more than it needs.
+    for (verb, resource, namespace) in [
+        ("list", "controllers.multitenancy.dev", None),
+        (
+            "patch",
+            "controllers.multitenancy.dev/status",
+            Some("default"),
+        ),
+        ("create", "events.events.k8s.io", Some("default")),
+        ("update", "leases/tenancy-hub", Some(NAMESPACE)),
+        ("create", "secrets", Some(hub_ns.as_str())),
+    ] {
+        assert!(
+            can_i(lab, verb, resource, namespace),
+            "cannot {verb} {resource} in {namespace:?}"
+        );
+    }
+    for (verb, resource, namespace) in [
+        ("*", "*", None),
+        ("delete", "nodes", None),
+        ("create", "clusterroles", None),
+        ("create", "rolebindings", Some(hub_ns.as_str())),
+        ("create", "namespaces", None),
+        ("patch", "namespaces/kube-system", None),
+        ("impersonate", "users", None),
+        ("get", "secrets", Some("kube-system")),
+        ("create", "secrets", Some("kube-system")),
+        ("delete", "secrets", Some("default")),
+        ("get", "secrets/tenancy-hub-kubeconfigs", Some(NAMESPACE)),
+        ("get", "configmaps/tenancy-hub-clusters", Some(NAMESPACE)),
+        ("update", "leases/kube-scheduler", Some("kube-system")),
+        ("update", "leases/another", Some(NAMESPACE)),
+        ("create", "pods", Some(hub_ns.as_str())),
+        ("list", "pods", Some("kube-system")),
+        ("delete", "controllers.multitenancy.dev", Some("default")),
+        (
+            "update",
+            "customresourcedefinitions.apiextensions.k8s.io",
+            None,
+        ),
+    ] {
+        assert!(
+            !can_i(lab, verb, resource, namespace),
+            "may {verb} {resource} in {namespace:?}, which it does not need"
+        );
+    }
+}
