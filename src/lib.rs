@@ -55,6 +55,8 @@ pub struct Context {
     pub controllers: Store<crd::Controller>,
     /// Publishes Kubernetes Events on `Controller` resources.
     pub recorder: Recorder,
+    /// Keeps Events from flooding the hub.
+    pub events: reconcile::EventLimiter,
     /// What runs, per cluster/namespace.
     pub model: std::sync::Arc<model::Model>,
     /// The pod and workload watchers.

@@ -209,6 +209,7 @@ pub async fn run(
         outcomes: Default::default(),
         controllers: runtime.store(),
         recorder: Recorder::new(hub, Reporter::from("tenancy-hub")),
+        events: Default::default(),
         model,
         watches: WatchSupervisor::new(changes_tx, cancel.clone()),
         writer: StatusWriter::default(),

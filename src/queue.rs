@@ -85,6 +85,8 @@ pub struct Completed {
     pub outcome: Outcome,
     /// Which try this was, counting from 1.
     pub attempt: u32,
+    /// How long it waited in the queue once eligible (backoff not counted).
+    pub waited: Duration,
     /// How long it ran.
     pub elapsed: Duration,
     /// The delay before it runs again, when it was re-queued.
@@ -190,7 +192,8 @@ impl State {
     }
 
     /// Takes the first job allowed to start now and marks it running; returns it with its attempt number.
-    fn start_next(&mut self, now: Instant) -> Option<(Job, u32)> {
+    /// Starts the first eligible job: the job, its try number, and how long it waited once eligible.
+    fn start_next(&mut self, now: Instant) -> Option<(Job, u32, Duration)> {
         if self.running.len() >= self.config.workers {
             return None;
         }
@@ -202,7 +205,11 @@ impl State {
         })?;
         let w = self.waiting.remove(i)?;
         self.running.insert(w.job.key().clone(), w.fingerprint);
-        Some((w.job, w.attempts + 1))
+        Some((
+            w.job,
+            w.attempts + 1,
+            now.saturating_duration_since(w.not_before),
+        ))
     }
 
     /// Records a finished job; re-queues a retryable failure and returns its delay.
@@ -332,7 +339,7 @@ impl HelmQueue {
             let mut state = self.lock();
             std::iter::from_fn(|| state.start_next(now)).collect()
         };
-        for (job, attempt) in ready {
+        for (job, attempt, waited) in ready {
             let key = job.key();
             let span = tracing::info_span!(
                 "helm_job",
@@ -340,7 +347,7 @@ impl HelmQueue {
                 namespace = %key.scope.namespace,
                 release = %key.release,
             );
-            tasks.spawn(execute(executor.clone(), job, attempt).instrument(span));
+            tasks.spawn(execute(executor.clone(), job, attempt, waited).instrument(span));
         }
     }
 
@@ -374,7 +381,12 @@ impl HelmQueue {
 }
 
 /// Runs one job, turning a panicking executor into a retryable failure.
-async fn execute<E: Executor>(executor: Arc<E>, job: Job, attempt: u32) -> Completed {
+async fn execute<E: Executor>(
+    executor: Arc<E>,
+    job: Job,
+    attempt: u32,
+    waited: Duration,
+) -> Completed {
     let started = Instant::now();
     let outcome = AssertUnwindSafe(executor.execute(job.clone()))
         .catch_unwind()
@@ -387,6 +399,7 @@ async fn execute<E: Executor>(executor: Arc<E>, job: Job, attempt: u32) -> Compl
         job,
         outcome,
         attempt,
+        waited,
         elapsed: started.elapsed(),
         next_retry: None,
     }
@@ -455,7 +468,7 @@ mod tests {
     /// Starts every job allowed at `now`, naming each by its key.
     fn start_all(state: &mut State, now: Instant) -> Vec<String> {
         std::iter::from_fn(|| state.start_next(now))
-            .map(|(job, _)| job.key().to_string())
+            .map(|(job, _, _)| job.key().to_string())
             .collect()
     }
 
@@ -485,7 +498,7 @@ mod tests {
         s.enqueue(apply("c/ns/a", "h1"), now);
         s.enqueue(apply("c/ns/b", "h1"), now);
         assert_eq!(s.enqueue(uninstall("c/ns/a"), now), Enqueued::Replaced);
-        let (job, attempt) = s.start_next(now).unwrap();
+        let (job, attempt, _) = s.start_next(now).unwrap();
         assert_eq!((job, attempt), (uninstall("c/ns/a"), 1));
     }
 
@@ -494,7 +507,7 @@ mod tests {
         let mut s = state(10, 10);
         let now = Instant::now();
         s.enqueue(apply("c/ns/a", "h1"), now);
-        let (job, attempt) = s.start_next(now).unwrap();
+        let (job, attempt, _) = s.start_next(now).unwrap();
         let delay = s.finish(&job, attempt, &failed(true), now).unwrap();
         assert_eq!(
             s.enqueue(apply("c/ns/a", "h1"), now),
@@ -510,10 +523,13 @@ mod tests {
         let mut s = state(10, 10);
         let now = Instant::now();
         s.enqueue(apply("c/ns/a", "h1"), now);
-        let (job, attempt) = s.start_next(now).unwrap();
+        let (job, attempt, _) = s.start_next(now).unwrap();
         s.finish(&job, attempt, &failed(true), now).unwrap();
         assert_eq!(s.enqueue(apply("c/ns/a", "h2"), now), Enqueued::Replaced);
-        assert_eq!(s.start_next(now), Some((apply("c/ns/a", "h2"), 1)));
+        assert_eq!(
+            s.start_next(now),
+            Some((apply("c/ns/a", "h2"), 1, Duration::ZERO))
+        );
     }
 
     #[test]
@@ -534,11 +550,14 @@ mod tests {
         let mut s = state(10, 10);
         let now = Instant::now();
         s.enqueue(apply("c/ns/a", "h1"), now);
-        let (job, attempt) = s.start_next(now).unwrap();
+        let (job, attempt, _) = s.start_next(now).unwrap();
         assert_eq!(s.enqueue(apply("c/ns/a", "h2"), now), Enqueued::Added);
         assert!(s.start_next(now).is_none());
         assert_eq!(s.finish(&job, attempt, &Outcome::Uninstalled, now), None);
-        assert_eq!(s.start_next(now), Some((apply("c/ns/a", "h2"), 1)));
+        assert_eq!(
+            s.start_next(now),
+            Some((apply("c/ns/a", "h2"), 1, Duration::ZERO))
+        );
     }
 
     #[test]
@@ -595,7 +614,7 @@ mod tests {
         let now = Instant::now();
         s.enqueue(apply("c/ns/a", "h1"), now);
         s.enqueue(apply("c/ns/b", "h1"), now);
-        let (job, attempt) = s.start_next(now).unwrap();
+        let (job, attempt, _) = s.start_next(now).unwrap();
         let delay = s.finish(&job, attempt, &failed(true), now).unwrap();
         assert_eq!(delay, s.backoff(job.key(), 1));
         assert_eq!(queued(&s)[1], ("c/ns/a".into(), "apply:h1".into(), 1));
@@ -605,7 +624,7 @@ mod tests {
             s.start_next(now + delay - Duration::from_millis(1))
                 .is_none()
         );
-        assert_eq!(s.start_next(now + delay), Some((job, 2)));
+        assert_eq!(s.start_next(now + delay), Some((job, 2, Duration::ZERO)));
     }
 
     #[test]
@@ -639,7 +658,7 @@ mod tests {
         let mut s = state(10, 10);
         let now = Instant::now();
         s.enqueue(apply("c/ns/a", "h1"), now);
-        let (job, attempt) = s.start_next(now).unwrap();
+        let (job, attempt, _) = s.start_next(now).unwrap();
         s.enqueue(apply("c/ns/a", "h2"), now);
         assert_eq!(s.finish(&job, attempt, &failed(true), now), None);
         assert_eq!(queued(&s), [("c/ns/a".into(), "apply:h2".into(), 0)]);
@@ -650,7 +669,7 @@ mod tests {
         let mut s = state(10, 10);
         let now = Instant::now();
         s.enqueue(apply("c/ns/a", "h1"), now);
-        let (job, attempt) = s.start_next(now).unwrap();
+        let (job, attempt, _) = s.start_next(now).unwrap();
         assert_eq!(s.finish(&job, attempt, &failed(false), now), None);
         assert!(s.waiting.is_empty() && s.running.is_empty());
     }
@@ -661,7 +680,7 @@ mod tests {
         let now = Instant::now();
         s.enqueue(apply("c/ns/a", "h1"), now);
         s.enqueue(apply("c/ns/b", "h1"), now);
-        let (job, attempt) = s.start_next(now).unwrap();
+        let (job, attempt, _) = s.start_next(now).unwrap();
         let delay = s.finish(&job, attempt, &failed(true), now).unwrap();
         s.start_next(now).unwrap();
         assert_eq!(s.next_wake(now), Some(now + delay));
@@ -828,5 +847,14 @@ mod tests {
         }
         assert_eq!(state.expedite(&"member-1".parse().unwrap(), now), 1);
         assert_eq!(start_all(&mut state, now), ["member-1/ns/a"]);
+    }
+
+    #[test]
+    fn a_started_job_tells_how_long_it_waited_once_eligible() {
+        let mut s = state(1, 1);
+        let now = Instant::now();
+        s.enqueue(apply("c/ns/a", "h"), now);
+        let (_, _, waited) = s.start_next(now + Duration::from_secs(3)).unwrap();
+        assert_eq!(waited, Duration::from_secs(3));
     }
 }
