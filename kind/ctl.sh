@@ -3,6 +3,8 @@
 #
 #   kind/ctl.sh stop NAME [--dir DIR]     e.g. kind/ctl.sh stop member-2-kube-apiserver
 #   kind/ctl.sh start NAME [--dir DIR]    starts it again with the same command line
+#   kind/ctl.sh pause NAME [--dir DIR]    freezes it (SIGSTOP): connections hang, as to a silent host
+#   kind/ctl.sh resume NAME [--dir DIR]   lets it run again (SIGCONT)
 #   kind/ctl.sh list [--dir DIR]          the names of the lab's processes
 #
 # `start` waits until an API server answers /readyz again (up to 60 s).
@@ -11,7 +13,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ACTION=${1:-}; NAME=${2:-}
 [[ $ACTION == list ]] && NAME=none
-[[ -n $ACTION && -n $NAME ]] || { sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 1; }
+[[ -n $ACTION && -n $NAME ]] || { sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 1; }
 shift $(( $# >= 2 ? 2 : $# ))
 LAB_DIR=$(default_lab_dir)
 while (($#)); do
@@ -57,5 +59,10 @@ case $ACTION in
         fi
         log "started $NAME (pid $newpid)"
         ;;
-    *) die "unknown action $ACTION: use stop, start or list" ;;
+    pause | resume)
+        running || die "$NAME is not running"
+        if [[ $ACTION == pause ]]; then kill -STOP "$pid"; else kill -CONT "$pid"; fi
+        log "${ACTION}d $NAME (pid $pid)"
+        ;;
+    *) die "unknown action $ACTION: use stop, start, pause, resume or list" ;;
 esac

@@ -523,3 +523,65 @@ async fn a_standby_takes_over_within_fifteen_seconds_when_the_leader_is_killed()
         "SIGTERM releases the lease: {released:?}"
     );
 }
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_silent_member_is_found_out_by_its_probe_and_holds_up_no_one() {
+    let _turn = LAB_FAULTS.lock().await;
+    let hub = Hub::new("silent").await;
+    let ns = unique("silent");
+    let both = ["member-1", "member-2"];
+    hub.apply("silent", wave(&ns, &both, "1")).await;
+    hub.status_until("silent", "both members fresh", |s| {
+        both.iter()
+            .all(|c| entry(s, c, &ns).is_some_and(|t| t.fresh && t.pods_ready == 3))
+    })
+    .await;
+
+    // A frozen API server accepts nothing and refuses nothing: only timeouts tell.
+    struct Resume<'a>(&'a common::Lab);
+    impl Drop for Resume<'_> {
+        fn drop(&mut self) {
+            lab_ctl(self.0, &["resume", "member-2-kube-apiserver"]);
+        }
+    }
+    lab_ctl(&hub.lab, &["pause", "member-2-kube-apiserver"]);
+    let resume = Resume(&hub.lab);
+    let paused = Instant::now();
+    let outcome = async {
+        hub.status_until("silent", "member-2 to be marked unreachable", |s| {
+            s.clusters
+                .iter()
+                .any(|c| c.name == "member-2" && !c.reachable)
+                && entry(s, "member-2", &ns).is_some_and(|t| !t.fresh)
+        })
+        .await;
+        let marked = paused.elapsed();
+        hub.apply("silent", wave(&ns, &["member-1"], "2")).await;
+        hub.releases_become("member-1", &ns, &[("a", 2), ("b", 2), ("c", 2)])
+            .await;
+        (marked, paused.elapsed() - marked)
+    }
+    .await;
+    drop(resume);
+    let (marked, member1) = outcome;
+    eprintln!(
+        "silent member-2 marked unreachable after {marked:?}; member-1 upgraded in {member1:?} meanwhile"
+    );
+    assert!(
+        marked.as_secs() < 20,
+        "a silent member took {marked:?} to be marked unreachable"
+    );
+    assert!(
+        member1.as_secs() < 20,
+        "member-1 was held up by the silent member: {member1:?}"
+    );
+    hub.status_until(
+        "silent",
+        "member-2 back and its releases uninstalled as the spec asks",
+        |s| s.clusters.iter().all(|c| c.reachable) && entry(s, "member-2", &ns).is_none(),
+    )
+    .await;
+    hub.releases_become("member-2", &ns, &[]).await;
+    hub.delete_and_wait_gone("silent").await;
+}
