@@ -173,6 +173,7 @@ async fn the_operator_rides_out_a_hub_api_server_restart() {
 #[tokio::test]
 #[ignore = "needs the lab: run tests/run.sh"]
 async fn registration_edits_apply_without_a_restart_and_broken_ones_are_refused() {
+    let _turn = LAB_FAULTS.lock().await; // it delivers to member-2, which other tests stop
     let lab = common::Lab::get();
     let file = lab.dir.join(format!("{}.yaml", unique("clusters")));
     let kubeconfig = lab.kubeconfig_path();
