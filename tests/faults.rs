@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Event;
 use kube::api::{ListParams, PostParams};
 use tenancy_hub::crd::{Chart, Controller, ControllerSpec, Setting};
 
-/// Tests that stop a lab process take turns, so no other test sees its cluster down.
+/// The fault tests take turns: each stops or freezes lab processes others would depend on.
 static LAB_FAULTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn wave(ns: &str, clusters: &[&str], replicas: &str) -> ControllerSpec {
@@ -280,6 +280,7 @@ async fn registration_edits_apply_without_a_restart_and_broken_ones_are_refused(
 #[tokio::test]
 #[ignore = "needs the lab: run tests/run.sh"]
 async fn a_sigkilled_operator_loses_no_install_or_uninstall() {
+    let _turn = LAB_FAULTS.lock().await;
     let mut hub = Hub::new("crash").await;
     let ns = unique("crash");
     let names: Vec<String> = (0..8).map(|i| format!("r{i}")).collect();
@@ -328,6 +329,7 @@ async fn a_sigkilled_operator_loses_no_install_or_uninstall() {
 #[tokio::test]
 #[ignore = "needs the lab: run tests/run.sh"]
 async fn huge_and_hostile_input_is_handled_or_refused_clearly() {
+    let _turn = LAB_FAULTS.lock().await;
     let hub = Hub::new("huge").await;
     let ns = unique("huge");
     // 1,000 tenancies on a cluster nobody registered: planned, reported in a bounded status.
@@ -448,6 +450,7 @@ fn log_of(operator: &Operator) -> String {
 #[tokio::test]
 #[ignore = "needs the lab: run tests/run.sh"]
 async fn a_standby_takes_over_within_fifteen_seconds_when_the_leader_is_killed() {
+    let _turn = LAB_FAULTS.lock().await;
     let lab = common::Lab::get();
     let client = lab.client("hub").await;
     common::install_crd(&client).await;
