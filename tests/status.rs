@@ -23,9 +23,20 @@ async fn the_seed_example_shows_its_running_pods_and_ready_workloads() {
         .await
         .unwrap();
     let status = hub
-        .status_until("example-controller", "5 ready pods in hub/foo", |s| {
-            ready(s) && entry(s, "hub", "foo").is_some_and(|t| t.pods_ready == 5)
-        })
+        .status_until(
+            "example-controller",
+            "5 ready pods and ready workloads in hub/foo",
+            |s| {
+                ready(s)
+                    && entry(s, "hub", "foo").is_some_and(|t| {
+                        t.pods_ready == 5
+                            && t.replication_controller_status.len() == 2
+                            && t.replication_controller_status
+                                .iter()
+                                .all(|w| w.ready.split_once('/').is_some_and(|(r, d)| r == d))
+                    })
+            },
+        )
         .await;
     let foo = entry(&status, "hub", "foo").unwrap();
     assert!(foo.fresh);
