@@ -183,17 +183,7 @@ async fn registration_edits_apply_without_a_restart_and_broken_ones_are_refused(
         format!("clusters:\n  - {{name: member-1, context: member-1, kubeconfig: {k}}}\n"),
     )
     .unwrap();
-    let client = lab.client("hub").await;
-    common::install_crd(&client).await;
-    let namespace = unique("reload");
-    common::create_namespace(&client, &namespace).await;
-    let operator = Operator::start_with(&lab, &namespace, &["--clusters", file.to_str().unwrap()]);
-    let hub = Hub {
-        lab,
-        client,
-        namespace,
-        operator: Some(operator),
-    };
+    let hub = Hub::with_args("reload", &["--clusters", file.to_str().unwrap()]).await;
     let ns = unique("reload");
     let spec = |clusters: &[&str]| ControllerSpec {
         tenancies: vec![tenancy(

@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Hub, Lab, Operator, chart, entry, install_crd, ready, tenancy, unique};
+use common::{Hub, Lab, chart, entry, ready, tenancy, unique};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
@@ -66,22 +66,6 @@ fn progress(msg: &str) {
     eprintln!("[bench {:>7.1}s] {msg}", since.as_secs_f64());
 }
 
-/// A hub namespace with an operator of its own, started with extra arguments.
-async fn hub_with(prefix: &str, extra: &[&str]) -> Hub {
-    let lab = Lab::get();
-    let client = lab.client("hub").await;
-    install_crd(&client).await;
-    let namespace = unique(prefix);
-    common::create_namespace(&client, &namespace).await;
-    let operator = Operator::start_with(&lab, &namespace, extra);
-    Hub {
-        lab,
-        client,
-        namespace,
-        operator: Some(operator),
-    }
-}
-
 const CLUSTERS: [&str; 3] = ["hub", "member-1", "member-2"];
 
 fn spread_spec(run: &str, releases: usize) -> ControllerSpec {
@@ -120,7 +104,7 @@ fn busy_between(before: (u64, u64), after: (u64, u64)) -> f64 {
 }
 
 async fn operator_convergence(workers: &str, per_cluster: &str, releases: usize) -> (f64, f64) {
-    let hub = hub_with(
+    let hub = Hub::with_args(
         "bench-cv",
         &["--workers", workers, "--per-cluster", per_cluster],
     )
@@ -257,7 +241,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 async fn latency(a: &Args) -> Value {
-    let hub = hub_with("bench-lat", &[]).await;
+    let hub = Hub::with_args("bench-lat", &[]).await;
     let ns = unique("lat");
     let spec = ControllerSpec {
         tenancies: vec![tenancy(
@@ -375,7 +359,7 @@ async fn cpu_over(pid: u32, window: Duration) -> f64 {
 }
 
 async fn footprint(a: &Args) -> Value {
-    let hub = hub_with("bench-fp", &[]).await;
+    let hub = Hub::with_args("bench-fp", &[]).await;
     let operator = hub.operator.as_ref().unwrap();
     let pid = operator.pid();
     let idle_cpu = cpu_over(pid, Duration::from_secs(5)).await;
@@ -473,7 +457,7 @@ async fn breadth(a: &Args) -> Value {
         })
         .collect();
     std::fs::write(&file, format!("clusters:\n{entries}")).unwrap();
-    let hub = hub_with("bench-br", &["--clusters", file.to_str().unwrap()]).await;
+    let hub = Hub::with_args("bench-br", &["--clusters", file.to_str().unwrap()]).await;
     let run = unique("br");
     let spec = ControllerSpec {
         tenancies: names

@@ -335,12 +335,17 @@ pub struct Hub {
 
 impl Hub {
     pub async fn new(prefix: &str) -> Self {
+        Self::with_args(prefix, &[]).await
+    }
+
+    /// Like [`Hub::new`], with extra arguments for the operator's `run`.
+    pub async fn with_args(prefix: &str, extra: &[&str]) -> Self {
         let lab = Lab::get();
         let client = lab.client("hub").await;
         install_crd(&client).await;
         let namespace = unique(prefix);
         create_namespace(&client, &namespace).await;
-        let operator = Some(Operator::start(&lab, &namespace));
+        let operator = Some(Operator::start_with(&lab, &namespace, extra));
         Self {
             lab,
             client,
