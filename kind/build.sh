@@ -5,7 +5,8 @@
 #
 # Components: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl (through the
 # wrapper module in kind/tools, which pins k8s.io/kubernetes and its staging modules), kwok and helm
-# (through `go install module@version`). Versions are in kind/versions.env.
+# (through `go install module@version`), and an OCI registry (distribution) for chart tests.
+# Versions are in kind/versions.env.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -55,15 +56,16 @@ go_install() {
     [[ -x "$out" ]] || mv "$gobin/$(basename "${1%@*}")" "$out"
 }
 
-build_one etcd 1 7 etcd_build
-build_one kube-apiserver 2 7 k8s_build k8s.io/kubernetes/cmd/kube-apiserver
-build_one kube-controller-manager 3 7 k8s_build k8s.io/kubernetes/cmd/kube-controller-manager
-build_one kube-scheduler 4 7 k8s_build k8s.io/kubernetes/cmd/kube-scheduler
-build_one kubectl 5 7 k8s_build k8s.io/kubernetes/cmd/kubectl
-build_one kwok 6 7 go_install "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION" \
+build_one etcd 1 8 etcd_build
+build_one kube-apiserver 2 8 k8s_build k8s.io/kubernetes/cmd/kube-apiserver
+build_one kube-controller-manager 3 8 k8s_build k8s.io/kubernetes/cmd/kube-controller-manager
+build_one kube-scheduler 4 8 k8s_build k8s.io/kubernetes/cmd/kube-scheduler
+build_one kubectl 5 8 k8s_build k8s.io/kubernetes/cmd/kubectl
+build_one kwok 6 8 go_install "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION" \
     "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION"
-build_one helm 7 7 go_install "helm.sh/helm/v4/cmd/helm@v$HELM_VERSION" \
+build_one helm 7 8 go_install "helm.sh/helm/v4/cmd/helm@v$HELM_VERSION" \
     "-X helm.sh/helm/v4/internal/version.version=v$HELM_VERSION"
+build_one registry 8 8 go_install "github.com/distribution/distribution/v3/cmd/registry@v$REGISTRY_VERSION" ""
 
 # kwok's stage definitions (fake node and pod lifecycles) ship in its module.
 STAGES="$BIN_DIR/kwok-stages.yaml"

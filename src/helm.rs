@@ -187,7 +187,9 @@ pub fn parse_release_json(stdout: &str) -> Option<(i64, String)> {
         version: i64,
         chart: Chart,
     }
-    let printed: Printed = serde_json::from_str(stdout).ok()?;
+    // Charts pulled from OCI registries make helm print "Pulled: …" lines before the JSON.
+    let start = stdout.find("\n{").map_or(0, |i| i + 1);
+    let printed: Printed = serde_json::from_str(&stdout[start..]).ok()?;
     Some((printed.version, printed.chart.metadata.version))
 }
 
@@ -305,7 +307,16 @@ impl HelmCli {
                     revision,
                     chart_version,
                 },
-                None => failed("helm succeeded but printed no release".into(), true),
+                None => {
+                    // Never run a successful helm again: the release records tell the revision.
+                    tracing::warn!(
+                        "helm succeeded but its output did not parse; taking the release as applied"
+                    );
+                    Outcome::Applied {
+                        revision: 0,
+                        chart_version: String::new(),
+                    }
+                }
             },
             Err(stderr) => failed(trim_error(&stderr), is_retryable(&stderr)),
         }
@@ -543,6 +554,8 @@ mod tests {
         let out = r#"{"name":"web","version":3,"chart":{"metadata":{"name":"x","version":"0.1.0"}},"info":{"status":"deployed"}}"#;
         assert_eq!(parse_release_json(out), Some((3, "0.1.0".into())));
         assert_eq!(parse_release_json("not json"), None);
+        let oci = format!("Pulled: 127.0.0.1:5000/charts/web:0.3.0\nDigest: sha256:ab\n{out}");
+        assert_eq!(parse_release_json(&oci), Some((3, "0.1.0".into())));
     }
 
     #[test]

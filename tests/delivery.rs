@@ -560,3 +560,150 @@ async fn a_release_left_pending_by_a_killed_helm_is_recovered() {
 fn chart_ref(name: &str, release: &str) -> Chart {
     chart(name, release, &[])
 }
+
+/// An OCI registry (distribution) over TLS with a certificate from the lab's CA, stopped when dropped.
+struct OciRegistry {
+    server: std::process::Child,
+    host: String,
+    _dir: tempfile::TempDir,
+}
+
+impl OciRegistry {
+    fn serve(lab: &Lab) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let pki = std::fs::canonicalize(lab.dir.join("pki")).unwrap();
+        let sh = |cmd: &str| {
+            let ok = std::process::Command::new("bash")
+                .args(["-c", cmd])
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "{cmd}");
+        };
+        sh(&format!(
+            "cd {d} && openssl ecparam -name prime256v1 -genkey -noout -out tls.key 2>/dev/null \
+             && openssl req -new -key tls.key -subj /CN=registry -out tls.csr 2>/dev/null \
+             && printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth\\n' > ext \
+             && openssl x509 -req -in tls.csr -CA {ca}/ca.crt -CAkey {ca}/ca.key -CAcreateserial -CAserial {d}/serial \
+                -days 1 -extfile ext -out tls.crt 2>/dev/null",
+            d = d.display(),
+            ca = pki.display()
+        ));
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let host = format!("127.0.0.1:{port}");
+        std::fs::write(
+            d.join("config.yml"),
+            format!(
+                "version: 0.1\nlog: {{level: error}}\nstorage: {{filesystem: {{rootdirectory: {d}/data}}}}\nhttp:\n  addr: {host}\n  tls: {{certificate: {d}/tls.crt, key: {d}/tls.key}}\n",
+                d = d.display()
+            ),
+        )
+        .unwrap();
+        let server = std::process::Command::new(lab.bin_dir().join("registry"))
+            .arg("serve")
+            .arg(d.join("config.yml"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("the registry starts");
+        Self {
+            server,
+            host,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for OciRegistry {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_chart_from_an_oci_registry_is_delivered_at_its_pinned_version() {
+    let lab = Lab::get();
+    let registry = OciRegistry::serve(&lab);
+    let ca = std::fs::canonicalize(lab.dir.join("pki/ca.crt")).unwrap();
+    let ca = ca.to_str().unwrap().to_owned();
+    let packages = tempfile::tempdir().unwrap();
+    let chart_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts/deployment-example");
+    for version in ["0.3.0", "0.4.0"] {
+        let out = std::process::Command::new(lab.bin_dir().join("helm"))
+            .args(["package", "--version", version, "-d"])
+            .arg(packages.path())
+            .arg(&chart_dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let tgz = packages
+            .path()
+            .join(format!("deployment-example-{version}.tgz"));
+        let target = format!("oci://{}/charts", registry.host);
+        let pushed = wait_until(
+            "the registry to take the chart",
+            Duration::from_secs(30),
+            || {
+                let (tgz, target, ca) = (tgz.clone(), target.clone(), ca.clone());
+                async move {
+                    let out = std::process::Command::new(Lab::get().bin_dir().join("helm"))
+                        .args(["push", tgz.to_str().unwrap(), &target, "--ca-file", &ca])
+                        .output()
+                        .ok()?;
+                    out.status.success().then_some(())
+                }
+            },
+        );
+        pushed.await;
+    }
+
+    let client = lab.client("hub").await;
+    install_crd(&client).await;
+    let namespace = unique("oci");
+    create_namespace(&client, &namespace).await;
+    // helm trusts the registry through the lab's CA, as a real hub trusts its registry's CA.
+    let operator =
+        Operator::start_with_env(&lab, &namespace, &[], &[("SSL_CERT_FILE", ca.as_str())]);
+    let hub = Hub {
+        lab,
+        client,
+        namespace,
+        operator: Some(operator),
+    };
+    let ns = unique("oci-tenant");
+    let spec = |version: &str| {
+        let mut c = chart(
+            &format!("oci://{}/charts/deployment-example", registry.host),
+            "web",
+            &[],
+        );
+        c.version = Some(version.into());
+        ControllerSpec {
+            tenancies: vec![tenancy(&ns, &["member-1"], vec![c])],
+        }
+    };
+    hub.apply("from-oci", spec("0.3.0")).await;
+    let status = hub
+        .status_until("from-oci", "the OCI chart to be deployed", ready)
+        .await;
+    assert_eq!(
+        message(&status, "member-1", "web").unwrap().chart_version,
+        "0.3.0"
+    );
+    hub.apply("from-oci", spec("0.4.0")).await;
+    hub.releases_become("member-1", &ns, &[("web", 2)]).await;
+    let listed = hub.lab.helm("member-1", &["list", "-n", &ns, "-o", "json"]);
+    assert!(listed.contains("deployment-example-0.4.0"), "{listed}");
+    hub.delete_and_wait_gone("from-oci").await;
+}

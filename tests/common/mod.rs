@@ -205,6 +205,16 @@ impl Operator {
 
     /// Like [`Operator::start`], with extra arguments for `run`.
     pub fn start_with(lab: &Lab, namespace: &str, extra: &[&str]) -> Self {
+        Self::start_with_env(lab, namespace, extra, &[])
+    }
+
+    /// Like [`Operator::start_with`], with extra environment variables.
+    pub fn start_with_env(
+        lab: &Lab,
+        namespace: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let log = lab
             .dir
             .join(format!("{}.log", unique(&format!("operator-{namespace}"))));
@@ -234,6 +244,7 @@ impl Operator {
             .arg(http.to_string())
             .env("RUST_LOG", "info,tenancy_hub=debug")
             .env("NO_COLOR", "1")
+            .envs(env.iter().copied())
             .stdout(file.try_clone().unwrap())
             .stderr(file)
             .spawn()
