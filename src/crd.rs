@@ -58,6 +58,29 @@ pub struct ControllerSpec {
     #[serde(default)]
     #[schemars(length(max = 1000))]
     pub tenancies: Vec<Tenancy>,
+
+    /// What deleting this resource does to its releases: `Delete` (the default) uninstalls them
+    /// everywhere and waits for every cluster that holds them; `Orphan` leaves them in place and
+    /// lets the resource go at once. May be set on a resource already being deleted, for example
+    /// when a cluster it waits for is gone for good.
+    #[serde(default, skip_serializing_if = "DeletionPolicy::is_default")]
+    pub deletion_policy: DeletionPolicy,
+}
+
+/// What deleting a `Controller` does to its releases.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeletionPolicy {
+    /// Uninstall every release, waiting for the clusters that hold them.
+    #[default]
+    Delete,
+    /// Leave every release where it is; they are listed in the log and in an Event.
+    Orphan,
+}
+
+impl DeletionPolicy {
+    fn is_default(&self) -> bool {
+        *self == Self::Delete
+    }
 }
 
 /// One tenant namespace, the clusters it goes to, and the charts released into it.
@@ -134,6 +157,11 @@ pub struct Chart {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "free_form_object")]
     pub values: Option<serde_json::Value>,
+
+    /// On a failed upgrade, roll back to the last good revision so it keeps serving (on a failed
+    /// install, uninstall); Helm then waits for the release's resources to be ready.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rollback_on_failure: bool,
 }
 
 /// One `--set key=value` pair.

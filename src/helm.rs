@@ -20,7 +20,7 @@ use crate::{
         ChartSource, Job, MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL,
         Release, SPEC_HASH_LABEL,
     },
-    queue::{Executor, Outcome},
+    queue::{Executor, FailureKind, Outcome},
     registry::SharedRegistry,
 };
 
@@ -358,7 +358,12 @@ fn die_with_parent(command: &mut Command) {
 fn die_with_parent(_command: &mut Command) {}
 
 fn failed(message: String, retry: bool) -> Outcome {
-    Outcome::Failed { message, retry }
+    let kind = if retry {
+        FailureKind::Transient
+    } else {
+        FailureKind::Permanent
+    };
+    Outcome::failed(message, kind)
 }
 
 fn unregistered(key: &ReleaseKey) -> Outcome {
@@ -376,9 +381,9 @@ impl Executor for HelmCli {
         let cluster = &job.key().scope.cluster;
         if let Some(error) = self.health.unreachable(cluster) {
             // No helm process for a cluster known to be down: the job waits out its backoff instead.
-            return failed(
+            return Outcome::failed(
                 format!("cluster {cluster} is unreachable ({error}); waiting for it to return"),
-                true,
+                FailureKind::Unavailable,
             );
         }
         match job {
@@ -408,6 +413,7 @@ mod tests {
             version: None,
             settings: vec![("replicaCount".into(), "2".into())],
             values: None,
+            rollback_on_failure: false,
             spec_hash: "0123456789abcdef".into(),
         }
     }

@@ -73,6 +73,8 @@ pub struct Release {
     pub settings: Vec<(String, String)>,
     /// Values passed as a values file.
     pub values: Option<serde_json::Value>,
+    /// Roll back a failed upgrade to the last good revision.
+    pub rollback_on_failure: bool,
     /// Fingerprint of everything above that Helm sees.
     pub spec_hash: String,
 }
@@ -395,6 +397,7 @@ pub fn desired(
                         .map(|s| (s.key.clone(), s.value.clone()))
                         .collect(),
                     values: chart.values.clone(),
+                    rollback_on_failure: chart.rollback_on_failure,
                     spec_hash: String::new(),
                 };
                 release.spec_hash = spec_hash(&release);
@@ -716,6 +719,7 @@ mod tests {
                     chart("statefulset-example", Some("db"), &[]),
                 ],
             )],
+            ..Default::default()
         };
         let first = world.plan(&owner("a"), &spec);
         assert_eq!(first.jobs.len(), 4);
@@ -740,6 +744,7 @@ mod tests {
                     chart("statefulset-example", Some("db"), &[]),
                 ],
             )],
+            ..Default::default()
         };
         world.apply(&world.plan(&owner("a"), &spec));
         spec.tenancies[0].clusters = vec!["member-1".into()];
@@ -827,6 +832,7 @@ mod tests {
                     vec![chart("deployment-example", None, &[])],
                 ),
             ],
+            ..Default::default()
         };
         let plan = world.plan(&owner("x"), &spec);
         assert_eq!(
@@ -855,6 +861,7 @@ mod tests {
                     chart("deployment-example", None, &[]),
                 ],
             )],
+            ..Default::default()
         };
         let plan = world.plan(&owner("x"), &spec);
         assert_eq!(keys(&plan.jobs), ["apply hub/a/a"]);
@@ -873,13 +880,14 @@ mod tests {
             &owner("x"),
             &ControllerSpec {
                 tenancies: vec![t.clone()],
+                ..Default::default()
             },
         );
         assert_eq!(keys(&plan.jobs), ["apply member-2/a/a"]);
         t.cluster_selector = Some(ClusterSelector {
             match_labels: BTreeMap::from([("region".into(), "north".into())]),
         });
-        let plan = world.plan(&owner("x"), &ControllerSpec { tenancies: vec![t] });
+        let plan = world.plan(&owner("x"), &ControllerSpec { tenancies: vec![t], ..Default::default() });
         assert!(plan.jobs.is_empty());
         assert_eq!(plan.problems[0].reason(), "NoClusterSelected");
     }
@@ -970,6 +978,7 @@ mod tests {
                 &[],
                 vec![chart("deployment-example", None, &[("a,b", "1")])],
             )],
+            ..Default::default()
         };
         let plan = world.plan(&owner("x"), &spec);
         assert!(plan.jobs.is_empty());

@@ -61,13 +61,37 @@ pub enum Outcome {
     },
     /// Uninstalled (or was already gone).
     Uninstalled,
-    /// Failed; `retry` false means retrying cannot help until the spec changes (e.g. the chart does not render).
+    /// Failed, with what kind of failure it was.
     Failed {
         /// What went wrong, for status and events.
         message: String,
-        /// Whether trying again later may succeed.
-        retry: bool,
+        /// Whether and how a later try may succeed.
+        kind: FailureKind,
     },
+}
+
+/// What kind of failure a job met, which decides whether and how it is tried again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FailureKind {
+    /// A later try may succeed (a timeout, a conflict, a server error): retried with backoff, up
+    /// to the attempt cap, after which the release is stalled until the spec changes.
+    Transient,
+    /// Only a change of the spec can fix it (a chart that does not render, a schema violation,
+    /// an invalid or immutable field): not retried.
+    Permanent,
+    /// The cluster cannot be reached: retried with backoff for as long as it takes, without
+    /// counting toward the attempt cap.
+    Unavailable,
+}
+
+impl Outcome {
+    /// A failure of the given kind.
+    pub fn failed(message: impl Into<String>, kind: FailureKind) -> Self {
+        Outcome::Failed {
+            message: message.into(),
+            kind,
+        }
+    }
 }
 
 /// Runs one job. Implemented by the Helm executor; the only place processes are spawned.
@@ -222,7 +246,13 @@ impl State {
     ) -> Option<Duration> {
         let key = job.key();
         self.running.remove(key);
-        let retry = matches!(outcome, Outcome::Failed { retry: true, .. });
+        let retry = matches!(
+            outcome,
+            Outcome::Failed {
+                kind: FailureKind::Transient | FailureKind::Unavailable,
+                ..
+            }
+        );
         if !retry || self.position(key).is_some() {
             return None;
         }
@@ -391,10 +421,7 @@ async fn execute<E: Executor>(
     let outcome = AssertUnwindSafe(executor.execute(job.clone()))
         .catch_unwind()
         .await
-        .unwrap_or_else(|_| Outcome::Failed {
-            message: "the Helm executor panicked".into(),
-            retry: true,
-        });
+        .unwrap_or_else(|_| Outcome::failed("the Helm executor panicked", FailureKind::Transient));
     Completed {
         job,
         outcome,
@@ -437,6 +464,7 @@ mod tests {
                 version: None,
                 settings: vec![],
                 values: None,
+                rollback_on_failure: false,
                 spec_hash: spec_hash.into(),
             },
             stale_pending: None,
@@ -451,10 +479,12 @@ mod tests {
     }
 
     fn failed(retry: bool) -> Outcome {
-        Outcome::Failed {
-            message: "boom".into(),
-            retry,
-        }
+        let kind = if retry {
+            FailureKind::Transient
+        } else {
+            FailureKind::Permanent
+        };
+        Outcome::failed("boom", kind)
     }
 
     fn state(workers: usize, per_cluster: usize) -> State {

@@ -25,7 +25,7 @@ use crate::{
     key::{ClusterName, ReleaseKey},
     model::{Change, Tagged},
     plan::{self, Applied, Inputs, Job, OwnerId},
-    queue::{Completed, Outcome},
+    queue::{Completed, FailureKind, Outcome},
     releases::RecordChange,
     status::{self, LastOutcome, ReleaseView},
 };
@@ -148,7 +148,7 @@ fn redundant(ctx: &Context, job: &Job, applied: &HashMap<ReleaseKey, Applied>) -
     ctx.outcomes.get(job.key()).is_some_and(|last| {
         last.fingerprint == job.fingerprint()
             && match last.outcome {
-                Outcome::Failed { retry, .. } => !retry,
+                Outcome::Failed { kind, .. } => kind == FailureKind::Permanent,
                 Outcome::Applied { revision, .. } => applied
                     .get(job.key())
                     .is_some_and(|a| a.revision < revision),

@@ -574,6 +574,7 @@ mod tests {
             version: None,
             settings: vec![("replicaCount".into(), "2".into())],
             values: None,
+            rollback_on_failure: false,
             spec_hash: "h1".into(),
         }
     }
@@ -683,8 +684,8 @@ mod tests {
             LastOutcome {
                 fingerprint: "apply:h1".into(),
                 outcome: Outcome::Failed {
+                    kind: crate::queue::FailureKind::Permanent,
                     message: "template: boom".into(),
-                    retry: false,
                 },
             },
         );

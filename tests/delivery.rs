@@ -92,6 +92,7 @@ async fn a_tenancy_on_two_members_follows_every_spec_change() {
         }
         ControllerSpec {
             tenancies: vec![tenancy(&ns, clusters, charts)],
+            ..Default::default()
         }
     };
     let both = ["member-1", "member-2"];
@@ -223,6 +224,7 @@ async fn a_chart_from_a_helm_repository_is_pinned_to_its_version() {
         c.version = Some(version.into());
         ControllerSpec {
             tenancies: vec![tenancy(&ns, &["member-1"], vec![c])],
+            ..Default::default()
         }
     };
     hub.apply("from-repo", spec("0.1.0")).await;
@@ -261,6 +263,7 @@ async fn restarting_the_operator_changes_nothing() {
         "steady",
         ControllerSpec {
             tenancies: base.clone(),
+            ..Default::default()
         },
     )
     .await;
@@ -282,6 +285,7 @@ async fn restarting_the_operator_changes_nothing() {
         "steady",
         ControllerSpec {
             tenancies: with_witness,
+            ..Default::default()
         },
     )
     .await;
@@ -335,6 +339,7 @@ async fn bad_input_is_reported_on_its_own_release_and_the_rest_is_deployed() {
                 ),
             ],
         )],
+        ..Default::default()
     };
     hub.apply("mixed", spec).await;
     let status = hub
@@ -421,6 +426,7 @@ async fn a_release_claimed_by_two_resources_stays_with_the_first() {
                 &[("replicaCount", replicas)],
             )],
         )],
+        ..Default::default()
     };
     hub.apply("first", spec("1")).await;
     hub.status_until("first", "the first resource to deploy", ready)
@@ -537,6 +543,7 @@ async fn a_release_left_pending_by_a_killed_helm_is_recovered() {
                 &["member-1"],
                 vec![chart_ref("deployment-example", "web")],
             )],
+            ..Default::default()
         },
     )
     .await;
@@ -691,6 +698,7 @@ async fn a_chart_from_an_oci_registry_is_delivered_at_its_pinned_version() {
         c.version = Some(version.into());
         ControllerSpec {
             tenancies: vec![tenancy(&ns, &["member-1"], vec![c])],
+            ..Default::default()
         }
     };
     hub.apply("from-oci", spec("0.3.0")).await;

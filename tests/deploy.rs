@@ -607,6 +607,7 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
             tenancy(member_ns, &["member-1"], web()),
             tenancy(hub_ns, &[], web()),
         ],
+        ..Default::default()
     };
     let controllers: Api<Controller> = Api::namespaced(admin.clone(), home);
     controllers

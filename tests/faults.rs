@@ -22,7 +22,8 @@ fn wave(ns: &str, clusters: &[&str], replicas: &str) -> ControllerSpec {
                 .map(|r| chart("deployment-example", r, &[("replicaCount", replicas)]))
                 .collect(),
         )],
-    }
+    },
+    ..Default::default()
 }
 
 #[tokio::test]
@@ -191,6 +192,7 @@ async fn registration_edits_apply_without_a_restart_and_broken_ones_are_refused(
             clusters,
             vec![chart("deployment-example", "web", &[])],
         )],
+        ..Default::default()
     };
     hub.apply("reload", spec(&["member-1", "extra"])).await;
     hub.status_until("reload", "extra to be reported unknown", |s| {
@@ -283,6 +285,7 @@ async fn a_sigkilled_operator_loses_no_install_or_uninstall() {
                 .map(|r| chart("deployment-example", r, &[]))
                 .collect(),
         )],
+        ..Default::default()
     };
     hub.apply("crash", spec(8)).await;
     wait_until("some releases to be installed", DEADLINE, || async {
@@ -333,6 +336,7 @@ async fn huge_and_hostile_input_is_handled_or_refused_clearly() {
                 )
             })
             .collect(),
+        ..Default::default()
     };
     hub.apply("many", many).await;
     let status = hub
@@ -366,6 +370,7 @@ async fn huge_and_hostile_input_is_handled_or_refused_clearly() {
         "settings",
         ControllerSpec {
             tenancies: vec![tenancy(&ns, &["member-1"], charts)],
+            ..Default::default()
         },
     )
     .await;
@@ -395,6 +400,7 @@ async fn huge_and_hostile_input_is_handled_or_refused_clearly() {
                 "too-many",
                 ControllerSpec {
                     tenancies: vec![tenancy(&ns, &["member-1"], vec![too_many])],
+                    ..Default::default()
                 },
             ),
         )

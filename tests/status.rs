@@ -137,6 +137,7 @@ async fn scaling_pod_replacement_and_tenancy_removal_show_up_per_cluster() {
         } else {
             vec![]
         },
+        ..Default::default()
     };
     hub.apply("live", spec("1", true)).await;
     hub.status_until("live", "one ready pod on each member", |s| {
@@ -242,6 +243,7 @@ async fn five_hundred_pods_keep_the_status_small_and_the_writes_paced() {
                     &[("replicaCount", "500")],
                 )],
             )],
+            ..Default::default()
         },
     )
     .await;

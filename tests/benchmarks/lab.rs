@@ -79,7 +79,8 @@ fn spread_spec(run: &str, releases: usize) -> ControllerSpec {
                 )
             })
             .collect(),
-    }
+    },
+    ..Default::default()
 }
 
 /// Busy and total CPU time of the whole machine so far, in ticks (from /proc/stat).
@@ -249,6 +250,7 @@ async fn latency(a: &Args) -> Value {
             &["member-1"],
             vec![chart("deployment-example", "web", &[("replicaCount", "3")])],
         )],
+        ..Default::default()
     };
     hub.apply("lat", spec).await;
     hub.status_until("lat", "3 ready pods", |s| {
@@ -378,6 +380,7 @@ async fn footprint(a: &Args) -> Value {
                     &[("replicaCount", &pods)],
                 )],
             )],
+            ..Default::default()
         },
     )
     .await;
@@ -470,6 +473,7 @@ async fn breadth(a: &Args) -> Value {
                 )
             })
             .collect(),
+        ..Default::default()
     };
     progress(&format!(
         "breadth: one release on each of {} registered clusters",
