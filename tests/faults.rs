@@ -22,8 +22,8 @@ fn wave(ns: &str, clusters: &[&str], replicas: &str) -> ControllerSpec {
                 .map(|r| chart("deployment-example", r, &[("replicaCount", replicas)]))
                 .collect(),
         )],
-    },
-    ..Default::default()
+        ..Default::default()
+    }
 }
 
 #[tokio::test]

@@ -79,8 +79,8 @@ fn spread_spec(run: &str, releases: usize) -> ControllerSpec {
                 )
             })
             .collect(),
-    },
-    ..Default::default()
+        ..Default::default()
+    }
 }
 
 /// Busy and total CPU time of the whole machine so far, in ticks (from /proc/stat).
