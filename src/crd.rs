@@ -284,6 +284,9 @@ pub struct WorkloadStatus {
     /// Release the workload belongs to.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub release_name: String,
+    /// Rolled out: the newest spec on every replica, all of them ready and available.
+    #[serde(default)]
+    pub rolled_out: bool,
 }
 
 /// State of one pod.

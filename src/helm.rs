@@ -411,6 +411,7 @@ mod tests {
             chart_name: "deployment-example".into(),
             source,
             version: None,
+            chart_digest: None,
             settings: vec![("replicaCount".into(), "2".into())],
             values: None,
             rollback_on_failure: false,

@@ -410,6 +410,7 @@ mod tests {
             release: Some("foo".into()),
             ready,
             desired,
+            rolled_out: ready == desired,
         }
     }
 
@@ -548,7 +549,7 @@ mod tests {
         assert_eq!(pods, [&json!("a"), &json!("b")]);
         assert_eq!(
             view["workloads"][0],
-            json!({"id": {"kind": "Deployment", "name": "api"}, "release": "foo", "ready": 0, "desired": 1})
+            json!({"id": {"kind": "Deployment", "name": "api"}, "release": "foo", "ready": 0, "desired": 1, "rolled_out": false})
         );
     }
 

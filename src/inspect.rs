@@ -519,6 +519,7 @@ mod tests {
                 kind: "Deployment".into(),
                 ready: "2/2".into(),
                 release_name: "foo".into(),
+                rolled_out: true,
             }],
             pod_status: vec![pod("foo-1", true, ""), pod("foo-2", true, "")],
             pods_total: 2,

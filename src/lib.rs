@@ -1,5 +1,6 @@
 //! tenancy-hub: delivers Helm charts into tenant namespaces across clusters and reports what runs there.
 
+pub mod charts;
 pub mod cli;
 pub mod crd;
 pub mod health;
@@ -51,6 +52,10 @@ pub struct Context {
     pub orphans: DashMap<key::ReleaseKey, plan::OwnerId>,
     /// The last outcome of each release's Helm job.
     pub outcomes: DashMap<key::ReleaseKey, status::LastOutcome>,
+    /// What is known of each chart: directory digests, resolved versions.
+    pub charts: charts::ChartCatalog,
+    /// The problems last reported per resource, so each is logged once per change.
+    pub reported: DashMap<plan::OwnerId, std::collections::BTreeSet<String>>,
     /// Every `Controller` on the hub, as the reconciler sees them.
     pub controllers: Store<crd::Controller>,
     /// Publishes Kubernetes Events on `Controller` resources.

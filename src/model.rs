@@ -45,6 +45,8 @@ pub struct WorkloadInfo {
     pub ready: i32,
     /// Desired replicas.
     pub desired: i32,
+    /// Rolled out as `kubectl rollout status` means it: the newest spec everywhere, all ready.
+    pub rolled_out: bool,
 }
 
 /// What the status needs of one pod.
@@ -225,6 +227,7 @@ mod tests {
             release: Some(release.into()),
             ready: 1,
             desired: 2,
+            rolled_out: false,
         }
     }
 

@@ -207,6 +207,8 @@ pub async fn run(
         interest: Default::default(),
         orphans: Default::default(),
         outcomes: Default::default(),
+        charts: Default::default(),
+        reported: Default::default(),
         controllers: runtime.store(),
         recorder: Recorder::new(hub, Reporter::from("tenancy-hub")),
         events: Default::default(),

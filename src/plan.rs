@@ -10,7 +10,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::{
-    crd::{ControllerSpec, HUB_CLUSTER, Tenancy},
+    crd::{Chart, ControllerSpec, HUB_CLUSTER, Tenancy},
     key::{ClusterName, ClusterNamespace, ReleaseKey},
 };
 
@@ -67,8 +67,10 @@ pub struct Release {
     pub chart_name: String,
     /// Where the chart comes from.
     pub source: ChartSource,
-    /// Pinned chart version.
+    /// Chart version to install: the spec's, or the exact one it resolved to.
     pub version: Option<String>,
+    /// Digest of the chart's content, when known.
+    pub chart_digest: Option<String>,
     /// `--set` pairs in spec order.
     pub settings: Vec<(String, String)>,
     /// Values passed as a values file.
@@ -165,14 +167,25 @@ pub enum Problem {
         /// The tenancy's namespace.
         namespace: String,
     },
-    /// A chart directory is missing from the chart home.
+    /// A chart cannot be found (or is named in a way that is refused).
     MissingChart {
         /// The release.
         key: ReleaseKey,
         /// The chart as named.
         chart: String,
-        /// Where it was looked for.
-        path: PathBuf,
+        /// Where it was looked for and why it is not there.
+        reason: String,
+    },
+    /// One resource asks for the same release key more than once.
+    Duplicate {
+        /// The release.
+        key: ReleaseKey,
+        /// The chart of this entry.
+        chart: String,
+        /// This entry, as `tenancies[i] chart NAME`.
+        this: String,
+        /// The other entries asking for the key.
+        others: Vec<String>,
     },
     /// Another resource, or something outside tenancy-hub, holds the release.
     Conflict {
@@ -195,6 +208,7 @@ impl Problem {
     pub fn release(&self) -> Option<&ReleaseKey> {
         match self {
             Problem::MissingChart { key, .. }
+            | Problem::Duplicate { key, .. }
             | Problem::Conflict { key, .. }
             | Problem::InvalidSetting { key, .. } => Some(key),
             Problem::UnknownCluster { .. } | Problem::NoClusterSelected { .. } => None,
@@ -207,6 +221,7 @@ impl Problem {
             Problem::UnknownCluster { .. } => "UnknownCluster",
             Problem::NoClusterSelected { .. } => "NoClusterSelected",
             Problem::MissingChart { .. } => "ChartNotFound",
+            Problem::Duplicate { .. } => "DuplicateRelease",
             Problem::Conflict { .. } => "Conflict",
             Problem::InvalidSetting { .. } => "InvalidSetting",
         }
@@ -229,10 +244,16 @@ impl fmt::Display for Problem {
                 f,
                 "tenancy {namespace}: clusterSelector matches no registered cluster; check the labels in the clusters file"
             ),
-            Problem::MissingChart { key, chart, path } => write!(
+            Problem::MissingChart { key, chart, reason } => write!(
                 f,
-                "release {key}: chart {chart:?} not found at {}; add it to the chart home, or set repo or an oci:// chartName",
-                path.display()
+                "release {key}: chart {chart:?} not found: {reason}; what runs is left as it is until the chart is found or the spec changes"
+            ),
+            Problem::Duplicate {
+                key, this, others, ..
+            } => write!(
+                f,
+                "release {key} is asked for more than once in this Controller ({this}, and {}); none of them is applied until one gets another releaseName, namespace or cluster",
+                others.join(", ")
             ),
             Problem::Conflict { key, holder } => write!(
                 f,
@@ -244,6 +265,21 @@ impl fmt::Display for Problem {
             ),
         }
     }
+}
+
+/// What is known of a chart outside planning: the chart home's directories, and repository and
+/// OCI charts resolved against their sources.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChartLookup {
+    /// The chart is there.
+    Found {
+        /// The exact version to install, when resolved from a constraint; None keeps the spec's.
+        version: Option<String>,
+        /// A digest of the chart's content, when known.
+        digest: Option<String>,
+    },
+    /// The chart cannot be found: where it was looked for and why it is not there.
+    Missing(String),
 }
 
 /// Everything planning needs to know, gathered by the reconciler.
@@ -262,8 +298,9 @@ pub struct Inputs<'a> {
     pub claims: &'a HashMap<ReleaseKey, OwnerId>,
     /// Chart directory root.
     pub chart_home: &'a Path,
-    /// Whether a chart directory exists (a parameter so planning stays pure).
-    pub chart_exists: &'a dyn Fn(&Path) -> bool,
+    /// What is known of a chart (a parameter so planning stays pure): its exact version and
+    /// content digest, or why it cannot be found.
+    pub chart_lookup: &'a dyn Fn(&ChartSource, Option<&str>) -> ChartLookup,
     /// Now, in Unix seconds.
     pub now: i64,
     /// How long a pending release may stay pending before it is cleared.
@@ -334,88 +371,165 @@ pub fn targets(
     (out, problems)
 }
 
-/// The releases a spec asks for, resolved, with the problems found on the way.
+/// Where a chart comes from, as the spec names it.
+pub fn source_of(chart: &Chart, chart_home: &Path) -> ChartSource {
+    if chart.chart_name.starts_with("oci://") {
+        ChartSource::Oci(chart.chart_name.clone())
+    } else if let Some(url) = &chart.repo {
+        ChartSource::Repository {
+            url: url.clone(),
+            chart: chart.chart_name.clone(),
+        }
+    } else {
+        ChartSource::Directory(chart_home.join(&chart.chart_name))
+    }
+}
+
+/// What a spec asks for: the releases that can be planned, the problems of those that cannot,
+/// and every release key the spec names at all.
+#[derive(Debug, Default)]
+pub struct Desired {
+    /// Releases resolved and ready to plan.
+    pub releases: Vec<Release>,
+    /// Parts of the spec that cannot be carried out as written.
+    pub problems: Vec<Problem>,
+    /// Every release key the spec names, whether or not it could be resolved: what runs under
+    /// these keys is never uninstalled because of a problem.
+    pub named: BTreeSet<ReleaseKey>,
+}
+
+/// The releases a spec asks for, resolved, with the problems found on the way. A key asked for
+/// twice is a problem on every entry that asks for it, and none of them is planned.
 pub fn desired(
     owner: &OwnerId,
     spec: &ControllerSpec,
     clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
     chart_home: &Path,
-    chart_exists: &dyn Fn(&Path) -> bool,
-) -> (Vec<Release>, Vec<Problem>) {
-    let mut releases = Vec::new();
-    let mut problems = Vec::new();
-    for tenancy in &spec.tenancies {
+    lookup: &dyn Fn(&ChartSource, Option<&str>) -> ChartLookup,
+) -> Desired {
+    let mut out = Desired::default();
+    // Every (key, where in the spec) first, so duplicates are known before anything is resolved.
+    let mut asked: Vec<(ReleaseKey, usize, &Chart)> = Vec::new();
+    for (index, tenancy) in spec.tenancies.iter().enumerate() {
         let (targets, mut found) = targets(tenancy, clusters);
-        problems.append(&mut found);
+        out.problems.append(&mut found);
         for cluster in targets {
             let Ok(scope) = ClusterNamespace::new(cluster, &tenancy.namespace) else {
                 continue; // the schema only admits DNS-1123 labels
             };
             for chart in &tenancy.charts {
-                let key = ReleaseKey {
-                    scope: scope.clone(),
-                    release: chart
-                        .release_name
-                        .clone()
-                        .unwrap_or_else(|| tenancy.namespace.clone()),
-                };
-                let source = if chart.chart_name.starts_with("oci://") {
-                    ChartSource::Oci(chart.chart_name.clone())
-                } else if let Some(url) = &chart.repo {
-                    ChartSource::Repository {
-                        url: url.clone(),
-                        chart: chart.chart_name.clone(),
-                    }
-                } else {
-                    let path = chart_home.join(&chart.chart_name);
-                    if !chart_exists(&path) || chart.chart_name.contains("..") {
-                        problems.push(Problem::MissingChart {
-                            key,
-                            chart: chart.chart_name.clone(),
-                            path,
-                        });
-                        continue;
-                    }
-                    ChartSource::Directory(path)
-                };
-                if let Some(bad) = chart.settings.iter().find(|s| s.key.contains([',', '='])) {
-                    problems.push(Problem::InvalidSetting {
-                        key,
-                        setting: bad.key.clone(),
-                    });
-                    continue;
-                }
-                let mut release = Release {
-                    key,
-                    owner: owner.clone(),
-                    chart_name: chart.chart_name.clone(),
-                    source,
-                    version: chart.version.clone(),
-                    settings: chart
-                        .settings
-                        .iter()
-                        .map(|s| (s.key.clone(), s.value.clone()))
-                        .collect(),
-                    values: chart.values.clone(),
-                    rollback_on_failure: chart.rollback_on_failure,
-                    spec_hash: String::new(),
-                };
-                release.spec_hash = spec_hash(&release);
-                releases.push(release);
+                let release = chart
+                    .release_name
+                    .clone()
+                    .unwrap_or_else(|| tenancy.namespace.clone());
+                asked.push((
+                    ReleaseKey {
+                        scope: scope.clone(),
+                        release,
+                    },
+                    index,
+                    chart,
+                ));
             }
         }
     }
-    (releases, problems)
+    let mut by_key: BTreeMap<&ReleaseKey, Vec<String>> = BTreeMap::new();
+    for (key, index, chart) in &asked {
+        by_key
+            .entry(key)
+            .or_default()
+            .push(format!("tenancies[{index}] chart {}", chart.chart_name));
+    }
+    for (key, index, chart) in &asked {
+        out.named.insert(key.clone());
+        let askers = &by_key[key];
+        if askers.len() > 1 {
+            let this = format!("tenancies[{index}] chart {}", chart.chart_name);
+            let mut others = askers.clone();
+            if let Some(i) = others.iter().position(|o| *o == this) {
+                others.remove(i);
+            }
+            out.problems.push(Problem::Duplicate {
+                key: key.clone(),
+                chart: chart.chart_name.clone(),
+                this,
+                others,
+            });
+            continue;
+        }
+        match resolve(owner, key.clone(), chart, chart_home, lookup) {
+            Ok(release) => out.releases.push(release),
+            Err(problem) => out.problems.push(problem),
+        }
+    }
+    out
 }
 
-/// Fingerprint of what Helm is given for a release: 16 hex digits.
+/// One chart entry of the spec, for one key, as a release ready to plan.
+fn resolve(
+    owner: &OwnerId,
+    key: ReleaseKey,
+    chart: &Chart,
+    chart_home: &Path,
+    lookup: &dyn Fn(&ChartSource, Option<&str>) -> ChartLookup,
+) -> Result<Release, Problem> {
+    let source = source_of(chart, chart_home);
+    if matches!(source, ChartSource::Directory(_)) && chart.chart_name.contains("..") {
+        return Err(Problem::MissingChart {
+            key,
+            chart: chart.chart_name.clone(),
+            reason: "a chart home chart is named by a plain directory name, without '..'".into(),
+        });
+    }
+    if let Some(bad) = chart.settings.iter().find(|s| s.key.contains([',', '='])) {
+        return Err(Problem::InvalidSetting {
+            key,
+            setting: bad.key.clone(),
+        });
+    }
+    let (version, chart_digest) = match lookup(&source, chart.version.as_deref()) {
+        ChartLookup::Found { version, digest } => {
+            (version.or_else(|| chart.version.clone()), digest)
+        }
+        ChartLookup::Missing(reason) => {
+            return Err(Problem::MissingChart {
+                key,
+                chart: chart.chart_name.clone(),
+                reason,
+            });
+        }
+    };
+    let mut release = Release {
+        key,
+        owner: owner.clone(),
+        chart_name: chart.chart_name.clone(),
+        source,
+        version,
+        chart_digest,
+        settings: chart
+            .settings
+            .iter()
+            .map(|s| (s.key.clone(), s.value.clone()))
+            .collect(),
+        values: chart.values.clone(),
+        rollback_on_failure: chart.rollback_on_failure,
+        spec_hash: String::new(),
+    };
+    release.spec_hash = spec_hash(&release);
+    Ok(release)
+}
+
+/// Fingerprint of what Helm is given for a release: 16 hex digits. It covers the chart's resolved
+/// version and content digest, so a changed chart rolls out while an unchanged one makes no call.
 pub fn spec_hash(release: &Release) -> String {
     #[derive(Serialize)]
     struct Hashed<'a> {
         source: &'a ChartSource,
         version: &'a Option<String>,
+        digest: &'a Option<String>,
         settings: &'a [(String, String)],
         values: &'a Option<serde_json::Value>,
+        rollback: bool,
     }
     let source = match &release.source {
         // The chart home may move between replicas; the chart's name identifies it.
@@ -425,22 +539,34 @@ pub fn spec_hash(release: &Release) -> String {
     let text = serde_json::to_vec(&Hashed {
         source,
         version: &release.version,
+        digest: &release.chart_digest,
         settings: &release.settings,
         values: &release.values,
+        rollback: release.rollback_on_failure,
     })
     .expect("plain data serializes");
     let digest = Sha256::digest(text);
     digest[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Who holds each release key: the oldest resource asking for it (then the smallest namespace/name).
+/// A resource asking for release keys: who, when it was created, and the keys.
+pub type Claimant = (OwnerId, i64, Vec<ReleaseKey>);
+
+/// Who holds each release key asked for by several resources: one rule, used by every planner.
+/// The resource whose release is installed there holds it, if it still asks for it; otherwise
+/// the oldest resource asking (then the smallest namespace/name). So one of them always wins.
 pub fn claims(
-    claimants: impl IntoIterator<Item = (OwnerId, i64, Vec<ReleaseKey>)>,
+    claimants: impl IntoIterator<Item = Claimant>,
+    applied: &HashMap<ReleaseKey, Applied>,
 ) -> HashMap<ReleaseKey, OwnerId> {
-    let mut best: HashMap<ReleaseKey, (i64, OwnerId)> = HashMap::new();
+    let mut best: HashMap<ReleaseKey, (bool, i64, OwnerId)> = HashMap::new();
     for (owner, created, keys) in claimants {
         for key in keys {
-            let candidate = (created, owner.clone());
+            let installed = applied
+                .get(&key)
+                .is_some_and(|a| a.owner.as_ref() == Some(&owner));
+            // Smaller wins: installed first, then older, then by name.
+            let candidate = (!installed, created, owner.clone());
             best.entry(key)
                 .and_modify(|held| {
                     if candidate < *held {
@@ -450,52 +576,41 @@ pub fn claims(
                 .or_insert(candidate);
         }
     }
-    best.into_iter().map(|(k, (_, o))| (k, o)).collect()
+    best.into_iter().map(|(k, (_, _, o))| (k, o)).collect()
 }
 
 /// Compares what the spec asks for with what the clusters hold and decides the Helm work.
+/// Only a release the spec no longer names is uninstalled: one that cannot be planned (a missing
+/// chart, a refused setting, a duplicate) keeps running as it is and is reported.
 pub fn plan(inputs: &Inputs<'_>) -> Plan {
-    let (releases, mut problems) = desired(
+    let Desired {
+        releases,
+        mut problems,
+        named,
+    } = desired(
         inputs.owner,
         inputs.spec,
         inputs.clusters,
         inputs.chart_home,
-        inputs.chart_exists,
+        inputs.chart_lookup,
     );
     let mut plan = Plan::default();
-    let mut wanted: BTreeSet<&ReleaseKey> = BTreeSet::new();
     for release in &releases {
-        wanted.insert(&release.key);
-        if let Some(holder) = inputs
-            .claims
-            .get(&release.key)
-            .filter(|h| *h != inputs.owner)
-        {
+        let applied = inputs.applied.get(&release.key);
+        let holder = match inputs.claims.get(&release.key) {
+            Some(h) if h != inputs.owner => Some(format!("Controller {h}")),
+            _ => match applied.map(|a| &a.owner) {
+                Some(Some(o)) if o != inputs.owner => Some(format!("Controller {o}")),
+                Some(None) => Some("a Helm release not managed by tenancy-hub".into()),
+                _ => None,
+            },
+        };
+        if let Some(holder) = holder {
             problems.push(Problem::Conflict {
                 key: release.key.clone(),
-                holder: format!("Controller {holder}"),
+                holder,
             });
             continue;
-        }
-        let applied = inputs.applied.get(&release.key);
-        if let Some(a) = applied {
-            match &a.owner {
-                Some(o) if o != inputs.owner => {
-                    problems.push(Problem::Conflict {
-                        key: release.key.clone(),
-                        holder: format!("Controller {o}"),
-                    });
-                    continue;
-                }
-                None => {
-                    problems.push(Problem::Conflict {
-                        key: release.key.clone(),
-                        holder: "a Helm release not managed by tenancy-hub".into(),
-                    });
-                    continue;
-                }
-                Some(_) => {}
-            }
         }
         plan.desired.push(release.clone());
         if !inputs.synced.contains(&release.key.scope.cluster) {
@@ -530,7 +645,7 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
         .applied
         .values()
         .filter(|a| a.owner.as_ref() == Some(inputs.owner))
-        .filter(|a| !wanted.contains(&a.key) && inputs.synced.contains(&a.key.scope.cluster))
+        .filter(|a| !named.contains(&a.key) && inputs.synced.contains(&a.key.scope.cluster))
         .filter(|a| a.status != "uninstalling")
         .collect();
     removals.sort_by(|a, b| a.key.cmp(&b.key));
@@ -603,6 +718,19 @@ mod tests {
         }
     }
 
+    /// Charts under /charts exist unless named "missing"; nothing has a digest.
+    fn lookup(source: &ChartSource, _version: Option<&str>) -> ChartLookup {
+        match source {
+            ChartSource::Directory(p) if p.ends_with("missing") => {
+                ChartLookup::Missing(format!("no chart directory at {}", p.display()))
+            }
+            _ => ChartLookup::Found {
+                version: None,
+                digest: None,
+            },
+        }
+    }
+
     struct World {
         clusters: BTreeMap<ClusterName, BTreeMap<String, String>>,
         synced: BTreeSet<ClusterName>,
@@ -631,7 +759,7 @@ mod tests {
                 applied: &self.applied,
                 claims: &self.claims,
                 chart_home: Path::new("/charts"),
-                chart_exists: &|p: &Path| !p.ends_with("missing"),
+                chart_lookup: &lookup,
                 now: 10_000,
                 pending_timeout_secs: 600,
             })
@@ -887,7 +1015,13 @@ mod tests {
         t.cluster_selector = Some(ClusterSelector {
             match_labels: BTreeMap::from([("region".into(), "north".into())]),
         });
-        let plan = world.plan(&owner("x"), &ControllerSpec { tenancies: vec![t], ..Default::default() });
+        let plan = world.plan(
+            &owner("x"),
+            &ControllerSpec {
+                tenancies: vec![t],
+                ..Default::default()
+            },
+        );
         assert!(plan.jobs.is_empty());
         assert_eq!(plan.problems[0].reason(), "NoClusterSelected");
     }
@@ -896,16 +1030,19 @@ mod tests {
     fn a_release_claimed_by_an_older_resource_is_a_conflict_for_the_newer() {
         let mut world = World::new();
         let keys_of = |o: &OwnerId| {
-            desired(o, &seed(), &registry(), Path::new("/charts"), &|_| true)
-                .0
+            desired(o, &seed(), &registry(), Path::new("/charts"), &lookup)
+                .releases
                 .into_iter()
                 .map(|r| r.key)
                 .collect::<Vec<_>>()
         };
-        world.claims = claims([
-            (owner("new"), 200, keys_of(&owner("new"))),
-            (owner("old"), 100, keys_of(&owner("old"))),
-        ]);
+        world.claims = claims(
+            [
+                (owner("new"), 200, keys_of(&owner("new"))),
+                (owner("old"), 100, keys_of(&owner("old"))),
+            ],
+            &world.applied,
+        );
         let newer = world.plan(&owner("new"), &seed());
         assert!(newer.jobs.is_empty());
         assert_eq!(newer.problems.len(), 2);

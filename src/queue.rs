@@ -1,7 +1,7 @@
 //! The central FIFO of Helm jobs for all clusters: keyed, coalescing, per-key exclusive, per-cluster capped, with backoff.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{HashMap, HashSet, VecDeque},
     hash::{DefaultHasher, Hash, Hasher},
     panic::AssertUnwindSafe,
     sync::{Arc, Mutex, MutexGuard},
@@ -19,7 +19,7 @@ use tracing::Instrument;
 
 use crate::{
     key::{ClusterName, ReleaseKey},
-    plan::Job,
+    plan::{Job, OwnerId},
 };
 
 /// How the queue runs.
@@ -35,6 +35,8 @@ pub struct QueueConfig {
     pub backoff_max: Duration,
     /// How long shutdown waits for running jobs before abandoning them.
     pub shutdown_grace: Duration,
+    /// Tries of a job failing with a transient error before it is stalled until the spec changes.
+    pub max_attempts: u32,
 }
 
 impl Default for QueueConfig {
@@ -45,6 +47,7 @@ impl Default for QueueConfig {
             backoff_base: Duration::from_secs(1),
             backoff_max: Duration::from_secs(300),
             shutdown_grace: Duration::from_secs(30),
+            max_attempts: 6,
         }
     }
 }
@@ -115,6 +118,8 @@ pub struct Completed {
     pub elapsed: Duration,
     /// The delay before it runs again, when it was re-queued.
     pub next_retry: Option<Duration>,
+    /// True when it failed transiently as often as allowed and is not tried again until the spec changes.
+    pub stalled: bool,
 }
 
 /// What enqueueing did.
@@ -128,6 +133,17 @@ pub enum Enqueued {
     AlreadyQueued,
     /// An equal job is running now; the job was dropped.
     AlreadyRunning,
+}
+
+/// What became of a finished job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Finished {
+    /// Nothing more to do.
+    Done,
+    /// Queued again, to run after this delay.
+    Retry(Duration),
+    /// Failed transiently as often as allowed; not tried again until the spec changes.
+    Stalled,
 }
 
 /// A job waiting its turn.
@@ -145,8 +161,8 @@ struct Waiting {
 struct State {
     config: QueueConfig,
     waiting: VecDeque<Waiting>,
-    /// Fingerprints of the running jobs, by key.
-    running: HashMap<ReleaseKey, String>,
+    /// Fingerprints and owners of the running jobs, by key.
+    running: HashMap<ReleaseKey, (String, OwnerId)>,
 }
 
 impl State {
@@ -181,7 +197,7 @@ impl State {
     fn enqueue(&mut self, job: Job, now: Instant) -> Enqueued {
         let fingerprint = job.fingerprint();
         let queued = self.position(job.key());
-        if self.running.get(job.key()) == Some(&fingerprint) {
+        if self.running.get(job.key()).map(|r| &r.0) == Some(&fingerprint) {
             // The running job already heads for this state; a different queued one is stale.
             if let Some(i) = queued {
                 self.waiting.remove(i);
@@ -228,7 +244,8 @@ impl State {
                 && self.running_in(key) < self.config.per_cluster
         })?;
         let w = self.waiting.remove(i)?;
-        self.running.insert(w.job.key().clone(), w.fingerprint);
+        self.running
+            .insert(w.job.key().clone(), (w.fingerprint, w.job.owner().clone()));
         Some((
             w.job,
             w.attempts + 1,
@@ -236,34 +253,53 @@ impl State {
         ))
     }
 
-    /// Records a finished job; re-queues a retryable failure and returns its delay.
-    fn finish(
-        &mut self,
-        job: &Job,
-        attempt: u32,
-        outcome: &Outcome,
-        now: Instant,
-    ) -> Option<Duration> {
+    /// Records a finished job; re-queues a retryable failure and returns its delay, or says the
+    /// job is stalled because it failed transiently `max_attempts` times. A job that found its
+    /// cluster unreachable waits without using up a try.
+    fn finish(&mut self, job: &Job, attempt: u32, outcome: &Outcome, now: Instant) -> Finished {
         let key = job.key();
         self.running.remove(key);
-        let retry = matches!(
-            outcome,
+        let attempts = match outcome {
             Outcome::Failed {
-                kind: FailureKind::Transient | FailureKind::Unavailable,
+                kind: FailureKind::Transient,
                 ..
-            }
-        );
-        if !retry || self.position(key).is_some() {
-            return None;
+            } => attempt,
+            Outcome::Failed {
+                kind: FailureKind::Unavailable,
+                ..
+            } => attempt.saturating_sub(1),
+            _ => return Finished::Done,
+        };
+        if self.position(key).is_some() {
+            return Finished::Done; // a newer job for the key took its place
+        }
+        if attempts >= self.config.max_attempts {
+            return Finished::Stalled;
         }
         let delay = self.backoff(key, attempt);
         self.waiting.push_back(Waiting {
             job: job.clone(),
             fingerprint: job.fingerprint(),
-            attempts: attempt,
+            attempts,
             not_before: now + delay,
         });
-        Some(delay)
+        Finished::Retry(delay)
+    }
+
+    /// Drops the waiting jobs of `owner` whose key the owner's newest plan has no job for.
+    fn retain_planned(&mut self, owner: &OwnerId, planned: &HashSet<&ReleaseKey>) -> usize {
+        let before = self.waiting.len();
+        self.waiting
+            .retain(|w| w.job.owner() != owner || planned.contains(w.job.key()));
+        before - self.waiting.len()
+    }
+
+    /// Drops every waiting install or upgrade of `owner`.
+    fn drop_applies(&mut self, owner: &OwnerId) -> usize {
+        let before = self.waiting.len();
+        self.waiting
+            .retain(|w| w.job.owner() != owner || matches!(w.job, Job::Uninstall { .. }));
+        before - self.waiting.len()
     }
 
     /// `base * 2^(attempt-1)`, capped, with up to ±20% jitter fixed by the key and attempt.
@@ -335,6 +371,30 @@ impl HelmQueue {
         self.lock().running.len()
     }
 
+    /// Keeps only the waiting jobs of `owner` that its newest plan still has (by key); returns
+    /// how many were dropped. A job already running goes on.
+    pub fn retain_planned(&self, owner: &OwnerId, planned: &HashSet<&ReleaseKey>) -> usize {
+        self.lock().retain_planned(owner, planned)
+    }
+
+    /// Drops every waiting install or upgrade of `owner`, for example when it is being deleted.
+    pub fn drop_applies(&self, owner: &OwnerId) -> usize {
+        self.lock().drop_applies(owner)
+    }
+
+    /// The releases of `owner` with a job running now.
+    pub fn running_for(&self, owner: &OwnerId) -> Vec<ReleaseKey> {
+        let state = self.lock();
+        let mut keys: Vec<ReleaseKey> = state
+            .running
+            .iter()
+            .filter(|(_, (_, o))| o == owner)
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.sort();
+        keys
+    }
+
     /// True when a job for this key is queued or running.
     pub fn is_busy(&self, key: &ReleaseKey) -> bool {
         let state = self.lock();
@@ -385,9 +445,14 @@ impl HelmQueue {
         let mut completed =
             joined.expect("job tasks catch panics and are aborted only at shutdown");
         let now = Instant::now();
-        completed.next_retry =
-            self.lock()
-                .finish(&completed.job, completed.attempt, &completed.outcome, now);
+        match self
+            .lock()
+            .finish(&completed.job, completed.attempt, &completed.outcome, now)
+        {
+            Finished::Done => {}
+            Finished::Retry(delay) => completed.next_retry = Some(delay),
+            Finished::Stalled => completed.stalled = true,
+        }
         let _ = done.send(completed);
     }
 
@@ -429,6 +494,7 @@ async fn execute<E: Executor>(
         waited,
         elapsed: started.elapsed(),
         next_retry: None,
+        stalled: false,
     }
 }
 
@@ -462,6 +528,7 @@ mod tests {
                 chart_name: "web".into(),
                 source: ChartSource::Directory("web".into()),
                 version: None,
+                chart_digest: None,
                 settings: vec![],
                 values: None,
                 rollback_on_failure: false,
@@ -485,6 +552,13 @@ mod tests {
             FailureKind::Permanent
         };
         Outcome::failed("boom", kind)
+    }
+
+    fn delay(finished: Finished) -> Duration {
+        match finished {
+            Finished::Retry(d) => d,
+            other => panic!("not re-queued: {other:?}"),
+        }
     }
 
     fn state(workers: usize, per_cluster: usize) -> State {
@@ -538,7 +612,7 @@ mod tests {
         let now = Instant::now();
         s.enqueue(apply("c/ns/a", "h1"), now);
         let (job, attempt, _) = s.start_next(now).unwrap();
-        let delay = s.finish(&job, attempt, &failed(true), now).unwrap();
+        let delay = delay(s.finish(&job, attempt, &failed(true), now));
         assert_eq!(
             s.enqueue(apply("c/ns/a", "h1"), now),
             Enqueued::AlreadyQueued
@@ -554,7 +628,7 @@ mod tests {
         let now = Instant::now();
         s.enqueue(apply("c/ns/a", "h1"), now);
         let (job, attempt, _) = s.start_next(now).unwrap();
-        s.finish(&job, attempt, &failed(true), now).unwrap();
+        delay(s.finish(&job, attempt, &failed(true), now));
         assert_eq!(s.enqueue(apply("c/ns/a", "h2"), now), Enqueued::Replaced);
         assert_eq!(
             s.start_next(now),
@@ -583,7 +657,10 @@ mod tests {
         let (job, attempt, _) = s.start_next(now).unwrap();
         assert_eq!(s.enqueue(apply("c/ns/a", "h2"), now), Enqueued::Added);
         assert!(s.start_next(now).is_none());
-        assert_eq!(s.finish(&job, attempt, &Outcome::Uninstalled, now), None);
+        assert_eq!(
+            s.finish(&job, attempt, &Outcome::Uninstalled, now),
+            Finished::Done
+        );
         assert_eq!(
             s.start_next(now),
             Some((apply("c/ns/a", "h2"), 1, Duration::ZERO))
@@ -645,7 +722,7 @@ mod tests {
         s.enqueue(apply("c/ns/a", "h1"), now);
         s.enqueue(apply("c/ns/b", "h1"), now);
         let (job, attempt, _) = s.start_next(now).unwrap();
-        let delay = s.finish(&job, attempt, &failed(true), now).unwrap();
+        let delay = delay(s.finish(&job, attempt, &failed(true), now));
         assert_eq!(delay, s.backoff(job.key(), 1));
         assert_eq!(queued(&s)[1], ("c/ns/a".into(), "apply:h1".into(), 1));
         assert_eq!(start_all(&mut s, now), ["c/ns/b"]);
@@ -690,7 +767,7 @@ mod tests {
         s.enqueue(apply("c/ns/a", "h1"), now);
         let (job, attempt, _) = s.start_next(now).unwrap();
         s.enqueue(apply("c/ns/a", "h2"), now);
-        assert_eq!(s.finish(&job, attempt, &failed(true), now), None);
+        assert_eq!(s.finish(&job, attempt, &failed(true), now), Finished::Done);
         assert_eq!(queued(&s), [("c/ns/a".into(), "apply:h2".into(), 0)]);
     }
 
@@ -700,8 +777,97 @@ mod tests {
         let now = Instant::now();
         s.enqueue(apply("c/ns/a", "h1"), now);
         let (job, attempt, _) = s.start_next(now).unwrap();
-        assert_eq!(s.finish(&job, attempt, &failed(false), now), None);
+        assert_eq!(s.finish(&job, attempt, &failed(false), now), Finished::Done);
         assert!(s.waiting.is_empty() && s.running.is_empty());
+    }
+
+    #[test]
+    fn a_transient_failure_is_stalled_after_the_attempt_cap_and_a_new_spec_starts_afresh() {
+        let mut s = State::new(QueueConfig {
+            max_attempts: 3,
+            ..QueueConfig::default()
+        });
+        let mut now = Instant::now();
+        s.enqueue(apply("c/ns/a", "h1"), now);
+        let mut outcomes = Vec::new();
+        while let Some((job, attempt, _)) = s.start_next(now) {
+            let finished = s.finish(&job, attempt, &failed(true), now);
+            outcomes.push(finished);
+            if let Finished::Retry(d) = finished {
+                now += d;
+            }
+        }
+        assert_eq!(outcomes.len(), 3, "{outcomes:?}");
+        assert_eq!(outcomes[2], Finished::Stalled);
+        assert!(s.waiting.is_empty(), "a stalled job is not re-queued");
+        s.enqueue(apply("c/ns/a", "h2"), now);
+        assert_eq!(
+            s.start_next(now).unwrap().1,
+            1,
+            "a changed spec counts from one"
+        );
+    }
+
+    #[test]
+    fn an_unreachable_cluster_does_not_use_up_tries() {
+        let mut s = State::new(QueueConfig {
+            max_attempts: 2,
+            ..QueueConfig::default()
+        });
+        let mut now = Instant::now();
+        s.enqueue(apply("c/ns/a", "h1"), now);
+        let down = Outcome::failed("unreachable", FailureKind::Unavailable);
+        for _ in 0..10 {
+            let (job, attempt, _) = s.start_next(now).expect("still queued");
+            now += delay(s.finish(&job, attempt, &down, now));
+        }
+        let (job, attempt, _) = s.start_next(now).unwrap();
+        assert_eq!(attempt, 1, "waiting for a cluster is no try");
+        assert!(matches!(
+            s.finish(&job, attempt, &failed(true), now),
+            Finished::Retry(_)
+        ));
+    }
+
+    #[test]
+    fn jobs_the_newest_plan_no_longer_has_are_dropped_and_others_kept() {
+        let mut s = state(1, 1);
+        let now = Instant::now();
+        let other = OwnerId {
+            namespace: "default".into(),
+            name: "b".into(),
+        };
+        s.enqueue(uninstall("c/ns/gone"), now);
+        s.enqueue(apply("c/ns/kept", "h1"), now);
+        s.enqueue(
+            Job::Uninstall {
+                key: "c/ns/theirs".parse().unwrap(),
+                owner: other,
+            },
+            now,
+        );
+        let kept: ReleaseKey = "c/ns/kept".parse().unwrap();
+        assert_eq!(s.retain_planned(&owner(), &HashSet::from([&kept])), 1);
+        assert_eq!(
+            queued(&s).into_iter().map(|q| q.0).collect::<Vec<_>>(),
+            ["c/ns/kept", "c/ns/theirs"]
+        );
+    }
+
+    #[test]
+    fn a_deletion_drops_queued_installs_but_not_uninstalls_and_sees_running_jobs() {
+        let mut s = state(1, 1);
+        let now = Instant::now();
+        s.enqueue(apply("c/ns/running", "h1"), now);
+        s.start_next(now).unwrap();
+        s.enqueue(apply("c/ns/queued", "h1"), now);
+        s.enqueue(uninstall("c/ns/old"), now);
+        assert_eq!(s.drop_applies(&owner()), 1);
+        assert_eq!(
+            queued(&s).into_iter().map(|q| q.0).collect::<Vec<_>>(),
+            ["c/ns/old"]
+        );
+        assert!(s.running.values().any(|(_, o)| *o == owner()));
     }
 
     #[test]
@@ -711,7 +877,7 @@ mod tests {
         s.enqueue(apply("c/ns/a", "h1"), now);
         s.enqueue(apply("c/ns/b", "h1"), now);
         let (job, attempt, _) = s.start_next(now).unwrap();
-        let delay = s.finish(&job, attempt, &failed(true), now).unwrap();
+        let delay = delay(s.finish(&job, attempt, &failed(true), now));
         s.start_next(now).unwrap();
         assert_eq!(s.next_wake(now), Some(now + delay));
         assert_eq!(s.next_wake(now + delay), None);

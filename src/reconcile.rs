@@ -21,7 +21,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use crate::{
     Context,
-    crd::Controller,
+    crd::{Controller, DeletionPolicy},
     key::{ClusterName, ReleaseKey},
     model::{Change, Tagged},
     plan::{self, Applied, Inputs, Job, OwnerId},
@@ -49,17 +49,13 @@ pub enum Error {
         /// The error.
         source: Box<kube::Error>,
     },
-    /// Deletion waits for releases to be uninstalled.
-    #[error(
-        "Controller {owner} is being deleted: waiting for {remaining} release(s) to be uninstalled{unreached}"
-    )]
+    /// Deletion waits for releases to be uninstalled, jobs to finish or clusters to be reached.
+    #[error("Controller {owner} is being deleted: {waiting}")]
     CleanupPending {
         /// The resource.
         owner: OwnerId,
-        /// Releases left.
-        remaining: usize,
-        /// Clusters not reached yet, if any.
-        unreached: String,
+        /// What it waits for.
+        waiting: String,
     },
     /// The finalizer machinery failed.
     #[error("finalizer: {0}")]
@@ -82,7 +78,7 @@ pub async fn reconcile(obj: Arc<Controller>, ctx: Arc<Context>) -> Result<Action
     let result = finalizer(&api, FINALIZER, obj, |event| async {
         match event {
             Event::Apply(c) => apply(&c, &ctx).await,
-            Event::Cleanup(c) => cleanup(&c, &ctx),
+            Event::Cleanup(c) => cleanup(&c, &ctx).await,
         }
     })
     .await
@@ -122,33 +118,40 @@ fn created_secs(c: &Controller) -> i64 {
 fn claims(
     ctx: &Context,
     clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
+    applied: &HashMap<ReleaseKey, Applied>,
 ) -> HashMap<ReleaseKey, OwnerId> {
     let all = ctx.controllers.state();
+    let any_chart = |_: &plan::ChartSource, _: Option<&str>| plan::ChartLookup::Found {
+        version: None,
+        digest: None,
+    };
     plan::claims(
         all.iter()
             .filter(|c| c.meta().deletion_timestamp.is_none())
             .map(|c| {
                 let owner = owner_id(c);
-                let (releases, _) =
-                    plan::desired(&owner, &c.spec, clusters, &ctx.settings.chart_home, &|_| {
-                        true
-                    });
-                (
-                    owner,
-                    created_secs(c),
-                    releases.into_iter().map(|r| r.key).collect(),
+                let named = plan::desired(
+                    &owner,
+                    &c.spec,
+                    clusters,
+                    &ctx.settings.chart_home,
+                    &any_chart,
                 )
+                .named;
+                (owner, created_secs(c), named.into_iter().collect())
             }),
+        applied,
     )
 }
 
 /// True when enqueueing this job would repeat work: it already failed in a way retrying cannot
-/// fix, or it was just applied and the release records have not caught up with it yet.
+/// fix (or as often as allowed), or it was just applied and the release records have not caught
+/// up with it yet.
 fn redundant(ctx: &Context, job: &Job, applied: &HashMap<ReleaseKey, Applied>) -> bool {
     ctx.outcomes.get(job.key()).is_some_and(|last| {
         last.fingerprint == job.fingerprint()
             && match last.outcome {
-                Outcome::Failed { kind, .. } => kind == FailureKind::Permanent,
+                Outcome::Failed { .. } => last.settled,
                 Outcome::Applied { revision, .. } => applied
                     .get(job.key())
                     .is_some_and(|a| a.revision < revision),
@@ -157,12 +160,33 @@ fn redundant(ctx: &Context, job: &Job, applied: &HashMap<ReleaseKey, Applied>) -
     })
 }
 
+/// Releases of `owner` that a finished job installed and the release records do not show yet.
+fn just_applied(
+    ctx: &Context,
+    owner: &OwnerId,
+    applied: &HashMap<ReleaseKey, Applied>,
+) -> Vec<ReleaseKey> {
+    ctx.outcomes
+        .iter()
+        .filter(|o| o.owner == *owner)
+        .filter(|o| match o.outcome {
+            Outcome::Applied { revision, .. } => applied
+                .get(o.key())
+                .is_none_or(|a| a.owner.as_ref() != Some(owner) || a.revision < revision),
+            _ => false,
+        })
+        .map(|o| o.key().clone())
+        .collect()
+}
+
 async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
     let owner = owner_id(c);
     let clusters = ctx.registry.load().labels();
     let (applied, synced) = ctx.releases.snapshot();
-    let claims = claims(ctx, &clusters);
-    let chart_exists = |p: &std::path::Path| p.join("Chart.yaml").is_file();
+    let claims = claims(ctx, &clusters, &applied);
+    ctx.charts.prepare(&c.spec, &ctx.settings.chart_home).await;
+    let lookup =
+        |source: &plan::ChartSource, version: Option<&str>| ctx.charts.lookup(source, version);
     let plan = plan::plan(&Inputs {
         owner: &owner,
         spec: &c.spec,
@@ -171,10 +195,15 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
         applied: &applied,
         claims: &claims,
         chart_home: &ctx.settings.chart_home,
-        chart_exists: &chart_exists,
+        chart_lookup: &lookup,
         now: Timestamp::now().as_second(),
         pending_timeout_secs: ctx.settings.pending_timeout.as_secs() as i64,
     });
+    let planned: HashSet<&ReleaseKey> = plan.jobs.iter().map(Job::key).collect();
+    let dropped = ctx.queue.retain_planned(&owner, &planned);
+    if dropped > 0 {
+        tracing::info!(controller = %owner, dropped, "dropped queued Helm jobs the newest spec no longer asks for");
+    }
     for job in plan.jobs.iter().filter(|j| !redundant(ctx, j, &applied)) {
         ctx.queue.enqueue(job.clone());
     }
@@ -193,7 +222,6 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
         .iter()
         .filter_map(|k| ctx.outcomes.get(*k).map(|o| ((*k).clone(), o.clone())))
         .collect();
-    let previous = c.status.clone().unwrap_or_default();
     let mut report = status::releases(&ReleaseView {
         plan: &plan,
         applied: &applied,
@@ -209,10 +237,29 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
         .map(|o| o.key().clone())
         .collect();
     status::add_orphans(&mut report, &orphans);
-    report_new_problems(ctx, c, &plan.problems, &previous).await;
+    report_new_problems(ctx, c, &plan.problems).await;
     let object = ObjectRef::from_obj(c);
     ctx.writer.submit(object.clone(), report);
-    let scopes = plan.desired.iter().map(|r| r.key.scope.clone()).collect();
+    // Watch every cluster/namespace the spec names, so what runs under a release that cannot be
+    // planned right now is still reported.
+    let scopes = plan
+        .desired
+        .iter()
+        .map(|r| r.key.scope.clone())
+        .chain(
+            plan.problems
+                .iter()
+                .filter(|p| !matches!(p, plan::Problem::Conflict { .. }))
+                .filter_map(plan::Problem::release)
+                .filter(|k| {
+                    applied
+                        .get(*k)
+                        .is_some_and(|a| a.owner.as_ref() == Some(&owner))
+                })
+                .map(|k| k.scope.clone()),
+        )
+        .filter(|s| clusters.contains_key(&s.cluster))
+        .collect();
     for gone in ctx.watches.set(&object, scopes, &ctx.registry.load()) {
         ctx.model.forget(&gone);
     }
@@ -305,24 +352,21 @@ fn wake(
     }
 }
 
-async fn report_new_problems(
-    ctx: &Context,
-    c: &Controller,
-    problems: &[plan::Problem],
-    previous: &crate::crd::ControllerStatus,
-) {
-    let known: BTreeSet<&str> = previous
-        .updated_tenancies
-        .iter()
-        .flat_map(|t| &t.chart_messages)
-        .map(|m| m.error_message.as_str())
-        .collect();
+/// Logs and publishes the problems that are new since the resource's last plan, so one problem
+/// is told once per change of the spec or the world, not on every reconcile.
+async fn report_new_problems(ctx: &Context, c: &Controller, problems: &[plan::Problem]) {
+    let owner = owner_id(c);
+    let notes: BTreeSet<String> = problems.iter().map(ToString::to_string).collect();
+    let before = ctx
+        .reported
+        .insert(owner.clone(), notes)
+        .unwrap_or_default();
     for problem in problems {
         let note = problem.to_string();
-        if known.contains(note.as_str()) {
+        if before.contains(&note) {
             continue;
         }
-        tracing::warn!(controller = %owner_id(c), problem = %note, "spec cannot be carried out as written");
+        tracing::warn!(controller = %owner, problem = %note, "spec cannot be carried out as written");
         publish(ctx, c, EventType::Warning, problem.reason(), "Plan", note).await;
     }
 }
@@ -407,50 +451,132 @@ pub async fn publish(
     }
 }
 
-fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
+/// Deletion: uninstalls the resource's releases everywhere (or, with `deletionPolicy: Orphan`,
+/// leaves them), waiting only for clusters that hold or may hold them, and for its running jobs.
+async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
     let owner = owner_id(c);
+    let object = ObjectRef::from_obj(c);
+    let dropped = ctx.queue.drop_applies(&owner);
+    if dropped > 0 {
+        tracing::info!(controller = %owner, dropped, "being deleted: dropped its queued installs and upgrades");
+    }
     let (applied, synced) = ctx.releases.snapshot();
-    let owned: Vec<&ReleaseKey> = applied
+    let mut owned: BTreeSet<ReleaseKey> = applied
         .values()
         .filter(|a| a.owner.as_ref() == Some(&owner))
-        .map(|a| &a.key)
+        .map(|a| a.key.clone())
         .collect();
-    for key in &owned {
-        ctx.queue.enqueue(Job::Uninstall {
-            key: (*key).clone(),
-            owner: owner.clone(),
-        });
+    owned.extend(just_applied(ctx, &owner, &applied));
+    let running = ctx.queue.running_for(&owner);
+    if c.spec.deletion_policy == DeletionPolicy::Orphan && running.is_empty() {
+        let left: Vec<String> = owned.iter().map(ToString::to_string).collect();
+        let note = if left.is_empty() {
+            "deletionPolicy Orphan: no release to leave".to_owned()
+        } else {
+            format!(
+                "deletionPolicy Orphan: releases left in place: {}",
+                left.join(", ")
+            )
+        };
+        tracing::warn!(controller = %owner, releases = ?left, "deleted with deletionPolicy Orphan; its releases are left in place");
+        publish(ctx, c, EventType::Warning, "Orphaned", "Delete", note).await;
+        forget(ctx, &object);
+        return Ok(Action::await_change());
     }
-    let unreached: Vec<String> = ctx
-        .registry
-        .load()
-        .labels()
-        .into_keys()
-        .filter(|c| !synced.contains(c))
-        .map(|c| c.to_string())
-        .collect();
-    if owned.is_empty() && unreached.is_empty() {
-        let object = ObjectRef::from_obj(c);
-        for gone in ctx
-            .watches
-            .set(&object, BTreeSet::new(), &ctx.registry.load())
-        {
-            ctx.model.forget(&gone);
+    if c.spec.deletion_policy == DeletionPolicy::Delete {
+        for key in owned.iter().filter(|k| !running.contains(k)) {
+            ctx.queue.enqueue(Job::Uninstall {
+                key: key.clone(),
+                owner: owner.clone(),
+            });
         }
-        ctx.interest.set(&object, std::iter::empty());
-        ctx.writer.forget(&object);
+    }
+    // Clusters that may hold its releases: those the spec targets, those its status lists, and
+    // those where its releases are known to be.
+    let registered = ctx.registry.load().labels();
+    let mut holding: BTreeSet<ClusterName> = c
+        .spec
+        .tenancies
+        .iter()
+        .flat_map(|t| plan::targets(t, &registered).0)
+        .collect();
+    holding.extend(owned.iter().map(|k| k.scope.cluster.clone()));
+    holding.extend(
+        c.status
+            .iter()
+            .flat_map(|s| &s.updated_tenancies)
+            .filter_map(|t| t.cluster.parse::<ClusterName>().ok()),
+    );
+    let unreached: Vec<ClusterName> = holding
+        .into_iter()
+        .filter(|c| registered.contains_key(c) && !synced.contains(c))
+        .collect();
+    if owned.is_empty() && running.is_empty() && unreached.is_empty() {
+        forget(ctx, &object);
         tracing::info!(controller = %owner, "every release uninstalled; removing the finalizer");
         return Ok(Action::await_change());
     }
-    Err(Error::CleanupPending {
-        owner,
-        remaining: owned.len(),
-        unreached: if unreached.is_empty() {
-            String::new()
-        } else {
-            format!(" and for clusters {} to be reached", unreached.join(", "))
-        },
-    })
+    let waiting = describe_wait(ctx, &owned, &running, &unreached);
+    ctx.writer.submit(
+        object,
+        status::deleting(c.status.as_ref(), c.meta().generation, waiting.clone()),
+    );
+    Err(Error::CleanupPending { owner, waiting })
+}
+
+/// What a deletion waits for, in words: releases, running jobs, and clusters with the time they
+/// were last seen.
+fn describe_wait(
+    ctx: &Context,
+    owned: &BTreeSet<ReleaseKey>,
+    running: &[ReleaseKey],
+    unreached: &[ClusterName],
+) -> String {
+    let mut parts = Vec::new();
+    if !owned.is_empty() {
+        let list: Vec<String> = owned.iter().take(10).map(ToString::to_string).collect();
+        parts.push(format!(
+            "{} release(s) to be uninstalled ({}{})",
+            owned.len(),
+            list.join(", "),
+            if owned.len() > 10 { ", …" } else { "" }
+        ));
+    }
+    if !running.is_empty() {
+        parts.push(format!("{} running Helm job(s)", running.len()));
+    }
+    if !unreached.is_empty() {
+        let clusters: Vec<String> = unreached
+            .iter()
+            .map(|c| match ctx.health.get(c).and_then(|h| h.last_seen) {
+                Some(seen) => format!("{c} (unreachable, last seen {seen})"),
+                None => format!("{c} (not reached since the operator started)"),
+            })
+            .collect();
+        parts.push(format!(
+            "clusters {} to be reached; if a cluster is gone for good, set spec.deletionPolicy: Orphan to let the resource go",
+            clusters.join(", ")
+        ));
+    }
+    format!("waiting for {}", parts.join(" and for "))
+}
+
+/// Forgets everything kept for a resource that is gone.
+fn forget(ctx: &Context, object: &ObjectRef<Controller>) {
+    for gone in ctx
+        .watches
+        .set(object, BTreeSet::new(), &ctx.registry.load())
+    {
+        ctx.model.forget(&gone);
+    }
+    ctx.interest.set(object, std::iter::empty());
+    ctx.writer.forget(object);
+    let owner = OwnerId {
+        namespace: object.namespace.clone().unwrap_or_default(),
+        name: object.name.clone(),
+    };
+    ctx.reported.remove(&owner);
+    ctx.outcomes.retain(|_, o| o.owner != owner);
 }
 
 /// Applies tagged pod and workload changes to the model and marks the resources that see them.
@@ -492,16 +618,6 @@ pub async fn record_outcomes(
             outcome,
             completed.elapsed.as_secs_f64(),
         );
-        let outcome = match &completed.outcome {
-            Outcome::Applied { .. } => "applied",
-            Outcome::Uninstalled => "uninstalled",
-            Outcome::Failed { .. } => "failed",
-        };
-        ctx.metrics.helm_job(
-            key.scope.cluster.as_str(),
-            outcome,
-            completed.elapsed.as_secs_f64(),
-        );
         match type_ {
             EventType::Normal => {
                 tracing::info!(release = %key, elapsed_ms = completed.elapsed.as_millis() as u64, "{note}")
@@ -510,11 +626,21 @@ pub async fn record_outcomes(
                 tracing::warn!(release = %key, attempt = completed.attempt, "{note}")
             }
         }
+        let settled = completed.stalled
+            || matches!(
+                completed.outcome,
+                Outcome::Failed {
+                    kind: FailureKind::Permanent,
+                    ..
+                }
+            );
         ctx.outcomes.insert(
             key.clone(),
             LastOutcome {
                 fingerprint: completed.job.fingerprint(),
                 outcome: completed.outcome.clone(),
+                owner: owner.clone(),
+                settled,
             },
         );
         let object = ObjectRef::new(&owner.name).within(&owner.namespace);
@@ -550,11 +676,14 @@ fn describe(completed: &Completed) -> (EventType, &'static str, String) {
             format!("uninstalled {key}"),
         ),
         Outcome::Failed { message, .. } => {
-            let retry = completed
-                .next_retry
-                .map_or("not retried until the spec changes".to_owned(), |d| {
-                    format!("retrying in {}s", d.as_secs())
-                });
+            let retry = match completed.next_retry {
+                Some(d) => format!("retrying in {}s", d.as_secs()),
+                None if completed.stalled => format!(
+                    "stalled after {} tries; not retried until the spec changes",
+                    completed.attempt
+                ),
+                None => "not retried until the spec changes".to_owned(),
+            };
             (
                 EventType::Warning,
                 "Failed",

@@ -43,6 +43,10 @@ pub struct LastOutcome {
     pub fingerprint: String,
     /// What it came to.
     pub outcome: Outcome,
+    /// The resource the job was done for.
+    pub owner: crate::plan::OwnerId,
+    /// True when nothing more happens without a spec change (a permanent or stalled failure).
+    pub settled: bool,
 }
 
 /// Everything the release part of the status is built from.
@@ -72,6 +76,8 @@ pub struct ReleaseReport {
     pub synced: BTreeSet<ClusterName>,
     /// The resource's generation.
     pub generation: Option<i64>,
+    /// While the resource is being deleted: what the deletion waits for.
+    pub deleting: Option<String>,
 }
 
 /// Pods listed per cluster/namespace entry before only pods that are not ready are listed.
@@ -100,7 +106,13 @@ fn message(
 
 fn release_message(release: &Release, view: &ReleaseView<'_>) -> ChartMessage {
     let applied = view.applied.get(&release.key);
-    let last = view.outcomes.get(&release.key);
+    // Only the outcome of a job for the current spec counts: after a revert to a good spec, an
+    // old failure says nothing about the release.
+    let current_job = format!("apply:{}", release.spec_hash);
+    let last = view
+        .outcomes
+        .get(&release.key)
+        .filter(|l| l.fingerprint == current_job);
     let failure = last.and_then(|l| match &l.outcome {
         Outcome::Failed { message, .. } => Some(message.clone()),
         _ => None,
@@ -163,7 +175,7 @@ fn problem_message(problem: &Problem, key: &ReleaseKey) -> ChartMessage {
     };
     ChartMessage {
         chart_name: match problem {
-            Problem::MissingChart { chart, .. } => chart.clone(),
+            Problem::MissingChart { chart, .. } | Problem::Duplicate { chart, .. } => chart.clone(),
             _ => String::new(),
         },
         release_name: key.release.clone(),
@@ -214,6 +226,36 @@ pub fn releases(view: &ReleaseView<'_>) -> ReleaseReport {
         general,
         synced: view.synced.clone(),
         generation: view.generation,
+        deleting: None,
+    }
+}
+
+/// The release side of a resource being deleted: what its status last said of its releases, and
+/// what the deletion waits for.
+pub fn deleting(
+    previous: Option<&ControllerStatus>,
+    generation: Option<i64>,
+    waiting: String,
+) -> ReleaseReport {
+    let tenancies = previous
+        .map(|s| {
+            s.updated_tenancies
+                .iter()
+                .map(|t| TenancyStatus {
+                    cluster: t.cluster.clone(),
+                    namespace: t.namespace.clone(),
+                    chart_messages: t.chart_messages.clone(),
+                    ..Default::default()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    ReleaseReport {
+        tenancies,
+        general: Vec::new(),
+        synced: BTreeSet::new(),
+        generation,
+        deleting: Some(waiting),
     }
 }
 
@@ -241,11 +283,13 @@ pub fn add_orphans<'a>(
     report.tenancies = tenancies.into_values().collect();
 }
 
-/// Joins the release side with what runs (`scope` looks a cluster/namespace up in the model):
-/// workloads and pods per entry, freshness, per-cluster summaries, totals and conditions, bounded.
+/// Joins the release side with what runs (`scope` looks a cluster/namespace up in the model,
+/// `reachable` tells whether a cluster answers): workloads and pods per entry, freshness,
+/// per-cluster summaries, totals and conditions, bounded.
 pub fn assemble(
     report: &ReleaseReport,
     scope: &dyn Fn(&str, &str) -> Option<ScopeState>,
+    reachable: &dyn Fn(&str) -> bool,
     previous: &[Condition],
     now: Timestamp,
 ) -> ControllerStatus {
@@ -257,20 +301,9 @@ pub fn assemble(
             None => t.fresh = false,
         }
     }
-    let clusters = cluster_summaries(&tenancies, &report.synced);
+    let clusters = cluster_summaries(&tenancies, &report.synced, reachable);
     let summary = totals(&tenancies, &clusters);
-    let stale = tenancies
-        .iter()
-        .filter(|t| !t.fresh && t.chart_messages.iter().any(|m| m.phase != phase::ORPHANED))
-        .count();
-    let conditions = conditions(
-        &tenancies,
-        &report.general,
-        stale,
-        report.generation,
-        previous,
-        now,
-    );
+    let conditions = conditions(&Findings::of(&tenancies, report), previous, now);
     let mut status = ControllerStatus {
         updated_tenancies: tenancies,
         clusters,
@@ -282,10 +315,23 @@ pub fn assemble(
     status
 }
 
+/// Phases of releases tenancy-hub manages and watches (not refused, held elsewhere or orphaned).
+fn is_managed(phase: &str) -> bool {
+    [
+        phase::DEPLOYED,
+        phase::PENDING,
+        phase::FAILED,
+        phase::UNKNOWN,
+    ]
+    .contains(&phase)
+}
+
 fn fill(t: &mut TenancyStatus, state: &ScopeState, synced: bool) {
+    // Releases held by another owner are not ours to report.
     let releases: BTreeSet<&str> = t
         .chart_messages
         .iter()
+        .filter(|m| m.phase != phase::CONFLICT)
         .map(|m| m.release_name.as_str())
         .filter(|r| !r.is_empty())
         .collect();
@@ -306,6 +352,7 @@ fn fill(t: &mut TenancyStatus, state: &ScopeState, synced: bool) {
                 format!("?/{}", w.desired)
             },
             release_name: w.release.clone().unwrap_or_default(),
+            rolled_out: t.fresh && w.rolled_out,
         })
         .collect();
     let mut pods: Vec<&PodInfo> = state
@@ -315,8 +362,11 @@ fn fill(t: &mut TenancyStatus, state: &ScopeState, synced: bool) {
         .collect();
     pods.sort_by_key(|p| (p.ready, p.name.clone()));
     t.pods_total = pods.len() as i32;
+    // A pod that ran to completion (a Job's) is as good as ready.
     t.pods_ready = if t.fresh {
-        pods.iter().filter(|p| p.ready).count() as i32
+        pods.iter()
+            .filter(|p| p.ready || p.phase == "Succeeded")
+            .count() as i32
     } else {
         0
     };
@@ -337,8 +387,18 @@ fn fill(t: &mut TenancyStatus, state: &ScopeState, synced: bool) {
         .collect();
 }
 
+/// Whether an entry shows nothing left to do: every release deployed, watched live, every
+/// workload rolled out and every pod ready.
+fn entry_ready(t: &TenancyStatus) -> bool {
+    t.chart_messages.iter().all(|m| m.phase == phase::DEPLOYED)
+        && t.fresh
+        && t.replication_controller_status.iter().all(|w| w.rolled_out)
+        && t.pods_ready == t.pods_total
+}
+
 /// Shrinks a status until it serializes within `budget` bytes: ready pods go first, then ready
-/// workloads, then deployed releases; counts stay.
+/// workloads, then deployed releases, then whole entries, ready ones before any that shows a
+/// problem; counts stay.
 pub fn bound(status: &mut ControllerStatus, budget: usize) {
     let size = |s: &ControllerStatus| serde_json::to_vec(s).map_or(0, |v| v.len());
     let mut limit = POD_LIST_LIMIT;
@@ -351,8 +411,7 @@ pub fn bound(status: &mut ControllerStatus, budget: usize) {
     }
     if size(status) > budget {
         for t in &mut status.updated_tenancies {
-            t.replication_controller_status
-                .retain(|w| w.ready.split_once('/').is_some_and(|(r, d)| r != d));
+            t.replication_controller_status.retain(|w| !w.rolled_out);
         }
     }
     if size(status) > budget {
@@ -363,10 +422,32 @@ pub fn bound(status: &mut ControllerStatus, budget: usize) {
             }
         }
     }
-    while size(status) > budget && !status.updated_tenancies.is_empty() {
-        let keep = status.updated_tenancies.len() / 2;
-        status.updated_tenancies.truncate(keep);
+    if size(status) <= budget {
+        return;
     }
+    // Entries in the order they are given up: ready ones first, the last listed first.
+    let all = std::mem::take(&mut status.updated_tenancies);
+    let mut order: Vec<usize> = (0..all.len()).rev().collect();
+    order.sort_by_key(|i| !entry_ready(&all[*i]));
+    let keeping = |dropped: usize| -> Vec<TenancyStatus> {
+        let gone: BTreeSet<usize> = order[..dropped].iter().copied().collect();
+        (0..all.len())
+            .filter(|i| !gone.contains(i))
+            .map(|i| all[i].clone())
+            .collect()
+    };
+    // The fewest entries to drop, found by bisection: size falls as entries go.
+    let (mut low, mut high) = (0, all.len());
+    while low < high {
+        let mid = (low + high) / 2;
+        status.updated_tenancies = keeping(mid);
+        if size(status) <= budget {
+            high = mid;
+        } else {
+            low = mid + 1;
+        }
+    }
+    status.updated_tenancies = keeping(low);
 }
 
 fn entry<'a>(
@@ -406,9 +487,13 @@ fn counts<'a>(entries: impl Iterator<Item = &'a TenancyStatus>) -> (usize, usize
     (deployed, releases, pods_ready, pods)
 }
 
+/// One summary per cluster. A cluster is reachable when its API server answers and its release
+/// records are listed, whatever its entries hold (an entry with nothing to watch is not a sign
+/// of an unreachable cluster).
 fn cluster_summaries(
     tenancies: &[TenancyStatus],
     synced: &BTreeSet<ClusterName>,
+    reachable: &dyn Fn(&str) -> bool,
 ) -> Vec<ClusterStatus> {
     let names: BTreeSet<&str> = tenancies.iter().map(|t| t.cluster.as_str()).collect();
     names
@@ -418,11 +503,7 @@ fn cluster_summaries(
                 counts(tenancies.iter().filter(|t| t.cluster == name));
             ClusterStatus {
                 name: name.to_owned(),
-                reachable: synced.iter().any(|c| c.as_str() == name)
-                    && tenancies
-                        .iter()
-                        .filter(|t| t.cluster == name)
-                        .all(|t| t.fresh),
+                reachable: synced.iter().any(|c| c.as_str() == name) && reachable(name),
                 last_seen: tenancies
                     .iter()
                     .filter(|t| t.cluster == name)
@@ -472,86 +553,235 @@ fn condition(type_: &str, ok: bool, reason: &str, message: String, clock: &Clock
     }
 }
 
-fn conditions(
-    tenancies: &[TenancyStatus],
-    general: &[String],
-    stale: usize,
+/// Names a few items and counts the rest: "a, b, c and 4 more".
+fn some(items: &[String]) -> String {
+    const SHOWN: usize = 3;
+    let mut out = items
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if items.len() > SHOWN {
+        out.push_str(&format!(" and {} more", items.len() - SHOWN));
+    }
+    out
+}
+
+/// What the conditions are made of: everything that stands between the spec and "it runs".
+struct Findings<'a> {
     generation: Option<i64>,
-    previous: &[Condition],
-    now: Timestamp,
-) -> Vec<Condition> {
+    deleting: Option<&'a str>,
+    general: &'a [String],
+    /// Releases (`cluster/namespace/release`) by phase.
+    phases: BTreeMap<&'a str, Vec<String>>,
+    /// First message of a failed, refused or conflicting release.
+    first_error: Option<String>,
+    /// Entries with releases to watch that are not watched live.
+    stale: Vec<String>,
+    /// Workloads not rolled out, as `cluster/namespace Kind/name`.
+    rolling: Vec<String>,
+    /// Pods not ready, as `cluster/namespace/pod`, and how many.
+    pods_not_ready: i32,
+    /// Pods that are failing (a waiting or terminated reason such as CrashLoopBackOff).
+    failing_pods: Vec<String>,
+}
+
+impl<'a> Findings<'a> {
+    fn of(tenancies: &'a [TenancyStatus], report: &'a ReleaseReport) -> Self {
+        let mut f = Findings {
+            generation: report.generation,
+            deleting: report.deleting.as_deref(),
+            general: &report.general,
+            phases: BTreeMap::new(),
+            first_error: None,
+            stale: Vec::new(),
+            rolling: Vec::new(),
+            pods_not_ready: 0,
+            failing_pods: Vec::new(),
+        };
+        for t in tenancies {
+            let here = format!("{}/{}", t.cluster, t.namespace);
+            for m in &t.chart_messages {
+                f.phases
+                    .entry(m.phase.as_str())
+                    .or_default()
+                    .push(format!("{here}/{}", m.release_name));
+                let bad =
+                    [phase::FAILED, phase::INVALID, phase::CONFLICT].contains(&m.phase.as_str());
+                if bad && f.first_error.is_none() {
+                    f.first_error = Some(format!("{here}/{}: {}", m.release_name, m.error_message));
+                }
+            }
+            if !t.chart_messages.iter().any(|m| is_managed(&m.phase)) {
+                continue;
+            }
+            if !t.fresh {
+                f.stale.push(here.clone());
+                continue;
+            }
+            f.rolling.extend(
+                t.replication_controller_status
+                    .iter()
+                    .filter(|w| !w.rolled_out)
+                    .map(|w| {
+                        format!(
+                            "{here} {}/{} ({} ready)",
+                            w.kind, w.replication_controller_name, w.ready
+                        )
+                    }),
+            );
+            f.pods_not_ready += t.pods_total - t.pods_ready;
+            f.failing_pods.extend(
+                t.pod_status
+                    .iter()
+                    .filter(|p| !p.ready && !p.reason.is_empty() && p.phase != "Succeeded")
+                    .map(|p| format!("{here}/{} ({})", p.pod_name, p.reason)),
+            );
+        }
+        f
+    }
+
+    fn list(&self, phase: &str) -> &[String] {
+        self.phases.get(phase).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// kstatus-compatible conditions: `Ready` (True only when every release is deployed from this
+/// generation and its workloads and pods are ready), `Reconciling` (what it waits for),
+/// `Stalled` (what cannot go on without a change) and `Degraded` (something that ran has failed).
+fn conditions(f: &Findings<'_>, previous: &[Condition], now: Timestamp) -> Vec<Condition> {
     let clock = Clock {
         previous,
         now,
-        generation,
+        generation: f.generation,
     };
-    let all: Vec<&ChartMessage> = tenancies.iter().flat_map(|t| &t.chart_messages).collect();
-    let count = |p: &str| all.iter().filter(|m| m.phase == p).count();
-    let orphaned = count(phase::ORPHANED);
-    let (failed, conflict, invalid, pending, unknown) = (
-        count(phase::FAILED),
-        count(phase::CONFLICT),
-        count(phase::INVALID) + general.len(),
-        count(phase::PENDING),
-        count(phase::UNKNOWN),
+    let (failed, invalid, conflict) = (
+        f.list(phase::FAILED),
+        f.list(phase::INVALID),
+        f.list(phase::CONFLICT),
     );
-    let deployed = count(phase::DEPLOYED);
-    let (ready_reason, ready_message) = match () {
-        _ if invalid > 0 => (
+    let stalled: Option<(&str, String)> = match () {
+        _ if !invalid.is_empty() || !f.general.is_empty() => Some((
             "InvalidSpec",
             format!(
-                "{invalid} part(s) of the spec cannot be carried out; see chartMessages. {}",
-                general.join("; ")
+                "{} part(s) of the spec cannot be carried out ({}); what runs is left as it is. {}",
+                invalid.len() + f.general.len(),
+                some(invalid),
+                f.general.join("; ")
             )
             .trim_end()
             .to_owned(),
-        ),
-        _ if conflict > 0 => (
+        )),
+        _ if !conflict.is_empty() => Some((
             "Conflict",
-            format!("{conflict} release(s) are held by another owner"),
-        ),
-        _ if failed > 0 => (
+            format!("release(s) {} are held by another owner", some(conflict)),
+        )),
+        _ if !failed.is_empty() => Some((
             "ReleaseFailed",
-            format!("{failed} release(s) failed; see chartMessages"),
-        ),
-        _ if unknown > 0 => (
-            "ClusterUnavailable",
-            format!("{unknown} release(s) are on clusters not reached yet"),
-        ),
-        _ if stale > 0 => (
+            format!(
+                "release(s) {} failed and wait for a spec change",
+                some(failed)
+            ),
+        )),
+        _ => None,
+    };
+    let (pending, unknown) = (f.list(phase::PENDING), f.list(phase::UNKNOWN));
+    let reconciling: Option<(&str, String)> = match () {
+        _ if f.deleting.is_some() => {
+            Some(("Terminating", f.deleting.unwrap_or_default().to_owned()))
+        }
+        _ if !pending.is_empty() => Some((
+            "Progressing",
+            format!(
+                "waiting for release(s) {} to be installed, upgraded or uninstalled",
+                some(pending)
+            ),
+        )),
+        _ if !unknown.is_empty() => Some((
             "ClusterUnavailable",
             format!(
-                "{stale} cluster/namespace entr(ies) are not watched live; their pods are Unknown"
+                "waiting for the clusters of release(s) {} to be reached",
+                some(unknown)
             ),
-        ),
-        _ if pending > 0 => (
-            "Progressing",
-            format!("{pending} release(s) are being installed, upgraded or uninstalled"),
-        ),
-        _ => (
-            "AllReleasesDeployed",
-            format!("{deployed} release(s) deployed"),
-        ),
+        )),
+        _ if !f.stale.is_empty() => Some((
+            "ClusterUnavailable",
+            format!(
+                "waiting for {} to be watched live; their pods are Unknown",
+                some(&f.stale)
+            ),
+        )),
+        _ if !f.rolling.is_empty() => Some((
+            "WorkloadsRollingOut",
+            format!("waiting for workload(s) {} to roll out", some(&f.rolling)),
+        )),
+        _ if f.pods_not_ready > 0 => Some((
+            "PodsNotReady",
+            format!("waiting for {} pod(s) to be ready", f.pods_not_ready),
+        )),
+        _ => None,
     };
-    let ready = ready_reason == "AllReleasesDeployed";
-    let degraded = failed + conflict + invalid + orphaned > 0;
-    let degraded_reason = match () {
-        _ if !degraded => "AsExpected",
-        _ if ready_reason == "AllReleasesDeployed" => "Orphaned",
-        _ => ready_reason,
+    let orphaned = f.list(phase::ORPHANED);
+    let degraded: Option<(&str, String)> = match (&stalled, &f.first_error) {
+        (Some((reason, _)), Some(first)) => Some((reason, first.clone())),
+        (Some((reason, message)), None) => Some((reason, message.clone())),
+        _ if !f.failing_pods.is_empty() => Some((
+            "PodsFailing",
+            format!("pod(s) {} are failing", some(&f.failing_pods)),
+        )),
+        _ if !orphaned.is_empty() => Some((
+            "Orphaned",
+            format!(
+                "{} release(s) are left in clusters no longer registered",
+                orphaned.len()
+            ),
+        )),
+        _ => None,
     };
-    let degraded_message = match degraded_reason {
-        "AsExpected" => "no release has failed".into(),
-        "Orphaned" => format!("{orphaned} release(s) are left in clusters no longer registered"),
-        _ => ready_message.clone(),
+    let deployed = f.list(phase::DEPLOYED).len();
+    let (ready_reason, ready_message) = match (&stalled, &reconciling) {
+        (Some((reason, message)), _) => (*reason, message.clone()),
+        (None, Some((reason, message))) => (*reason, message.clone()),
+        (None, None) => (
+            "Ready",
+            format!("{deployed} release(s) deployed and their workloads ready"),
+        ),
     };
     vec![
-        condition("Ready", ready, ready_reason, ready_message, &clock),
+        condition(
+            "Ready",
+            stalled.is_none() && reconciling.is_none(),
+            ready_reason,
+            ready_message,
+            &clock,
+        ),
+        condition(
+            "Reconciling",
+            reconciling.is_some() && stalled.is_none(),
+            reconciling.as_ref().map_or("Reconciled", |r| r.0),
+            reconciling
+                .as_ref()
+                .map_or_else(|| "nothing to wait for".to_owned(), |r| r.1.clone()),
+            &clock,
+        ),
+        condition(
+            "Stalled",
+            stalled.is_some(),
+            stalled.as_ref().map_or("AsExpected", |s| s.0),
+            stalled
+                .as_ref()
+                .map_or_else(|| "nothing is stalled".to_owned(), |s| s.1.clone()),
+            &clock,
+        ),
         condition(
             "Degraded",
-            degraded,
-            degraded_reason,
-            degraded_message,
+            degraded.is_some(),
+            degraded.as_ref().map_or("AsExpected", |d| d.0),
+            degraded.as_ref().map_or_else(
+                || "no release or pod has failed".to_owned(),
+                |d| d.1.clone(),
+            ),
             &clock,
         ),
     ]
@@ -572,6 +802,7 @@ mod tests {
             chart_name: "deployment-example".into(),
             source: ChartSource::Directory("/c/deployment-example".into()),
             version: None,
+            chart_digest: None,
             settings: vec![("replicaCount".into(), "2".into())],
             values: None,
             rollback_on_failure: false,
@@ -639,6 +870,7 @@ mod tests {
             assemble(
                 &self.report(),
                 &|_, _| Some(live.clone()),
+                &|_| true,
                 &[],
                 Timestamp::UNIX_EPOCH,
             )
@@ -663,7 +895,7 @@ mod tests {
             deployed("member-1/team/db", 1),
         ]);
         let s = f.build();
-        assert_eq!(ready(&s), ("True", "AllReleasesDeployed"));
+        assert_eq!(ready(&s), ("True", "Ready"));
         assert_eq!(s.updated_tenancies.len(), 2);
         assert_eq!(s.updated_tenancies[0].cluster, "member-1");
         assert_eq!(s.updated_tenancies[0].chart_messages.len(), 2);
@@ -687,6 +919,8 @@ mod tests {
                     kind: crate::queue::FailureKind::Permanent,
                     message: "template: boom".into(),
                 },
+                owner: release("hub/foo/nginx").owner,
+                settled: true,
             },
         );
         let s = f.build();
@@ -767,7 +1001,13 @@ mod tests {
             ..Default::default()
         };
         let now = Timestamp::from_second(9_000).unwrap();
-        let s = assemble(&f.report(), &|_, _| Some(live.clone()), &previous, now);
+        let s = assemble(
+            &f.report(),
+            &|_, _| Some(live.clone()),
+            &|_| true,
+            &previous,
+            now,
+        );
         assert_eq!(s.conditions[0].last_transition_time, earlier);
         assert_eq!(s.conditions[1].last_transition_time.0.as_second(), 9_000);
     }
@@ -790,6 +1030,7 @@ mod tests {
                 release: Some("web".into()),
                 ready: ready as i32,
                 desired: pods as i32,
+                rolled_out: ready == pods,
             },
         );
         for i in 0..pods {
@@ -817,6 +1058,7 @@ mod tests {
         let s = assemble(
             &f.report(),
             &|_, _| Some(scope.clone()),
+            &|_| true,
             &[],
             Timestamp::UNIX_EPOCH,
         );
@@ -841,6 +1083,7 @@ mod tests {
         let s = assemble(
             &f.report(),
             &|_, _| Some(scope.clone()),
+            &|_| false,
             &[],
             Timestamp::UNIX_EPOCH,
         );
@@ -865,6 +1108,7 @@ mod tests {
         let s = assemble(
             &f.report(),
             &|_, _| Some(scope.clone()),
+            &|_| true,
             &[],
             Timestamp::UNIX_EPOCH,
         );
@@ -888,6 +1132,7 @@ mod tests {
         let s = assemble(
             &f.report(),
             &|_, _| Some(scope.clone()),
+            &|_| true,
             &[],
             Timestamp::UNIX_EPOCH,
         );
@@ -910,6 +1155,7 @@ mod tests {
         let s = assemble(
             &report,
             &|_, _| Some(live.clone()),
+            &|_| true,
             &[],
             Timestamp::UNIX_EPOCH,
         );

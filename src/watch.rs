@@ -126,8 +126,7 @@ impl Watched for Pod {
 fn workload<K: Resource>(
     obj: &K,
     kind: WorkloadKind,
-    ready: Option<i32>,
-    desired: Option<i32>,
+    (ready, desired, rolled_out): (Option<i32>, Option<i32>, bool),
 ) -> WorkloadInfo {
     WorkloadInfo {
         id: WorkloadRef {
@@ -141,16 +140,63 @@ fn workload<K: Resource>(
             .and_then(|a| a.get(RELEASE_ANNOTATION).cloned()),
         ready: ready.unwrap_or(0),
         desired: desired.unwrap_or(0),
+        rolled_out,
     }
 }
 
+/// True when the controller has seen the newest spec (`observedGeneration >= generation`).
+fn observed<K: Resource>(obj: &K, observed_generation: Option<i64>) -> bool {
+    observed_generation.unwrap_or(0) >= obj.meta().generation.unwrap_or(0)
+}
+
+/// `kubectl rollout status` for a Deployment: the newest spec seen, every replica updated and
+/// available, no old replica left.
+fn deployment_state(d: &Deployment) -> (Option<i32>, Option<i32>, bool) {
+    let desired = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let Some(st) = d.status.as_ref() else {
+        return (None, Some(desired), false);
+    };
+    let updated = st.updated_replicas.unwrap_or(0);
+    let rolled_out = observed(d, st.observed_generation)
+        && updated == desired
+        && st.replicas.unwrap_or(0) == updated
+        && st.available_replicas.unwrap_or(0) == updated;
+    (st.ready_replicas, Some(desired), rolled_out)
+}
+
+/// `kubectl rollout status` for a StatefulSet: the newest spec seen, every replica updated to
+/// the update revision and ready.
+fn stateful_set_state(s: &StatefulSet) -> (Option<i32>, Option<i32>, bool) {
+    let desired = s.spec.as_ref().and_then(|sp| sp.replicas).unwrap_or(1);
+    let Some(st) = s.status.as_ref() else {
+        return (None, Some(desired), false);
+    };
+    let rolled_out = observed(s, st.observed_generation)
+        && st.ready_replicas.unwrap_or(0) == desired
+        && st.updated_replicas.unwrap_or(0) == desired
+        && (st.update_revision.is_none() || st.current_revision == st.update_revision);
+    (st.ready_replicas, Some(desired), rolled_out)
+}
+
+/// `kubectl rollout status` for a DaemonSet: the newest spec seen, every scheduled pod updated
+/// and available.
+fn daemon_set_state(d: &DaemonSet) -> (Option<i32>, Option<i32>, bool) {
+    let Some(st) = d.status.as_ref() else {
+        return (None, None, false);
+    };
+    let desired = st.desired_number_scheduled;
+    let rolled_out = observed(d, st.observed_generation)
+        && st.updated_number_scheduled.unwrap_or(0) == desired
+        && st.number_available.unwrap_or(0) == desired;
+    (Some(st.number_ready), Some(desired), rolled_out)
+}
+
 macro_rules! watched_workload {
-    ($ty:ty, $kind:expr, |$o:ident| ($ready:expr, $desired:expr)) => {
+    ($ty:ty, $kind:expr, $state:path) => {
         impl Watched for $ty {
             type Info = WorkloadInfo;
             fn info(&self) -> WorkloadInfo {
-                let $o = self;
-                workload(self, $kind, $ready, $desired)
+                workload(self, $kind, $state(self))
             }
             fn upsert(info: WorkloadInfo) -> Change {
                 Change::Workload(info)
@@ -168,18 +214,9 @@ macro_rules! watched_workload {
     };
 }
 
-watched_workload!(Deployment, WorkloadKind::Deployment, |d| (
-    d.status.as_ref().and_then(|s| s.ready_replicas),
-    Some(d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1))
-));
-watched_workload!(StatefulSet, WorkloadKind::StatefulSet, |s| (
-    s.status.as_ref().and_then(|st| st.ready_replicas),
-    Some(s.spec.as_ref().and_then(|sp| sp.replicas).unwrap_or(1))
-));
-watched_workload!(DaemonSet, WorkloadKind::DaemonSet, |d| (
-    d.status.as_ref().map(|s| s.number_ready),
-    d.status.as_ref().map(|s| s.desired_number_scheduled)
-));
+watched_workload!(Deployment, WorkloadKind::Deployment, deployment_state);
+watched_workload!(StatefulSet, WorkloadKind::StatefulSet, stateful_set_state);
+watched_workload!(DaemonSet, WorkloadKind::DaemonSet, daemon_set_state);
 
 /// The changes of one kind in one namespace: relists arrive whole, errors as `Lost`.
 fn changes<K: Watched>(client: Client, namespace: &str) -> impl Stream<Item = Change> + Send {

@@ -137,7 +137,18 @@ impl StatusWriter {
             }
             Some(state)
         };
-        let status = status::assemble(&report, &lookup, &previous.conditions, Timestamp::now());
+        let reachable = |cluster: &str| {
+            cluster
+                .parse()
+                .map_or(true, |c| ctx.health.unreachable(&c).is_none())
+        };
+        let status = status::assemble(
+            &report,
+            &lookup,
+            &reachable,
+            &previous.conditions,
+            Timestamp::now(),
+        );
         if status == previous {
             ctx.metrics.status_write_skipped();
             return;
