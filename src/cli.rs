@@ -124,6 +124,12 @@ pub struct RunArgs {
     /// Seconds after which a release left pending (by a crash) is cleared; default: the helm timeout plus a minute.
     #[arg(long)]
     pub pending_timeout: Option<u64>,
+    /// Tries of a Helm job failing with a transient error (a timeout, a server error) before the
+    /// release is reported Stalled and waits for a spec change. Errors only a spec change can fix
+    /// (a chart that does not render, a values schema, an invalid field) are never retried, and
+    /// an unreachable cluster is waited for without using up tries.
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub max_attempts: u32,
     /// Address of the HTTP endpoints: /healthz, /readyz, /metrics and the /api/v1 status API.
     #[arg(long, env = "TENANCY_HUB_HTTP_ADDR", default_value = "127.0.0.1:9090")]
     pub http_addr: std::net::SocketAddr,
@@ -154,6 +160,7 @@ impl RunArgs {
                 pending_timeout: self
                     .pending_timeout
                     .map_or(helm_timeout + Duration::from_secs(60), Duration::from_secs),
+                scope: self.namespace.clone(),
             },
             helm: HelmOptions {
                 binary: self.helm.clone(),
@@ -163,6 +170,7 @@ impl RunArgs {
             queue: QueueConfig {
                 workers: self.workers.into(),
                 per_cluster: self.per_cluster.into(),
+                max_attempts: self.max_attempts,
                 ..QueueConfig::default()
             },
             http_addr: self.http_addr,

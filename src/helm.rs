@@ -390,7 +390,7 @@ impl Executor for HelmCli {
             Job::Apply {
                 release,
                 stale_pending,
-            } => self.apply(release, stale_pending).await,
+            } => self.apply(*release, stale_pending).await,
             Job::Uninstall { key, .. } => self.uninstall(key).await,
         }
     }

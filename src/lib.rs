@@ -34,6 +34,8 @@ pub struct Settings {
     pub chart_home: PathBuf,
     /// How long a release may stay `pending-*` before it is cleared.
     pub pending_timeout: Duration,
+    /// The one hub namespace reconciled (`--namespace`); every namespace when None.
+    pub scope: Option<String>,
 }
 
 /// Everything the reconciler and the workers share, passed as one `Arc`.

@@ -51,6 +51,8 @@ pub struct Metrics {
     status_writes: AtomicU64,
     status_writes_skipped: AtomicU64,
     registry_reloads: AtomicU64,
+    orphaned_owner_gone: AtomicU64,
+    orphaned_unregistered: AtomicU64,
     registry_rejects: AtomicU64,
 }
 
@@ -119,6 +121,15 @@ impl Metrics {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Records how many releases are left without a manager: their owner is gone, or their
+    /// cluster is no longer registered.
+    pub fn orphaned(&self, owner_gone: usize, unregistered: usize) {
+        self.orphaned_owner_gone
+            .store(owner_gone as u64, Ordering::Relaxed);
+        self.orphaned_unregistered
+            .store(unregistered as u64, Ordering::Relaxed);
+    }
+
     /// Status writes counted so far.
     pub fn status_writes(&self) -> u64 {
         self.status_writes.load(Ordering::Relaxed)
@@ -136,6 +147,18 @@ impl Metrics {
         self.render_helm(&mut out);
         self.render_watches_and_status(&mut out);
         render_gauges(&mut out, gauges);
+        let name = "tenancy_hub_orphaned_releases";
+        out.family(
+            name,
+            "gauge",
+            "Releases left without a manager, by reason: their Controller is gone, or their cluster is no longer registered.",
+        );
+        for (reason, value) in [
+            ("owner-gone", &self.orphaned_owner_gone),
+            ("cluster-unregistered", &self.orphaned_unregistered),
+        ] {
+            out.sample(name, &[("reason", reason)], value.load(Ordering::Relaxed));
+        }
         out.0
     }
 

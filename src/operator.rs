@@ -239,6 +239,7 @@ pub async fn run(
         trigger_tx.clone(),
     ));
     tokio::spawn(reconcile::aggregate(ctx.clone(), changes_rx));
+    tokio::spawn(reconcile::report_ownerless(ctx.clone(), cancel.clone()));
     tokio::spawn(crate::health::monitor(ctx.clone(), cancel.clone()));
     if let Some(path) = config.clusters_file.clone() {
         let reloader = Reloader {

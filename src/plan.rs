@@ -111,7 +111,7 @@ pub enum Job {
     /// Install or upgrade to this release; `stale_pending` names a revision left pending to clear first.
     Apply {
         /// The release.
-        release: Release,
+        release: Box<Release>,
         /// A revision stuck in a pending state, to be cleared before applying.
         stale_pending: Option<i64>,
     },
@@ -459,7 +459,7 @@ pub fn desired(
         }
         match resolve(owner, key.clone(), chart, chart_home, lookup) {
             Ok(release) => out.releases.push(release),
-            Err(problem) => out.problems.push(problem),
+            Err(problem) => out.problems.push(*problem),
         }
     }
     out
@@ -472,31 +472,31 @@ fn resolve(
     chart: &Chart,
     chart_home: &Path,
     lookup: &dyn Fn(&ChartSource, Option<&str>) -> ChartLookup,
-) -> Result<Release, Problem> {
+) -> Result<Release, Box<Problem>> {
     let source = source_of(chart, chart_home);
     if matches!(source, ChartSource::Directory(_)) && chart.chart_name.contains("..") {
-        return Err(Problem::MissingChart {
+        return Err(Box::new(Problem::MissingChart {
             key,
             chart: chart.chart_name.clone(),
             reason: "a chart home chart is named by a plain directory name, without '..'".into(),
-        });
+        }));
     }
     if let Some(bad) = chart.settings.iter().find(|s| s.key.contains([',', '='])) {
-        return Err(Problem::InvalidSetting {
+        return Err(Box::new(Problem::InvalidSetting {
             key,
             setting: bad.key.clone(),
-        });
+        }));
     }
     let (version, chart_digest) = match lookup(&source, chart.version.as_deref()) {
         ChartLookup::Found { version, digest } => {
             (version.or_else(|| chart.version.clone()), digest)
         }
         ChartLookup::Missing(reason) => {
-            return Err(Problem::MissingChart {
+            return Err(Box::new(Problem::MissingChart {
                 key,
                 chart: chart.chart_name.clone(),
                 reason,
-            });
+            }));
         }
     };
     let mut release = Release {
@@ -636,7 +636,7 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
         };
         if let Some(stale_pending) = job {
             plan.jobs.push(Job::Apply {
-                release: release.clone(),
+                release: Box::new(release.clone()),
                 stale_pending,
             });
         }

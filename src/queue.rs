@@ -522,7 +522,7 @@ mod tests {
 
     fn apply(key: &str, spec_hash: &str) -> Job {
         Job::Apply {
-            release: Release {
+            release: Box::new(Release {
                 key: key.parse().unwrap(),
                 owner: owner(),
                 chart_name: "web".into(),
@@ -533,7 +533,7 @@ mod tests {
                 values: None,
                 rollback_on_failure: false,
                 spec_hash: spec_hash.into(),
-            },
+            }),
             stale_pending: None,
         }
     }

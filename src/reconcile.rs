@@ -579,6 +579,48 @@ fn forget(ctx: &Context, object: &ObjectRef<Controller>) {
     ctx.outcomes.retain(|_, o| o.owner != owner);
 }
 
+/// How often releases are checked for an owner that no longer exists.
+pub const OWNERLESS_EVERY: Duration = Duration::from_secs(30);
+
+/// Reports releases whose owning `Controller` no longer exists (deleted with
+/// `deletionPolicy: Orphan`, or while the operator was away): each is logged once, counted in
+/// `tenancy_hub_orphaned_releases`, left in place and never adopted by another resource.
+pub async fn report_ownerless(ctx: Arc<Context>, cancel: tokio_util::sync::CancellationToken) {
+    let mut known: BTreeSet<ReleaseKey> = BTreeSet::new();
+    let mut tick = tokio::time::interval(OWNERLESS_EVERY);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = cancel.cancelled() => return,
+        }
+        // Until the hub's Controllers are listed, every release would look ownerless.
+        let listed = tokio::time::timeout(
+            Duration::from_millis(200),
+            ctx.controllers.wait_until_ready(),
+        );
+        if listed.await.is_err() {
+            continue;
+        }
+        let present: HashSet<OwnerId> = ctx.controllers.state().iter().map(|c| owner_id(c)).collect();
+        let (applied, _) = ctx.releases.snapshot();
+        let ownerless: BTreeMap<ReleaseKey, OwnerId> = applied
+            .into_values()
+            .filter_map(|a| Some((a.key, a.owner?)))
+            .filter(|(_, o)| {
+                ctx.settings.scope.as_ref().is_none_or(|ns| *ns == o.namespace)
+                    && !present.contains(o)
+            })
+            .collect();
+        for (key, owner) in &ownerless {
+            if !known.contains(key) {
+                tracing::warn!(release = %key, controller = %owner, "release left without its Controller: it is left in place and never adopted by another resource; uninstall it with helm, or create the Controller again to manage it");
+            }
+        }
+        known = ownerless.keys().cloned().collect();
+        ctx.metrics.orphaned(known.len(), ctx.orphans.len());
+    }
+}
+
 /// Applies tagged pod and workload changes to the model and marks the resources that see them.
 pub async fn aggregate(ctx: Arc<Context>, mut changes: UnboundedReceiver<Tagged>) {
     while let Some((scope, change)) = changes.recv().await {
