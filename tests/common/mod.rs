@@ -9,6 +9,8 @@ use std::{
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+pub mod proxy;
+
 use kube::api::{DeleteParams, PostParams};
 use kube::{
     Api, Client, Config, CustomResourceExt,
