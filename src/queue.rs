@@ -135,6 +135,9 @@ pub enum Enqueued {
     AlreadyRunning,
 }
 
+/// The backoff step a job waiting for an unreachable cluster pauses for (2^5 × the base, capped).
+const UNAVAILABLE_BACKOFF_STEP: u32 = 6;
+
 /// What became of a finished job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Finished {
@@ -276,7 +279,15 @@ impl State {
         if attempts >= self.config.max_attempts {
             return Finished::Stalled;
         }
-        let delay = self.backoff(key, attempt);
+        let delay = match outcome {
+            // Waiting for a cluster: a long pause, cut short when its probe sees it again
+            // (`expedite`), rather than a try every second.
+            Outcome::Failed {
+                kind: FailureKind::Unavailable,
+                ..
+            } => self.backoff(key, UNAVAILABLE_BACKOFF_STEP),
+            _ => self.backoff(key, attempt),
+        };
         self.waiting.push_back(Waiting {
             job: job.clone(),
             fingerprint: job.fingerprint(),

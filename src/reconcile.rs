@@ -467,6 +467,10 @@ async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
         .map(|a| a.key.clone())
         .collect();
     owned.extend(just_applied(ctx, &owner, &applied));
+    if c.spec.deletion_policy == DeletionPolicy::Orphan {
+        // Nothing queued for it may run any more, uninstalls included.
+        ctx.queue.retain_planned(&owner, &HashSet::new());
+    }
     let running = ctx.queue.running_for(&owner);
     if c.spec.deletion_policy == DeletionPolicy::Orphan && running.is_empty() {
         let left: Vec<String> = owned.iter().map(ToString::to_string).collect();
@@ -601,13 +605,21 @@ pub async fn report_ownerless(ctx: Arc<Context>, cancel: tokio_util::sync::Cance
         if listed.await.is_err() {
             continue;
         }
-        let present: HashSet<OwnerId> = ctx.controllers.state().iter().map(|c| owner_id(c)).collect();
+        let present: HashSet<OwnerId> = ctx
+            .controllers
+            .state()
+            .iter()
+            .map(|c| owner_id(c))
+            .collect();
         let (applied, _) = ctx.releases.snapshot();
         let ownerless: BTreeMap<ReleaseKey, OwnerId> = applied
             .into_values()
             .filter_map(|a| Some((a.key, a.owner?)))
             .filter(|(_, o)| {
-                ctx.settings.scope.as_ref().is_none_or(|ns| *ns == o.namespace)
+                ctx.settings
+                    .scope
+                    .as_ref()
+                    .is_none_or(|ns| *ns == o.namespace)
                     && !present.contains(o)
             })
             .collect();

@@ -71,7 +71,7 @@ impl ReleaseIndex {
         let stop = parent.child_token();
         let api: Api<Record> = Api::all(client);
         let config = watcher::Config::default().labels("owner=helm");
-        let stream = watcher(api, config).default_backoff().reflect(writer);
+        let stream = crate::watch::relisting_watcher(api, config).reflect(writer);
         let span = tracing::info_span!("release_records", cluster = %cluster);
         let name = cluster.clone();
         let (flag, token) = (synced.clone(), stop.clone());

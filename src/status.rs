@@ -741,6 +741,7 @@ fn conditions(f: &Findings<'_>, previous: &[Condition], now: Timestamp) -> Vec<C
     };
     let deployed = f.list(phase::DEPLOYED).len();
     let (ready_reason, ready_message) = match (&stalled, &reconciling) {
+        (_, Some((reason, message))) if f.deleting.is_some() => (*reason, message.clone()),
         (Some((reason, message)), _) => (*reason, message.clone()),
         (None, Some((reason, message))) => (*reason, message.clone()),
         (None, None) => (
@@ -751,14 +752,14 @@ fn conditions(f: &Findings<'_>, previous: &[Condition], now: Timestamp) -> Vec<C
     vec![
         condition(
             "Ready",
-            stalled.is_none() && reconciling.is_none(),
+            stalled.is_none() && reconciling.is_none() && f.deleting.is_none(),
             ready_reason,
             ready_message,
             &clock,
         ),
         condition(
             "Reconciling",
-            reconciling.is_some() && stalled.is_none(),
+            reconciling.is_some() && (stalled.is_none() || f.deleting.is_some()),
             reconciling.as_ref().map_or("Reconciled", |r| r.0),
             reconciling
                 .as_ref()

@@ -13,7 +13,7 @@ use k8s_openapi::api::{
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
-    runtime::{WatchStreamExt, reflector::ObjectRef, watcher},
+    runtime::{reflector::ObjectRef, watcher},
 };
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc::UnboundedSender;
@@ -26,6 +26,55 @@ use crate::{
     model::{Change, PodInfo, Tagged, WorkloadInfo, WorkloadKind, WorkloadRef},
     registry::ClusterRegistry,
 };
+
+/// Longest pause before a watch that failed lists again.
+const RELIST_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A watcher that lists afresh after every error, after a capped exponential pause. kube's own
+/// watcher resumes from its last resource version after an error and then says nothing until
+/// something changes, so a consumer that stopped trusting its picture at the error would never
+/// learn that it is in sync again; the `InitDone` of the new list tells it.
+pub fn relisting_watcher<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    type Inner<K> = futures::stream::BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>;
+    futures::stream::unfold((None::<Inner<K>>, 0u32), move |(stream, failures)| {
+        let (api, config) = (api.clone(), config.clone());
+        async move {
+            let mut stream = match stream {
+                Some(s) => s,
+                None => {
+                    if failures > 0 {
+                        let pause = std::time::Duration::from_millis(500)
+                            .saturating_mul(2u32.saturating_pow(failures - 1))
+                            .min(RELIST_BACKOFF_MAX);
+                        tokio::time::sleep(pause).await;
+                    }
+                    watcher(api, config).boxed()
+                }
+            };
+            match stream.next().await {
+                Some(Ok(event)) => {
+                    let failures = if matches!(event, watcher::Event::InitDone) {
+                        0
+                    } else {
+                        failures
+                    };
+                    Some((Ok(event), (Some(stream), failures)))
+                }
+                Some(Err(e)) => Some((Err(e), (None, failures.saturating_add(1)))),
+                None => Some((
+                    Err(watcher::Error::NoResourceVersion),
+                    (None, failures.saturating_add(1)),
+                )),
+            }
+        }
+    })
+}
 
 /// Annotation Helm puts on every object of a release.
 pub const RELEASE_ANNOTATION: &str = "meta.helm.sh/release-name";
@@ -222,25 +271,23 @@ watched_workload!(DaemonSet, WorkloadKind::DaemonSet, daemon_set_state);
 fn changes<K: Watched>(client: Client, namespace: &str) -> impl Stream<Item = Change> + Send {
     let api: Api<K> = Api::namespaced(client, namespace);
     let mut relist: Vec<K::Info> = Vec::new();
-    watcher(api, watcher::Config::default())
-        .default_backoff()
-        .filter_map(move |event| {
-            let change = match event {
-                Ok(watcher::Event::Apply(obj)) => Some(K::upsert(obj.info())),
-                Ok(watcher::Event::Delete(obj)) => Some(obj.gone()),
-                Ok(watcher::Event::Init) => {
-                    relist.clear();
-                    None
-                }
-                Ok(watcher::Event::InitApply(obj)) => {
-                    relist.push(obj.info());
-                    None
-                }
-                Ok(watcher::Event::InitDone) => Some(K::listed(std::mem::take(&mut relist))),
-                Err(e) => Some(Change::Lost(e.to_string())),
-            };
-            futures::future::ready(change)
-        })
+    relisting_watcher(api, watcher::Config::default()).filter_map(move |event| {
+        let change = match event {
+            Ok(watcher::Event::Apply(obj)) => Some(K::upsert(obj.info())),
+            Ok(watcher::Event::Delete(obj)) => Some(obj.gone()),
+            Ok(watcher::Event::Init) => {
+                relist.clear();
+                None
+            }
+            Ok(watcher::Event::InitApply(obj)) => {
+                relist.push(obj.info());
+                None
+            }
+            Ok(watcher::Event::InitDone) => Some(K::listed(std::mem::take(&mut relist))),
+            Err(e) => Some(Change::Lost(e.to_string())),
+        };
+        futures::future::ready(change)
+    })
 }
 
 /// Runs the watchers of one cluster/namespace until cancelled, tagging every change with it.

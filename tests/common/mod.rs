@@ -237,8 +237,16 @@ impl Operator {
             } else {
                 vec!["--clusters".into(), lab.clusters_path().into_os_string()]
             })
-            .arg("--chart-home")
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts"))
+            .args(if extra.contains(&"--chart-home") {
+                vec![]
+            } else {
+                vec![
+                    "--chart-home".into(),
+                    Path::new(env!("CARGO_MANIFEST_DIR"))
+                        .join("config/charts")
+                        .into_os_string(),
+                ]
+            })
             .arg("--helm")
             .arg(lab.bin_dir().join("helm"))
             .args(extra)
