@@ -117,7 +117,8 @@ pub struct LeaseConfig {
     pub name: String,
     /// This replica, for example `<hostname>-<pid>`.
     pub identity: String,
-    /// A standby may take over this long after the last renewal (default 10s; whole seconds count).
+    /// A standby may take over once it has seen the lease unchanged this long (default 10s; whole
+    /// seconds count).
     pub lease_duration: Duration,
     /// How often the leader renews and a standby retries (default 2s).
     pub renew_every: Duration,
