@@ -40,7 +40,8 @@ step "2/6 building tenancy-hub"
 (cd "$REPO_ROOT" && cargo build --locked --quiet)
 TH="$REPO_ROOT/target/debug/tenancy-hub"
 
-step "3/6 installing the Controller CRD on the hub"
+step "3/6 installing the Controller CRD on the hub (and namespace tenancy-hub for the operator's Lease)"
+kubectl --context hub create namespace tenancy-hub --dry-run=client -o yaml | kubectl --context hub apply -f - >/dev/null
 "$TH" crd | kubectl --context hub apply --server-side --force-conflicts --field-manager tenancy-hub -f -
 kubectl --context hub wait --for condition=Established --timeout 60s crd/controllers.multitenancy.dev
 

@@ -251,6 +251,14 @@ for c in "${CLUSTERS[@]}"; do
     log "$c is ready"
 done
 
+# The operator's leader election Lease lives in namespace tenancy-hub by default, as in deploy/.
+kubectl --kubeconfig "$KUBECONFIG_FILE" --context hub apply -f - >/dev/null <<'NAMESPACE'
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: tenancy-hub
+NAMESPACE
+
 {
     echo "lab is up in $LAB_DIR ($((SECONDS - START))s)"
     for c in "${CLUSTERS[@]}"; do

@@ -3,7 +3,7 @@
 use std::{io::Write, path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::Context as _;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum, builder::BoolishValueParser};
 
 use crate::{
     Settings,
@@ -94,6 +94,9 @@ impl ClusterArgs {
     }
 }
 
+/// Default namespace and name of the leader election Lease.
+const DEFAULT_LEASE: &str = "tenancy-hub";
+
 /// Options of `run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -133,15 +136,28 @@ pub struct RunArgs {
     /// Address of the HTTP endpoints: /healthz, /readyz, /metrics and the /api/v1 status API.
     #[arg(long, env = "TENANCY_HUB_HTTP_ADDR", default_value = "127.0.0.1:9090")]
     pub http_addr: std::net::SocketAddr,
-    /// Run with leader election: only the replica holding the Lease works, the others stand by.
-    #[arg(long, env = "TENANCY_HUB_LEADER_ELECT")]
+    /// Leader election, on by default: only the replica holding the Lease works, the others stand
+    /// by (ready, /readyz says whom they wait for) and take over when it goes. `--leader-elect=false`
+    /// runs without it, for a lab; then a second operator on the same hub and scope fights this one.
+    #[arg(
+        long,
+        env = "TENANCY_HUB_LEADER_ELECT",
+        action = ArgAction::Set,
+        num_args = 0..=1,
+        default_value_t = true,
+        default_missing_value = "true",
+        value_parser = BoolishValueParser::new(),
+    )]
     pub leader_elect: bool,
-    /// Hub namespace of the leader election Lease; default: POD_NAMESPACE, or "default".
-    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    /// Hub namespace of the leader election Lease; it must exist on the hub. Default: POD_NAMESPACE,
+    /// or "tenancy-hub" (the namespace deploy/ creates).
+    #[arg(long, env = "POD_NAMESPACE", default_value = DEFAULT_LEASE)]
     pub lease_namespace: String,
-    /// Name of the leader election Lease.
-    #[arg(long, default_value = "tenancy-hub")]
-    pub lease_name: String,
+    /// Name of the leader election Lease. Default: "tenancy-hub" when watching every hub namespace,
+    /// "tenancy-hub-<ns>" with --namespace <ns>: operators with the same scope share a lease, those
+    /// with disjoint scopes do not wait for each other.
+    #[arg(long)]
+    pub lease_name: Option<String>,
     /// Milliseconds between status writes of one resource, at most; changes in between are coalesced.
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(100..=10_000))]
     pub status_interval_ms: u64,
@@ -174,18 +190,34 @@ impl RunArgs {
                 ..QueueConfig::default()
             },
             http_addr: self.http_addr,
-            leader: self.leader_elect.then(|| {
-                let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-                    .map(|h| h.trim().to_owned())
-                    .unwrap_or_else(|_| "tenancy-hub".into());
-                let mut lease = LeaseConfig::new(
-                    &self.lease_namespace,
-                    format!("{host}-{}", std::process::id()),
-                );
-                lease.name = self.lease_name.clone();
-                lease
-            }),
+            leader: self.lease(),
             status_interval: Duration::from_millis(self.status_interval_ms),
+        }
+    }
+
+    /// The leader election Lease, held as `<hostname>-<pid>`; None with `--leader-elect=false`.
+    fn lease(&self) -> Option<LeaseConfig> {
+        if !self.leader_elect {
+            return None;
+        }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_else(|_| "tenancy-hub".into());
+        Some(LeaseConfig {
+            name: self.lease_name(),
+            ..LeaseConfig::new(
+                &self.lease_namespace,
+                format!("{host}-{}", std::process::id()),
+            )
+        })
+    }
+
+    /// `--lease-name`, or one Lease per scope: `tenancy-hub`, or `tenancy-hub-<ns>` with `--namespace`.
+    fn lease_name(&self) -> String {
+        match (&self.lease_name, &self.namespace) {
+            (Some(name), _) => name.clone(),
+            (None, None) => DEFAULT_LEASE.into(),
+            (None, Some(ns)) => format!("{DEFAULT_LEASE}-{ns}"),
         }
     }
 }
@@ -400,6 +432,58 @@ mod tests {
     #[test]
     fn the_command_line_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    /// The leader election Lease of `tenancy-hub run ARGS`, when POD_NAMESPACE is not set.
+    fn lease_of(args: &[&str]) -> Option<(String, String)> {
+        let line = ["tenancy-hub", "run"].iter().chain(args);
+        let Command::Run(run) = Cli::try_parse_from(line).unwrap().command else {
+            panic!("not run");
+        };
+        run.lease().map(|l| (l.namespace, l.name))
+    }
+
+    fn lease(namespace: &str, name: &str) -> Option<(String, String)> {
+        Some((namespace.into(), name.into()))
+    }
+
+    #[test]
+    fn leader_election_is_on_by_default_with_one_lease_for_the_whole_hub() {
+        assert_eq!(lease_of(&[]), lease("tenancy-hub", "tenancy-hub"));
+    }
+
+    #[test]
+    fn an_operator_limited_to_one_namespace_gets_a_lease_of_that_scope() {
+        assert_eq!(
+            lease_of(&["--namespace", "team-a"]),
+            lease("tenancy-hub", "tenancy-hub-team-a")
+        );
+    }
+
+    #[test]
+    fn lease_flags_override_the_defaults() {
+        let args = [
+            "-n",
+            "team-a",
+            "--lease-namespace",
+            "ops",
+            "--lease-name",
+            "x",
+        ];
+        assert_eq!(lease_of(&args), lease("ops", "x"));
+    }
+
+    #[test]
+    fn a_bare_leader_elect_flag_still_means_on() {
+        let args = ["--leader-elect", "--lease-namespace", "ops"];
+        assert_eq!(lease_of(&args), lease("ops", "tenancy-hub"));
+        assert_eq!(lease_of(&["--leader-elect=true"]), lease_of(&[]));
+    }
+
+    #[test]
+    fn leader_election_is_off_only_when_asked() {
+        assert_eq!(lease_of(&["--leader-elect=false"]), None);
+        assert_eq!(lease_of(&["--leader-elect", "false"]), None);
     }
 
     #[test]

@@ -1,14 +1,8 @@
 //! HTTP endpoints: health, readiness, Prometheus metrics and the read-only status API.
 
-use std::{
-    collections::BTreeMap,
-    net::SocketAddr,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
-};
+use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
 
+use arc_swap::ArcSwap;
 use axum::{
     Json, Router,
     extract::{Path, State},
@@ -30,6 +24,23 @@ use crate::{
 
 /// What `/readyz` answers until the hub's `Controller` resources are listed.
 const NOT_READY: &str = "not ready: the hub's Controllers are not listed yet";
+
+/// What `/readyz` says: where the operator is between starting and working.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Readiness {
+    /// Not ready (503): the hub's `Controller` resources are not listed yet.
+    #[default]
+    Starting,
+    /// Ready (200), so a rollout proceeds, but idle: another replica holds the leader election Lease.
+    Standby {
+        /// The lease, as `namespace/name`.
+        lease: String,
+        /// The replica holding it.
+        holder: String,
+    },
+    /// Ready (200) and working.
+    Ready,
+}
 
 /// Result alias for this module.
 pub type Result<T, E = ApiError> = std::result::Result<T, E>;
@@ -83,8 +94,8 @@ pub struct ApiState {
     pub metrics: Arc<Metrics>,
     /// The Helm job queue, for its depth and running jobs.
     pub queue: HelmQueue,
-    /// Set once the hub's `Controller` resources are listed.
-    pub ready: Arc<AtomicBool>,
+    /// Starting, standing by, or working.
+    pub ready: Arc<ArcSwap<Readiness>>,
 }
 
 /// The routes: `/healthz`, `/readyz`, `/metrics` and `/api/v1/clusters[/{cluster}[/namespaces/{namespace}]]`.
@@ -133,10 +144,12 @@ pub async fn serve(
 }
 
 async fn readyz(State(state): State<ApiState>) -> Response {
-    if state.ready.load(Ordering::Acquire) {
-        "ok".into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, NOT_READY).into_response()
+    match &**state.ready.load() {
+        Readiness::Starting => (StatusCode::SERVICE_UNAVAILABLE, NOT_READY).into_response(),
+        Readiness::Standby { lease, holder } => {
+            format!("standby: waiting for Lease {lease} held by {holder}").into_response()
+        }
+        Readiness::Ready => "ok".into_response(),
     }
 }
 
@@ -595,7 +608,7 @@ mod tests {
             registry: registry(dir.path()).await,
             metrics: Arc::new(metrics),
             queue: HelmQueue::new(QueueConfig::default()),
-            ready: Arc::new(AtomicBool::new(false)),
+            ready: Arc::default(),
         };
         (state, dir)
     }
@@ -641,9 +654,26 @@ mod tests {
             (status, body.as_str()),
             (StatusCode::SERVICE_UNAVAILABLE, NOT_READY)
         );
-        state.ready.store(true, Ordering::Release);
+        state.ready.store(Arc::new(Readiness::Ready));
         let (status, _, body) = get(&state, "/readyz").await;
         assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
+    }
+
+    #[tokio::test]
+    async fn a_standby_is_ready_and_says_which_lease_it_waits_for_and_who_holds_it() {
+        let (state, _dir) = state().await;
+        state.ready.store(Arc::new(Readiness::Standby {
+            lease: "tenancy-hub/tenancy-hub".into(),
+            holder: "host-42".into(),
+        }));
+        let (status, _, body) = get(&state, "/readyz").await;
+        assert_eq!(
+            (status, body.as_str()),
+            (
+                StatusCode::OK,
+                "standby: waiting for Lease tenancy-hub/tenancy-hub held by host-42"
+            )
+        );
     }
 
     #[tokio::test]

@@ -5,7 +5,7 @@ use std::time::Duration;
 use k8s_openapi::{
     api::coordination::v1::{Lease, LeaseSpec},
     apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
-    jiff::{SignedDuration, Timestamp},
+    jiff::Timestamp,
 };
 use kube::{Api, api::PostParams};
 use tokio::{
@@ -43,7 +43,7 @@ pub enum Error {
     },
     /// The lease's namespace does not exist on the hub.
     #[error(
-        "cannot create Lease {lease}: {source}; create namespace {namespace} on the hub or choose another lease namespace"
+        "cannot create Lease {lease}: {source}; namespace {namespace} does not exist on the hub: create namespace {namespace} on the hub (kubectl create namespace {namespace}), pass --lease-namespace to use another, or pass --leader-elect=false for a lab"
     )]
     NoNamespace {
         /// The lease, as `namespace/name`.
@@ -117,7 +117,8 @@ pub struct LeaseConfig {
     pub name: String,
     /// This replica, for example `<hostname>-<pid>`.
     pub identity: String,
-    /// A standby may take over this long after the last renewal (default 10s; whole seconds count).
+    /// A standby may take over once it has seen the lease unchanged this long (default 10s; whole
+    /// seconds count).
     pub lease_duration: Duration,
     /// How often the leader renews and a standby retries (default 2s).
     pub renew_every: Duration,
@@ -194,25 +195,63 @@ impl LeaseConfig {
     }
 }
 
-/// A pure decision: given the lease as read and `now`, may `identity` take or keep it?
+/// What this replica knows of another holder's lease: the record it last read, and when it first
+/// read that record, by its own monotonic clock.
 ///
-/// Yes when there is no lease or no holder, when `identity` holds it, or when it expired
-/// (`renewTime + leaseDurationSeconds < now`). A holder without a renew time or duration cannot
-/// show that it is alive, so its lease counts as expired.
-pub fn may_acquire(lease: Option<&LeaseSpec>, identity: &str, now: Timestamp) -> bool {
+/// The holder's `renewTime` is the holder's clock, so it is never compared with ours: a few seconds
+/// of skew would let a standby take over from a leader that still renews. As in client-go, a lease
+/// expires when its record has not changed for a lease duration measured here.
+#[derive(Debug, Default)]
+pub struct Observer {
+    /// The record as last read (None: no lease), and the instant it was first read like that.
+    seen: Option<(Option<LeaseSpec>, Instant)>,
+}
+
+impl Observer {
+    /// Notes the lease as read at `now`; the clock starts again only when the record changed.
+    pub fn observe(&mut self, spec: Option<&LeaseSpec>, now: Instant) {
+        if self
+            .seen
+            .as_ref()
+            .is_none_or(|(record, _)| record.as_ref() != spec)
+        {
+            self.seen = Some((spec.cloned(), now));
+        }
+    }
+
+    /// Whether the record last observed has stayed unchanged for `duration` at `now`; nothing
+    /// observed yet has not expired.
+    pub fn expired(&self, now: Instant, duration: Duration) -> bool {
+        self.seen
+            .as_ref()
+            .is_some_and(|(_, since)| now.saturating_duration_since(*since) >= duration)
+    }
+}
+
+/// A pure decision: given the lease as just observed by `observer`, may `identity` take or keep it
+/// at `now`?
+///
+/// Yes when there is no lease or no holder, when `identity` holds it, or when the observer has seen
+/// the same record for the holder's `leaseDurationSeconds` (`fallback` when it states none).
+pub fn may_acquire(
+    lease: Option<&LeaseSpec>,
+    identity: &str,
+    observer: &Observer,
+    now: Instant,
+    fallback: Duration,
+) -> bool {
     let Some(spec) = lease else { return true };
     match spec.holder_identity.as_deref() {
         None | Some("") => return true,
         Some(holder) if holder == identity => return true,
         Some(_) => {}
     }
-    let (Some(renewed), Some(seconds)) = (&spec.renew_time, spec.lease_duration_seconds) else {
-        return true;
-    };
-    renewed
-        .0
-        .checked_add(SignedDuration::from_secs(seconds.into()))
-        .is_ok_and(|expiry| expiry < now)
+    let duration = spec
+        .lease_duration_seconds
+        .and_then(|s| u64::try_from(s).ok())
+        .filter(|s| *s > 0)
+        .map_or(fallback, Duration::from_secs);
+    observer.expired(now, duration)
 }
 
 /// Whether a failed call lost a race with another writer (conflict or already exists).
@@ -230,15 +269,23 @@ enum Attempt {
     Raced,
 }
 
-/// Takes the lease if it is free, expired or ours.
-async fn try_acquire(api: &Api<Lease>, config: &LeaseConfig) -> Result<Attempt> {
-    let now = Timestamp::now();
+/// Takes the lease if it is free, ours, or unchanged for a lease duration as `observer` saw it.
+async fn try_acquire(
+    api: &Api<Lease>,
+    config: &LeaseConfig,
+    observer: &mut Observer,
+) -> Result<Attempt> {
     let fail = |action, e| Error::from_kube(config, action, e);
-    let Some(mut lease) = api
+    let lease = api
         .get_opt(&config.name)
         .await
-        .map_err(|e| fail("read", e))?
-    else {
+        .map_err(|e| fail("read", e))?;
+    // Read after the answer: the record is at least this old here, so expiry is never early.
+    let observed = Instant::now();
+    observer.observe(lease.as_ref().and_then(|l| l.spec.as_ref()), observed);
+    // Written for people and other tools to read; never compared with another replica's clock.
+    let now = Timestamp::now();
+    let Some(mut lease) = lease else {
         return match api
             .create(&PostParams::default(), &config.new_lease(now))
             .await
@@ -248,7 +295,14 @@ async fn try_acquire(api: &Api<Lease>, config: &LeaseConfig) -> Result<Attempt> 
             Err(e) => Err(fail("create", e)),
         };
     };
-    if !may_acquire(lease.spec.as_ref(), &config.identity, now) {
+    let fallback = config.lease_duration;
+    if !may_acquire(
+        lease.spec.as_ref(),
+        &config.identity,
+        observer,
+        observed,
+        fallback,
+    ) {
         let holder = lease.spec.and_then(|s| s.holder_identity);
         return Ok(Attempt::Held(holder.unwrap_or_default()));
     }
@@ -374,28 +428,43 @@ pub struct Leadership {
 impl Leadership {
     /// Blocks until this replica holds the lease (trying every `renew_every`), or until `cancel`
     /// fires (then `Ok(None)`). Unreachable hubs are retried; RBAC and invalid settings are errors.
+    ///
+    /// While another replica holds the lease, `standby` is called with the holder's identity each
+    /// time the holder changes (and once at first), so the caller can say what it waits for.
     pub async fn acquire(
         client: kube::Client,
         config: LeaseConfig,
         cancel: &CancellationToken,
+        mut standby: impl FnMut(&str) + Send,
     ) -> Result<Option<Leadership>> {
         config.validate()?;
         let api: Api<Lease> = Api::namespaced(client, &config.namespace);
         let span = config.span();
         let mut ticker = tokio::time::interval(config.renew_every);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut observer = Observer::default();
         let mut seen: Option<String> = None;
         let attempts = async {
             loop {
                 ticker.tick().await;
                 let started = Instant::now();
-                match try_acquire(&api, &config).await {
+                match try_acquire(&api, &config, &mut observer).await {
                     Ok(Attempt::Acquired) => return Ok(started),
                     Ok(Attempt::Held(holder)) if seen.as_ref() != Some(&holder) => {
-                        tracing::info!("waiting for leadership held by {holder}");
+                        tracing::info!(
+                            %holder,
+                            "standby: waiting for leadership of Lease {} held by {holder}",
+                            config.lease()
+                        );
+                        standby(&holder);
                         seen = Some(holder);
                     }
-                    Ok(Attempt::Held(_) | Attempt::Raced) => {}
+                    Ok(Attempt::Held(holder)) => tracing::debug!(
+                        "Lease {} is still held by {holder}; trying again in {:?}",
+                        config.lease(),
+                        config.renew_every
+                    ),
+                    Ok(Attempt::Raced) => {}
                     Err(error) if error.is_transient() => {
                         tracing::warn!(%error, "could not take the lease; retrying");
                     }
@@ -494,81 +563,177 @@ mod tests {
         atomic::{AtomicUsize, Ordering},
     };
 
+    use k8s_openapi::jiff::SignedDuration;
     use serde_json::json;
 
     use super::*;
 
-    fn now() -> Timestamp {
+    /// The standby's wall clock in the tests below; the holder's may differ from it by hours.
+    fn wall() -> Timestamp {
         "2026-01-01T12:00:00Z".parse().unwrap()
     }
 
-    fn held_by(holder: Option<&str>, renewed_secs_ago: Option<i64>, duration: i32) -> LeaseSpec {
+    /// A lease of `holder`, renewed at `renewed` by the holder's clock, for `duration` seconds.
+    fn held_by(holder: Option<&str>, renewed: Option<Timestamp>, duration: i32) -> LeaseSpec {
         LeaseSpec {
             holder_identity: holder.map(str::to_owned),
-            renew_time: renewed_secs_ago.map(|s| MicroTime(now() - SignedDuration::from_secs(s))),
+            renew_time: renewed.map(MicroTime),
             lease_duration_seconds: Some(duration),
             ..Default::default()
         }
     }
 
+    const TEN: Duration = Duration::from_secs(10);
+
+    /// Observes `spec` at `now` and decides as `try_acquire` does, for identity "a".
+    fn observe(observer: &mut Observer, spec: &LeaseSpec, now: Instant) -> bool {
+        observer.observe(Some(spec), now);
+        may_acquire(Some(spec), "a", observer, now, TEN)
+    }
+
     #[test]
     fn a_missing_lease_may_be_acquired() {
-        assert!(may_acquire(None, "a", now()));
+        let (mut observer, now) = (Observer::default(), Instant::now());
+        observer.observe(None, now);
+        assert!(may_acquire(None, "a", &observer, now, TEN));
     }
 
     #[test]
-    fn a_lease_without_a_holder_may_be_acquired() {
-        assert!(may_acquire(Some(&held_by(None, Some(1), 10)), "a", now()));
+    fn a_lease_without_a_holder_may_be_acquired_at_once() {
+        let spec = held_by(None, Some(wall()), 10);
+        assert!(observe(&mut Observer::default(), &spec, Instant::now()));
     }
 
     #[test]
-    fn a_lease_with_an_empty_holder_may_be_acquired() {
-        assert!(may_acquire(
-            Some(&held_by(Some(""), Some(1), 10)),
-            "a",
-            now()
-        ));
+    fn a_lease_with_an_empty_holder_may_be_acquired_at_once() {
+        let spec = held_by(Some(""), Some(wall()), 10);
+        assert!(observe(&mut Observer::default(), &spec, Instant::now()));
     }
 
     #[test]
     fn our_own_lease_may_be_kept() {
-        assert!(may_acquire(
-            Some(&held_by(Some("a"), Some(1), 10)),
-            "a",
-            now()
+        let spec = held_by(Some("a"), Some(wall()), 10);
+        assert!(observe(&mut Observer::default(), &spec, Instant::now()));
+    }
+
+    #[test]
+    fn a_fresh_standby_waits_a_full_lease_duration_even_when_the_record_it_first_sees_is_old() {
+        let (mut observer, start) = (Observer::default(), Instant::now());
+        let spec = held_by(Some("b"), Some(wall() - SignedDuration::from_hours(24)), 10);
+        for waited in [0, 2, 4, 6, 8, 9] {
+            let now = start + Duration::from_secs(waited);
+            assert!(!observe(&mut observer, &spec, now), "taken after {waited}s");
+        }
+        assert!(observe(&mut observer, &spec, start + TEN));
+    }
+
+    #[test]
+    fn a_holder_whose_renew_time_is_far_in_our_past_but_keeps_renewing_is_never_taken_over() {
+        let (mut observer, start) = (Observer::default(), Instant::now());
+        let behind = wall() - SignedDuration::from_hours(1);
+        for tick in 0..300_i64 {
+            let spec = held_by(
+                Some("b"),
+                Some(behind + SignedDuration::from_secs(2 * tick)),
+                10,
+            );
+            let now = start + Duration::from_secs(2 * tick.unsigned_abs());
+            assert!(
+                !observe(&mut observer, &spec, now),
+                "taken at renewal {tick}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_holder_whose_renew_time_lies_in_our_future_is_taken_over_one_lease_duration_after_it_stops_renewing()
+     {
+        let (mut observer, start) = (Observer::default(), Instant::now());
+        let ahead = wall() + SignedDuration::from_hours(1);
+        let renewal = |tick: i64| {
+            held_by(
+                Some("b"),
+                Some(ahead + SignedDuration::from_secs(2 * tick)),
+                10,
+            )
+        };
+        for tick in 0..3_i64 {
+            let now = start + Duration::from_secs(2 * tick.unsigned_abs());
+            assert!(!observe(&mut observer, &renewal(tick), now));
+        }
+        // The last renewal was first seen at 4s; from then on the record does not change.
+        let last = renewal(2);
+        for at in [6, 8, 10, 12, 13] {
+            let now = start + Duration::from_secs(at);
+            assert!(!observe(&mut observer, &last, now), "taken at {at}s");
+        }
+        assert!(observe(
+            &mut observer,
+            &last,
+            start + Duration::from_secs(14)
         ));
     }
 
     #[test]
-    fn an_expired_lease_of_another_holder_may_be_taken() {
-        assert!(may_acquire(
-            Some(&held_by(Some("b"), Some(11), 10)),
-            "a",
-            now()
+    fn a_new_holder_restarts_the_clock() {
+        let (mut observer, start) = (Observer::default(), Instant::now());
+        let renewed = Some(wall());
+        assert!(!observe(
+            &mut observer,
+            &held_by(Some("b"), renewed, 10),
+            start
+        ));
+        let later = start + Duration::from_secs(8);
+        assert!(!observe(
+            &mut observer,
+            &held_by(Some("c"), renewed, 10),
+            later
+        ));
+        assert!(!observe(
+            &mut observer,
+            &held_by(Some("c"), renewed, 10),
+            start + TEN
+        ));
+        assert!(observe(
+            &mut observer,
+            &held_by(Some("c"), renewed, 10),
+            later + TEN
         ));
     }
 
     #[test]
-    fn a_fresh_lease_of_another_holder_may_not_be_taken() {
-        assert!(!may_acquire(
-            Some(&held_by(Some("b"), Some(1), 10)),
-            "a",
-            now()
+    fn the_holders_lease_duration_counts_and_ours_stands_in_when_it_states_none() {
+        let (mut observer, start) = (Observer::default(), Instant::now());
+        let long = held_by(Some("b"), Some(wall()), 30);
+        assert!(!observe(&mut observer, &long, start));
+        assert!(!observe(
+            &mut observer,
+            &long,
+            start + Duration::from_secs(29)
         ));
+        assert!(observe(
+            &mut observer,
+            &long,
+            start + Duration::from_secs(30)
+        ));
+
+        let (mut observer, start) = (Observer::default(), Instant::now());
+        let unstated = LeaseSpec {
+            lease_duration_seconds: None,
+            ..held_by(Some("b"), None, 0)
+        };
+        assert!(!observe(&mut observer, &unstated, start));
+        assert!(!observe(
+            &mut observer,
+            &unstated,
+            start + Duration::from_secs(9)
+        ));
+        assert!(observe(&mut observer, &unstated, start + TEN));
     }
 
     #[test]
-    fn a_lease_renewed_exactly_one_duration_ago_is_not_yet_expired() {
-        assert!(!may_acquire(
-            Some(&held_by(Some("b"), Some(10), 10)),
-            "a",
-            now()
-        ));
-    }
-
-    #[test]
-    fn a_lease_of_another_holder_without_a_renew_time_may_be_taken() {
-        assert!(may_acquire(Some(&held_by(Some("b"), None, 10)), "a", now()));
+    fn nothing_observed_has_not_expired() {
+        assert!(!Observer::default().expired(Instant::now(), Duration::ZERO));
     }
 
     #[test]
@@ -690,9 +855,34 @@ mod tests {
                 cancel.cancel();
             }
         });
-        let acquired = Leadership::acquire(client, LeaseConfig::new("ops", "a"), &cancel).await;
+        let acquired =
+            Leadership::acquire(client, LeaseConfig::new("ops", "a"), &cancel, |_| {}).await;
         assert!(acquired.unwrap().is_none());
         assert_eq!(writes.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn acquire_takes_over_a_silent_holder_after_one_lease_duration_whatever_its_clock_says() {
+        let writes = Arc::new(AtomicUsize::new(0));
+        let mut lease = lease_held_by("b");
+        lease["spec"]["leaseDurationSeconds"] = json!(10);
+        lease["spec"]["renewTime"] =
+            json!(MicroTime(Timestamp::now() + SignedDuration::from_hours(1)));
+        let client = hub(200, lease, writes.clone());
+        let mut holders = Vec::new();
+        let start = Instant::now();
+        let config = LeaseConfig::new("ops", "a");
+        let cancel = CancellationToken::new();
+        let standby = |holder: &str| holders.push(holder.to_owned());
+        let acquired = Leadership::acquire(client, config, &cancel, standby).await;
+        assert!(acquired.unwrap().is_some());
+        assert_eq!(start.elapsed(), Duration::from_secs(10));
+        assert_eq!(
+            writes.load(Ordering::SeqCst),
+            1,
+            "one update takes the lease"
+        );
+        assert_eq!(holders, ["b"], "the standby is told of the holder once");
     }
 
     #[tokio::test(start_paused = true)]
@@ -700,7 +890,7 @@ mod tests {
         let client = hub(403, failure(403, "Forbidden"), Arc::default());
         let config = LeaseConfig::new("ops", "a");
         let cancel = CancellationToken::new();
-        let error = match Leadership::acquire(client, config, &cancel).await {
+        let error = match Leadership::acquire(client, config, &cancel, |_| {}).await {
             Err(error) => error.to_string(),
             Ok(_) => panic!("acquired a forbidden lease"),
         };
@@ -709,6 +899,24 @@ mod tests {
             error.contains("needs get/create/update on leases in ops"),
             "{error}"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn acquire_says_how_to_fix_a_missing_lease_namespace() {
+        let client = hub(404, failure(404, "NotFound"), Arc::default());
+        let config = LeaseConfig::new("ops", "a");
+        let cancel = CancellationToken::new();
+        let error = match Leadership::acquire(client, config, &cancel, |_| {}).await {
+            Err(error) => error.to_string(),
+            Ok(_) => panic!("acquired a lease in a missing namespace"),
+        };
+        for advice in [
+            "create namespace ops on the hub",
+            "--lease-namespace",
+            "--leader-elect=false",
+        ] {
+            assert!(error.contains(advice), "{error}");
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,14 +1,6 @@
 //! Wires registry, release watches, queue and reconciler together and runs them until shutdown.
 
-use std::{
-    future::Future,
-    path::PathBuf,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
-    time::Duration,
-};
+use std::{future::Future, path::PathBuf, sync::Arc, time::Duration};
 
 use futures::StreamExt;
 use kube::{
@@ -29,7 +21,7 @@ use crate::{
     crd::{Controller, HUB_CLUSTER},
     health::HealthBoard,
     helm::{HelmCli, HelmOptions},
-    http::{self, ApiState},
+    http::{self, ApiState, Readiness},
     leader::{Leadership, LeaseConfig},
     metrics::Metrics,
     model::Model,
@@ -169,7 +161,7 @@ pub async fn run(
     let (changes_tx, changes_rx) = mpsc::unbounded_channel();
     let model = Arc::new(Model::default());
     let metrics = Arc::new(Metrics::default());
-    let ready = Arc::new(AtomicBool::new(false));
+    let ready = Arc::new(arc_swap::ArcSwap::from_pointee(Readiness::Starting));
     let http = ApiState {
         model: model.clone(),
         registry: shared.clone(),
@@ -183,12 +175,18 @@ pub async fn run(
     let leadership = match config.leader.clone() {
         None => None,
         Some(lease) => {
-            // A standby is healthy and ready; it reports not ready only while it takes over.
-            ready.store(true, Ordering::Release);
-            tracing::info!(lease = %format!("{}/{}", lease.namespace, lease.name), identity = %lease.identity, "waiting for leadership");
-            match Leadership::acquire(hub.clone(), lease, &cancel).await? {
+            let name = format!("{}/{}", lease.namespace, lease.name);
+            tracing::info!(lease = %name, identity = %lease.identity, "waiting for leadership");
+            // A standby is healthy and ready, so a rollout proceeds; /readyz says what it waits for.
+            let standby = |holder: &str| {
+                ready.store(Arc::new(Readiness::Standby {
+                    lease: name.clone(),
+                    holder: holder.to_owned(),
+                }));
+            };
+            match Leadership::acquire(hub.clone(), lease, &cancel, standby).await? {
                 Some(l) => {
-                    ready.store(false, Ordering::Release);
+                    ready.store(Arc::new(Readiness::Starting));
                     tracing::info!("acquired leadership; starting work");
                     Some(l)
                 }
@@ -264,7 +262,7 @@ pub async fn run(
                 .await
                 .is_err()
             {}
-            ready.store(true, Ordering::Release);
+            ready.store(Arc::new(Readiness::Ready));
             tracing::info!(%address, "ready: the hub's Controllers are listed");
         }
     });

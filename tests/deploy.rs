@@ -326,6 +326,8 @@ impl Process {
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts"))
             .arg("--helm")
             .arg(lab.bin_dir().join("helm"))
+            // The Deployment's Lease: limited to one namespace, the operator would take a Lease
+            // of that scope, which the RBAC does not grant.
             .args(["--leader-elect", "--lease-namespace", NAMESPACE])
             .args(["--lease-name", "tenancy-hub"])
             .arg("--http-addr")

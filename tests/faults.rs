@@ -524,6 +524,108 @@ async fn a_standby_takes_over_within_fifteen_seconds_when_the_leader_is_killed()
     );
 }
 
+/// How many lines of `operator`'s log contain `text`.
+fn lines_of(operator: &Operator, text: &str) -> usize {
+    log_of(operator)
+        .lines()
+        .filter(|l| l.contains(text))
+        .count()
+}
+
+/// The sum of every series of one metric of `operator`.
+fn metric_sum(operator: &Operator, name: &str) -> f64 {
+    let (_, body) = operator.get("/metrics");
+    body.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn two_operators_with_default_flags_elect_one_leader_and_never_fight_over_a_release() {
+    let _turn = LAB_FAULTS.lock().await;
+    let lab = common::Lab::get();
+    let client = lab.client("hub").await;
+    common::install_crd(&client).await;
+    let namespace = unique("twins");
+    common::create_namespace(&client, &namespace).await;
+    // No leader flags: election is on, with Lease tenancy-hub/tenancy-hub-<namespace>.
+    let first = Operator::start_with(&lab, &namespace, &[]);
+    let second = Operator::start_with(&lab, &namespace, &[]);
+    let lease = format!("tenancy-hub/tenancy-hub-{namespace}");
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let holder = format!("{}-{}", host.trim(), first.pid());
+    assert!(
+        log_of(&first).contains("acquired leadership"),
+        "the first operator leads"
+    );
+    let waiting = format!("standby: waiting for leadership of Lease {lease} held by {holder}");
+    assert!(log_of(&second).contains(&waiting), "{}", log_of(&second));
+    assert_eq!(
+        second.get("/readyz"),
+        (
+            200,
+            format!("standby: waiting for Lease {lease} held by {holder}")
+        )
+    );
+
+    let hub = Hub {
+        lab,
+        client,
+        namespace: namespace.clone(),
+        operator: Some(first),
+    };
+    let ns = unique("twins");
+    hub.apply("twins", wave(&ns, &["member-1"], "1")).await;
+    hub.releases_become("member-1", &ns, &[("a", 1), ("b", 1), ("c", 1)])
+        .await;
+    hub.apply("twins", wave(&ns, &["member-1"], "2")).await;
+    hub.releases_become("member-1", &ns, &[("a", 2), ("b", 2), ("c", 2)])
+        .await;
+    hub.status_until("twins", "the upgrade to be ready", ready)
+        .await;
+
+    // "A while": the standby tries the lease 8 more times (16 s, longer than the 10 s lease), and
+    // the leader keeps it; a second operator doing work would have added revisions by then.
+    let still_held = "is still held by";
+    let retries = lines_of(&second, still_held);
+    wait_until(
+        "the standby to retry the lease 8 more times",
+        DEADLINE,
+        || async { (lines_of(&second, still_held) >= retries + 8).then_some(()) },
+    )
+    .await;
+    for release in ["a", "b", "c"] {
+        let history = hub
+            .lab
+            .helm("member-1", &["history", release, "-n", &ns, "-o", "json"]);
+        let revisions: Vec<serde_json::Value> = serde_json::from_str(&history).unwrap();
+        assert_eq!(revisions.len(), 2, "release {release}: {history}");
+    }
+    assert_eq!(
+        hub.lab.releases("member-1", &ns),
+        [("a", 2), ("b", 2), ("c", 2)]
+            .map(|(r, n)| (r.to_owned(), (n, "deployed".to_owned())))
+            .into()
+    );
+    let standby = log_of(&second);
+    assert!(
+        !standby.contains("acquired leadership") && !standby.contains("installed "),
+        "the standby worked:\n{standby}"
+    );
+    assert_eq!(lines_of(&second, "standby: waiting for leadership"), 1);
+    assert_eq!(
+        metric_sum(&second, "tenancy_hub_reconciles_total"),
+        0.0,
+        "the standby reconciled"
+    );
+    assert_eq!(second.get("/readyz").0, 200);
+
+    hub.delete_and_wait_gone("twins").await;
+    second.stop();
+}
+
 #[tokio::test]
 #[ignore = "needs the lab: run tests/run.sh"]
 async fn a_silent_member_is_found_out_by_its_probe_and_holds_up_no_one() {

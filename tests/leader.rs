@@ -32,6 +32,7 @@ async fn acquire(client: &kube::Client, name: &str, identity: &str) -> Leadershi
         client.clone(),
         config(name, identity),
         &CancellationToken::new(),
+        |_| {},
     )
     .await
     .unwrap_or_else(|e| panic!("{identity} could not acquire: {e}"))
