@@ -10,7 +10,10 @@ use std::{
 };
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, api::DeleteParams};
+use kube::{
+    Api,
+    api::{DeleteParams, ListParams},
+};
 use tokio::process::Command;
 
 use crate::{
@@ -90,11 +93,18 @@ pub fn upgrade_args(
     values_file: Option<&Path>,
     options: &HelmOptions,
 ) -> Vec<OsString> {
+    // --reset-values: the deployed values are exactly the spec's. Without it, helm reuses the last
+    // release's values whenever an upgrade passes none, so a removed setting would stay in force.
     let mut args: Vec<OsString> = vec![
         "upgrade".into(),
         "--install".into(),
         "--create-namespace".into(),
+        "--reset-values".into(),
     ];
+    // Rolling back implies waiting for readiness, up to the --timeout that `common` passes.
+    if release.rollback_on_failure {
+        args.push("--rollback-on-failure".into());
+    }
     common(&mut args, &release.key, target, options);
     args.push(flag("history-max", options.history_max.to_string()));
     args.push(flag("output", "json"));
@@ -141,35 +151,171 @@ pub fn uninstall_args(
     args
 }
 
-/// Helm's error text, trimmed to its last lines and at most 512 characters.
+/// Helm's error: from its `Error: ` line (it prints one, after any log lines) to the end, without
+/// the `Error: ` prefix.
+fn helm_error(stderr: &str) -> Option<&str> {
+    stderr
+        .match_indices("Error: ")
+        .map(|(i, _)| i)
+        .filter(|&i| i == 0 || stderr.as_bytes()[i - 1] == b'\n')
+        .last()
+        .map(|i| stderr[i + "Error: ".len()..].trim())
+}
+
+/// Helm's error, its lines joined, at most 512 characters; log lines before it are left out. Without
+/// an `Error: ` line, the last three lines of stderr.
 pub fn trim_error(stderr: &str) -> String {
-    let lines: Vec<&str> = stderr
+    let (text, last) = match helm_error(stderr) {
+        Some(error) => (error, usize::MAX),
+        None => (stderr, 3),
+    };
+    let lines: Vec<&str> = text
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with("WARNING:"))
         .collect();
-    let tail = lines[lines.len().saturating_sub(3)..].join(" ");
-    let tail = tail.strip_prefix("Error: ").unwrap_or(&tail);
-    let mut out: String = tail.chars().take(512).collect();
-    if tail.chars().count() > 512 {
+    let joined = lines[lines.len().saturating_sub(last)..].join(" ");
+    let mut out: String = joined.chars().take(512).collect();
+    if joined.chars().count() > 512 {
         out.push('…');
     }
     out
 }
 
-/// Whether a Helm failure can succeed on a later try without a spec change.
-pub fn is_retryable(stderr: &str) -> bool {
-    const PERMANENT: [&str; 8] = [
-        "parse error",
+/// Prefixes helm puts before the cause of a failure: the action that failed, the rollback it did,
+/// the release it could not load. Stripped in any order and number before the cause is read.
+const WRAPPERS: [&str; 6] = [
+    "UPGRADE FAILED: ",
+    "INSTALLATION FAILED: ",
+    "INSTALL FAILED: ",
+    "uninstall: ",
+    "an error occurred while rolling back the release. original upgrade error: ",
+    "an error occurred while uninstalling the release. original install error: ",
+];
+
+/// Strips helm's wrappers (see [`WRAPPERS`], plus `release NAME failed, and has been rolled back
+/// (or uninstalled) due to rollback-on-failure being set: ` and `Release not loaded: NAME: `).
+fn cause(error: &str) -> &str {
+    let mut rest = error;
+    loop {
+        let before = rest.len();
+        for prefix in WRAPPERS {
+            rest = rest.strip_prefix(prefix).unwrap_or(rest);
+        }
+        if let Some(after) = rest.strip_prefix("release ")
+            && let Some((_, cause)) = after.split_once(" due to rollback-on-failure being set: ")
+        {
+            rest = cause;
+        }
+        if let Some(after) = rest.strip_prefix("Release not loaded: ")
+            && let Some((_, cause)) = after.split_once(": ")
+        {
+            rest = cause;
+        }
+        if rest.len() == before {
+            return rest;
+        }
+    }
+}
+
+/// True when the cause is helm failing to render the chart: a template that does not parse or
+/// execute (a `fail` or `required` included), values the chart's schema rejects, rendered YAML that
+/// does not parse, objects that cannot be built (a kind the cluster does not know). Recognised by
+/// how helm starts these messages, so whatever text the chart puts in them does not matter.
+fn is_render_failure(cause: &str) -> bool {
+    const STARTS: [&str; 10] = [
+        "parse error at (",
+        "execution error at (",
         "template: ",
-        "executing \"",
-        "execution error",
+        "YAML parse error on ",
+        "error converting YAML to JSON",
+        "values don't meet the specifications of the schema(s)",
+        "unable to build kubernetes objects from release manifest",
+        "resource mapping not found for name",
         "failed parsing --set",
-        "unable to build kubernetes objects",
-        "failed to create typed patch",
-        "YAML parse error",
+        "failed parsing --values",
     ];
-    !PERMANENT.iter().any(|p| stderr.contains(p))
+    if STARTS.iter().any(|s| cause.starts_with(s)) {
+        return true;
+    }
+    // Helm 4 reports a template that fails to execute as `FILE:LINE:COL` then `executing "FILE" at …`.
+    let mut lines = cause.lines();
+    let location = lines.next().unwrap_or_default();
+    let mut numbers = location.rsplitn(3, ':');
+    let position = numbers
+        .next()
+        .zip(numbers.next())
+        .is_some_and(|(col, line)| {
+            [col, line]
+                .iter()
+                .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        });
+    position
+        && lines
+            .next()
+            .is_some_and(|l| l.trim_start().starts_with("executing \""))
+}
+
+/// Kubernetes status texts of rejections a retry cannot fix: 422 Invalid (an immutable field
+/// included: `KIND "NAME" is invalid: …`), 403 Forbidden (`RESOURCE "NAME" is forbidden: …`,
+/// `RESOURCE is forbidden: User …`), an admission webhook's denial, 404 of a kind with no CRD.
+const REJECTED: [&str; 5] = [
+    "\" is invalid: ",
+    "\" is forbidden: ",
+    " is forbidden: User \"",
+    "\" denied the request",
+    "no matches for kind \"",
+];
+
+/// 401: the cluster refuses the credentials of the registered kubeconfig.
+const UNAUTHORIZED: [&str; 2] = [
+    "the server has asked for the client to provide credentials",
+    "Unauthorized",
+];
+
+/// Signals of failures a later try can get past: the network (refused, reset, timed out), the API
+/// server (503 unable to handle, 429 too many requests, etcd timing out, 409 a concurrent change),
+/// helm (another operation on the release in progress, a wait past its deadline).
+const TRANSIENT: [&str; 12] = [
+    "connect: connection refused",
+    "connection reset by peer",
+    "i/o timeout",
+    "net/http: TLS handshake timeout",
+    "context deadline exceeded",
+    "the server is currently unable to handle the request",
+    "the server has received too many requests and has asked us to try again later",
+    "Too Many Requests",
+    "etcdserver: request timed out",
+    "etcdserver: leader changed",
+    "the object has been modified; please apply your changes to the latest version",
+    "another operation (install/upgrade/rollback) is in progress",
+];
+
+/// What kind of failure helm's stderr tells of, read through the structure of its message:
+/// `Error: `, then helm's wrappers (`UPGRADE FAILED: `, a rollback's, …), then the cause.
+///
+/// - A cause that is a render failure (see [`is_render_failure`]) is `Permanent`, whatever text
+///   it embeds: a template's `fail "connection refused"` is still the chart's verdict.
+/// - A Kubernetes rejection a retry cannot fix (422, 403, a denied admission, a missing kind) is
+///   `Permanent`, checked before any transient signal, since its causes quote the rejected values.
+/// - 401 is `Unavailable`: only new credentials fix it, never a spec change, so it waits like an
+///   unreachable cluster (and a changed kubeconfig reconnects the cluster).
+/// - A recognised transient signal is `Transient`: retried with backoff up to the attempt cap.
+/// - Anything else is `Permanent`. Retrying an unknown failure writes a failed revision on every
+///   try and buries its message under retries; reported instead, it waits for a person, and any
+///   spec change (or a restart of the operator) tries again. A transient failure helm words in a
+///   new way costs one manual nudge; an unknown permanent one retried would cost a revision a try.
+pub fn classify(stderr: &str) -> FailureKind {
+    let cause = cause(helm_error(stderr).unwrap_or(stderr));
+    if is_render_failure(cause) || REJECTED.iter().any(|s| cause.contains(s)) {
+        FailureKind::Permanent
+    } else if UNAUTHORIZED.iter().any(|s| cause.contains(s)) {
+        FailureKind::Unavailable
+    } else if TRANSIENT.iter().any(|s| cause.contains(s)) {
+        FailureKind::Transient
+    } else {
+        FailureKind::Permanent
+    }
 }
 
 /// Revision and chart version from `helm upgrade --output json`.
@@ -217,7 +363,8 @@ impl HelmCli {
         })
     }
 
-    async fn run(&self, args: Vec<OsString>) -> Result<String, String> {
+    /// Runs helm; on failure, its trimmed message and what kind of failure it is.
+    async fn run(&self, args: Vec<OsString>) -> Result<String, (String, FailureKind)> {
         let mut command = Command::new(&self.options.binary);
         command
             .args(args)
@@ -227,22 +374,29 @@ impl HelmCli {
             .kill_on_drop(true);
         die_with_parent(&mut command);
         let child = command.spawn().map_err(|e| {
-            format!(
+            let message = format!(
                 "cannot run {}: {e}; install helm or pass --helm",
                 self.options.binary.display()
-            )
+            );
+            (message, FailureKind::Transient)
         })?;
         let limit = self.options.timeout + Duration::from_secs(30);
         match tokio::time::timeout(limit, child.wait_with_output()).await {
-            Err(_) => Err(format!(
-                "helm did not finish within {}s and was stopped",
-                limit.as_secs()
+            Err(_) => Err((
+                format!(
+                    "helm did not finish within {}s and was stopped",
+                    limit.as_secs()
+                ),
+                FailureKind::Transient,
             )),
-            Ok(Err(e)) => Err(format!("helm failed to run: {e}")),
+            Ok(Err(e)) => Err((format!("helm failed to run: {e}"), FailureKind::Transient)),
             Ok(Ok(out)) if out.status.success() => {
                 Ok(String::from_utf8_lossy(&out.stdout).into_owned())
             }
-            Ok(Ok(out)) => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
+            Ok(Ok(out)) => {
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                Err((trim_error(&stderr), classify(&stderr)))
+            }
         }
     }
 
@@ -274,7 +428,7 @@ impl HelmCli {
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(e) => {
                     let message = format!("clearing revision {revision} left pending: {e}");
-                    return failed(message, true);
+                    return Outcome::failed(message, FailureKind::Transient);
                 }
             }
             tracing::warn!(
@@ -289,7 +443,10 @@ impl HelmCli {
             .transpose()
         {
             Ok(v) => v,
-            Err(e) => return failed(format!("writing the values file: {e}"), true),
+            Err(e) => {
+                let message = format!("writing the values file: {e}");
+                return Outcome::failed(message, FailureKind::Transient);
+            }
         };
         let target = Target {
             kubeconfig: &member.kubeconfig,
@@ -318,7 +475,7 @@ impl HelmCli {
                     }
                 }
             },
-            Err(stderr) => failed(trim_error(&stderr), is_retryable(&stderr)),
+            Err((message, kind)) => Outcome::failed(message, kind),
         }
     }
 
@@ -332,8 +489,45 @@ impl HelmCli {
         };
         match self.run(uninstall_args(&key, target, &self.options)).await {
             Ok(_) => Outcome::Uninstalled,
-            Err(stderr) if stderr.contains("not found") => Outcome::Uninstalled,
-            Err(stderr) => failed(trim_error(&stderr), true),
+            // Helm's words do not say whether the release is gone (its "not found" may be a
+            // context's or a plugin's); the release records left in the namespace do.
+            Err((message, kind)) => {
+                let left = records_left(member.client.clone(), &key).await;
+                uninstall_outcome(left, message, kind)
+            }
+        }
+    }
+}
+
+/// How many of a release's records (helm's Secrets, `owner=helm,name=RELEASE`) its namespace holds.
+pub async fn records_left(client: kube::Client, key: &ReleaseKey) -> kube::Result<usize> {
+    let secrets: Api<Secret> = Api::namespaced(client, &key.scope.namespace);
+    let selector = format!("owner=helm,name={}", key.release);
+    let list = secrets
+        .list_metadata(&ListParams::default().labels(&selector))
+        .await?;
+    Ok(list.items.len())
+}
+
+/// What a failed `helm uninstall` came to, given the release records left: none means the release
+/// is gone, whatever helm said; otherwise helm's failure stands. When they could not be listed,
+/// the failure is retried (it waits, when the cluster refuses the credentials).
+pub fn uninstall_outcome(
+    records_left: kube::Result<usize>,
+    message: String,
+    kind: FailureKind,
+) -> Outcome {
+    match records_left {
+        Ok(0) => Outcome::Uninstalled,
+        Ok(_) => Outcome::failed(message, kind),
+        Err(e) => {
+            let kind = match kind {
+                FailureKind::Unavailable => FailureKind::Unavailable,
+                _ => FailureKind::Transient,
+            };
+            let message =
+                format!("{message} (listing its release records to check failed too: {e})");
+            Outcome::failed(message, kind)
         }
     }
 }
@@ -357,22 +551,13 @@ fn die_with_parent(command: &mut Command) {
 #[cfg(not(target_os = "linux"))]
 fn die_with_parent(_command: &mut Command) {}
 
-fn failed(message: String, retry: bool) -> Outcome {
-    let kind = if retry {
-        FailureKind::Transient
-    } else {
-        FailureKind::Permanent
-    };
-    Outcome::failed(message, kind)
-}
-
 fn unregistered(key: &ReleaseKey) -> Outcome {
-    failed(
+    Outcome::failed(
         format!(
             "cluster {} is not registered (any more); register it in the clusters file",
             key.scope.cluster
         ),
-        true,
+        FailureKind::Transient,
     )
 }
 
@@ -444,6 +629,7 @@ mod tests {
                 "upgrade",
                 "--install",
                 "--create-namespace",
+                "--reset-values",
                 "--namespace=team",
                 "--kubeconfig=/lab/kubeconfig",
                 "--kube-context=member-1",
@@ -537,6 +723,22 @@ mod tests {
     }
 
     #[test]
+    fn values_are_reset_to_the_specs_and_rollback_is_asked_for_per_chart() {
+        let mut r = release(ChartSource::Directory("/charts/deployment-example".into()));
+        let args = strings(upgrade_args(&r, target(), None, &HelmOptions::default()));
+        assert!(args.contains(&"--reset-values".to_string()));
+        assert!(!args.iter().any(|a| a.contains("reuse-values")));
+        assert!(!args.contains(&"--rollback-on-failure".to_string()));
+        r.rollback_on_failure = true;
+        let args = strings(upgrade_args(&r, target(), None, &HelmOptions::default()));
+        assert!(args.contains(&"--rollback-on-failure".to_string()));
+        assert!(
+            args.contains(&"--timeout=300s".to_string()),
+            "rollback waits up to the timeout"
+        );
+    }
+
+    #[test]
     fn errors_are_trimmed_to_their_last_lines() {
         let stderr = "WARNING: kube config is group-readable\n\nError: UPGRADE FAILED: template: x/templates/a.yaml:3:4: bad\n";
         assert_eq!(
@@ -546,14 +748,186 @@ mod tests {
         assert!(trim_error(&"x".repeat(2000)).chars().count() <= 513);
     }
 
+    // Helm 4.3.1's stderr, captured from the lab (`helm upgrade --install` in a scratch namespace).
+    const TEMPLATE_PARSE: &str =
+        "Error: UPGRADE FAILED: parse error at (parse/templates/a.yaml:3): missing value for if\n";
+    const TEMPLATE_EXECUTE: &str = "Error: UPGRADE FAILED: exec/templates/a.yaml:4:20\n  executing \"exec/templates/a.yaml\" at <.Values.a.b.c>:\n    nil pointer evaluating interface {}.b\n";
+    const TEMPLATE_INCLUDE: &str = "Error: UPGRADE FAILED: undef/templates/a.yaml:1:3\n  executing \"undef/templates/a.yaml\" at <include \"nope\" .>:\n    error calling include:\ntemplate: no template \"nope\" associated with template \"gotpl\"\n";
+    const FAIL_SAYING_TRANSIENT: &str = "Error: execution error at (failc/templates/a.yaml:1:3): connection refused; the server is currently unable to handle the request\n";
+    const REQUIRED_SAYING_TIMEOUT: &str = "Error: UPGRADE FAILED: execution error at (req/templates/a.yaml:1:3): a value is required: i/o timeout\n";
+    const SCHEMA: &str = "Error: UPGRADE FAILED: values don't meet the specifications of the schema(s) in the following chart(s):\nschema:\n- at '/logLevel': value must be one of 'panic', 'debug', 'info', 'warning', 'error', 'fatal'\n\n";
+    const YAML: &str = "Error: UPGRADE FAILED: YAML parse error on yaml/templates/a.yaml: error converting YAML to JSON: yaml: line 3: did not find expected ',' or '}'\n";
+    const NOT_BUILDABLE: &str = "Error: unable to build kubernetes objects from release manifest: error validating \"\": error validating data: apiVersion not set\n";
+    const NO_KIND_INSTALL: &str = "Error: unable to build kubernetes objects from release manifest: resource mapping not found for name: \"x\" namespace: \"\" from \"\": no matches for kind \"Widget\" in version \"example.com/v1\"\nensure CRDs are installed first\n";
+    const NO_KIND_UPGRADE: &str = "Error: UPGRADE FAILED: resource mapping not found for name: \"x\" namespace: \"\" from \"\": no matches for kind \"Widget\" in version \"example.com/v1\"\nensure CRDs are installed first\n";
+    const UNKNOWN_FIELD: &str = "level=WARN msg=\"upgrade failed\" name=sch2 error=\"server-side apply failed for object b-scratch-3790/x /v1, Kind=ConfigMap: failed to create typed patch object (b-scratch-3790/x; /v1, Kind=ConfigMap): .bogus: field not declared in schema\"\nError: UPGRADE FAILED: server-side apply failed for object b-scratch-3790/x /v1, Kind=ConfigMap: failed to create typed patch object (b-scratch-3790/x; /v1, Kind=ConfigMap): .bogus: field not declared in schema\n";
+    const INVALID: &str = "Error: server-side apply failed for object b-scratch-3790/inv apps/v1, Kind=StatefulSet: StatefulSet.apps \"inv\" is invalid: spec.replicas: Invalid value: -1: must be greater than or equal to 0\n";
+    const IMMUTABLE: &str = "level=WARN msg=\"upgrade failed\" name=imm error=\"server-side apply failed for object b-scratch-3790/imm apps/v1, Kind=Deployment: Deployment.apps \\\"imm\\\" is invalid: spec.selector: Invalid value: {\\\"matchLabels\\\":{\\\"app\\\":\\\"b\\\"}}: field is immutable\"\nError: UPGRADE FAILED: server-side apply failed for object b-scratch-3790/imm apps/v1, Kind=Deployment: Deployment.apps \"imm\" is invalid: spec.selector: Invalid value: {\"matchLabels\":{\"app\":\"b\"}}: field is immutable\n";
+    const IMMUTABLE_ROLLED_BACK: &str = "level=WARN msg=\"upgrade failed\" name=imm error=\"server-side apply failed for object b-scratch-3790/imm apps/v1, Kind=Deployment: Deployment.apps \\\"imm\\\" is invalid: spec.selector: Invalid value: {\\\"matchLabels\\\":{\\\"app\\\":\\\"b\\\"}}: field is immutable\"\nError: UPGRADE FAILED: release imm failed, and has been rolled back due to rollback-on-failure being set: server-side apply failed for object b-scratch-3790/imm apps/v1, Kind=Deployment: Deployment.apps \"imm\" is invalid: spec.selector: Invalid value: {\"matchLabels\":{\"app\":\"b\"}}: field is immutable\n";
+    const FORBIDDEN: &str = "Error: query: failed to query with labels: secrets is forbidden: User \"nobody\" cannot list resource \"secrets\" in API group \"\" in the namespace \"b-scratch-3790\"\n";
+    const FORBIDDEN_UNINSTALL: &str = "Error: uninstall: Release not loaded: imm: query: failed to query with labels: secrets is forbidden: User \"nobody\" cannot list resource \"secrets\" in API group \"\" in the namespace \"b-scratch-3790\"\n";
+    const NOT_FOUND_UNINSTALL: &str =
+        "Error: uninstall: Release not loaded: nothere: release: not found\n";
+    const NO_CONTEXT: &str =
+        "Error: kubernetes cluster unreachable: context \"member-9\" does not exist\n";
+    const REFUSED: &str = "Error: kubernetes cluster unreachable: Get \"https://127.0.0.1:1/version\": dial tcp 127.0.0.1:1: connect: connection refused\n";
+    const UNAUTHORIZED_TOKEN: &str = "Error: kubernetes cluster unreachable: the server has asked for the client to provide credentials\n";
+    // Known texts of transient failures (the lab's members are not stopped to produce them).
+    const TRANSIENT_TEXTS: [&str; 10] = [
+        "Error: UPGRADE FAILED: Get \"https://10.0.0.1:6443/apis/apps/v1/namespaces/team/deployments/web\": dial tcp 10.0.0.1:6443: i/o timeout\n",
+        "Error: kubernetes cluster unreachable: Get \"https://10.0.0.1:6443/version\": net/http: TLS handshake timeout\n",
+        "Error: UPGRADE FAILED: Patch \"https://10.0.0.1:6443/apis/apps/v1/namespaces/team/deployments/web\": read tcp 10.0.0.2:51234->10.0.0.1:6443: read: connection reset by peer\n",
+        "Error: UPGRADE FAILED: release web failed, and has been rolled back due to rollback-on-failure being set: resource Deployment/team/web not ready. status: InProgress, message: Updated: 1/2\ncontext deadline exceeded\n",
+        "Error: UPGRADE FAILED: the server is currently unable to handle the request (get deployments.apps web)\n",
+        "Error: UPGRADE FAILED: the server has received too many requests and has asked us to try again later (patch deployments.apps web)\n",
+        "Error: UPGRADE FAILED: 429 Too Many Requests\n",
+        "Error: UPGRADE FAILED: etcdserver: request timed out\n",
+        "Error: UPGRADE FAILED: cannot patch \"web\" with kind Deployment: Operation cannot be fulfilled on deployments.apps \"web\": the object has been modified; please apply your changes to the latest version and try again\n",
+        "Error: UPGRADE FAILED: another operation (install/upgrade/rollback) is in progress\n",
+    ];
+
     #[test]
-    fn render_errors_are_not_retried_and_connection_errors_are() {
-        assert!(!is_retryable(
-            "Error: INSTALLATION FAILED: template: web/templates/d.yaml:9: executing"
+    fn render_failures_are_permanent_whatever_text_they_embed() {
+        for stderr in [
+            TEMPLATE_PARSE,
+            TEMPLATE_EXECUTE,
+            TEMPLATE_INCLUDE,
+            FAIL_SAYING_TRANSIENT,
+            REQUIRED_SAYING_TIMEOUT,
+            SCHEMA,
+            YAML,
+            NOT_BUILDABLE,
+            NO_KIND_INSTALL,
+            NO_KIND_UPGRADE,
+        ] {
+            assert_eq!(classify(stderr), FailureKind::Permanent, "{stderr}");
+        }
+    }
+
+    #[test]
+    fn rejections_a_retry_cannot_fix_are_permanent_rolled_back_or_not() {
+        for stderr in [
+            INVALID,
+            IMMUTABLE,
+            IMMUTABLE_ROLLED_BACK,
+            FORBIDDEN,
+            FORBIDDEN_UNINSTALL,
+            UNKNOWN_FIELD,
+        ] {
+            assert_eq!(classify(stderr), FailureKind::Permanent, "{stderr}");
+        }
+    }
+
+    #[test]
+    fn an_invalid_value_quoting_a_transient_signal_is_still_permanent() {
+        let stderr = "Error: UPGRADE FAILED: cannot patch \"web\" with kind ConfigMap: ConfigMap \"web\" is invalid: data[x]: Invalid value: \"connection refused\": a valid config key must consist of alphanumeric characters\n";
+        assert_eq!(classify(stderr), FailureKind::Permanent);
+    }
+
+    #[test]
+    fn only_recognised_transient_signals_are_retried() {
+        assert_eq!(classify(REFUSED), FailureKind::Transient);
+        for stderr in TRANSIENT_TEXTS {
+            assert_eq!(classify(stderr), FailureKind::Transient, "{stderr}");
+        }
+        for stderr in [
+            NO_CONTEXT,
+            NOT_FOUND_UNINSTALL,
+            "Error: something new\n",
+            "",
+        ] {
+            assert_eq!(classify(stderr), FailureKind::Permanent, "{stderr}");
+        }
+    }
+
+    #[test]
+    fn refused_credentials_wait_like_an_unreachable_cluster() {
+        assert_eq!(classify(UNAUTHORIZED_TOKEN), FailureKind::Unavailable);
+    }
+
+    #[test]
+    fn the_message_starts_at_helms_error_line_without_its_log_lines() {
+        assert_eq!(
+            trim_error(IMMUTABLE),
+            "UPGRADE FAILED: server-side apply failed for object b-scratch-3790/imm apps/v1, Kind=Deployment: Deployment.apps \"imm\" is invalid: spec.selector: Invalid value: {\"matchLabels\":{\"app\":\"b\"}}: field is immutable"
+        );
+        assert_eq!(
+            trim_error(SCHEMA),
+            "UPGRADE FAILED: values don't meet the specifications of the schema(s) in the following chart(s): schema: - at '/logLevel': value must be one of 'panic', 'debug', 'info', 'warning', 'error', 'fatal'"
+        );
+    }
+
+    #[test]
+    fn an_uninstall_that_left_no_records_succeeded_whatever_helm_said() {
+        let fail = || ("uninstall failed".to_string(), FailureKind::Permanent);
+        let (m, k) = fail();
+        assert_eq!(uninstall_outcome(Ok(0), m, k), Outcome::Uninstalled);
+        let (m, k) = fail();
+        assert_eq!(
+            uninstall_outcome(Ok(2), m, k),
+            Outcome::failed("uninstall failed", FailureKind::Permanent)
+        );
+    }
+
+    #[test]
+    fn an_uninstall_whose_records_cannot_be_listed_is_retried() {
+        let error = || {
+            kube::Error::Api(
+                kube::core::Status::failure("down", "ServiceUnavailable")
+                    .with_code(503)
+                    .boxed(),
+            )
+        };
+        let Outcome::Failed { message, kind } = uninstall_outcome(
+            Err(error()),
+            "uninstall failed".into(),
+            FailureKind::Permanent,
+        ) else {
+            panic!("a failure");
+        };
+        assert_eq!(kind, FailureKind::Transient);
+        assert!(
+            message.starts_with("uninstall failed (listing"),
+            "{message}"
+        );
+        assert!(matches!(
+            uninstall_outcome(Err(error()), "x".into(), FailureKind::Unavailable),
+            Outcome::Failed {
+                kind: FailureKind::Unavailable,
+                ..
+            }
         ));
-        assert!(is_retryable(
-            "Error: Kubernetes cluster unreachable: dial tcp 127.0.0.1:1: connect: connection refused"
-        ));
+    }
+
+    #[tokio::test]
+    async fn release_records_are_counted_by_helms_labels_as_metadata_only() {
+        let service = tower::service_fn(|request: http::Request<kube::client::Body>| {
+            let uri = request.uri().to_string();
+            let accept = request
+                .headers()
+                .get(http::header::ACCEPT)
+                .map(|v| v.to_str().unwrap().to_owned())
+                .unwrap_or_default();
+            assert_eq!(
+                uri,
+                "/api/v1/namespaces/team/secrets?&labelSelector=owner%3Dhelm%2Cname%3Ddb"
+            );
+            assert!(accept.contains("as=PartialObjectMetadataList"), "{accept}");
+            let body = serde_json::json!({
+                "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+                "metadata": {"resourceVersion": "1"},
+                "items": [{"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                           "metadata": {"name": "sh.helm.release.v1.db.v1", "namespace": "team"}}],
+            });
+            async move {
+                http::Response::builder()
+                    .status(200)
+                    .body(kube::client::Body::from(body.to_string().into_bytes()))
+            }
+        });
+        let client = kube::Client::new(service, "default");
+        let key: ReleaseKey = "member-2/team/db".parse().unwrap();
+        assert_eq!(records_left(client, &key).await.unwrap(), 1);
     }
 
     #[test]

@@ -12,6 +12,7 @@ use kube::{
     config::{KubeConfigOptions, Kubeconfig},
 };
 use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
 
 use crate::{crd::HUB_CLUSTER, key::ClusterName};
 
@@ -174,6 +175,16 @@ impl RegistrationFile {
     }
 }
 
+/// The SHA-256 of a kubeconfig file's bytes.
+pub type Digest = [u8; 32];
+
+/// The digest of a file's content, or `None` when it cannot be read.
+pub fn digest_file(path: &Path) -> Option<Digest> {
+    std::fs::read(path)
+        .ok()
+        .map(|bytes| Sha256::digest(bytes).into())
+}
+
 /// A registered cluster with its client.
 #[derive(Clone)]
 pub struct Member {
@@ -181,6 +192,9 @@ pub struct Member {
     pub entry: ClusterEntry,
     /// The kubeconfig actually used.
     pub kubeconfig: PathBuf,
+    /// The digest of that kubeconfig's content when the client was built from it (`None` for the
+    /// in-cluster hub), so a change of its credentials is noticed even when its path is unchanged.
+    pub kubeconfig_digest: Option<Digest>,
     /// A client for its API server.
     pub client: Client,
 }
@@ -206,29 +220,40 @@ pub struct HubSource {
 impl ClusterRegistry {
     /// Builds a client for the hub and for every registered member.
     pub async fn connect(hub: &HubSource, file: &RegistrationFile) -> Result<Self> {
-        let mut kubeconfigs: HashMap<PathBuf, Kubeconfig> = HashMap::new();
+        let mut kubeconfigs = HashMap::new();
         let mut members = BTreeMap::new();
         let hub_member = connect_hub(hub, &mut kubeconfigs).await?;
         members.insert(hub_member.entry.name.clone(), Arc::new(hub_member));
         for entry in &file.clusters {
-            let path = match &entry.kubeconfig {
-                Some(p) => p.clone(),
-                None => default_kubeconfig().ok_or_else(|| RegistryError::NoKubeconfig {
-                    cluster: entry.name.to_string(),
-                })?,
-            };
+            let path = entry_kubeconfig(entry).ok_or_else(|| RegistryError::NoKubeconfig {
+                cluster: entry.name.to_string(),
+            })?;
             let client =
                 client_for(entry.name.as_str(), &path, &entry.context, &mut kubeconfigs).await?;
             members.insert(
                 entry.name.clone(),
                 Arc::new(Member {
                     entry: entry.clone(),
+                    kubeconfig_digest: kubeconfigs[&path].digest,
                     kubeconfig: path,
                     client,
                 }),
             );
         }
         Ok(Self { members })
+    }
+
+    /// This registry, with the members of `old` that `fresh` does not name kept as they were
+    /// (same client): a reload reconnects only the clusters that changed.
+    pub fn keeping(mut self, old: &ClusterRegistry, fresh: impl Fn(&ClusterName) -> bool) -> Self {
+        for (name, member) in &mut self.members {
+            if !fresh(name)
+                && let Some(kept) = old.members.get(name)
+            {
+                *member = kept.clone();
+            }
+        }
+        self
     }
 
     /// The cluster registered under `name`, if any.
@@ -293,6 +318,31 @@ pub async fn probe(member: &Member) -> Health {
     }
 }
 
+/// Every kubeconfig file the hub (unless in-cluster) and the entries of `file` use.
+pub fn kubeconfig_paths(hub: &HubSource, file: &RegistrationFile) -> BTreeSet<PathBuf> {
+    let (kubeconfig, in_cluster) = hub_kubeconfig(hub);
+    kubeconfig
+        .filter(|_| !in_cluster)
+        .into_iter()
+        .chain(file.clusters.iter().filter_map(entry_kubeconfig))
+        .collect()
+}
+
+/// The kubeconfig an entry uses: its own, or the default one.
+fn entry_kubeconfig(entry: &ClusterEntry) -> Option<PathBuf> {
+    entry.kubeconfig.clone().or_else(default_kubeconfig)
+}
+
+/// The hub's kubeconfig, if one is given or found; and whether the hub is reached with the
+/// in-cluster configuration instead (nothing given and no kubeconfig file found).
+fn hub_kubeconfig(hub: &HubSource) -> (Option<PathBuf>, bool) {
+    let kubeconfig = hub.kubeconfig.clone().or_else(default_kubeconfig);
+    let in_cluster = hub.kubeconfig.is_none()
+        && hub.context.is_none()
+        && !kubeconfig.as_ref().is_some_and(|p| p.exists());
+    (kubeconfig, in_cluster)
+}
+
 fn default_kubeconfig() -> Option<PathBuf> {
     if let Some(first) = std::env::var_os("KUBECONFIG")
         .and_then(|v| std::env::split_paths(&v).find(|p| !p.as_os_str().is_empty()))
@@ -304,15 +354,12 @@ fn default_kubeconfig() -> Option<PathBuf> {
 
 async fn connect_hub(
     hub: &HubSource,
-    kubeconfigs: &mut HashMap<PathBuf, Kubeconfig>,
+    kubeconfigs: &mut HashMap<PathBuf, Loaded>,
 ) -> Result<Member> {
     let name: ClusterName = HUB_CLUSTER
         .parse()
         .expect("the hub's name is a valid cluster name");
-    let kubeconfig = hub.kubeconfig.clone().or_else(default_kubeconfig);
-    let in_cluster = hub.kubeconfig.is_none()
-        && hub.context.is_none()
-        && !kubeconfig.as_ref().is_some_and(|p| p.exists());
+    let (kubeconfig, in_cluster) = hub_kubeconfig(hub);
     let (client, path, context) = if in_cluster {
         let mut config = Config::incluster().map_err(|e| {
             RegistryError::Hub(format!("no kubeconfig found and not in a cluster ({e})"))
@@ -325,7 +372,7 @@ async fn connect_hub(
         (client, PathBuf::new(), "in-cluster".to_owned())
     } else {
         let path = kubeconfig.ok_or_else(|| RegistryError::Hub("no kubeconfig found".into()))?;
-        let loaded = load_kubeconfig(HUB_CLUSTER, &path, kubeconfigs)?;
+        let loaded = &load_kubeconfig(HUB_CLUSTER, &path, kubeconfigs)?.config;
         let context = match &hub.context {
             Some(c) => c.clone(),
             None => loaded.current_context.clone().ok_or_else(|| {
@@ -345,23 +392,33 @@ async fn connect_hub(
             kubeconfig: None,
             labels: BTreeMap::new(),
         },
+        kubeconfig_digest: kubeconfigs.get(&path).and_then(|l| l.digest),
         kubeconfig: path,
         client,
     })
 }
 
+/// A kubeconfig file as read, with the digest of its content.
+struct Loaded {
+    config: Kubeconfig,
+    digest: Option<Digest>,
+}
+
 fn load_kubeconfig<'a>(
     cluster: &str,
     path: &Path,
-    cache: &'a mut HashMap<PathBuf, Kubeconfig>,
-) -> Result<&'a Kubeconfig> {
+    cache: &'a mut HashMap<PathBuf, Loaded>,
+) -> Result<&'a Loaded> {
     if !cache.contains_key(path) {
-        let loaded = Kubeconfig::read_from(path).map_err(|source| RegistryError::Kubeconfig {
+        // Digested before it is parsed: should it change in between, the next reload sees a
+        // digest that differs and reconnects again, never one that matches a stale parse.
+        let digest = digest_file(path);
+        let config = Kubeconfig::read_from(path).map_err(|source| RegistryError::Kubeconfig {
             cluster: cluster.to_owned(),
             kubeconfig: path.to_owned(),
             source,
         })?;
-        cache.insert(path.to_owned(), loaded);
+        cache.insert(path.to_owned(), Loaded { config, digest });
     }
     Ok(&cache[path])
 }
@@ -370,9 +427,9 @@ async fn client_for(
     cluster: &str,
     path: &Path,
     context: &str,
-    cache: &mut HashMap<PathBuf, Kubeconfig>,
+    cache: &mut HashMap<PathBuf, Loaded>,
 ) -> Result<Client> {
-    let kubeconfig = load_kubeconfig(cluster, path, cache)?.clone();
+    let kubeconfig = load_kubeconfig(cluster, path, cache)?.config.clone();
     let available: BTreeSet<String> = kubeconfig.contexts.iter().map(|c| c.name.clone()).collect();
     if !available.contains(context) {
         return Err(RegistryError::UnknownContext {

@@ -1,6 +1,11 @@
-//! Registration hot reload: the file is re-read when it changes; a valid edit swaps the registry, an invalid one is refused.
+//! Registration hot reload: the file and its kubeconfigs are re-read when they change; a valid edit swaps the registry, an invalid one is refused.
 
-use std::{collections::BTreeSet, path::PathBuf, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
 
 use kube::runtime::{events::EventType, reflector::ObjectRef};
 use tokio::sync::mpsc::UnboundedSender;
@@ -10,10 +15,13 @@ use crate::{
     Context,
     crd::Controller,
     key::ClusterName,
-    registry::{ClusterRegistry, HubSource, RegistrationFile, RegistryError},
+    registry::{
+        ClusterRegistry, Digest, HubSource, RegistrationFile, RegistryError, digest_file,
+        kubeconfig_paths,
+    },
 };
 
-/// How often the registration file is checked for changes.
+/// How often the registration file and its kubeconfigs are checked for changes.
 pub const CHECK_EVERY: Duration = Duration::from_secs(2);
 
 /// What a reload changed.
@@ -23,11 +31,11 @@ pub struct Diff {
     pub added: BTreeSet<ClusterName>,
     /// Clusters no longer registered.
     pub removed: BTreeSet<ClusterName>,
-    /// Clusters whose context, kubeconfig or labels changed.
+    /// Clusters whose context, kubeconfig (its path or its content) or labels changed.
     pub changed: BTreeSet<ClusterName>,
 }
 
-/// Compares two registries by name and registration entry.
+/// Compares two registries by name, registration entry and kubeconfig content.
 pub fn diff(old: &ClusterRegistry, new: &ClusterRegistry) -> Diff {
     let mut d = Diff::default();
     for m in new.iter() {
@@ -35,7 +43,11 @@ pub fn diff(old: &ClusterRegistry, new: &ClusterRegistry) -> Diff {
             None => {
                 d.added.insert(m.entry.name.clone());
             }
-            Some(o) if o.entry != m.entry || o.kubeconfig != m.kubeconfig => {
+            Some(o)
+                if o.entry != m.entry
+                    || o.kubeconfig != m.kubeconfig
+                    || o.kubeconfig_digest != m.kubeconfig_digest =>
+            {
                 d.changed.insert(m.entry.name.clone());
             }
             Some(_) => {}
@@ -47,6 +59,43 @@ pub fn diff(old: &ClusterRegistry, new: &ClusterRegistry) -> Diff {
         .filter(|n| new.get(n).is_none())
         .collect();
     d
+}
+
+/// What a reload is decided on: the registration file's text and the digest of every kubeconfig
+/// it uses, so rotated credentials are noticed while the file itself stays the same.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Sources {
+    /// The registration file's text.
+    pub text: String,
+    /// Each kubeconfig the hub and the entries use, with the digest of its content (`None`: unreadable).
+    pub kubeconfigs: BTreeMap<PathBuf, Option<Digest>>,
+}
+
+impl Sources {
+    /// Reads the registration file and digests the kubeconfigs it names (none while it does not parse).
+    pub fn read(path: &Path, hub: &HubSource) -> std::io::Result<Self> {
+        let text = std::fs::read_to_string(path)?;
+        let kubeconfigs = RegistrationFile::parse(path, &text)
+            .map(|file| kubeconfig_paths(hub, &file))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| {
+                let digest = digest_file(&p);
+                (p, digest)
+            })
+            .collect();
+        Ok(Self { text, kubeconfigs })
+    }
+
+    /// What the registry in force was built from, given the registration text it was built from.
+    pub fn of(text: String, registry: &ClusterRegistry) -> Self {
+        let kubeconfigs = registry
+            .iter()
+            .filter(|m| !m.kubeconfig.as_os_str().is_empty())
+            .map(|m| (m.kubeconfig.clone(), m.kubeconfig_digest))
+            .collect();
+        Self { text, kubeconfigs }
+    }
 }
 
 /// Everything a reload needs besides the shared context.
@@ -62,17 +111,21 @@ pub struct Reloader {
 }
 
 impl Reloader {
-    /// Checks the file every [`CHECK_EVERY`] until cancelled and applies each change of its content.
+    /// Checks the file and its kubeconfigs every [`CHECK_EVERY`] until cancelled and applies each
+    /// change of their content.
     pub async fn run(self, ctx: Arc<Context>, cancel: CancellationToken) {
-        let mut last = std::fs::read_to_string(&self.path).ok();
+        // What the registry in force came from: a kubeconfig changed since is noticed at once.
+        let mut last = std::fs::read_to_string(&self.path)
+            .ok()
+            .map(|text| Sources::of(text, &ctx.registry.load()));
         let mut tick = tokio::time::interval(CHECK_EVERY);
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
                 () = cancel.cancelled() => return,
             }
-            let text = match std::fs::read_to_string(&self.path) {
-                Ok(t) => t,
+            let sources = match Sources::read(&self.path, &self.hub) {
+                Ok(s) => s,
                 Err(e) => {
                     if last.is_some() {
                         tracing::error!(file = %self.path.display(), error = %e, "cannot read the registration file; keeping the last good registry");
@@ -81,11 +134,11 @@ impl Reloader {
                     continue;
                 }
             };
-            if last.as_deref() == Some(text.as_str()) {
+            if last.as_ref() == Some(&sources) {
                 continue;
             }
-            last = Some(text.clone());
-            match self.apply(&ctx, &text, &cancel).await {
+            let sources = last.insert(sources);
+            match self.apply(&ctx, &sources.text, &cancel).await {
                 Ok(d) => {
                     ctx.metrics.registry_reload(true);
                     tracing::info!(added = ?d.added, removed = ?d.removed, changed = ?d.changed, "registration file reloaded");
@@ -124,9 +177,10 @@ impl Reloader {
         cancel: &CancellationToken,
     ) -> Result<Diff, RegistryError> {
         let file = RegistrationFile::parse(&self.path, text)?;
-        let new = Arc::new(ClusterRegistry::connect(&self.hub, &file).await?);
+        let new = ClusterRegistry::connect(&self.hub, &file).await?;
         let old = ctx.registry.load_full();
         let d = diff(&old, &new);
+        let new = Arc::new(new.keeping(&old, |n| d.added.contains(n) || d.changed.contains(n)));
         let (applied, _) = ctx.releases.snapshot();
         for a in applied
             .values()
@@ -176,15 +230,13 @@ mod tests {
         ClusterRegistry::connect(&hub, &file).await.unwrap()
     }
 
+    const KUBECONFIG: &str = "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\nusers: [{name: u, user: {token: t}}]\ncontexts:\n  - {name: hub, context: {cluster: c, user: u}}\n  - {name: a, context: {cluster: c, user: u}}\n  - {name: b, context: {cluster: c, user: u}}\n";
+
     #[tokio::test]
     async fn a_reload_tells_added_removed_and_changed_clusters_apart() {
         let dir = tempfile::tempdir().unwrap();
         let kc = dir.path().join("kubeconfig");
-        std::fs::write(
-            &kc,
-            "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\nusers: [{name: u, user: {token: t}}]\ncontexts:\n  - {name: hub, context: {cluster: c, user: u}}\n  - {name: a, context: {cluster: c, user: u}}\n  - {name: b, context: {cluster: c, user: u}}\n",
-        )
-        .unwrap();
+        std::fs::write(&kc, KUBECONFIG).unwrap();
         let k = kc.display();
         let old = registry(&kc, &format!("clusters:\n  - {{name: one, context: a, kubeconfig: {k}}}\n  - {{name: two, context: a, kubeconfig: {k}}}\n")).await;
         let new = registry(
@@ -193,11 +245,74 @@ mod tests {
         )
         .await;
         let d = diff(&old, &new);
-        let names =
-            |s: &BTreeSet<ClusterName>| s.iter().map(ToString::to_string).collect::<Vec<_>>();
         assert_eq!(names(&d.added), ["three"]);
         assert_eq!(names(&d.removed), ["one"]);
         assert_eq!(names(&d.changed), ["two"]);
         assert_eq!(diff(&new, &new), Diff::default());
+    }
+
+    fn names(s: &BTreeSet<ClusterName>) -> Vec<String> {
+        s.iter().map(ToString::to_string).collect()
+    }
+
+    #[tokio::test]
+    async fn rotated_credentials_change_exactly_the_clusters_using_that_kubeconfig() {
+        let dir = tempfile::tempdir().unwrap();
+        let (rotated, steady) = (dir.path().join("rotated"), dir.path().join("steady"));
+        std::fs::write(&rotated, KUBECONFIG).unwrap();
+        std::fs::write(&steady, KUBECONFIG).unwrap();
+        let entries = format!(
+            "clusters:\n  - {{name: one, context: a, kubeconfig: {}}}\n  - {{name: two, context: a, kubeconfig: {}}}\n",
+            rotated.display(),
+            steady.display()
+        );
+        let old = registry(&steady, &entries).await;
+        std::fs::write(&rotated, KUBECONFIG.replace("token: t", "token: rotated")).unwrap();
+        let new = registry(&steady, &entries).await;
+        let d = diff(&old, &new);
+        assert_eq!(names(&d.changed), ["one"]);
+        assert!(d.added.is_empty() && d.removed.is_empty());
+
+        let kept = new.keeping(&old, |n| d.changed.contains(n));
+        let same = |name: &str| {
+            let name = name.parse().unwrap();
+            Arc::ptr_eq(kept.get(&name).unwrap(), old.get(&name).unwrap())
+        };
+        assert!(!same("one"), "the changed cluster gets its new client");
+        assert!(same("two") && same("hub"), "the others keep theirs");
+    }
+
+    #[tokio::test]
+    async fn a_kubeconfig_rewritten_with_new_content_is_noticed_and_the_same_content_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let (kc, file) = (
+            dir.path().join("kubeconfig"),
+            dir.path().join("clusters.yaml"),
+        );
+        std::fs::write(&kc, KUBECONFIG).unwrap();
+        let text = format!(
+            "clusters:\n  - {{name: one, context: a, kubeconfig: {}}}\n",
+            kc.display()
+        );
+        std::fs::write(&file, &text).unwrap();
+        let hub = HubSource {
+            kubeconfig: Some(kc.clone()),
+            context: Some("hub".into()),
+        };
+        let connected = registry(&kc, &text).await;
+        let first = Sources::read(&file, &hub).unwrap();
+        assert_eq!(first, Sources::of(text.clone(), &connected));
+        assert_eq!(first.kubeconfigs.len(), 1, "hub and member share one file");
+
+        std::fs::write(&kc, KUBECONFIG).unwrap();
+        assert_eq!(Sources::read(&file, &hub).unwrap(), first);
+
+        std::fs::write(&kc, KUBECONFIG.replace("token: t", "token: rotated")).unwrap();
+        let rotated = Sources::read(&file, &hub).unwrap();
+        assert_eq!(rotated.text, first.text);
+        assert_ne!(rotated.kubeconfigs[&kc], first.kubeconfigs[&kc]);
+
+        std::fs::remove_file(&kc).unwrap();
+        assert_eq!(Sources::read(&file, &hub).unwrap().kubeconfigs[&kc], None);
     }
 }

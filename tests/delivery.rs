@@ -715,3 +715,166 @@ async fn a_chart_from_an_oci_registry_is_delivered_at_its_pinned_version() {
     assert!(listed.contains("deployment-example-0.4.0"), "{listed}");
     hub.delete_and_wait_gone("from-oci").await;
 }
+
+/// The chart's own default of a value in config/charts/CHART/values.yaml.
+fn chart_default(chart: &str, key: &str) -> serde_yaml::Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("config/charts")
+        .join(chart)
+        .join("values.yaml");
+    let values: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    values[key].clone()
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_removed_setting_returns_to_the_charts_default() {
+    let hub = Hub::new("reset").await;
+    let ns = unique("reset");
+    let spec = |settings: &[(&str, &str)], values: Option<serde_json::Value>| ControllerSpec {
+        tenancies: vec![tenancy(
+            &ns,
+            &["member-1"],
+            vec![Chart {
+                values,
+                ..chart("deployment-example", "web", settings)
+            }],
+        )],
+        ..Default::default()
+    };
+    let deployments: Api<Deployment> = Api::namespaced(hub.lab.client("member-1").await, &ns);
+    let replicas_become = |n: i64| {
+        let deployments = deployments.clone();
+        async move {
+            wait_until(
+                &format!("Deployment web with spec.replicas {n}"),
+                DEADLINE,
+                || async {
+                    let d = deployments.get("web").await.ok()?;
+                    (d.spec?.replicas == Some(n as i32)).then_some(())
+                },
+            )
+            .await
+        }
+    };
+
+    // A setting is typed as --set types it; a quoted string under values stays a string.
+    let quoted = serde_json::json!({"podAnnotations": {"replicas": "3"}});
+    hub.apply("reset", spec(&[("replicaCount", "3")], Some(quoted)))
+        .await;
+    hub.releases_become("member-1", &ns, &[("web", 1)]).await;
+    assert_eq!(
+        hub.lab.values("member-1", &ns, "web"),
+        serde_json::json!({"replicaCount": 3, "podAnnotations": {"replicas": "3"}})
+    );
+    replicas_become(3).await;
+
+    hub.apply("reset", spec(&[], None)).await;
+    hub.releases_become("member-1", &ns, &[("web", 2)]).await;
+    let values = hub.lab.values("member-1", &ns, "web");
+    assert!(
+        values.is_null() || values == serde_json::json!({}),
+        "no values are reused from the last release: {values}"
+    );
+    let default = chart_default("deployment-example", "replicaCount")
+        .as_i64()
+        .unwrap();
+    assert_ne!(default, 3);
+    replicas_become(default).await;
+    hub.status_until("reset", "the release to be ready at the default", ready)
+        .await;
+
+    hub.delete_and_wait_gone("reset").await;
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_rejected_upgrade_is_rolled_back_when_the_chart_asks_for_it() {
+    let hub = Hub::new("rollback").await;
+    let ns = unique("rollback");
+    let spec = |settings: &[(&str, &str)]| ControllerSpec {
+        tenancies: vec![tenancy(
+            &ns,
+            &["member-1"],
+            vec![Chart {
+                rollback_on_failure: true,
+                ..chart("statefulset-example", "db", settings)
+            }],
+        )],
+        ..Default::default()
+    };
+    hub.apply("rollback", spec(&[])).await;
+    hub.releases_become("member-1", &ns, &[("db", 1)]).await;
+    hub.status_until("rollback", "revision 1 to be ready", ready)
+        .await;
+
+    // The API server rejects a negative replica count (422 Invalid); the Service's port would change.
+    hub.apply(
+        "rollback",
+        spec(&[("replicas", "-1"), ("service.externalPort", "8081")]),
+    )
+    .await;
+    let status = hub
+        .status_until("rollback", "the rejected upgrade to be reported", |s| {
+            message(s, "member-1", "db").is_some_and(|m| m.phase == "Failed")
+        })
+        .await;
+    let error = &message(&status, "member-1", "db").unwrap().error_message;
+    assert!(
+        error.contains("has been rolled back due to rollback-on-failure")
+            && error.contains("spec.replicas: Invalid value: -1"),
+        "{error}"
+    );
+    assert!(!ready(&status));
+
+    let history: Vec<serde_json::Value> = serde_json::from_str(
+        &hub.lab
+            .helm("member-1", &["history", "db", "-n", &ns, "-o", "json"]),
+    )
+    .unwrap();
+    let revisions: Vec<(i64, &str, &str)> = history
+        .iter()
+        .map(|r| {
+            (
+                r["revision"].as_i64().unwrap(),
+                r["status"].as_str().unwrap(),
+                r["description"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(revisions.len(), 3, "{revisions:?}");
+    assert_eq!(revisions[1].1, "failed", "{revisions:?}");
+    assert_eq!(
+        (revisions[2].1, revisions[2].2),
+        ("deployed", "Rollback to 1"),
+        "{revisions:?}"
+    );
+
+    let member = hub.lab.client("member-1").await;
+    let statefulset = Api::<StatefulSet>::namespaced(member.clone(), &ns)
+        .get("db")
+        .await
+        .unwrap();
+    assert_eq!(statefulset.spec.unwrap().replicas, Some(1));
+    let service = Api::<k8s_openapi::api::core::v1::Service>::namespaced(member, &ns)
+        .get("db")
+        .await
+        .unwrap();
+    let ports: Vec<i32> = service
+        .spec
+        .unwrap()
+        .ports
+        .unwrap()
+        .iter()
+        .map(|p| p.port)
+        .collect();
+    assert_eq!(ports, [80], "the live Service is revision 1's");
+    assert_eq!(
+        hub.lab.values("member-1", &ns, "db"),
+        serde_json::Value::Null,
+        "the values in force are revision 1's"
+    );
+
+    hub.delete_and_wait_gone("rollback").await;
+}

@@ -271,6 +271,75 @@ async fn registration_edits_apply_without_a_restart_and_broken_ones_are_refused(
 
 #[tokio::test]
 #[ignore = "needs the lab: run tests/run.sh"]
+async fn rotated_credentials_in_a_registered_kubeconfig_apply_without_a_restart() {
+    let _turn = LAB_FAULTS.lock().await; // it delivers to member-1, which other tests stop
+    let lab = common::Lab::get();
+    let good = std::fs::read_to_string(lab.kubeconfig_path()).unwrap();
+    // member-1's user presents a token its API server does not know (401) instead of its certificate.
+    let mut broken: serde_yaml::Value = serde_yaml::from_str(&good).unwrap();
+    let users = broken["users"].as_sequence_mut().unwrap();
+    let user = users
+        .iter_mut()
+        .find(|u| u["name"].as_str() == Some("admin@member-1"))
+        .expect("the lab has a user for member-1");
+    user["user"] = serde_yaml::from_str("{token: not-a-valid-token}").unwrap();
+    let kubeconfig = lab.dir.join(format!("{}.kubeconfig", unique("rotated")));
+    std::fs::write(&kubeconfig, serde_yaml::to_string(&broken).unwrap()).unwrap();
+    let file = lab.dir.join(format!("{}.yaml", unique("clusters")));
+    std::fs::write(
+        &file,
+        format!(
+            "clusters:\n  - {{name: member-1, context: member-1, kubeconfig: {}}}\n",
+            kubeconfig.display()
+        ),
+    )
+    .unwrap();
+    let hub = Hub::with_args("rotate", &["--clusters", file.to_str().unwrap()]).await;
+    let ns = unique("rotate");
+    let spec = ControllerSpec {
+        tenancies: vec![tenancy(
+            &ns,
+            &["member-1"],
+            vec![chart("deployment-example", "web", &[])],
+        )],
+        ..Default::default()
+    };
+    hub.apply("rotate", spec).await;
+    hub.status_until(
+        "rotate",
+        "member-1 to be unreachable with the broken credentials",
+        |s| {
+            s.clusters
+                .iter()
+                .any(|c| c.name == "member-1" && !c.reachable)
+        },
+    )
+    .await;
+    assert!(hub.lab.releases("member-1", &ns).is_empty());
+
+    // Credentials rotated in place: same file, same registration, new content.
+    std::fs::write(&kubeconfig, &good).unwrap();
+    hub.releases_become("member-1", &ns, &[("web", 1)]).await;
+    hub.status_until("rotate", "the release on member-1 to be ready", |s| {
+        ready(s)
+            && s.clusters
+                .iter()
+                .any(|c| c.name == "member-1" && c.reachable)
+    })
+    .await;
+    let log = hub.log();
+    assert!(
+        log.contains("registration file reloaded") && log.contains("member-1"),
+        "{log}"
+    );
+
+    hub.delete_and_wait_gone("rotate").await;
+    std::fs::remove_file(&file).unwrap();
+    std::fs::remove_file(&kubeconfig).unwrap();
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
 async fn a_sigkilled_operator_loses_no_install_or_uninstall() {
     let _turn = LAB_FAULTS.lock().await;
     let mut hub = Hub::new("crash").await;
