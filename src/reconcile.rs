@@ -601,13 +601,21 @@ pub async fn report_ownerless(ctx: Arc<Context>, cancel: tokio_util::sync::Cance
         if listed.await.is_err() {
             continue;
         }
-        let present: HashSet<OwnerId> = ctx.controllers.state().iter().map(|c| owner_id(c)).collect();
+        let present: HashSet<OwnerId> = ctx
+            .controllers
+            .state()
+            .iter()
+            .map(|c| owner_id(c))
+            .collect();
         let (applied, _) = ctx.releases.snapshot();
         let ownerless: BTreeMap<ReleaseKey, OwnerId> = applied
             .into_values()
             .filter_map(|a| Some((a.key, a.owner?)))
             .filter(|(_, o)| {
-                ctx.settings.scope.as_ref().is_none_or(|ns| *ns == o.namespace)
+                ctx.settings
+                    .scope
+                    .as_ref()
+                    .is_none_or(|ns| *ns == o.namespace)
                     && !present.contains(o)
             })
             .collect();

@@ -57,7 +57,9 @@ impl Proxy {
                     () = token.cancelled() => return,
                     accepted = listener.accept() => accepted,
                 };
-                let Ok((mut inbound, _)) = accepted else { continue };
+                let Ok((mut inbound, _)) = accepted else {
+                    continue;
+                };
                 let (token, target) = (token.clone(), target.clone());
                 tokio::spawn(async move {
                     let Ok(mut outbound) = TcpStream::connect(&target).await else {
