@@ -1,79 +1,502 @@
 //! What is known of each chart: chart-home directories by content digest, repository and OCI charts by resolved version.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashSet},
+    ffi::OsString,
     path::{Path, PathBuf},
-    time::SystemTime,
+    process::Stdio,
+    sync::{Arc, Mutex},
+    time::{Duration, SystemTime},
 };
 
 use dashmap::DashMap;
+use futures::{StreamExt, future::BoxFuture};
+use kube::runtime::reflector::ObjectRef;
 use sha2::{Digest, Sha256};
+use tokio::{sync::mpsc::UnboundedSender, time::Instant};
+use tokio_util::sync::CancellationToken;
 
 use crate::{
-    crd::ControllerSpec,
+    Context,
+    crd::{Controller, ControllerSpec},
+    helm::trim_error,
     plan::{self, ChartLookup, ChartSource},
 };
+
+/// How long one `helm show chart` may take before it is stopped.
+pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Resolutions run at once by one refresh.
+const RESOLVE_CONCURRENCY: usize = 4;
 
 /// What a directory looked like when its digest was taken: every file's path, size and mtime.
 type Stamp = BTreeMap<PathBuf, (u64, Option<SystemTime>)>;
 
-/// The chart catalog: looked up by the planner, filled before each plan.
-#[derive(Default)]
-pub struct ChartCatalog {
-    directories: DashMap<PathBuf, (Stamp, String)>,
+/// A chart outside the chart home.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Remote {
+    /// A chart in a Helm repository.
+    Repository { url: String, chart: String },
+    /// An `oci://` reference.
+    Oci(String),
 }
 
-impl ChartCatalog {
-    /// Brings what is known of every chart `spec` names up to date (directories are read again
-    /// when their files changed).
-    pub async fn prepare(&self, spec: &ControllerSpec, chart_home: &Path) {
-        for chart in spec.tenancies.iter().flat_map(|t| &t.charts) {
-            if let ChartSource::Directory(path) = plan::source_of(chart, chart_home) {
-                self.refresh_directory(&path);
+/// A remote chart with the version constraint it is asked for with.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct RemoteKey {
+    remote: Remote,
+    constraint: Option<String>,
+}
+
+impl RemoteKey {
+    /// The chart in words, for messages: name, constraint and where it is looked for, without
+    /// credentials.
+    fn describe(&self) -> String {
+        let version = match &self.constraint {
+            Some(c) => format!("version {c}"),
+            None => "(newest version)".to_owned(),
+        };
+        redact(&match &self.remote {
+            Remote::Repository { url, chart } => format!("chart {chart} {version} from {url}"),
+            Remote::Oci(reference) => format!("chart {reference} {version}"),
+        })
+    }
+
+    /// Why the chart cannot be used, from helm's error.
+    fn missing(&self, error: &str) -> String {
+        let check = match self.remote {
+            Remote::Repository { .. } => "check repo/version",
+            Remote::Oci(_) => "check the oci:// reference/version",
+        };
+        redact(&format!(
+            "cannot resolve {}: {error}; {check}",
+            self.describe()
+        ))
+    }
+}
+
+/// A chart the planner may ask about.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Wanted {
+    /// A chart-home directory.
+    Directory(PathBuf),
+    /// A repository or OCI chart with its constraint.
+    Remote(RemoteKey),
+}
+
+impl Wanted {
+    fn of(source: &ChartSource, constraint: Option<&str>) -> Self {
+        let remote = match source {
+            ChartSource::Directory(path) => return Self::Directory(path.clone()),
+            ChartSource::Repository { url, chart } => Remote::Repository {
+                url: url.clone(),
+                chart: chart.clone(),
+            },
+            ChartSource::Oci(reference) => Remote::Oci(reference.clone()),
+        };
+        Self::Remote(RemoteKey {
+            remote,
+            constraint: constraint.map(str::to_owned),
+        })
+    }
+}
+
+/// Every chart a spec names (chart-home names with `..`, which the planner refuses, are left out).
+fn wanted_by(spec: &ControllerSpec, chart_home: &Path) -> HashSet<Wanted> {
+    spec.tenancies
+        .iter()
+        .flat_map(|t| &t.charts)
+        .map(|c| Wanted::of(&plan::source_of(c, chart_home), c.version.as_deref()))
+        .filter(|w| !matches!(w, Wanted::Directory(p) if p.components().any(|c| c == std::path::Component::ParentDir)))
+        .collect()
+}
+
+/// The exact version a remote chart resolved to, and its OCI manifest digest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    /// The chart's version, passed to helm as `--version`.
+    pub version: String,
+    /// The OCI manifest digest (`sha256:…`); None for repository charts.
+    pub digest: Option<String>,
+}
+
+/// Resolves remote charts: helm in the operator, a script in tests.
+trait Resolve: Send + Sync {
+    fn resolve<'a>(&'a self, key: &'a RemoteKey) -> BoxFuture<'a, Result<Resolved, String>>;
+}
+
+/// Resolves with `helm show chart`.
+struct HelmShow {
+    binary: PathBuf,
+}
+
+impl Resolve for HelmShow {
+    fn resolve<'a>(&'a self, key: &'a RemoteKey) -> BoxFuture<'a, Result<Resolved, String>> {
+        Box::pin(async move {
+            let mut command = tokio::process::Command::new(&self.binary);
+            command
+                .args(show_args(key))
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true);
+            let child = command.spawn().map_err(|e| {
+                format!(
+                    "cannot run {}: {e}; install helm or pass --helm",
+                    self.binary.display()
+                )
+            })?;
+            match tokio::time::timeout(RESOLVE_TIMEOUT, child.wait_with_output()).await {
+                Err(_) => Err(format!(
+                    "helm did not finish within {}s and was stopped",
+                    RESOLVE_TIMEOUT.as_secs()
+                )),
+                Ok(Err(e)) => Err(format!("helm failed to run: {e}")),
+                Ok(Ok(out)) if out.status.success() => parse_shown(
+                    &String::from_utf8_lossy(&out.stdout),
+                    &String::from_utf8_lossy(&out.stderr),
+                ),
+                Ok(Ok(out)) => Err(trim_error(&String::from_utf8_lossy(&out.stderr))),
             }
+        })
+    }
+}
+
+/// Arguments of `helm show chart` for a remote chart: every value inside one `--flag=value`
+/// argument and the chart after `--`, so nothing can pose as a flag.
+fn show_args(key: &RemoteKey) -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec!["show".into(), "chart".into()];
+    let chart = match &key.remote {
+        Remote::Repository { url, chart } => {
+            args.push(format!("--repo={url}").into());
+            chart
+        }
+        Remote::Oci(reference) => reference,
+    };
+    if let Some(constraint) = &key.constraint {
+        args.push(format!("--version={constraint}").into());
+    }
+    args.push("--".into());
+    args.push(chart.into());
+    args
+}
+
+/// The version from the Chart.yaml `helm show chart` prints, and the digest from its
+/// `Digest:` line (OCI charts; helm 4 prints it with `Pulled:` on stderr).
+fn parse_shown(stdout: &str, stderr: &str) -> Result<Resolved, String> {
+    #[derive(serde::Deserialize)]
+    struct Shown {
+        version: String,
+    }
+    let is_note = |l: &&str| l.starts_with("Pulled:") || l.starts_with("Digest:");
+    let yaml: Vec<&str> = stdout.lines().filter(|l| !is_note(l)).collect();
+    let shown: Shown = serde_yaml::from_str(&yaml.join("\n"))
+        .map_err(|e| format!("helm printed no chart version: {e}"))?;
+    let digest = stdout
+        .lines()
+        .chain(stderr.lines())
+        .find_map(|l| l.trim().strip_prefix("Digest:"))
+        .map(|d| d.trim().to_owned())
+        .filter(|d| !d.is_empty());
+    Ok(Resolved {
+        version: shown.version,
+        digest,
+    })
+}
+
+/// Removes the user information (`user:password@`) of every URL in a text, so no message or log
+/// line shows credentials.
+pub fn redact(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let (head, tail) = rest.split_at(i + 3);
+        out.push_str(head);
+        let end = tail
+            .find(|c: char| matches!(c, '/' | '?' | '#' | '"' | '\'') || c.is_whitespace())
+            .unwrap_or(tail.len());
+        let authority = &tail[..end];
+        out.push_str(
+            authority
+                .rfind('@')
+                .map_or(authority, |at| &authority[at + 1..]),
+        );
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A chart-home directory as last read.
+struct Directory {
+    stamp: Stamp,
+    digest: String,
+    /// When a spec last named it.
+    seen: Instant,
+}
+
+/// One remote chart and constraint: its last resolution.
+struct Entry {
+    /// Held while helm runs, so one entry is never resolved twice at once.
+    flight: tokio::sync::Mutex<()>,
+    slot: Mutex<Slot>,
+}
+
+struct Slot {
+    /// The last successful resolution.
+    good: Option<Resolved>,
+    /// Why the last attempt failed, when it did.
+    failure: Option<String>,
+    /// When it was last attempted.
+    tried: Option<Instant>,
+    /// When a spec last named it.
+    seen: Instant,
+}
+
+impl Entry {
+    fn new(now: Instant) -> Self {
+        Self {
+            flight: tokio::sync::Mutex::new(()),
+            slot: Mutex::new(Slot {
+                good: None,
+                failure: None,
+                tried: None,
+                seen: now,
+            }),
         }
     }
 
+    fn slot(&self) -> std::sync::MutexGuard<'_, Slot> {
+        self.slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn lookup(&self, key: &RemoteKey) -> ChartLookup {
+        let slot = self.slot();
+        match (&slot.good, &slot.failure) {
+            (Some(good), _) => ChartLookup::Found {
+                version: Some(good.version.clone()),
+                digest: good.digest.clone(),
+            },
+            (None, Some(failure)) => ChartLookup::Missing(failure.clone()),
+            (None, None) => ChartLookup::Missing(format!("{} is not resolved yet", key.describe())),
+        }
+    }
+}
+
+/// The chart catalog: looked up by the planner, filled before each plan and refreshed every
+/// interval.
+pub struct ChartCatalog {
+    resolver: Box<dyn Resolve>,
+    interval: Duration,
+    directories: DashMap<PathBuf, Directory>,
+    remote: DashMap<RemoteKey, Arc<Entry>>,
+}
+
+impl ChartCatalog {
+    /// A catalog resolving repository and OCI charts with the `helm` binary at `helm`, again
+    /// when a resolution is older than `interval`.
+    pub fn new(helm: PathBuf, interval: Duration) -> Self {
+        Self::with_resolver(Box::new(HelmShow { binary: helm }), interval)
+    }
+
+    fn with_resolver(resolver: Box<dyn Resolve>, interval: Duration) -> Self {
+        Self {
+            resolver,
+            interval,
+            directories: DashMap::new(),
+            remote: DashMap::new(),
+        }
+    }
+
+    /// How often charts are looked at again.
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// Brings what is known of every chart `spec` names up to date: directories are read again
+    /// when their files changed, remote charts resolved when never resolved or resolved longer
+    /// than the interval ago.
+    pub async fn prepare(&self, spec: &ControllerSpec, chart_home: &Path) {
+        let now = Instant::now();
+        let interval = self.interval;
+        let fresh = move |tried: Instant| now.duration_since(tried) < interval;
+        let wanted = wanted_by(spec, chart_home);
+        futures::stream::iter(wanted)
+            .for_each_concurrent(RESOLVE_CONCURRENCY, |w| async move {
+                match w {
+                    Wanted::Directory(path) => {
+                        self.refresh_directory(&path, now);
+                    }
+                    Wanted::Remote(key) => {
+                        self.resolve(&key, now, fresh).await;
+                    }
+                }
+            })
+            .await;
+    }
+
     /// What is known of a chart now, for the planner.
-    pub fn lookup(&self, source: &ChartSource, _version: Option<&str>) -> ChartLookup {
-        match source {
-            ChartSource::Directory(path) => match self.directories.get(path) {
+    pub fn lookup(&self, source: &ChartSource, version: Option<&str>) -> ChartLookup {
+        match Wanted::of(source, version) {
+            Wanted::Directory(path) => match self.directories.get(&path) {
                 Some(entry) => ChartLookup::Found {
                     version: None,
-                    digest: Some(entry.1.clone()),
+                    digest: Some(entry.digest.clone()),
                 },
                 None => ChartLookup::Missing(format!(
                     "no chart (Chart.yaml) at {}; add it to the chart home (--chart-home), or set repo or an oci:// chartName",
                     path.display()
                 )),
             },
-            ChartSource::Repository { .. } | ChartSource::Oci(_) => ChartLookup::Found {
-                version: None,
-                digest: None,
+            Wanted::Remote(key) => match self.remote.get(&key) {
+                Some(entry) => entry.lookup(&key),
+                None => ChartLookup::Missing(format!("{} is not resolved yet", key.describe())),
             },
         }
     }
 
-    /// Takes a directory's digest again when its files changed; forgets it when it is no chart.
-    fn refresh_directory(&self, path: &Path) {
-        let Some(stamp) = stamp(path) else {
-            self.directories.remove(path);
-            return;
-        };
-        if self
-            .directories
-            .get(path)
-            .is_some_and(|entry| entry.0 == stamp)
+    /// Reads every wanted directory again and resolves every wanted remote chart again (one
+    /// resolved while this waited counts); forgets charts no spec named for an interval.
+    /// Returns the charts whose lookup changed.
+    async fn refresh(&self, wanted: &HashSet<Wanted>) -> HashSet<Wanted> {
+        let now = Instant::now();
+        self.forget_unwanted(wanted, now);
+        futures::stream::iter(wanted.clone())
+            .map(|w| async move {
+                let changed = match &w {
+                    Wanted::Directory(path) => self.refresh_directory(path, now),
+                    Wanted::Remote(key) => self.resolve(key, now, |tried| tried > now).await,
+                };
+                changed.then_some(w)
+            })
+            .buffer_unordered(RESOLVE_CONCURRENCY)
+            .filter_map(futures::future::ready)
+            .collect()
+            .await
+    }
+
+    fn forget_unwanted(&self, wanted: &HashSet<Wanted>, now: Instant) {
+        let unused = |seen: Instant| now.duration_since(seen) >= self.interval;
+        self.directories
+            .retain(|path, d| wanted.contains(&Wanted::Directory(path.clone())) || !unused(d.seen));
+        self.remote.retain(|key, e| {
+            wanted.contains(&Wanted::Remote(key.clone())) || !unused(e.slot().seen)
+        });
+    }
+
+    /// Resolves a remote chart unless its last attempt is `fresh`; one resolution of an entry
+    /// runs at a time, and who waited for it takes its result. Returns whether the lookup changed.
+    async fn resolve(
+        &self,
+        key: &RemoteKey,
+        now: Instant,
+        fresh: impl Fn(Instant) -> bool,
+    ) -> bool {
+        let entry = self
+            .remote
+            .entry(key.clone())
+            .or_insert_with(|| Arc::new(Entry::new(now)))
+            .clone();
+        entry.slot().seen = now;
+        let is_fresh = || entry.slot().tried.is_some_and(&fresh);
+        if is_fresh() {
+            return false;
+        }
+        let _flight = entry.flight.lock().await;
+        if is_fresh() {
+            return false;
+        }
+        let before = entry.lookup(key);
+        let result = self.resolver.resolve(key).await;
         {
-            return;
+            let mut slot = entry.slot();
+            slot.tried = Some(Instant::now());
+            match result {
+                Ok(resolved) => {
+                    if slot.good.as_ref() != Some(&resolved) {
+                        tracing::info!(chart = %key.describe(), version = %resolved.version, digest = resolved.digest.as_deref().unwrap_or(""), "resolved chart");
+                    }
+                    slot.good = Some(resolved);
+                    slot.failure = None;
+                }
+                Err(error) => {
+                    let message = key.missing(&error);
+                    if let Some(good) = &slot.good
+                        && slot.failure.as_ref() != Some(&message)
+                    {
+                        tracing::warn!(version = %good.version, "{message}; keeping the version resolved before");
+                    }
+                    slot.failure = Some(message);
+                }
+            }
+        }
+        entry.lookup(key) != before
+    }
+
+    /// Takes a directory's digest again when its files changed; forgets it when it is no chart.
+    /// Returns whether its digest changed.
+    fn refresh_directory(&self, path: &Path, now: Instant) -> bool {
+        let Some(stamp) = stamp(path) else {
+            return self.directories.remove(path).is_some();
+        };
+        if let Some(mut known) = self.directories.get_mut(path) {
+            known.seen = now;
+            if known.stamp == stamp {
+                return false;
+            }
         }
         match digest_directory(path, &stamp) {
             Ok(digest) => {
-                self.directories.insert(path.to_owned(), (stamp, digest));
+                let known = Directory {
+                    stamp,
+                    digest: digest.clone(),
+                    seen: now,
+                };
+                let old = self.directories.insert(path.to_owned(), known);
+                old.is_none_or(|o| o.digest != digest)
             }
             Err(error) => {
                 tracing::warn!(chart = %path.display(), %error, "cannot read the chart directory");
-                self.directories.remove(path);
+                self.directories.remove(path).is_some()
+            }
+        }
+    }
+}
+
+/// Every interval, reads the chart-home directories and resolves the repository and OCI charts
+/// the hub's Controllers name again, and wakes the Controllers whose charts changed.
+pub async fn keep_fresh(
+    ctx: Arc<Context>,
+    trigger: UnboundedSender<ObjectRef<Controller>>,
+    cancel: CancellationToken,
+) {
+    let interval = ctx.charts.interval();
+    let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = cancel.cancelled() => return,
+        }
+        let controllers = ctx.controllers.state();
+        let home = &ctx.settings.chart_home;
+        let all: HashSet<Wanted> = controllers
+            .iter()
+            .flat_map(|c| wanted_by(&c.spec, home))
+            .collect();
+        let changed = tokio::select! {
+            changed = ctx.charts.refresh(&all) => changed,
+            () = cancel.cancelled() => return,
+        };
+        if changed.is_empty() {
+            continue;
+        }
+        for c in &controllers {
+            if !wanted_by(&c.spec, home).is_disjoint(&changed) {
+                tracing::debug!(controller = %ObjectRef::from_obj(&**c), "a chart it uses changed; reconciling");
+                let _ = trigger.send(ObjectRef::from_obj(&**c));
             }
         }
     }
@@ -134,6 +557,82 @@ mod tests {
         }
     }
 
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    /// Answers resolutions from a script, after a pause, counting the calls.
+    #[derive(Default)]
+    struct Script {
+        answers: Mutex<Vec<Result<Resolved, String>>>,
+        calls: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Script {
+        fn answering(answers: &[Result<&str, &str>]) -> Arc<Self> {
+            let answers = answers
+                .iter()
+                .rev()
+                .map(|a| {
+                    a.map(|v| Resolved {
+                        version: v.into(),
+                        digest: None,
+                    })
+                    .map_err(str::to_owned)
+                })
+                .collect();
+            Arc::new(Self {
+                answers: Mutex::new(answers),
+                calls: Default::default(),
+            })
+        }
+
+        fn calls(&self) -> usize {
+            self.calls.load(std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    impl Resolve for Arc<Script> {
+        fn resolve<'a>(&'a self, _: &'a RemoteKey) -> BoxFuture<'a, Result<Resolved, String>> {
+            Box::pin(async move {
+                self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let mut answers = self.answers.lock().unwrap();
+                if answers.len() > 1 {
+                    answers.pop().unwrap()
+                } else {
+                    answers[0].clone()
+                }
+            })
+        }
+    }
+
+    impl Resolve for Script {
+        fn resolve<'a>(&'a self, _: &'a RemoteKey) -> BoxFuture<'a, Result<Resolved, String>> {
+            Box::pin(async { Err("no resolver in this test".to_owned()) })
+        }
+    }
+
+    fn repo_spec(version: Option<&str>) -> ControllerSpec {
+        let mut spec = spec("web");
+        let chart = &mut spec.tenancies[0].charts[0];
+        chart.repo = Some("https://user:secret@charts.example.com/stable".into());
+        chart.version = version.map(str::to_owned);
+        spec
+    }
+
+    fn repo_source() -> ChartSource {
+        ChartSource::Repository {
+            url: "https://user:secret@charts.example.com/stable".into(),
+            chart: "web".into(),
+        }
+    }
+
+    fn version_of(catalog: &ChartCatalog, constraint: Option<&str>) -> Result<String, String> {
+        match catalog.lookup(&repo_source(), constraint) {
+            ChartLookup::Found { version, .. } => Ok(version.expect("a resolved version")),
+            ChartLookup::Missing(reason) => Err(reason),
+        }
+    }
+
     fn digest_of(catalog: &ChartCatalog, path: &Path) -> Option<String> {
         match catalog.lookup(&ChartSource::Directory(path.to_owned()), None) {
             ChartLookup::Found { digest, .. } => digest,
@@ -148,7 +647,7 @@ mod tests {
         std::fs::create_dir_all(chart.join("templates")).unwrap();
         std::fs::write(chart.join("Chart.yaml"), "name: web\nversion: 0.1.0\n").unwrap();
         std::fs::write(chart.join("templates/cm.yaml"), "kind: ConfigMap\n").unwrap();
-        let catalog = ChartCatalog::default();
+        let catalog = ChartCatalog::with_resolver(Box::new(Script::default()), HOUR);
         catalog.prepare(&spec("web"), home.path()).await;
         let first = digest_of(&catalog, &chart).expect("found");
 
@@ -174,7 +673,7 @@ mod tests {
     #[tokio::test]
     async fn a_directory_without_chart_yaml_is_missing_and_says_where_it_was_looked_for() {
         let home = tempfile::tempdir().unwrap();
-        let catalog = ChartCatalog::default();
+        let catalog = ChartCatalog::with_resolver(Box::new(Script::default()), HOUR);
         catalog.prepare(&spec("nothing"), home.path()).await;
         let ChartLookup::Missing(reason) =
             catalog.lookup(&ChartSource::Directory(home.path().join("nothing")), None)
@@ -185,5 +684,187 @@ mod tests {
             reason.contains("nothing") && reason.contains("--chart-home"),
             "{reason}"
         );
+    }
+
+    #[test]
+    fn helm_show_chart_output_gives_the_version_and_the_oci_digest() {
+        let chart_yaml = "apiVersion: v2\nappVersion: \"1.27\"\ndescription: An example\n  Controller.\nname: deployment-example\ntype: application\nversion: 0.2.0\n\n";
+        let stderr = "Pulled: 127.0.0.1:5000/charts/deployment-example:0.2.0\nDigest: sha256:7086de44fdc4479d4ee397497c065215d6875fc8b81754aaefb53bc3e3691828\n";
+        assert_eq!(
+            parse_shown(chart_yaml, stderr),
+            Ok(Resolved {
+                version: "0.2.0".into(),
+                digest: Some(
+                    "sha256:7086de44fdc4479d4ee397497c065215d6875fc8b81754aaefb53bc3e3691828"
+                        .into()
+                ),
+            })
+        );
+        assert_eq!(
+            parse_shown(&format!("{stderr}{chart_yaml}"), "")
+                .unwrap()
+                .version,
+            "0.2.0",
+            "notes printed on stdout are skipped"
+        );
+        assert_eq!(
+            parse_shown(chart_yaml, "").unwrap().digest,
+            None,
+            "a repository chart has no digest"
+        );
+        assert!(parse_shown("name: x\n", "").is_err());
+    }
+
+    #[test]
+    fn helm_show_chart_arguments_keep_the_chart_after_a_double_dash() {
+        let key = RemoteKey {
+            remote: Remote::Repository {
+                url: "https://charts.example.com".into(),
+                chart: "--web".into(),
+            },
+            constraint: Some(">=0.1.0 <1.0.0".into()),
+        };
+        assert_eq!(
+            show_args(&key),
+            [
+                "show",
+                "chart",
+                "--repo=https://charts.example.com",
+                "--version=>=0.1.0 <1.0.0",
+                "--",
+                "--web"
+            ]
+        );
+        let key = RemoteKey {
+            remote: Remote::Oci("oci://registry.example.com/charts/web".into()),
+            constraint: None,
+        };
+        assert_eq!(
+            show_args(&key),
+            [
+                "show",
+                "chart",
+                "--",
+                "oci://registry.example.com/charts/web"
+            ]
+        );
+    }
+
+    #[test]
+    fn credentials_in_urls_never_reach_a_message() {
+        assert_eq!(
+            redact(
+                "Error: looks like \"https://user:p%40ss@charts.example.com/x\" is not valid; see http://other:1/y"
+            ),
+            "Error: looks like \"https://charts.example.com/x\" is not valid; see http://other:1/y"
+        );
+        assert_eq!(redact("oci://u:p@host"), "oci://host");
+        assert_eq!(redact("no url here"), "no url here");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_resolution_is_reused_within_the_interval_and_renewed_after_it() {
+        let script = Script::answering(&[Ok("1.0.0"), Ok("1.1.0")]);
+        let catalog = ChartCatalog::with_resolver(Box::new(script.clone()), HOUR);
+        catalog
+            .prepare(&repo_spec(None), Path::new("/charts"))
+            .await;
+        assert_eq!(version_of(&catalog, None), Ok("1.0.0".into()));
+        tokio::time::advance(HOUR / 2).await;
+        catalog
+            .prepare(&repo_spec(None), Path::new("/charts"))
+            .await;
+        assert_eq!(script.calls(), 1, "a fresh resolution is not repeated");
+        tokio::time::advance(HOUR).await;
+        catalog
+            .prepare(&repo_spec(None), Path::new("/charts"))
+            .await;
+        assert_eq!(script.calls(), 2);
+        assert_eq!(version_of(&catalog, None), Ok("1.1.0".into()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn concurrent_prepares_of_one_chart_run_helm_once() {
+        let script = Script::answering(&[Ok("1.0.0")]);
+        let catalog = ChartCatalog::with_resolver(Box::new(script.clone()), HOUR);
+        let spec = repo_spec(Some("^1"));
+        let home = Path::new("/charts");
+        tokio::join!(
+            catalog.prepare(&spec, home),
+            catalog.prepare(&spec, home),
+            catalog.prepare(&spec, home)
+        );
+        assert_eq!(script.calls(), 1);
+        assert_eq!(version_of(&catalog, Some("^1")), Ok("1.0.0".into()));
+        assert!(
+            version_of(&catalog, None).is_err(),
+            "another constraint is another entry"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_resolution_keeps_the_last_good_version_and_without_one_says_why() {
+        let script = Script::answering(&[Ok("1.0.0"), Err("connection refused")]);
+        let catalog = ChartCatalog::with_resolver(Box::new(script.clone()), HOUR);
+        let home = Path::new("/charts");
+        catalog.prepare(&repo_spec(Some(">=1")), home).await;
+        tokio::time::advance(HOUR).await;
+        catalog.prepare(&repo_spec(Some(">=1")), home).await;
+        assert_eq!(script.calls(), 2);
+        assert_eq!(version_of(&catalog, Some(">=1")), Ok("1.0.0".into()));
+
+        let failing = Script::answering(&[Err(
+            "chart \"web\" not found in https://user:secret@charts.example.com/stable repository",
+        )]);
+        let catalog = ChartCatalog::with_resolver(Box::new(failing), HOUR);
+        catalog.prepare(&repo_spec(Some(">=1")), home).await;
+        let reason = version_of(&catalog, Some(">=1")).unwrap_err();
+        assert_eq!(
+            reason,
+            "cannot resolve chart web version >=1 from https://charts.example.com/stable: chart \"web\" not found in https://charts.example.com/stable repository; check repo/version"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refresh_tells_which_charts_changed_and_forgets_charts_no_spec_names() {
+        let script = Script::answering(&[Ok("1.0.0"), Ok("1.0.0"), Ok("1.1.0")]);
+        let catalog = ChartCatalog::with_resolver(Box::new(script.clone()), HOUR);
+        let home = Path::new("/charts");
+        catalog.prepare(&repo_spec(None), home).await;
+        let wanted = wanted_by(&repo_spec(None), home);
+        assert!(
+            catalog.refresh(&wanted).await.is_empty(),
+            "the same version is no change"
+        );
+        assert_eq!(script.calls(), 2, "a refresh resolves again, however fresh");
+        assert_eq!(catalog.refresh(&wanted).await, wanted);
+        assert_eq!(version_of(&catalog, None), Ok("1.1.0".into()));
+
+        catalog.refresh(&HashSet::new()).await;
+        assert!(
+            version_of(&catalog, None).is_ok(),
+            "a chart named within the interval is kept"
+        );
+        tokio::time::advance(HOUR).await;
+        catalog.refresh(&HashSet::new()).await;
+        assert!(
+            version_of(&catalog, None).is_err(),
+            "an unused chart is forgotten"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refresh_finds_a_chart_home_template_changed_under_the_same_version() {
+        let home = tempfile::tempdir().unwrap();
+        let chart = home.path().join("web");
+        std::fs::create_dir_all(chart.join("templates")).unwrap();
+        std::fs::write(chart.join("Chart.yaml"), "name: web\nversion: 0.1.0\n").unwrap();
+        std::fs::write(chart.join("templates/cm.yaml"), "kind: ConfigMap\n").unwrap();
+        let catalog = ChartCatalog::with_resolver(Box::new(Script::default()), HOUR);
+        catalog.prepare(&spec("web"), home.path()).await;
+        let wanted = wanted_by(&spec("web"), home.path());
+        assert!(catalog.refresh(&wanted).await.is_empty());
+        std::fs::write(chart.join("templates/cm.yaml"), "kind: ConfigMap # v2\n").unwrap();
+        assert_eq!(catalog.refresh(&wanted).await, wanted);
     }
 }

@@ -109,6 +109,11 @@ pub struct RunArgs {
     /// Directory of local charts, looked up by chartName.
     #[arg(long, env = "CHART_HOME", default_value = "charts")]
     pub chart_home: PathBuf,
+    /// Seconds between looks at the charts: chart-home directories are read again and repository
+    /// and OCI charts resolved again (a version range or an omitted version may match a newer
+    /// chart); a changed chart rolls out, an unchanged one makes no helm call.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    pub chart_interval: u64,
     /// Helm jobs run at once, over all clusters.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
     pub workers: u16,
@@ -177,6 +182,7 @@ impl RunArgs {
                     .pending_timeout
                     .map_or(helm_timeout + Duration::from_secs(60), Duration::from_secs),
                 scope: self.namespace.clone(),
+                chart_interval: Duration::from_secs(self.chart_interval),
             },
             helm: HelmOptions {
                 binary: self.helm.clone(),

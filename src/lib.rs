@@ -36,6 +36,9 @@ pub struct Settings {
     pub pending_timeout: Duration,
     /// The one hub namespace reconciled (`--namespace`); every namespace when None.
     pub scope: Option<String>,
+    /// How often charts are looked at again: chart-home directories re-read, repository and OCI
+    /// versions resolved again (`--chart-interval`).
+    pub chart_interval: Duration,
 }
 
 /// Everything the reconciler and the workers share, passed as one `Arc`.

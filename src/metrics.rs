@@ -635,7 +635,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(declared.len(), 15, "every family is declared");
+        assert_eq!(declared.len(), 16, "every family is declared");
     }
 
     #[test]

@@ -15,9 +15,11 @@ use kube::{
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::{
     Context, Settings,
+    charts::{self, ChartCatalog},
     crd::{Controller, HUB_CLUSTER},
     health::HealthBoard,
     helm::{HelmCli, HelmOptions},
@@ -205,7 +207,7 @@ pub async fn run(
         interest: Default::default(),
         orphans: Default::default(),
         outcomes: Default::default(),
-        charts: Default::default(),
+        charts: ChartCatalog::new(config.helm.binary.clone(), config.settings.chart_interval),
         reported: Default::default(),
         controllers: runtime.store(),
         recorder: Recorder::new(hub, Reporter::from("tenancy-hub")),
@@ -238,6 +240,10 @@ pub async fn run(
     ));
     tokio::spawn(reconcile::aggregate(ctx.clone(), changes_rx));
     tokio::spawn(reconcile::report_ownerless(ctx.clone(), cancel.clone()));
+    tokio::spawn(
+        charts::keep_fresh(ctx.clone(), trigger_tx.clone(), cancel.clone())
+            .instrument(tracing::info_span!("charts")),
+    );
     tokio::spawn(crate::health::monitor(ctx.clone(), cancel.clone()));
     if let Some(path) = config.clusters_file.clone() {
         let reloader = Reloader {

@@ -2,11 +2,12 @@
 
 mod common;
 
-use std::{collections::BTreeMap, path::Path, time::Duration};
+use std::{collections::BTreeMap, path::Path};
 
 use common::{
-    DEADLINE, Hub, Lab, Operator, chart, create_namespace, install_crd, message, ready, tenancy,
-    unique, wait_until,
+    DEADLINE, Hub, Lab, Operator, chart, create_namespace, install_crd, message, ready,
+    repo::{ChartRepo, OciRegistry, example_chart},
+    tenancy, unique, wait_until,
 };
 use k8s_openapi::api::{
     apps::v1::{Deployment, StatefulSet},
@@ -126,89 +127,6 @@ async fn a_tenancy_on_two_members_follows_every_spec_change() {
 
     hub.delete_and_wait_gone("team").await;
     assert!(hub.lab.releases("member-1", &ns).is_empty());
-}
-
-/// A Helm repository served over loopback HTTP from a temporary directory, stopped when dropped.
-struct ChartRepo {
-    server: std::process::Child,
-    url: String,
-    _dir: tempfile::TempDir,
-}
-
-impl ChartRepo {
-    fn serve(lab: &Lab, versions: &[&str]) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts/deployment-example");
-        for version in versions {
-            let out = std::process::Command::new(lab.bin_dir().join("helm"))
-                .args(["package", "--version", version, "-d"])
-                .arg(dir.path())
-                .arg(&chart)
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "helm package: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        drop(listener);
-        let url = format!("http://127.0.0.1:{port}");
-        let index = std::process::Command::new(lab.bin_dir().join("helm"))
-            .args(["repo", "index", "--url", &url])
-            .arg(dir.path())
-            .status()
-            .unwrap();
-        assert!(index.success());
-        let server = std::process::Command::new("python3")
-            .args([
-                "-m",
-                "http.server",
-                "--bind",
-                "127.0.0.1",
-                &port.to_string(),
-                "--directory",
-            ])
-            .arg(dir.path())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("python3 serves the repository");
-        Self {
-            server,
-            url,
-            _dir: dir,
-        }
-    }
-
-    async fn wait_ready(&self) {
-        let address = self.url.trim_start_matches("http://").to_owned();
-        wait_until(
-            "the chart repository to serve its index",
-            Duration::from_secs(30),
-            || {
-                let address = address.clone();
-                async move {
-                    use std::io::{Read, Write};
-                    let mut stream = std::net::TcpStream::connect(&address).ok()?;
-                    stream.write_all(b"GET /index.yaml HTTP/1.0\r\n\r\n").ok()?;
-                    let mut body = String::new();
-                    stream.read_to_string(&mut body).ok()?;
-                    body.contains("deployment-example").then_some(())
-                }
-            },
-        )
-        .await;
-    }
-}
-
-impl Drop for ChartRepo {
-    fn drop(&mut self) {
-        let _ = self.server.kill();
-        let _ = self.server.wait();
-    }
 }
 
 #[tokio::test]
@@ -568,112 +486,15 @@ fn chart_ref(name: &str, release: &str) -> Chart {
     chart(name, release, &[])
 }
 
-/// An OCI registry (distribution) over TLS with a certificate from the lab's CA, stopped when dropped.
-struct OciRegistry {
-    server: std::process::Child,
-    host: String,
-    _dir: tempfile::TempDir,
-}
-
-impl OciRegistry {
-    fn serve(lab: &Lab) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        let pki = std::fs::canonicalize(lab.dir.join("pki")).unwrap();
-        let sh = |cmd: &str| {
-            let ok = std::process::Command::new("bash")
-                .args(["-c", cmd])
-                .status()
-                .unwrap()
-                .success();
-            assert!(ok, "{cmd}");
-        };
-        sh(&format!(
-            "cd {d} && openssl ecparam -name prime256v1 -genkey -noout -out tls.key 2>/dev/null \
-             && openssl req -new -key tls.key -subj /CN=registry -out tls.csr 2>/dev/null \
-             && printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth\\n' > ext \
-             && openssl x509 -req -in tls.csr -CA {ca}/ca.crt -CAkey {ca}/ca.key -CAcreateserial -CAserial {d}/serial \
-                -days 1 -extfile ext -out tls.crt 2>/dev/null",
-            d = d.display(),
-            ca = pki.display()
-        ));
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let host = format!("127.0.0.1:{port}");
-        std::fs::write(
-            d.join("config.yml"),
-            format!(
-                "version: 0.1\nlog: {{level: error}}\nstorage: {{filesystem: {{rootdirectory: {d}/data}}}}\nhttp:\n  addr: {host}\n  tls: {{certificate: {d}/tls.crt, key: {d}/tls.key}}\n",
-                d = d.display()
-            ),
-        )
-        .unwrap();
-        let server = std::process::Command::new(lab.bin_dir().join("registry"))
-            .arg("serve")
-            .arg(d.join("config.yml"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("the registry starts");
-        Self {
-            server,
-            host,
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for OciRegistry {
-    fn drop(&mut self) {
-        let _ = self.server.kill();
-        let _ = self.server.wait();
-    }
-}
-
 #[tokio::test]
 #[ignore = "needs the lab: run tests/run.sh"]
 async fn a_chart_from_an_oci_registry_is_delivered_at_its_pinned_version() {
     let lab = Lab::get();
     let registry = OciRegistry::serve(&lab);
-    let ca = std::fs::canonicalize(lab.dir.join("pki/ca.crt")).unwrap();
-    let ca = ca.to_str().unwrap().to_owned();
-    let packages = tempfile::tempdir().unwrap();
-    let chart_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts/deployment-example");
     for version in ["0.3.0", "0.4.0"] {
-        let out = std::process::Command::new(lab.bin_dir().join("helm"))
-            .args(["package", "--version", version, "-d"])
-            .arg(packages.path())
-            .arg(&chart_dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let tgz = packages
-            .path()
-            .join(format!("deployment-example-{version}.tgz"));
-        let target = format!("oci://{}/charts", registry.host);
-        let pushed = wait_until(
-            "the registry to take the chart",
-            Duration::from_secs(30),
-            || {
-                let (tgz, target, ca) = (tgz.clone(), target.clone(), ca.clone());
-                async move {
-                    let out = std::process::Command::new(Lab::get().bin_dir().join("helm"))
-                        .args(["push", tgz.to_str().unwrap(), &target, "--ca-file", &ca])
-                        .output()
-                        .ok()?;
-                    out.status.success().then_some(())
-                }
-            },
-        );
-        pushed.await;
+        registry.push(&lab, &example_chart(), version).await;
     }
+    let ca = registry.ca.clone();
 
     let client = lab.client("hub").await;
     install_crd(&client).await;
@@ -690,11 +511,7 @@ async fn a_chart_from_an_oci_registry_is_delivered_at_its_pinned_version() {
     };
     let ns = unique("oci-tenant");
     let spec = |version: &str| {
-        let mut c = chart(
-            &format!("oci://{}/charts/deployment-example", registry.host),
-            "web",
-            &[],
-        );
+        let mut c = chart(&registry.reference("deployment-example"), "web", &[]);
         c.version = Some(version.into());
         ControllerSpec {
             tenancies: vec![tenancy(&ns, &["member-1"], vec![c])],

@@ -10,6 +10,7 @@ use std::{
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 pub mod proxy;
+pub mod repo;
 
 use kube::api::{DeleteParams, PostParams};
 use kube::{
@@ -361,12 +362,17 @@ impl Hub {
 
     /// Like [`Hub::new`], with extra arguments for the operator's `run`.
     pub async fn with_args(prefix: &str, extra: &[&str]) -> Self {
+        Self::with_env(prefix, extra, &[]).await
+    }
+
+    /// Like [`Hub::with_args`], with extra environment variables for the operator.
+    pub async fn with_env(prefix: &str, extra: &[&str], env: &[(&str, &str)]) -> Self {
         let lab = Lab::get();
         let client = lab.client("hub").await;
         install_crd(&client).await;
         let namespace = unique(prefix);
         create_namespace(&client, &namespace).await;
-        let operator = Some(Operator::start_with(&lab, &namespace, extra));
+        let operator = Some(Operator::start_with_env(&lab, &namespace, extra, env));
         Self {
             lab,
             client,

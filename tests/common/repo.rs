@@ -1,0 +1,218 @@
+//! Chart sources for the end-to-end tests: a loopback Helm repository and an OCI registry.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use super::{Lab, wait_until};
+
+/// The example chart every source serves.
+pub fn example_chart() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts/deployment-example")
+}
+
+/// Packages the chart at `chart` as `version` into `dir`, returning the package's path.
+pub fn package(lab: &Lab, chart: &Path, version: &str, dir: &Path) -> PathBuf {
+    let out = Command::new(lab.bin_dir().join("helm"))
+        .args(["package", "--version", version, "-d"])
+        .arg(dir)
+        .arg(chart)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "helm package: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let name = String::from_utf8_lossy(&out.stdout);
+    let path = name.trim().rsplit(' ').next().unwrap_or_default();
+    PathBuf::from(path)
+}
+
+/// A Helm repository served over loopback HTTP from a temporary directory, stopped when dropped.
+pub struct ChartRepo {
+    server: Child,
+    /// The repository's URL.
+    pub url: String,
+    helm: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl ChartRepo {
+    /// Serves the example chart at each of `versions`.
+    pub fn serve(lab: &Lab, versions: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        for version in versions {
+            package(lab, &example_chart(), version, dir.path());
+        }
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let url = format!("http://127.0.0.1:{port}");
+        let server = Command::new("python3")
+            .args([
+                "-m",
+                "http.server",
+                "--bind",
+                "127.0.0.1",
+                &port.to_string(),
+                "--directory",
+            ])
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 serves the repository");
+        let repo = Self {
+            server,
+            url,
+            helm: lab.bin_dir().join("helm"),
+            dir,
+        };
+        repo.index();
+        repo
+    }
+
+    fn index(&self) {
+        let index = Command::new(&self.helm)
+            .args(["repo", "index", "--url", &self.url])
+            .arg(self.dir.path())
+            .status()
+            .unwrap();
+        assert!(index.success());
+    }
+
+    /// Adds the example chart at `version` and indexes the repository again.
+    pub fn publish(&self, lab: &Lab, version: &str) {
+        package(lab, &example_chart(), version, self.dir.path());
+        self.index();
+    }
+
+    /// Waits until the repository serves its index.
+    pub async fn wait_ready(&self) {
+        let address = self.url.trim_start_matches("http://").to_owned();
+        wait_until(
+            "the chart repository to serve its index",
+            Duration::from_secs(30),
+            || {
+                let address = address.clone();
+                async move {
+                    use std::io::{Read, Write};
+                    let mut stream = std::net::TcpStream::connect(&address).ok()?;
+                    stream.write_all(b"GET /index.yaml HTTP/1.0\r\n\r\n").ok()?;
+                    let mut body = String::new();
+                    stream.read_to_string(&mut body).ok()?;
+                    body.contains("deployment-example").then_some(())
+                }
+            },
+        )
+        .await;
+    }
+}
+
+impl Drop for ChartRepo {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
+}
+
+/// An OCI registry (distribution) over TLS with a certificate from the lab's CA, stopped when dropped.
+pub struct OciRegistry {
+    server: Child,
+    /// `host:port` of the registry.
+    pub host: String,
+    /// The lab's CA, which signed the registry's certificate; helm trusts it through SSL_CERT_FILE.
+    pub ca: String,
+    dir: tempfile::TempDir,
+}
+
+impl OciRegistry {
+    /// Starts an empty registry.
+    pub fn serve(lab: &Lab) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let pki = std::fs::canonicalize(lab.dir.join("pki")).unwrap();
+        let sh = |cmd: &str| {
+            let ok = Command::new("bash")
+                .args(["-c", cmd])
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "{cmd}");
+        };
+        sh(&format!(
+            "cd {d} && openssl ecparam -name prime256v1 -genkey -noout -out tls.key 2>/dev/null \
+             && openssl req -new -key tls.key -subj /CN=registry -out tls.csr 2>/dev/null \
+             && printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth\\n' > ext \
+             && openssl x509 -req -in tls.csr -CA {ca}/ca.crt -CAkey {ca}/ca.key -CAcreateserial -CAserial {d}/serial \
+                -days 1 -extfile ext -out tls.crt 2>/dev/null",
+            d = d.display(),
+            ca = pki.display()
+        ));
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let host = format!("127.0.0.1:{port}");
+        std::fs::write(
+            d.join("config.yml"),
+            format!(
+                "version: 0.1\nlog: {{level: error}}\nstorage: {{filesystem: {{rootdirectory: {d}/data}}}}\nhttp:\n  addr: {host}\n  tls: {{certificate: {d}/tls.crt, key: {d}/tls.key}}\n",
+                d = d.display()
+            ),
+        )
+        .unwrap();
+        let server = Command::new(lab.bin_dir().join("registry"))
+            .arg("serve")
+            .arg(d.join("config.yml"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the registry starts");
+        let ca = pki.join("ca.crt").to_str().unwrap().to_owned();
+        Self {
+            server,
+            host,
+            ca,
+            dir,
+        }
+    }
+
+    /// The `oci://` reference of a chart in the registry's `charts` repository.
+    pub fn reference(&self, chart: &str) -> String {
+        format!("oci://{}/charts/{chart}", self.host)
+    }
+
+    /// Packages the chart at `chart` as `version` and pushes it, waiting for the registry to take it.
+    pub async fn push(&self, lab: &Lab, chart: &Path, version: &str) {
+        let packages = self.dir.path().join("packages");
+        std::fs::create_dir_all(&packages).unwrap();
+        let tgz = package(lab, chart, version, &packages);
+        let target = format!("oci://{}/charts", self.host);
+        let helm = lab.bin_dir().join("helm");
+        wait_until(
+            "the registry to take the chart",
+            Duration::from_secs(30),
+            || {
+                let out = Command::new(&helm)
+                    .arg("push")
+                    .arg(&tgz)
+                    .args([&target, "--ca-file", &self.ca])
+                    .output();
+                async move { out.ok()?.status.success().then_some(()) }
+            },
+        )
+        .await;
+    }
+}
+
+impl Drop for OciRegistry {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
+}
