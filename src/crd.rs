@@ -148,7 +148,9 @@ pub struct Chart {
     #[schemars(length(min = 1, max = 2048))]
     pub repo: Option<String>,
 
-    /// Values set one by one, as `helm --set key=value`; values are taken literally.
+    /// Values set one by one, as `helm --set key=value`: commas and backslashes are literal, and
+    /// helm types the value ("3" is a number, "true" a boolean); a string that looks like a number
+    /// goes under `values`. Removed settings return to the chart's defaults.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 1000))]
     pub settings: Vec<Setting>,
@@ -171,7 +173,7 @@ pub struct Setting {
     #[schemars(length(min = 1, max = 1024))]
     pub key: String,
 
-    /// The value, taken literally: commas, backslashes and '=' are not special.
+    /// The value: commas, backslashes and '=' are not special; helm types it ("3" is a number).
     #[serde(default)]
     #[schemars(length(max = 65536))]
     pub value: String,

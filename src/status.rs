@@ -1143,6 +1143,52 @@ mod tests {
     }
 
     #[test]
+    fn when_entries_must_be_cut_ready_ones_go_first_and_a_failure_on_the_last_cluster_stays() {
+        let keys: Vec<String> = (0..3000)
+            .map(|i| format!("member-{:02}/ns-{i:04}/release-{i}", i % 20))
+            .collect();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let mut f = Fixture::new(&keys);
+        f.synced = (0..20)
+            .map(|i| format!("member-{i:02}").parse().unwrap())
+            .collect();
+        for k in &keys {
+            f.applied.extend([deployed(k, 1)]);
+        }
+        let last: ReleaseKey = keys[keys.len() - 1].parse().unwrap();
+        f.applied.remove(&last);
+        f.outcomes.insert(
+            last.clone(),
+            LastOutcome {
+                fingerprint: "apply:h1".into(),
+                outcome: Outcome::failed("boom", crate::queue::FailureKind::Permanent),
+                owner: release(keys[0]).owner,
+                settled: true,
+            },
+        );
+        let mut scope = running_scope(60, 60);
+        scope.workloads.clear();
+        let s = assemble(
+            &f.report(),
+            &|_, _| Some(scope.clone()),
+            &|_| true,
+            &[],
+            Timestamp::UNIX_EPOCH,
+        );
+        assert!(serde_json::to_vec(&s).unwrap().len() <= STATUS_BUDGET);
+        assert!(s.updated_tenancies.len() < 3000, "entries were cut");
+        let failing = s
+            .updated_tenancies
+            .iter()
+            .find(|t| {
+                t.cluster == last.scope.cluster.as_str() && t.namespace == last.scope.namespace
+            })
+            .expect("the failing entry is kept");
+        assert_eq!(failing.chart_messages[0].phase, phase::FAILED);
+        assert_eq!(s.summary.as_ref().unwrap().releases, "2999/3000");
+    }
+
+    #[test]
     fn orphaned_releases_are_listed_on_their_entry_and_degrade_the_resource() {
         let mut f = Fixture::new(&["member-1/team/web"]);
         f.applied.extend([deployed("member-1/team/web", 1)]);

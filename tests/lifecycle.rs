@@ -406,6 +406,25 @@ async fn deletion_waits_only_for_clusters_holding_its_releases_and_can_be_let_go
         1,
         "the release is left in place"
     );
+    let operator = hub.operator.as_ref().unwrap();
+    wait_until(
+        "the release left without its owner to be counted",
+        DEADLINE,
+        || async {
+            (operator.metric("tenancy_hub_orphaned_releases{reason=\"owner-gone\"}") >= 1.0)
+                .then_some(())
+        },
+    )
+    .await;
+    let logged = hub
+        .log()
+        .lines()
+        .filter(|l| {
+            l.contains("release left without its Controller")
+                && l.contains(&format!("release=flaky/{both}/web"))
+        })
+        .count();
+    assert_eq!(logged, 1, "the ownerless release is logged once");
     hub.lab.helm("member-2", &["uninstall", "web", "-n", &both]);
 }
 
