@@ -334,18 +334,7 @@ async fn bad_input_is_reported_on_its_own_release_and_the_rest_is_deployed() {
 async fn a_release_claimed_by_two_resources_stays_with_the_first() {
     let hub = Hub::new("claims").await;
     let ns = unique("shared");
-    let spec = |replicas: &str| ControllerSpec {
-        tenancies: vec![tenancy(
-            &ns,
-            &["member-1"],
-            vec![chart(
-                "deployment-example",
-                "web",
-                &[("replicaCount", replicas)],
-            )],
-        )],
-        ..Default::default()
-    };
+    let spec = |replicas: &str| common::web(&ns, &["member-1"], replicas);
     hub.apply("first", spec("1")).await;
     hub.status_until("first", "the first resource to deploy", ready)
         .await;

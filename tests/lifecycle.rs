@@ -6,7 +6,7 @@ use std::path::Path;
 
 use common::{
     DEADLINE, Hub, Lab, Operator, chart, entry, message, proxy::Proxy, ready, tenancy, unique,
-    wait_until,
+    wait_until, web,
 };
 use k8s_openapi::api::{apps::v1::StatefulSet, core::v1::Event};
 use kube::{
@@ -505,18 +505,7 @@ async fn ready_means_the_workloads_run_and_kubectl_wait_agrees() {
 async fn a_failed_release_recovers_when_the_spec_is_reverted() {
     let hub = Hub::new("revert").await;
     let ns = unique("revert-tenant");
-    let spec = |replicas: &str| ControllerSpec {
-        tenancies: vec![tenancy(
-            &ns,
-            &["member-1"],
-            vec![chart(
-                "deployment-example",
-                "web",
-                &[("replicaCount", replicas)],
-            )],
-        )],
-        ..Default::default()
-    };
+    let spec = |replicas: &str| web(&ns, &["member-1"], replicas);
     hub.apply("revert", spec("1")).await;
     hub.status_until("revert", "the good spec to be ready", ready)
         .await;

@@ -466,6 +466,23 @@ pub fn tenancy(namespace: &str, clusters: &[&str], charts: Vec<Chart>) -> Tenanc
     }
 }
 
+/// A spec of one `deployment-example` release named `web` with `replicas` replicas in `namespace`
+/// of `clusters`.
+pub fn web(namespace: &str, clusters: &[&str], replicas: &str) -> ControllerSpec {
+    ControllerSpec {
+        tenancies: vec![tenancy(
+            namespace,
+            clusters,
+            vec![chart(
+                "deployment-example",
+                "web",
+                &[("replicaCount", replicas)],
+            )],
+        )],
+        ..Default::default()
+    }
+}
+
 pub fn chart(name: &str, release: &str, settings: &[(&str, &str)]) -> Chart {
     Chart {
         chart_name: name.into(),
