@@ -11,7 +11,7 @@ use common::{
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
-use tenancy_hub::crd::{Chart, ControllerSpec};
+use tenancy_hub::api::crd::{Chart, ControllerSpec};
 
 /// Charts are looked at again this often (seconds) in these tests.
 const INTERVAL: &str = "2";

@@ -17,7 +17,7 @@ use kube::{
     Api,
     api::{ListParams, PostParams},
 };
-use tenancy_hub::crd::{Chart, Controller, ControllerSpec};
+use tenancy_hub::api::crd::{Chart, Controller, ControllerSpec};
 
 #[tokio::test]
 #[ignore = "needs the lab: run tests/run.sh"]

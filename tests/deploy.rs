@@ -20,8 +20,8 @@ use kube::{
 use serde::Deserialize as _;
 use serde_yaml::Value;
 use tenancy_hub::{
-    crd::{Controller, ControllerSpec},
-    registry::RegistrationFile,
+    api::crd::{Controller, ControllerSpec},
+    clusters::registry::RegistrationFile,
 };
 
 /// The operator's namespace, as deploy/ creates it.
@@ -172,7 +172,7 @@ fn can_i(lab: &Lab, verb: &str, resource: &str, namespace: Option<&str>) -> bool
 fn the_deployed_crd_is_the_generated_one() {
     let shipped = std::fs::read_to_string(deploy_dir().join("crd.yaml")).unwrap();
     assert!(
-        shipped == tenancy_hub::crd::crd_yaml(),
+        shipped == tenancy_hub::api::crd::crd_yaml(),
         "deploy/crd.yaml is stale: run `cargo run -- crd > deploy/crd.yaml`"
     );
 }

@@ -7,7 +7,7 @@ use std::time::Instant;
 use common::{DEADLINE, Hub, Operator, chart, entry, lab_ctl, ready, tenancy, unique, wait_until};
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{ListParams, PostParams};
-use tenancy_hub::crd::{Chart, Controller, ControllerSpec, Setting};
+use tenancy_hub::api::crd::{Chart, Controller, ControllerSpec, Setting};
 
 /// The fault tests take turns: each stops or freezes lab processes others would depend on.
 static LAB_FAULTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

@@ -13,7 +13,7 @@ use kube::{
     Api, Client,
     api::{DeleteParams, ListParams, PostParams},
 };
-use tenancy_hub::crd::Controller;
+use tenancy_hub::api::crd::Controller;
 
 fn controller_from_yaml(yaml: &str) -> Controller {
     serde_yaml::from_str(yaml).expect("test resource parses")

@@ -9,7 +9,7 @@ use k8s_openapi::{
     jiff::{SignedDuration, Timestamp},
 };
 use kube::{Api, api::DeleteParams};
-use tenancy_hub::leader::{Leadership, LeaseConfig};
+use tenancy_hub::runtime::leader::{Leadership, LeaseConfig};
 use tokio::time::{Instant, timeout};
 use tokio_util::sync::CancellationToken;
 

@@ -13,7 +13,7 @@ use kube::{
     Api, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams},
 };
-use tenancy_hub::crd::{ClusterSelector, ControllerSpec, ControllerStatus};
+use tenancy_hub::api::crd::{ClusterSelector, ControllerSpec, ControllerStatus};
 
 fn condition<'a>(status: &'a ControllerStatus, type_: &str) -> Option<(&'a str, &'a str, &'a str)> {
     status

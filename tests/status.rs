@@ -10,7 +10,7 @@ use kube::{
     Api,
     api::{DeleteParams, ListParams, PostParams},
 };
-use tenancy_hub::crd::{Controller, ControllerSpec};
+use tenancy_hub::api::crd::{Controller, ControllerSpec};
 
 #[tokio::test]
 #[ignore = "needs the lab: run tests/run.sh"]
@@ -262,7 +262,7 @@ async fn five_hundred_pods_keep_the_status_small_and_the_writes_paced() {
     assert!(size < 256 * 1024, "status is {size} bytes");
     let t = entry(&status, "member-1", &ns).unwrap();
     assert_eq!(t.pods_total, 500);
-    assert!(t.pod_status.len() <= tenancy_hub::status::POD_LIST_LIMIT);
+    assert!(t.pod_status.len() <= tenancy_hub::status::build::POD_LIST_LIMIT);
     assert!(
         writes / elapsed <= 2.2,
         "{writes} status writes in {elapsed:.1}s"

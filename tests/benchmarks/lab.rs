@@ -20,7 +20,7 @@ use kube::{
     runtime::{WatchStreamExt, watcher},
 };
 use serde_json::{Value, json};
-use tenancy_hub::crd::{Controller, ControllerSpec, ControllerStatus};
+use tenancy_hub::api::crd::{Controller, ControllerSpec, ControllerStatus};
 use tokio::sync::watch;
 
 const LONG: Duration = Duration::from_secs(900);
@@ -193,7 +193,7 @@ fn member_pods(api: Api<Pod>) -> watch::Receiver<(Instant, BTreeMap<String, bool
         while let Some(Ok(event)) = events.next().await {
             match event {
                 watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
-                    let ready = tenancy_hub::watch::pod_info(&p).ready;
+                    let ready = tenancy_hub::observe::watch::pod_info(&p).ready;
                     pods.insert(p.metadata.name.unwrap_or_default(), ready);
                 }
                 watcher::Event::Delete(p) => {

@@ -18,7 +18,7 @@ use kube::{
     api::{Patch, PatchParams},
     config::{KubeConfigOptions, Kubeconfig},
 };
-use tenancy_hub::crd::{
+use tenancy_hub::api::crd::{
     Chart, ChartMessage, Controller, ControllerSpec, ControllerStatus, Setting, Tenancy,
 };
 
@@ -570,7 +570,7 @@ pub fn entry<'a>(
     status: &'a ControllerStatus,
     cluster: &str,
     namespace: &str,
-) -> Option<&'a tenancy_hub::crd::TenancyStatus> {
+) -> Option<&'a tenancy_hub::api::crd::TenancyStatus> {
     status
         .updated_tenancies
         .iter()

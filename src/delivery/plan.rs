@@ -10,8 +10,8 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::{
-    crd::{Chart, ControllerSpec, HUB_CLUSTER, Tenancy},
-    key::{ClusterName, ClusterNamespace, ReleaseKey},
+    api::crd::{Chart, ControllerSpec, HUB_CLUSTER, Tenancy},
+    api::key::{ClusterName, ClusterNamespace, ReleaseKey},
 };
 
 /// Label on every release tenancy-hub manages.
@@ -661,7 +661,7 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::{Chart, ClusterSelector, Setting};
+    use crate::api::crd::{Chart, ClusterSelector, Setting};
 
     fn owner(name: &str) -> OwnerId {
         OwnerId {
@@ -689,8 +689,8 @@ mod tests {
     }
 
     fn seed() -> ControllerSpec {
-        let c: crate::crd::Controller =
-            serde_yaml::from_str(include_str!("../config/example-controller.yaml")).unwrap();
+        let c: crate::api::crd::Controller =
+            serde_yaml::from_str(include_str!("../../config/example-controller.yaml")).unwrap();
         c.spec
     }
 

@@ -21,10 +21,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::{
-    crd::Controller,
-    key::{ClusterName, ClusterNamespace},
-    model::{Change, PodInfo, Tagged, WorkloadInfo, WorkloadKind, WorkloadRef},
-    registry::ClusterRegistry,
+    api::crd::Controller,
+    api::key::{ClusterName, ClusterNamespace},
+    clusters::registry::ClusterRegistry,
+    observe::model::{Change, PodInfo, Tagged, WorkloadInfo, WorkloadKind, WorkloadRef},
 };
 
 /// Longest pause before a watch that failed lists again.

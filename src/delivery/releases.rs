@@ -25,8 +25,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::{
-    key::{ClusterName, ClusterNamespace, ReleaseKey},
-    plan::{
+    api::key::{ClusterName, ClusterNamespace, ReleaseKey},
+    delivery::plan::{
         Applied, MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, OwnerId,
         SPEC_HASH_LABEL,
     },
@@ -71,7 +71,7 @@ impl ReleaseIndex {
         let stop = parent.child_token();
         let api: Api<Record> = Api::all(client);
         let config = watcher::Config::default().labels("owner=helm");
-        let stream = crate::watch::relisting_watcher(api, config).reflect(writer);
+        let stream = crate::observe::watch::relisting_watcher(api, config).reflect(writer);
         let span = tracing::info_span!("release_records", cluster = %cluster);
         let name = cluster.clone();
         let (flag, token) = (synced.clone(), stop.clone());

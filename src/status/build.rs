@@ -8,14 +8,14 @@ use k8s_openapi::{
 };
 
 use crate::{
-    crd::{
+    api::crd::{
         ChartMessage, ClusterStatus, ControllerStatus, PodStatus, Summary, TenancyStatus,
         WorkloadStatus,
     },
-    key::{ClusterName, ReleaseKey},
-    model::{PodInfo, ScopeState},
-    plan::{Applied, Plan, Problem, Release},
-    queue::Outcome,
+    api::key::{ClusterName, ReleaseKey},
+    delivery::plan::{Applied, Plan, Problem, Release},
+    delivery::queue::Outcome,
+    observe::model::{PodInfo, ScopeState},
 };
 
 /// Release phases shown in `chartMessages[].phase`.
@@ -44,7 +44,7 @@ pub struct LastOutcome {
     /// What it came to.
     pub outcome: Outcome,
     /// The resource the job was done for.
-    pub owner: crate::plan::OwnerId,
+    pub owner: crate::delivery::plan::OwnerId,
     /// True when nothing more happens without a spec change (a permanent or stalled failure).
     pub settled: bool,
 }
@@ -791,7 +791,7 @@ fn conditions(f: &Findings<'_>, previous: &[Condition], now: Timestamp) -> Vec<C
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{ChartSource, OwnerId};
+    use crate::delivery::plan::{ChartSource, OwnerId};
 
     fn release(key: &str) -> Release {
         Release {
@@ -917,7 +917,7 @@ mod tests {
             LastOutcome {
                 fingerprint: "apply:h1".into(),
                 outcome: Outcome::Failed {
-                    kind: crate::queue::FailureKind::Permanent,
+                    kind: crate::delivery::queue::FailureKind::Permanent,
                     message: "template: boom".into(),
                 },
                 owner: release("hub/foo/nginx").owner,
@@ -1014,7 +1014,7 @@ mod tests {
     }
 
     fn running_scope(pods: usize, ready: usize) -> ScopeState {
-        use crate::model::{WorkloadInfo, WorkloadKind, WorkloadRef};
+        use crate::observe::model::{WorkloadInfo, WorkloadKind, WorkloadRef};
         let web = WorkloadRef {
             kind: WorkloadKind::Deployment,
             name: "web".into(),
@@ -1161,7 +1161,7 @@ mod tests {
             last.clone(),
             LastOutcome {
                 fingerprint: "apply:h1".into(),
-                outcome: Outcome::failed("boom", crate::queue::FailureKind::Permanent),
+                outcome: Outcome::failed("boom", crate::delivery::queue::FailureKind::Permanent),
                 owner: release(keys[0]).owner,
                 settled: true,
             },

@@ -17,14 +17,14 @@ use kube::{
 use tokio::process::Command;
 
 use crate::{
-    health::HealthBoard,
-    key::ReleaseKey,
-    plan::{
+    api::key::ReleaseKey,
+    clusters::health::HealthBoard,
+    clusters::registry::SharedRegistry,
+    delivery::plan::{
         ChartSource, Job, MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL,
         Release, SPEC_HASH_LABEL,
     },
-    queue::{Executor, FailureKind, Outcome},
-    registry::SharedRegistry,
+    delivery::queue::{Executor, FailureKind, Outcome},
 };
 
 /// How Helm is called.
@@ -584,7 +584,7 @@ impl Executor for HelmCli {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::OwnerId;
+    use crate::delivery::plan::OwnerId;
 
     fn release(source: ChartSource) -> Release {
         Release {

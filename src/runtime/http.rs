@@ -15,11 +15,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::{
-    key::{ClusterName, ClusterNamespace, KeyError},
+    api::key::{ClusterName, ClusterNamespace, KeyError},
+    clusters::registry::{ClusterEntry, ClusterRegistry, SharedRegistry},
+    delivery::queue::HelmQueue,
     metrics::{Gauges, Metrics},
-    model::{Model, PodInfo, ScopeState, WorkloadInfo},
-    queue::HelmQueue,
-    registry::{ClusterEntry, ClusterRegistry, SharedRegistry},
+    observe::model::{Model, PodInfo, ScopeState, WorkloadInfo},
 };
 
 /// What `/readyz` answers until the hub's `Controller` resources are listed.
@@ -386,9 +386,9 @@ mod tests {
 
     use super::*;
     use crate::{
-        model::{Change, WorkloadKind, WorkloadRef},
-        queue::QueueConfig,
-        registry::{HubSource, RegistrationFile},
+        clusters::registry::{HubSource, RegistrationFile},
+        delivery::queue::QueueConfig,
+        observe::model::{Change, WorkloadKind, WorkloadRef},
     };
 
     fn entry(name: &str, labels: &[(&str, &str)]) -> ClusterEntry {

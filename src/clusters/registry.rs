@@ -14,7 +14,7 @@ use kube::{
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
-use crate::{crd::HUB_CLUSTER, key::ClusterName};
+use crate::{api::crd::HUB_CLUSTER, api::key::ClusterName};
 
 /// How long to wait for a cluster's API server to accept a connection.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(4);

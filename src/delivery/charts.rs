@@ -11,16 +11,13 @@ use std::{
 
 use dashmap::DashMap;
 use futures::{StreamExt, future::BoxFuture};
-use kube::runtime::reflector::ObjectRef;
 use sha2::{Digest, Sha256};
-use tokio::{sync::mpsc::UnboundedSender, time::Instant};
-use tokio_util::sync::CancellationToken;
+use tokio::time::Instant;
 
 use crate::{
-    Context,
-    crd::{Controller, ControllerSpec},
-    helm::trim_error,
-    plan::{self, ChartLookup, ChartSource},
+    api::crd::ControllerSpec,
+    delivery::helm::trim_error,
+    delivery::plan::{self, ChartLookup, ChartSource},
 };
 
 /// How long one `helm show chart` may take before it is stopped.
@@ -43,7 +40,7 @@ enum Remote {
 
 /// A remote chart with the version constraint it is asked for with.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct RemoteKey {
+pub struct RemoteKey {
     remote: Remote,
     constraint: Option<String>,
 }
@@ -77,7 +74,7 @@ impl RemoteKey {
 
 /// A chart the planner may ask about.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum Wanted {
+pub enum Wanted {
     /// A chart-home directory.
     Directory(PathBuf),
     /// A repository or OCI chart with its constraint.
@@ -102,7 +99,7 @@ impl Wanted {
 }
 
 /// Every chart a spec names (chart-home names with `..`, which the planner refuses, are left out).
-fn wanted_by(spec: &ControllerSpec, chart_home: &Path) -> HashSet<Wanted> {
+pub fn wanted_by(spec: &ControllerSpec, chart_home: &Path) -> HashSet<Wanted> {
     spec.tenancies
         .iter()
         .flat_map(|t| &t.charts)
@@ -360,7 +357,7 @@ impl ChartCatalog {
     /// Reads every wanted directory again and resolves every wanted remote chart again (one
     /// resolved while this waited counts); forgets charts no spec named for an interval.
     /// Returns the charts whose lookup changed.
-    async fn refresh(&self, wanted: &HashSet<Wanted>) -> HashSet<Wanted> {
+    pub async fn refresh(&self, wanted: &HashSet<Wanted>) -> HashSet<Wanted> {
         let now = Instant::now();
         self.forget_unwanted(wanted, now);
         futures::stream::iter(wanted.clone())
@@ -465,43 +462,6 @@ impl ChartCatalog {
     }
 }
 
-/// Every interval, reads the chart-home directories and resolves the repository and OCI charts
-/// the hub's Controllers name again, and wakes the Controllers whose charts changed.
-pub async fn keep_fresh(
-    ctx: Arc<Context>,
-    trigger: UnboundedSender<ObjectRef<Controller>>,
-    cancel: CancellationToken,
-) {
-    let interval = ctx.charts.interval();
-    let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            () = cancel.cancelled() => return,
-        }
-        let controllers = ctx.controllers.state();
-        let home = &ctx.settings.chart_home;
-        let all: HashSet<Wanted> = controllers
-            .iter()
-            .flat_map(|c| wanted_by(&c.spec, home))
-            .collect();
-        let changed = tokio::select! {
-            changed = ctx.charts.refresh(&all) => changed,
-            () = cancel.cancelled() => return,
-        };
-        if changed.is_empty() {
-            continue;
-        }
-        for c in &controllers {
-            if !wanted_by(&c.spec, home).is_disjoint(&changed) {
-                tracing::debug!(controller = %ObjectRef::from_obj(&**c), "a chart it uses changed; reconciling");
-                let _ = trigger.send(ObjectRef::from_obj(&**c));
-            }
-        }
-    }
-}
-
 /// Every file below a chart directory with its size and mtime; None when it holds no Chart.yaml.
 fn stamp(root: &Path) -> Option<Stamp> {
     if !root.join("Chart.yaml").is_file() {
@@ -541,7 +501,7 @@ fn digest_directory(root: &Path, stamp: &Stamp) -> std::io::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::{Chart, Tenancy};
+    use crate::api::crd::{Chart, Tenancy};
 
     fn spec(chart: &str) -> ControllerSpec {
         ControllerSpec {

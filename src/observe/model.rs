@@ -6,7 +6,7 @@ use dashmap::DashMap;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
-use crate::key::{ClusterName, ClusterNamespace};
+use crate::api::key::{ClusterName, ClusterNamespace};
 
 /// The kinds of workload tenancy-hub reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]

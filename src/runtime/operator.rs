@@ -18,22 +18,23 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use crate::{
-    Context, Settings,
-    charts::{self, ChartCatalog},
-    crd::{Controller, HUB_CLUSTER},
-    health::HealthBoard,
-    helm::{HelmCli, HelmOptions},
-    http::{self, ApiState, Readiness},
-    leader::{Leadership, LeaseConfig},
+    api::crd::{Controller, HUB_CLUSTER},
+    clusters::health::HealthBoard,
+    clusters::registry::{self, ClusterRegistry, HubSource, RegistrationFile},
+    controller::context::Context,
+    controller::context::Settings,
+    controller::reload::Reloader,
+    controller::{loops, reconcile},
+    delivery::charts::ChartCatalog,
+    delivery::helm::{HelmCli, HelmOptions},
+    delivery::queue::{HelmQueue, QueueConfig},
+    delivery::releases::ReleaseIndex,
     metrics::Metrics,
-    model::Model,
-    queue::{HelmQueue, QueueConfig},
-    reconcile,
-    registry::{self, ClusterRegistry, HubSource, RegistrationFile},
-    releases::ReleaseIndex,
-    reload::Reloader,
-    watch::WatchSupervisor,
-    writer::StatusWriter,
+    observe::model::Model,
+    observe::watch::WatchSupervisor,
+    runtime::http::{self, ApiState, Readiness},
+    runtime::leader::{Leadership, LeaseConfig},
+    status::writer::StatusWriter,
 };
 
 /// Everything `tenancy-hub run` is configured with.
@@ -75,7 +76,7 @@ pub enum Error {
     ChartHome(PathBuf),
     /// Leader election failed for good (RBAC, a missing namespace, bad timings).
     #[error(transparent)]
-    Leader(#[from] crate::leader::Error),
+    Leader(#[from] crate::runtime::leader::Error),
     /// Leadership was lost while working; every Helm process was stopped.
     #[error(
         "lost leadership; stopped every Helm job so the new leader works alone (restart to stand by again)"
@@ -228,23 +229,31 @@ pub async fn run(
         let (queue, cancel) = (queue.clone(), cancel.clone());
         async move { queue.run(executor, done_tx, cancel).await }
     });
-    tokio::spawn(reconcile::record_outcomes(
+    tokio::spawn(loops::record_outcomes(
         ctx.clone(),
         done_rx,
         trigger_tx.clone(),
     ));
-    tokio::spawn(reconcile::forward_record_changes(
+    tokio::spawn(loops::forward_record_changes(
         ctx.clone(),
         record_rx,
         trigger_tx.clone(),
     ));
-    tokio::spawn(reconcile::aggregate(ctx.clone(), changes_rx));
-    tokio::spawn(reconcile::report_ownerless(ctx.clone(), cancel.clone()));
+    tokio::spawn(loops::aggregate(ctx.clone(), changes_rx));
+    tokio::spawn(loops::report_ownerless(ctx.clone(), cancel.clone()));
     tokio::spawn(
-        charts::keep_fresh(ctx.clone(), trigger_tx.clone(), cancel.clone())
+        loops::keep_fresh(ctx.clone(), trigger_tx.clone(), cancel.clone())
             .instrument(tracing::info_span!("charts")),
     );
-    tokio::spawn(crate::health::monitor(ctx.clone(), cancel.clone()));
+    tokio::spawn(crate::clusters::health::monitor(
+        ctx.registry.clone(),
+        ctx.health.clone(),
+        {
+            let ctx = ctx.clone();
+            move |cluster, reachable| loops::cluster_health_changed(&ctx, cluster, reachable)
+        },
+        cancel.clone(),
+    ));
     if let Some(path) = config.clusters_file.clone() {
         let reloader = Reloader {
             path,
@@ -257,7 +266,14 @@ pub async fn run(
     tokio::spawn({
         let (ctx, cancel) = (ctx.clone(), cancel.clone());
         let interval = config.status_interval;
-        async move { ctx.writer.run(&ctx, interval, cancel).await }
+        let sources = crate::status::writer::Sources {
+            hub: ctx.hub.clone(),
+            controllers: ctx.controllers.clone(),
+            model: ctx.model.clone(),
+            health: ctx.health.clone(),
+            metrics: ctx.metrics.clone(),
+        };
+        async move { ctx.writer.run(&sources, interval, cancel).await }
     });
     tokio::spawn({
         let store = ctx.controllers.clone();

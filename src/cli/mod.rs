@@ -1,17 +1,19 @@
 //! Command-line interface: `run`, `crd` and `clusters`.
 
+pub mod inspect;
+
 use std::{io::Write, path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::Context as _;
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum, builder::BoolishValueParser};
 
 use crate::{
-    Settings,
-    helm::HelmOptions,
-    leader::LeaseConfig,
-    operator::{self, RunConfig},
-    queue::QueueConfig,
-    registry::{self, ClusterRegistry, HubSource, RegistrationFile},
+    clusters::registry::{self, ClusterRegistry, HubSource, RegistrationFile},
+    controller::context::Settings,
+    delivery::helm::HelmOptions,
+    delivery::queue::QueueConfig,
+    runtime::leader::LeaseConfig,
+    runtime::operator::{self, RunConfig},
 };
 
 /// Delivers Helm charts into tenant namespaces across many Kubernetes clusters and reports what runs there.
@@ -297,7 +299,7 @@ impl Command {
             }
             Command::Crd => {
                 std::io::stdout()
-                    .write_all(crate::crd::crd_yaml().as_bytes())
+                    .write_all(crate::api::crd::crd_yaml().as_bytes())
                     .context("writing the CRD to stdout")?;
                 Ok(ExitCode::SUCCESS)
             }
@@ -322,7 +324,7 @@ impl Command {
                 context,
                 output,
             } => {
-                use crate::inspect::{self, Selection};
+                use crate::cli::inspect::{self, Selection};
                 let hub = HubSource {
                     kubeconfig,
                     context,

@@ -345,7 +345,7 @@ pub fn crd_yaml() -> String {
 mod tests {
     use super::*;
 
-    const SEED_EXAMPLE: &str = include_str!("../config/example-controller.yaml");
+    const SEED_EXAMPLE: &str = include_str!("../../config/example-controller.yaml");
 
     #[test]
     fn the_seed_example_parses_unchanged() {
@@ -390,7 +390,7 @@ mod tests {
 
     #[test]
     fn the_committed_crd_matches_the_code() {
-        let committed = include_str!("../crds/controllers.multitenancy.dev.yaml");
+        let committed = include_str!("../../crds/controllers.multitenancy.dev.yaml");
         assert!(
             committed == crd_yaml(),
             "crds/controllers.multitenancy.dev.yaml is stale: run `cargo run -- crd > crds/controllers.multitenancy.dev.yaml`"

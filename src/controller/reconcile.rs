@@ -6,28 +6,26 @@ use std::{
     time::Duration,
 };
 
-use dashmap::DashMap;
 use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, Resource, ResourceExt,
     runtime::{
         controller::Action,
-        events::{Event as KubeEvent, EventType},
+        events::EventType,
         finalizer::{Event, finalizer},
         reflector::ObjectRef,
     },
 };
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+
+use crate::controller::events::publish;
 
 use crate::{
-    Context,
-    crd::{Controller, DeletionPolicy},
-    key::{ClusterName, ReleaseKey},
-    model::{Change, Tagged},
-    plan::{self, Applied, Inputs, Job, OwnerId},
-    queue::{Completed, FailureKind, Outcome},
-    releases::RecordChange,
-    status::{self, LastOutcome, ReleaseView},
+    api::crd::{Controller, DeletionPolicy},
+    api::key::{ClusterName, ReleaseKey},
+    controller::context::Context,
+    delivery::plan::{self, Applied, Inputs, Job, OwnerId},
+    delivery::queue::Outcome,
+    status::build::{self as status, LastOutcome, ReleaseView},
 };
 
 /// Finalizer that holds a resource until its releases are uninstalled everywhere.
@@ -283,75 +281,6 @@ fn conflicts(problems: &[plan::Problem]) -> impl Iterator<Item = ReleaseKey> + '
     })
 }
 
-/// Which resources ask for each release key, so news about a release wakes all of them.
-#[derive(Default)]
-pub struct Interest {
-    by_key: DashMap<ReleaseKey, HashSet<ObjectRef<Controller>>>,
-    by_owner: DashMap<ObjectRef<Controller>, Vec<ReleaseKey>>,
-}
-
-impl Interest {
-    /// Records the keys one resource asks for, replacing what it asked for before.
-    pub fn set(&self, owner: &ObjectRef<Controller>, keys: impl Iterator<Item = ReleaseKey>) {
-        let keys: Vec<ReleaseKey> = keys.collect();
-        if let Some((_, old)) = self.by_owner.remove(owner) {
-            for key in old {
-                if let Some(mut set) = self.by_key.get_mut(&key) {
-                    set.remove(owner);
-                }
-                self.by_key.remove_if(&key, |_, set| set.is_empty());
-            }
-        }
-        for key in &keys {
-            self.by_key
-                .entry(key.clone())
-                .or_default()
-                .insert(owner.clone());
-        }
-        self.by_owner.insert(owner.clone(), keys);
-    }
-
-    /// The resources asking for a key.
-    pub fn of(&self, key: &ReleaseKey) -> Vec<ObjectRef<Controller>> {
-        self.by_key
-            .get(key)
-            .map(|s| s.iter().cloned().collect())
-            .unwrap_or_default()
-    }
-}
-
-/// Wakes the owner of a changed release record and every resource asking for that release; after
-/// a cluster is listed in full, every resource.
-pub async fn forward_record_changes(
-    ctx: Arc<Context>,
-    mut changes: UnboundedReceiver<RecordChange>,
-    trigger: UnboundedSender<ObjectRef<Controller>>,
-) {
-    while let Some(change) = changes.recv().await {
-        match change {
-            RecordChange::Release(key, owner) => wake(&ctx, &key, owner.as_ref(), &trigger),
-            RecordChange::Listed(cluster) => {
-                tracing::debug!(%cluster, "release records listed; reconciling every resource");
-                for c in ctx.controllers.state() {
-                    let _ = trigger.send(ObjectRef::from_obj(&*c));
-                }
-            }
-        }
-    }
-}
-
-fn wake(
-    ctx: &Context,
-    key: &ReleaseKey,
-    owner: Option<&OwnerId>,
-    trigger: &UnboundedSender<ObjectRef<Controller>>,
-) {
-    let owner = owner.map(|o| ObjectRef::new(&o.name).within(&o.namespace));
-    for object in owner.into_iter().chain(ctx.interest.of(key)) {
-        let _ = trigger.send(object);
-    }
-}
-
 /// Logs and publishes the problems that are new since the resource's last plan, so one problem
 /// is told once per change of the spec or the world, not on every reconcile.
 async fn report_new_problems(ctx: &Context, c: &Controller, problems: &[plan::Problem]) {
@@ -368,86 +297,6 @@ async fn report_new_problems(ctx: &Context, c: &Controller, problems: &[plan::Pr
         }
         tracing::warn!(controller = %owner, problem = %note, "spec cannot be carried out as written");
         publish(ctx, c, EventType::Warning, problem.reason(), "Plan", note).await;
-    }
-}
-
-/// A repeat of one reason and note on one resource within this time is not published again.
-pub const EVENT_REPEAT: Duration = Duration::from_secs(300);
-/// Events one resource may get per minute.
-pub const EVENT_BURST: u32 = 20;
-
-/// Keeps a flapping release from flooding the hub with Events.
-#[derive(Default)]
-pub struct EventLimiter {
-    windows: std::sync::Mutex<HashMap<ObjectRef<Controller>, EventWindow>>,
-}
-
-struct EventWindow {
-    minute: std::time::Instant,
-    count: u32,
-    recent: HashMap<(String, String), std::time::Instant>,
-}
-
-impl EventLimiter {
-    /// Whether an Event may be published now: not a recent repeat, and within the resource's burst.
-    pub fn allow(
-        &self,
-        object: &ObjectRef<Controller>,
-        reason: &str,
-        note: &str,
-        now: std::time::Instant,
-    ) -> bool {
-        let mut windows = self.windows.lock().expect("event limiter lock");
-        let w = windows
-            .entry(object.clone())
-            .or_insert_with(|| EventWindow {
-                minute: now,
-                count: 0,
-                recent: HashMap::new(),
-            });
-        w.recent
-            .retain(|_, at| now.duration_since(*at) < EVENT_REPEAT);
-        if now.duration_since(w.minute) >= Duration::from_secs(60) {
-            w.minute = now;
-            w.count = 0;
-        }
-        let key = (reason.to_owned(), note.to_owned());
-        if w.recent.contains_key(&key) || w.count >= EVENT_BURST {
-            return false;
-        }
-        w.recent.insert(key, now);
-        w.count += 1;
-        true
-    }
-}
-
-/// Publishes an Event on a `Controller`, within the limiter's bounds; failures are logged, never fatal.
-pub async fn publish(
-    ctx: &Context,
-    c: &Controller,
-    type_: EventType,
-    reason: &str,
-    action: &str,
-    note: String,
-) {
-    if !ctx.events.allow(
-        &ObjectRef::from_obj(c),
-        reason,
-        &note,
-        std::time::Instant::now(),
-    ) {
-        tracing::debug!(reason, "event suppressed by the rate limit");
-        return;
-    }
-    let event = KubeEvent {
-        type_,
-        reason: reason.into(),
-        note: Some(note.chars().take(1024).collect()),
-        action: action.into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &c.object_ref(&())).await {
-        tracing::warn!(error = %e, "could not publish an event");
     }
 }
 
@@ -581,210 +430,4 @@ fn forget(ctx: &Context, object: &ObjectRef<Controller>) {
     };
     ctx.reported.remove(&owner);
     ctx.outcomes.retain(|_, o| o.owner != owner);
-}
-
-/// How often releases are checked for an owner that no longer exists.
-pub const OWNERLESS_EVERY: Duration = Duration::from_secs(30);
-
-/// Reports releases whose owning `Controller` no longer exists (deleted with
-/// `deletionPolicy: Orphan`, or while the operator was away): each is logged once, counted in
-/// `tenancy_hub_orphaned_releases`, left in place and never adopted by another resource.
-pub async fn report_ownerless(ctx: Arc<Context>, cancel: tokio_util::sync::CancellationToken) {
-    let mut known: BTreeSet<ReleaseKey> = BTreeSet::new();
-    let mut tick = tokio::time::interval(OWNERLESS_EVERY);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            () = cancel.cancelled() => return,
-        }
-        // Until the hub's Controllers are listed, every release would look ownerless.
-        let listed = tokio::time::timeout(
-            Duration::from_millis(200),
-            ctx.controllers.wait_until_ready(),
-        );
-        if listed.await.is_err() {
-            continue;
-        }
-        let present: HashSet<OwnerId> = ctx
-            .controllers
-            .state()
-            .iter()
-            .map(|c| owner_id(c))
-            .collect();
-        let (applied, _) = ctx.releases.snapshot();
-        let ownerless: BTreeMap<ReleaseKey, OwnerId> = applied
-            .into_values()
-            .filter_map(|a| Some((a.key, a.owner?)))
-            .filter(|(_, o)| {
-                ctx.settings
-                    .scope
-                    .as_ref()
-                    .is_none_or(|ns| *ns == o.namespace)
-                    && !present.contains(o)
-            })
-            .collect();
-        for (key, owner) in &ownerless {
-            if !known.contains(key) {
-                tracing::warn!(release = %key, controller = %owner, "release left without its Controller: it is left in place and never adopted by another resource; uninstall it with helm, or create the Controller again to manage it");
-            }
-        }
-        known = ownerless.keys().cloned().collect();
-        ctx.metrics.orphaned(known.len(), ctx.orphans.len());
-    }
-}
-
-/// Applies tagged pod and workload changes to the model and marks the resources that see them.
-pub async fn aggregate(ctx: Arc<Context>, mut changes: UnboundedReceiver<Tagged>) {
-    while let Some((scope, change)) = changes.recv().await {
-        if !ctx.watches.is_watched(&scope) {
-            continue; // a late event from a watcher just stopped
-        }
-        ctx.metrics.watch_event();
-        if let Change::Lost(why) = &change {
-            tracing::debug!(cluster = %scope.cluster, namespace = %scope.namespace, %why, "watch lost; marking entries stale");
-            ctx.metrics.watch_restart(scope.cluster.as_str());
-        }
-        ctx.model.apply((scope.clone(), change), Timestamp::now());
-        for owner in ctx.watches.owners_of(&scope) {
-            ctx.writer.touch(owner);
-        }
-    }
-}
-
-/// Records each finished Helm job, publishes its Event, and wakes the resource that owns it.
-pub async fn record_outcomes(
-    ctx: Arc<Context>,
-    mut done: UnboundedReceiver<Completed>,
-    trigger: UnboundedSender<ObjectRef<Controller>>,
-) {
-    while let Some(completed) = done.recv().await {
-        let key = completed.job.key().clone();
-        let owner = completed.job.owner().clone();
-        let (type_, reason, note) = describe(&completed);
-        let outcome = match &completed.outcome {
-            Outcome::Applied { .. } => "applied",
-            Outcome::Uninstalled => "uninstalled",
-            Outcome::Failed { .. } => "failed",
-        };
-        ctx.metrics.queue_wait(completed.waited.as_secs_f64());
-        ctx.metrics.helm_job(
-            key.scope.cluster.as_str(),
-            outcome,
-            completed.elapsed.as_secs_f64(),
-        );
-        match type_ {
-            EventType::Normal => {
-                tracing::info!(release = %key, elapsed_ms = completed.elapsed.as_millis() as u64, "{note}")
-            }
-            EventType::Warning => {
-                tracing::warn!(release = %key, attempt = completed.attempt, "{note}")
-            }
-        }
-        let settled = completed.stalled
-            || matches!(
-                completed.outcome,
-                Outcome::Failed {
-                    kind: FailureKind::Permanent,
-                    ..
-                }
-            );
-        ctx.outcomes.insert(
-            key.clone(),
-            LastOutcome {
-                fingerprint: completed.job.fingerprint(),
-                outcome: completed.outcome.clone(),
-                owner: owner.clone(),
-                settled,
-            },
-        );
-        let object = ObjectRef::new(&owner.name).within(&owner.namespace);
-        if let Some(c) = ctx.controllers.get(&object) {
-            publish(&ctx, &c, type_, reason, "Helm", note).await;
-        }
-        wake(&ctx, &key, Some(&owner), &trigger);
-    }
-}
-
-fn describe(completed: &Completed) -> (EventType, &'static str, String) {
-    let key = completed.job.key();
-    match &completed.outcome {
-        Outcome::Applied {
-            revision: 1,
-            chart_version,
-        } => (
-            EventType::Normal,
-            "Installed",
-            format!("installed {key} (chart {chart_version}, revision 1)"),
-        ),
-        Outcome::Applied {
-            revision,
-            chart_version,
-        } => (
-            EventType::Normal,
-            "Upgraded",
-            format!("upgraded {key} (chart {chart_version}, revision {revision})"),
-        ),
-        Outcome::Uninstalled => (
-            EventType::Normal,
-            "Uninstalled",
-            format!("uninstalled {key}"),
-        ),
-        Outcome::Failed { message, .. } => {
-            let retry = match completed.next_retry {
-                Some(d) => format!("retrying in {}s", d.as_secs()),
-                None if completed.stalled => format!(
-                    "stalled after {} tries; not retried until the spec changes",
-                    completed.attempt
-                ),
-                None => "not retried until the spec changes".to_owned(),
-            };
-            (
-                EventType::Warning,
-                "Failed",
-                format!("{key} failed: {message}; {retry}"),
-            )
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn repeats_and_bursts_of_events_are_held_back() {
-        let limiter = EventLimiter::default();
-        let (a, b) = (
-            ObjectRef::new("a").within("ns"),
-            ObjectRef::new("b").within("ns"),
-        );
-        let t = std::time::Instant::now();
-        assert!(limiter.allow(&a, "Failed", "x failed", t));
-        assert!(
-            !limiter.allow(&a, "Failed", "x failed", t + Duration::from_secs(10)),
-            "a repeat is held back"
-        );
-        assert!(
-            limiter.allow(&b, "Failed", "x failed", t),
-            "other resources are not affected"
-        );
-        assert!(
-            limiter.allow(&a, "Failed", "x failed", t + EVENT_REPEAT),
-            "a repeat after the window goes out"
-        );
-        let burst = (0..100)
-            .filter(|i| limiter.allow(&a, "Upgraded", &format!("n{i}"), t + EVENT_REPEAT))
-            .count();
-        assert_eq!(
-            burst as u32,
-            EVENT_BURST - 1,
-            "one resource gets at most the burst per minute"
-        );
-        assert!(limiter.allow(
-            &a,
-            "Upgraded",
-            "later",
-            t + EVENT_REPEAT + Duration::from_secs(60)
-        ));
-    }
 }

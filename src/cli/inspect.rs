@@ -7,8 +7,8 @@ use kube::{Api, Client, ResourceExt, api::ListParams};
 use serde::Serialize;
 
 use crate::{
+    api::crd::{ClusterStatus, Controller, ControllerStatus, Summary, TenancyStatus},
     cli::{Output, table},
-    crd::{ClusterStatus, Controller, ControllerStatus, Summary, TenancyStatus},
 };
 
 /// Longest release message shown in a table, in characters.
@@ -468,7 +468,7 @@ fn trim_message(message: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::{ChartMessage, ControllerSpec, PodStatus, WorkloadStatus};
+    use crate::api::crd::{ChartMessage, ControllerSpec, PodStatus, WorkloadStatus};
     use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 
     fn ready(status: &str, reason: &str, message: &str) -> Condition {

@@ -12,13 +12,13 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    Context,
-    crd::Controller,
-    key::ClusterName,
-    registry::{
+    api::crd::Controller,
+    api::key::ClusterName,
+    clusters::registry::{
         ClusterRegistry, Digest, HubSource, RegistrationFile, RegistryError, digest_file,
         kubeconfig_paths,
     },
+    controller::context::Context,
 };
 
 /// How often the registration file and its kubeconfigs are checked for changes.
@@ -105,7 +105,7 @@ pub struct Reloader {
     /// Where the hub is.
     pub hub: HubSource,
     /// Where release-record watches send their changes.
-    pub records: UnboundedSender<crate::releases::RecordChange>,
+    pub records: UnboundedSender<crate::delivery::releases::RecordChange>,
     /// Where resources are woken for a reconcile.
     pub trigger: UnboundedSender<ObjectRef<Controller>>,
 }
@@ -158,7 +158,7 @@ impl Reloader {
 
     async fn report(&self, ctx: &Context, note: String) {
         for c in ctx.controllers.state() {
-            crate::reconcile::publish(
+            crate::controller::events::publish(
                 ctx,
                 &c,
                 EventType::Warning,

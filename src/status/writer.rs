@@ -18,15 +18,29 @@ use tokio::{sync::Notify, time::Instant};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    Context,
-    crd::{Controller, ControllerStatus},
-    key::ClusterNamespace,
-    model::ScopeState,
-    status::{self, ReleaseReport},
+    api::crd::{Controller, ControllerStatus},
+    api::key::ClusterNamespace,
+    observe::model::ScopeState,
+    status::build::{self as status, ReleaseReport},
 };
 
 /// Status writes running at once.
 const CONCURRENT_WRITES: usize = 8;
+
+/// What the writer reads and writes through: narrow handles, not the reconciler's whole context.
+#[derive(Clone)]
+pub struct Sources {
+    /// Client of the hub, for the status subresource.
+    pub hub: kube::Client,
+    /// The hub's Controllers, as the reconciler sees them.
+    pub controllers: kube::runtime::reflector::Store<Controller>,
+    /// What runs, per cluster/namespace.
+    pub model: std::sync::Arc<crate::observe::model::Model>,
+    /// Reachability of every cluster.
+    pub health: std::sync::Arc<crate::clusters::health::HealthBoard>,
+    /// Operator metrics.
+    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+}
 
 /// Collects what each resource's status should say and writes it, paced.
 #[derive(Default)]
@@ -62,7 +76,7 @@ impl StatusWriter {
     /// Writes marked statuses until cancelled. A resource not written within the last `interval`
     /// is written at once; one written more recently waits until its interval has passed, so each
     /// resource is written at most once per interval whatever the rate of changes.
-    pub async fn run(&self, ctx: &Context, interval: Duration, cancel: CancellationToken) {
+    pub async fn run(&self, ctx: &Sources, interval: Duration, cancel: CancellationToken) {
         let mut last: HashMap<ObjectRef<Controller>, Instant> = HashMap::new();
         let mut next: Option<Instant> = None;
         loop {
@@ -116,7 +130,7 @@ impl StatusWriter {
         (due, later)
     }
 
-    async fn write(&self, ctx: &Context, owner: ObjectRef<Controller>) {
+    async fn write(&self, ctx: &Sources, owner: ObjectRef<Controller>) {
         let Some(report) = self.reports.get(&owner).map(|r| r.clone()) else {
             return;
         };

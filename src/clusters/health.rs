@@ -4,10 +4,9 @@ use std::{sync::Arc, time::Duration};
 
 use dashmap::DashMap;
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::reflector::ObjectRef;
 use tokio_util::sync::CancellationToken;
 
-use crate::{Context, key::ClusterName, registry};
+use crate::{api::key::ClusterName, clusters::registry};
 
 /// How often every cluster is probed.
 pub const PROBE_EVERY: Duration = Duration::from_secs(5);
@@ -77,9 +76,14 @@ impl HealthBoard {
     }
 }
 
-/// Probes every registered cluster every [`PROBE_EVERY`] until cancelled. On a change it logs,
-/// refreshes every resource's status, and when a cluster comes back ends the backoff of its jobs.
-pub async fn monitor(ctx: Arc<Context>, cancel: CancellationToken) {
+/// Probes every registered cluster every [`PROBE_EVERY`] until cancelled, recording each probe on
+/// `board`; on a change it logs and tells `changed` (the cluster, and whether it is reachable now).
+pub async fn monitor(
+    registry: registry::SharedRegistry,
+    board: Arc<HealthBoard>,
+    changed: impl Fn(&ClusterName, bool) + Send + 'static,
+    cancel: CancellationToken,
+) {
     let mut tick = tokio::time::interval(PROBE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -87,9 +91,8 @@ pub async fn monitor(ctx: Arc<Context>, cancel: CancellationToken) {
             _ = tick.tick() => {}
             () = cancel.cancelled() => return,
         }
-        let registry = ctx.registry.load_full();
-        let probes = futures::future::join_all(registry.iter().map(|m| registry::probe(m))).await;
-        let mut changed = false;
+        let members = registry.load_full();
+        let probes = futures::future::join_all(members.iter().map(|m| registry::probe(m))).await;
         for probe in probes {
             let Ok(cluster) = probe.cluster.parse::<ClusterName>() else {
                 continue;
@@ -99,23 +102,17 @@ pub async fn monitor(ctx: Arc<Context>, cancel: CancellationToken) {
             } else {
                 Err(probe.error.unwrap_or_default())
             };
-            match ctx.health.record(&cluster, outcome, Timestamp::now()) {
+            match board.record(&cluster, outcome, Timestamp::now()) {
                 Some(true) => {
-                    let expedited = ctx.queue.expedite(&cluster);
-                    tracing::info!(%cluster, expedited, "cluster is reachable again");
-                    changed = true;
+                    tracing::info!(%cluster, "cluster is reachable again");
+                    changed(&cluster, true);
                 }
                 Some(false) => {
-                    let error = ctx.health.unreachable(&cluster).unwrap_or_default();
+                    let error = board.unreachable(&cluster).unwrap_or_default();
                     tracing::warn!(%cluster, %error, "cluster is unreachable; its jobs wait and its status turns Unknown");
-                    changed = true;
+                    changed(&cluster, false);
                 }
                 None => {}
-            }
-        }
-        if changed {
-            for c in ctx.controllers.state() {
-                ctx.writer.touch(ObjectRef::from_obj(&*c));
             }
         }
     }

@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::{
-    key::{ClusterName, ReleaseKey},
-    plan::{Job, OwnerId},
+    api::key::{ClusterName, ReleaseKey},
+    delivery::plan::{Job, OwnerId},
 };
 
 /// How the queue runs.
@@ -522,7 +522,7 @@ mod tests {
     use tokio::sync::{mpsc, oneshot};
 
     use super::*;
-    use crate::plan::{ChartSource, OwnerId, Release};
+    use crate::delivery::plan::{ChartSource, OwnerId, Release};
 
     fn owner() -> OwnerId {
         OwnerId {

@@ -1,0 +1,4 @@
+//! Who the member clusters are, their clients, and whether they answer.
+
+pub mod health;
+pub mod registry;

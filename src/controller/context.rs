@@ -1,0 +1,60 @@
+//! The state the reconciler and its background loops share, and the settings it plans with.
+
+use std::{path::PathBuf, time::Duration};
+
+use dashmap::DashMap;
+use kube::runtime::{events::Recorder, reflector::Store};
+
+/// Settings the reconciler plans with.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Directory of local charts (`--chart-home`, `CHART_HOME`).
+    pub chart_home: PathBuf,
+    /// How long a release may stay `pending-*` before it is cleared.
+    pub pending_timeout: Duration,
+    /// The one hub namespace reconciled (`--namespace`); every namespace when None.
+    pub scope: Option<String>,
+    /// How often charts are looked at again: chart-home directories re-read, repository and OCI
+    /// versions resolved again (`--chart-interval`).
+    pub chart_interval: Duration,
+}
+
+/// Everything the reconciler and the workers share, passed as one `Arc`.
+pub struct Context {
+    /// Client of the hub cluster.
+    pub hub: kube::Client,
+    /// The registered clusters, swapped whole on change.
+    pub registry: crate::clusters::registry::SharedRegistry,
+    /// Helm's release records per cluster.
+    pub releases: crate::delivery::releases::ReleaseIndex,
+    /// The central FIFO of Helm jobs.
+    pub queue: crate::delivery::queue::HelmQueue,
+    /// Which resources ask for each release.
+    pub interest: crate::controller::interest::Interest,
+    /// Releases left in clusters removed from the registration file, with their owners.
+    pub orphans: DashMap<crate::api::key::ReleaseKey, crate::delivery::plan::OwnerId>,
+    /// The last outcome of each release's Helm job.
+    pub outcomes: DashMap<crate::api::key::ReleaseKey, crate::status::build::LastOutcome>,
+    /// What is known of each chart: directory digests, resolved versions.
+    pub charts: crate::delivery::charts::ChartCatalog,
+    /// The problems last reported per resource, so each is logged once per change.
+    pub reported: DashMap<crate::delivery::plan::OwnerId, std::collections::BTreeSet<String>>,
+    /// Every `Controller` on the hub, as the reconciler sees them.
+    pub controllers: Store<crate::api::crd::Controller>,
+    /// Publishes Kubernetes Events on `Controller` resources.
+    pub recorder: Recorder,
+    /// Keeps Events from flooding the hub.
+    pub events: crate::controller::events::EventLimiter,
+    /// What runs, per cluster/namespace.
+    pub model: std::sync::Arc<crate::observe::model::Model>,
+    /// The pod and workload watchers.
+    pub watches: crate::observe::watch::WatchSupervisor,
+    /// Paced status writes.
+    pub writer: crate::status::writer::StatusWriter,
+    /// Reachability of every cluster, from periodic probes.
+    pub health: std::sync::Arc<crate::clusters::health::HealthBoard>,
+    /// Operator metrics.
+    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+    /// Planning settings.
+    pub settings: Settings,
+}

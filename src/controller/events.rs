@@ -1,0 +1,135 @@
+//! Kubernetes Events on `Controller` resources, rate-limited so a flapping release cannot flood the hub.
+
+use std::{collections::HashMap, time::Duration};
+
+use kube::{
+    Resource,
+    runtime::{
+        events::{Event as KubeEvent, EventType},
+        reflector::ObjectRef,
+    },
+};
+
+use crate::{api::crd::Controller, controller::context::Context};
+
+/// A repeat of one reason and note on one resource within this time is not published again.
+pub const EVENT_REPEAT: Duration = Duration::from_secs(300);
+/// Events one resource may get per minute.
+pub const EVENT_BURST: u32 = 20;
+
+/// Keeps a flapping release from flooding the hub with Events.
+#[derive(Default)]
+pub struct EventLimiter {
+    windows: std::sync::Mutex<HashMap<ObjectRef<Controller>, EventWindow>>,
+}
+
+struct EventWindow {
+    minute: std::time::Instant,
+    count: u32,
+    recent: HashMap<(String, String), std::time::Instant>,
+}
+
+impl EventLimiter {
+    /// Whether an Event may be published now: not a recent repeat, and within the resource's burst.
+    pub fn allow(
+        &self,
+        object: &ObjectRef<Controller>,
+        reason: &str,
+        note: &str,
+        now: std::time::Instant,
+    ) -> bool {
+        let mut windows = self.windows.lock().expect("event limiter lock");
+        let w = windows
+            .entry(object.clone())
+            .or_insert_with(|| EventWindow {
+                minute: now,
+                count: 0,
+                recent: HashMap::new(),
+            });
+        w.recent
+            .retain(|_, at| now.duration_since(*at) < EVENT_REPEAT);
+        if now.duration_since(w.minute) >= Duration::from_secs(60) {
+            w.minute = now;
+            w.count = 0;
+        }
+        let key = (reason.to_owned(), note.to_owned());
+        if w.recent.contains_key(&key) || w.count >= EVENT_BURST {
+            return false;
+        }
+        w.recent.insert(key, now);
+        w.count += 1;
+        true
+    }
+}
+
+/// Publishes an Event on a `Controller`, within the limiter's bounds; failures are logged, never fatal.
+pub async fn publish(
+    ctx: &Context,
+    c: &Controller,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    if !ctx.events.allow(
+        &ObjectRef::from_obj(c),
+        reason,
+        &note,
+        std::time::Instant::now(),
+    ) {
+        tracing::debug!(reason, "event suppressed by the rate limit");
+        return;
+    }
+    let event = KubeEvent {
+        type_,
+        reason: reason.into(),
+        note: Some(note.chars().take(1024).collect()),
+        action: action.into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &c.object_ref(&())).await {
+        tracing::warn!(error = %e, "could not publish an event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeats_and_bursts_of_events_are_held_back() {
+        let limiter = EventLimiter::default();
+        let (a, b) = (
+            ObjectRef::new("a").within("ns"),
+            ObjectRef::new("b").within("ns"),
+        );
+        let t = std::time::Instant::now();
+        assert!(limiter.allow(&a, "Failed", "x failed", t));
+        assert!(
+            !limiter.allow(&a, "Failed", "x failed", t + Duration::from_secs(10)),
+            "a repeat is held back"
+        );
+        assert!(
+            limiter.allow(&b, "Failed", "x failed", t),
+            "other resources are not affected"
+        );
+        assert!(
+            limiter.allow(&a, "Failed", "x failed", t + EVENT_REPEAT),
+            "a repeat after the window goes out"
+        );
+        let burst = (0..100)
+            .filter(|i| limiter.allow(&a, "Upgraded", &format!("n{i}"), t + EVENT_REPEAT))
+            .count();
+        assert_eq!(
+            burst as u32,
+            EVENT_BURST - 1,
+            "one resource gets at most the burst per minute"
+        );
+        assert!(limiter.allow(
+            &a,
+            "Upgraded",
+            "later",
+            t + EVENT_REPEAT + Duration::from_secs(60)
+        ));
+    }
+}

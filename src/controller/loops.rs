@@ -1,0 +1,274 @@
+//! The reconciler's background loops: Helm outcomes, release-record news, watch changes, ownerless releases.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashSet},
+    sync::Arc,
+    time::Duration,
+};
+
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::{events::EventType, reflector::ObjectRef};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+
+use crate::controller::{events::publish, reconcile::owner_id};
+
+use crate::delivery::charts;
+use crate::{
+    api::crd::Controller,
+    api::key::ReleaseKey,
+    controller::context::Context,
+    delivery::plan::OwnerId,
+    delivery::queue::{Completed, FailureKind, Outcome},
+    delivery::releases::RecordChange,
+    observe::model::{Change, Tagged},
+    status::build::LastOutcome,
+};
+
+/// Wakes the owner of a changed release record and every resource asking for that release; after
+/// a cluster is listed in full, every resource.
+pub async fn forward_record_changes(
+    ctx: Arc<Context>,
+    mut changes: UnboundedReceiver<RecordChange>,
+    trigger: UnboundedSender<ObjectRef<Controller>>,
+) {
+    while let Some(change) = changes.recv().await {
+        match change {
+            RecordChange::Release(key, owner) => wake(&ctx, &key, owner.as_ref(), &trigger),
+            RecordChange::Listed(cluster) => {
+                tracing::debug!(%cluster, "release records listed; reconciling every resource");
+                for c in ctx.controllers.state() {
+                    let _ = trigger.send(ObjectRef::from_obj(&*c));
+                }
+            }
+        }
+    }
+}
+
+fn wake(
+    ctx: &Context,
+    key: &ReleaseKey,
+    owner: Option<&OwnerId>,
+    trigger: &UnboundedSender<ObjectRef<Controller>>,
+) {
+    let owner = owner.map(|o| ObjectRef::new(&o.name).within(&o.namespace));
+    for object in owner.into_iter().chain(ctx.interest.of(key)) {
+        let _ = trigger.send(object);
+    }
+}
+
+/// How often releases are checked for an owner that no longer exists.
+pub const OWNERLESS_EVERY: Duration = Duration::from_secs(30);
+
+/// Reports releases whose owning `Controller` no longer exists (deleted with
+/// `deletionPolicy: Orphan`, or while the operator was away): each is logged once, counted in
+/// `tenancy_hub_orphaned_releases`, left in place and never adopted by another resource.
+pub async fn report_ownerless(ctx: Arc<Context>, cancel: tokio_util::sync::CancellationToken) {
+    let mut known: BTreeSet<ReleaseKey> = BTreeSet::new();
+    let mut tick = tokio::time::interval(OWNERLESS_EVERY);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = cancel.cancelled() => return,
+        }
+        // Until the hub's Controllers are listed, every release would look ownerless.
+        let listed = tokio::time::timeout(
+            Duration::from_millis(200),
+            ctx.controllers.wait_until_ready(),
+        );
+        if listed.await.is_err() {
+            continue;
+        }
+        let present: HashSet<OwnerId> = ctx
+            .controllers
+            .state()
+            .iter()
+            .map(|c| owner_id(c))
+            .collect();
+        let (applied, _) = ctx.releases.snapshot();
+        let ownerless: BTreeMap<ReleaseKey, OwnerId> = applied
+            .into_values()
+            .filter_map(|a| Some((a.key, a.owner?)))
+            .filter(|(_, o)| {
+                ctx.settings
+                    .scope
+                    .as_ref()
+                    .is_none_or(|ns| *ns == o.namespace)
+                    && !present.contains(o)
+            })
+            .collect();
+        for (key, owner) in &ownerless {
+            if !known.contains(key) {
+                tracing::warn!(release = %key, controller = %owner, "release left without its Controller: it is left in place and never adopted by another resource; uninstall it with helm, or create the Controller again to manage it");
+            }
+        }
+        known = ownerless.keys().cloned().collect();
+        ctx.metrics.orphaned(known.len(), ctx.orphans.len());
+    }
+}
+
+/// Applies tagged pod and workload changes to the model and marks the resources that see them.
+pub async fn aggregate(ctx: Arc<Context>, mut changes: UnboundedReceiver<Tagged>) {
+    while let Some((scope, change)) = changes.recv().await {
+        if !ctx.watches.is_watched(&scope) {
+            continue; // a late event from a watcher just stopped
+        }
+        ctx.metrics.watch_event();
+        if let Change::Lost(why) = &change {
+            tracing::debug!(cluster = %scope.cluster, namespace = %scope.namespace, %why, "watch lost; marking entries stale");
+            ctx.metrics.watch_restart(scope.cluster.as_str());
+        }
+        ctx.model.apply((scope.clone(), change), Timestamp::now());
+        for owner in ctx.watches.owners_of(&scope) {
+            ctx.writer.touch(owner);
+        }
+    }
+}
+
+/// Records each finished Helm job, publishes its Event, and wakes the resource that owns it.
+pub async fn record_outcomes(
+    ctx: Arc<Context>,
+    mut done: UnboundedReceiver<Completed>,
+    trigger: UnboundedSender<ObjectRef<Controller>>,
+) {
+    while let Some(completed) = done.recv().await {
+        let key = completed.job.key().clone();
+        let owner = completed.job.owner().clone();
+        let (type_, reason, note) = describe(&completed);
+        let outcome = match &completed.outcome {
+            Outcome::Applied { .. } => "applied",
+            Outcome::Uninstalled => "uninstalled",
+            Outcome::Failed { .. } => "failed",
+        };
+        ctx.metrics.queue_wait(completed.waited.as_secs_f64());
+        ctx.metrics.helm_job(
+            key.scope.cluster.as_str(),
+            outcome,
+            completed.elapsed.as_secs_f64(),
+        );
+        match type_ {
+            EventType::Normal => {
+                tracing::info!(release = %key, elapsed_ms = completed.elapsed.as_millis() as u64, "{note}")
+            }
+            EventType::Warning => {
+                tracing::warn!(release = %key, attempt = completed.attempt, "{note}")
+            }
+        }
+        let settled = completed.stalled
+            || matches!(
+                completed.outcome,
+                Outcome::Failed {
+                    kind: FailureKind::Permanent,
+                    ..
+                }
+            );
+        ctx.outcomes.insert(
+            key.clone(),
+            LastOutcome {
+                fingerprint: completed.job.fingerprint(),
+                outcome: completed.outcome.clone(),
+                owner: owner.clone(),
+                settled,
+            },
+        );
+        let object = ObjectRef::new(&owner.name).within(&owner.namespace);
+        if let Some(c) = ctx.controllers.get(&object) {
+            publish(&ctx, &c, type_, reason, "Helm", note).await;
+        }
+        wake(&ctx, &key, Some(&owner), &trigger);
+    }
+}
+
+fn describe(completed: &Completed) -> (EventType, &'static str, String) {
+    let key = completed.job.key();
+    match &completed.outcome {
+        Outcome::Applied {
+            revision: 1,
+            chart_version,
+        } => (
+            EventType::Normal,
+            "Installed",
+            format!("installed {key} (chart {chart_version}, revision 1)"),
+        ),
+        Outcome::Applied {
+            revision,
+            chart_version,
+        } => (
+            EventType::Normal,
+            "Upgraded",
+            format!("upgraded {key} (chart {chart_version}, revision {revision})"),
+        ),
+        Outcome::Uninstalled => (
+            EventType::Normal,
+            "Uninstalled",
+            format!("uninstalled {key}"),
+        ),
+        Outcome::Failed { message, .. } => {
+            let retry = match completed.next_retry {
+                Some(d) => format!("retrying in {}s", d.as_secs()),
+                None if completed.stalled => format!(
+                    "stalled after {} tries; not retried until the spec changes",
+                    completed.attempt
+                ),
+                None => "not retried until the spec changes".to_owned(),
+            };
+            (
+                EventType::Warning,
+                "Failed",
+                format!("{key} failed: {message}; {retry}"),
+            )
+        }
+    }
+}
+
+/// What a change of a cluster's reachability sets off: when it is back, its waiting jobs run at
+/// once; either way every resource's status is recomputed.
+pub fn cluster_health_changed(
+    ctx: &Context,
+    cluster: &crate::api::key::ClusterName,
+    reachable: bool,
+) {
+    if reachable {
+        let expedited = ctx.queue.expedite(cluster);
+        tracing::debug!(%cluster, expedited, "jobs waiting for the cluster run now");
+    }
+    for c in ctx.controllers.state() {
+        ctx.writer.touch(ObjectRef::from_obj(&*c));
+    }
+}
+
+/// Every interval, reads the chart-home directories and resolves the repository and OCI charts
+/// the hub's Controllers name again, and wakes the Controllers whose charts changed.
+pub async fn keep_fresh(
+    ctx: Arc<Context>,
+    trigger: UnboundedSender<ObjectRef<Controller>>,
+    cancel: tokio_util::sync::CancellationToken,
+) {
+    let interval = ctx.charts.interval();
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = cancel.cancelled() => return,
+        }
+        let controllers = ctx.controllers.state();
+        let home = &ctx.settings.chart_home;
+        let all: HashSet<charts::Wanted> = controllers
+            .iter()
+            .flat_map(|c| charts::wanted_by(&c.spec, home))
+            .collect();
+        let changed = tokio::select! {
+            changed = ctx.charts.refresh(&all) => changed,
+            () = cancel.cancelled() => return,
+        };
+        if changed.is_empty() {
+            continue;
+        }
+        for c in &controllers {
+            if !charts::wanted_by(&c.spec, home).is_disjoint(&changed) {
+                tracing::debug!(controller = %ObjectRef::from_obj(&**c), "a chart it uses changed; reconciling");
+                let _ = trigger.send(ObjectRef::from_obj(&**c));
+            }
+        }
+    }
+}

@@ -1,0 +1,8 @@
+//! The hub reconciler, the state it shares with its background loops, those loops, and registration reload.
+
+pub mod context;
+pub mod events;
+pub mod interest;
+pub mod loops;
+pub mod reconcile;
+pub mod reload;

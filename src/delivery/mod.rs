@@ -1,0 +1,7 @@
+//! From desired releases to helm runs: planning (pure), the queue, the helm executor, release records and charts.
+
+pub mod charts;
+pub mod helm;
+pub mod plan;
+pub mod queue;
+pub mod releases;
