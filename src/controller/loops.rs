@@ -8,7 +8,7 @@ use std::{
 
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::{events::EventType, reflector::ObjectRef};
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+use tokio::sync::mpsc::{Receiver, Sender};
 
 use crate::controller::{events::publish, reconcile::owner_id};
 
@@ -28,31 +28,32 @@ use crate::{
 /// a cluster is listed in full, every resource.
 pub async fn forward_record_changes(
     ctx: Arc<Context>,
-    mut changes: UnboundedReceiver<RecordChange>,
-    trigger: UnboundedSender<ObjectRef<Controller>>,
+    mut changes: Receiver<RecordChange>,
+    trigger: Sender<ObjectRef<Controller>>,
+    everything: Sender<()>,
 ) {
     while let Some(change) = changes.recv().await {
         match change {
-            RecordChange::Release(key, owner) => wake(&ctx, &key, owner.as_ref(), &trigger),
+            RecordChange::Release(key, owner) => {
+                wake(&ctx, &key, owner.as_ref(), &trigger).await;
+            }
             RecordChange::Listed(cluster) => {
                 tracing::debug!(%cluster, "release records listed; reconciling every resource");
-                for c in ctx.controllers.state() {
-                    let _ = trigger.send(ObjectRef::from_obj(&*c));
-                }
+                let _ = everything.send(()).await;
             }
         }
     }
 }
 
-fn wake(
+async fn wake(
     ctx: &Context,
     key: &ReleaseKey,
     owner: Option<&OwnerId>,
-    trigger: &UnboundedSender<ObjectRef<Controller>>,
+    trigger: &Sender<ObjectRef<Controller>>,
 ) {
     let owner = owner.map(|o| ObjectRef::new(&o.name).within(&o.namespace));
     for object in owner.into_iter().chain(ctx.interest.of(key)) {
-        let _ = trigger.send(object);
+        let _ = trigger.send(object).await;
     }
 }
 
@@ -107,7 +108,7 @@ pub async fn report_ownerless(ctx: Arc<Context>, cancel: tokio_util::sync::Cance
 }
 
 /// Applies tagged pod and workload changes to the model and marks the resources that see them.
-pub async fn aggregate(ctx: Arc<Context>, mut changes: UnboundedReceiver<Tagged>) {
+pub async fn aggregate(ctx: Arc<Context>, mut changes: Receiver<Tagged>) {
     while let Some((scope, change)) = changes.recv().await {
         if !ctx.watches.is_watched(&scope) {
             continue; // a late event from a watcher just stopped
@@ -127,8 +128,8 @@ pub async fn aggregate(ctx: Arc<Context>, mut changes: UnboundedReceiver<Tagged>
 /// Records each finished Helm job, publishes its Event, and wakes the resource that owns it.
 pub async fn record_outcomes(
     ctx: Arc<Context>,
-    mut done: UnboundedReceiver<Completed>,
-    trigger: UnboundedSender<ObjectRef<Controller>>,
+    mut done: Receiver<Completed>,
+    trigger: Sender<ObjectRef<Controller>>,
 ) {
     while let Some(completed) = done.recv().await {
         let key = completed.job.key().clone();
@@ -174,7 +175,7 @@ pub async fn record_outcomes(
         if let Some(c) = ctx.controllers.get(&object) {
             publish(&ctx, &c, type_, reason, "Helm", note).await;
         }
-        wake(&ctx, &key, Some(&owner), &trigger);
+        wake(&ctx, &key, Some(&owner), &trigger).await;
     }
 }
 
@@ -240,7 +241,7 @@ pub fn cluster_health_changed(
 /// the hub's Controllers name again, and wakes the Controllers whose charts changed.
 pub async fn keep_fresh(
     ctx: Arc<Context>,
-    trigger: UnboundedSender<ObjectRef<Controller>>,
+    trigger: Sender<ObjectRef<Controller>>,
     cancel: tokio_util::sync::CancellationToken,
 ) {
     let interval = ctx.charts.interval();
@@ -267,7 +268,7 @@ pub async fn keep_fresh(
         for c in &controllers {
             if !charts::wanted_by(&c.spec, home).is_disjoint(&changed) {
                 tracing::debug!(controller = %ObjectRef::from_obj(&**c), "a chart it uses changed; reconciling");
-                let _ = trigger.send(ObjectRef::from_obj(&**c));
+                let _ = trigger.send(ObjectRef::from_obj(&**c)).await;
             }
         }
     }

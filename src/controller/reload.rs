@@ -7,12 +7,11 @@ use std::{
     time::Duration,
 };
 
-use kube::runtime::{events::EventType, reflector::ObjectRef};
-use tokio::sync::mpsc::UnboundedSender;
+use kube::runtime::events::EventType;
+use tokio::sync::mpsc::Sender;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    api::crd::Controller,
     api::key::ClusterName,
     clusters::registry::{
         ClusterRegistry, Digest, HubSource, RegistrationFile, RegistryError, digest_file,
@@ -105,9 +104,9 @@ pub struct Reloader {
     /// Where the hub is.
     pub hub: HubSource,
     /// Where release-record watches send their changes.
-    pub records: UnboundedSender<crate::delivery::releases::RecordChange>,
+    pub records: Sender<crate::delivery::releases::RecordChange>,
     /// Where resources are woken for a reconcile.
-    pub trigger: UnboundedSender<ObjectRef<Controller>>,
+    pub everything: Sender<()>,
 }
 
 impl Reloader {
@@ -210,9 +209,7 @@ impl Reloader {
         for gone in ctx.watches.refresh(&new, &d.changed) {
             ctx.model.forget(&gone);
         }
-        for c in ctx.controllers.state() {
-            let _ = self.trigger.send(ObjectRef::from_obj(&*c));
-        }
+        let _ = self.everything.send(()).await;
         Ok(d)
     }
 }

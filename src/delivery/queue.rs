@@ -10,7 +10,7 @@ use std::{
 
 use futures::FutureExt;
 use tokio::{
-    sync::{Notify, mpsc::UnboundedSender},
+    sync::{Notify, mpsc::Sender},
     task::{JoinError, JoinSet},
     time::Instant,
 };
@@ -416,7 +416,7 @@ impl HelmQueue {
     pub async fn run<E: Executor>(
         &self,
         executor: Arc<E>,
-        done: UnboundedSender<Completed>,
+        done: Sender<Completed>,
         cancel: CancellationToken,
     ) {
         let mut tasks = JoinSet::new();
@@ -426,7 +426,7 @@ impl HelmQueue {
             tokio::select! {
                 biased;
                 () = cancel.cancelled() => {}
-                Some(joined) = tasks.join_next() => self.complete(joined, &done),
+                Some(joined) = tasks.join_next() => self.complete(joined, &done).await,
                 () = self.wake.notified() => {}
                 () = sleep_until(wake) => {}
             }
@@ -452,26 +452,27 @@ impl HelmQueue {
         }
     }
 
-    fn complete(&self, joined: Result<Completed, JoinError>, done: &UnboundedSender<Completed>) {
+    /// Records a finished job and reports it; a full `done` channel makes the workers wait.
+    async fn complete(&self, joined: Result<Completed, JoinError>, done: &Sender<Completed>) {
         let mut completed =
             joined.expect("job tasks catch panics and are aborted only at shutdown");
         let now = Instant::now();
-        match self
-            .lock()
-            .finish(&completed.job, completed.attempt, &completed.outcome, now)
-        {
+        let finished =
+            self.lock()
+                .finish(&completed.job, completed.attempt, &completed.outcome, now);
+        match finished {
             Finished::Done => {}
             Finished::Retry(delay) => completed.next_retry = Some(delay),
             Finished::Stalled => completed.stalled = true,
         }
-        let _ = done.send(completed);
+        let _ = done.send(completed).await;
     }
 
-    async fn shut_down(&self, mut tasks: JoinSet<Completed>, done: &UnboundedSender<Completed>) {
+    async fn shut_down(&self, mut tasks: JoinSet<Completed>, done: &Sender<Completed>) {
         let grace = self.lock().config.shutdown_grace;
         let drain = async {
             while let Some(joined) = tasks.join_next().await {
-                self.complete(joined, done);
+                self.complete(joined, done).await;
             }
         };
         if tokio::time::timeout(grace, drain).await.is_err() {
@@ -923,7 +924,7 @@ mod tests {
     struct Harness {
         queue: HelmQueue,
         calls: mpsc::UnboundedReceiver<(Job, oneshot::Sender<Outcome>)>,
-        done: mpsc::UnboundedReceiver<Completed>,
+        done: mpsc::Receiver<Completed>,
         cancel: CancellationToken,
         run: tokio::task::JoinHandle<()>,
     }
@@ -932,7 +933,7 @@ mod tests {
         fn start(config: QueueConfig) -> Self {
             let queue = HelmQueue::new(config);
             let (calls_tx, calls) = mpsc::unbounded_channel();
-            let (done_tx, done) = mpsc::unbounded_channel();
+            let (done_tx, done) = mpsc::channel(64);
             let cancel = CancellationToken::new();
             let executor = Arc::new(Scripted { calls: calls_tx });
             let run = tokio::spawn({

@@ -20,8 +20,9 @@ use kube::{
         watcher,
     },
 };
-use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::mpsc::Sender;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::{
@@ -53,9 +54,18 @@ struct Watched {
 #[derive(Default)]
 pub struct ReleaseIndex {
     clusters: DashMap<ClusterName, Watched>,
+    tasks: TaskTracker,
 }
 
 impl ReleaseIndex {
+    /// An empty index whose watch tasks are tracked by `tasks`.
+    pub fn new(tasks: TaskTracker) -> Self {
+        Self {
+            clusters: DashMap::new(),
+            tasks,
+        }
+    }
+
     /// Starts watching one cluster's release records; each change is sent on `changes`. The
     /// cluster counts as synced from its first complete listing until its watch fails, and again
     /// after the watch has relisted. Replaces any earlier watch of that cluster.
@@ -63,7 +73,7 @@ impl ReleaseIndex {
         &self,
         cluster: ClusterName,
         client: kube::Client,
-        changes: UnboundedSender<RecordChange>,
+        changes: Sender<RecordChange>,
         parent: &CancellationToken,
     ) {
         let (store, writer) = reflector::store();
@@ -75,27 +85,32 @@ impl ReleaseIndex {
         let span = tracing::info_span!("release_records", cluster = %cluster);
         let name = cluster.clone();
         let (flag, token) = (synced.clone(), stop.clone());
-        tokio::spawn(
+        self.tasks.spawn(
             async move {
                 let forward = stream.for_each(|event| {
-                    match event {
+                    let news = match event {
                         Ok(watcher::Event::Apply(r) | watcher::Event::Delete(r) | watcher::Event::InitApply(r)) => {
-                            if let Some(a) = applied_from(&name, &r) {
-                                let _ = changes.send(RecordChange::Release(a.key, a.owner));
-                            }
+                            applied_from(&name, &r).map(|a| RecordChange::Release(a.key, a.owner))
                         }
-                        Ok(watcher::Event::Init) => {}
+                        Ok(watcher::Event::Init) => None,
                         Ok(watcher::Event::InitDone) => {
                             flag.store(true, Ordering::Release);
-                            let _ = changes.send(RecordChange::Listed(name.clone()));
+                            Some(RecordChange::Listed(name.clone()))
                         }
                         Err(e) => {
                             // Until the watch has relisted, what the store holds may be out of date.
                             flag.store(false, Ordering::Release);
                             tracing::warn!(error = %e, "watching release records failed; retrying with backoff");
+                            None
+                        }
+                    };
+                    let changes = changes.clone();
+                    async move {
+                        // A full channel makes the watch wait: news is never dropped.
+                        if let Some(news) = news {
+                            let _ = changes.send(news).await;
                         }
                     }
-                    futures::future::ready(())
                 });
                 tokio::select! {
                     () = forward => {}

@@ -16,8 +16,9 @@ use kube::{
     runtime::{reflector::ObjectRef, watcher},
 };
 use serde::de::DeserializeOwned;
-use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::mpsc::Sender;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::{
@@ -294,7 +295,7 @@ fn changes<K: Watched>(client: Client, namespace: &str) -> impl Stream<Item = Ch
 async fn watch_scope(
     scope: ClusterNamespace,
     client: Client,
-    events: UnboundedSender<Tagged>,
+    events: Sender<Tagged>,
     stop: CancellationToken,
 ) {
     let ns = scope.namespace.clone();
@@ -304,9 +305,12 @@ async fn watch_scope(
         changes::<StatefulSet>(client.clone(), &ns).boxed(),
         changes::<DaemonSet>(client, &ns).boxed(),
     ]);
+    // A full channel makes the watchers wait: changes are never dropped.
     let forward = all.for_each(|change| {
-        let _ = events.send((scope.clone(), change));
-        futures::future::ready(())
+        let (events, scope) = (events.clone(), scope.clone());
+        async move {
+            let _ = events.send((scope, change)).await;
+        }
     });
     tokio::select! {
         () = forward => {}
@@ -316,8 +320,9 @@ async fn watch_scope(
 
 /// Keeps exactly one watcher set running for every cluster/namespace some resource targets.
 pub struct WatchSupervisor {
-    events: UnboundedSender<Tagged>,
+    events: Sender<Tagged>,
     parent: CancellationToken,
+    tasks: TaskTracker,
     state: Mutex<State>,
 }
 
@@ -329,10 +334,11 @@ struct State {
 
 impl WatchSupervisor {
     /// A supervisor sending tagged changes on `events`; its watchers stop with `parent`.
-    pub fn new(events: UnboundedSender<Tagged>, parent: CancellationToken) -> Self {
+    pub fn new(events: Sender<Tagged>, parent: CancellationToken, tasks: TaskTracker) -> Self {
         Self {
             events,
             parent,
+            tasks,
             state: Mutex::default(),
         }
     }
@@ -381,7 +387,7 @@ impl WatchSupervisor {
             let member = registry.get(&scope.cluster).expect("filtered above");
             let token = self.parent.child_token();
             let span = tracing::info_span!("watch", cluster = %scope.cluster, namespace = %scope.namespace);
-            tokio::spawn(
+            self.tasks.spawn(
                 watch_scope(
                     scope.clone(),
                     member.client.clone(),

@@ -121,6 +121,7 @@ pub async fn serve(
     addr: SocketAddr,
     state: ApiState,
     cancel: CancellationToken,
+    tasks: &tokio_util::task::TaskTracker,
 ) -> std::io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
         std::io::Error::new(
@@ -132,7 +133,7 @@ pub async fn serve(
     tracing::info!(%addr, "serving health, metrics and the status API");
     let server =
         axum::serve(listener, router(state)).with_graceful_shutdown(cancel.cancelled_owned());
-    tokio::spawn(
+    tasks.spawn(
         async move {
             if let Err(error) = server.await {
                 tracing::error!(%error, "the HTTP server stopped");
@@ -764,9 +765,14 @@ mod tests {
     async fn serve_answers_on_the_port_it_bound_and_stops_when_cancelled() {
         let (state, _dir) = state().await;
         let cancel = CancellationToken::new();
-        let addr = serve("127.0.0.1:0".parse().unwrap(), state, cancel.clone())
-            .await
-            .unwrap();
+        let addr = serve(
+            "127.0.0.1:0".parse().unwrap(),
+            state,
+            cancel.clone(),
+            &Default::default(),
+        )
+        .await
+        .unwrap();
         assert_ne!(addr.port(), 0);
         let answer = tokio::task::spawn_blocking(move || {
             use std::io::{Read, Write};
@@ -804,7 +810,7 @@ mod tests {
         let (state, _dir) = state().await;
         let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = taken.local_addr().unwrap();
-        let err = serve(addr, state, CancellationToken::new())
+        let err = serve(addr, state, CancellationToken::new(), &Default::default())
             .await
             .unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);

@@ -7,14 +7,15 @@ use kube::{
     Api,
     api::ListParams,
     runtime::{
-        Controller as Runtime,
+        Controller as Runtime, PredicateConfig, WatchStreamExt,
+        controller::Config as RuntimeConfig,
         events::{Recorder, Reporter},
-        reflector::ObjectRef,
+        reflector::{self, ObjectRef},
         watcher,
     },
 };
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::Instrument as _;
 
 use crate::{
@@ -90,6 +91,38 @@ pub enum Error {
     Scratch(std::io::Error),
 }
 
+/// Room in the channel of resources to reconcile (sent by the loops, read by kube-runtime, which
+/// coalesces them). Channels between components are bounded; a sender whose channel is full
+/// waits (backpressure), so nothing is dropped.
+pub const TRIGGER_ROOM: usize = 1024;
+/// Room in the channel of release-record news (watchers → `loops::forward_record_changes`).
+pub const RECORD_ROOM: usize = 4096;
+/// Room in the channel of pod and workload changes (watchers → `loops::aggregate`).
+pub const CHANGE_ROOM: usize = 8192;
+/// Room in the channel of finished Helm jobs (queue → `loops::record_outcomes`).
+pub const OUTCOME_ROOM: usize = 1024;
+/// How long shutdown waits for the background tasks after the Helm workers have stopped.
+pub const TASKS_GRACE: Duration = Duration::from_secs(10);
+/// Reconcile requests for one resource arriving within this window are handled once.
+pub const DEBOUNCE: Duration = Duration::from_millis(200);
+
+/// What of a `Controller` is worth a new plan: its spec (generation), its deletion, its
+/// finalizers and its annotations. The operator's own status writes change none of these, so
+/// they do not come back as reconciles.
+fn plan_relevant(c: &Controller) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let meta = &c.metadata;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    meta.generation.hash(&mut hasher);
+    meta.deletion_timestamp
+        .as_ref()
+        .map(|t| t.0.as_second())
+        .hash(&mut hasher);
+    meta.finalizers.hash(&mut hasher);
+    meta.annotations.hash(&mut hasher);
+    Some(hasher.finish())
+}
+
 /// Runs the operator until `shutdown` completes, then stops within the queue's shutdown grace.
 pub async fn run(
     config: RunConfig,
@@ -119,7 +152,8 @@ pub async fn run(
         .map_err(Error::NoCrd)?;
 
     let cancel = CancellationToken::new();
-    tokio::spawn({
+    let tasks = TaskTracker::new();
+    tasks.spawn({
         let cancel = cancel.clone();
         async move {
             shutdown.await;
@@ -127,9 +161,10 @@ pub async fn run(
             cancel.cancel();
         }
     });
-    let (trigger_tx, trigger_rx) = mpsc::unbounded_channel();
-    let (record_tx, record_rx) = mpsc::unbounded_channel();
-    let releases = ReleaseIndex::default();
+    let (trigger_tx, trigger_rx) = mpsc::channel(TRIGGER_ROOM);
+    let (everything_tx, everything_rx) = mpsc::channel::<()>(16);
+    let (record_tx, record_rx) = mpsc::channel(RECORD_ROOM);
+    let releases = ReleaseIndex::new(tasks.clone());
     for member in registry.iter() {
         releases.watch(
             member.entry.name.clone(),
@@ -158,10 +193,21 @@ pub async fn run(
                 .is_none_or(|ns| r.namespace.as_ref() == Some(ns)),
         )
     });
-    let runtime = Runtime::new(controllers, watcher::Config::default())
+    let everything = futures::stream::unfold(everything_rx, |mut rx| async move {
+        rx.recv().await.map(|r| (r, rx))
+    });
+    let (store, writer) = reflector::store();
+    let own = watcher(controllers, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(plan_relevant, PredicateConfig::default());
+    let runtime = Runtime::for_stream(own, store)
+        .with_config(RuntimeConfig::default().debounce(DEBOUNCE))
         .reconcile_on(triggers)
+        .reconcile_all_on(everything)
         .graceful_shutdown_on(cancel.clone().cancelled_owned());
-    let (changes_tx, changes_rx) = mpsc::unbounded_channel();
+    let (changes_tx, changes_rx) = mpsc::channel(CHANGE_ROOM);
     let model = Arc::new(Model::default());
     let metrics = Arc::new(Metrics::default());
     let ready = Arc::new(arc_swap::ArcSwap::from_pointee(Readiness::Starting));
@@ -172,7 +218,7 @@ pub async fn run(
         queue: queue.clone(),
         ready: ready.clone(),
     };
-    let address = http::serve(config.http_addr, http, cancel.clone())
+    let address = http::serve(config.http_addr, http, cancel.clone(), &tasks)
         .await
         .map_err(Error::Http)?;
     let leadership = match config.leader.clone() {
@@ -214,7 +260,7 @@ pub async fn run(
         recorder: Recorder::new(hub, Reporter::from("tenancy-hub")),
         events: Default::default(),
         model,
-        watches: WatchSupervisor::new(changes_tx, cancel.clone()),
+        watches: WatchSupervisor::new(changes_tx, cancel.clone(), tasks.clone()),
         writer: StatusWriter::default(),
         health,
         metrics,
@@ -224,28 +270,31 @@ pub async fn run(
         },
     });
 
-    let (done_tx, done_rx) = mpsc::unbounded_channel();
+    let (done_tx, done_rx) = mpsc::channel(OUTCOME_ROOM);
     let workers = tokio::spawn({
         let (queue, cancel) = (queue.clone(), cancel.clone());
         async move { queue.run(executor, done_tx, cancel).await }
     });
-    tokio::spawn(loops::record_outcomes(
-        ctx.clone(),
-        done_rx,
-        trigger_tx.clone(),
+    tasks.spawn(until(
+        &cancel,
+        loops::record_outcomes(ctx.clone(), done_rx, trigger_tx.clone()),
     ));
-    tokio::spawn(loops::forward_record_changes(
-        ctx.clone(),
-        record_rx,
-        trigger_tx.clone(),
+    tasks.spawn(until(
+        &cancel,
+        loops::forward_record_changes(
+            ctx.clone(),
+            record_rx,
+            trigger_tx.clone(),
+            everything_tx.clone(),
+        ),
     ));
-    tokio::spawn(loops::aggregate(ctx.clone(), changes_rx));
-    tokio::spawn(loops::report_ownerless(ctx.clone(), cancel.clone()));
-    tokio::spawn(
+    tasks.spawn(until(&cancel, loops::aggregate(ctx.clone(), changes_rx)));
+    tasks.spawn(loops::report_ownerless(ctx.clone(), cancel.clone()));
+    tasks.spawn(
         loops::keep_fresh(ctx.clone(), trigger_tx.clone(), cancel.clone())
             .instrument(tracing::info_span!("charts")),
     );
-    tokio::spawn(crate::clusters::health::monitor(
+    tasks.spawn(crate::clusters::health::monitor(
         ctx.registry.clone(),
         ctx.health.clone(),
         {
@@ -259,11 +308,11 @@ pub async fn run(
             path,
             hub: config.hub.clone(),
             records: record_tx.clone(),
-            trigger: trigger_tx.clone(),
+            everything: everything_tx.clone(),
         };
-        tokio::spawn(reloader.run(ctx.clone(), cancel.clone()));
+        tasks.spawn(reloader.run(ctx.clone(), cancel.clone()));
     }
-    tokio::spawn({
+    tasks.spawn({
         let (ctx, cancel) = (ctx.clone(), cancel.clone());
         let interval = config.status_interval;
         let sources = crate::status::writer::Sources {
@@ -275,7 +324,7 @@ pub async fn run(
         };
         async move { ctx.writer.run(&sources, interval, cancel).await }
     });
-    tokio::spawn({
+    tasks.spawn(until(&cancel, {
         let store = ctx.controllers.clone();
         async move {
             // The store wakes a single waiter when it fills (the controller's own), so poll it.
@@ -287,7 +336,7 @@ pub async fn run(
             ready.store(Arc::new(Readiness::Ready));
             tracing::info!(%address, "ready: the hub's Controllers are listed");
         }
-    });
+    }));
     tracing::info!(
         workers = config.queue.workers,
         per_cluster = config.queue.per_cluster,
@@ -313,12 +362,37 @@ pub async fn run(
     if tokio::time::timeout(grace, workers).await.is_err() {
         tracing::warn!("Helm workers did not stop in time");
     }
+    cancel.cancel();
+    tasks.close();
+    if tokio::time::timeout(TASKS_GRACE, tasks.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            left = tasks.len(),
+            "background tasks did not stop within {TASKS_GRACE:?}"
+        );
+    }
     if let Some(l) = leadership {
         l.release().await?;
         tracing::info!("released leadership");
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Runs `task` until it ends or `cancel` fires.
+fn until(
+    cancel: &CancellationToken,
+    task: impl Future<Output = ()> + Send + 'static,
+) -> impl Future<Output = ()> + Send + 'static {
+    let cancel = cancel.clone();
+    async move {
+        tokio::select! {
+            () = task => {}
+            () = cancel.cancelled() => {}
+        }
+    }
 }
 
 /// Completes on SIGINT or SIGTERM.
