@@ -198,19 +198,20 @@ pub fn release_record(
         (OWNER_NAME_LABEL, owner.name.as_str()),
         (SPEC_HASH_LABEL, spec_hash),
     ];
-    let mut record = PartialObjectMeta::<Secret>::default();
-    record.metadata = ObjectMeta {
-        name: Some(format!("sh.helm.release.v1.{}.v1", key.release)),
-        namespace: Some(key.scope.namespace.clone()),
-        labels: Some(
-            labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect::<BTreeMap<_, _>>(),
-        ),
-        ..ObjectMeta::default()
-    };
-    record
+    PartialObjectMeta {
+        metadata: ObjectMeta {
+            name: Some(format!("sh.helm.release.v1.{}.v1", key.release)),
+            namespace: Some(key.scope.namespace.clone()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<BTreeMap<_, _>>(),
+            ),
+            ..ObjectMeta::default()
+        },
+        ..PartialObjectMeta::default()
+    }
 }
 
 /// The hub's API server as the test scripts it: each method awaits the next request, checks it

@@ -457,15 +457,19 @@ mod tests {
         let c = controller("app", "2026-01-01T00:00:00Z", &spec);
         f.store(&[&c]);
 
-        // 1. PATCH the Controller: add the finalizer; nothing else happens on this pass.
+        // PATCH the Controller adding the finalizer, answered with the Controller holding it;
+        // nothing else happens on this pass.
         let (result, c) = tokio::join!(
             reconcile(Arc::new(c.clone()), f.ctx.clone()),
             f.hub.finalizer_added(&c)
         );
         assert_eq!(result.unwrap(), Action::await_change());
+        f.hub.nothing().await;
         assert_eq!(f.ctx.queue.depth(), 0);
+        assert!(f.ctx.writer.submitted(&ObjectRef::from_obj(&c)).is_none());
 
-        // 2. POST an Event for the chart that is not there; the install of web is queued.
+        // POST an Event (ChartNotFound) for the chart that is not there, answered as created;
+        // then no other request. The install of web is queued and the report submitted.
         let (result, _) = tokio::join!(
             reconcile(Arc::new(c.clone()), f.ctx.clone()),
             f.hub.event(&c, "ChartNotFound")
@@ -497,6 +501,7 @@ mod tests {
         let hash = f.spec_hash(&c, &web()).await;
         f.records(vec![release_record(&web(), &c, "deployed", &hash)]);
 
+        // No request at all: no finalizer patch, no Event, no status write.
         let result = reconcile(Arc::new(c.clone()), f.ctx.clone()).await;
         assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(300)));
         f.hub.nothing().await;
@@ -511,7 +516,8 @@ mod tests {
         f.store(&[&c]);
         f.records(vec![release_record(&web(), &c, "deployed", "0")]);
 
-        // The release is there: its uninstall is queued and no request is made.
+        // The release is there: its uninstall is queued, and no request is made (the finalizer
+        // stays).
         let result = reconcile(Arc::new(c.clone()), f.ctx.clone()).await;
         assert!(is_cleanup_pending(&result), "{result:?}");
         f.hub.nothing().await;
@@ -526,7 +532,8 @@ mod tests {
             "{report:?}"
         );
 
-        // The release is gone: PATCH the Controller to remove the finalizer.
+        // The release is gone: PATCH the Controller removing the finalizer, answered with the
+        // Controller holding none; then no other request.
         f.records(Vec::new());
         let (result, ()) = tokio::join!(
             reconcile(Arc::new(c.clone()), f.ctx.clone()),
@@ -545,7 +552,8 @@ mod tests {
         let hash = f.spec_hash(&older, &web()).await;
         f.records(vec![release_record(&web(), &older, "deployed", &hash)]);
 
-        // POST an Event with reason Conflict on the newer one.
+        // POST an Event with reason Conflict on the newer one, answered as created; then no
+        // other request.
         let (result, event) = tokio::join!(
             reconcile(Arc::new(newer.clone()), f.ctx.clone()),
             f.hub.event(&newer, "Conflict")
