@@ -256,6 +256,26 @@ impl ClusterRegistry {
         self
     }
 
+    /// A registry holding only the hub, reached with `client`: for tests without a kubeconfig.
+    #[cfg(test)]
+    pub(crate) fn hub_only(client: Client) -> Self {
+        let name: ClusterName = HUB_CLUSTER.parse().expect("the hub's name is valid");
+        let hub = Member {
+            entry: ClusterEntry {
+                name: name.clone(),
+                context: "test".into(),
+                kubeconfig: None,
+                labels: BTreeMap::new(),
+            },
+            kubeconfig: PathBuf::new(),
+            kubeconfig_digest: None,
+            client,
+        };
+        Self {
+            members: BTreeMap::from([(name, Arc::new(hub))]),
+        }
+    }
+
     /// The cluster registered under `name`, if any.
     pub fn get(&self, name: &ClusterName) -> Option<&Arc<Member>> {
         self.members.get(name)

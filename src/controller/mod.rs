@@ -2,6 +2,8 @@
 
 pub mod context;
 pub mod events;
+#[cfg(test)]
+mod fixtures;
 pub mod interest;
 pub mod loops;
 pub mod reconcile;

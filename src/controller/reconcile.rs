@@ -431,3 +431,144 @@ fn forget(ctx: &Context, object: &ObjectRef<Controller>) {
     ctx.reported.remove(&owner);
     ctx.outcomes.retain(|_, o| o.owner != owner);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::fixtures::{Fixture, controller, deleted, finalized, release_record};
+
+    const SPEC: &str = "tenancies:\n  - namespace: foo\n    charts:\n      - {chartName: deployment-example, releaseName: web}\n";
+
+    fn web() -> ReleaseKey {
+        "hub/foo/web".parse().unwrap()
+    }
+
+    fn is_cleanup_pending(result: &Result<Action>) -> bool {
+        matches!(result, Err(Error::Finalizer(inner)) if matches!(
+            **inner,
+            kube::runtime::finalizer::Error::CleanupFailed(Error::CleanupPending { .. })
+        ))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_controller_gets_the_finalizer_then_its_installs_are_queued_and_reported() {
+        let mut f = Fixture::new();
+        let spec = format!("{SPEC}      - {{chartName: no-such-chart, releaseName: ghost}}\n");
+        let c = controller("app", "2026-01-01T00:00:00Z", &spec);
+        f.store(&[&c]);
+
+        // PATCH the Controller adding the finalizer, answered with the Controller holding it;
+        // nothing else happens on this pass.
+        let (result, c) = tokio::join!(
+            reconcile(Arc::new(c.clone()), f.ctx.clone()),
+            f.hub.finalizer_added(&c)
+        );
+        assert_eq!(result.unwrap(), Action::await_change());
+        f.hub.nothing().await;
+        assert_eq!(f.ctx.queue.depth(), 0);
+        assert!(f.ctx.writer.submitted(&ObjectRef::from_obj(&c)).is_none());
+
+        // POST an Event (ChartNotFound) for the chart that is not there, answered as created;
+        // then no other request. The install of web is queued and the report submitted.
+        let (result, _) = tokio::join!(
+            reconcile(Arc::new(c.clone()), f.ctx.clone()),
+            f.hub.event(&c, "ChartNotFound")
+        );
+        assert_eq!(
+            result.unwrap(),
+            Action::requeue(Duration::from_secs(30)),
+            "a busy release is looked at again soon"
+        );
+        f.hub.nothing().await;
+        assert_eq!(f.ctx.queue.depth(), 1);
+        assert!(f.ctx.queue.is_busy(&web()));
+        assert!(!f.ctx.queue.is_busy(&"hub/foo/ghost".parse().unwrap()));
+        let report = f
+            .ctx
+            .writer
+            .submitted(&ObjectRef::from_obj(&c))
+            .expect("a status report is submitted");
+        assert_eq!(report.generation, Some(1));
+        let text = format!("{report:?}");
+        assert!(text.contains("no-such-chart"), "{text}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unchanged_controller_queues_nothing_and_writes_nothing_to_the_hub() {
+        let mut f = Fixture::new();
+        let c = finalized(controller("app", "2026-01-01T00:00:00Z", SPEC));
+        f.store(&[&c]);
+        let hash = f.spec_hash(&c, &web()).await;
+        f.records(vec![release_record(&web(), &c, "deployed", &hash)]);
+
+        // No request at all: no finalizer patch, no Event, no status write.
+        let result = reconcile(Arc::new(c.clone()), f.ctx.clone()).await;
+        assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(300)));
+        f.hub.nothing().await;
+        assert_eq!(f.ctx.queue.depth(), 0);
+        assert!(!f.ctx.queue.is_busy(&web()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deleted_controller_keeps_its_finalizer_until_its_release_is_uninstalled() {
+        let mut f = Fixture::new();
+        let c = deleted(finalized(controller("app", "2026-01-01T00:00:00Z", SPEC)));
+        f.store(&[&c]);
+        f.records(vec![release_record(&web(), &c, "deployed", "0")]);
+
+        // The release is there: its uninstall is queued, and no request is made (the finalizer
+        // stays).
+        let result = reconcile(Arc::new(c.clone()), f.ctx.clone()).await;
+        assert!(is_cleanup_pending(&result), "{result:?}");
+        f.hub.nothing().await;
+        assert_eq!(f.ctx.queue.depth(), 1);
+        assert!(f.ctx.queue.is_busy(&web()));
+        let report = f.ctx.writer.submitted(&ObjectRef::from_obj(&c)).unwrap();
+        assert!(
+            report
+                .deleting
+                .as_deref()
+                .is_some_and(|w| w.contains("hub/foo/web")),
+            "{report:?}"
+        );
+
+        // The release is gone: PATCH the Controller removing the finalizer, answered with the
+        // Controller holding none; then no other request.
+        f.records(Vec::new());
+        let (result, ()) = tokio::join!(
+            reconcile(Arc::new(c.clone()), f.ctx.clone()),
+            f.hub.finalizer_removed(&c)
+        );
+        assert_eq!(result.unwrap(), Action::await_change());
+        f.hub.nothing().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_newer_controller_asking_for_a_held_release_queues_nothing_and_reports_a_conflict() {
+        let mut f = Fixture::new();
+        let older = finalized(controller("older", "2026-01-01T00:00:00Z", SPEC));
+        let newer = finalized(controller("newer", "2026-02-01T00:00:00Z", SPEC));
+        f.store(&[&older, &newer]);
+        let hash = f.spec_hash(&older, &web()).await;
+        f.records(vec![release_record(&web(), &older, "deployed", &hash)]);
+
+        // POST an Event with reason Conflict on the newer one, answered as created; then no
+        // other request.
+        let (result, event) = tokio::join!(
+            reconcile(Arc::new(newer.clone()), f.ctx.clone()),
+            f.hub.event(&newer, "Conflict")
+        );
+        result.unwrap();
+        let note = event["note"].as_str().unwrap_or_default();
+        assert!(note.contains("Controller default/older"), "{event}");
+        f.hub.nothing().await;
+        assert_eq!(f.ctx.queue.depth(), 0);
+        assert!(!f.ctx.queue.is_busy(&web()));
+        let report = f
+            .ctx
+            .writer
+            .submitted(&ObjectRef::from_obj(&newer))
+            .unwrap();
+        assert!(format!("{report:?}").contains("Conflict"), "{report:?}");
+    }
+}

@@ -131,6 +131,24 @@ impl ReleaseIndex {
         }
     }
 
+    /// Holds `records` as a cluster's fully listed release records, replacing what was held: for
+    /// tests, in place of a watch.
+    #[cfg(test)]
+    pub(crate) fn seed(&self, cluster: ClusterName, records: Vec<Record>) {
+        let (store, mut writer) = reflector::store();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        for record in records {
+            writer.apply_watcher_event(&watcher::Event::InitApply(record));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let watched = Watched {
+            store,
+            synced: Arc::new(AtomicBool::new(true)),
+            stop: CancellationToken::new(),
+        };
+        self.clusters.insert(cluster, watched);
+    }
+
     /// Stops watching a cluster and forgets its records.
     pub fn forget(&self, cluster: &ClusterName) {
         if let Some((_, old)) = self.clusters.remove(cluster) {

@@ -67,6 +67,12 @@ impl StatusWriter {
         self.notify.notify_one();
     }
 
+    /// The release report last submitted for a resource: for tests.
+    #[cfg(test)]
+    pub(crate) fn submitted(&self, owner: &ObjectRef<Controller>) -> Option<ReleaseReport> {
+        self.reports.get(owner).map(|r| r.clone())
+    }
+
     /// Forgets a resource that is gone.
     pub fn forget(&self, owner: &ObjectRef<Controller>) {
         self.reports.remove(owner);

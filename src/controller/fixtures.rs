@@ -1,0 +1,317 @@
+//! Test fixtures for the reconciler: a `Context` on a scripted fake API server, and that server's script.
+
+use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Duration};
+
+use http::{Method, Request, Response};
+use k8s_openapi::{
+    api::core::v1::Secret,
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
+    jiff::Timestamp,
+};
+use kube::{
+    Client, ResourceExt,
+    client::Body,
+    core::PartialObjectMeta,
+    runtime::{
+        events::{Recorder, Reporter},
+        reflector::{self, store::Writer},
+        watcher,
+    },
+};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    api::crd::{Controller, ControllerSpec, HUB_CLUSTER},
+    api::key::ReleaseKey,
+    clusters::registry::ClusterRegistry,
+    controller::{
+        context::{Context, Settings},
+        reconcile::{FINALIZER, owner_id},
+    },
+    delivery::{
+        charts::ChartCatalog,
+        plan::{
+            self, MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL,
+            SPEC_HASH_LABEL,
+        },
+        queue::{HelmQueue, QueueConfig},
+        releases::ReleaseIndex,
+    },
+    observe::watch::WatchSupervisor,
+    status::writer::StatusWriter,
+};
+
+/// How long the script waits for a request the reconciler must make.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+
+/// How long the script listens before it holds that no request is coming.
+const QUIET: Duration = Duration::from_millis(500);
+
+type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+
+fn mock_client() -> (Client, Handle) {
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    (Client::new(service, "default"), handle)
+}
+
+/// A reconciler `Context` whose hub is a scripted fake API server.
+pub struct Fixture {
+    /// The context to reconcile with.
+    pub ctx: Arc<Context>,
+    /// The hub's API server: the test answers the requests the reconciler makes, in order.
+    pub hub: ApiServer,
+    /// The hub as a member cluster, where pods and workloads are watched: never answered, so the
+    /// watchers wait and the script of `hub` holds only what the reconciler itself asks.
+    _member: Handle,
+    controllers: Writer<Controller>,
+    cancel: CancellationToken,
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+impl Fixture {
+    /// A context with an empty registry (the hub only), the hub's release records listed and
+    /// empty, an idle queue and writer, and the repository's `config/charts` as chart home.
+    pub fn new() -> Self {
+        let (hub_client, hub) = mock_client();
+        let (member_client, member) = mock_client();
+        let (store, controllers) = reflector::store();
+        let cancel = CancellationToken::new();
+        let (changes, _) = tokio::sync::mpsc::unbounded_channel();
+        let releases = ReleaseIndex::default();
+        releases.seed(hub_cluster(), Vec::new());
+        let registry = ClusterRegistry::hub_only(member_client);
+        let ctx = Context {
+            hub: hub_client.clone(),
+            registry: Arc::new(arc_swap::ArcSwap::from_pointee(registry)),
+            releases,
+            queue: HelmQueue::new(QueueConfig::default()),
+            interest: Default::default(),
+            orphans: Default::default(),
+            outcomes: Default::default(),
+            charts: ChartCatalog::new(PathBuf::from("helm"), Duration::from_secs(300)),
+            reported: Default::default(),
+            controllers: store,
+            recorder: Recorder::new(hub_client, Reporter::from("tenancy-hub")),
+            events: Default::default(),
+            model: Default::default(),
+            watches: WatchSupervisor::new(changes, cancel.clone()),
+            writer: StatusWriter::default(),
+            health: Default::default(),
+            metrics: Default::default(),
+            settings: Settings {
+                chart_home: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/charts"),
+                pending_timeout: Duration::from_secs(300),
+                scope: None,
+                chart_interval: Duration::from_secs(300),
+            },
+        };
+        Self {
+            ctx: Arc::new(ctx),
+            hub: ApiServer(hub),
+            _member: member,
+            controllers,
+            cancel,
+        }
+    }
+
+    /// Puts resources in the reflector store, as the hub's watch would.
+    pub fn store(&mut self, objects: &[&Controller]) {
+        for object in objects {
+            self.controllers
+                .apply_watcher_event(&watcher::Event::Apply((*object).clone()));
+        }
+    }
+
+    /// Makes `records` the hub's fully listed release records.
+    pub fn records(&self, records: Vec<PartialObjectMeta<Secret>>) {
+        self.ctx.releases.seed(hub_cluster(), records);
+    }
+
+    /// The spec hash the planner gives the release `key` of `c`, with the charts as they are.
+    pub async fn spec_hash(&self, c: &Controller, key: &ReleaseKey) -> String {
+        let home = &self.ctx.settings.chart_home;
+        self.ctx.charts.prepare(&c.spec, home).await;
+        let lookup = |s: &plan::ChartSource, v: Option<&str>| self.ctx.charts.lookup(s, v);
+        let clusters = self.ctx.registry.load().labels();
+        plan::desired(&owner_id(c), &c.spec, &clusters, home, &lookup)
+            .releases
+            .into_iter()
+            .find(|r| r.key == *key)
+            .expect("the spec asks for the release")
+            .spec_hash
+    }
+}
+
+fn hub_cluster() -> crate::api::key::ClusterName {
+    HUB_CLUSTER.parse().expect("the hub's name is valid")
+}
+
+/// A `Controller` in namespace `default`, created at `created` (RFC 3339), with `spec` as YAML.
+pub fn controller(name: &str, created: &str, spec: &str) -> Controller {
+    let spec: ControllerSpec = serde_yaml::from_str(spec).expect("a valid spec");
+    let mut c = Controller::new(name, spec);
+    c.metadata = ObjectMeta {
+        name: Some(name.into()),
+        namespace: Some("default".into()),
+        uid: Some(format!("uid-{name}")),
+        generation: Some(1),
+        resource_version: Some("1".into()),
+        creation_timestamp: Some(Time(created.parse::<Timestamp>().expect("RFC 3339"))),
+        ..ObjectMeta::default()
+    };
+    c
+}
+
+/// `c` with the cleanup finalizer, as the hub holds it once the finalizer was added.
+pub fn finalized(mut c: Controller) -> Controller {
+    c.metadata.finalizers = Some(vec![FINALIZER.into()]);
+    c
+}
+
+/// `c` being deleted.
+pub fn deleted(mut c: Controller) -> Controller {
+    c.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+    c
+}
+
+/// Helm's record (a Secret's metadata) of revision 1 of a release in `key`, managed for `owner`.
+pub fn release_record(
+    key: &ReleaseKey,
+    owner: &Controller,
+    status: &str,
+    spec_hash: &str,
+) -> PartialObjectMeta<Secret> {
+    let owner = owner_id(owner);
+    let labels = [
+        ("owner", "helm"),
+        ("name", key.release.as_str()),
+        ("version", "1"),
+        ("status", status),
+        (MANAGED_BY_LABEL, MANAGED_BY),
+        (OWNER_NAMESPACE_LABEL, owner.namespace.as_str()),
+        (OWNER_NAME_LABEL, owner.name.as_str()),
+        (SPEC_HASH_LABEL, spec_hash),
+    ];
+    PartialObjectMeta {
+        metadata: ObjectMeta {
+            name: Some(format!("sh.helm.release.v1.{}.v1", key.release)),
+            namespace: Some(key.scope.namespace.clone()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<BTreeMap<_, _>>(),
+            ),
+            ..ObjectMeta::default()
+        },
+        ..PartialObjectMeta::default()
+    }
+}
+
+/// The hub's API server as the test scripts it: each method awaits the next request, checks it
+/// and answers it.
+pub struct ApiServer(Handle);
+
+impl ApiServer {
+    async fn next(&mut self, method: Method, path: &str) -> (Value, Responder) {
+        let (request, send) = tokio::time::timeout(REQUEST_DEADLINE, self.0.next_request())
+            .await
+            .unwrap_or_else(|_| panic!("no {method} {path} within {REQUEST_DEADLINE:?}"))
+            .expect("the client is alive");
+        assert_eq!(
+            (request.method(), request.uri().path()),
+            (&method, path),
+            "the reconciler's next request"
+        );
+        let bytes = request
+            .into_body()
+            .collect_bytes()
+            .await
+            .expect("a request body");
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).expect("a JSON body")
+        };
+        (body, Responder(send))
+    }
+
+    /// Expects the JSON patch that adds the cleanup finalizer to `c` (which has no finalizer),
+    /// and answers with `c` holding it, which it returns.
+    pub async fn finalizer_added(&mut self, c: &Controller) -> Controller {
+        let (patch, answer) = self.next(Method::PATCH, &controller_path(c)).await;
+        assert_eq!(
+            patch,
+            json!([
+                {"op": "test", "path": "/metadata/finalizers", "value": null},
+                {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]},
+            ])
+        );
+        let updated = finalized(c.clone());
+        answer.json(&updated);
+        updated
+    }
+
+    /// Expects the JSON patch that removes the cleanup finalizer (the first) from `c`, and
+    /// answers with `c` holding none.
+    pub async fn finalizer_removed(&mut self, c: &Controller) {
+        let (patch, answer) = self.next(Method::PATCH, &controller_path(c)).await;
+        assert_eq!(
+            patch,
+            json!([
+                {"op": "test", "path": "/metadata/finalizers/0", "value": FINALIZER},
+                {"op": "remove", "path": "/metadata/finalizers/0"},
+            ])
+        );
+        let mut updated = c.clone();
+        updated.metadata.finalizers = None;
+        answer.json(&updated);
+    }
+
+    /// Expects a new Event on `c` with `reason`, and answers that it was created; returns it.
+    pub async fn event(&mut self, c: &Controller, reason: &str) -> Value {
+        let path = format!(
+            "/apis/events.k8s.io/v1/namespaces/{}/events",
+            c.namespace().unwrap_or_default()
+        );
+        let (event, answer) = self.next(Method::POST, &path).await;
+        assert_eq!(event["reason"], reason, "{event}");
+        assert_eq!(event["regarding"]["name"], c.name_any(), "{event}");
+        answer.json(&event);
+        event
+    }
+
+    /// Holds that no request comes: the reconciler has returned, so one it made would be here.
+    pub async fn nothing(&mut self) {
+        if let Ok(Some((request, _))) = tokio::time::timeout(QUIET, self.0.next_request()).await {
+            panic!("unexpected request {} {}", request.method(), request.uri());
+        }
+    }
+}
+
+fn controller_path(c: &Controller) -> String {
+    format!(
+        "/apis/multitenancy.dev/v1alpha1/namespaces/{}/controllers/{}",
+        c.namespace().unwrap_or_default(),
+        c.name_any()
+    )
+}
+
+struct Responder(tower_test::mock::SendResponse<Response<Body>>);
+
+impl Responder {
+    fn json(self, value: &impl serde::Serialize) {
+        let body = serde_json::to_vec(value).expect("serializes");
+        self.0.send_response(
+            Response::builder()
+                .body(Body::from(body))
+                .expect("a response"),
+        );
+    }
+}
