@@ -82,7 +82,7 @@ impl Fixture {
         let (member_client, member) = mock_client();
         let (store, controllers) = reflector::store();
         let cancel = CancellationToken::new();
-        let (changes, _) = tokio::sync::mpsc::unbounded_channel();
+        let (changes, _) = tokio::sync::mpsc::channel(16);
         let releases = ReleaseIndex::default();
         releases.seed(hub_cluster(), Vec::new());
         let registry = ClusterRegistry::hub_only(member_client);
@@ -100,7 +100,7 @@ impl Fixture {
             recorder: Recorder::new(hub_client, Reporter::from("tenancy-hub")),
             events: Default::default(),
             model: Default::default(),
-            watches: WatchSupervisor::new(changes, cancel.clone()),
+            watches: WatchSupervisor::new(changes, cancel.clone(), Default::default()),
             writer: StatusWriter::default(),
             health: Default::default(),
             metrics: Default::default(),
