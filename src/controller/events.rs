@@ -87,8 +87,12 @@ pub async fn publish(
         action: action.into(),
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&event, &c.object_ref(&())).await {
-        tracing::warn!(error = %e, "could not publish an event");
+    let reference = c.object_ref(&());
+    let publish = ctx.recorder.publish(&event, &reference);
+    match tokio::time::timeout(crate::api::HUB_WRITE_TIMEOUT, publish).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "could not publish an event"),
+        Err(_) => tracing::warn!("could not publish an event: the hub did not answer in time"),
     }
 }
 

@@ -374,8 +374,15 @@ pub async fn run(
         );
     }
     if let Some(l) = leadership {
-        l.release().await?;
-        tracing::info!("released leadership");
+        match tokio::time::timeout(crate::api::HUB_WRITE_TIMEOUT, l.release()).await {
+            Ok(released) => {
+                released?;
+                tracing::info!("released leadership");
+            }
+            Err(_) => tracing::warn!(
+                "the hub did not answer the Lease release in time; a standby takes over when it expires"
+            ),
+        }
     }
     tracing::info!("stopped");
     Ok(())

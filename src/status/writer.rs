@@ -175,14 +175,17 @@ impl StatusWriter {
         }
         let namespace = owner.namespace.clone().unwrap_or_default();
         let api: Api<Controller> = Api::namespaced(ctx.hub.clone(), &namespace);
-        match api
-            .patch_status(
-                &owner.name,
-                &PatchParams::default(),
-                &Patch::Merge(&patch_of(&status)),
-            )
+        let patch = patch_of(&status);
+        let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+        let write = api.patch_status(&owner.name, &params, &patch);
+        let written = tokio::time::timeout(crate::api::HUB_WRITE_TIMEOUT, write)
             .await
-        {
+            .unwrap_or_else(|_| {
+                Err(kube::Error::Service(
+                    format!("no answer within {:?}", crate::api::HUB_WRITE_TIMEOUT).into(),
+                ))
+            });
+        match written {
             Ok(_) => {
                 ctx.metrics.status_write();
                 self.written.insert(owner, status);
