@@ -163,7 +163,7 @@ pub async fn run(
         .graceful_shutdown_on(cancel.clone().cancelled_owned());
     let (changes_tx, changes_rx) = mpsc::unbounded_channel();
     let model = Arc::new(Model::default());
-    let metrics = Arc::new(Metrics::default());
+    let metrics = Arc::new(Metrics::new());
     let ready = Arc::new(arc_swap::ArcSwap::from_pointee(Readiness::Starting));
     let http = ApiState {
         model: model.clone(),
