@@ -20,6 +20,7 @@ use crate::{
     delivery::plan::OwnerId,
     delivery::queue::{Completed, FailureKind, Outcome},
     delivery::releases::RecordChange,
+    metrics::Metrics,
     observe::model::{Change, Tagged},
     status::build::LastOutcome,
 };
@@ -135,17 +136,7 @@ pub async fn record_outcomes(
         let key = completed.job.key().clone();
         let owner = completed.job.owner().clone();
         let (type_, reason, note) = describe(&completed);
-        let outcome = match &completed.outcome {
-            Outcome::Applied { .. } => "applied",
-            Outcome::Uninstalled => "uninstalled",
-            Outcome::Failed { .. } => "failed",
-        };
-        ctx.metrics.queue_wait(completed.waited.as_secs_f64());
-        ctx.metrics.helm_job(
-            key.scope.cluster.as_str(),
-            outcome,
-            completed.elapsed.as_secs_f64(),
-        );
+        account(&ctx.metrics, &completed);
         match type_ {
             EventType::Normal => {
                 tracing::info!(release = %key, elapsed_ms = completed.elapsed.as_millis() as u64, "{note}")
@@ -177,6 +168,21 @@ pub async fn record_outcomes(
         }
         wake(&ctx, &key, Some(&owner), &trigger).await;
     }
+}
+
+/// Counts a finished Helm job, once: its outcome, how long it ran and how long it waited.
+fn account(metrics: &Metrics, completed: &Completed) {
+    let outcome = match &completed.outcome {
+        Outcome::Applied { .. } => "applied",
+        Outcome::Uninstalled => "uninstalled",
+        Outcome::Failed { .. } => "failed",
+    };
+    metrics.queue_wait(completed.waited.as_secs_f64());
+    metrics.helm_job(
+        completed.job.key().scope.cluster.as_str(),
+        outcome,
+        completed.elapsed.as_secs_f64(),
+    );
 }
 
 fn describe(completed: &Completed) -> (EventType, &'static str, String) {
@@ -270,6 +276,52 @@ pub async fn keep_fresh(
                 tracing::debug!(controller = %ObjectRef::from_obj(&**c), "a chart it uses changed; reconciling");
                 let _ = trigger.send(ObjectRef::from_obj(&**c)).await;
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{delivery::plan::Job, metrics::Gauges};
+
+    #[test]
+    fn a_finished_helm_job_is_counted_and_timed_exactly_once() {
+        let metrics = Metrics::new();
+        let completed = Completed {
+            job: Job::Uninstall {
+                key: "member-1/team-a/web".parse().unwrap(),
+                owner: OwnerId {
+                    namespace: "default".into(),
+                    name: "a".into(),
+                },
+            },
+            outcome: Outcome::Uninstalled,
+            attempt: 1,
+            waited: Duration::from_millis(250),
+            elapsed: Duration::from_secs(2),
+            next_retry: None,
+            stalled: false,
+        };
+        account(&metrics, &completed);
+        let text = metrics.render(&Gauges::default());
+        let jobs: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("tenancy_hub_helm_jobs_total"))
+            .collect();
+        assert_eq!(
+            jobs,
+            ["tenancy_hub_helm_jobs_total{cluster=\"member-1\",outcome=\"uninstalled\"} 1"]
+        );
+        for line in [
+            "tenancy_hub_helm_job_duration_seconds_count{cluster=\"member-1\"} 1",
+            "tenancy_hub_helm_job_duration_seconds_sum{cluster=\"member-1\"} 2.0",
+            "tenancy_hub_queue_wait_seconds_count 1",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from\n{text}"
+            );
         }
     }
 }

@@ -60,6 +60,22 @@ pub enum Error {
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
 }
 
+impl Error {
+    /// The `reason` label a failure is counted under in `tenancy_hub_reconcile_errors_total`:
+    /// an apply or cleanup failing inside the finalizer counts as what it is.
+    pub fn metric_label(&self) -> &'static str {
+        use kube::runtime::finalizer::Error as F;
+        match self {
+            Error::Hub { .. } => "hub",
+            Error::CleanupPending { .. } => "cleanup_pending",
+            Error::Finalizer(inner) => match &**inner {
+                F::ApplyFailed(e) | F::CleanupFailed(e) => e.metric_label(),
+                _ => "finalizer",
+            },
+        }
+    }
+}
+
 /// The owner id of a resource.
 pub fn owner_id(c: &Controller) -> OwnerId {
     OwnerId {
@@ -81,8 +97,10 @@ pub async fn reconcile(obj: Arc<Controller>, ctx: Arc<Context>) -> Result<Action
     })
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)));
-    ctx.metrics
-        .reconcile(started.elapsed().as_secs_f64(), result.is_ok());
+    ctx.metrics.reconcile(
+        started.elapsed().as_secs_f64(),
+        result.as_ref().err().map(Error::metric_label),
+    );
     result
 }
 
@@ -436,6 +454,7 @@ fn forget(ctx: &Context, object: &ObjectRef<Controller>) {
 mod tests {
     use super::*;
     use crate::controller::fixtures::{Fixture, controller, deleted, finalized, release_record};
+    use kube::runtime::finalizer::Error as F;
 
     const SPEC: &str = "tenancies:\n  - namespace: foo\n    charts:\n      - {chartName: deployment-example, releaseName: web}\n";
 
@@ -570,5 +589,24 @@ mod tests {
             .submitted(&ObjectRef::from_obj(&newer))
             .unwrap();
         assert!(format!("{report:?}").contains("Conflict"), "{report:?}");
+    }
+
+    fn pending() -> Error {
+        Error::CleanupPending {
+            owner: OwnerId {
+                namespace: "default".into(),
+                name: "a".into(),
+            },
+            waiting: "waiting for jobs".into(),
+        }
+    }
+
+    #[test]
+    fn a_failure_inside_the_finalizer_is_labelled_by_what_failed() {
+        assert_eq!(pending().metric_label(), "cleanup_pending");
+        let wrapped = Error::Finalizer(Box::new(F::CleanupFailed(pending())));
+        assert_eq!(wrapped.metric_label(), "cleanup_pending");
+        let own = Error::Finalizer(Box::new(F::UnnamedObject));
+        assert_eq!(own.metric_label(), "finalizer");
     }
 }

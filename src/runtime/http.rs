@@ -164,7 +164,7 @@ async fn metrics(State(state): State<ApiState>) -> Response {
     (
         [(
             header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
         state.metrics.render(&gauges),
     )
@@ -602,7 +602,7 @@ mod tests {
 
     async fn state() -> (ApiState, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
-        let metrics = Metrics::default();
+        let metrics = Metrics::new();
         metrics.watch_event();
         let state = ApiState {
             model: Arc::new(model()),
@@ -678,12 +678,12 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn metrics_are_prometheus_text_with_gauges_from_the_model_and_registry() {
+    async fn metrics_are_openmetrics_text_with_gauges_from_the_model_and_registry() {
         let (state, _dir) = state().await;
         let (status, content_type, body) = get(&state, "/metrics").await;
         assert_eq!(status, StatusCode::OK);
         assert!(
-            content_type.starts_with("text/plain; version=0.0.4"),
+            content_type.starts_with("application/openmetrics-text; version=1.0.0"),
             "{content_type}"
         );
         for line in [

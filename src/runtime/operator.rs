@@ -209,7 +209,7 @@ pub async fn run(
         .graceful_shutdown_on(cancel.clone().cancelled_owned());
     let (changes_tx, changes_rx) = mpsc::channel(CHANGE_ROOM);
     let model = Arc::new(Model::default());
-    let metrics = Arc::new(Metrics::default());
+    let metrics = Arc::new(Metrics::new());
     let ready = Arc::new(arc_swap::ArcSwap::from_pointee(Readiness::Starting));
     let http = ApiState {
         model: model.clone(),

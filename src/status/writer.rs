@@ -48,6 +48,8 @@ pub struct StatusWriter {
     reports: DashMap<ObjectRef<Controller>, ReleaseReport>,
     written: DashMap<ObjectRef<Controller>, ControllerStatus>,
     dirty: Mutex<HashSet<ObjectRef<Controller>>>,
+    /// When each resource's oldest change not yet written came in.
+    pending_since: DashMap<ObjectRef<Controller>, Instant>,
     notify: Notify,
 }
 
@@ -63,6 +65,9 @@ impl StatusWriter {
 
     /// Marks a resource's status for recomputation, for example after its pods changed.
     pub fn touch(&self, owner: ObjectRef<Controller>) {
+        self.pending_since
+            .entry(owner.clone())
+            .or_insert_with(Instant::now);
         self.dirty.lock().expect("status writer lock").insert(owner);
         self.notify.notify_one();
     }
@@ -77,6 +82,7 @@ impl StatusWriter {
     pub fn forget(&self, owner: &ObjectRef<Controller>) {
         self.reports.remove(owner);
         self.written.remove(owner);
+        self.pending_since.remove(owner);
     }
 
     /// Writes marked statuses until cancelled. A resource not written within the last `interval`
@@ -137,6 +143,7 @@ impl StatusWriter {
     }
 
     async fn write(&self, ctx: &Sources, owner: ObjectRef<Controller>) {
+        let since = self.pending_since.remove(&owner).map(|(_, at)| at);
         let Some(report) = self.reports.get(&owner).map(|r| r.clone()) else {
             return;
         };
@@ -188,10 +195,17 @@ impl StatusWriter {
         match written {
             Ok(_) => {
                 ctx.metrics.status_write();
+                if let Some(since) = since {
+                    ctx.metrics
+                        .status_propagation(since.elapsed().as_secs_f64());
+                }
                 self.written.insert(owner, status);
             }
             Err(e) => {
                 tracing::warn!(controller = %owner, error = %e, "writing status failed; retrying on the next pass");
+                if let Some(since) = since {
+                    self.pending_since.insert(owner.clone(), since);
+                }
                 self.touch(owner);
             }
         }
@@ -239,6 +253,19 @@ mod tests {
         writer.dirty.lock().unwrap().clear();
         writer.submit(owner, ReleaseReport::default());
         assert!(writer.dirty.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_is_timed_from_the_first_touch_not_yet_written() {
+        let writer = StatusWriter::default();
+        let owner = ObjectRef::new("a").within("ns");
+        writer.touch(owner.clone());
+        let first = *writer.pending_since.get(&owner).unwrap();
+        tokio::time::advance(Duration::from_secs(2)).await;
+        writer.submit(owner.clone(), ReleaseReport::default());
+        assert_eq!(*writer.pending_since.get(&owner).unwrap(), first);
+        writer.forget(&owner);
+        assert!(writer.pending_since.is_empty());
     }
 
     #[test]

@@ -554,14 +554,26 @@ impl Operator {
         (code, body)
     }
 
-    /// One sample of the operator's Prometheus metrics (first series of that name).
+    /// The sum of every series of one of the operator's metrics: `name` alone sums over all
+    /// label values, `name{labels}` is that one series.
     pub fn metric(&self, name: &str) -> f64 {
         let (_, body) = self.get("/metrics");
-        body.lines()
-            .find(|l| l.starts_with(name) && !l.starts_with('#'))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no metric {name} in:\n{body}"))
+        let values: Vec<f64> = body
+            .lines()
+            .filter_map(|l| {
+                let rest = l.strip_prefix(name)?;
+                let value = match rest.strip_prefix(' ') {
+                    Some(v) => v,
+                    None if !name.contains('{') && rest.starts_with('{') => {
+                        rest.rsplit_once("} ")?.1
+                    }
+                    None => return None,
+                };
+                value.parse().ok()
+            })
+            .collect();
+        assert!(!values.is_empty(), "no metric {name} in:\n{body}");
+        values.iter().sum()
     }
 }
 
