@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::{
     api::crd::{ClusterStatus, Controller, ControllerStatus, Summary, TenancyStatus},
-    cli::{Output, table},
+    cli::table::{Output, table},
 };
 
 /// Longest release message shown in a table, in characters.

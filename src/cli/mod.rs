@@ -1,6 +1,9 @@
 //! Command-line interface: `run`, `crd` and `clusters`.
 
 pub mod inspect;
+pub mod table;
+
+pub use table::{Output, table};
 
 use std::{io::Write, path::PathBuf, process::ExitCode, time::Duration};
 
@@ -50,17 +53,6 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line.
     Json,
-}
-
-/// Output format of listing commands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Output {
-    /// Aligned columns.
-    Table,
-    /// JSON.
-    Json,
-    /// YAML.
-    Yaml,
 }
 
 /// Where the hub and the member clusters are.
@@ -391,32 +383,6 @@ fn render_health(health: &[registry::Health], output: Output) -> anyhow::Result<
             table(&["CLUSTER", "CONTEXT", "REACHABLE", "VERSION"], &rows)
         }
     })
-}
-
-/// Renders rows as left-aligned columns under a header.
-pub fn table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) -> String {
-    let mut widths = header.map(str::len);
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let mut s = String::new();
-        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
-            if i + 1 == N {
-                s.push_str(cell);
-            } else {
-                s.push_str(&format!("{cell:<w$}   "));
-            }
-        }
-        s.trim_end().to_owned() + "\n"
-    };
-    let mut out = line(header.to_vec());
-    for row in rows {
-        out.push_str(&line(row.iter().map(String::as_str).collect()));
-    }
-    out
 }
 
 /// Sets up tracing to stderr in the chosen format.
