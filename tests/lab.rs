@@ -4,7 +4,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Lab, install_crd, unique, wait_until};
+use common::{
+    fixtures::{create_seed, seed_example, unique, wait_until},
+    hub::install_crd,
+    lab::Lab,
+};
 use k8s_openapi::api::{
     apps::v1::Deployment,
     core::v1::{ConfigMap, Namespace, Pod},
@@ -118,14 +122,10 @@ async fn the_crd_installs_and_accepts_the_seed_example() {
     n.metadata.name = Some(ns.clone());
     namespaces.create(&PostParams::default(), &n).await.unwrap();
 
-    let seed = controller_from_yaml(include_str!("../config/example-controller.yaml"));
-    let api: Api<Controller> = Api::namespaced(hub.clone(), &ns);
-    let created = api
-        .create(&PostParams::default(), &seed)
-        .await
-        .expect("the seed example is valid");
+    let created = create_seed(&Api::namespaced(hub.clone(), &ns)).await;
     assert_eq!(
-        created.spec, seed.spec,
+        created.spec,
+        seed_example().spec,
         "the API server kept the seed's spec as written"
     );
     namespaces
