@@ -15,6 +15,7 @@ use common::{
     fixtures::{entry, ready, spread, unique, wait_until, web},
     hub::Hub,
     lab::Lab,
+    repo::example_chart,
 };
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -122,8 +123,7 @@ async fn operator_convergence(workers: &str, per_cluster: &str, releases: usize)
 
 fn raw_helm_convergence(lab: &Lab, releases: usize) -> (f64, f64) {
     let run = unique("raw");
-    let chart =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts/deployment-example");
+    let chart = example_chart();
     let chart = chart.to_str().unwrap();
     let cpu = machine_cpu();
     let started = Instant::now();

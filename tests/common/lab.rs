@@ -104,6 +104,23 @@ impl Lab {
         }
     }
 
+    /// Runs the lab's kubectl against one context; returns stdout, panicking with stderr on failure.
+    pub fn kubectl(&self, context: &str, args: &[&str]) -> String {
+        let out = std::process::Command::new(self.bin_dir().join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig_path())
+            .args(["--context", context])
+            .args(args)
+            .output()
+            .expect("kubectl runs");
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} on {context} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// Helm releases in one namespace of one cluster: name -> (revision, status).
     pub fn releases(
         &self,
