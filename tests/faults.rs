@@ -483,10 +483,6 @@ async fn huge_and_hostile_input_is_handled_or_refused_clearly() {
     hub.delete_and_wait_gone("many").await;
 }
 
-fn log_of(operator: &Operator) -> String {
-    std::fs::read_to_string(&operator.log).unwrap_or_default()
-}
-
 #[tokio::test]
 #[ignore = "needs the lab: run tests/run.sh"]
 async fn a_standby_takes_over_within_fifteen_seconds_when_the_leader_is_killed() {
@@ -502,14 +498,14 @@ async fn a_standby_takes_over_within_fifteen_seconds_when_the_leader_is_killed()
     ];
     let first = Operator::start_with(&hub.lab, &namespace, &lease);
     wait_until("the first replica to lead", DEADLINE, || async {
-        log_of(&first).contains("acquired leadership").then_some(())
+        first.logged().contains("acquired leadership").then_some(())
     })
     .await;
     let second = Operator::start_with(&hub.lab, &namespace, &lease);
     let ns = unique("ha");
     roll_wave(&hub, "ha", &ns, &["member-1"], 1).await;
     hub.status_until("ha", "the leader's status", ready).await;
-    let standby = log_of(&second);
+    let standby = second.logged();
     assert!(standby.contains("waiting for leadership"), "{standby}");
     assert!(
         !standby.contains("installed "),
@@ -520,7 +516,8 @@ async fn a_standby_takes_over_within_fifteen_seconds_when_the_leader_is_killed()
     let killed = Instant::now();
     hub.apply("ha", wave(&ns, &["member-1"], "2")).await;
     wait_until("the standby to take over", DEADLINE, || async {
-        log_of(&second)
+        second
+            .logged()
             .contains("acquired leadership")
             .then_some(())
     })
@@ -557,7 +554,8 @@ async fn a_standby_takes_over_within_fifteen_seconds_when_the_leader_is_killed()
 
 /// How many lines of `operator`'s log contain `text`.
 fn lines_of(operator: &Operator, text: &str) -> usize {
-    log_of(operator)
+    operator
+        .logged()
         .lines()
         .filter(|l| l.contains(text))
         .count()
@@ -585,11 +583,11 @@ async fn two_operators_with_default_flags_elect_one_leader_and_never_fight_over_
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
     let holder = format!("{}-{}", host.trim(), first.pid());
     assert!(
-        log_of(&first).contains("acquired leadership"),
+        first.logged().contains("acquired leadership"),
         "the first operator leads"
     );
     let waiting = format!("standby: waiting for leadership of Lease {lease} held by {holder}");
-    assert!(log_of(&second).contains(&waiting), "{}", log_of(&second));
+    assert!(second.logged().contains(&waiting), "{}", second.logged());
     assert_eq!(
         second.get("/readyz"),
         (
@@ -628,7 +626,7 @@ async fn two_operators_with_default_flags_elect_one_leader_and_never_fight_over_
             .map(|(r, n)| (r.to_owned(), (n, "deployed".to_owned())))
             .into()
     );
-    let standby = log_of(&second);
+    let standby = second.logged();
     assert!(
         !standby.contains("acquired leadership") && !standby.contains("installed "),
         "the standby worked:\n{standby}"

@@ -1,4 +1,4 @@
-//! Spec builders, status lookups and deadline waits shared by the end-to-end tests.
+//! Fixtures of the end-to-end tests: spec builders (seed example, upgrade wave), status lookups, deadline waits.
 
 use std::{future::Future, time::Duration};
 

@@ -157,9 +157,9 @@ impl Hub {
         .await;
     }
 
-    /// Where the operator logs.
+    /// What the operator has logged so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.operator.as_ref().unwrap().log).unwrap_or_default()
+        self.operator.as_ref().unwrap().logged()
     }
 }
 

@@ -83,6 +83,11 @@ impl Operator {
         operator
     }
 
+    /// What it has logged so far.
+    pub fn logged(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     /// Its process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
