@@ -5,9 +5,10 @@ mod common;
 use std::path::Path;
 
 use common::{
-    Hub, chart, message, ready,
+    fixtures::{DEADLINE, chart, message, ready, tenancy, unique, wait_until},
+    hub::Hub,
+    lab::Lab,
     repo::{ChartRepo, OciRegistry, example_chart},
-    tenancy, unique, wait_until,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
@@ -218,7 +219,7 @@ async fn a_chart_home_chart_changed_under_the_same_version_is_upgraded() {
 #[tokio::test]
 #[ignore = "needs the lab: run tests/run.sh"]
 async fn an_oci_chart_with_a_range_follows_new_versions_and_new_digests() {
-    let lab = common::Lab::get();
+    let lab = Lab::get();
     let registry = OciRegistry::serve(&lab);
     for version in ["0.1.0", "0.2.0"] {
         registry.push(&lab, &example_chart(), version).await;
@@ -257,14 +258,10 @@ async fn an_oci_chart_with_a_range_follows_new_versions_and_new_digests() {
     registry.push(&hub.lab, changed.path(), "0.3.0").await;
     hub.releases_become("member-1", &ns, &[("web", 3)]).await;
     let deployments: Api<Deployment> = Api::namespaced(hub.lab.client("member-1").await, &ns);
-    let live = wait_until(
-        "the repushed chart to be live",
-        common::DEADLINE,
-        || async {
-            let d = deployments.get("web").await.ok()?;
-            d.metadata.labels?.get("edition").cloned()
-        },
-    )
+    let live = wait_until("the repushed chart to be live", DEADLINE, || async {
+        let d = deployments.get("web").await.ok()?;
+        d.metadata.labels?.get("edition").cloned()
+    })
     .await;
     assert_eq!(live, "second");
     hub.delete_and_wait_gone("from-oci").await;

@@ -4,7 +4,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{Lab, unique};
+use common::{fixtures::unique, lab::Lab};
 
 fn tenancy_hub(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_tenancy-hub"))

@@ -5,33 +5,29 @@ mod common;
 use std::{collections::BTreeMap, path::Path};
 
 use common::{
-    DEADLINE, Hub, Lab, Operator, chart, create_namespace, install_crd, message, ready,
+    fixtures::{
+        DEADLINE, SEED, chart, create_seed, message, ready, tenancy, unique, wait_until, web,
+    },
+    hub::Hub,
+    lab::Lab,
+    operator::Operator,
     repo::{ChartRepo, OciRegistry, example_chart},
-    tenancy, unique, wait_until,
 };
 use k8s_openapi::api::{
     apps::v1::{Deployment, StatefulSet},
     core::v1::Event,
 };
-use kube::{
-    Api,
-    api::{ListParams, PostParams},
-};
-use tenancy_hub::api::crd::{Chart, Controller, ControllerSpec};
+use kube::{Api, api::ListParams};
+use tenancy_hub::api::crd::{Chart, ControllerSpec};
 
 #[tokio::test]
 #[ignore = "needs the lab: run tests/run.sh"]
 async fn the_seed_example_is_delivered_to_the_hub_as_written() {
     let hub = Hub::new("seed").await;
-    let seed: Controller =
-        serde_yaml::from_str(include_str!("../config/example-controller.yaml")).unwrap();
-    hub.api()
-        .create(&PostParams::default(), &seed)
-        .await
-        .unwrap();
+    create_seed(&hub.api()).await;
 
     let status = hub
-        .status_until("example-controller", "the seed example to be ready", ready)
+        .status_until(SEED, "the seed example to be ready", ready)
         .await;
     let foo = message(&status, "hub", "foo").expect("a message for release foo");
     assert_eq!(
@@ -70,7 +66,7 @@ async fn the_seed_example_is_delivered_to_the_hub_as_written() {
     )
     .await;
 
-    hub.delete_and_wait_gone("example-controller").await;
+    hub.delete_and_wait_gone(SEED).await;
     assert!(
         hub.lab.releases("hub", "foo").is_empty(),
         "deleting the resource uninstalls its releases"
@@ -334,7 +330,7 @@ async fn bad_input_is_reported_on_its_own_release_and_the_rest_is_deployed() {
 async fn a_release_claimed_by_two_resources_stays_with_the_first() {
     let hub = Hub::new("claims").await;
     let ns = unique("shared");
-    let spec = |replicas: &str| common::web(&ns, &["member-1"], replicas);
+    let spec = |replicas: &str| web(&ns, &["member-1"], replicas);
     hub.apply("first", spec("1")).await;
     hub.status_until("first", "the first resource to deploy", ready)
         .await;
@@ -432,16 +428,12 @@ async fn a_release_left_pending_by_a_killed_helm_is_recovered() {
     helm.kill().unwrap();
     helm.wait().unwrap();
 
-    let client = lab.client("hub").await;
-    install_crd(&client).await;
-    create_namespace(&client, &hub_ns).await;
-    let operator = Operator::start_with(&lab, &hub_ns, &["--pending-timeout", "1"]);
-    let hub = Hub {
-        lab,
-        client,
-        namespace: hub_ns,
-        operator: Some(operator),
-    };
+    let mut hub = Hub::without_operator(lab, hub_ns).await;
+    hub.operator = Some(Operator::start_with(
+        &hub.lab,
+        &hub.namespace,
+        &["--pending-timeout", "1"],
+    ));
     hub.apply(
         "recover",
         ControllerSpec {
@@ -485,19 +477,14 @@ async fn a_chart_from_an_oci_registry_is_delivered_at_its_pinned_version() {
     }
     let ca = registry.ca.clone();
 
-    let client = lab.client("hub").await;
-    install_crd(&client).await;
-    let namespace = unique("oci");
-    create_namespace(&client, &namespace).await;
+    let mut hub = Hub::without_operator(lab, unique("oci")).await;
     // helm trusts the registry through the lab's CA, as a real hub trusts its registry's CA.
-    let operator =
-        Operator::start_with_env(&lab, &namespace, &[], &[("SSL_CERT_FILE", ca.as_str())]);
-    let hub = Hub {
-        lab,
-        client,
-        namespace,
-        operator: Some(operator),
-    };
+    hub.operator = Some(Operator::start_with_env(
+        &hub.lab,
+        &hub.namespace,
+        &[],
+        &[("SSL_CERT_FILE", ca.as_str())],
+    ));
     let ns = unique("oci-tenant");
     let spec = |version: &str| {
         let mut c = chart(&registry.reference("deployment-example"), "web", &[]);

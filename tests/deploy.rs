@@ -10,7 +10,11 @@ use std::{
     time::Duration,
 };
 
-use common::{DEADLINE, Lab, chart, create_namespace, entry, install_crd, message, ready, tenancy};
+use common::{
+    fixtures::{DEADLINE, chart, entry, message, ready, tenancy, unique, wait_until},
+    hub::{create_namespace, install_crd},
+    lab::Lab,
+};
 use futures::FutureExt as _;
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::Namespace, events::v1::Event};
 use kube::{
@@ -308,9 +312,7 @@ struct Process {
 
 impl Process {
     fn start(lab: &Lab, kubeconfig: &Path, namespace: &str) -> Self {
-        let log = lab
-            .dir
-            .join(format!("{}.log", common::unique("operator-deploy")));
+        let log = lab.dir.join(format!("{}.log", unique("operator-deploy")));
         let http = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .unwrap();
@@ -501,9 +503,9 @@ async fn delete_namespace(client: &kube::Client, name: &str) {
 async fn the_operator_runs_under_its_service_account_rbac() {
     let lab = Lab::get();
     let names = Names {
-        home: common::unique("deploy"),
-        hub: common::unique("deploy-hub"),
-        member: common::unique("deploy-m1"),
+        home: unique("deploy"),
+        hub: unique("deploy-hub"),
+        member: unique("deploy-m1"),
     };
     let outcome = AssertUnwindSafe(run_under_rbac(&lab, &names))
         .catch_unwind()
@@ -592,7 +594,7 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
     let mut operator = Process::start(lab, &kubeconfig, home);
     let identity = format!("-{}", operator.child.id());
     let leases: Api<Lease> = Api::namespaced(admin.clone(), NAMESPACE);
-    common::wait_until("the operator to hold the Lease", DEADLINE, || async {
+    wait_until("the operator to hold the Lease", DEADLINE, || async {
         let holder = leases
             .get("tenancy-hub")
             .await
@@ -620,7 +622,7 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
         )
         .await
         .expect("the Controller applies");
-    common::wait_until(
+    wait_until(
         "both releases deployed and the hub's Deployment ready in the status",
         DEADLINE,
         || async {
@@ -640,7 +642,7 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
 
     // kube-runtime's Recorder creates the first Event and patches its series count on repeats.
     let events: Api<Event> = Api::namespaced(admin.clone(), home);
-    common::wait_until(
+    wait_until(
         "Installed Events for both releases (created, then patched)",
         DEADLINE,
         || async {
@@ -665,7 +667,7 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
         .delete("deploy", &DeleteParams::default())
         .await
         .unwrap();
-    common::wait_until(
+    wait_until(
         "the finalizer to go once the releases are uninstalled",
         DEADLINE,
         || async {

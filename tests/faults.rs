@@ -4,27 +4,21 @@ mod common;
 
 use std::time::Instant;
 
-use common::{DEADLINE, Hub, Operator, chart, entry, lab_ctl, ready, tenancy, unique, wait_until};
+use common::{
+    fixtures::{
+        DEADLINE, WAVE, chart, entry, ready, roll_wave, spread, tenancy, unique, wait_until, wave,
+        wave_at,
+    },
+    hub::Hub,
+    lab::{Lab, lab_ctl},
+    operator::Operator,
+};
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{ListParams, PostParams};
 use tenancy_hub::api::crd::{Chart, Controller, ControllerSpec, Setting};
 
 /// The fault tests take turns: each stops or freezes lab processes others would depend on.
 static LAB_FAULTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn wave(ns: &str, clusters: &[&str], replicas: &str) -> ControllerSpec {
-    ControllerSpec {
-        tenancies: vec![tenancy(
-            ns,
-            clusters,
-            ["a", "b", "c"]
-                .iter()
-                .map(|r| chart("deployment-example", r, &[("replicaCount", replicas)]))
-                .collect(),
-        )],
-        ..Default::default()
-    }
-}
 
 #[tokio::test]
 #[ignore = "needs the lab: run tests/run.sh"]
@@ -116,21 +110,15 @@ async fn a_member_killed_during_an_upgrade_wave_delays_only_itself() {
     let hub = Hub::new("wave").await;
     let ns = unique("wave");
     let both = ["member-1", "member-2"];
-    hub.apply("wave", wave(&ns, &both, "1")).await;
-    for c in both {
-        hub.releases_become(c, &ns, &[("a", 1), ("b", 1), ("c", 1)])
-            .await;
-    }
+    roll_wave(&hub, "wave", &ns, &both, 1).await;
 
     lab_ctl(&hub.lab, &["stop", "member-2-kube-apiserver"]);
     let started = Instant::now();
     hub.apply("wave", wave(&ns, &both, "2")).await;
-    hub.releases_become("member-1", &ns, &[("a", 2), ("b", 2), ("c", 2)])
-        .await;
+    hub.releases_become("member-1", &ns, &wave_at(2)).await;
     let member1 = started.elapsed();
     lab_ctl(&hub.lab, &["start", "member-2-kube-apiserver"]);
-    hub.releases_become("member-2", &ns, &[("a", 2), ("b", 2), ("c", 2)])
-        .await;
+    hub.releases_become("member-2", &ns, &wave_at(2)).await;
     let member2 = started.elapsed();
     hub.status_until("wave", "the resource to be Ready again", ready)
         .await;
@@ -158,14 +146,10 @@ async fn the_operator_rides_out_a_hub_api_server_restart() {
     // down and exits by design (tests/leader.rs); here one operator rides the outage out.
     let hub = Hub::with_args("hubdown", &["--leader-elect=false"]).await;
     let ns = unique("hubdown");
-    hub.apply("hubdown", wave(&ns, &["member-1"], "1")).await;
-    hub.releases_become("member-1", &ns, &[("a", 1), ("b", 1), ("c", 1)])
-        .await;
+    roll_wave(&hub, "hubdown", &ns, &["member-1"], 1).await;
     lab_ctl(&hub.lab, &["stop", "hub-kube-apiserver"]);
     lab_ctl(&hub.lab, &["start", "hub-kube-apiserver"]);
-    hub.apply("hubdown", wave(&ns, &["member-1"], "2")).await;
-    hub.releases_become("member-1", &ns, &[("a", 2), ("b", 2), ("c", 2)])
-        .await;
+    roll_wave(&hub, "hubdown", &ns, &["member-1"], 2).await;
     hub.status_until("hubdown", "status written after the hub came back", |s| {
         ready(s) && s.observed_generation == Some(2)
     })
@@ -177,7 +161,7 @@ async fn the_operator_rides_out_a_hub_api_server_restart() {
 #[ignore = "needs the lab: run tests/run.sh"]
 async fn registration_edits_apply_without_a_restart_and_broken_ones_are_refused() {
     let _turn = LAB_FAULTS.lock().await; // it delivers to member-2, which other tests stop
-    let lab = common::Lab::get();
+    let lab = Lab::get();
     let file = lab.dir.join(format!("{}.yaml", unique("clusters")));
     let kubeconfig = lab.kubeconfig_path();
     let k = kubeconfig.display();
@@ -275,7 +259,7 @@ async fn registration_edits_apply_without_a_restart_and_broken_ones_are_refused(
 #[ignore = "needs the lab: run tests/run.sh"]
 async fn rotated_credentials_in_a_registered_kubeconfig_apply_without_a_restart() {
     let _turn = LAB_FAULTS.lock().await; // it delivers to member-1, which other tests stop
-    let lab = common::Lab::get();
+    let lab = Lab::get();
     let good = std::fs::read_to_string(lab.kubeconfig_path()).unwrap();
     // member-1's user presents a token its API server does not know (401) instead of its certificate.
     let mut broken: serde_yaml::Value = serde_yaml::from_str(&good).unwrap();
@@ -397,18 +381,7 @@ async fn huge_and_hostile_input_is_handled_or_refused_clearly() {
     let hub = Hub::new("huge").await;
     let ns = unique("huge");
     // 1,000 tenancies on a cluster nobody registered: planned, reported in a bounded status.
-    let many = ControllerSpec {
-        tenancies: (0..1000)
-            .map(|i| {
-                tenancy(
-                    &format!("t{i}"),
-                    &["nowhere"],
-                    vec![chart("deployment-example", "web", &[])],
-                )
-            })
-            .collect(),
-        ..Default::default()
-    };
+    let many = spread("web", (0..1000).map(|i| (format!("t{i}"), vec!["nowhere"])));
     hub.apply("many", many).await;
     let status = hub
         .status_until("many", "1,000 tenancies to be reported", |s| {
@@ -510,19 +483,12 @@ async fn huge_and_hostile_input_is_handled_or_refused_clearly() {
     hub.delete_and_wait_gone("many").await;
 }
 
-fn log_of(operator: &Operator) -> String {
-    std::fs::read_to_string(&operator.log).unwrap_or_default()
-}
-
 #[tokio::test]
 #[ignore = "needs the lab: run tests/run.sh"]
 async fn a_standby_takes_over_within_fifteen_seconds_when_the_leader_is_killed() {
     let _turn = LAB_FAULTS.lock().await;
-    let lab = common::Lab::get();
-    let client = lab.client("hub").await;
-    common::install_crd(&client).await;
-    let namespace = unique("leader");
-    common::create_namespace(&client, &namespace).await;
+    let mut hub = Hub::without_operator(Lab::get(), unique("leader")).await;
+    let namespace = hub.namespace.clone();
     let lease = [
         "--leader-elect",
         "--lease-namespace",
@@ -530,24 +496,16 @@ async fn a_standby_takes_over_within_fifteen_seconds_when_the_leader_is_killed()
         "--lease-name",
         "tenancy-hub-test",
     ];
-    let first = Operator::start_with(&lab, &namespace, &lease);
+    let first = Operator::start_with(&hub.lab, &namespace, &lease);
     wait_until("the first replica to lead", DEADLINE, || async {
-        log_of(&first).contains("acquired leadership").then_some(())
+        first.logged().contains("acquired leadership").then_some(())
     })
     .await;
-    let second = Operator::start_with(&lab, &namespace, &lease);
-    let hub = Hub {
-        lab,
-        client,
-        namespace: namespace.clone(),
-        operator: None,
-    };
+    let second = Operator::start_with(&hub.lab, &namespace, &lease);
     let ns = unique("ha");
-    hub.apply("ha", wave(&ns, &["member-1"], "1")).await;
-    hub.releases_become("member-1", &ns, &[("a", 1), ("b", 1), ("c", 1)])
-        .await;
+    roll_wave(&hub, "ha", &ns, &["member-1"], 1).await;
     hub.status_until("ha", "the leader's status", ready).await;
-    let standby = log_of(&second);
+    let standby = second.logged();
     assert!(standby.contains("waiting for leadership"), "{standby}");
     assert!(
         !standby.contains("installed "),
@@ -558,14 +516,14 @@ async fn a_standby_takes_over_within_fifteen_seconds_when_the_leader_is_killed()
     let killed = Instant::now();
     hub.apply("ha", wave(&ns, &["member-1"], "2")).await;
     wait_until("the standby to take over", DEADLINE, || async {
-        log_of(&second)
+        second
+            .logged()
             .contains("acquired leadership")
             .then_some(())
     })
     .await;
     let takeover = killed.elapsed();
-    hub.releases_become("member-1", &ns, &[("a", 2), ("b", 2), ("c", 2)])
-        .await;
+    hub.releases_become("member-1", &ns, &wave_at(2)).await;
     eprintln!("the standby took over {takeover:?} after the leader was killed");
     assert!(takeover.as_secs() < 15, "takeover took {takeover:?}");
 
@@ -581,7 +539,6 @@ async fn a_standby_takes_over_within_fifteen_seconds_when_the_leader_is_killed()
         .unwrap()
         .holder_identity;
     assert!(held.is_some_and(|h| !h.is_empty()));
-    let mut hub = hub;
     hub.operator = Some(second);
     hub.delete_and_wait_gone("ha").await;
     hub.operator.take().unwrap().stop();
@@ -597,7 +554,8 @@ async fn a_standby_takes_over_within_fifteen_seconds_when_the_leader_is_killed()
 
 /// How many lines of `operator`'s log contain `text`.
 fn lines_of(operator: &Operator, text: &str) -> usize {
-    log_of(operator)
+    operator
+        .logged()
         .lines()
         .filter(|l| l.contains(text))
         .count()
@@ -616,23 +574,20 @@ fn metric_sum(operator: &Operator, name: &str) -> f64 {
 #[ignore = "needs the lab: run tests/run.sh"]
 async fn two_operators_with_default_flags_elect_one_leader_and_never_fight_over_a_release() {
     let _turn = LAB_FAULTS.lock().await;
-    let lab = common::Lab::get();
-    let client = lab.client("hub").await;
-    common::install_crd(&client).await;
-    let namespace = unique("twins");
-    common::create_namespace(&client, &namespace).await;
+    let mut hub = Hub::without_operator(Lab::get(), unique("twins")).await;
+    let namespace = hub.namespace.clone();
     // No leader flags: election is on, with Lease tenancy-hub/tenancy-hub-<namespace>.
-    let first = Operator::start_with(&lab, &namespace, &[]);
-    let second = Operator::start_with(&lab, &namespace, &[]);
+    let first = Operator::start_with(&hub.lab, &namespace, &[]);
+    let second = Operator::start_with(&hub.lab, &namespace, &[]);
     let lease = format!("tenancy-hub/tenancy-hub-{namespace}");
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
     let holder = format!("{}-{}", host.trim(), first.pid());
     assert!(
-        log_of(&first).contains("acquired leadership"),
+        first.logged().contains("acquired leadership"),
         "the first operator leads"
     );
     let waiting = format!("standby: waiting for leadership of Lease {lease} held by {holder}");
-    assert!(log_of(&second).contains(&waiting), "{}", log_of(&second));
+    assert!(second.logged().contains(&waiting), "{}", second.logged());
     assert_eq!(
         second.get("/readyz"),
         (
@@ -641,19 +596,10 @@ async fn two_operators_with_default_flags_elect_one_leader_and_never_fight_over_
         )
     );
 
-    let hub = Hub {
-        lab,
-        client,
-        namespace: namespace.clone(),
-        operator: Some(first),
-    };
+    hub.operator = Some(first);
     let ns = unique("twins");
-    hub.apply("twins", wave(&ns, &["member-1"], "1")).await;
-    hub.releases_become("member-1", &ns, &[("a", 1), ("b", 1), ("c", 1)])
-        .await;
-    hub.apply("twins", wave(&ns, &["member-1"], "2")).await;
-    hub.releases_become("member-1", &ns, &[("a", 2), ("b", 2), ("c", 2)])
-        .await;
+    roll_wave(&hub, "twins", &ns, &["member-1"], 1).await;
+    roll_wave(&hub, "twins", &ns, &["member-1"], 2).await;
     hub.status_until("twins", "the upgrade to be ready", ready)
         .await;
 
@@ -667,7 +613,7 @@ async fn two_operators_with_default_flags_elect_one_leader_and_never_fight_over_
         || async { (lines_of(&second, still_held) >= retries + 8).then_some(()) },
     )
     .await;
-    for release in ["a", "b", "c"] {
+    for release in WAVE {
         let history = hub
             .lab
             .helm("member-1", &["history", release, "-n", &ns, "-o", "json"]);
@@ -676,11 +622,11 @@ async fn two_operators_with_default_flags_elect_one_leader_and_never_fight_over_
     }
     assert_eq!(
         hub.lab.releases("member-1", &ns),
-        [("a", 2), ("b", 2), ("c", 2)]
+        wave_at(2)
             .map(|(r, n)| (r.to_owned(), (n, "deployed".to_owned())))
             .into()
     );
-    let standby = log_of(&second);
+    let standby = second.logged();
     assert!(
         !standby.contains("acquired leadership") && !standby.contains("installed "),
         "the standby worked:\n{standby}"
@@ -712,7 +658,7 @@ async fn a_silent_member_is_found_out_by_its_probe_and_holds_up_no_one() {
     .await;
 
     // A frozen API server accepts nothing and refuses nothing: only timeouts tell.
-    struct Resume<'a>(&'a common::Lab);
+    struct Resume<'a>(&'a Lab);
     impl Drop for Resume<'_> {
         fn drop(&mut self) {
             lab_ctl(self.0, &["resume", "member-2-kube-apiserver"]);
@@ -730,9 +676,7 @@ async fn a_silent_member_is_found_out_by_its_probe_and_holds_up_no_one() {
         })
         .await;
         let marked = paused.elapsed();
-        hub.apply("silent", wave(&ns, &["member-1"], "2")).await;
-        hub.releases_become("member-1", &ns, &[("a", 2), ("b", 2), ("c", 2)])
-            .await;
+        roll_wave(&hub, "silent", &ns, &["member-1"], 2).await;
         (marked, paused.elapsed() - marked)
     }
     .await;

@@ -4,7 +4,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Lab, install_crd, unique, wait_until};
+use common::{
+    fixtures::{create_seed, seed_example, unique, wait_until},
+    hub::install_crd,
+    lab::Lab,
+};
 use k8s_openapi::api::{
     apps::v1::Deployment,
     core::v1::{ConfigMap, Namespace, Pod},
@@ -118,14 +122,10 @@ async fn the_crd_installs_and_accepts_the_seed_example() {
     n.metadata.name = Some(ns.clone());
     namespaces.create(&PostParams::default(), &n).await.unwrap();
 
-    let seed = controller_from_yaml(include_str!("../config/example-controller.yaml"));
-    let api: Api<Controller> = Api::namespaced(hub.clone(), &ns);
-    let created = api
-        .create(&PostParams::default(), &seed)
-        .await
-        .expect("the seed example is valid");
+    let created = create_seed(&Api::namespaced(hub.clone(), &ns)).await;
     assert_eq!(
-        created.spec, seed.spec,
+        created.spec,
+        seed_example().spec,
         "the API server kept the seed's spec as written"
     );
     namespaces
@@ -263,35 +263,12 @@ async fn a_deployment_on_member_2_gets_running_pods() {
         .unwrap();
 }
 
-fn kubectl(lab: &Lab, args: &[&str]) -> String {
-    let out = std::process::Command::new(lab.bin_dir().join("kubectl"))
-        .arg("--kubeconfig")
-        .arg(lab.kubeconfig_path())
-        .args(args)
-        .output()
-        .expect("kubectl runs");
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 #[tokio::test]
 #[ignore = "needs the lab: run tests/run.sh"]
 async fn kubectl_explains_every_chart_field_and_lists_controllers_with_columns() {
     let lab = Lab::get();
     install_crd(&lab.client("hub").await).await;
-    let explained = kubectl(
-        &lab,
-        &[
-            "--context",
-            "hub",
-            "explain",
-            "controllers.spec.tenancies.charts",
-        ],
-    );
+    let explained = lab.kubectl("hub", &["explain", "controllers.spec.tenancies.charts"]);
     for field in [
         "chartName",
         "releaseName",
@@ -310,7 +287,7 @@ async fn kubectl_explains_every_chart_field_and_lists_controllers_with_columns()
             "{field} has no description:\n{explained}"
         );
     }
-    let listed = kubectl(&lab, &["--context", "hub", "get", "tenctl", "-A"]);
+    let listed = lab.kubectl("hub", &["get", "tenctl", "-A"]);
     let header = listed.lines().next().unwrap_or_default();
     for column in ["READY", "CLUSTERS", "RELEASES", "PODS", "AGE"] {
         assert!(

@@ -2,6 +2,7 @@
 
 mod common;
 
+use common::{fixtures::unique, lab::Lab};
 use std::time::Duration;
 
 use k8s_openapi::{
@@ -42,8 +43,8 @@ async fn acquire(client: &kube::Client, name: &str, identity: &str) -> Leadershi
 #[tokio::test]
 #[ignore = "needs the lab: run tests/run.sh"]
 async fn one_replica_leads_and_hands_over_on_release_and_on_expiry() {
-    let client = common::Lab::get().client("hub").await;
-    let name = common::unique("leader");
+    let client = Lab::get().client("hub").await;
+    let name = unique("leader");
     let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
     let spec = |lease: Lease| lease.spec.expect("the lease has a spec");
 

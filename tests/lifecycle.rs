@@ -5,8 +5,11 @@ mod common;
 use std::path::Path;
 
 use common::{
-    DEADLINE, Hub, Lab, Operator, chart, entry, message, proxy::Proxy, ready, tenancy, unique,
-    wait_until, web,
+    fixtures::{DEADLINE, chart, entry, message, ready, tenancy, unique, wait_until, web},
+    hub::Hub,
+    lab::Lab,
+    operator::Operator,
+    proxy::Proxy,
 };
 use k8s_openapi::api::{apps::v1::StatefulSet, core::v1::Event};
 use kube::{

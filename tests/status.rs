@@ -4,39 +4,33 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{DEADLINE, Hub, chart, entry, ready, tenancy, unique, wait_until};
+use common::{
+    fixtures::{DEADLINE, SEED, chart, create_seed, entry, ready, tenancy, unique, wait_until},
+    hub::Hub,
+};
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
     Api,
-    api::{DeleteParams, ListParams, PostParams},
+    api::{DeleteParams, ListParams},
 };
-use tenancy_hub::api::crd::{Controller, ControllerSpec};
+use tenancy_hub::api::crd::ControllerSpec;
 
 #[tokio::test]
 #[ignore = "needs the lab: run tests/run.sh"]
 async fn the_seed_example_shows_its_running_pods_and_ready_workloads() {
     let hub = Hub::new("seed-status").await;
-    let seed: Controller =
-        serde_yaml::from_str(include_str!("../config/example-controller.yaml")).unwrap();
-    hub.api()
-        .create(&PostParams::default(), &seed)
-        .await
-        .unwrap();
+    create_seed(&hub.api()).await;
     let status = hub
-        .status_until(
-            "example-controller",
-            "5 ready pods and ready workloads in hub/foo",
-            |s| {
-                ready(s)
-                    && entry(s, "hub", "foo").is_some_and(|t| {
-                        t.pods_ready == 5
-                            && t.replication_controller_status.len() == 2
-                            && t.replication_controller_status
-                                .iter()
-                                .all(|w| w.ready.split_once('/').is_some_and(|(r, d)| r == d))
-                    })
-            },
-        )
+        .status_until(SEED, "5 ready pods and ready workloads in hub/foo", |s| {
+            ready(s)
+                && entry(s, "hub", "foo").is_some_and(|t| {
+                    t.pods_ready == 5
+                        && t.replication_controller_status.len() == 2
+                        && t.replication_controller_status
+                            .iter()
+                            .all(|w| w.ready.split_once('/').is_some_and(|(r, d)| r == d))
+                })
+        })
         .await;
     let foo = entry(&status, "hub", "foo").unwrap();
     assert!(foo.fresh);
@@ -81,7 +75,7 @@ async fn the_seed_example_shows_its_running_pods_and_ready_workloads() {
     let cli = std::process::Command::new(env!("CARGO_BIN_EXE_tenancy-hub"))
         .args([
             "status",
-            "example-controller",
+            SEED,
             "-n",
             &hub.namespace,
             "--context",
@@ -115,7 +109,7 @@ async fn the_seed_example_shows_its_running_pods_and_ready_workloads() {
     let scope: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(scope["pods"].as_array().map(Vec::len), Some(5), "{scope}");
     assert_eq!(scope["live"], true);
-    hub.delete_and_wait_gone("example-controller").await;
+    hub.delete_and_wait_gone(SEED).await;
 }
 
 #[tokio::test]

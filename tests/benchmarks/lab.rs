@@ -11,7 +11,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Hub, Lab, chart, entry, ready, tenancy, unique};
+use common::{
+    fixtures::{entry, ready, spread, unique, wait_until, web},
+    hub::Hub,
+    lab::Lab,
+    repo::example_chart,
+};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
@@ -20,7 +25,7 @@ use kube::{
     runtime::{WatchStreamExt, watcher},
 };
 use serde_json::{Value, json};
-use tenancy_hub::api::crd::{Controller, ControllerSpec, ControllerStatus};
+use tenancy_hub::api::crd::{Controller, ControllerStatus};
 use tokio::sync::watch;
 
 const LONG: Duration = Duration::from_secs(900);
@@ -68,21 +73,6 @@ fn progress(msg: &str) {
 
 const CLUSTERS: [&str; 3] = ["hub", "member-1", "member-2"];
 
-fn spread_spec(run: &str, releases: usize) -> ControllerSpec {
-    ControllerSpec {
-        tenancies: (0..releases)
-            .map(|i| {
-                tenancy(
-                    &format!("{run}-{i}"),
-                    &CLUSTERS,
-                    vec![chart("deployment-example", "app", &[])],
-                )
-            })
-            .collect(),
-        ..Default::default()
-    }
-}
-
 /// Busy and total CPU time of the whole machine so far, in ticks (from /proc/stat).
 fn machine_cpu() -> (u64, u64) {
     let stat = std::fs::read_to_string("/proc/stat").unwrap();
@@ -114,9 +104,13 @@ async fn operator_convergence(workers: &str, per_cluster: &str, releases: usize)
     let total = releases * CLUSTERS.len();
     let cpu = machine_cpu();
     let started = Instant::now();
-    hub.apply("cv", spread_spec(&run, releases)).await;
+    let spec = spread(
+        "app",
+        (0..releases).map(|i| (format!("{run}-{i}"), CLUSTERS.to_vec())),
+    );
+    hub.apply("cv", spec).await;
     let want = format!("{total}/{total}");
-    common::wait_until("every release deployed", LONG, || async {
+    wait_until("every release deployed", LONG, || async {
         let c = hub.api().get("cv").await.ok()?;
         (c.status?.summary?.releases == want).then_some(())
     })
@@ -129,8 +123,7 @@ async fn operator_convergence(workers: &str, per_cluster: &str, releases: usize)
 
 fn raw_helm_convergence(lab: &Lab, releases: usize) -> (f64, f64) {
     let run = unique("raw");
-    let chart =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts/deployment-example");
+    let chart = example_chart();
     let chart = chart.to_str().unwrap();
     let cpu = machine_cpu();
     let started = Instant::now();
@@ -244,15 +237,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 async fn latency(a: &Args) -> Value {
     let hub = Hub::with_args("bench-lat", &[]).await;
     let ns = unique("lat");
-    let spec = ControllerSpec {
-        tenancies: vec![tenancy(
-            &ns,
-            &["member-1"],
-            vec![chart("deployment-example", "web", &[("replicaCount", "3")])],
-        )],
-        ..Default::default()
-    };
-    hub.apply("lat", spec).await;
+    hub.apply("lat", web(&ns, &["member-1"], "3")).await;
     hub.status_until("lat", "3 ready pods", |s| {
         entry(s, "member-1", &ns).is_some_and(|t| t.pods_ready == 3)
     })
@@ -368,22 +353,7 @@ async fn footprint(a: &Args) -> Value {
     let (idle_rss, _, _) = usage(pid);
     let ns = unique("fp");
     let pods = a.pods.to_string();
-    hub.apply(
-        "fp",
-        ControllerSpec {
-            tenancies: vec![tenancy(
-                &ns,
-                &CLUSTERS,
-                vec![chart(
-                    "deployment-example",
-                    "web",
-                    &[("replicaCount", &pods)],
-                )],
-            )],
-            ..Default::default()
-        },
-    )
-    .await;
+    hub.apply("fp", web(&ns, &CLUSTERS, &pods)).await;
     progress(&format!(
         "footprint: {} × {} kwok pods",
         CLUSTERS.len(),
@@ -462,19 +432,12 @@ async fn breadth(a: &Args) -> Value {
     std::fs::write(&file, format!("clusters:\n{entries}")).unwrap();
     let hub = Hub::with_args("bench-br", &["--clusters", file.to_str().unwrap()]).await;
     let run = unique("br");
-    let spec = ControllerSpec {
-        tenancies: names
+    let spec = spread(
+        "app",
+        names
             .iter()
-            .map(|n| {
-                tenancy(
-                    &format!("{run}-{n}"),
-                    &[n.as_str()],
-                    vec![chart("deployment-example", "app", &[])],
-                )
-            })
-            .collect(),
-        ..Default::default()
-    };
+            .map(|n| (format!("{run}-{n}"), vec![n.as_str()])),
+    );
     progress(&format!(
         "breadth: one release on each of {} registered clusters",
         names.len()

@@ -5,9 +5,10 @@ use std::{net::SocketAddr, path::PathBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use super::Lab;
+use super::lab::Lab;
 
 /// A loopback TCP proxy to one lab member's API server, stopped and started on the same port.
+#[allow(dead_code)] // used by some test crates only
 pub struct Proxy {
     /// Where it listens.
     pub addr: SocketAddr,
@@ -15,6 +16,7 @@ pub struct Proxy {
     stop: Option<CancellationToken>,
 }
 
+#[allow(dead_code)] // used by some test crates only
 impl Proxy {
     /// A proxy to `context`'s API server, listening on a free loopback port.
     pub async fn to(lab: &Lab, context: &str) -> Self {
@@ -86,7 +88,7 @@ impl Proxy {
     pub async fn start(&mut self) {
         // The port is free again once the old listener's task has dropped it.
         let addr = self.addr;
-        let listener = super::wait_until(
+        let listener = super::fixtures::wait_until(
             "the proxy's port to be free again",
             std::time::Duration::from_secs(10),
             || async move { TcpListener::bind(addr).await.ok() },

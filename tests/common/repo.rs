@@ -6,14 +6,16 @@ use std::{
     time::Duration,
 };
 
-use super::{Lab, wait_until};
+use super::{fixtures::wait_until, lab::Lab};
 
 /// The example chart every source serves.
+#[allow(dead_code)] // used by some test crates only
 pub fn example_chart() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts/deployment-example")
 }
 
 /// Packages the chart at `chart` as `version` into `dir`, returning the package's path.
+#[allow(dead_code)] // used by some test crates only
 pub fn package(lab: &Lab, chart: &Path, version: &str, dir: &Path) -> PathBuf {
     let out = Command::new(lab.bin_dir().join("helm"))
         .args(["package", "--version", version, "-d"])
@@ -32,6 +34,7 @@ pub fn package(lab: &Lab, chart: &Path, version: &str, dir: &Path) -> PathBuf {
 }
 
 /// A Helm repository served over loopback HTTP from a temporary directory, stopped when dropped.
+#[allow(dead_code)] // used by some test crates only
 pub struct ChartRepo {
     server: Child,
     /// The repository's URL.
@@ -40,6 +43,7 @@ pub struct ChartRepo {
     dir: tempfile::TempDir,
 }
 
+#[allow(dead_code)] // used by some test crates only
 impl ChartRepo {
     /// Serves the example chart at each of `versions`.
     pub fn serve(lab: &Lab, versions: &[&str]) -> Self {
@@ -120,6 +124,7 @@ impl Drop for ChartRepo {
 }
 
 /// An OCI registry (distribution) over TLS with a certificate from the lab's CA, stopped when dropped.
+#[allow(dead_code)] // used by some test crates only
 pub struct OciRegistry {
     server: Child,
     /// `host:port` of the registry.
@@ -129,6 +134,7 @@ pub struct OciRegistry {
     dir: tempfile::TempDir,
 }
 
+#[allow(dead_code)] // used by some test crates only
 impl OciRegistry {
     /// Starts an empty registry.
     pub fn serve(lab: &Lab) -> Self {

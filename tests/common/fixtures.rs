@@ -1,0 +1,205 @@
+//! Fixtures of the end-to-end tests: spec builders (seed example, upgrade wave), status lookups, deadline waits.
+
+use std::{future::Future, time::Duration};
+
+use kube::{Api, api::PostParams};
+use tenancy_hub::api::crd::{
+    Chart, ChartMessage, Controller, ControllerSpec, ControllerStatus, Setting, Tenancy,
+    TenancyStatus,
+};
+
+use super::hub::Hub;
+
+/// How long end-to-end tests wait for the operator to converge.
+#[allow(dead_code)] // used by some test crates only
+pub const DEADLINE: Duration = Duration::from_secs(120);
+
+/// Polls `check` until it returns `Some`, or panics after `timeout` naming `what`.
+#[allow(dead_code)] // used by some test crates only
+pub async fn wait_until<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// A name unique to this test run, for objects a test creates.
+pub fn unique(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!("{prefix}-{}-{nanos:x}", std::process::id())
+}
+
+/// A tenancy of `charts` in `namespace` of `clusters`.
+#[allow(dead_code)] // used by some test crates only
+pub fn tenancy(namespace: &str, clusters: &[&str], charts: Vec<Chart>) -> Tenancy {
+    Tenancy {
+        namespace: namespace.into(),
+        clusters: clusters.iter().map(|c| c.to_string()).collect(),
+        charts,
+        ..Default::default()
+    }
+}
+
+/// A spec of one `deployment-example` release named `web` with `replicas` replicas in `namespace`
+/// of `clusters`.
+#[allow(dead_code)] // used by some test crates only
+pub fn web(namespace: &str, clusters: &[&str], replicas: &str) -> ControllerSpec {
+    ControllerSpec {
+        tenancies: vec![tenancy(
+            namespace,
+            clusters,
+            vec![chart(
+                "deployment-example",
+                "web",
+                &[("replicaCount", replicas)],
+            )],
+        )],
+        ..Default::default()
+    }
+}
+
+/// A chart `name` installed as `release` with `settings`.
+#[allow(dead_code)] // used by some test crates only
+pub fn chart(name: &str, release: &str, settings: &[(&str, &str)]) -> Chart {
+    Chart {
+        chart_name: name.into(),
+        release_name: Some(release.into()),
+        settings: settings
+            .iter()
+            .map(|(k, v)| Setting {
+                key: k.to_string(),
+                value: v.to_string(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// The message of `release` on `cluster` in a status.
+#[allow(dead_code)] // used by some test crates only
+pub fn message<'a>(
+    status: &'a ControllerStatus,
+    cluster: &str,
+    release: &str,
+) -> Option<&'a ChartMessage> {
+    status
+        .updated_tenancies
+        .iter()
+        .filter(|t| t.cluster == cluster)
+        .flat_map(|t| &t.chart_messages)
+        .find(|m| m.release_name == release)
+}
+
+/// Whether a status says Ready.
+#[allow(dead_code)] // used by some test crates only
+pub fn ready(status: &ControllerStatus) -> bool {
+    status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// The entry of one cluster/namespace in a status.
+#[allow(dead_code)] // used by some test crates only
+pub fn entry<'a>(
+    status: &'a ControllerStatus,
+    cluster: &str,
+    namespace: &str,
+) -> Option<&'a TenancyStatus> {
+    status
+        .updated_tenancies
+        .iter()
+        .find(|t| t.cluster == cluster && t.namespace == namespace)
+}
+
+/// Name of the seed example, config/example-controller.yaml.
+#[allow(dead_code)] // used by some test crates only
+pub const SEED: &str = "example-controller";
+
+/// The seed example, as written in config/example-controller.yaml.
+#[allow(dead_code)] // used by some test crates only
+pub fn seed_example() -> Controller {
+    serde_yaml::from_str(include_str!("../../config/example-controller.yaml"))
+        .expect("the seed example parses")
+}
+
+/// Creates the seed example through `api`, returning what the API server stored.
+#[allow(dead_code)] // used by some test crates only
+pub async fn create_seed(api: &Api<Controller>) -> Controller {
+    api.create(&PostParams::default(), &seed_example())
+        .await
+        .expect("the API server accepts the seed example")
+}
+
+/// The releases of an upgrade wave: three `deployment-example` releases changed together.
+#[allow(dead_code)] // used by some test crates only
+pub const WAVE: [&str; 3] = ["a", "b", "c"];
+
+/// A spec of the wave's releases with `replicas` replicas in `namespace` of `clusters`.
+#[allow(dead_code)] // used by some test crates only
+pub fn wave(namespace: &str, clusters: &[&str], replicas: &str) -> ControllerSpec {
+    ControllerSpec {
+        tenancies: vec![tenancy(
+            namespace,
+            clusters,
+            WAVE.iter()
+                .map(|r| chart("deployment-example", r, &[("replicaCount", replicas)]))
+                .collect(),
+        )],
+        ..Default::default()
+    }
+}
+
+/// The wave's releases, all at `revision`, as [`Hub::releases_become`] expects them.
+#[allow(dead_code)] // used by some test crates only
+pub fn wave_at(revision: i64) -> [(&'static str, i64); 3] {
+    WAVE.map(|r| (r, revision))
+}
+
+/// Applies wave number `revision` (with as many replicas) as `name`, and waits until every one of
+/// `clusters` runs its releases at that revision.
+#[allow(dead_code)] // used by some test crates only
+pub async fn roll_wave(hub: &Hub, name: &str, namespace: &str, clusters: &[&str], revision: i64) {
+    hub.apply(name, wave(namespace, clusters, &revision.to_string()))
+        .await;
+    for cluster in clusters {
+        hub.releases_become(cluster, namespace, &wave_at(revision))
+            .await;
+    }
+}
+
+/// A spec of one `deployment-example` release named `release` in each of `tenancies`, given as
+/// (namespace, clusters).
+#[allow(dead_code)] // used by some test crates only
+pub fn spread<'a>(
+    release: &str,
+    tenancies: impl IntoIterator<Item = (String, Vec<&'a str>)>,
+) -> ControllerSpec {
+    ControllerSpec {
+        tenancies: tenancies
+            .into_iter()
+            .map(|(namespace, clusters)| {
+                tenancy(
+                    &namespace,
+                    &clusters,
+                    vec![chart("deployment-example", release, &[])],
+                )
+            })
+            .collect(),
+        ..Default::default()
+    }
+}

@@ -1,0 +1,177 @@
+//! A hub namespace of a test's own: the CRD, the namespace, its operator, and waits on its resources.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::{
+    Api, Client, CustomResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+};
+use tenancy_hub::api::crd::{Controller, ControllerSpec, ControllerStatus};
+
+use super::{
+    fixtures::{DEADLINE, unique, wait_until},
+    lab::Lab,
+    operator::Operator,
+};
+
+/// Applies the Controller CRD to the hub and waits until it is established.
+#[allow(dead_code)] // used by some test crates only
+pub async fn install_crd(hub: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(hub.clone());
+    let crd = Controller::crd();
+    let name = crd.metadata.name.clone().unwrap();
+    crds.patch(
+        &name,
+        &PatchParams::apply("tenancy-hub-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("the CRD applies to the hub");
+    wait_until(
+        "the CRD to be established",
+        Duration::from_secs(30),
+        || async {
+            let crd = crds.get(&name).await.ok()?;
+            let established = crd
+                .status?
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            established.then_some(())
+        },
+    )
+    .await;
+}
+
+/// A hub namespace of the test's own, with its own operator reconciling only that namespace.
+#[allow(dead_code)] // used by some test crates only
+pub struct Hub {
+    /// The lab.
+    pub lab: Lab,
+    /// A client of the hub.
+    pub client: Client,
+    /// The test's own hub namespace.
+    pub namespace: String,
+    /// The operator reconciling that namespace.
+    pub operator: Option<Operator>,
+}
+
+#[allow(dead_code)] // used by some test crates only
+impl Hub {
+    /// A hub namespace named after `prefix`, with its own operator.
+    pub async fn new(prefix: &str) -> Self {
+        Self::with_args(prefix, &[]).await
+    }
+
+    /// Like [`Hub::new`], with extra arguments for the operator's `run`.
+    pub async fn with_args(prefix: &str, extra: &[&str]) -> Self {
+        Self::with_env(prefix, extra, &[]).await
+    }
+
+    /// Like [`Hub::with_args`], with extra environment variables for the operator.
+    pub async fn with_env(prefix: &str, extra: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut hub = Self::without_operator(Lab::get(), unique(prefix)).await;
+        hub.operator = Some(Operator::start_with_env(
+            &hub.lab,
+            &hub.namespace,
+            extra,
+            env,
+        ));
+        hub
+    }
+
+    /// The CRD and hub namespace `namespace` with no operator yet, for tests that start their own.
+    pub async fn without_operator(lab: Lab, namespace: String) -> Self {
+        let client = lab.client("hub").await;
+        install_crd(&client).await;
+        create_namespace(&client, &namespace).await;
+        Self {
+            lab,
+            client,
+            namespace,
+            operator: None,
+        }
+    }
+
+    /// The Controllers of the test's hub namespace.
+    pub fn api(&self) -> Api<Controller> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Server-side applies Controller `name` with `spec`.
+    pub async fn apply(&self, name: &str, spec: ControllerSpec) {
+        let c = Controller::new(name, spec);
+        self.api()
+            .patch(
+                name,
+                &PatchParams::apply("tenancy-hub-tests").force(),
+                &Patch::Apply(&c),
+            )
+            .await
+            .expect("the Controller applies");
+    }
+
+    /// Waits until the resource's status satisfies `check`, returning it.
+    pub async fn status_until(
+        &self,
+        name: &str,
+        what: &str,
+        check: impl Fn(&ControllerStatus) -> bool,
+    ) -> ControllerStatus {
+        let api = self.api();
+        wait_until(what, DEADLINE, || async {
+            let c = api.get(name).await.ok()?;
+            let status = c.status?;
+            check(&status).then_some(status)
+        })
+        .await
+    }
+
+    /// Waits until releases in `namespace` of `context` are exactly `expected` (name -> revision, all deployed).
+    pub async fn releases_become(&self, context: &str, namespace: &str, expected: &[(&str, i64)]) {
+        let expected: std::collections::BTreeMap<String, (i64, String)> = expected
+            .iter()
+            .map(|(n, r)| (n.to_string(), (*r, "deployed".to_string())))
+            .collect();
+        let what = format!("releases {expected:?} in {context}/{namespace}");
+        wait_until(&what, DEADLINE, || async {
+            (self.lab.releases(context, namespace) == expected).then_some(())
+        })
+        .await;
+    }
+
+    /// Deletes Controller `name` and waits until its finalizer has run and it is gone.
+    pub async fn delete_and_wait_gone(&self, name: &str) {
+        self.api()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+        let api = self.api();
+        wait_until(
+            "the Controller to be deleted (finalizer removed)",
+            DEADLINE,
+            || async { api.get_opt(name).await.ok()?.is_none().then_some(()) },
+        )
+        .await;
+    }
+
+    /// What the operator has logged so far.
+    pub fn log(&self) -> String {
+        self.operator.as_ref().unwrap().logged()
+    }
+}
+
+/// Creates namespace `name` unless it exists.
+#[allow(dead_code)] // used by some test crates only
+pub async fn create_namespace(client: &Client, name: &str) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let mut n = Namespace::default();
+    n.metadata.name = Some(name.to_owned());
+    match namespaces.create(&PostParams::default(), &n).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating namespace {name}: {e}"),
+    }
+}

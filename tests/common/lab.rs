@@ -1,0 +1,176 @@
+//! The running lab: its kubeconfig and clients per context, its helm, and its control script.
+
+use std::path::{Path, PathBuf};
+
+use kube::{
+    Client, Config,
+    config::{KubeConfigOptions, Kubeconfig},
+};
+
+/// What to tell someone who runs the end-to-end tests without a lab.
+pub const NEEDS_LAB: &str = "needs the lab: run tests/run.sh, or kind/up.sh and then \
+    `cargo test -- --ignored` with TENANCY_HUB_LAB_DIR set to the lab's directory";
+
+/// A running lab, as left by kind/up.sh.
+#[allow(dead_code)] // used by some test crates only
+pub struct Lab {
+    /// The lab's directory.
+    pub dir: PathBuf,
+    /// Its kubeconfig, with contexts hub and member-1 … member-N.
+    pub kubeconfig: Kubeconfig,
+}
+
+#[allow(dead_code)] // used by some test crates only
+impl Lab {
+    /// Finds the lab in TENANCY_HUB_LAB_DIR (default: `<repo>/.lab`), or panics saying how to start one.
+    pub fn get() -> Self {
+        let dir = std::env::var_os("TENANCY_HUB_LAB_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".lab"));
+        let path = dir.join("kubeconfig");
+        let kubeconfig = Kubeconfig::read_from(&path).unwrap_or_else(|e| {
+            panic!(
+                "no lab kubeconfig at {}: {e}; this test {NEEDS_LAB}",
+                path.display()
+            )
+        });
+        Self { dir, kubeconfig }
+    }
+
+    /// Path of the lab's kubeconfig.
+    pub fn kubeconfig_path(&self) -> PathBuf {
+        self.dir.join("kubeconfig")
+    }
+
+    /// Path of the lab's registration file.
+    pub fn clusters_path(&self) -> PathBuf {
+        self.dir.join("clusters.yaml")
+    }
+
+    /// Every context: hub first, then the members.
+    pub fn contexts(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .kubeconfig
+            .contexts
+            .iter()
+            .map(|c| c.name.clone())
+            .collect();
+        names.sort_by_key(|n| (n != "hub", n.clone()));
+        names
+    }
+
+    /// A client for one context.
+    pub async fn client(&self, context: &str) -> Client {
+        let options = KubeConfigOptions {
+            context: Some(context.to_owned()),
+            ..Default::default()
+        };
+        let config = Config::from_custom_kubeconfig(self.kubeconfig.clone(), &options)
+            .await
+            .unwrap_or_else(|e| panic!("context {context}: {e}"));
+        Client::try_from(config).unwrap()
+    }
+
+    /// The directory holding the lab's kubectl and helm.
+    pub fn bin_dir(&self) -> PathBuf {
+        let env =
+            std::fs::read_to_string(self.dir.join("env")).expect("the lab writes an env file");
+        let line = env
+            .lines()
+            .find_map(|l| l.strip_prefix("export PATH=\""))
+            .expect("the env file sets PATH");
+        PathBuf::from(line.split(':').next().unwrap())
+    }
+
+    /// Runs the lab's helm against one context; returns stdout, panicking with stderr on failure.
+    pub fn helm(&self, context: &str, args: &[&str]) -> String {
+        self.try_helm(context, args)
+            .unwrap_or_else(|e| panic!("helm {args:?} on {context} failed: {e}"))
+    }
+
+    /// Runs the lab's helm against one context.
+    pub fn try_helm(&self, context: &str, args: &[&str]) -> Result<String, String> {
+        let out = std::process::Command::new(self.bin_dir().join("helm"))
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig_path())
+            .args(["--kube-context", context])
+            .output()
+            .expect("helm runs");
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    /// Runs the lab's kubectl against one context; returns stdout, panicking with stderr on failure.
+    pub fn kubectl(&self, context: &str, args: &[&str]) -> String {
+        let out = std::process::Command::new(self.bin_dir().join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig_path())
+            .args(["--context", context])
+            .args(args)
+            .output()
+            .expect("kubectl runs");
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} on {context} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Helm releases in one namespace of one cluster: name -> (revision, status).
+    pub fn releases(
+        &self,
+        context: &str,
+        namespace: &str,
+    ) -> std::collections::BTreeMap<String, (i64, String)> {
+        let out = self.helm(
+            context,
+            &[
+                "list",
+                "-n",
+                namespace,
+                "--deployed",
+                "--failed",
+                "--pending",
+                "-o",
+                "json",
+            ],
+        );
+        let list: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+        list.iter()
+            .map(|r| {
+                let revision = r["revision"].as_str().unwrap().parse().unwrap();
+                (
+                    r["name"].as_str().unwrap().to_owned(),
+                    (revision, r["status"].as_str().unwrap().to_owned()),
+                )
+            })
+            .collect()
+    }
+
+    /// The user-supplied values of a release, as JSON.
+    pub fn values(&self, context: &str, namespace: &str, release: &str) -> serde_json::Value {
+        serde_json::from_str(&self.helm(
+            context,
+            &["get", "values", release, "-n", namespace, "-o", "json"],
+        ))
+        .unwrap()
+    }
+}
+
+/// Runs a lab control command (kind/ctl.sh) on the test's lab.
+#[allow(dead_code)] // used by some test crates only
+pub fn lab_ctl(lab: &Lab, args: &[&str]) {
+    let status =
+        std::process::Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("kind/ctl.sh"))
+            .args(args)
+            .arg("--dir")
+            .arg(&lab.dir)
+            .status()
+            .expect("kind/ctl.sh runs");
+    assert!(status.success(), "kind/ctl.sh {args:?} failed");
+}

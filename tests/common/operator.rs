@@ -1,0 +1,195 @@
+//! The operator under test: a `tenancy-hub run` process with its log and HTTP endpoints.
+
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use super::{fixtures::unique, lab::Lab};
+
+/// A running `tenancy-hub run`, stopped with SIGTERM when dropped.
+#[allow(dead_code)] // used by some test crates only
+pub struct Operator {
+    child: std::process::Child,
+    /// Where its log goes.
+    pub log: PathBuf,
+    /// Where its HTTP endpoints listen.
+    pub http: std::net::SocketAddr,
+}
+
+#[allow(dead_code)] // used by some test crates only
+impl Operator {
+    /// Starts the operator on the lab, reconciling only the Controllers in hub namespace `namespace`.
+    pub fn start(lab: &Lab, namespace: &str) -> Self {
+        Self::start_with(lab, namespace, &[])
+    }
+
+    /// Like [`Operator::start`], with extra arguments for `run`.
+    pub fn start_with(lab: &Lab, namespace: &str, extra: &[&str]) -> Self {
+        Self::start_with_env(lab, namespace, extra, &[])
+    }
+
+    /// Like [`Operator::start_with`], with extra environment variables.
+    pub fn start_with_env(
+        lab: &Lab,
+        namespace: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
+        let log = lab
+            .dir
+            .join(format!("{}.log", unique(&format!("operator-{namespace}"))));
+        let http = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap();
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_tenancy-hub"))
+            .args(["run", "--context", "hub", "--namespace", namespace])
+            .arg("--kubeconfig")
+            .arg(lab.kubeconfig_path())
+            .args(if extra.contains(&"--clusters") {
+                vec![]
+            } else {
+                vec!["--clusters".into(), lab.clusters_path().into_os_string()]
+            })
+            .args(if extra.contains(&"--chart-home") {
+                vec![]
+            } else {
+                vec![
+                    "--chart-home".into(),
+                    Path::new(env!("CARGO_MANIFEST_DIR"))
+                        .join("config/charts")
+                        .into_os_string(),
+                ]
+            })
+            .arg("--helm")
+            .arg(lab.bin_dir().join("helm"))
+            .args(extra)
+            .arg("--http-addr")
+            .arg(http.to_string())
+            .env("RUST_LOG", "info,tenancy_hub=debug")
+            .env("NO_COLOR", "1")
+            .envs(env.iter().copied())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .expect("the operator starts");
+        let operator = Self { child, log, http };
+        operator.wait_ready();
+        operator
+    }
+
+    /// What it has logged so far.
+    pub fn logged(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Kills it with SIGKILL, as a crash would.
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// Stops it with SIGTERM and waits for it to exit, within 60 seconds.
+    pub fn stop(mut self) {
+        self.terminate();
+    }
+
+    fn terminate(&mut self) {
+        if self.child.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        panic!(
+            "the operator did not stop within 60s of SIGTERM; see {}",
+            self.log.display()
+        );
+    }
+
+    /// Waits until /readyz answers 200, within 60 seconds.
+    fn wait_ready(&self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
+            if std::net::TcpStream::connect(self.http).is_ok() && self.get("/readyz").0 == 200 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "the operator was not ready within 60s; see {}",
+            self.log.display()
+        );
+    }
+
+    /// GETs a path from the operator's HTTP endpoints: (status code, body).
+    pub fn get(&self, path: &str) -> (u16, String) {
+        use std::io::{Read, Write};
+        let mut stream =
+            std::net::TcpStream::connect(self.http).expect("the operator's HTTP endpoints answer");
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.http).unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        let code = response
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
+        (code, body)
+    }
+
+    /// A metric of the operator: the sum of every series of that name, or one series when `name` carries its labels (`name{label="value"}`).
+    pub fn metric(&self, name: &str) -> f64 {
+        let (_, body) = self.get("/metrics");
+        let values: Vec<f64> = body
+            .lines()
+            .filter_map(|l| {
+                let rest = l.strip_prefix(name)?;
+                let value = match rest.strip_prefix(' ') {
+                    Some(v) => v,
+                    None if !name.contains('{') && rest.starts_with('{') => {
+                        rest.rsplit_once("} ")?.1
+                    }
+                    None => return None,
+                };
+                value.parse().ok()
+            })
+            .collect();
+        assert!(!values.is_empty(), "no metric {name} in:\n{body}");
+        values.iter().sum()
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            self.terminate();
+        } else {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
