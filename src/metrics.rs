@@ -24,6 +24,14 @@ pub struct Gauges {
     pub clusters: Vec<(String, bool)>,
     /// Cluster namespaces watched.
     pub watched_namespaces: usize,
+    /// Messages waiting in each bounded channel between components, by channel name.
+    pub channels: Vec<(&'static str, usize)>,
+}
+
+/// A bounded channel between components.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ChannelLabels {
+    channel: &'static str,
 }
 
 /// How a reconcile ended: `ok` or `error`.
@@ -88,6 +96,7 @@ pub struct Metrics {
     queue_depth: Gauge,
     jobs_running: Gauge,
     cluster_reachable: Family<ClusterLabels, Gauge>,
+    channel_depth: Family<ChannelLabels, Gauge>,
     watched_namespaces: Gauge,
     /// Held while the scrape-time gauges are set and encoded, so scrapes do not interleave.
     scrape: Mutex<()>,
@@ -122,6 +131,7 @@ impl Metrics {
             queue_depth: Gauge::default(),
             jobs_running: Gauge::default(),
             cluster_reachable: Family::default(),
+            channel_depth: Family::default(),
             watched_namespaces: Gauge::default(),
             scrape: Mutex::new(()),
             registry: Registry::default(),
@@ -221,6 +231,11 @@ impl Metrics {
             "cluster_reachable",
             "Whether a registered cluster is reachable (1) or not (0)",
             m.cluster_reachable.clone(),
+        );
+        r.register(
+            "channel_depth",
+            "Messages waiting in a bounded channel between components; a full channel makes its senders wait, nothing is dropped",
+            m.channel_depth.clone(),
         );
         r.register(
             "watched_namespaces",
@@ -328,6 +343,11 @@ impl Metrics {
                 })
                 .set(i64::from(*up));
         }
+        for (channel, depth) in &gauges.channels {
+            self.channel_depth
+                .get_or_create(&ChannelLabels { channel })
+                .set(gauge_value(*depth));
+        }
         let mut out = String::new();
         encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
@@ -395,6 +415,7 @@ mod tests {
             jobs_running: 2,
             clusters: vec![("member-1".into(), false), ("hub".into(), true)],
             watched_namespaces: 12,
+            channels: vec![("outcomes", 3), ("triggers", 0)],
         }
     }
 
@@ -512,6 +533,11 @@ mod tests {
             ]
         );
         assert_eq!(value(&text, "tenancy_hub_watched_namespaces"), Some(12.0));
+        assert_eq!(
+            value(&text, "tenancy_hub_channel_depth{channel=\"outcomes\"}"),
+            Some(3.0),
+            "the depth of each bounded channel is exported"
+        );
         assert!(text.contains("# TYPE tenancy_hub_queue_depth gauge\n"));
         let fewer = Gauges {
             clusters: vec![("hub".into(), true)],
@@ -602,7 +628,7 @@ mod tests {
         let kinds = |kind: &str| declared.iter().filter(|(_, k)| *k == kind).count();
         assert_eq!(
             (kinds("counter"), kinds("histogram"), kinds("gauge")),
-            (9, 4, 5),
+            (9, 4, 6),
             "{declared:?}"
         );
     }

@@ -96,6 +96,44 @@ pub struct ApiState {
     pub queue: HelmQueue,
     /// Starting, standing by, or working.
     pub ready: Arc<ArcSwap<Readiness>>,
+    /// The depth of the bounded channels between components.
+    pub channels: ChannelDepths,
+}
+
+/// Reads how many messages wait in each bounded channel, at scrape time.
+#[derive(Clone)]
+pub struct ChannelDepths(pub Arc<dyn Fn() -> Vec<(&'static str, usize)> + Send + Sync>);
+
+impl Default for ChannelDepths {
+    fn default() -> Self {
+        Self(Arc::new(Vec::new))
+    }
+}
+
+impl ChannelDepths {
+    /// Depths read from the channels' senders, held weakly so they never keep a channel open.
+    pub fn of<T: Send + 'static>(
+        channels: Vec<(&'static str, tokio::sync::mpsc::WeakSender<T>)>,
+    ) -> Self {
+        Self(Arc::new(move || {
+            channels
+                .iter()
+                .filter_map(|(name, weak)| {
+                    let s = weak.upgrade()?;
+                    Some((*name, s.max_capacity() - s.capacity()))
+                })
+                .collect()
+        }))
+    }
+
+    /// Joins the depths of channels of different message types.
+    pub fn join(self, other: Self) -> Self {
+        Self(Arc::new(move || {
+            let mut all = (self.0)();
+            all.extend((other.0)());
+            all
+        }))
+    }
 }
 
 /// The routes: `/healthz`, `/readyz`, `/metrics` and `/api/v1/clusters[/{cluster}[/namespaces/{namespace}]]`.
@@ -159,6 +197,7 @@ async fn metrics(State(state): State<ApiState>) -> Response {
     let gauges = Gauges {
         queue_depth: state.queue.depth(),
         jobs_running: state.queue.running(),
+        channels: (state.channels.0)(),
         ..gauges(&state.model, &registered)
     };
     (
@@ -610,6 +649,7 @@ mod tests {
             metrics: Arc::new(metrics),
             queue: HelmQueue::new(QueueConfig::default()),
             ready: Arc::default(),
+            channels: ChannelDepths::default(),
         };
         (state, dir)
     }

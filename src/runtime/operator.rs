@@ -33,7 +33,7 @@ use crate::{
     metrics::Metrics,
     observe::model::Model,
     observe::watch::WatchSupervisor,
-    runtime::http::{self, ApiState, Readiness},
+    runtime::http::{self, ApiState, ChannelDepths, Readiness},
     runtime::leader::{Leadership, LeaseConfig},
     status::writer::StatusWriter,
 };
@@ -211,12 +211,23 @@ pub async fn run(
     let model = Arc::new(Model::default());
     let metrics = Arc::new(Metrics::new());
     let ready = Arc::new(arc_swap::ArcSwap::from_pointee(Readiness::Starting));
+    let (done_tx, done_rx) = mpsc::channel(OUTCOME_ROOM);
     let http = ApiState {
         model: model.clone(),
         registry: shared.clone(),
         metrics: metrics.clone(),
         queue: queue.clone(),
         ready: ready.clone(),
+        channels: ChannelDepths::of(vec![("triggers", trigger_tx.downgrade())])
+            .join(ChannelDepths::of(vec![(
+                "record_changes",
+                record_tx.downgrade(),
+            )]))
+            .join(ChannelDepths::of(vec![(
+                "model_changes",
+                changes_tx.downgrade(),
+            )]))
+            .join(ChannelDepths::of(vec![("outcomes", done_tx.downgrade())])),
     };
     let address = http::serve(config.http_addr, http, cancel.clone(), &tasks)
         .await
@@ -270,7 +281,6 @@ pub async fn run(
         },
     });
 
-    let (done_tx, done_rx) = mpsc::channel(OUTCOME_ROOM);
     let workers = tokio::spawn({
         let (queue, cancel) = (queue.clone(), cancel.clone());
         async move { queue.run(executor, done_tx, cancel).await }
