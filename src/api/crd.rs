@@ -260,7 +260,8 @@ pub struct ChartMessage {
     /// Trimmed Helm or planning error; empty when the release is fine.
     #[serde(default)]
     pub error_message: String,
-    /// Release phase: Pending, Deployed, Failed, Uninstalling, Conflict or Unknown.
+    /// Release phase: Pending, Deployed, Failed, Conflict, Invalid (cannot be planned as
+    /// written), Forbidden (not allowed by the tenancy policies), Orphaned or Unknown.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub phase: String,
     /// Helm revision deployed.

@@ -1,8 +1,22 @@
-//! The `Controller` resource and the typed keys every other module speaks in.
+//! The `Controller` and `TenancyPolicy` resources and the typed keys every other module speaks in.
 
 pub mod crd;
 pub mod key;
+pub mod policy;
 
 /// How long any one write to the hub (a status patch, an Event, the Lease) may take before it is
 /// given up and tried again later, so a hub that stops answering holds up no loop.
 pub const HUB_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Every CustomResourceDefinition of the project as one YAML stream, as `tenancy-hub crd` prints
+/// it and `deploy/crd.yaml` holds it.
+pub fn crds_yaml() -> String {
+    format!("{}---\n{}", crd::crd_yaml(), policy_crd_yaml())
+}
+
+/// The `TenancyPolicy` CustomResourceDefinition as YAML, exactly as `crds/` holds it.
+pub fn policy_crd_yaml() -> String {
+    use kube::CustomResourceExt;
+    serde_yaml::to_string(&policy::TenancyPolicy::crd())
+        .expect("a CustomResourceDefinition always serializes")
+}

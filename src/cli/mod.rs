@@ -103,6 +103,13 @@ pub struct RunArgs {
     /// Directory of local charts, looked up by chartName.
     #[arg(long, env = "CHART_HOME", default_value = "charts")]
     pub chart_home: PathBuf,
+    /// How TenancyPolicy resources apply. `enforce`: a release no policy governing its
+    /// Controller's hub namespace allows gets no helm call and is reported Forbidden. `permissive`:
+    /// it is delivered, and what enforce would refuse is logged, once per change (for migrating
+    /// an existing hub). In both modes chart names are plain names, repositories
+    /// https (or http under a prefix a policy lists) and repository URLs carry no credentials.
+    #[arg(long, value_enum, default_value_t = PolicyMode::Enforce, env = "TENANCY_HUB_TENANCY_POLICY")]
+    pub tenancy_policy: PolicyMode,
     /// Seconds between looks at the charts: chart-home directories are read again and repository
     /// and OCI charts resolved again (a version range or an omitted version may match a newer
     /// chart); a changed chart rolls out, an unchanged one makes no helm call.
@@ -177,6 +184,11 @@ impl RunArgs {
                     .map_or(helm_timeout + Duration::from_secs(60), Duration::from_secs),
                 scope: self.namespace.clone(),
                 chart_interval: Duration::from_secs(self.chart_interval),
+                policy_mode: match self.tenancy_policy {
+                    PolicyMode::Enforce => crate::delivery::policy::Mode::Enforce,
+                    PolicyMode::Permissive => crate::delivery::policy::Mode::Permissive,
+                },
+                operator_namespace: self.lease_namespace.clone(),
             },
             helm: HelmOptions {
                 binary: self.helm.clone(),
@@ -222,6 +234,15 @@ impl RunArgs {
     }
 }
 
+/// How TenancyPolicy resources apply (`run --tenancy-policy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PolicyMode {
+    /// Refuse what no policy allows.
+    Enforce,
+    /// Deliver it, warning.
+    Permissive,
+}
+
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -232,7 +253,7 @@ pub enum Command {
         after_help = "Example:\n  tenancy-hub run --kubeconfig lab/kubeconfig --context hub --clusters lab/clusters.yaml --chart-home config/charts"
     )]
     Run(RunArgs),
-    /// Print the Controller CustomResourceDefinition as YAML.
+    /// Print the Controller and TenancyPolicy CustomResourceDefinitions as YAML.
     #[command(after_help = "Example:\n  tenancy-hub crd | kubectl apply --server-side -f -")]
     Crd,
     /// Show every registered cluster: context, reachability and API server version.
@@ -291,8 +312,8 @@ impl Command {
             }
             Command::Crd => {
                 std::io::stdout()
-                    .write_all(crate::api::crd::crd_yaml().as_bytes())
-                    .context("writing the CRD to stdout")?;
+                    .write_all(crate::api::crds_yaml().as_bytes())
+                    .context("writing the CRDs to stdout")?;
                 Ok(ExitCode::SUCCESS)
             }
             Command::Clusters { clusters, output } => {

@@ -17,6 +17,10 @@ pub struct Settings {
     /// How often charts are looked at again: chart-home directories re-read, repository and OCI
     /// versions resolved again (`--chart-interval`).
     pub chart_interval: Duration,
+    /// Whether the tenancy policies refuse or only warn (`--tenancy-policy`).
+    pub policy_mode: crate::delivery::policy::Mode,
+    /// The operator's own namespace, which no policy pattern matches.
+    pub operator_namespace: String,
 }
 
 /// Everything the reconciler and the workers share, passed as one `Arc`.
@@ -41,6 +45,8 @@ pub struct Context {
     pub reported: DashMap<crate::delivery::plan::OwnerId, std::collections::BTreeSet<String>>,
     /// Every `Controller` on the hub, as the reconciler sees them.
     pub controllers: Store<crate::api::crd::Controller>,
+    /// Every `TenancyPolicy` on the hub.
+    pub policies: Store<crate::api::policy::TenancyPolicy>,
     /// Publishes Kubernetes Events on `Controller` resources.
     pub recorder: Recorder,
     /// Keeps Events from flooding the hub.
@@ -57,4 +63,27 @@ pub struct Context {
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
     /// Planning settings.
     pub settings: Settings,
+}
+
+impl Context {
+    /// What the tenancy policies allow now: the mode, every policy in name order, and the
+    /// operator's own namespace.
+    pub fn admission(&self) -> crate::delivery::policy::Admission {
+        use kube::ResourceExt;
+        let mut policies: Vec<crate::delivery::policy::NamedPolicy> = self
+            .policies
+            .state()
+            .iter()
+            .map(|p| crate::delivery::policy::NamedPolicy {
+                name: p.name_any(),
+                spec: p.spec.clone(),
+            })
+            .collect();
+        policies.sort_by(|a, b| a.name.cmp(&b.name));
+        crate::delivery::policy::Admission {
+            mode: self.settings.policy_mode,
+            policies,
+            operator_namespace: self.settings.operator_namespace.clone(),
+        }
+    }
 }

@@ -97,6 +97,7 @@ impl Fixture {
             charts: ChartCatalog::new(PathBuf::from("helm"), Duration::from_secs(300)),
             reported: Default::default(),
             controllers: store,
+            policies: reflector::store().0,
             recorder: Recorder::new(hub_client, Reporter::from("tenancy-hub")),
             events: Default::default(),
             model: Default::default(),
@@ -109,6 +110,8 @@ impl Fixture {
                 pending_timeout: Duration::from_secs(300),
                 scope: None,
                 chart_interval: Duration::from_secs(300),
+                policy_mode: crate::delivery::policy::Mode::Permissive,
+                operator_namespace: "tenancy-hub".into(),
             },
         };
         Self {
@@ -136,15 +139,22 @@ impl Fixture {
     /// The spec hash the planner gives the release `key` of `c`, with the charts as they are.
     pub async fn spec_hash(&self, c: &Controller, key: &ReleaseKey) -> String {
         let home = &self.ctx.settings.chart_home;
-        self.ctx.charts.prepare(&c.spec, home).await;
+        self.ctx.charts.prepare(&c.spec, home, &|_| true).await;
         let lookup = |s: &plan::ChartSource, v: Option<&str>| self.ctx.charts.lookup(s, v);
         let clusters = self.ctx.registry.load().labels();
-        plan::desired(&owner_id(c), &c.spec, &clusters, home, &lookup)
-            .releases
-            .into_iter()
-            .find(|r| r.key == *key)
-            .expect("the spec asks for the release")
-            .spec_hash
+        plan::desired(
+            &owner_id(c),
+            &c.spec,
+            &clusters,
+            home,
+            &lookup,
+            &crate::delivery::policy::Admission::permissive(),
+        )
+        .releases
+        .into_iter()
+        .find(|r| r.key == *key)
+        .expect("the spec asks for the release")
+        .spec_hash
     }
 }
 

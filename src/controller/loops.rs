@@ -7,7 +7,10 @@ use std::{
 };
 
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::{events::EventType, reflector::ObjectRef};
+use kube::{
+    ResourceExt,
+    runtime::{events::EventType, reflector::ObjectRef},
+};
 use tokio::sync::mpsc::{Receiver, Sender};
 
 use crate::controller::{events::publish, reconcile::owner_id};
@@ -260,10 +263,14 @@ pub async fn keep_fresh(
         }
         let controllers = ctx.controllers.state();
         let home = &ctx.settings.chart_home;
-        let all: HashSet<charts::Wanted> = controllers
-            .iter()
-            .flat_map(|c| charts::wanted_by(&c.spec, home))
-            .collect();
+        let admission = ctx.admission();
+        let wanted = |c: &Controller| {
+            let namespace = c.namespace().unwrap_or_default();
+            charts::wanted_by(&c.spec, home, &|chart| {
+                admission.may_fetch(&namespace, chart)
+            })
+        };
+        let all: HashSet<charts::Wanted> = controllers.iter().flat_map(|c| wanted(c)).collect();
         let changed = tokio::select! {
             changed = ctx.charts.refresh(&all) => changed,
             () = cancel.cancelled() => return,
@@ -272,7 +279,7 @@ pub async fn keep_fresh(
             continue;
         }
         for c in &controllers {
-            if !charts::wanted_by(&c.spec, home).is_disjoint(&changed) {
+            if !wanted(c).is_disjoint(&changed) {
                 tracing::debug!(controller = %ObjectRef::from_obj(&**c), "a chart it uses changed; reconciling");
                 let _ = trigger.send(ObjectRef::from_obj(&**c)).await;
             }
@@ -295,6 +302,7 @@ mod tests {
                     namespace: "default".into(),
                     name: "a".into(),
                 },
+                identity: None,
             },
             outcome: Outcome::Uninstalled,
             attempt: 1,

@@ -24,6 +24,7 @@ use crate::{
     api::key::{ClusterName, ReleaseKey},
     controller::context::Context,
     delivery::plan::{self, Applied, Inputs, Job, OwnerId},
+    delivery::policy::Admission,
     delivery::queue::Outcome,
     status::build::{self as status, LastOutcome, ReleaseView},
 };
@@ -152,6 +153,7 @@ fn claims(
                     clusters,
                     &ctx.settings.chart_home,
                     &any_chart,
+                    &Admission::permissive(),
                 )
                 .named;
                 (owner, created_secs(c), named.into_iter().collect())
@@ -200,7 +202,12 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
     let clusters = ctx.registry.load().labels();
     let (applied, synced) = ctx.releases.snapshot();
     let claims = claims(ctx, &clusters, &applied);
-    ctx.charts.prepare(&c.spec, &ctx.settings.chart_home).await;
+    let admission = ctx.admission();
+    ctx.charts
+        .prepare(&c.spec, &ctx.settings.chart_home, &|chart| {
+            admission.may_fetch(&owner.namespace, chart)
+        })
+        .await;
     let lookup =
         |source: &plan::ChartSource, version: Option<&str>| ctx.charts.lookup(source, version);
     let plan = plan::plan(&Inputs {
@@ -210,6 +217,7 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
         synced: &synced,
         applied: &applied,
         claims: &claims,
+        admission: &admission,
         chart_home: &ctx.settings.chart_home,
         chart_lookup: &lookup,
         now: Timestamp::now().as_second(),
@@ -253,7 +261,7 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
         .map(|o| o.key().clone())
         .collect();
     status::add_orphans(&mut report, &orphans);
-    report_new_problems(ctx, c, &plan.problems).await;
+    report_new_problems(ctx, c, &plan.problems, &plan.warnings).await;
     let object = ObjectRef::from_obj(c);
     ctx.writer.submit(object.clone(), report);
     // Watch every cluster/namespace the spec names, so what runs under a release that cannot be
@@ -299,11 +307,21 @@ fn conflicts(problems: &[plan::Problem]) -> impl Iterator<Item = ReleaseKey> + '
     })
 }
 
-/// Logs and publishes the problems that are new since the resource's last plan, so one problem
-/// is told once per change of the spec or the world, not on every reconcile.
-async fn report_new_problems(ctx: &Context, c: &Controller, problems: &[plan::Problem]) {
+/// Logs and publishes the problems that are new since the resource's last plan (and logs what
+/// enforcing the tenancy policies would refuse, in permissive mode), so each is told once per
+/// change of the spec or the world, not on every reconcile.
+async fn report_new_problems(
+    ctx: &Context,
+    c: &Controller,
+    problems: &[plan::Problem],
+    warnings: &[String],
+) {
     let owner = owner_id(c);
-    let notes: BTreeSet<String> = problems.iter().map(ToString::to_string).collect();
+    let notes: BTreeSet<String> = problems
+        .iter()
+        .map(ToString::to_string)
+        .chain(warnings.iter().cloned())
+        .collect();
     let before = ctx
         .reported
         .insert(owner.clone(), notes)
@@ -315,6 +333,10 @@ async fn report_new_problems(ctx: &Context, c: &Controller, problems: &[plan::Pr
         }
         tracing::warn!(controller = %owner, problem = %note, "spec cannot be carried out as written");
         publish(ctx, c, EventType::Warning, problem.reason(), "Plan", note).await;
+    }
+    // Logged only: a hub migrating to policies would otherwise get an Event on every Controller.
+    for warning in warnings.iter().filter(|w| !before.contains(*w)) {
+        tracing::warn!(controller = %owner, %warning, "no tenancy policy allows this release (permissive mode: delivered anyway)");
     }
 }
 
@@ -354,17 +376,23 @@ async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
         forget(ctx, &object);
         return Ok(Action::await_change());
     }
+    let registered = ctx.registry.load().labels();
     if c.spec.deletion_policy == DeletionPolicy::Delete {
+        let admission = ctx.admission();
         for key in owned.iter().filter(|k| !running.contains(k)) {
             ctx.queue.enqueue(Job::Uninstall {
                 key: key.clone(),
                 owner: owner.clone(),
+                identity: admission.identity_for_removal(
+                    &owner.namespace,
+                    key,
+                    registered.get(&key.scope.cluster),
+                ),
             });
         }
     }
     // Clusters that may hold its releases: those the spec targets, those its status lists, and
     // those where its releases are known to be.
-    let registered = ctx.registry.load().labels();
     let mut holding: BTreeSet<ClusterName> = c
         .spec
         .tenancies

@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
 use crate::{
-    api::crd::ControllerSpec,
+    api::crd::{Chart, ControllerSpec},
     delivery::helm::trim_error,
     delivery::plan::{self, ChartLookup, ChartSource},
 };
@@ -98,11 +98,17 @@ impl Wanted {
     }
 }
 
-/// Every chart a spec names (chart-home names with `..`, which the planner refuses, are left out).
-pub fn wanted_by(spec: &ControllerSpec, chart_home: &Path) -> HashSet<Wanted> {
+/// Every chart a spec names that `allowed` lets the hub fetch (the tenancy policies' and the
+/// chart-source rules' say: a refused chart is never read or fetched).
+pub fn wanted_by(
+    spec: &ControllerSpec,
+    chart_home: &Path,
+    allowed: &dyn Fn(&Chart) -> bool,
+) -> HashSet<Wanted> {
     spec.tenancies
         .iter()
         .flat_map(|t| &t.charts)
+        .filter(|c| allowed(c))
         .map(|c| Wanted::of(&plan::source_of(c, chart_home), c.version.as_deref()))
         .filter(|w| !matches!(w, Wanted::Directory(p) if p.components().any(|c| c == std::path::Component::ParentDir)))
         .collect()
@@ -315,11 +321,16 @@ impl ChartCatalog {
     /// Brings what is known of every chart `spec` names up to date: directories are read again
     /// when their files changed, remote charts resolved when never resolved or resolved longer
     /// than the interval ago.
-    pub async fn prepare(&self, spec: &ControllerSpec, chart_home: &Path) {
+    pub async fn prepare(
+        &self,
+        spec: &ControllerSpec,
+        chart_home: &Path,
+        allowed: &(dyn Fn(&Chart) -> bool + Sync),
+    ) {
         let now = Instant::now();
         let interval = self.interval;
         let fresh = move |tried: Instant| now.duration_since(tried) < interval;
-        let wanted = wanted_by(spec, chart_home);
+        let wanted = wanted_by(spec, chart_home, allowed);
         futures::stream::iter(wanted)
             .for_each_concurrent(RESOLVE_CONCURRENCY, |w| async move {
                 match w {
@@ -608,7 +619,7 @@ mod tests {
         std::fs::write(chart.join("Chart.yaml"), "name: web\nversion: 0.1.0\n").unwrap();
         std::fs::write(chart.join("templates/cm.yaml"), "kind: ConfigMap\n").unwrap();
         let catalog = ChartCatalog::with_resolver(Box::new(Script::default()), HOUR);
-        catalog.prepare(&spec("web"), home.path()).await;
+        catalog.prepare(&spec("web"), home.path(), &|_| true).await;
         let first = digest_of(&catalog, &chart).expect("found");
 
         std::fs::write(
@@ -616,7 +627,7 @@ mod tests {
             "kind: ConfigMap # changed\n",
         )
         .unwrap();
-        catalog.prepare(&spec("web"), home.path()).await;
+        catalog.prepare(&spec("web"), home.path(), &|_| true).await;
         let changed = digest_of(&catalog, &chart).expect("found");
         assert_ne!(first, changed, "same name and version, new content");
 
@@ -626,7 +637,7 @@ mod tests {
         for f in ["Chart.yaml", "templates/cm.yaml"] {
             std::fs::copy(chart.join(f), copy.join(f)).unwrap();
         }
-        catalog.prepare(&spec("web"), other.path()).await;
+        catalog.prepare(&spec("web"), other.path(), &|_| true).await;
         assert_eq!(digest_of(&catalog, &copy), Some(changed));
     }
 
@@ -634,7 +645,9 @@ mod tests {
     async fn a_directory_without_chart_yaml_is_missing_and_says_where_it_was_looked_for() {
         let home = tempfile::tempdir().unwrap();
         let catalog = ChartCatalog::with_resolver(Box::new(Script::default()), HOUR);
-        catalog.prepare(&spec("nothing"), home.path()).await;
+        catalog
+            .prepare(&spec("nothing"), home.path(), &|_| true)
+            .await;
         let ChartLookup::Missing(reason) =
             catalog.lookup(&ChartSource::Directory(home.path().join("nothing")), None)
         else {
@@ -727,17 +740,17 @@ mod tests {
         let script = Script::answering(&[Ok("1.0.0"), Ok("1.1.0")]);
         let catalog = ChartCatalog::with_resolver(Box::new(script.clone()), HOUR);
         catalog
-            .prepare(&repo_spec(None), Path::new("/charts"))
+            .prepare(&repo_spec(None), Path::new("/charts"), &|_| true)
             .await;
         assert_eq!(version_of(&catalog, None), Ok("1.0.0".into()));
         tokio::time::advance(HOUR / 2).await;
         catalog
-            .prepare(&repo_spec(None), Path::new("/charts"))
+            .prepare(&repo_spec(None), Path::new("/charts"), &|_| true)
             .await;
         assert_eq!(script.calls(), 1, "a fresh resolution is not repeated");
         tokio::time::advance(HOUR).await;
         catalog
-            .prepare(&repo_spec(None), Path::new("/charts"))
+            .prepare(&repo_spec(None), Path::new("/charts"), &|_| true)
             .await;
         assert_eq!(script.calls(), 2);
         assert_eq!(version_of(&catalog, None), Ok("1.1.0".into()));
@@ -750,9 +763,9 @@ mod tests {
         let spec = repo_spec(Some("^1"));
         let home = Path::new("/charts");
         tokio::join!(
-            catalog.prepare(&spec, home),
-            catalog.prepare(&spec, home),
-            catalog.prepare(&spec, home)
+            catalog.prepare(&spec, home, &|_| true),
+            catalog.prepare(&spec, home, &|_| true),
+            catalog.prepare(&spec, home, &|_| true)
         );
         assert_eq!(script.calls(), 1);
         assert_eq!(version_of(&catalog, Some("^1")), Ok("1.0.0".into()));
@@ -767,9 +780,13 @@ mod tests {
         let script = Script::answering(&[Ok("1.0.0"), Err("connection refused")]);
         let catalog = ChartCatalog::with_resolver(Box::new(script.clone()), HOUR);
         let home = Path::new("/charts");
-        catalog.prepare(&repo_spec(Some(">=1")), home).await;
+        catalog
+            .prepare(&repo_spec(Some(">=1")), home, &|_| true)
+            .await;
         tokio::time::advance(HOUR).await;
-        catalog.prepare(&repo_spec(Some(">=1")), home).await;
+        catalog
+            .prepare(&repo_spec(Some(">=1")), home, &|_| true)
+            .await;
         assert_eq!(script.calls(), 2);
         assert_eq!(version_of(&catalog, Some(">=1")), Ok("1.0.0".into()));
 
@@ -777,7 +794,9 @@ mod tests {
             "chart \"web\" not found in https://user:secret@charts.example.com/stable repository",
         )]);
         let catalog = ChartCatalog::with_resolver(Box::new(failing), HOUR);
-        catalog.prepare(&repo_spec(Some(">=1")), home).await;
+        catalog
+            .prepare(&repo_spec(Some(">=1")), home, &|_| true)
+            .await;
         let reason = version_of(&catalog, Some(">=1")).unwrap_err();
         assert_eq!(
             reason,
@@ -790,8 +809,8 @@ mod tests {
         let script = Script::answering(&[Ok("1.0.0"), Ok("1.0.0"), Ok("1.1.0")]);
         let catalog = ChartCatalog::with_resolver(Box::new(script.clone()), HOUR);
         let home = Path::new("/charts");
-        catalog.prepare(&repo_spec(None), home).await;
-        let wanted = wanted_by(&repo_spec(None), home);
+        catalog.prepare(&repo_spec(None), home, &|_| true).await;
+        let wanted = wanted_by(&repo_spec(None), home, &|_| true);
         assert!(
             catalog.refresh(&wanted).await.is_empty(),
             "the same version is no change"
@@ -821,8 +840,8 @@ mod tests {
         std::fs::write(chart.join("Chart.yaml"), "name: web\nversion: 0.1.0\n").unwrap();
         std::fs::write(chart.join("templates/cm.yaml"), "kind: ConfigMap\n").unwrap();
         let catalog = ChartCatalog::with_resolver(Box::new(Script::default()), HOUR);
-        catalog.prepare(&spec("web"), home.path()).await;
-        let wanted = wanted_by(&spec("web"), home.path());
+        catalog.prepare(&spec("web"), home.path(), &|_| true).await;
+        let wanted = wanted_by(&spec("web"), home.path(), &|_| true);
         assert!(catalog.refresh(&wanted).await.is_empty());
         std::fs::write(chart.join("templates/cm.yaml"), "kind: ConfigMap # v2\n").unwrap();
         assert_eq!(catalog.refresh(&wanted).await, wanted);

@@ -601,6 +601,7 @@ mod tests {
             values: None,
             rollback_on_failure: false,
             spec_hash: "0123456789abcdef".into(),
+            identity: None,
         }
     }
 

@@ -3,5 +3,6 @@
 pub mod charts;
 pub mod helm;
 pub mod plan;
+pub mod policy;
 pub mod queue;
 pub mod releases;

@@ -12,6 +12,8 @@ use sha2::{Digest, Sha256};
 use crate::{
     api::crd::{Chart, ControllerSpec, HUB_CLUSTER, Tenancy},
     api::key::{ClusterName, ClusterNamespace, ReleaseKey},
+    api::policy::Impersonation,
+    delivery::policy::{Admission, Verdict},
 };
 
 /// Label on every release tenancy-hub manages.
@@ -79,6 +81,10 @@ pub struct Release {
     pub rollback_on_failure: bool,
     /// Fingerprint of everything above that Helm sees.
     pub spec_hash: String,
+    /// Whom Helm impersonates in the target cluster, as the tenancy policy allowing the release
+    /// says; the operator's own credentials when None. Not part of the fingerprint: a changed
+    /// identity applies from the next change on.
+    pub identity: Option<Impersonation>,
 }
 
 /// What a cluster holds for one release, read from Helm's release records.
@@ -121,6 +127,8 @@ pub enum Job {
         key: ReleaseKey,
         /// Who owned it.
         owner: OwnerId,
+        /// Whom Helm impersonates to uninstall it; the operator's own credentials when None.
+        identity: Option<Impersonation>,
     },
 }
 
@@ -201,6 +209,15 @@ pub enum Problem {
         /// The setting key.
         setting: String,
     },
+    /// The tenancy policies do not allow the release, or its chart source breaks a source rule.
+    Forbidden {
+        /// The release.
+        key: ReleaseKey,
+        /// The chart as named.
+        chart: String,
+        /// The rule it breaks, and the policies that govern its hub namespace.
+        rule: String,
+    },
 }
 
 impl Problem {
@@ -210,7 +227,8 @@ impl Problem {
             Problem::MissingChart { key, .. }
             | Problem::Duplicate { key, .. }
             | Problem::Conflict { key, .. }
-            | Problem::InvalidSetting { key, .. } => Some(key),
+            | Problem::InvalidSetting { key, .. }
+            | Problem::Forbidden { key, .. } => Some(key),
             Problem::UnknownCluster { .. } | Problem::NoClusterSelected { .. } => None,
         }
     }
@@ -224,6 +242,7 @@ impl Problem {
             Problem::Duplicate { .. } => "DuplicateRelease",
             Problem::Conflict { .. } => "Conflict",
             Problem::InvalidSetting { .. } => "InvalidSetting",
+            Problem::Forbidden { .. } => "Forbidden",
         }
     }
 }
@@ -263,6 +282,10 @@ impl fmt::Display for Problem {
                 f,
                 "release {key}: setting key {setting:?} contains ',' or '=', which Helm cannot take in a key; use values instead"
             ),
+            Problem::Forbidden { key, rule, .. } => write!(
+                f,
+                "release {key} is forbidden: {rule}; nothing is installed or changed for it (what runs stays as it is)"
+            ),
         }
     }
 }
@@ -296,6 +319,8 @@ pub struct Inputs<'a> {
     pub applied: &'a HashMap<ReleaseKey, Applied>,
     /// Which resource holds each release key claimed by several.
     pub claims: &'a HashMap<ReleaseKey, OwnerId>,
+    /// What the tenancy policies allow.
+    pub admission: &'a Admission,
     /// Chart directory root.
     pub chart_home: &'a Path,
     /// What is known of a chart (a parameter so planning stays pure): its exact version and
@@ -320,6 +345,8 @@ pub struct Plan {
     pub waiting: Vec<ReleaseKey>,
     /// Seconds until a release now pending counts as stuck, when one is pending.
     pub recheck_in: Option<i64>,
+    /// What enforcing the tenancy policies would refuse, in permissive mode.
+    pub warnings: Vec<String>,
 }
 
 /// The clusters a tenancy goes to, or the problems that keep it from going anywhere.
@@ -396,16 +423,20 @@ pub struct Desired {
     /// Every release key the spec names, whether or not it could be resolved: what runs under
     /// these keys is never uninstalled because of a problem.
     pub named: BTreeSet<ReleaseKey>,
+    /// What enforcing the tenancy policies would refuse, in permissive mode.
+    pub warnings: Vec<String>,
 }
 
 /// The releases a spec asks for, resolved, with the problems found on the way. A key asked for
-/// twice is a problem on every entry that asks for it, and none of them is planned.
+/// twice is a problem on every entry that asks for it, and none of them is planned; a release the
+/// tenancy policies do not allow is `Forbidden` and its chart is not even looked up.
 pub fn desired(
     owner: &OwnerId,
     spec: &ControllerSpec,
     clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
     chart_home: &Path,
     lookup: &dyn Fn(&ChartSource, Option<&str>) -> ChartLookup,
+    admission: &Admission,
 ) -> Desired {
     let mut out = Desired::default();
     // Every (key, where in the spec) first, so duplicates are known before anything is resolved.
@@ -457,8 +488,32 @@ pub fn desired(
             });
             continue;
         }
+        let identity = match admission.admit(
+            &owner.namespace,
+            key,
+            clusters.get(&key.scope.cluster),
+            chart,
+        ) {
+            Verdict::Refused(rule) => {
+                out.problems.push(Problem::Forbidden {
+                    key: key.clone(),
+                    chart: chart.chart_name.clone(),
+                    rule,
+                });
+                continue;
+            }
+            Verdict::Allowed { identity, warning } => {
+                if let Some(warning) = warning {
+                    out.warnings.push(format!("release {key}: {warning}"));
+                }
+                identity
+            }
+        };
         match resolve(owner, key.clone(), chart, chart_home, lookup) {
-            Ok(release) => out.releases.push(release),
+            Ok(release) => out.releases.push(Release {
+                identity,
+                ..release
+            }),
             Err(problem) => out.problems.push(*problem),
         }
     }
@@ -474,13 +529,6 @@ fn resolve(
     lookup: &dyn Fn(&ChartSource, Option<&str>) -> ChartLookup,
 ) -> Result<Release, Box<Problem>> {
     let source = source_of(chart, chart_home);
-    if matches!(source, ChartSource::Directory(_)) && chart.chart_name.contains("..") {
-        return Err(Box::new(Problem::MissingChart {
-            key,
-            chart: chart.chart_name.clone(),
-            reason: "a chart home chart is named by a plain directory name, without '..'".into(),
-        }));
-    }
     if let Some(bad) = chart.settings.iter().find(|s| s.key.contains([',', '='])) {
         return Err(Box::new(Problem::InvalidSetting {
             key,
@@ -514,6 +562,7 @@ fn resolve(
         values: chart.values.clone(),
         rollback_on_failure: chart.rollback_on_failure,
         spec_hash: String::new(),
+        identity: None,
     };
     release.spec_hash = spec_hash(&release);
     Ok(release)
@@ -587,14 +636,19 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
         releases,
         mut problems,
         named,
+        warnings,
     } = desired(
         inputs.owner,
         inputs.spec,
         inputs.clusters,
         inputs.chart_home,
         inputs.chart_lookup,
+        inputs.admission,
     );
-    let mut plan = Plan::default();
+    let mut plan = Plan {
+        warnings,
+        ..Plan::default()
+    };
     for release in &releases {
         let applied = inputs.applied.get(&release.key);
         let holder = match inputs.claims.get(&release.key) {
@@ -653,6 +707,11 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
         .extend(removals.into_iter().map(|a| Job::Uninstall {
             key: a.key.clone(),
             owner: inputs.owner.clone(),
+            identity: inputs.admission.identity_for_removal(
+                &inputs.owner.namespace,
+                &a.key,
+                inputs.clusters.get(&a.key.scope.cluster),
+            ),
         }));
     plan.problems = problems;
     plan
@@ -736,6 +795,7 @@ mod tests {
         synced: BTreeSet<ClusterName>,
         applied: HashMap<ReleaseKey, Applied>,
         claims: HashMap<ReleaseKey, OwnerId>,
+        admission: Admission,
     }
 
     impl World {
@@ -747,6 +807,7 @@ mod tests {
                 synced,
                 applied: HashMap::new(),
                 claims: HashMap::new(),
+                admission: Admission::permissive(),
             }
         }
 
@@ -758,6 +819,7 @@ mod tests {
                 synced: &self.synced,
                 applied: &self.applied,
                 claims: &self.claims,
+                admission: &self.admission,
                 chart_home: Path::new("/charts"),
                 chart_lookup: &lookup,
                 now: 10_000,
@@ -798,6 +860,151 @@ mod tests {
                 Job::Uninstall { key, .. } => format!("uninstall {key}"),
             })
             .collect()
+    }
+
+    fn policy(namespaces: &[&str], clusters: &[&str]) -> crate::delivery::policy::NamedPolicy {
+        crate::delivery::policy::NamedPolicy {
+            name: "team".into(),
+            spec: crate::api::policy::TenancyPolicySpec {
+                hub_namespaces: vec!["default".into()],
+                clusters: clusters.iter().map(|c| c.to_string()).collect(),
+                namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
+                chart_sources: vec!["chart-home".into()],
+                impersonate: Some(Impersonation {
+                    user: "team-deployer".into(),
+                    ..Impersonation::default()
+                }),
+                ..Default::default()
+            },
+        }
+    }
+
+    fn enforcing(policies: Vec<crate::delivery::policy::NamedPolicy>) -> Admission {
+        Admission {
+            mode: crate::delivery::policy::Mode::Enforce,
+            policies,
+            operator_namespace: "tenancy-hub".into(),
+        }
+    }
+
+    #[test]
+    fn a_forbidden_release_gets_no_job_while_the_allowed_ones_deliver_as_the_policys_identity() {
+        let mut w = World::new();
+        w.admission = enforcing(vec![policy(&["shop"], &["member-1"])]);
+        let spec = ControllerSpec {
+            tenancies: vec![
+                tenancy(
+                    "shop",
+                    &["member-1", "member-2"],
+                    vec![chart("web", None, &[])],
+                ),
+                tenancy("kube-system", &["member-1"], vec![chart("web", None, &[])]),
+            ],
+            ..Default::default()
+        };
+        let p = w.plan(&owner("a"), &spec);
+        assert_eq!(keys(&p.jobs), ["apply member-1/shop/shop"]);
+        let Job::Apply { release, .. } = &p.jobs[0] else {
+            unreachable!()
+        };
+        assert_eq!(release.identity.as_ref().unwrap().user, "team-deployer");
+        let forbidden: Vec<String> = p
+            .problems
+            .iter()
+            .filter(|p| p.reason() == "Forbidden")
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(forbidden.len(), 2, "{forbidden:?}");
+        assert!(
+            forbidden[0].contains("member-2/shop/shop")
+                && forbidden[0].contains("cluster member-2 is not allowed")
+        );
+        assert!(forbidden[1].contains("kube-system is protected"));
+    }
+
+    /// A world where Controller default/a delivered `web` as release shop to member-1/shop,
+    /// allowed by a policy; and the spec it did that with.
+    fn shop_delivered_under_a_policy() -> (World, ControllerSpec) {
+        let mut w = World::new();
+        w.admission = enforcing(vec![policy(&["shop"], &["member-1"])]);
+        let spec = ControllerSpec {
+            tenancies: vec![tenancy(
+                "shop",
+                &["member-1"],
+                vec![chart("web", None, &[])],
+            )],
+            ..Default::default()
+        };
+        let first = w.plan(&owner("a"), &spec);
+        w.apply(&first);
+        (w, spec)
+    }
+
+    #[test]
+    fn tightening_a_policy_leaves_the_release_in_place_and_loosening_it_delivers_again() {
+        let (mut w, spec) = shop_delivered_under_a_policy();
+        w.admission = enforcing(vec![policy(&["other"], &["member-1"])]);
+        let mut changed = spec.clone();
+        changed.tenancies[0].charts[0].settings.push(Setting {
+            key: "replicaCount".into(),
+            value: "3".into(),
+        });
+        let tightened = w.plan(&owner("a"), &changed);
+        assert!(tightened.jobs.is_empty(), "{:?}", keys(&tightened.jobs));
+        assert_eq!(tightened.problems[0].reason(), "Forbidden");
+        w.admission = enforcing(vec![policy(&["shop"], &["member-1"])]);
+        assert_eq!(
+            keys(&w.plan(&owner("a"), &changed).jobs),
+            ["apply member-1/shop/shop"]
+        );
+    }
+
+    #[test]
+    fn a_release_the_spec_drops_is_uninstalled_as_the_identity_that_delivered_it() {
+        let (w, _) = shop_delivered_under_a_policy();
+        let p = w.plan(&owner("a"), &ControllerSpec::default());
+        match &p.jobs[..] {
+            [Job::Uninstall { identity, .. }] => {
+                assert_eq!(identity.as_ref().unwrap().user, "team-deployer");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_path_as_chart_name_is_forbidden_in_every_mode_and_nothing_is_looked_up() {
+        let w = World::new();
+        let looked = std::cell::Cell::new(0);
+        let counting = |s: &ChartSource, v: Option<&str>| {
+            looked.set(looked.get() + 1);
+            lookup(s, v)
+        };
+        let spec = ControllerSpec {
+            tenancies: vec![tenancy(
+                "shop",
+                &["member-1"],
+                vec![
+                    chart("/etc/charts/web", Some("a"), &[]),
+                    chart("../web", Some("b"), &[]),
+                ],
+            )],
+            ..Default::default()
+        };
+        let d = desired(
+            &owner("a"),
+            &spec,
+            &w.clusters,
+            Path::new("/charts"),
+            &counting,
+            &w.admission,
+        );
+        assert!(d.releases.is_empty());
+        assert_eq!(looked.get(), 0);
+        assert!(
+            d.problems.iter().all(|p| p.reason() == "Forbidden"),
+            "{:?}",
+            d.problems
+        );
     }
 
     #[test]
@@ -1030,11 +1237,18 @@ mod tests {
     fn a_release_claimed_by_an_older_resource_is_a_conflict_for_the_newer() {
         let mut world = World::new();
         let keys_of = |o: &OwnerId| {
-            desired(o, &seed(), &registry(), Path::new("/charts"), &lookup)
-                .releases
-                .into_iter()
-                .map(|r| r.key)
-                .collect::<Vec<_>>()
+            desired(
+                o,
+                &seed(),
+                &registry(),
+                Path::new("/charts"),
+                &lookup,
+                &Admission::permissive(),
+            )
+            .releases
+            .into_iter()
+            .map(|r| r.key)
+            .collect::<Vec<_>>()
         };
         world.claims = claims(
             [

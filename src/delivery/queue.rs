@@ -545,6 +545,7 @@ mod tests {
                 values: None,
                 rollback_on_failure: false,
                 spec_hash: spec_hash.into(),
+                identity: None,
             }),
             stale_pending: None,
         }
@@ -554,6 +555,7 @@ mod tests {
         Job::Uninstall {
             key: key.parse().unwrap(),
             owner: owner(),
+            identity: None,
         }
     }
 
@@ -855,6 +857,7 @@ mod tests {
             Job::Uninstall {
                 key: "c/ns/theirs".parse().unwrap(),
                 owner: other,
+                identity: None,
             },
             now,
         );

@@ -20,6 +20,7 @@ use tracing::Instrument as _;
 
 use crate::{
     api::crd::{Controller, HUB_CLUSTER},
+    api::policy::TenancyPolicy,
     clusters::health::HealthBoard,
     clusters::registry::{self, ClusterRegistry, HubSource, RegistrationFile},
     controller::context::Context,
@@ -72,6 +73,11 @@ pub enum Error {
         "the Controller CRD is not installed on the hub ({0}); install it with `tenancy-hub crd | kubectl apply --server-side -f -`"
     )]
     NoCrd(kube::Error),
+    /// The `TenancyPolicy` CRD cannot be listed on the hub.
+    #[error(
+        "the TenancyPolicy CRD is not installed on the hub or not readable ({0}); install the CRDs with `tenancy-hub crd | kubectl apply --server-side -f -` and let the operator list tenancypolicies"
+    )]
+    NoPolicyCrd(kube::Error),
     /// The chart home does not exist.
     #[error("chart home {0} is not a directory; pass --chart-home or set CHART_HOME")]
     ChartHome(PathBuf),
@@ -150,6 +156,11 @@ pub async fn run(
         .list(&ListParams::default().limit(1))
         .await
         .map_err(Error::NoCrd)?;
+    let policies: Api<TenancyPolicy> = Api::all(hub.clone());
+    policies
+        .list(&ListParams::default().limit(1))
+        .await
+        .map_err(Error::NoPolicyCrd)?;
 
     let cancel = CancellationToken::new();
     let tasks = TaskTracker::new();
@@ -257,6 +268,11 @@ pub async fn run(
     let lost = leadership
         .as_ref()
         .map_or_else(CancellationToken::new, Leadership::lost);
+    let (policy_store, policy_writer) = reflector::store();
+    tasks.spawn(until(
+        &cancel,
+        watch_policies(policies, policy_writer, everything_tx.clone()),
+    ));
     let ctx = Arc::new(Context {
         hub: hub.clone(),
         registry: shared,
@@ -268,6 +284,7 @@ pub async fn run(
         charts: ChartCatalog::new(config.helm.binary.clone(), config.settings.chart_interval),
         reported: Default::default(),
         controllers: runtime.store(),
+        policies: policy_store.clone(),
         recorder: Recorder::new(hub, Reporter::from("tenancy-hub")),
         events: Default::default(),
         model,
@@ -337,19 +354,21 @@ pub async fn run(
     tasks.spawn(until(&cancel, {
         let store = ctx.controllers.clone();
         async move {
-            // The store wakes a single waiter when it fills (the controller's own), so poll it.
-            let tick = Duration::from_millis(200);
-            while tokio::time::timeout(tick, store.wait_until_ready())
-                .await
-                .is_err()
-            {}
+            ready_store(&store).await;
             ready.store(Arc::new(Readiness::Ready));
             tracing::info!(%address, "ready: the hub's Controllers are listed");
         }
     }));
+    // No plan before the policies are known: an empty store would make every release Forbidden.
+    tokio::select! {
+        () = ready_store(&policy_store) => {}
+        () = cancel.cancelled() => {}
+    }
     tracing::info!(
         workers = config.queue.workers,
         per_cluster = config.queue.per_cluster,
+        policies = policy_store.state().len(),
+        mode = ?ctx.settings.policy_mode,
         "tenancy-hub is running"
     );
     let run = runtime
@@ -396,6 +415,47 @@ pub async fn run(
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Completes when a reflector store has been filled once. The store wakes a single waiter when it
+/// fills (which may be the controller's own), so this polls it.
+async fn ready_store<K>(store: &reflector::Store<K>)
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    let tick = Duration::from_millis(200);
+    while tokio::time::timeout(tick, store.wait_until_ready())
+        .await
+        .is_err()
+    {}
+}
+
+/// Keeps the `TenancyPolicy` store current and has every `Controller` planned again whenever a
+/// policy is created, changed or deleted, so policy changes take effect without a restart.
+async fn watch_policies(
+    api: Api<TenancyPolicy>,
+    writer: reflector::store::Writer<TenancyPolicy>,
+    everything: mpsc::Sender<()>,
+) {
+    let mut events = std::pin::pin!(
+        watcher(api, watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+    );
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Apply(p) | watcher::Event::Delete(p)) => {
+                tracing::info!(policy = %kube::ResourceExt::name_any(&p), "a TenancyPolicy changed; planning every Controller again");
+                let _ = everything.send(()).await;
+            }
+            Ok(watcher::Event::InitDone) => {
+                let _ = everything.send(()).await;
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "watching TenancyPolicies failed; retrying"),
+        }
+    }
 }
 
 /// Runs `task` until it ends or `cancel` fires.

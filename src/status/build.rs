@@ -32,6 +32,8 @@ pub mod phase {
     pub const UNKNOWN: &str = "Unknown";
     /// Cannot be planned as written.
     pub const INVALID: &str = "Invalid";
+    /// Not allowed by the tenancy policies: no Helm call; what runs stays as it is.
+    pub const FORBIDDEN: &str = "Forbidden";
     /// Left in a cluster that is no longer registered.
     pub const ORPHANED: &str = "Orphaned";
 }
@@ -171,11 +173,14 @@ fn release_message(release: &Release, view: &ReleaseView<'_>) -> ChartMessage {
 fn problem_message(problem: &Problem, key: &ReleaseKey) -> ChartMessage {
     let phase = match problem {
         Problem::Conflict { .. } => phase::CONFLICT,
+        Problem::Forbidden { .. } => phase::FORBIDDEN,
         _ => phase::INVALID,
     };
     ChartMessage {
         chart_name: match problem {
-            Problem::MissingChart { chart, .. } | Problem::Duplicate { chart, .. } => chart.clone(),
+            Problem::MissingChart { chart, .. }
+            | Problem::Duplicate { chart, .. }
+            | Problem::Forbidden { chart, .. } => chart.clone(),
             _ => String::new(),
         },
         release_name: key.release.clone(),
@@ -607,8 +612,13 @@ impl<'a> Findings<'a> {
                     .entry(m.phase.as_str())
                     .or_default()
                     .push(format!("{here}/{}", m.release_name));
-                let bad =
-                    [phase::FAILED, phase::INVALID, phase::CONFLICT].contains(&m.phase.as_str());
+                let bad = [
+                    phase::FAILED,
+                    phase::INVALID,
+                    phase::FORBIDDEN,
+                    phase::CONFLICT,
+                ]
+                .contains(&m.phase.as_str());
                 if bad && f.first_error.is_none() {
                     f.first_error = Some(format!("{here}/{}: {}", m.release_name, m.error_message));
                 }
@@ -656,10 +666,11 @@ fn conditions(f: &Findings<'_>, previous: &[Condition], now: Timestamp) -> Vec<C
         now,
         generation: f.generation,
     };
-    let (failed, invalid, conflict) = (
+    let (failed, invalid, conflict, forbidden) = (
         f.list(phase::FAILED),
         f.list(phase::INVALID),
         f.list(phase::CONFLICT),
+        f.list(phase::FORBIDDEN),
     );
     let stalled: Option<(&str, String)> = match () {
         _ if !invalid.is_empty() || !f.general.is_empty() => Some((
@@ -672,6 +683,13 @@ fn conditions(f: &Findings<'_>, previous: &[Condition], now: Timestamp) -> Vec<C
             )
             .trim_end()
             .to_owned(),
+        )),
+        _ if !forbidden.is_empty() => Some((
+            "Forbidden",
+            format!(
+                "release(s) {} are not allowed by the tenancy policies; nothing is done for them and what runs is left as it is",
+                some(forbidden)
+            ),
         )),
         _ if !conflict.is_empty() => Some((
             "Conflict",
@@ -808,6 +826,7 @@ mod tests {
             values: None,
             rollback_on_failure: false,
             spec_hash: "h1".into(),
+            identity: None,
         }
     }
 

@@ -1,0 +1,157 @@
+//! The cluster-scoped `multitenancy.dev/v1alpha1` `TenancyPolicy`: where tenants may deliver, from which chart sources, as whom.
+
+use std::collections::BTreeMap;
+
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Where the `Controller` resources of some hub namespaces may deliver, and as whom.
+///
+/// Written by platform admins. A release is allowed when one policy that governs its
+/// `Controller`'s hub namespace allows its cluster, its target namespace and its chart source
+/// together; several policies may govern one hub namespace, and what any of them allows is allowed.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "multitenancy.dev",
+    version = "v1alpha1",
+    kind = "TenancyPolicy",
+    shortname = "tenpol",
+    category = "tenancy",
+    doc = "Allows the Controllers of some hub namespaces to deliver to some clusters and namespaces, from some chart sources, as an identity of their own.",
+    printcolumn(
+        name = "Hub-Namespaces",
+        type_ = "string",
+        json_path = ".spec.hubNamespaces"
+    ),
+    printcolumn(name = "Namespaces", type_ = "string", json_path = ".spec.namespaces"),
+    printcolumn(name = "User", type_ = "string", json_path = ".spec.impersonate.user"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TenancyPolicySpec {
+    /// Hub namespaces whose `Controller` resources this policy governs, by exact name.
+    #[schemars(length(min = 1, max = 256))]
+    #[x_kube(validation = Rule::new("self.all(n, n.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'))")
+        .message("hubNamespaces are namespace names: DNS-1123 labels"))]
+    pub hub_namespaces: Vec<String>,
+
+    /// Registered cluster names releases may go to. The hub cluster (`hub`) is allowed only when
+    /// named here, never by `clusterSelector`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256), inner(length(min = 1, max = 253)))]
+    pub clusters: Vec<String>,
+
+    /// Allows the member clusters whose registration labels match (an empty selector matches
+    /// every member). With neither `clusters` nor `clusterSelector`, no cluster is allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_selector: Option<PolicyClusterSelector>,
+
+    /// Target namespaces releases may go to: an exact name, a prefix ending in `*` (`team-a-*`),
+    /// or `*` for any. `kube-system`, `kube-public`, `kube-node-lease` and the operator's own
+    /// namespace are matched only by their exact name, never by a pattern.
+    #[schemars(length(min = 1, max = 256))]
+    #[x_kube(validation = Rule::new("self.all(n, n == '*' || n.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') || n.matches('^[a-z0-9][-a-z0-9]*[*]$'))")
+        .message("each namespace is a DNS-1123 label, a prefix of one followed by '*', or '*'"))]
+    pub namespaces: Vec<String>,
+
+    /// Where charts may come from: `chart-home` (the operator's local chart directory), or a URL
+    /// prefix: `https://charts.example.com/` for Helm repositories, `oci://registry.example.com/team-a/`
+    /// for OCI charts. A prefix matches whole path segments. `http://` repositories are refused
+    /// unless a prefix here names them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 2048)))]
+    #[x_kube(validation = Rule::new("self.all(s, s == 'chart-home' || s.startsWith('https://') || s.startsWith('http://') || s.startsWith('oci://'))")
+        .message("each chart source is chart-home or a URL prefix starting with https://, http:// or oci://"))]
+    pub chart_sources: Vec<String>,
+
+    /// The identity Helm acts as in the target clusters for releases this policy allows, so the
+    /// cluster's own RBAC decides what a chart may create. Without it, Helm uses the operator's
+    /// credentials for the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub impersonate: Option<Impersonation>,
+}
+
+/// Selects registered member clusters by label.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyClusterSelector {
+    /// Every label here must be present, with this value, on the cluster's registration entry.
+    #[serde(default)]
+    pub match_labels: BTreeMap<String, String>,
+}
+
+/// A user and groups Helm impersonates (`--kube-as-user`, `--kube-as-group`).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "camelCase")]
+pub struct Impersonation {
+    /// User name, as the target clusters' RBAC knows it (for example `team-a-deployer`, or
+    /// `system:serviceaccount:NAMESPACE:NAME`).
+    #[schemars(length(min = 1, max = 253))]
+    pub user: String,
+
+    /// Groups of the user.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(min = 1, max = 253)))]
+    #[x_kube(validation = Rule::new("!self.exists(g, g == 'system:masters')")
+        .message("impersonating system:masters would give tenants every right: use a group of their own"))]
+    pub groups: Vec<String>,
+
+    /// A ClusterRole the operator binds to this user in every target namespace it creates for
+    /// the policy's releases (a RoleBinding `tenancy-hub-deployer`), so the identity holds those
+    /// rights there and nowhere else. Without it, the target clusters' admins grant the rights.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub namespace_role: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::CustomResourceExt;
+
+    #[test]
+    fn the_policy_crd_is_cluster_scoped_and_carries_its_rules() {
+        let crd = TenancyPolicy::crd();
+        assert_eq!(
+            crd.metadata.name.as_deref(),
+            Some("tenancypolicies.multitenancy.dev")
+        );
+        assert_eq!(crd.spec.scope, "Cluster");
+        let yaml = serde_yaml::to_string(&crd).unwrap();
+        for needle in [
+            "a prefix of one followed by '*'",
+            "chart-home or a URL prefix",
+            "impersonating system:masters",
+            "hubNamespaces are namespace names",
+        ] {
+            assert!(yaml.contains(needle), "CRD lacks {needle:?}");
+        }
+    }
+
+    #[test]
+    fn the_committed_policy_crd_matches_the_code() {
+        let committed = include_str!("../../crds/tenancypolicies.multitenancy.dev.yaml");
+        assert!(
+            committed == crate::api::policy_crd_yaml(),
+            "crds/tenancypolicies.multitenancy.dev.yaml is stale: run `cargo run -- crd` and split its output into crds/"
+        );
+    }
+
+    #[test]
+    fn the_example_of_the_documentation_parses() {
+        let p: TenancyPolicy = serde_yaml::from_str(
+            "apiVersion: multitenancy.dev/v1alpha1\nkind: TenancyPolicy\nmetadata: {name: team-a}\nspec:\n  hubNamespaces: [team-a]\n  clusters: [member-1]\n  clusterSelector: {matchLabels: {env: dev}}\n  namespaces: [team-a, \"team-a-*\"]\n  chartSources: [chart-home, \"https://charts.example.com/\"]\n  impersonate: {user: team-a-deployer, groups: [team-a], namespaceRole: admin}\n",
+        )
+        .unwrap();
+        assert_eq!(p.spec.namespaces, ["team-a", "team-a-*"]);
+        let who = p.spec.impersonate.unwrap();
+        assert_eq!(who.user, "team-a-deployer");
+        assert_eq!(who.namespace_role.as_deref(), Some("admin"));
+    }
+}

@@ -1,0 +1,702 @@
+//! Admission: which releases the tenancy policies allow, as whom Helm acts for them, and the chart-source rules every mode keeps (pure).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::{
+    api::crd::{Chart, HUB_CLUSTER},
+    api::key::{ClusterName, ReleaseKey},
+    api::policy::{Impersonation, TenancyPolicySpec},
+};
+
+/// Namespaces matched by a policy only when it names them exactly, never by a pattern.
+pub const PROTECTED_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
+
+/// The word in `chartSources` that allows the operator's chart home.
+pub const CHART_HOME_SOURCE: &str = "chart-home";
+
+/// How the tenancy policies are applied (`run --tenancy-policy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// A release no policy allows gets no Helm call and is reported `Forbidden`.
+    #[default]
+    Enforce,
+    /// A release no policy allows is delivered anyway, and what enforcing would refuse is logged
+    /// and published as a warning; the chart-source rules still hold.
+    Permissive,
+}
+
+/// One policy, by name.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NamedPolicy {
+    /// The policy's name.
+    pub name: String,
+    /// What it allows.
+    pub spec: TenancyPolicySpec,
+}
+
+/// Everything admission needs: the mode, the policies (in name order) and the namespaces no
+/// pattern may match.
+#[derive(Clone, Debug, Default)]
+pub struct Admission {
+    /// Enforce or permissive.
+    pub mode: Mode,
+    /// Every policy on the hub, sorted by name.
+    pub policies: Vec<NamedPolicy>,
+    /// The operator's own namespace, protected like `kube-system`.
+    pub operator_namespace: String,
+}
+
+/// What admission says of one release.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Deliver it, as this identity (the operator's own when None).
+    Allowed {
+        /// Whom Helm impersonates.
+        identity: Option<Impersonation>,
+        /// In permissive mode, what enforcing would refuse.
+        warning: Option<String>,
+    },
+    /// No Helm call: the rule it breaks, and the policies that govern its hub namespace.
+    Refused(String),
+}
+
+/// Where a chart comes from, as admission sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source<'a> {
+    ChartHome,
+    Repository(&'a str),
+    Oci(&'a str),
+}
+
+fn source_of(chart: &Chart) -> Source<'_> {
+    if chart.chart_name.starts_with("oci://") {
+        Source::Oci(&chart.chart_name)
+    } else if let Some(url) = &chart.repo {
+        Source::Repository(url)
+    } else {
+        Source::ChartHome
+    }
+}
+
+/// True when `url` lies under `prefix`, matching whole path segments:
+/// `https://charts.example.com/` and `https://charts.example.com` both hold
+/// `https://charts.example.com/team`, but not `https://charts.example.com.evil/`.
+pub fn under_prefix(url: &str, prefix: &str) -> bool {
+    let url = format!("{}/", url.trim_end_matches('/'));
+    let prefix = format!("{}/", prefix.trim_end_matches('/'));
+    url.starts_with(&prefix)
+}
+
+/// True when `pattern` (an exact name, `prefix*` or `*`) allows `namespace`; protected namespaces
+/// are allowed only by their exact name.
+pub fn namespace_allowed(pattern: &str, namespace: &str, protected: &[&str]) -> bool {
+    if pattern == namespace {
+        return true;
+    }
+    if protected.contains(&namespace) {
+        return false;
+    }
+    pattern
+        .strip_suffix('*')
+        .is_some_and(|prefix| namespace.starts_with(prefix))
+}
+
+impl Admission {
+    /// Admission that allows everything the chart-source rules allow, as the operator.
+    pub fn permissive() -> Self {
+        Self {
+            mode: Mode::Permissive,
+            ..Self::default()
+        }
+    }
+
+    fn protected(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = PROTECTED_NAMESPACES.to_vec();
+        if !self.operator_namespace.is_empty() {
+            out.push(&self.operator_namespace);
+        }
+        out
+    }
+
+    /// The policies that govern a hub namespace, in name order.
+    pub fn governing(&self, hub_namespace: &str) -> Vec<&NamedPolicy> {
+        self.policies
+            .iter()
+            .filter(|p| p.spec.hub_namespaces.iter().any(|n| n == hub_namespace))
+            .collect()
+    }
+
+    /// The rules every mode keeps, whatever the policies list: a chart-home or repository chart
+    /// is a plain name; a repository is `https://` (or `http://` under a prefix some governing
+    /// policy lists), never `file://`, and carries no credentials; an OCI reference names a host.
+    pub fn check_source(&self, hub_namespace: &str, chart: &Chart) -> Result<(), String> {
+        let name = &chart.chart_name;
+        match source_of(chart) {
+            Source::ChartHome | Source::Repository(_) => {
+                if name.contains(['/', '\\']) || name.contains("..") || name.starts_with(['.', '-'])
+                {
+                    return Err(format!(
+                        "chartName {name:?} must be a plain chart name (no '/', no '..', not absolute): a chart-home or repository chart is named, never given as a path"
+                    ));
+                }
+            }
+            Source::Oci(reference) => {
+                let rest = &reference["oci://".len()..];
+                if rest.is_empty() || rest.starts_with('/') || rest.contains("..") {
+                    return Err(format!(
+                        "OCI reference {reference:?} must name a registry host and a repository"
+                    ));
+                }
+                if rest
+                    .split('/')
+                    .next()
+                    .is_some_and(|host| host.contains('@'))
+                {
+                    return Err(format!(
+                        "OCI reference {reference:?} must not carry credentials: give the registry's credentials to helm's registry configuration"
+                    ));
+                }
+            }
+        }
+        if let Source::Repository(url) = source_of(chart) {
+            let Some((scheme, rest)) = url.split_once("://") else {
+                return Err(format!("repo {url:?} is not a URL: use https://HOST/PATH"));
+            };
+            if rest
+                .split('/')
+                .next()
+                .is_some_and(|host| host.contains('@'))
+            {
+                return Err(
+                    "repo URLs must not carry credentials (user:password@): they would show in process lists and status"
+                        .into(),
+                );
+            }
+            match scheme {
+                "https" => {}
+                "http" => {
+                    let listed = self
+                        .governing(hub_namespace)
+                        .iter()
+                        .flat_map(|p| &p.spec.chart_sources)
+                        .any(|s| s.starts_with("http://") && under_prefix(url, s));
+                    if !listed {
+                        return Err(format!(
+                            "repo {url:?} is plain http: use https, or have a TenancyPolicy governing hub namespace {hub_namespace} list its prefix in chartSources"
+                        ));
+                    }
+                }
+                other => {
+                    return Err(format!(
+                        "repo {url:?}: scheme {other}:// is not allowed; use https://"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a policy's `chartSources` allow a chart.
+    fn source_allowed(policy: &TenancyPolicySpec, chart: &Chart) -> bool {
+        match source_of(chart) {
+            Source::ChartHome => policy.chart_sources.iter().any(|s| s == CHART_HOME_SOURCE),
+            Source::Repository(url) => policy.chart_sources.iter().any(|s| {
+                (s.starts_with("https://") || s.starts_with("http://")) && under_prefix(url, s)
+            }),
+            Source::Oci(reference) => policy
+                .chart_sources
+                .iter()
+                .any(|s| s.starts_with("oci://") && under_prefix(reference, s)),
+        }
+    }
+
+    /// Whether a policy allows a cluster: by name, or a member by its registration labels.
+    fn cluster_allowed(
+        policy: &TenancyPolicySpec,
+        cluster: &ClusterName,
+        labels: Option<&BTreeMap<String, String>>,
+    ) -> bool {
+        if policy.clusters.iter().any(|c| c == cluster.as_str()) {
+            return true;
+        }
+        cluster.as_str() != HUB_CLUSTER
+            && policy.cluster_selector.as_ref().is_some_and(|s| {
+                labels.is_some_and(|labels| {
+                    s.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+                })
+            })
+    }
+
+    /// The first rule of `policy` the release breaks, or None when the policy allows it.
+    fn broken_rule(
+        &self,
+        policy: &TenancyPolicySpec,
+        key: &ReleaseKey,
+        labels: Option<&BTreeMap<String, String>>,
+        chart: Option<&Chart>,
+    ) -> Option<String> {
+        let cluster = &key.scope.cluster;
+        if !Self::cluster_allowed(policy, cluster, labels) {
+            return Some(if cluster.as_str() == HUB_CLUSTER {
+                "the hub cluster is allowed only when named in clusters".into()
+            } else {
+                format!("cluster {cluster} is not allowed")
+            });
+        }
+        let namespace = &key.scope.namespace;
+        let protected = self.protected();
+        if !policy
+            .namespaces
+            .iter()
+            .any(|p| namespace_allowed(p, namespace, &protected))
+        {
+            return Some(if protected.contains(&namespace.as_str()) {
+                format!("namespace {namespace} is protected and not named exactly")
+            } else {
+                format!("namespace {namespace} is not allowed")
+            });
+        }
+        if let Some(chart) = chart
+            && !Self::source_allowed(policy, chart)
+        {
+            return Some(format!(
+                "chart source {} is not in chartSources",
+                describe_source(chart)
+            ));
+        }
+        None
+    }
+
+    /// What the policies say of one release of a `Controller` in `hub_namespace`: allowed (and as
+    /// whom: the first allowing policy by name), or refused with the rules it breaks.
+    pub fn admit(
+        &self,
+        hub_namespace: &str,
+        key: &ReleaseKey,
+        labels: Option<&BTreeMap<String, String>>,
+        chart: &Chart,
+    ) -> Verdict {
+        if let Err(rule) = self.check_source(hub_namespace, chart) {
+            return Verdict::Refused(rule);
+        }
+        let governing = self.governing(hub_namespace);
+        if let Some(allowing) = governing.iter().find(|p| {
+            self.broken_rule(&p.spec, key, labels, Some(chart))
+                .is_none()
+        }) {
+            return Verdict::Allowed {
+                identity: allowing.spec.impersonate.clone(),
+                warning: None,
+            };
+        }
+        let why = if governing.is_empty() {
+            format!(
+                "no TenancyPolicy governs hub namespace {hub_namespace}: a platform admin must list it in a policy's hubNamespaces"
+            )
+        } else {
+            let each: Vec<String> = governing
+                .iter()
+                .map(|p| {
+                    let rule = self
+                        .broken_rule(&p.spec, key, labels, Some(chart))
+                        .unwrap_or_default();
+                    format!("TenancyPolicy {}: {rule}", p.name)
+                })
+                .collect();
+            format!(
+                "not allowed by the policies governing hub namespace {hub_namespace} ({})",
+                each.join("; ")
+            )
+        };
+        match self.mode {
+            Mode::Enforce => Verdict::Refused(why),
+            Mode::Permissive => Verdict::Allowed {
+                identity: None,
+                warning: Some(format!(
+                    "would be refused under --tenancy-policy enforce: {why}"
+                )),
+            },
+        }
+    }
+
+    /// Whom Helm acts as to uninstall a release: the first governing policy (by name) that allows
+    /// its cluster and namespace, else the first governing policy with an identity, else the
+    /// operator itself.
+    pub fn identity_for_removal(
+        &self,
+        hub_namespace: &str,
+        key: &ReleaseKey,
+        labels: Option<&BTreeMap<String, String>>,
+    ) -> Option<Impersonation> {
+        let governing = self.governing(hub_namespace);
+        governing
+            .iter()
+            .find(|p| self.broken_rule(&p.spec, key, labels, None).is_none())
+            .or_else(|| governing.iter().find(|p| p.spec.impersonate.is_some()))
+            .and_then(|p| p.spec.impersonate.clone())
+    }
+
+    /// Whether the hub may fetch a chart for a `Controller` of `hub_namespace` at all: the source
+    /// rules hold and, when enforcing, some governing policy lists the source.
+    pub fn may_fetch(&self, hub_namespace: &str, chart: &Chart) -> bool {
+        self.check_source(hub_namespace, chart).is_ok()
+            && (self.mode == Mode::Permissive
+                || self
+                    .governing(hub_namespace)
+                    .iter()
+                    .any(|p| Self::source_allowed(&p.spec, chart)))
+    }
+
+    /// Names of every policy, for logs.
+    pub fn names(&self) -> BTreeSet<&str> {
+        self.policies.iter().map(|p| p.name.as_str()).collect()
+    }
+}
+
+/// A chart's source in words: `chart-home`, the repository URL or the OCI reference.
+pub fn describe_source(chart: &Chart) -> String {
+    match source_of(chart) {
+        Source::ChartHome => CHART_HOME_SOURCE.to_owned(),
+        Source::Repository(url) => url.to_owned(),
+        Source::Oci(reference) => reference.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::key::ClusterNamespace;
+    use crate::api::policy::PolicyClusterSelector;
+
+    fn key(cluster: &str, namespace: &str) -> ReleaseKey {
+        ReleaseKey {
+            scope: ClusterNamespace::new(cluster.parse().unwrap(), namespace).unwrap(),
+            release: "web".into(),
+        }
+    }
+
+    fn home(name: &str) -> Chart {
+        Chart {
+            chart_name: name.into(),
+            ..Chart::default()
+        }
+    }
+
+    fn repo(url: &str) -> Chart {
+        Chart {
+            chart_name: "web".into(),
+            repo: Some(url.into()),
+            ..Chart::default()
+        }
+    }
+
+    fn team_a() -> NamedPolicy {
+        NamedPolicy {
+            name: "team-a".into(),
+            spec: TenancyPolicySpec {
+                hub_namespaces: vec!["team-a".into()],
+                clusters: vec!["member-1".into()],
+                cluster_selector: Some(PolicyClusterSelector {
+                    match_labels: BTreeMap::from([("env".into(), "dev".into())]),
+                }),
+                namespaces: vec!["team-a".into(), "team-a-*".into()],
+                chart_sources: vec![
+                    "chart-home".into(),
+                    "https://charts.example.com/".into(),
+                    "oci://registry.example.com/team-a/".into(),
+                ],
+                impersonate: Some(Impersonation {
+                    user: "team-a-deployer".into(),
+                    groups: vec!["team-a".into()],
+                    namespace_role: None,
+                }),
+            },
+        }
+    }
+
+    fn enforce(policies: Vec<NamedPolicy>) -> Admission {
+        Admission {
+            mode: Mode::Enforce,
+            policies,
+            operator_namespace: "tenancy-hub".into(),
+        }
+    }
+
+    fn dev() -> BTreeMap<String, String> {
+        BTreeMap::from([("env".into(), "dev".into())])
+    }
+
+    fn refused(v: Verdict) -> String {
+        match v {
+            Verdict::Refused(why) => why,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_allowed_release_goes_as_the_policys_identity() {
+        let a = enforce(vec![team_a()]);
+        let v = a.admit("team-a", &key("member-1", "team-a-web"), None, &home("web"));
+        assert_eq!(
+            v,
+            Verdict::Allowed {
+                identity: team_a().spec.impersonate,
+                warning: None
+            }
+        );
+    }
+
+    #[test]
+    fn a_cluster_is_allowed_by_name_or_by_its_labels_but_the_hub_only_by_name() {
+        let a = enforce(vec![team_a()]);
+        let by_label = a.admit(
+            "team-a",
+            &key("member-2", "team-a"),
+            Some(&dev()),
+            &home("web"),
+        );
+        assert!(matches!(by_label, Verdict::Allowed { .. }));
+        let why = refused(a.admit("team-a", &key("member-2", "team-a"), None, &home("web")));
+        assert!(why.contains("cluster member-2 is not allowed"), "{why}");
+        assert!(why.contains("TenancyPolicy team-a"), "{why}");
+        let mut all = team_a();
+        all.spec.cluster_selector = Some(PolicyClusterSelector::default());
+        let why = refused(enforce(vec![all]).admit(
+            "team-a",
+            &key("hub", "team-a"),
+            Some(&BTreeMap::new()),
+            &home("web"),
+        ));
+        assert!(
+            why.contains("hub cluster is allowed only when named"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn protected_namespaces_are_matched_only_by_their_exact_name() {
+        let mut any = team_a();
+        any.spec.namespaces = vec!["*".into(), "kube-*".into()];
+        let a = enforce(vec![any.clone()]);
+        for ns in [
+            "kube-system",
+            "kube-public",
+            "kube-node-lease",
+            "tenancy-hub",
+        ] {
+            let why = refused(a.admit("team-a", &key("member-1", ns), None, &home("web")));
+            assert!(why.contains("is protected"), "{ns}: {why}");
+        }
+        assert!(matches!(
+            a.admit(
+                "team-a",
+                &key("member-1", "kube-flannel"),
+                None,
+                &home("web")
+            ),
+            Verdict::Allowed { .. }
+        ));
+        any.spec.namespaces = vec!["kube-system".into()];
+        assert!(matches!(
+            enforce(vec![any]).admit(
+                "team-a",
+                &key("member-1", "kube-system"),
+                None,
+                &home("web")
+            ),
+            Verdict::Allowed { .. }
+        ));
+    }
+
+    #[test]
+    fn another_teams_namespace_is_refused_naming_the_rule_and_the_policy() {
+        let why = refused(enforce(vec![team_a()]).admit(
+            "team-a",
+            &key("member-1", "team-b"),
+            None,
+            &home("web"),
+        ));
+        assert_eq!(
+            why,
+            "not allowed by the policies governing hub namespace team-a (TenancyPolicy team-a: namespace team-b is not allowed)"
+        );
+    }
+
+    #[test]
+    fn a_hub_namespace_no_policy_governs_is_refused_with_what_to_do() {
+        let why = refused(enforce(vec![team_a()]).admit(
+            "team-x",
+            &key("member-1", "team-a"),
+            None,
+            &home("web"),
+        ));
+        assert!(
+            why.starts_with("no TenancyPolicy governs hub namespace team-x"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn what_any_governing_policy_allows_is_allowed_as_that_policys_identity() {
+        let mut b = team_a();
+        b.name = "team-a-extra".into();
+        b.spec.namespaces = vec!["shared".into()];
+        b.spec.impersonate = None;
+        let a = enforce(vec![team_a(), b]);
+        assert_eq!(
+            a.admit("team-a", &key("member-1", "shared"), None, &home("web")),
+            Verdict::Allowed {
+                identity: None,
+                warning: None
+            }
+        );
+        let why = refused(a.admit("team-a", &key("member-1", "other"), None, &home("web")));
+        assert!(
+            why.contains("TenancyPolicy team-a:") && why.contains("TenancyPolicy team-a-extra:"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn chart_sources_match_whole_path_segments() {
+        let a = enforce(vec![team_a()]);
+        let k = key("member-1", "team-a");
+        for ok in [
+            repo("https://charts.example.com"),
+            repo("https://charts.example.com/stable/"),
+            home("web"),
+            Chart {
+                chart_name: "oci://registry.example.com/team-a/web".into(),
+                ..Chart::default()
+            },
+        ] {
+            assert!(
+                matches!(a.admit("team-a", &k, None, &ok), Verdict::Allowed { .. }),
+                "{ok:?}"
+            );
+        }
+        for bad in [
+            repo("https://charts.example.com.evil.io/"),
+            repo("https://other.example.com/"),
+            Chart {
+                chart_name: "oci://registry.example.com/team-b/web".into(),
+                ..Chart::default()
+            },
+            Chart {
+                chart_name: "oci://registry.example.com/team-a-x/web".into(),
+                ..Chart::default()
+            },
+        ] {
+            let why = refused(a.admit("team-a", &k, None, &bad));
+            assert!(why.contains("is not in chartSources"), "{why}");
+        }
+    }
+
+    #[test]
+    fn chart_names_are_plain_names_in_every_mode() {
+        let a = Admission::permissive();
+        for name in [
+            "/etc/charts/web",
+            "../web",
+            "sub/web",
+            "..",
+            ".hidden",
+            "-x",
+        ] {
+            let why = a.check_source("any", &home(name)).unwrap_err();
+            assert!(why.contains("plain chart name"), "{name}: {why}");
+            let mut r = repo("https://charts.example.com/");
+            r.chart_name = name.into();
+            assert!(a.check_source("any", &r).is_err(), "repo chart {name}");
+        }
+        assert!(a.check_source("any", &home("web-1.2")).is_ok());
+    }
+
+    #[test]
+    fn repositories_are_https_without_credentials_and_http_only_when_listed() {
+        let a = Admission::permissive();
+        assert!(
+            a.check_source("team-a", &repo("https://charts.example.com"))
+                .is_ok()
+        );
+        for bad in [
+            "file:///etc",
+            "ftp://x/",
+            "charts.example.com",
+            "https://user:secret@charts.example.com/",
+        ] {
+            let why = a.check_source("team-a", &repo(bad)).unwrap_err();
+            assert!(!why.contains("secret"), "the credentials leak: {why}");
+        }
+        let why = a
+            .check_source("team-a", &repo("http://127.0.0.1:8080"))
+            .unwrap_err();
+        assert!(why.contains("plain http"), "{why}");
+        let mut listed = team_a();
+        listed.spec.chart_sources = vec!["http://127.0.0.1:8080/".into()];
+        let a = Admission {
+            policies: vec![listed],
+            ..Admission::permissive()
+        };
+        assert!(
+            a.check_source("team-a", &repo("http://127.0.0.1:8080"))
+                .is_ok()
+        );
+        assert!(
+            a.check_source("team-b", &repo("http://127.0.0.1:8080"))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn permissive_mode_delivers_what_enforce_would_refuse_and_says_so() {
+        let a = Admission {
+            policies: vec![team_a()],
+            ..Admission::permissive()
+        };
+        match a.admit(
+            "team-x",
+            &key("member-1", "kube-system"),
+            None,
+            &home("web"),
+        ) {
+            Verdict::Allowed {
+                identity: None,
+                warning: Some(w),
+            } => assert!(w.contains("would be refused"), "{w}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            a.admit("team-x", &key("member-1", "x"), None, &home("../web")),
+            Verdict::Refused(_)
+        ));
+    }
+
+    #[test]
+    fn removals_act_as_the_identity_that_delivered_them() {
+        let a = enforce(vec![team_a()]);
+        assert_eq!(
+            a.identity_for_removal("team-a", &key("member-1", "team-a"), None),
+            team_a().spec.impersonate
+        );
+        // A tightened policy that no longer allows the cluster still names the identity.
+        assert_eq!(
+            a.identity_for_removal("team-a", &key("member-9", "team-a"), None),
+            team_a().spec.impersonate
+        );
+        assert_eq!(
+            a.identity_for_removal("team-x", &key("member-1", "team-a"), None),
+            None
+        );
+    }
+
+    #[test]
+    fn the_hub_fetches_only_sources_a_governing_policy_lists() {
+        let a = enforce(vec![team_a()]);
+        assert!(a.may_fetch("team-a", &repo("https://charts.example.com/")));
+        assert!(!a.may_fetch("team-a", &repo("https://evil.example.com/")));
+        assert!(!a.may_fetch("team-x", &repo("https://charts.example.com/")));
+        assert!(Admission::permissive().may_fetch("x", &repo("https://evil.example.com/")));
+        assert!(!Admission::permissive().may_fetch("x", &repo("file:///etc")));
+    }
+}
