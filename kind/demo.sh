@@ -40,10 +40,12 @@ step "2/6 building tenancy-hub"
 (cd "$REPO_ROOT" && cargo build --locked --quiet)
 TH="$REPO_ROOT/target/debug/tenancy-hub"
 
-step "3/6 installing the Controller CRD on the hub (and namespace tenancy-hub for the operator's Lease)"
+step "3/6 installing the CRDs on the hub, the admin's TenancyPolicy for the examples (and namespace tenancy-hub for the operator's Lease)"
 kubectl --context hub create namespace tenancy-hub --dry-run=client -o yaml | kubectl --context hub apply -f - >/dev/null
 "$TH" crd | kubectl --context hub apply --server-side --force-conflicts --field-manager tenancy-hub -f -
-kubectl --context hub wait --for condition=Established --timeout 60s crd/controllers.multitenancy.dev
+kubectl --context hub wait --for condition=Established --timeout 60s \
+    crd/controllers.multitenancy.dev crd/tenancypolicies.multitenancy.dev
+kubectl --context hub apply -f "$REPO_ROOT/config/admin-policy.yaml"
 
 step "4/6 every registered cluster, as tenancy-hub sees it"
 "$TH" clusters --clusters "$LAB_DIR/clusters.yaml" --kubeconfig "$KUBECONFIG" --context hub

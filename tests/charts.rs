@@ -6,7 +6,7 @@ use std::path::Path;
 
 use common::{
     fixtures::{DEADLINE, chart, message, ready, tenancy, unique, wait_until},
-    hub::Hub,
+    hub::{Hub, allow_all},
     lab::Lab,
     repo::{ChartRepo, OciRegistry, example_chart},
 };
@@ -80,6 +80,9 @@ async fn repository_charts_without_an_exact_version_follow_the_newest_match() {
     let hub = Hub::with_args("charts-repo", &["--chart-interval", INTERVAL]).await;
     let repo = ChartRepo::serve(&hub.lab, &["0.1.0", "0.2.0"]);
     repo.wait_ready().await;
+    // A plain-http repository is used only under a prefix a policy lists.
+    hub.policy(&hub.namespace, allow_all(&hub.namespace, &[&repo.url]))
+        .await;
     let ns = unique("charts-repo-tenant");
     let from_repo = |release: &str, version: Option<&str>| -> Chart {
         let mut c = chart("deployment-example", release, &[]);

@@ -8,7 +8,7 @@ use common::{
     fixtures::{
         DEADLINE, SEED, chart, create_seed, message, ready, tenancy, unique, wait_until, web,
     },
-    hub::Hub,
+    hub::{Hub, allow_all},
     lab::Lab,
     operator::Operator,
     repo::{ChartRepo, OciRegistry, example_chart},
@@ -131,6 +131,9 @@ async fn a_chart_from_a_helm_repository_is_pinned_to_its_version() {
     let hub = Hub::new("repo").await;
     let repo = ChartRepo::serve(&hub.lab, &["0.1.0", "0.2.0"]);
     repo.wait_ready().await;
+    // A plain-http repository is used only under a prefix a policy lists.
+    hub.policy(&hub.namespace, allow_all(&hub.namespace, &[&repo.url]))
+        .await;
     let ns = unique("repo-tenant");
     let spec = |version: &str| {
         let mut c = chart("deployment-example", "web", &[]);

@@ -25,6 +25,7 @@ use serde::Deserialize as _;
 use serde_yaml::Value;
 use tenancy_hub::{
     api::crd::{Controller, ControllerSpec},
+    api::policy::{TenancyPolicy, TenancyPolicySpec},
     clusters::registry::RegistrationFile,
 };
 
@@ -539,6 +540,10 @@ async fn clean_up(lab: &Lab, names: &Names) {
     let _ = lab.try_helm("member-1", &["uninstall", "web", "-n", &names.member]);
     delete_namespace(&admin, &names.hub).await;
     delete_namespace(&admin, &names.home).await;
+    let policies: Api<TenancyPolicy> = Api::all(admin.clone());
+    let _ = policies
+        .delete(&names.home, &kube::api::DeleteParams::default())
+        .await;
     delete_namespace(&lab.client("member-1").await, &names.member).await;
 }
 
@@ -571,6 +576,23 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
     );
 
     create_namespace(&admin, home).await;
+    // The deployed operator enforces the tenancy policies: the test's hub namespace gets one.
+    let policies: Api<TenancyPolicy> = Api::all(admin.clone());
+    let policy = TenancyPolicySpec {
+        hub_namespaces: vec![home.clone()],
+        clusters: vec!["hub".into(), "member-1".into()],
+        namespaces: vec![hub_ns.clone(), member_ns.clone()],
+        chart_sources: vec!["chart-home".into()],
+        ..Default::default()
+    };
+    policies
+        .patch(
+            home,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&TenancyPolicy::new(home, policy)),
+        )
+        .await
+        .expect("the TenancyPolicy applies");
     apply(lab, &hub_tenant(hub_ns));
     let scratch = tempfile::tempdir().unwrap();
     let kubeconfig = service_account_kubeconfig(lab, &docs, scratch.path());

@@ -34,11 +34,19 @@ use serde::{Deserialize, Serialize};
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("has(self.clusters) || has(self.clusterSelector)")
+        .message("name the allowed clusters, select them by label, or both: a policy without either allows no cluster")
+)]
 pub struct TenancyPolicySpec {
     /// Hub namespaces whose `Controller` resources this policy governs, by exact name.
-    #[schemars(length(min = 1, max = 256))]
-    #[x_kube(validation = Rule::new("self.all(n, n.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'))")
-        .message("hubNamespaces are namespace names: DNS-1123 labels"))]
+    #[schemars(
+        length(min = 1, max = 256),
+        inner(
+            length(min = 1, max = 63),
+            regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+        )
+    )]
     pub hub_namespaces: Vec<String>,
 
     /// Registered cluster names releases may go to. The hub cluster (`hub`) is allowed only when
@@ -55,9 +63,13 @@ pub struct TenancyPolicySpec {
     /// Target namespaces releases may go to: an exact name, a prefix ending in `*` (`team-a-*`),
     /// or `*` for any. `kube-system`, `kube-public`, `kube-node-lease` and the operator's own
     /// namespace are matched only by their exact name, never by a pattern.
-    #[schemars(length(min = 1, max = 256))]
-    #[x_kube(validation = Rule::new("self.all(n, n == '*' || n.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') || n.matches('^[a-z0-9][-a-z0-9]*[*]$'))")
-        .message("each namespace is a DNS-1123 label, a prefix of one followed by '*', or '*'"))]
+    #[schemars(
+        length(min = 1, max = 256),
+        inner(
+            length(min = 1, max = 63),
+            regex(pattern = r"^([*]|[a-z0-9]([-a-z0-9]*[a-z0-9])?|[a-z0-9][-a-z0-9]*[*])$")
+        )
+    )]
     pub namespaces: Vec<String>,
 
     /// Where charts may come from: `chart-home` (the operator's local chart directory), or a URL
@@ -65,9 +77,13 @@ pub struct TenancyPolicySpec {
     /// for OCI charts. A prefix matches whole path segments. `http://` repositories are refused
     /// unless a prefix here names them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 64), inner(length(min = 1, max = 2048)))]
-    #[x_kube(validation = Rule::new("self.all(s, s == 'chart-home' || s.startsWith('https://') || s.startsWith('http://') || s.startsWith('oci://'))")
-        .message("each chart source is chart-home or a URL prefix starting with https://, http:// or oci://"))]
+    #[schemars(
+        length(max = 64),
+        inner(
+            length(min = 1, max = 2048),
+            regex(pattern = r"^(chart-home|https://[^/@]+.*|http://[^/@]+.*|oci://[^/@]+.*)$")
+        )
+    )]
     pub chart_sources: Vec<String>,
 
     /// The identity Helm acts as in the target clusters for releases this policy allows, so the
@@ -125,10 +141,10 @@ mod tests {
         assert_eq!(crd.spec.scope, "Cluster");
         let yaml = serde_yaml::to_string(&crd).unwrap();
         for needle in [
-            "a prefix of one followed by '*'",
-            "chart-home or a URL prefix",
             "impersonating system:masters",
-            "hubNamespaces are namespace names",
+            "a policy without either allows no cluster",
+            "pattern: ^([*]|",
+            "pattern: ^(chart-home|",
         ] {
             assert!(yaml.contains(needle), "CRD lacks {needle:?}");
         }

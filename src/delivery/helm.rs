@@ -18,6 +18,7 @@ use tokio::process::Command;
 
 use crate::{
     api::key::ReleaseKey,
+    api::policy::Impersonation,
     clusters::health::HealthBoard,
     clusters::registry::SharedRegistry,
     delivery::plan::{
@@ -48,13 +49,15 @@ impl Default for HelmOptions {
     }
 }
 
-/// The cluster a call goes to.
+/// The cluster a call goes to, and as whom.
 #[derive(Clone, Copy, Debug)]
 pub struct Target<'a> {
     /// Kubeconfig file.
     pub kubeconfig: &'a Path,
     /// Context in it.
     pub context: &'a str,
+    /// The user and groups helm impersonates there; the context's own credentials when None.
+    pub identity: Option<&'a Impersonation>,
 }
 
 /// Escapes a `--set` value so Helm takes it literally: `\`, `,`, `{` and `}` lose their meaning.
@@ -82,6 +85,12 @@ fn common(args: &mut Vec<OsString>, key: &ReleaseKey, target: Target<'_>, option
         args.push(flag("kubeconfig", target.kubeconfig));
         args.push(flag("kube-context", target.context));
     }
+    if let Some(who) = target.identity {
+        args.push(flag("kube-as-user", &who.user));
+        for group in &who.groups {
+            args.push(flag("kube-as-group", group));
+        }
+    }
     args.push(flag("timeout", format!("{}s", options.timeout.as_secs())));
 }
 
@@ -95,12 +104,13 @@ pub fn upgrade_args(
 ) -> Vec<OsString> {
     // --reset-values: the deployed values are exactly the spec's. Without it, helm reuses the last
     // release's values whenever an upgrade passes none, so a removed setting would stay in force.
-    let mut args: Vec<OsString> = vec![
-        "upgrade".into(),
-        "--install".into(),
-        "--create-namespace".into(),
-        "--reset-values".into(),
-    ];
+    let mut args: Vec<OsString> = vec!["upgrade".into(), "--install".into()];
+    // An impersonated identity need not be able to create namespaces: the operator creates the
+    // target namespace itself before the call (see `prepare_namespace`).
+    if target.identity.is_none() {
+        args.push("--create-namespace".into());
+    }
+    args.push("--reset-values".into());
     // Rolling back implies waiting for readiness, up to the --timeout that `common` passes.
     if release.rollback_on_failure {
         args.push("--rollback-on-failure".into());
@@ -448,9 +458,16 @@ impl HelmCli {
                 return Outcome::failed(message, FailureKind::Transient);
             }
         };
+        if let Some(who) = &release.identity
+            && let Err(e) =
+                prepare_namespace(member.client.clone(), &release.key.scope.namespace, who).await
+        {
+            return Outcome::failed(e, FailureKind::Transient);
+        }
         let target = Target {
             kubeconfig: &member.kubeconfig,
             context: &member.entry.context,
+            identity: release.identity.as_ref(),
         };
         let args = upgrade_args(
             &release,
@@ -479,13 +496,14 @@ impl HelmCli {
         }
     }
 
-    async fn uninstall(&self, key: ReleaseKey) -> Outcome {
+    async fn uninstall(&self, key: ReleaseKey, identity: Option<Impersonation>) -> Outcome {
         let Some(member) = self.registry.load().get(&key.scope.cluster).cloned() else {
             return unregistered(&key);
         };
         let target = Target {
             kubeconfig: &member.kubeconfig,
             context: &member.entry.context,
+            identity: identity.as_ref(),
         };
         match self.run(uninstall_args(&key, target, &self.options)).await {
             Ok(_) => Outcome::Uninstalled,
@@ -497,6 +515,75 @@ impl HelmCli {
             }
         }
     }
+}
+
+/// Name of the RoleBinding that gives an impersonated identity its `namespaceRole` in a target
+/// namespace: one per user, so two policies delivering into one namespace do not fight over it.
+pub fn role_binding_name(who: &Impersonation) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(who.user.as_bytes());
+    let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+    format!("tenancy-hub-deployer-{short}")
+}
+
+/// The target namespace of an impersonated release, made ready by the operator itself: created
+/// when missing (so tenants need no right to create namespaces) and, with a `namespaceRole`, a
+/// RoleBinding there giving the identity that ClusterRole in this namespace only.
+async fn prepare_namespace(
+    client: kube::Client,
+    namespace: &str,
+    who: &Impersonation,
+) -> Result<(), String> {
+    use k8s_openapi::api::{core::v1::Namespace, rbac::v1::RoleBinding};
+    use kube::api::{Patch, PatchParams, PostParams};
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let wanted: Namespace = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": namespace, "labels": {MANAGED_BY_LABEL: MANAGED_BY}}
+    }))
+    .expect("a valid Namespace");
+    match namespaces.create(&PostParams::default(), &wanted).await {
+        Ok(_) => tracing::info!(%namespace, "created the target namespace"),
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        // The operator may not create namespaces here (the hub, by default): an existing one is
+        // fine, and for a missing one helm's own error says so.
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            tracing::debug!(%namespace, "may not create namespaces here; helm finds whether it exists");
+        }
+        Err(e) => return Err(format!("creating namespace {namespace}: {e}")),
+    }
+    let Some(role) = &who.namespace_role else {
+        return Ok(());
+    };
+    let mut subjects = vec![serde_json::json!({
+        "kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": who.user
+    })];
+    subjects.extend(who.groups.iter().map(|g| {
+        serde_json::json!({"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": g})
+    }));
+    let name = role_binding_name(who);
+    let binding: RoleBinding = serde_json::from_value(serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": namespace, "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": subjects,
+    }))
+    .expect("a valid RoleBinding");
+    let bindings: Api<RoleBinding> = Api::namespaced(client, namespace);
+    bindings
+        .patch(
+            &name,
+            &PatchParams::apply("tenancy-hub").force(),
+            &Patch::Apply(&binding),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            format!(
+                "binding ClusterRole {role} to {} in namespace {namespace}: {e}",
+                who.user
+            )
+        })
 }
 
 /// How many of a release's records (helm's Secrets, `owner=helm,name=RELEASE`) its namespace holds.
@@ -576,7 +663,7 @@ impl Executor for HelmCli {
                 release,
                 stale_pending,
             } => self.apply(*release, stale_pending).await,
-            Job::Uninstall { key, .. } => self.uninstall(key).await,
+            Job::Uninstall { key, identity, .. } => self.uninstall(key, identity).await,
         }
     }
 }
@@ -609,6 +696,7 @@ mod tests {
         Target {
             kubeconfig: Path::new("/lab/kubeconfig"),
             context: "member-1",
+            identity: None,
         }
     }
 
@@ -721,6 +809,45 @@ mod tests {
                 "db"
             ]
         );
+    }
+
+    #[test]
+    fn an_impersonated_call_acts_as_the_user_and_groups_and_leaves_the_namespace_to_the_operator() {
+        let who = Impersonation {
+            user: "team-a-deployer".into(),
+            groups: vec!["team-a".into(), "--all".into()],
+            namespace_role: None,
+        };
+        let as_team = Target {
+            identity: Some(&who),
+            ..target()
+        };
+        let r = release(ChartSource::Directory("/charts/web".into()));
+        let args = strings(upgrade_args(&r, as_team, None, &HelmOptions::default()));
+        assert!(args.contains(&"--kube-as-user=team-a-deployer".to_string()));
+        assert!(args.contains(&"--kube-as-group=team-a".to_string()));
+        assert!(args.contains(&"--kube-as-group=--all".to_string()));
+        assert!(!args.contains(&"--create-namespace".to_string()));
+        let plain = strings(upgrade_args(&r, target(), None, &HelmOptions::default()));
+        assert!(plain.contains(&"--create-namespace".to_string()));
+        assert!(!plain.iter().any(|a| a.starts_with("--kube-as")));
+        let key: ReleaseKey = "member-2/team/db".parse().unwrap();
+        let args = strings(uninstall_args(&key, as_team, &HelmOptions::default()));
+        assert!(args.contains(&"--kube-as-user=team-a-deployer".to_string()));
+    }
+
+    #[test]
+    fn each_impersonated_user_gets_its_own_role_binding() {
+        let a = Impersonation {
+            user: "a".into(),
+            ..Impersonation::default()
+        };
+        let b = Impersonation {
+            user: "b".into(),
+            ..Impersonation::default()
+        };
+        assert_ne!(role_binding_name(&a), role_binding_name(&b));
+        assert!(role_binding_name(&a).starts_with("tenancy-hub-deployer-"));
     }
 
     #[test]
@@ -945,6 +1072,7 @@ mod tests {
         let in_cluster = Target {
             kubeconfig: Path::new(""),
             context: "in-cluster",
+            identity: None,
         };
         let args = strings(uninstall_args(
             &"hub/foo/foo".parse().unwrap(),

@@ -9,6 +9,7 @@ use kube::{
     api::{DeleteParams, Patch, PatchParams, PostParams},
 };
 use tenancy_hub::api::crd::{Controller, ControllerSpec, ControllerStatus};
+use tenancy_hub::api::policy::{PolicyClusterSelector, TenancyPolicy, TenancyPolicySpec};
 
 use super::{
     fixtures::{DEADLINE, unique, wait_until},
@@ -16,33 +17,51 @@ use super::{
     operator::Operator,
 };
 
-/// Applies the Controller CRD to the hub and waits until it is established.
+/// Applies the Controller and TenancyPolicy CRDs to the hub and waits until they are established.
 #[allow(dead_code)] // used by some test crates only
 pub async fn install_crd(hub: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(hub.clone());
-    let crd = Controller::crd();
-    let name = crd.metadata.name.clone().unwrap();
-    crds.patch(
-        &name,
-        &PatchParams::apply("tenancy-hub-tests").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .expect("the CRD applies to the hub");
-    wait_until(
-        "the CRD to be established",
-        Duration::from_secs(30),
-        || async {
-            let crd = crds.get(&name).await.ok()?;
-            let established = crd
-                .status?
-                .conditions?
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            established.then_some(())
-        },
-    )
-    .await;
+    for crd in [Controller::crd(), TenancyPolicy::crd()] {
+        let name = crd.metadata.name.clone().unwrap();
+        crds.patch(
+            &name,
+            &PatchParams::apply("tenancy-hub-tests").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .expect("the CRD applies to the hub");
+        wait_until(
+            "the CRD to be established",
+            Duration::from_secs(30),
+            || async {
+                let crd = crds.get(&name).await.ok()?;
+                let established = crd
+                    .status?
+                    .conditions?
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                established.then_some(())
+            },
+        )
+        .await;
+    }
+}
+
+/// A policy letting the Controllers of hub namespace `namespace` deliver anywhere (the hub
+/// included, protected namespaces excepted), from the chart home and `sources`.
+#[allow(dead_code)] // used by some test crates only
+pub fn allow_all(namespace: &str, sources: &[&str]) -> TenancyPolicySpec {
+    TenancyPolicySpec {
+        hub_namespaces: vec![namespace.to_owned()],
+        clusters: vec!["hub".into()],
+        cluster_selector: Some(PolicyClusterSelector::default()),
+        namespaces: vec!["*".into()],
+        chart_sources: std::iter::once("chart-home")
+            .chain(sources.iter().copied())
+            .map(String::from)
+            .collect(),
+        impersonate: None,
+    }
 }
 
 /// A hub namespace of the test's own, with its own operator reconciling only that namespace.
@@ -155,6 +174,20 @@ impl Hub {
             || async { api.get_opt(name).await.ok()?.is_none().then_some(()) },
         )
         .await;
+    }
+
+    /// Server-side applies TenancyPolicy `name` (cluster-scoped; named after the test's namespace
+    /// by the caller) with `spec`.
+    pub async fn policy(&self, name: &str, spec: TenancyPolicySpec) {
+        let policies: Api<TenancyPolicy> = Api::all(self.client.clone());
+        policies
+            .patch(
+                name,
+                &PatchParams::apply("tenancy-hub-tests").force(),
+                &Patch::Apply(&TenancyPolicy::new(name, spec)),
+            )
+            .await
+            .expect("the TenancyPolicy applies");
     }
 
     /// What the operator has logged so far.

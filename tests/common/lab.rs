@@ -71,6 +71,35 @@ impl Lab {
         Client::try_from(config).unwrap()
     }
 
+    /// A client for one context acting as `user` (impersonated with the context's admin
+    /// credentials), as a tenant would act with its own identity.
+    #[allow(dead_code)] // used by some test crates only
+    pub async fn client_as(&self, context: &str, user: &str) -> Client {
+        let mut kubeconfig = self.kubeconfig.clone();
+        let auth = kubeconfig
+            .contexts
+            .iter()
+            .find(|c| c.name == context)
+            .and_then(|c| c.context.as_ref())
+            .and_then(|c| c.user.clone())
+            .expect("the context names a user");
+        for named in &mut kubeconfig.auth_infos {
+            if named.name == auth
+                && let Some(info) = named.auth_info.as_mut()
+            {
+                info.impersonate = Some(user.to_owned());
+            }
+        }
+        let options = KubeConfigOptions {
+            context: Some(context.to_owned()),
+            ..Default::default()
+        };
+        let config = Config::from_custom_kubeconfig(kubeconfig, &options)
+            .await
+            .unwrap_or_else(|e| panic!("context {context} as {user}: {e}"));
+        Client::try_from(config).unwrap()
+    }
+
     /// The directory holding the lab's kubectl and helm.
     pub fn bin_dir(&self) -> PathBuf {
         let env =

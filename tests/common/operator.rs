@@ -68,6 +68,13 @@ impl Operator {
             })
             .arg("--helm")
             .arg(lab.bin_dir().join("helm"))
+            // Tests of other concerns run as before policies existed; tests of the tenant
+            // boundary pass `--tenancy-policy enforce`.
+            .args(if extra.contains(&"--tenancy-policy") {
+                &[][..]
+            } else {
+                &["--tenancy-policy", "permissive"][..]
+            })
             .args(extra)
             .arg("--http-addr")
             .arg(http.to_string())
