@@ -320,7 +320,7 @@ async fn a_token_sees_only_the_scopes_of_the_hub_namespaces_it_may_read() {
             .collect()
     };
     assert_eq!(namespaces_of(&token_a), Vec::<String>::new());
-    assert_eq!(namespaces_of(&token_b), [ns_b.clone()]);
+    assert_eq!(namespaces_of(&token_b), [ns_b.as_str()]);
     let member_1_count = |token: &str| {
         let (code, body) = op_b.get_as("/api/v1/clusters", token);
         assert_eq!(code, 200, "{body}");

@@ -202,9 +202,12 @@ pub struct Reviewer {
     hub: Client,
     /// Token digest → who it belongs to, or None when the hub rejected it.
     tokens: Mutex<Expiring<[u8; 32], Option<Arc<Identity>>>>,
-    /// (who, hub namespace or None for cluster-wide) → whether it may get Controllers there.
-    access: Mutex<Expiring<(Arc<Identity>, Option<String>), bool>>,
+    /// Whether an identity may get Controllers in a hub namespace (or cluster-wide).
+    access: Mutex<Expiring<AccessKey, bool>>,
 }
+
+/// Who, and in which hub namespace (None: cluster-wide).
+type AccessKey = (Arc<Identity>, Option<String>);
 
 impl Reviewer {
     /// A reviewer asking `hub`, with nothing remembered yet.
