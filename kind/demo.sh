@@ -65,8 +65,18 @@ step "6/6 what runs where, per cluster (tenancy-hub status, and the operator's H
 wait_for "both Controllers to report Ready" 120 "$TH" status --kubeconfig "$KUBECONFIG" --context hub
 "$TH" status --kubeconfig "$KUBECONFIG" --context hub
 echo
-echo "GET http://$HTTP_ADDR/api/v1/clusters"
-curl -s "http://$HTTP_ADDR/api/v1/clusters" | python3 -m json.tool --compact 2>/dev/null || true
+# The status API wants a bearer token the hub accepts: one of a ServiceAccount that may get
+# Controllers in every hub namespace, so it sees every tenancy.
+kubectl --context hub create serviceaccount status-reader -n tenancy-hub --dry-run=client -o yaml |
+    kubectl --context hub apply -f - >/dev/null
+kubectl --context hub create clusterrole tenancy-hub-status-reader --verb=get \
+    --resource=controllers.multitenancy.dev --dry-run=client -o yaml | kubectl --context hub apply -f - >/dev/null
+kubectl --context hub create clusterrolebinding tenancy-hub-status-reader --clusterrole=tenancy-hub-status-reader \
+    --serviceaccount=tenancy-hub:status-reader --dry-run=client -o yaml | kubectl --context hub apply -f - >/dev/null
+TOKEN=$(kubectl --context hub create token status-reader -n tenancy-hub)
+echo "GET http://$HTTP_ADDR/api/v1/clusters (Authorization: Bearer \$(kubectl --context hub create token status-reader -n tenancy-hub))"
+curl -s -H "Authorization: Bearer $TOKEN" "http://$HTTP_ADDR/api/v1/clusters" |
+    python3 -m json.tool --compact 2>/dev/null || true
 
 cat <<MSG
 

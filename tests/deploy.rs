@@ -12,8 +12,9 @@ use std::{
 
 use common::{
     fixtures::{DEADLINE, chart, entry, message, ready, tenancy, unique, wait_until},
-    hub::{create_namespace, install_crd},
+    hub::{create_namespace, install_crd, reader_token},
     lab::Lab,
+    operator::http_get,
 };
 use futures::FutureExt as _;
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::Namespace, events::v1::Event};
@@ -662,6 +663,23 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
     )
     .await;
 
+    // The status API checks its callers with a TokenReview and SubjectAccessReviews, which the
+    // operator's RBAC allows: a reader of the home namespace sees the member tenancy, no token is 401.
+    let token = reader_token(lab, &admin, home).await;
+    let scope = format!("/api/v1/clusters/member-1/namespaces/{member_ns}");
+    wait_until(
+        "the status API to show the member tenancy",
+        DEADLINE,
+        || async {
+            operator.assert_not_refused();
+            let (code, body) = http_get(operator.http, &scope, Some(&token));
+            assert!(code == 200 || code == 404, "{code}: {body}");
+            (code == 200).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(http_get(operator.http, &scope, None).0, 401);
+
     // kube-runtime's Recorder creates the first Event and patches its series count on repeats.
     let events: Api<Event> = Api::namespaced(admin.clone(), home);
     wait_until(
@@ -727,6 +745,8 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
         ("create", "events.events.k8s.io", Some("default")),
         ("update", "leases/tenancy-hub", Some(NAMESPACE)),
         ("create", "secrets", Some(hub_ns.as_str())),
+        ("create", "tokenreviews.authentication.k8s.io", None),
+        ("create", "subjectaccessreviews.authorization.k8s.io", None),
     ] {
         assert!(
             can_i(lab, verb, resource, namespace),
@@ -741,6 +761,11 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
         ("create", "namespaces", None),
         ("patch", "namespaces/kube-system", None),
         ("impersonate", "users", None),
+        (
+            "create",
+            "localsubjectaccessreviews.authorization.k8s.io",
+            Some(hub_ns.as_str()),
+        ),
         ("get", "secrets", Some("kube-system")),
         ("create", "secrets", Some("kube-system")),
         ("delete", "secrets", Some("default")),

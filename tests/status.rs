@@ -5,7 +5,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    fixtures::{DEADLINE, SEED, chart, create_seed, entry, ready, tenancy, unique, wait_until},
+    fixtures::{
+        DEADLINE, SEED, chart, create_seed, entry, ready, tenancy, unique, wait_until, web,
+    },
     hub::Hub,
 };
 use k8s_openapi::api::core::v1::Pod;
@@ -100,11 +102,10 @@ async fn the_seed_example_shows_its_running_pods_and_ready_workloads() {
         "{shown}"
     );
 
-    let (code, body) = hub
-        .operator
-        .as_ref()
-        .unwrap()
-        .get("/api/v1/clusters/hub/namespaces/foo");
+    let (code, body) = hub.operator.as_ref().unwrap().get_as(
+        "/api/v1/clusters/hub/namespaces/foo",
+        &hub.reader_token().await,
+    );
     assert_eq!(code, 200, "{body}");
     let scope: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(scope["pods"].as_array().map(Vec::len), Some(5), "{scope}");
@@ -180,9 +181,13 @@ async fn scaling_pod_replacement_and_tenancy_removal_show_up_per_cluster() {
     assert_eq!(entry(&status, "member-1", &ns).unwrap().pods_ready, 3);
 
     let operator = hub.operator.as_ref().unwrap();
+    let token = hub.reader_token().await;
     assert_eq!(
         operator
-            .get(&format!("/api/v1/clusters/member-1/namespaces/{ns}"))
+            .get_as(
+                &format!("/api/v1/clusters/member-1/namespaces/{ns}"),
+                &token
+            )
             .0,
         200
     );
@@ -197,7 +202,7 @@ async fn scaling_pod_replacement_and_tenancy_removal_show_up_per_cluster() {
         || async {
             let gone = ["member-1", "member-2"].iter().all(|c| {
                 operator
-                    .get(&format!("/api/v1/clusters/{c}/namespaces/{ns}"))
+                    .get_as(&format!("/api/v1/clusters/{c}/namespaces/{ns}"), &token)
                     .0
                     == 404
             });
@@ -266,4 +271,91 @@ async fn five_hundred_pods_keep_the_status_small_and_the_writes_paced() {
         "every pod was seen through the watch ({events} events)"
     );
     hub.delete_and_wait_gone("big").await;
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_token_sees_only_the_scopes_of_the_hub_namespaces_it_may_read() {
+    // Two tenants, each with a hub namespace, a Controller delivering to member-1, an operator
+    // of its own (the harness scopes each with --namespace) and a reader token of its own.
+    let (a, b) = (Hub::new("auth-a").await, Hub::new("auth-b").await);
+    let (ns_a, ns_b) = (unique("auth-a"), unique("auth-b"));
+    a.apply("web", web(&ns_a, &["member-1"], "1")).await;
+    b.apply("web", web(&ns_b, &["member-1"], "1")).await;
+    let (token_a, token_b) = (a.reader_token().await, b.reader_token().await);
+    let (op_a, op_b) = (a.operator.as_ref().unwrap(), b.operator.as_ref().unwrap());
+    let scope_a = format!("/api/v1/clusters/member-1/namespaces/{ns_a}");
+    let scope_b = format!("/api/v1/clusters/member-1/namespaces/{ns_b}");
+    wait_until(
+        "each tenant's token to see its own scope",
+        DEADLINE,
+        || async {
+            let a_sees = op_a.get_as(&scope_a, &token_a);
+            let b_sees = op_b.get_as(&scope_b, &token_b);
+            (a_sees.0 == 200 && b_sees.0 == 200).then_some(())
+        },
+    )
+    .await;
+    let (_, body) = op_a.get_as(&scope_a, &token_a);
+    let view: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(view["namespace"], ns_a.as_str(), "{view}");
+
+    // A's token on B's operator: B's scope answers exactly as a namespace no one watches.
+    let (code, hidden) = op_b.get_as(&scope_b, &token_a);
+    let (unwatched_code, unwatched) = op_b.get_as(
+        "/api/v1/clusters/member-1/namespaces/never-watched",
+        &token_a,
+    );
+    assert_eq!((code, unwatched_code), (404, 404), "{hidden}");
+    assert_eq!(hidden.replace(&ns_b, "never-watched"), unwatched);
+    let namespaces_of = |token: &str| -> Vec<String> {
+        let (code, body) = op_b.get_as("/api/v1/clusters/member-1", token);
+        assert_eq!(code, 200, "{body}");
+        let detail: serde_json::Value = serde_json::from_str(&body).unwrap();
+        detail["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["namespace"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(namespaces_of(&token_a), Vec::<String>::new());
+    assert_eq!(namespaces_of(&token_b), [ns_b.as_str()]);
+    let member_1_count = |token: &str| {
+        let (code, body) = op_b.get_as("/api/v1/clusters", token);
+        assert_eq!(code, 200, "{body}");
+        let list: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let names: Vec<&str> = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            ["hub", "member-1", "member-2"],
+            "every cluster is listed"
+        );
+        list[1]["namespaces"].as_u64().unwrap()
+    };
+    assert_eq!((member_1_count(&token_a), member_1_count(&token_b)), (0, 1));
+
+    // No token, or one the hub rejects: 401 with a JSON error. Health and metrics stay open.
+    for (code, body) in [
+        op_a.get("/api/v1/clusters"),
+        op_a.get_as(&scope_a, "not-a-token"),
+    ] {
+        assert_eq!(code, 401, "{body}");
+        let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert!(error["error"].is_string(), "{error}");
+    }
+    assert_eq!(op_a.get("/metrics").0, 200);
+    assert_eq!(op_a.get("/healthz").0, 200);
+    assert!(
+        !op_a.logged().contains(&token_a) && !op_b.logged().contains(&token_a),
+        "a token reached a log"
+    );
+
+    a.delete_and_wait_gone("web").await;
+    b.delete_and_wait_gone("web").await;
 }

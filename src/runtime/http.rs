@@ -1,25 +1,32 @@
-//! HTTP endpoints: health, readiness, Prometheus metrics and the read-only status API.
+//! HTTP endpoints: health, readiness, Prometheus metrics and the read-only status API, which shows each caller only what its token may read.
 
-use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::SocketAddr,
+    sync::{Arc, OnceLock},
+};
 
 use arc_swap::ArcSwap;
 use axum::{
     Json, Router,
-    extract::{Path, State},
-    http::{StatusCode, header},
+    extract::{FromRequestParts, Path, State},
+    http::{StatusCode, header, request::Parts},
     response::{IntoResponse, Response},
     routing::get,
 };
+use kube::runtime::reflector::ObjectRef;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::{
+    api::crd::Controller,
     api::key::{ClusterName, ClusterNamespace, KeyError},
     clusters::registry::{ClusterEntry, ClusterRegistry, SharedRegistry},
     delivery::queue::HelmQueue,
     metrics::{Gauges, Metrics},
     observe::model::{Model, PodInfo, ScopeState, WorkloadInfo},
+    runtime::auth::{Access, AuthError, Identity, Reviewer, Token},
 };
 
 /// What `/readyz` answers until the hub's `Controller` resources are listed.
@@ -59,7 +66,8 @@ pub enum ApiError {
         /// Every registered cluster, in registry order.
         registered: Vec<String>,
     },
-    /// The namespace of a registered cluster is not watched.
+    /// The namespace of a registered cluster is not watched, or not by a Controller the caller
+    /// may read: the two are told apart by no one but the operator.
     #[error("namespace {namespace} of cluster {cluster} is not watched: no tenancy targets it")]
     NotWatched {
         /// The cluster.
@@ -67,6 +75,9 @@ pub enum ApiError {
         /// The requested namespace.
         namespace: String,
     },
+    /// The caller has no identity the hub accepts, or the hub could not be asked.
+    #[error(transparent)]
+    Auth(#[from] AuthError),
 }
 
 impl IntoResponse for ApiError {
@@ -74,6 +85,7 @@ impl IntoResponse for ApiError {
         let status = match self {
             Self::BadName(_) => StatusCode::BAD_REQUEST,
             Self::UnknownCluster { .. } | Self::NotWatched { .. } => StatusCode::NOT_FOUND,
+            Self::Auth(e) => return e.into_response(),
         };
         (
             status,
@@ -98,6 +110,102 @@ pub struct ApiState {
     pub ready: Arc<ArcSwap<Readiness>>,
     /// The depth of the bounded channels between components.
     pub channels: ChannelDepths,
+    /// Checks status API callers with the hub.
+    pub reviewer: Arc<Reviewer>,
+    /// Which Controllers watch each cluster/namespace.
+    pub owners: ScopeOwners,
+}
+
+/// The Controllers whose tenancies target a cluster/namespace, the hub namespaces that scope
+/// belongs to. Set once the reconciler's state exists; until then (a standby) no scope has one.
+#[derive(Clone, Default)]
+pub struct ScopeOwners(Arc<OnceLock<OwnersOf>>);
+
+type OwnersOf = Box<dyn Fn(&ClusterNamespace) -> Vec<ObjectRef<Controller>> + Send + Sync>;
+
+impl ScopeOwners {
+    /// Answers with `owners` from now on (the first call only).
+    pub fn set(
+        &self,
+        owners: impl Fn(&ClusterNamespace) -> Vec<ObjectRef<Controller>> + Send + Sync + 'static,
+    ) {
+        let _ = self.0.set(Box::new(owners));
+    }
+
+    /// The hub namespaces of the Controllers watching `scope`.
+    fn hub_namespaces(&self, scope: &ClusterNamespace) -> BTreeSet<String> {
+        self.0
+            .get()
+            .map(|owners| {
+                owners(scope)
+                    .into_iter()
+                    .filter_map(|o| o.namespace)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// Who sent a status API request, per the hub's review of its bearer token; a request without
+/// one is answered 401 (or 503 when the hub cannot be asked) before its handler runs.
+struct Caller(Arc<Identity>);
+
+impl FromRequestParts<ApiState> for Caller {
+    type Rejection = AuthError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, AuthError> {
+        let token = Token::from_header(parts.headers.get(header::AUTHORIZATION))?;
+        state.reviewer.authenticate(&token).await.map(Self)
+    }
+}
+
+/// Which watched cluster/namespaces a caller may see.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Visible {
+    /// Every one.
+    All,
+    /// These only.
+    Only(BTreeSet<ClusterNamespace>),
+}
+
+impl Visible {
+    /// The scopes of `owners` (scope → hub namespaces of the Controllers watching it) that `access`
+    /// shows: those with a Controller in a hub namespace the caller may read.
+    fn of(access: &Access, owners: &BTreeMap<ClusterNamespace, BTreeSet<String>>) -> Self {
+        match access {
+            Access::Everywhere => Self::All,
+            Access::Namespaces(_) => Self::Only(
+                owners
+                    .iter()
+                    .filter(|(_, hub)| hub.iter().any(|ns| access.allows(ns)))
+                    .map(|(scope, _)| scope.clone())
+                    .collect(),
+            ),
+        }
+    }
+
+    fn allows(&self, scope: &ClusterNamespace) -> bool {
+        match self {
+            Self::All => true,
+            Self::Only(scopes) => scopes.contains(scope),
+        }
+    }
+}
+
+impl ApiState {
+    /// What `caller` may see of `scopes`: access reviews of the hub namespaces of their Controllers.
+    async fn visible(&self, caller: &Caller, scopes: Vec<ClusterNamespace>) -> Result<Visible> {
+        let owners: BTreeMap<ClusterNamespace, BTreeSet<String>> = scopes
+            .into_iter()
+            .map(|scope| {
+                let hub = self.owners.hub_namespaces(&scope);
+                (scope, hub)
+            })
+            .collect();
+        let namespaces = owners.values().flatten().cloned().collect();
+        let access = self.reviewer.access(&caller.0, namespaces).await?;
+        Ok(Visible::of(&access, &owners))
+    }
 }
 
 /// Reads how many messages wait in each bounded channel, at scrape time.
@@ -136,7 +244,8 @@ impl ChannelDepths {
     }
 }
 
-/// The routes: `/healthz`, `/readyz`, `/metrics` and `/api/v1/clusters[/{cluster}[/namespaces/{namespace}]]`.
+/// The routes: `/healthz`, `/readyz`, `/metrics` open to all, and
+/// `/api/v1/clusters[/{cluster}[/namespaces/{namespace}]]` for callers with a bearer token.
 pub fn router(state: ApiState) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
@@ -210,26 +319,38 @@ async fn metrics(State(state): State<ApiState>) -> Response {
         .into_response()
 }
 
-async fn clusters(State(state): State<ApiState>) -> Json<Vec<ClusterSummary<usize>>> {
-    Json(cluster_list(
-        &state.model,
-        &registered(&state.registry.load()),
-    ))
+async fn clusters(
+    State(state): State<ApiState>,
+    caller: Caller,
+) -> Result<Json<Vec<ClusterSummary<usize>>>> {
+    let visible = state.visible(&caller, state.model.scopes()).await?;
+    let registered = registered(&state.registry.load());
+    Ok(Json(cluster_list(&state.model, &registered, &visible)))
 }
 
 async fn cluster(
     State(state): State<ApiState>,
+    caller: Caller,
     Path(cluster): Path<String>,
 ) -> Result<Json<ClusterSummary<Vec<NamespaceSummary>>>> {
-    cluster_detail(&state.model, &registered(&state.registry.load()), &cluster).map(Json)
+    let registered = registered(&state.registry.load());
+    let name = &find(&registered, &cluster)?.name;
+    let scopes = state.model.scopes();
+    let scopes = scopes.into_iter().filter(|s| &s.cluster == name).collect();
+    let visible = state.visible(&caller, scopes).await?;
+    cluster_detail(&state.model, &registered, &cluster, &visible).map(Json)
 }
 
 async fn namespace(
     State(state): State<ApiState>,
+    caller: Caller,
     Path((cluster, namespace)): Path<(String, String)>,
 ) -> Result<Json<ScopeView>> {
     let registered = registered(&state.registry.load());
-    scope_view(&state.model, &registered, &cluster, &namespace).map(Json)
+    let entry = find(&registered, &cluster)?;
+    let key = ClusterNamespace::new(entry.name.clone(), &namespace)?;
+    let visible = state.visible(&caller, vec![key]).await?;
+    scope_view(&state.model, &registered, &cluster, &namespace, &visible).map(Json)
 }
 
 /// Every registered cluster's entry, in registry order (the hub first).
@@ -346,12 +467,32 @@ fn summary<N>(
     }
 }
 
-/// One summary per registered cluster, in registry order.
-fn cluster_list(model: &Model, registered: &[ClusterEntry]) -> Vec<ClusterSummary<usize>> {
+/// The watched namespaces of `cluster` that are `visible`, with what is known of them.
+fn visible_scopes(
+    model: &Model,
+    cluster: &ClusterName,
+    visible: &Visible,
+) -> BTreeMap<String, ScopeState> {
+    let mut scopes = model.cluster(cluster);
+    scopes.retain(|namespace, _| {
+        visible.allows(&ClusterNamespace {
+            cluster: cluster.clone(),
+            namespace: namespace.clone(),
+        })
+    });
+    scopes
+}
+
+/// One summary per registered cluster, in registry order, from the `visible` namespaces only.
+fn cluster_list(
+    model: &Model,
+    registered: &[ClusterEntry],
+    visible: &Visible,
+) -> Vec<ClusterSummary<usize>> {
     registered
         .iter()
         .map(|entry| {
-            let scopes = model.cluster(&entry.name);
+            let scopes = visible_scopes(model, &entry.name, visible);
             summary(entry, &scopes, scopes.len())
         })
         .collect()
@@ -369,14 +510,15 @@ fn find<'a>(registered: &'a [ClusterEntry], cluster: &str) -> Result<&'a Cluster
         })
 }
 
-/// One cluster's summary with a line per watched namespace.
+/// One cluster's summary with a line per `visible` watched namespace.
 fn cluster_detail(
     model: &Model,
     registered: &[ClusterEntry],
     cluster: &str,
+    visible: &Visible,
 ) -> Result<ClusterSummary<Vec<NamespaceSummary>>> {
     let entry = find(registered, cluster)?;
-    let scopes = model.cluster(&entry.name);
+    let scopes = visible_scopes(model, &entry.name, visible);
     let namespaces = scopes
         .iter()
         .map(|(namespace, s)| NamespaceSummary {
@@ -391,16 +533,18 @@ fn cluster_detail(
     Ok(summary(entry, &scopes, namespaces))
 }
 
-/// Everything known of one namespace of a registered cluster.
+/// Everything known of one namespace of a registered cluster; one not `visible` is not watched.
 fn scope_view(
     model: &Model,
     registered: &[ClusterEntry],
     cluster: &str,
     namespace: &str,
+    visible: &Visible,
 ) -> Result<ScopeView> {
     let entry = find(registered, cluster)?;
     let key = ClusterNamespace::new(entry.name.clone(), namespace)?;
-    let state = model.scope(&key).ok_or_else(|| ApiError::NotWatched {
+    let state = visible.allows(&key).then(|| model.scope(&key)).flatten();
+    let state = state.ok_or_else(|| ApiError::NotWatched {
         cluster: cluster.to_owned(),
         namespace: namespace.to_owned(),
     })?;
@@ -429,6 +573,7 @@ mod tests {
         clusters::registry::{HubSource, RegistrationFile},
         delivery::queue::QueueConfig,
         observe::model::{Change, WorkloadKind, WorkloadRef},
+        runtime::auth::fake,
     };
 
     fn entry(name: &str, labels: &[(&str, &str)]) -> ClusterEntry {
@@ -510,7 +655,8 @@ mod tests {
 
     #[test]
     fn the_cluster_list_counts_ready_pods_and_workloads_per_cluster_in_registry_order() {
-        let list = serde_json::to_value(cluster_list(&model(), &registered())).unwrap();
+        let list =
+            serde_json::to_value(cluster_list(&model(), &registered(), &Visible::All)).unwrap();
         assert_eq!(
             list,
             json!([
@@ -541,7 +687,7 @@ mod tests {
 
     #[test]
     fn a_cluster_detail_has_a_line_per_watched_namespace() {
-        let detail = cluster_detail(&model(), &registered(), "member-1").unwrap();
+        let detail = cluster_detail(&model(), &registered(), "member-1", &Visible::All).unwrap();
         let detail = serde_json::to_value(detail).unwrap();
         assert_eq!(detail["labels"], json!({"region": "east"}));
         assert_eq!(
@@ -557,33 +703,144 @@ mod tests {
         );
     }
 
+    /// The hub namespaces of the Controllers watching each scope of [`model`]: member-1/foo is
+    /// team-a's, member-1/bar team-b's, member-2/baz both teams', and member-2/qux (not watched
+    /// yet) team-a's.
+    fn owners() -> BTreeMap<ClusterNamespace, BTreeSet<String>> {
+        [
+            ("member-1/foo", &["team-a"][..]),
+            ("member-1/bar", &["team-b"]),
+            ("member-2/baz", &["team-a", "team-b"]),
+            ("member-2/qux", &["team-a"]),
+        ]
+        .into_iter()
+        .map(|(scope, hub)| {
+            let hub = hub.iter().map(|ns| ns.to_string()).collect();
+            (scope.parse().unwrap(), hub)
+        })
+        .collect()
+    }
+
+    fn allowed(namespaces: &[&str]) -> Access {
+        Access::Namespaces(namespaces.iter().map(|ns| ns.to_string()).collect())
+    }
+
+    #[test]
+    fn a_caller_sees_the_scopes_with_a_controller_in_a_hub_namespace_it_may_read() {
+        let only =
+            |scopes: &[&str]| Visible::Only(scopes.iter().map(|s| s.parse().unwrap()).collect());
+        assert_eq!(
+            Visible::of(&allowed(&["team-a"]), &owners()),
+            only(&["member-1/foo", "member-2/baz", "member-2/qux"])
+        );
+        assert_eq!(
+            Visible::of(&allowed(&["team-b"]), &owners()),
+            only(&["member-1/bar", "member-2/baz"])
+        );
+        assert_eq!(Visible::of(&allowed(&[]), &owners()), only(&[]));
+        assert_eq!(Visible::of(&Access::Everywhere, &owners()), Visible::All);
+        assert!(Visible::All.allows(&"member-9/anything".parse().unwrap()));
+    }
+
+    #[test]
+    fn the_cluster_list_of_a_tenant_counts_only_the_namespaces_it_may_see() {
+        let visible = Visible::of(&allowed(&["team-b"]), &owners());
+        let list = serde_json::to_value(cluster_list(&model(), &registered(), &visible)).unwrap();
+        let counts: Vec<(&Value, &Value, &Value)> = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (&c["name"], &c["namespaces"], &c["pods"]))
+            .collect();
+        assert_eq!(
+            counts,
+            [
+                (&json!("hub"), &json!(0), &json!({"ready": 0, "total": 0})),
+                (
+                    &json!("member-1"),
+                    &json!(1),
+                    &json!({"ready": 1, "total": 1})
+                ),
+                (
+                    &json!("member-2"),
+                    &json!(1),
+                    &json!({"ready": 0, "total": 0})
+                ),
+            ]
+        );
+        assert_eq!(list[1]["workloads"], json!({"ready": 0, "total": 0}));
+        let nothing = cluster_list(
+            &model(),
+            &registered(),
+            &Visible::of(&allowed(&[]), &owners()),
+        );
+        assert!(
+            nothing
+                .iter()
+                .all(|c| c.namespaces == 0 && c.pods.total == 0)
+        );
+        assert_eq!(nothing.len(), 3, "every registered cluster is listed");
+    }
+
+    #[test]
+    fn a_cluster_detail_of_a_tenant_lists_only_the_namespaces_it_may_see() {
+        let visible = Visible::of(&allowed(&["team-a"]), &owners());
+        let detail = cluster_detail(&model(), &registered(), "member-1", &visible).unwrap();
+        let namespaces: Vec<&str> = detail
+            .namespaces
+            .iter()
+            .map(|n| n.namespace.as_str())
+            .collect();
+        assert_eq!(namespaces, ["foo"]);
+        assert_eq!((detail.pods.total, detail.workloads.total), (2, 2));
+    }
+
+    #[test]
+    fn a_scope_a_tenant_may_not_see_is_not_watched_as_far_as_it_can_tell() {
+        let visible = Visible::of(&allowed(&["team-a"]), &owners());
+        let hidden = scope_view(&model(), &registered(), "member-1", "bar", &visible).unwrap_err();
+        let unwatched =
+            scope_view(&model(), &registered(), "member-1", "nope", &visible).unwrap_err();
+        assert_eq!(
+            (hidden.to_string(), unwatched.to_string()),
+            (
+                "namespace bar of cluster member-1 is not watched: no tenancy targets it".into(),
+                "namespace nope of cluster member-1 is not watched: no tenancy targets it".into()
+            )
+        );
+        let shown = scope_view(&model(), &registered(), "member-1", "foo", &visible).unwrap();
+        assert_eq!(shown.pods.len(), 2);
+    }
+
     #[test]
     fn an_unregistered_cluster_is_named_with_the_registered_ones() {
-        let err = cluster_detail(&model(), &registered(), "member-9").unwrap_err();
+        let err = cluster_detail(&model(), &registered(), "member-9", &Visible::All).unwrap_err();
         assert_eq!(
             err.to_string(),
             "cluster \"member-9\" is not registered; registered: hub, member-1, member-2"
         );
-        let err = scope_view(&model(), &registered(), "member-9", "foo").unwrap_err();
+        let err =
+            scope_view(&model(), &registered(), "member-9", "foo", &Visible::All).unwrap_err();
         assert!(matches!(err, ApiError::UnknownCluster { .. }), "{err}");
     }
 
     #[test]
     fn an_invalid_cluster_or_namespace_name_is_a_bad_request() {
-        let err = cluster_detail(&model(), &registered(), "Member_1").unwrap_err();
+        let err = cluster_detail(&model(), &registered(), "Member_1", &Visible::All).unwrap_err();
         assert!(matches!(err, ApiError::BadName(_)), "{err}");
         assert!(
             err.to_string()
                 .contains("\"Member_1\" is not a DNS-1123 label"),
             "{err}"
         );
-        let err = scope_view(&model(), &registered(), "member-1", "Foo").unwrap_err();
+        let err =
+            scope_view(&model(), &registered(), "member-1", "Foo", &Visible::All).unwrap_err();
         assert!(err.to_string().contains("namespace \"Foo\""), "{err}");
     }
 
     #[test]
     fn a_namespace_view_has_every_pod_and_workload_with_its_cluster_and_namespace() {
-        let view = scope_view(&model(), &registered(), "member-1", "foo").unwrap();
+        let view = scope_view(&model(), &registered(), "member-1", "foo", &Visible::All).unwrap();
         let view = serde_json::to_value(view).unwrap();
         assert_eq!(
             (&view["cluster"], &view["namespace"]),
@@ -608,7 +865,8 @@ mod tests {
 
     #[test]
     fn a_namespace_no_tenancy_targets_is_not_watched() {
-        let err = scope_view(&model(), &registered(), "member-1", "other").unwrap_err();
+        let err =
+            scope_view(&model(), &registered(), "member-1", "other", &Visible::All).unwrap_err();
         assert_eq!(
             err.to_string(),
             "namespace other of cluster member-1 is not watched: no tenancy targets it"
@@ -643,6 +901,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let metrics = Metrics::new();
         metrics.watch_event();
+        let (hub, _) = fake::hub();
+        let scope_owners = ScopeOwners::default();
+        scope_owners.set(|scope| {
+            let hub = owners().remove(scope).unwrap_or_default();
+            hub.into_iter()
+                .map(|ns| ObjectRef::new("ctl").within(&ns))
+                .collect()
+        });
         let state = ApiState {
             model: Arc::new(model()),
             registry: registry(dir.path()).await,
@@ -650,34 +916,129 @@ mod tests {
             queue: HelmQueue::new(QueueConfig::default()),
             ready: Arc::default(),
             channels: ChannelDepths::default(),
+            reviewer: Arc::new(Reviewer::new(hub)),
+            owners: scope_owners,
         };
         (state, dir)
     }
 
-    /// GETs `uri` from the router: status, content type and body.
+    /// GETs `uri` from the router as the fake hub's admin: status, content type and body.
     async fn get(state: &ApiState, uri: &str) -> (StatusCode, String, String) {
-        let request = axum::http::Request::get(uri).body(Body::empty()).unwrap();
-        let response = router(state.clone()).oneshot(request).await.unwrap();
-        let status = response.status();
-        let content_type = response
-            .headers()
+        let (status, headers, body) = get_as(state, uri, Some(fake::ADMIN)).await;
+        let content_type = headers
             .get(header::CONTENT_TYPE)
             .map(|v| v.to_str().unwrap().to_owned())
             .unwrap_or_default();
+        (status, content_type, body)
+    }
+
+    /// GETs `uri` from the router with `token`, if any: status, headers and body.
+    async fn get_as(
+        state: &ApiState,
+        uri: &str,
+        token: Option<&str>,
+    ) -> (StatusCode, axum::http::HeaderMap, String) {
+        let mut request = axum::http::Request::get(uri);
+        if let Some(token) = token {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let response = router(state.clone())
+            .oneshot(request.body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let (status, headers) = (response.status(), response.headers().clone());
         let body = axum::body::to_bytes(response.into_body(), usize::MAX)
             .await
             .unwrap();
-        (
-            status,
-            content_type,
-            String::from_utf8(body.to_vec()).unwrap(),
-        )
+        (status, headers, String::from_utf8(body.to_vec()).unwrap())
     }
 
     async fn get_json(state: &ApiState, uri: &str) -> (StatusCode, Value) {
         let (status, content_type, body) = get(state, uri).await;
         assert_eq!(content_type, "application/json", "{uri}");
         (status, serde_json::from_str(&body).unwrap())
+    }
+
+    #[tokio::test]
+    async fn the_status_api_answers_401_with_a_bearer_challenge_to_callers_without_a_valid_token() {
+        let (state, _dir) = state().await;
+        for uri in [
+            "/api/v1/clusters",
+            "/api/v1/clusters/member-1",
+            "/api/v1/clusters/Not_A_Label",
+            "/api/v1/clusters/member-1/namespaces/foo",
+        ] {
+            for token in [None, Some("garbage")] {
+                let (status, headers, body) = get_as(&state, uri, token).await;
+                assert_eq!(status, StatusCode::UNAUTHORIZED, "{uri} {token:?}");
+                assert_eq!(headers[header::WWW_AUTHENTICATE], "Bearer");
+                let body: Value = serde_json::from_str(&body).unwrap();
+                assert!(body["error"].is_string(), "{body}");
+            }
+        }
+        let request = axum::http::Request::get("/api/v1/clusters")
+            .header(header::AUTHORIZATION, "Basic YWRtaW46YWRtaW4=")
+            .body(Body::empty())
+            .unwrap();
+        let response = router(state.clone()).oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    }
+
+    #[tokio::test]
+    async fn health_readiness_and_metrics_need_no_token() {
+        let (state, _dir) = state().await;
+        state.ready.store(Arc::new(Readiness::Ready));
+        for uri in ["/healthz", "/readyz", "/metrics"] {
+            let (status, _, _) = get_as(&state, uri, None).await;
+            assert_eq!(status, StatusCode::OK, "{uri}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_hub_that_fails_the_review_makes_the_status_api_unavailable() {
+        let (state, _dir) = state().await;
+        let (status, headers, body) = get_as(&state, "/api/v1/clusters", Some(fake::BROKEN)).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(!headers.contains_key(header::WWW_AUTHENTICATE));
+        let body: Value = serde_json::from_str(&body).unwrap();
+        let error = body["error"].as_str().unwrap();
+        assert!(
+            error.starts_with("cannot check the caller with the hub (TokenReview): ")
+                && error.contains("etcdserver: request timed out"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_tenant_sees_its_own_scopes_and_gets_404_for_the_others_like_for_unwatched_ones() {
+        let (state, _dir) = state().await;
+        let team_a = Some(fake::TEAM_A);
+        let (status, _, list) = get_as(&state, "/api/v1/clusters", team_a).await;
+        assert_eq!(status, StatusCode::OK);
+        let list: Value = serde_json::from_str(&list).unwrap();
+        let namespaces: Vec<&Value> = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| &c["namespaces"])
+            .collect();
+        assert_eq!(namespaces, [&json!(0), &json!(1), &json!(1)]);
+        let (_, _, detail) = get_as(&state, "/api/v1/clusters/member-1", team_a).await;
+        let detail: Value = serde_json::from_str(&detail).unwrap();
+        assert_eq!(
+            detail["namespaces"].as_array().unwrap().len(),
+            1,
+            "{detail}"
+        );
+        assert_eq!(detail["namespaces"][0]["namespace"], "foo");
+        let (status, _, _) =
+            get_as(&state, "/api/v1/clusters/member-1/namespaces/foo", team_a).await;
+        assert_eq!(status, StatusCode::OK);
+        let hidden = get_as(&state, "/api/v1/clusters/member-1/namespaces/bar", team_a).await;
+        let unwatched = get_as(&state, "/api/v1/clusters/member-1/namespaces/bax", team_a).await;
+        assert_eq!(hidden.0, StatusCode::NOT_FOUND);
+        assert_eq!(hidden.0, unwatched.0);
+        assert_eq!(hidden.2.replace("bar", "bax"), unwatched.2);
     }
 
     #[tokio::test]

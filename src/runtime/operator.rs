@@ -34,7 +34,8 @@ use crate::{
     metrics::Metrics,
     observe::model::Model,
     observe::watch::WatchSupervisor,
-    runtime::http::{self, ApiState, ChannelDepths, Readiness},
+    runtime::auth::Reviewer,
+    runtime::http::{self, ApiState, ChannelDepths, Readiness, ScopeOwners},
     runtime::leader::{Leadership, LeaseConfig},
     status::writer::StatusWriter,
 };
@@ -223,6 +224,7 @@ pub async fn run(
     let metrics = Arc::new(Metrics::new());
     let ready = Arc::new(arc_swap::ArcSwap::from_pointee(Readiness::Starting));
     let (done_tx, done_rx) = mpsc::channel(OUTCOME_ROOM);
+    let owners = ScopeOwners::default();
     let http = ApiState {
         model: model.clone(),
         registry: shared.clone(),
@@ -239,6 +241,8 @@ pub async fn run(
                 changes_tx.downgrade(),
             )]))
             .join(ChannelDepths::of(vec![("outcomes", done_tx.downgrade())])),
+        reviewer: Arc::new(Reviewer::new(hub.clone())),
+        owners: owners.clone(),
     };
     let address = http::serve(config.http_addr, http, cancel.clone(), &tasks)
         .await
@@ -296,6 +300,15 @@ pub async fn run(
             chart_home,
             ..config.settings
         },
+    });
+    // The status API learns which Controllers watch a scope, and nothing else of the context.
+    owners.set({
+        let ctx = Arc::downgrade(&ctx);
+        move |scope| {
+            ctx.upgrade()
+                .map(|ctx| ctx.watches.owners_of(scope))
+                .unwrap_or_default()
+        }
     });
 
     let workers = tokio::spawn({

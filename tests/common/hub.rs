@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::{
+    core::v1::{Namespace, ServiceAccount},
+    rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject},
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
     Api, Client, CustomResourceExt,
@@ -194,6 +197,72 @@ impl Hub {
     pub fn log(&self) -> String {
         self.operator.as_ref().unwrap().logged()
     }
+
+    /// A token that may read the status API's view of the test's hub namespace; see [`reader_token`].
+    pub async fn reader_token(&self) -> String {
+        reader_token(&self.lab, &self.client, &self.namespace).await
+    }
+}
+
+/// Name of the ServiceAccount, Role and RoleBinding of [`reader_token`].
+pub const READER: &str = "status-reader";
+
+/// A token of ServiceAccount `status-reader` in hub namespace `namespace`, which may `get` the
+/// Controllers of that namespace and nothing else, so the status API shows it that namespace's
+/// scopes. Made once per namespace; waits until the hub's RBAC grants it.
+#[allow(dead_code)] // used by some test crates only
+pub async fn reader_token(lab: &Lab, hub: &Client, namespace: &str) -> String {
+    let apply = PatchParams::apply("tenancy-hub-tests").force();
+    let mut account = ServiceAccount::default();
+    account.metadata.name = Some(READER.into());
+    Api::<ServiceAccount>::namespaced(hub.clone(), namespace)
+        .patch(READER, &apply, &Patch::Apply(&account))
+        .await
+        .expect("the ServiceAccount applies");
+    let mut role = Role::default();
+    role.metadata.name = Some(READER.into());
+    role.rules = Some(vec![PolicyRule {
+        api_groups: Some(vec!["multitenancy.dev".into()]),
+        resources: Some(vec!["controllers".into()]),
+        verbs: vec!["get".into()],
+        ..PolicyRule::default()
+    }]);
+    Api::<Role>::namespaced(hub.clone(), namespace)
+        .patch(READER, &apply, &Patch::Apply(&role))
+        .await
+        .expect("the Role applies");
+    let mut binding = RoleBinding::default();
+    binding.metadata.name = Some(READER.into());
+    binding.role_ref = RoleRef {
+        api_group: Some("rbac.authorization.k8s.io".into()),
+        kind: "Role".into(),
+        name: READER.into(),
+    };
+    binding.subjects = Some(vec![Subject {
+        kind: "ServiceAccount".into(),
+        name: READER.into(),
+        namespace: Some(namespace.into()),
+        ..Subject::default()
+    }]);
+    Api::<RoleBinding>::namespaced(hub.clone(), namespace)
+        .patch(READER, &apply, &Patch::Apply(&binding))
+        .await
+        .expect("the RoleBinding applies");
+    let user = format!("system:serviceaccount:{namespace}:{READER}");
+    wait_until(
+        "the hub's RBAC to let the status reader get Controllers",
+        Duration::from_secs(30),
+        || async {
+            let args = ["auth", "can-i", "get", "controllers.multitenancy.dev"];
+            let args = [&args[..], &["-n", namespace, "--as", &user]].concat();
+            let answer = lab.try_kubectl("hub", &args).unwrap_or_else(|no| no);
+            (answer.trim() == "yes").then_some(())
+        },
+    )
+    .await;
+    lab.kubectl("hub", &["create", "token", READER, "-n", namespace])
+        .trim()
+        .to_owned()
 }
 
 /// Creates namespace `name` unless it exists.

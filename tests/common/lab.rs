@@ -135,6 +135,12 @@ impl Lab {
 
     /// Runs the lab's kubectl against one context; returns stdout, panicking with stderr on failure.
     pub fn kubectl(&self, context: &str, args: &[&str]) -> String {
+        self.try_kubectl(context, args)
+            .unwrap_or_else(|e| panic!("kubectl {args:?} on {context} failed: {e}"))
+    }
+
+    /// Runs the lab's kubectl against one context: stdout, or stdout and stderr when it fails.
+    pub fn try_kubectl(&self, context: &str, args: &[&str]) -> Result<String, String> {
         let out = std::process::Command::new(self.bin_dir().join("kubectl"))
             .arg("--kubeconfig")
             .arg(self.kubeconfig_path())
@@ -142,12 +148,12 @@ impl Lab {
             .args(args)
             .output()
             .expect("kubectl runs");
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} on {context} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() {
+            Ok(stdout)
+        } else {
+            Err(format!("{stdout}{}", String::from_utf8_lossy(&out.stderr)))
+        }
     }
 
     /// Helm releases in one namespace of one cluster: name -> (revision, status).

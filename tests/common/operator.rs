@@ -148,24 +148,14 @@ impl Operator {
         );
     }
 
-    /// GETs a path from the operator's HTTP endpoints: (status code, body).
+    /// GETs a path from the operator's HTTP endpoints without a token: (status code, body).
     pub fn get(&self, path: &str) -> (u16, String) {
-        use std::io::{Read, Write};
-        let mut stream =
-            std::net::TcpStream::connect(self.http).expect("the operator's HTTP endpoints answer");
-        write!(stream, "GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.http).unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        let code = response
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        let body = response
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default();
-        (code, body)
+        http_get(self.http, path, None)
+    }
+
+    /// GETs a path with `Authorization: Bearer <token>`, as the status API wants: (status code, body).
+    pub fn get_as(&self, path: &str, token: &str) -> (u16, String) {
+        http_get(self.http, path, Some(token))
     }
 
     /// A metric of the operator: the sum of every series of that name, or one series when `name` carries its labels (`name{label="value"}`).
@@ -199,4 +189,29 @@ impl Drop for Operator {
             let _ = self.child.wait();
         }
     }
+}
+
+/// GETs `path` from an HTTP server at `addr`, with a bearer token if given: (status code, body).
+#[allow(dead_code)] // used by some test crates only
+pub fn http_get(addr: std::net::SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream =
+        std::net::TcpStream::connect(addr).expect("the operator's HTTP endpoints answer");
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n").unwrap();
+    if let Some(token) = token {
+        write!(stream, "Authorization: Bearer {token}\r\n").unwrap();
+    }
+    write!(stream, "\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let code = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (code, body)
 }

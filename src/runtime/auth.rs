@@ -1,0 +1,746 @@
+//! Who calls the status API: bearer tokens reviewed by the hub (TokenReview), the hub namespaces each caller may read (SubjectAccessReview), answers cached briefly.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    fmt,
+    future::Future,
+    hash::Hash,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
+
+use axum::{
+    Json,
+    http::{HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::{
+    authentication::v1::{TokenReview, TokenReviewSpec, UserInfo},
+    authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec},
+};
+use kube::{Api, Client, Resource, api::PostParams};
+use sha2::{Digest, Sha256};
+use tokio::time::Instant;
+
+use crate::api::crd::Controller;
+
+/// How long the hub may take to answer one review before the request is answered 503.
+pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the hub's answer to a review is used before it is asked again.
+pub const REVIEW_TTL: Duration = Duration::from_secs(30);
+/// Token reviews remembered at most (by the token's SHA-256, never the token).
+const TOKEN_ENTRIES: usize = 1024;
+/// Access reviews remembered at most, one per identity and hub namespace.
+const ACCESS_ENTRIES: usize = 8192;
+/// Access reviews one request asks the hub at once.
+const PARALLEL_REVIEWS: usize = 8;
+
+/// Why a request to the status API has no identity to answer for.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// No `Authorization` header.
+    #[error(
+        "no bearer token: send `Authorization: Bearer <token>` with a token the hub accepts (e.g. `kubectl create token SERVICE_ACCOUNT -n NAMESPACE`)"
+    )]
+    NoToken,
+    /// An `Authorization` header that is not `Bearer <token>`.
+    #[error("the Authorization header is not `Bearer <token>`")]
+    NotBearer,
+    /// The hub's TokenReview did not accept the token.
+    #[error("the hub did not accept the bearer token")]
+    Rejected,
+    /// The hub failed a review or did not answer in time.
+    #[error("cannot check the caller with the hub ({review}): {reason}; try again later")]
+    Hub {
+        /// The review that failed: `TokenReview` or `SubjectAccessReview`.
+        review: &'static str,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+impl IntoResponse for AuthError {
+    fn into_response(self) -> Response {
+        let body = Json(serde_json::json!({ "error": self.to_string() }));
+        match self {
+            Self::Hub { .. } => (StatusCode::SERVICE_UNAVAILABLE, body).into_response(),
+            Self::NoToken | Self::NotBearer | Self::Rejected => (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer")],
+                body,
+            )
+                .into_response(),
+        }
+    }
+}
+
+/// A bearer token. It is shown redacted, so it cannot reach a log or an error by accident.
+pub struct Token(String);
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token(<redacted>)")
+    }
+}
+
+impl Token {
+    /// The token of an `Authorization: Bearer <token>` header (the scheme in any case).
+    ///
+    /// # Errors
+    /// [`AuthError::NoToken`] without a header, [`AuthError::NotBearer`] for any other shape.
+    pub fn from_header(value: Option<&HeaderValue>) -> Result<Self, AuthError> {
+        let value = value.ok_or(AuthError::NoToken)?;
+        let value = value.to_str().map_err(|_| AuthError::NotBearer)?;
+        let (scheme, token) = value.split_once(' ').ok_or(AuthError::NotBearer)?;
+        let token = token.trim_matches(' ');
+        if !scheme.eq_ignore_ascii_case("bearer")
+            || token.is_empty()
+            || token.contains(char::is_whitespace)
+        {
+            return Err(AuthError::NotBearer);
+        }
+        Ok(Self(token.to_owned()))
+    }
+
+    /// The token's SHA-256, the key its review is remembered by.
+    fn digest(&self) -> [u8; 32] {
+        Sha256::digest(self.0.as_bytes()).into()
+    }
+}
+
+/// Who the hub says a token belongs to: the user info of its TokenReview.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Identity {
+    /// The user name, e.g. `system:serviceaccount:team-a:viewer`.
+    pub username: String,
+    /// The user's uid, if the authenticator gives one.
+    pub uid: String,
+    /// The user's groups.
+    pub groups: Vec<String>,
+    /// Further attributes the authenticator gives (for ServiceAccount tokens: the pod, the credential id).
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+impl From<UserInfo> for Identity {
+    fn from(user: UserInfo) -> Self {
+        Self {
+            username: user.username.unwrap_or_default(),
+            uid: user.uid.unwrap_or_default(),
+            groups: user.groups.unwrap_or_default(),
+            extra: user.extra.unwrap_or_default(),
+        }
+    }
+}
+
+/// The hub namespaces in which a caller may `get` `Controller`s.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Every namespace: the caller may get Controllers cluster-wide.
+    Everywhere,
+    /// These of the namespaces asked about, and no other.
+    Namespaces(BTreeSet<String>),
+}
+
+impl Access {
+    /// Whether the caller may get Controllers in hub namespace `namespace`.
+    pub fn allows(&self, namespace: &str) -> bool {
+        match self {
+            Self::Everywhere => true,
+            Self::Namespaces(allowed) => allowed.contains(namespace),
+        }
+    }
+}
+
+/// Answers remembered for a time to live, at most `capacity` of them: when full, expired answers
+/// go, then the oldest. Hand-written because it is one small map; a cache crate would be a new
+/// dependency for it.
+struct Expiring<K, V> {
+    ttl: Duration,
+    capacity: usize,
+    entries: HashMap<K, (Instant, V)>,
+}
+
+impl<K: Eq + Hash + Clone, V: Clone> Expiring<K, V> {
+    fn new(ttl: Duration, capacity: usize) -> Self {
+        Self {
+            ttl,
+            capacity,
+            entries: HashMap::new(),
+        }
+    }
+
+    /// The answer for `key`, unless there is none or it is older than the time to live at `now`.
+    fn get(&self, key: &K, now: Instant) -> Option<V> {
+        let (at, value) = self.entries.get(key)?;
+        (now.duration_since(*at) < self.ttl).then(|| value.clone())
+    }
+
+    /// Remembers `value` for `key` as of `now`, making room first when full.
+    fn insert(&mut self, key: K, value: V, now: Instant) {
+        if self.entries.len() >= self.capacity && !self.entries.contains_key(&key) {
+            let ttl = self.ttl;
+            self.entries
+                .retain(|_, (at, _)| now.duration_since(*at) < ttl);
+            if self.entries.len() >= self.capacity
+                && let Some(oldest) = self
+                    .entries
+                    .iter()
+                    .min_by_key(|(_, (at, _))| *at)
+                    .map(|(k, _)| k.clone())
+            {
+                self.entries.remove(&oldest);
+            }
+        }
+        self.entries.insert(key, (now, value));
+    }
+}
+
+/// Checks callers with the hub, remembering each answer for [`REVIEW_TTL`], so a dashboard that
+/// polls does not cost the hub a review per request.
+pub struct Reviewer {
+    hub: Client,
+    /// Token digest → who it belongs to, or None when the hub rejected it.
+    tokens: Mutex<Expiring<[u8; 32], Option<Arc<Identity>>>>,
+    /// Whether an identity may get Controllers in a hub namespace (or cluster-wide).
+    access: Mutex<Expiring<AccessKey, bool>>,
+}
+
+/// Who, and in which hub namespace (None: cluster-wide).
+type AccessKey = (Arc<Identity>, Option<String>);
+
+impl Reviewer {
+    /// A reviewer asking `hub`, with nothing remembered yet.
+    pub fn new(hub: Client) -> Self {
+        Self {
+            hub,
+            tokens: Mutex::new(Expiring::new(REVIEW_TTL, TOKEN_ENTRIES)),
+            access: Mutex::new(Expiring::new(REVIEW_TTL, ACCESS_ENTRIES)),
+        }
+    }
+
+    /// Who `token` belongs to, per the hub's TokenReview.
+    ///
+    /// # Errors
+    /// [`AuthError::Rejected`] when the review does not accept the token, [`AuthError::Hub`] when
+    /// the hub fails it or does not answer within [`REVIEW_TIMEOUT`] (not remembered).
+    pub async fn authenticate(&self, token: &Token) -> Result<Arc<Identity>, AuthError> {
+        let key = token.digest();
+        let known = lock(&self.tokens).get(&key, Instant::now());
+        let identity = match known {
+            Some(identity) => identity,
+            None => {
+                let reviewed = self.review_token(token).await?;
+                lock(&self.tokens).insert(key, reviewed.clone(), Instant::now());
+                reviewed
+            }
+        };
+        identity.ok_or(AuthError::Rejected)
+    }
+
+    async fn review_token(&self, token: &Token) -> Result<Option<Arc<Identity>>, AuthError> {
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: token.0.clone(),
+                audiences: None,
+            },
+            ..TokenReview::default()
+        };
+        let api: Api<TokenReview> = Api::all(self.hub.clone());
+        let answer = on_time("TokenReview", api.create(&PostParams::default(), &review)).await?;
+        let status = answer.status.unwrap_or_default();
+        match (status.authenticated, status.user) {
+            (Some(true), Some(user)) => Ok(Some(Arc::new(user.into()))),
+            _ => {
+                let reason = status.error.unwrap_or_default();
+                tracing::debug!(%reason, "the hub did not accept a bearer token");
+                Ok(None)
+            }
+        }
+    }
+
+    /// In which of `namespaces` `who` may get Controllers; [`Access::Everywhere`] when it may
+    /// cluster-wide, which is asked first.
+    ///
+    /// # Errors
+    /// [`AuthError::Hub`] when the hub fails a review or does not answer in time.
+    pub async fn access(
+        &self,
+        who: &Arc<Identity>,
+        namespaces: BTreeSet<String>,
+    ) -> Result<Access, AuthError> {
+        if self.may_get(who, None).await? {
+            return Ok(Access::Everywhere);
+        }
+        let allowed = futures::stream::iter(namespaces)
+            .map(|namespace| async move {
+                let allowed = self.may_get(who, Some(namespace.clone())).await?;
+                Ok::<_, AuthError>(allowed.then_some(namespace))
+            })
+            .buffer_unordered(PARALLEL_REVIEWS)
+            .try_filter_map(|allowed| futures::future::ready(Ok(allowed)))
+            .try_collect()
+            .await?;
+        Ok(Access::Namespaces(allowed))
+    }
+
+    /// Whether `who` may get Controllers in `namespace` (cluster-wide when None).
+    async fn may_get(
+        &self,
+        who: &Arc<Identity>,
+        namespace: Option<String>,
+    ) -> Result<bool, AuthError> {
+        let key = (who.clone(), namespace);
+        if let Some(allowed) = lock(&self.access).get(&key, Instant::now()) {
+            return Ok(allowed);
+        }
+        let review = access_review(who, key.1.clone());
+        let api: Api<SubjectAccessReview> = Api::all(self.hub.clone());
+        let answer = on_time(
+            "SubjectAccessReview",
+            api.create(&PostParams::default(), &review),
+        )
+        .await?;
+        let allowed = answer.status.is_some_and(|s| s.allowed);
+        lock(&self.access).insert(key, allowed, Instant::now());
+        Ok(allowed)
+    }
+}
+
+/// The SubjectAccessReview asking whether `who` may get Controllers in `namespace` (everywhere when None).
+fn access_review(who: &Identity, namespace: Option<String>) -> SubjectAccessReview {
+    let some = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+    SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: some(&who.username),
+            uid: some(&who.uid),
+            groups: (!who.groups.is_empty()).then(|| who.groups.clone()),
+            extra: (!who.extra.is_empty()).then(|| who.extra.clone()),
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(Controller::group(&()).into_owned()),
+                resource: Some(Controller::plural(&()).into_owned()),
+                verb: Some("get".into()),
+                namespace,
+                ..ResourceAttributes::default()
+            }),
+            ..SubjectAccessReviewSpec::default()
+        },
+        ..SubjectAccessReview::default()
+    }
+}
+
+/// The answer of a hub call, or [`AuthError::Hub`] when it fails or takes longer than [`REVIEW_TIMEOUT`].
+async fn on_time<T>(
+    review: &'static str,
+    call: impl Future<Output = kube::Result<T>>,
+) -> Result<T, AuthError> {
+    let reason = match tokio::time::timeout(REVIEW_TIMEOUT, call).await {
+        Ok(Ok(answer)) => return Ok(answer),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("no answer within {REVIEW_TIMEOUT:?}"),
+    };
+    tracing::warn!(review, %reason, "the hub did not review a status API caller");
+    Err(AuthError::Hub { review, reason })
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A fake hub for tests: answers TokenReviews and SubjectAccessReviews by rule, and counts them.
+#[cfg(test)]
+pub(crate) mod fake {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use http::{Request, Response};
+    use kube::client::Body;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    /// The token of an identity that may get Controllers everywhere.
+    pub const ADMIN: &str = "admin-token";
+    /// The token of `system:serviceaccount:team-a:viewer`, which may get Controllers in `team-a` only.
+    pub const TEAM_A: &str = "team-a-token";
+    /// A token whose review the hub fails with a 500.
+    pub const BROKEN: &str = "broken-token";
+
+    /// A hub client answered by [`answer`], and how many requests it got.
+    pub fn hub() -> (Client, Arc<AtomicUsize>) {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let asked = Arc::new(AtomicUsize::new(0));
+        let counter = asked.clone();
+        tokio::spawn(async move {
+            while let Some((request, send)) = handle.next_request().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                let path = request.uri().path().to_owned();
+                let bytes = request.into_body().collect_bytes().await.unwrap();
+                let body: Value = serde_json::from_slice(&bytes).unwrap();
+                let (code, answer) = answer(&path, &body);
+                send.send_response(
+                    Response::builder()
+                        .status(code)
+                        .body(Body::from(serde_json::to_vec(&answer).unwrap()))
+                        .unwrap(),
+                );
+            }
+        });
+        (Client::new(service, "default"), asked)
+    }
+
+    /// The fake hub's rule: [`ADMIN`] and [`TEAM_A`] are known tokens, [`BROKEN`] fails.
+    fn answer(path: &str, body: &Value) -> (u16, Value) {
+        match path {
+            "/apis/authentication.k8s.io/v1/tokenreviews" => {
+                let user = match body["spec"]["token"].as_str().unwrap() {
+                    ADMIN => json!({"username": "admin", "groups": ["system:masters"]}),
+                    TEAM_A => json!({"username": "system:serviceaccount:team-a:viewer",
+                        "uid": "u-1", "groups": ["system:serviceaccounts"]}),
+                    BROKEN => {
+                        return (
+                            500,
+                            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                "message": "etcdserver: request timed out", "code": 500}),
+                        );
+                    }
+                    _ => return (201, review(body, json!({"error": "invalid bearer token"}))),
+                };
+                (
+                    201,
+                    review(body, json!({"authenticated": true, "user": user})),
+                )
+            }
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews" => {
+                let spec = &body["spec"];
+                let namespace = spec["resourceAttributes"]["namespace"].as_str();
+                let allowed = match spec["user"].as_str().unwrap() {
+                    "admin" => true,
+                    "system:serviceaccount:team-a:viewer" => namespace == Some("team-a"),
+                    _ => false,
+                };
+                (201, review(body, json!({"allowed": allowed})))
+            }
+            other => panic!("the fake hub does not serve {other}"),
+        }
+    }
+
+    /// A review as the hub answers it: the request with a status.
+    pub fn review(request: &Value, status: Value) -> Value {
+        let mut answer = request.clone();
+        answer["status"] = status;
+        answer
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use http::{Request, Response};
+    use kube::client::Body;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn header(value: &str) -> Result<Token, AuthError> {
+        Token::from_header(Some(&HeaderValue::from_str(value).unwrap()))
+    }
+
+    #[test]
+    fn a_bearer_header_gives_its_token_whatever_the_case_of_the_scheme() {
+        for value in ["Bearer abc.def", "bearer abc.def", "BEARER   abc.def  "] {
+            assert_eq!(header(value).unwrap().0, "abc.def", "{value}");
+        }
+    }
+
+    #[test]
+    fn no_header_is_no_token_and_any_other_shape_is_not_bearer() {
+        assert!(matches!(Token::from_header(None), Err(AuthError::NoToken)));
+        for value in [
+            "Basic dXNlcjpwYXNz",
+            "Bearer",
+            "Bearer ",
+            "Bearer a b",
+            "abc",
+        ] {
+            assert!(
+                matches!(header(value), Err(AuthError::NotBearer)),
+                "{value}"
+            );
+        }
+        let opaque = HeaderValue::from_bytes(b"Bearer \xff\xfe").unwrap();
+        assert!(matches!(
+            Token::from_header(Some(&opaque)),
+            Err(AuthError::NotBearer)
+        ));
+    }
+
+    #[test]
+    fn a_token_never_shows_in_debug_output_or_errors() {
+        let token = header("Bearer s3cr3t").unwrap();
+        assert_eq!(format!("{token:?}"), "Token(<redacted>)");
+        for error in [
+            AuthError::NoToken,
+            AuthError::NotBearer,
+            AuthError::Rejected,
+        ] {
+            assert!(!error.to_string().contains("s3cr3t"));
+        }
+    }
+
+    #[test]
+    fn unauthorized_answers_carry_a_bearer_challenge_and_hub_failures_are_unavailable() {
+        let response = AuthError::Rejected.into_response();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(response.headers()[header::WWW_AUTHENTICATE], "Bearer");
+        let response = AuthError::Hub {
+            review: "TokenReview",
+            reason: "no answer".into(),
+        }
+        .into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(!response.headers().contains_key(header::WWW_AUTHENTICATE));
+    }
+
+    #[test]
+    fn a_remembered_answer_expires_after_its_time_to_live() {
+        let start = Instant::now();
+        let mut cache = Expiring::new(Duration::from_secs(30), 10);
+        cache.insert("k", true, start);
+        assert_eq!(cache.get(&"k", start + Duration::from_secs(29)), Some(true));
+        assert_eq!(cache.get(&"k", start + Duration::from_secs(30)), None);
+        assert_eq!(cache.get(&"other", start), None);
+    }
+
+    #[test]
+    fn a_full_cache_drops_expired_answers_first_then_the_oldest() {
+        let start = Instant::now();
+        let at = |s| start + Duration::from_secs(s);
+        let mut cache = Expiring::new(Duration::from_secs(30), 2);
+        cache.insert(1, (), at(0));
+        cache.insert(2, (), at(20));
+        cache.insert(3, (), at(40));
+        assert_eq!(cache.entries.len(), 2);
+        assert_eq!(
+            (cache.get(&1, at(40)), cache.get(&2, at(40))),
+            (None, Some(()))
+        );
+        cache.insert(4, (), at(41));
+        assert_eq!(cache.entries.len(), 2);
+        assert_eq!(
+            (
+                cache.get(&2, at(41)),
+                cache.get(&3, at(41)),
+                cache.get(&4, at(41))
+            ),
+            (None, Some(()), Some(()))
+        );
+        cache.insert(4, (), at(42));
+        assert_eq!(cache.entries.len(), 2, "replacing an entry makes no room");
+    }
+
+    type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+
+    /// Awaits the hub's next request, checks its path and answers `status` in the review it sent.
+    async fn expect(hub: &mut Handle, path: &str, status: Value) -> Value {
+        let (request, send) = tokio::time::timeout(Duration::from_secs(5), hub.next_request())
+            .await
+            .unwrap_or_else(|_| panic!("no request to {path}"))
+            .unwrap();
+        assert_eq!(
+            (request.method().as_str(), request.uri().path()),
+            ("POST", path)
+        );
+        let bytes = request.into_body().collect_bytes().await.unwrap();
+        let body: Value = serde_json::from_slice(&bytes).unwrap();
+        let answer = serde_json::to_vec(&fake::review(&body, status)).unwrap();
+        send.send_response(
+            Response::builder()
+                .status(201)
+                .body(Body::from(answer))
+                .unwrap(),
+        );
+        body
+    }
+
+    /// Holds that no request comes within a while.
+    async fn nothing(hub: &mut Handle) {
+        if let Ok(Some((request, _))) =
+            tokio::time::timeout(Duration::from_millis(300), hub.next_request()).await
+        {
+            panic!("unexpected request {}", request.uri());
+        }
+    }
+
+    const TOKEN_REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
+    const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+
+    fn reviewer() -> (Arc<Reviewer>, Handle) {
+        let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let reviewer = Reviewer::new(Client::new(service, "default"));
+        (Arc::new(reviewer), handle)
+    }
+
+    #[tokio::test]
+    async fn a_token_is_reviewed_once_and_its_identity_asked_about_each_namespace_once() {
+        let (reviewer, mut hub) = reviewer();
+        let token = header("Bearer t0k3n").unwrap();
+        let caller = {
+            let reviewer = reviewer.clone();
+            tokio::spawn(async move { reviewer.authenticate(&token).await })
+        };
+        let user = json!({"username": "system:serviceaccount:a:viewer", "uid": "u-1",
+            "groups": ["system:serviceaccounts", "system:authenticated"],
+            "extra": {"authentication.kubernetes.io/credential-id": ["JTI=x"]}});
+        let sent = expect(
+            &mut hub,
+            TOKEN_REVIEWS,
+            json!({"authenticated": true, "user": user}),
+        )
+        .await;
+        assert_eq!(sent["spec"], json!({"token": "t0k3n"}));
+        let who = caller.await.unwrap().unwrap();
+        assert_eq!(who.username, "system:serviceaccount:a:viewer");
+        assert_eq!(
+            *reviewer
+                .authenticate(&header("Bearer t0k3n").unwrap())
+                .await
+                .unwrap(),
+            *who
+        );
+        nothing(&mut hub).await;
+
+        let access = {
+            let (reviewer, who) = (reviewer.clone(), who.clone());
+            tokio::spawn(async move {
+                let namespaces = ["a".to_owned(), "b".to_owned()].into();
+                reviewer.access(&who, namespaces).await
+            })
+        };
+        let everywhere = expect(&mut hub, ACCESS_REVIEWS, json!({"allowed": false})).await;
+        assert_eq!(
+            everywhere["spec"],
+            json!({
+                "user": "system:serviceaccount:a:viewer", "uid": "u-1",
+                "groups": ["system:serviceaccounts", "system:authenticated"],
+                "extra": {"authentication.kubernetes.io/credential-id": ["JTI=x"]},
+                "resourceAttributes": {"group": "multitenancy.dev", "resource": "controllers", "verb": "get"},
+            })
+        );
+        for _ in 0..2 {
+            let (request, send) = hub.next_request().await.unwrap();
+            assert_eq!(request.uri().path(), ACCESS_REVIEWS);
+            let bytes = request.into_body().collect_bytes().await.unwrap();
+            let body: Value = serde_json::from_slice(&bytes).unwrap();
+            let namespace = body["spec"]["resourceAttributes"]["namespace"].clone();
+            let allowed = json!({"allowed": namespace == "a"});
+            let answer = serde_json::to_vec(&fake::review(&body, allowed)).unwrap();
+            send.send_response(
+                Response::builder()
+                    .status(201)
+                    .body(Body::from(answer))
+                    .unwrap(),
+            );
+        }
+        let expected = Access::Namespaces(["a".to_owned()].into());
+        assert_eq!(access.await.unwrap().unwrap(), expected);
+        let again = reviewer
+            .access(&who, ["a".to_owned(), "b".to_owned()].into())
+            .await
+            .unwrap();
+        assert_eq!(again, expected);
+        nothing(&mut hub).await;
+    }
+
+    #[tokio::test]
+    async fn an_identity_allowed_cluster_wide_is_asked_about_no_namespace() {
+        let (hub, asked) = fake::hub();
+        let reviewer = Reviewer::new(hub);
+        let admin = reviewer
+            .authenticate(&header(&format!("Bearer {}", fake::ADMIN)).unwrap())
+            .await
+            .unwrap();
+        let access = reviewer
+            .access(&admin, ["a".to_owned(), "b".to_owned()].into())
+            .await
+            .unwrap();
+        assert_eq!(access, Access::Everywhere);
+        assert!(access.allows("anything"));
+        assert_eq!(asked.load(Ordering::SeqCst), 2, "one TokenReview, one SAR");
+    }
+
+    #[tokio::test]
+    async fn a_rejected_token_is_unauthorized_and_its_rejection_remembered() {
+        let (hub, asked) = fake::hub();
+        let reviewer = Reviewer::new(hub);
+        for _ in 0..3 {
+            let err = reviewer
+                .authenticate(&header("Bearer garbage").unwrap())
+                .await
+                .unwrap_err();
+            assert!(matches!(err, AuthError::Rejected), "{err}");
+        }
+        assert_eq!(asked.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_failing_hub_is_unavailable_not_unauthorized_and_is_asked_again() {
+        let (hub, asked) = fake::hub();
+        let reviewer = Reviewer::new(hub);
+        let broken = header(&format!("Bearer {}", fake::BROKEN)).unwrap();
+        for _ in 0..2 {
+            let err = reviewer.authenticate(&broken).await.unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    AuthError::Hub {
+                        review: "TokenReview",
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+            assert!(
+                err.to_string().contains("etcdserver: request timed out"),
+                "{err}"
+            );
+            assert!(!err.to_string().contains(fake::BROKEN), "{err}");
+        }
+        assert_eq!(asked.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hub_that_does_not_answer_is_given_up_after_the_review_timeout() {
+        let (reviewer, _hub) = reviewer();
+        let started = Instant::now();
+        let err = reviewer
+            .authenticate(&header("Bearer t").unwrap())
+            .await
+            .unwrap_err();
+        assert_eq!(started.elapsed(), REVIEW_TIMEOUT);
+        assert_eq!(
+            err.to_string(),
+            "cannot check the caller with the hub (TokenReview): no answer within 5s; try again later"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn answers_are_asked_for_again_once_their_time_to_live_is_over() {
+        let (hub, asked) = fake::hub();
+        let reviewer = Reviewer::new(hub);
+        let token = header(&format!("Bearer {}", fake::TEAM_A)).unwrap();
+        let who = reviewer.authenticate(&token).await.unwrap();
+        let namespaces = || BTreeSet::from(["team-a".to_owned()]);
+        reviewer.access(&who, namespaces()).await.unwrap();
+        assert_eq!(asked.load(Ordering::SeqCst), 3);
+        tokio::time::advance(REVIEW_TTL - Duration::from_secs(1)).await;
+        reviewer.authenticate(&token).await.unwrap();
+        reviewer.access(&who, namespaces()).await.unwrap();
+        assert_eq!(asked.load(Ordering::SeqCst), 3);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let who = reviewer.authenticate(&token).await.unwrap();
+        let access = reviewer.access(&who, namespaces()).await.unwrap();
+        assert_eq!(access, Access::Namespaces(namespaces()));
+        assert_eq!(asked.load(Ordering::SeqCst), 6);
+    }
+}
