@@ -263,30 +263,51 @@ async fn a_deployment_on_member_2_gets_running_pods() {
         .unwrap();
 }
 
-#[tokio::test]
-#[ignore = "needs the lab: run tests/run.sh"]
-async fn kubectl_explains_every_chart_field_and_lists_controllers_with_columns() {
-    let lab = Lab::get();
-    install_crd(&lab.client("hub").await).await;
-    let explained = lab.kubectl("hub", &["explain", "controllers.spec.tenancies.charts"]);
-    for field in [
-        "chartName",
-        "releaseName",
-        "version",
-        "repo",
-        "settings",
-        "values",
-    ] {
+/// Asserts that `kubectl explain PATH` describes each of `fields` in more than a few words.
+fn explains(lab: &Lab, path: &str, fields: &[&str]) {
+    let explained = lab.kubectl("hub", &["explain", path]);
+    for field in fields {
         let line = explained
             .lines()
             .position(|l| l.trim_start().starts_with(field))
-            .unwrap_or_else(|| panic!("{field} is not explained:\n{explained}"));
+            .unwrap_or_else(|| panic!("{path}.{field} is not explained:\n{explained}"));
         let description = explained.lines().nth(line + 1).unwrap_or_default();
         assert!(
             description.trim().len() > 10,
-            "{field} has no description:\n{explained}"
+            "{path}.{field} has no description:\n{explained}"
         );
     }
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn kubectl_explains_every_chart_and_policy_field_and_lists_controllers_with_columns() {
+    let lab = Lab::get();
+    install_crd(&lab.client("hub").await).await;
+    explains(
+        &lab,
+        "controllers.spec.tenancies.charts",
+        &[
+            "chartName",
+            "releaseName",
+            "version",
+            "repo",
+            "settings",
+            "values",
+        ],
+    );
+    explains(
+        &lab,
+        "tenancypolicies.spec",
+        &[
+            "hubNamespaces",
+            "clusters",
+            "clusterSelector",
+            "namespaces",
+            "chartSources",
+            "impersonate",
+        ],
+    );
     let listed = lab.kubectl("hub", &["get", "tenctl", "-A"]);
     let header = listed.lines().next().unwrap_or_default();
     for column in ["READY", "CLUSTERS", "RELEASES", "PODS", "AGE"] {

@@ -394,7 +394,7 @@ mod tests {
         let committed = include_str!("../../crds/controllers.multitenancy.dev.yaml");
         assert!(
             committed == crd_yaml(),
-            "crds/controllers.multitenancy.dev.yaml is stale: run `cargo run -- crd > crds/controllers.multitenancy.dev.yaml`"
+            "crds/controllers.multitenancy.dev.yaml is stale: run kind/crds.sh"
         );
     }
 }

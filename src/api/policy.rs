@@ -155,7 +155,7 @@ mod tests {
         let committed = include_str!("../../crds/tenancypolicies.multitenancy.dev.yaml");
         assert!(
             committed == crate::api::policy_crd_yaml(),
-            "crds/tenancypolicies.multitenancy.dev.yaml is stale: run `cargo run -- crd` and split its output into crds/"
+            "crds/tenancypolicies.multitenancy.dev.yaml is stale: run kind/crds.sh"
         );
     }
 
