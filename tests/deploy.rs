@@ -747,6 +747,10 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
         ("create", "secrets", Some(hub_ns.as_str())),
         ("create", "tokenreviews.authentication.k8s.io", None),
         ("create", "subjectaccessreviews.authorization.k8s.io", None),
+        ("watch", "tenancypolicies.multitenancy.dev", None),
+        // Releases a TenancyPolicy with `impersonate` allows on the hub act as its user and groups.
+        ("impersonate", "users", None),
+        ("impersonate", "groups", None),
     ] {
         assert!(
             can_i(lab, verb, resource, namespace),
@@ -760,7 +764,8 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
         ("create", "rolebindings", Some(hub_ns.as_str())),
         ("create", "namespaces", None),
         ("patch", "namespaces/kube-system", None),
-        ("impersonate", "users", None),
+        ("impersonate", "serviceaccounts", None),
+        ("create", "tenancypolicies.multitenancy.dev", None),
         (
             "create",
             "localsubjectaccessreviews.authorization.k8s.io",
