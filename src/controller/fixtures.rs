@@ -65,6 +65,7 @@ pub struct Fixture {
     /// watchers wait and the script of `hub` holds only what the reconciler itself asks.
     _member: Handle,
     controllers: Writer<Controller>,
+    policies: Writer<crate::api::policy::TenancyPolicy>,
     cancel: CancellationToken,
 }
 
@@ -78,9 +79,15 @@ impl Fixture {
     /// A context with an empty registry (the hub only), the hub's release records listed and
     /// empty, an idle queue and writer, and the repository's `config/charts` as chart home.
     pub fn new() -> Self {
+        Self::with_policy_mode(crate::delivery::policy::Mode::Permissive)
+    }
+
+    /// Like [`Fixture::new`], applying the tenancy policies in `mode`.
+    pub fn with_policy_mode(mode: crate::delivery::policy::Mode) -> Self {
         let (hub_client, hub) = mock_client();
         let (member_client, member) = mock_client();
         let (store, controllers) = reflector::store();
+        let (policy_store, policies) = reflector::store();
         let cancel = CancellationToken::new();
         let (changes, _) = tokio::sync::mpsc::channel(16);
         let releases = ReleaseIndex::default();
@@ -97,7 +104,7 @@ impl Fixture {
             charts: ChartCatalog::new(PathBuf::from("helm"), Duration::from_secs(300)),
             reported: Default::default(),
             controllers: store,
-            policies: reflector::store().0,
+            policies: policy_store,
             recorder: Recorder::new(hub_client, Reporter::from("tenancy-hub")),
             events: Default::default(),
             model: Default::default(),
@@ -110,7 +117,7 @@ impl Fixture {
                 pending_timeout: Duration::from_secs(300),
                 scope: None,
                 chart_interval: Duration::from_secs(300),
-                policy_mode: crate::delivery::policy::Mode::Permissive,
+                policy_mode: mode,
                 operator_namespace: "tenancy-hub".into(),
             },
         };
@@ -119,8 +126,15 @@ impl Fixture {
             hub: ApiServer(hub),
             _member: member,
             controllers,
+            policies,
             cancel,
         }
+    }
+
+    /// Puts a TenancyPolicy in the store, as the hub's watch would.
+    pub fn policy(&mut self, policy: crate::api::policy::TenancyPolicy) {
+        self.policies
+            .apply_watcher_event(&watcher::Event::Apply(policy));
     }
 
     /// Puts resources in the reflector store, as the hub's watch would.

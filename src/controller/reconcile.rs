@@ -541,6 +541,43 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn under_enforce_an_ungoverned_release_is_forbidden_and_a_policy_lets_it_through() {
+        let mut f = Fixture::with_policy_mode(crate::delivery::policy::Mode::Enforce);
+        let c = finalized(controller("app", "2026-01-01T00:00:00Z", SPEC));
+        f.store(&[&c]);
+
+        // No policy governs hub namespace default: POST an Event with reason Forbidden, queue
+        // nothing, and report the rule.
+        let (result, event) = tokio::join!(
+            reconcile(Arc::new(c.clone()), f.ctx.clone()),
+            f.hub.event(&c, "Forbidden")
+        );
+        result.unwrap();
+        f.hub.nothing().await;
+        assert!(
+            event["note"]
+                .as_str()
+                .is_some_and(|n| n.contains("no TenancyPolicy governs hub namespace default")),
+            "{event}"
+        );
+        assert_eq!(f.ctx.queue.depth(), 0);
+        let report = f.ctx.writer.submitted(&ObjectRef::from_obj(&c)).unwrap();
+        assert!(format!("{report:?}").contains("Forbidden"), "{report:?}");
+
+        // A policy allowing the hub, namespace foo and the chart home: the install is queued.
+        let policy: crate::api::policy::TenancyPolicy = serde_yaml::from_str(
+            "apiVersion: multitenancy.dev/v1alpha1\nkind: TenancyPolicy\nmetadata: {name: team}\nspec:\n  hubNamespaces: [default]\n  clusters: [hub]\n  namespaces: [foo]\n  chartSources: [chart-home]\n  impersonate: {user: team-deployer}\n",
+        )
+        .unwrap();
+        f.policy(policy);
+        let result = reconcile(Arc::new(c.clone()), f.ctx.clone()).await;
+        result.unwrap();
+        f.hub.nothing().await;
+        assert_eq!(f.ctx.queue.depth(), 1);
+        assert!(f.ctx.queue.is_busy(&web()));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn an_unchanged_controller_queues_nothing_and_writes_nothing_to_the_hub() {
         let mut f = Fixture::new();
         let c = finalized(controller("app", "2026-01-01T00:00:00Z", SPEC));
