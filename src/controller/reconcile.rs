@@ -270,6 +270,7 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
         .desired
         .iter()
         .map(|r| r.key.scope.clone())
+        .chain(plan.suspended.iter().map(|k| k.scope.clone()))
         .chain(
             plan.problems
                 .iter()
@@ -356,11 +357,36 @@ async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
         .map(|a| a.key.clone())
         .collect();
     owned.extend(just_applied(ctx, &owner, &applied));
-    if c.spec.deletion_policy == DeletionPolicy::Orphan {
+    // Suspended releases get no Helm call, uninstall included: they are left in place.
+    let registered = ctx.registry.load().labels();
+    let left: Vec<String> = owned
+        .iter()
+        .filter(|k| plan::suspended(&c.spec, &registered, k))
+        .map(ToString::to_string)
+        .collect();
+    owned.retain(|k| !plan::suspended(&c.spec, &registered, k));
+    let orphan = c.spec.deletion_policy == DeletionPolicy::Orphan || c.spec.suspend;
+    if orphan {
         // Nothing queued for it may run any more, uninstalls included.
         ctx.queue.retain_planned(&owner, &HashSet::new());
+    } else if !left.is_empty() {
+        ctx.queue.retain_planned(&owner, &owned.iter().collect());
     }
     let running = ctx.queue.running_for(&owner);
+    if c.spec.suspend && running.is_empty() {
+        let note = format!(
+            "suspended: no Helm call is made, so its releases are left in place: {}",
+            if left.is_empty() {
+                "none".into()
+            } else {
+                left.join(", ")
+            }
+        );
+        tracing::warn!(controller = %owner, releases = ?left, "deleted while suspended; its releases are left in place");
+        publish(ctx, c, EventType::Warning, "Suspended", "Delete", note).await;
+        forget(ctx, &object);
+        return Ok(Action::await_change());
+    }
     if c.spec.deletion_policy == DeletionPolicy::Orphan && running.is_empty() {
         let left: Vec<String> = owned.iter().map(ToString::to_string).collect();
         let note = if left.is_empty() {
@@ -376,7 +402,6 @@ async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
         forget(ctx, &object);
         return Ok(Action::await_change());
     }
-    let registered = ctx.registry.load().labels();
     if c.spec.deletion_policy == DeletionPolicy::Delete {
         let admission = ctx.admission();
         for key in owned.iter().filter(|k| !running.contains(k)) {
@@ -411,6 +436,14 @@ async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
         .filter(|c| registered.contains_key(c) && !synced.contains(c))
         .collect();
     if owned.is_empty() && running.is_empty() && unreached.is_empty() {
+        if !left.is_empty() {
+            let note = format!(
+                "releases of suspended tenancies are left in place: {}",
+                left.join(", ")
+            );
+            tracing::warn!(controller = %owner, releases = ?left, "releases of suspended tenancies are left in place");
+            publish(ctx, c, EventType::Warning, "Suspended", "Delete", note).await;
+        }
         forget(ctx, &object);
         tracing::info!(controller = %owner, "every release uninstalled; removing the finalizer");
         return Ok(Action::await_change());
