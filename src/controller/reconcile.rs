@@ -24,7 +24,6 @@ use crate::{
     api::key::{ClusterName, ReleaseKey},
     controller::context::Context,
     delivery::plan::{self, Applied, Inputs, Job, OwnerId},
-    delivery::policy::Admission,
     delivery::queue::Outcome,
     status::build::{self as status, LastOutcome, ReleaseView},
 };
@@ -124,7 +123,8 @@ pub fn error_policy(_obj: Arc<Controller>, error: &Error, _ctx: Arc<Context>) ->
     }
 }
 
-fn created_secs(c: &Controller) -> i64 {
+/// When a resource was created, in Unix seconds; the end of time when not known.
+pub fn created_secs(c: &Controller) -> i64 {
     c.meta()
         .creation_timestamp
         .as_ref()
@@ -138,25 +138,17 @@ fn claims(
     applied: &HashMap<ReleaseKey, Applied>,
 ) -> HashMap<ReleaseKey, OwnerId> {
     let all = ctx.controllers.state();
-    let any_chart = |_: &plan::ChartSource, _: Option<&str>| plan::ChartLookup::Found {
-        version: None,
-        digest: None,
-    };
     plan::claims(
         all.iter()
             .filter(|c| c.meta().deletion_timestamp.is_none())
             .map(|c| {
-                let owner = owner_id(c);
-                let named = plan::desired(
-                    &owner,
+                plan::claimant(
+                    owner_id(c),
+                    created_secs(c),
                     &c.spec,
                     clusters,
                     &ctx.settings.chart_home,
-                    &any_chart,
-                    &Admission::permissive(),
                 )
-                .named;
-                (owner, created_secs(c), named.into_iter().collect())
             }),
         applied,
     )

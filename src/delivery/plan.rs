@@ -640,6 +640,31 @@ pub fn spec_hash(release: &Release) -> String {
 /// A resource asking for release keys: who, when it was created, and the keys.
 pub type Claimant = (OwnerId, i64, Vec<ReleaseKey>);
 
+/// A resource as a claimant: every release key its spec names, whatever its charts and the
+/// policies say (so a refused or unresolved release still holds its key).
+pub fn claimant(
+    owner: OwnerId,
+    created: i64,
+    spec: &ControllerSpec,
+    clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
+    chart_home: &Path,
+) -> Claimant {
+    let any_chart = |_: &ChartSource, _: Option<&str>| ChartLookup::Found {
+        version: None,
+        digest: None,
+    };
+    let named = desired(
+        &owner,
+        spec,
+        clusters,
+        chart_home,
+        &any_chart,
+        &Admission::permissive(),
+    )
+    .named;
+    (owner, created, named.into_iter().collect())
+}
+
 /// Who holds each release key asked for by several resources: one rule, used by every planner.
 /// The resource whose release is installed there holds it, if it still asks for it; otherwise
 /// the oldest resource asking (then the smallest namespace/name). So one of them always wins.
