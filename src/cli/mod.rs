@@ -316,7 +316,7 @@ pub enum Command {
     /// template`; changes nothing anywhere. Secrets' values are masked. Exits 0 when nothing
     /// would change, 1 when something would (or is refused), 2 on error.
     #[command(
-        after_help = "Examples:\n  tenancy-hub diff -f controller.yaml --clusters lab/clusters.yaml --kubeconfig lab/kubeconfig --context hub --chart-home config/charts\n  tenancy-hub diff -f controller.yaml --cluster member-1 -o json\n  tenancy-hub diff -f controller.yaml >/dev/null || kubectl apply -f controller.yaml"
+        after_help = "Examples:\n  tenancy-hub diff -f controller.yaml --clusters lab/clusters.yaml --kubeconfig lab/kubeconfig --context hub --chart-home config/charts\n  tenancy-hub diff -f controller.yaml --cluster member-1 -o json\n  kubectl kustomize team-a/ | tenancy-hub diff -f -"
     )]
     Diff(diff::DiffArgs),
 }
