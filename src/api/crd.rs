@@ -47,6 +47,12 @@ pub const HUB_CLUSTER: &str = "hub";
         json_path = ".status.summary.pods"
     ),
     printcolumn(
+        name = "Suspended",
+        type_ = "boolean",
+        description = "No Helm call is made while true",
+        json_path = ".spec.suspend"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -65,6 +71,13 @@ pub struct ControllerSpec {
     /// when a cluster it waits for is gone for good.
     #[serde(default, skip_serializing_if = "DeletionPolicy::is_default")]
     pub deletion_policy: DeletionPolicy,
+
+    /// Stops every Helm call for this resource while true: no install, upgrade, uninstall or
+    /// repair; status keeps being reported and shows the changes held back. Setting it back to
+    /// false applies the newest spec. A suspended resource that is deleted leaves its releases in
+    /// place, as with `deletionPolicy: Orphan`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
 }
 
 /// What deleting a `Controller` does to its releases.
@@ -112,6 +125,11 @@ pub struct Tenancy {
     #[serde(default)]
     #[schemars(length(max = 16))]
     pub charts: Vec<Chart>,
+
+    /// Stops every Helm call for this tenancy's releases (its namespace on the clusters it
+    /// targets) while true, uninstalls of removed charts included; status keeps being reported.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
 }
 
 /// Selects registered clusters by label.

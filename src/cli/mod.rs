@@ -1,5 +1,6 @@
-//! Command-line interface: `run`, `crd` and `clusters`.
+//! Command-line interface: `run`, `crd`, `clusters`, `status` and `diff`.
 
+pub mod diff;
 pub mod inspect;
 pub mod table;
 
@@ -184,10 +185,7 @@ impl RunArgs {
                     .map_or(helm_timeout + Duration::from_secs(60), Duration::from_secs),
                 scope: self.namespace.clone(),
                 chart_interval: Duration::from_secs(self.chart_interval),
-                policy_mode: match self.tenancy_policy {
-                    PolicyMode::Enforce => crate::delivery::policy::Mode::Enforce,
-                    PolicyMode::Permissive => crate::delivery::policy::Mode::Permissive,
-                },
+                policy_mode: self.tenancy_policy.mode(),
                 operator_namespace: self.lease_namespace.clone(),
             },
             helm: HelmOptions {
@@ -241,6 +239,16 @@ pub enum PolicyMode {
     Enforce,
     /// Deliver it, warning.
     Permissive,
+}
+
+impl PolicyMode {
+    /// The admission mode it stands for.
+    pub fn mode(self) -> crate::delivery::policy::Mode {
+        match self {
+            PolicyMode::Enforce => crate::delivery::policy::Mode::Enforce,
+            PolicyMode::Permissive => crate::delivery::policy::Mode::Permissive,
+        }
+    }
 }
 
 /// The commands.
@@ -300,12 +308,27 @@ pub enum Command {
         #[arg(short, long, value_enum, default_value_t = Output::Table)]
         output: Output,
     },
+    /// Preview what applying a Controller file would do, per cluster, namespace and release:
+    /// install, upgrade (with a diff of the manifests), uninstall, unchanged or refused.
+    ///
+    /// Plans with the operator's own planner, against the releases in the clusters, the other
+    /// Controllers on the hub and its TenancyPolicies; renders charts offline with `helm
+    /// template`; changes nothing anywhere. Secrets' values are masked. Exits 0 when nothing
+    /// would change, 1 when something would (or is refused), 2 on error.
+    #[command(
+        after_help = "Examples:\n  tenancy-hub diff -f controller.yaml --clusters lab/clusters.yaml --kubeconfig lab/kubeconfig --context hub --chart-home config/charts\n  tenancy-hub diff -f controller.yaml --cluster member-1 -o json\n  kubectl kustomize team-a/ | tenancy-hub diff -f -"
+    )]
+    Diff(diff::DiffArgs),
 }
 
 impl Command {
     /// Runs the command.
     pub async fn execute(self) -> anyhow::Result<ExitCode> {
         match self {
+            Command::Diff(args) => Ok(diff::run(args).await.unwrap_or_else(|e| {
+                eprintln!("error: {e:#}");
+                ExitCode::from(2)
+            })),
             Command::Run(args) => {
                 operator::run(args.config(), operator::shutdown_signal()).await?;
                 Ok(ExitCode::SUCCESS)

@@ -24,7 +24,6 @@ use crate::{
     api::key::{ClusterName, ReleaseKey},
     controller::context::Context,
     delivery::plan::{self, Applied, Inputs, Job, OwnerId},
-    delivery::policy::Admission,
     delivery::queue::Outcome,
     status::build::{self as status, LastOutcome, ReleaseView},
 };
@@ -124,7 +123,8 @@ pub fn error_policy(_obj: Arc<Controller>, error: &Error, _ctx: Arc<Context>) ->
     }
 }
 
-fn created_secs(c: &Controller) -> i64 {
+/// When a resource was created, in Unix seconds; the end of time when not known.
+pub fn created_secs(c: &Controller) -> i64 {
     c.meta()
         .creation_timestamp
         .as_ref()
@@ -138,25 +138,17 @@ fn claims(
     applied: &HashMap<ReleaseKey, Applied>,
 ) -> HashMap<ReleaseKey, OwnerId> {
     let all = ctx.controllers.state();
-    let any_chart = |_: &plan::ChartSource, _: Option<&str>| plan::ChartLookup::Found {
-        version: None,
-        digest: None,
-    };
     plan::claims(
         all.iter()
             .filter(|c| c.meta().deletion_timestamp.is_none())
             .map(|c| {
-                let owner = owner_id(c);
-                let named = plan::desired(
-                    &owner,
+                plan::claimant(
+                    owner_id(c),
+                    created_secs(c),
                     &c.spec,
                     clusters,
                     &ctx.settings.chart_home,
-                    &any_chart,
-                    &Admission::permissive(),
                 )
-                .named;
-                (owner, created_secs(c), named.into_iter().collect())
             }),
         applied,
     )
@@ -270,6 +262,7 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
         .desired
         .iter()
         .map(|r| r.key.scope.clone())
+        .chain(plan.suspended.iter().map(|k| k.scope.clone()))
         .chain(
             plan.problems
                 .iter()
@@ -356,11 +349,36 @@ async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
         .map(|a| a.key.clone())
         .collect();
     owned.extend(just_applied(ctx, &owner, &applied));
-    if c.spec.deletion_policy == DeletionPolicy::Orphan {
+    // Suspended releases get no Helm call, uninstall included: they are left in place.
+    let registered = ctx.registry.load().labels();
+    let left: Vec<String> = owned
+        .iter()
+        .filter(|k| plan::suspended(&c.spec, &registered, k))
+        .map(ToString::to_string)
+        .collect();
+    owned.retain(|k| !plan::suspended(&c.spec, &registered, k));
+    let orphan = c.spec.deletion_policy == DeletionPolicy::Orphan || c.spec.suspend;
+    if orphan {
         // Nothing queued for it may run any more, uninstalls included.
         ctx.queue.retain_planned(&owner, &HashSet::new());
+    } else if !left.is_empty() {
+        ctx.queue.retain_planned(&owner, &owned.iter().collect());
     }
     let running = ctx.queue.running_for(&owner);
+    if c.spec.suspend && running.is_empty() {
+        let note = format!(
+            "suspended: no Helm call is made, so its releases are left in place: {}",
+            if left.is_empty() {
+                "none".into()
+            } else {
+                left.join(", ")
+            }
+        );
+        tracing::warn!(controller = %owner, releases = ?left, "deleted while suspended; its releases are left in place");
+        publish(ctx, c, EventType::Warning, "Suspended", "Delete", note).await;
+        forget(ctx, &object);
+        return Ok(Action::await_change());
+    }
     if c.spec.deletion_policy == DeletionPolicy::Orphan && running.is_empty() {
         let left: Vec<String> = owned.iter().map(ToString::to_string).collect();
         let note = if left.is_empty() {
@@ -376,7 +394,6 @@ async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
         forget(ctx, &object);
         return Ok(Action::await_change());
     }
-    let registered = ctx.registry.load().labels();
     if c.spec.deletion_policy == DeletionPolicy::Delete {
         let admission = ctx.admission();
         for key in owned.iter().filter(|k| !running.contains(k)) {
@@ -411,6 +428,14 @@ async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
         .filter(|c| registered.contains_key(c) && !synced.contains(c))
         .collect();
     if owned.is_empty() && running.is_empty() && unreached.is_empty() {
+        if !left.is_empty() {
+            let note = format!(
+                "releases of suspended tenancies are left in place: {}",
+                left.join(", ")
+            );
+            tracing::warn!(controller = %owner, releases = ?left, "releases of suspended tenancies are left in place");
+            publish(ctx, c, EventType::Warning, "Suspended", "Delete", note).await;
+        }
         forget(ctx, &object);
         tracing::info!(controller = %owner, "every release uninstalled; removing the finalizer");
         return Ok(Action::await_change());

@@ -125,6 +125,14 @@ pub fn upgrade_args(
             release.owner.namespace, release.owner.name, release.spec_hash
         ),
     ));
+    chart_args(&mut args, release, values_file);
+    args
+}
+
+/// What the chart is and what it is given: version, repository, values file, `--set` pairs,
+/// then `-- RELEASE CHART`. Shared by every call that renders the chart, so a preview renders
+/// exactly what an upgrade would.
+fn chart_args(args: &mut Vec<OsString>, release: &Release, values_file: Option<&Path>) {
     if let Some(version) = &release.version {
         args.push(flag("version", version));
     }
@@ -145,7 +153,119 @@ pub fn upgrade_args(
     args.push("--".into());
     args.push(release.key.release.clone().into());
     args.push(chart);
+}
+
+/// The cluster a chart is rendered for, offline: its version and API versions, and whether the
+/// release is already there.
+#[derive(Clone, Debug, Default)]
+pub struct RenderFor {
+    /// Kubernetes version (`--kube-version`), for example `v1.36.3`.
+    pub kube_version: Option<String>,
+    /// API group versions served (`--api-versions`), for example `apps/v1`.
+    pub api_versions: Vec<String>,
+    /// The release is installed already (`--is-upgrade`).
+    pub is_upgrade: bool,
+}
+
+/// Arguments of `helm template` rendering a release offline exactly as `upgrade_args` would
+/// install it (same chart, version, values and settings), without hooks and tests, which Helm
+/// keeps out of a release's manifest too.
+pub fn template_args(
+    release: &Release,
+    values_file: Option<&Path>,
+    render: &RenderFor,
+) -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec![
+        "template".into(),
+        "--no-hooks".into(),
+        "--skip-tests".into(),
+        flag("namespace", &release.key.scope.namespace),
+    ];
+    if render.is_upgrade {
+        args.push("--is-upgrade".into());
+    }
+    if let Some(version) = &render.kube_version {
+        args.push(flag("kube-version", version));
+    }
+    for api in &render.api_versions {
+        args.push(flag("api-versions", api));
+    }
+    chart_args(&mut args, release, values_file);
     args
+}
+
+/// Renders a release's manifest with `helm template` (see `template_args`); its values go
+/// through a private temporary file. On failure, helm's trimmed message.
+pub async fn template(
+    options: &HelmOptions,
+    release: &Release,
+    render: &RenderFor,
+) -> Result<String, String> {
+    let values = release
+        .values
+        .as_ref()
+        .map(|v| values_file_in(&std::env::temp_dir(), v))
+        .transpose()
+        .map_err(|e| format!("writing the values file: {e}"))?;
+    let args = template_args(release, values.as_ref().map(|f| f.path()), render);
+    run_helm(options, args)
+        .await
+        .map_err(|(message, _)| message)
+}
+
+/// A private (0600) values file in `dir`, removed when dropped.
+fn values_file_in(
+    dir: &Path,
+    values: &serde_json::Value,
+) -> std::io::Result<tempfile::NamedTempFile> {
+    let mut file = tempfile::Builder::new()
+        .prefix("tenancy-hub-values-")
+        .suffix(".yaml")
+        .tempfile_in(dir)?;
+    file.write_all(serde_json::to_string(values)?.as_bytes())?;
+    file.flush()?;
+    Ok(file)
+}
+
+/// Runs helm without a shell, bounded by the timeout; on failure, its trimmed message and what
+/// kind of failure it is.
+async fn run_helm(
+    options: &HelmOptions,
+    args: Vec<OsString>,
+) -> Result<String, (String, FailureKind)> {
+    let mut command = Command::new(&options.binary);
+    command
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    die_with_parent(&mut command);
+    let child = command.spawn().map_err(|e| {
+        let message = format!(
+            "cannot run {}: {e}; install helm or pass --helm",
+            options.binary.display()
+        );
+        (message, FailureKind::Transient)
+    })?;
+    let limit = options.timeout + Duration::from_secs(30);
+    match tokio::time::timeout(limit, child.wait_with_output()).await {
+        Err(_) => Err((
+            format!(
+                "helm did not finish within {}s and was stopped",
+                limit.as_secs()
+            ),
+            FailureKind::Transient,
+        )),
+        Ok(Err(e)) => Err((format!("helm failed to run: {e}"), FailureKind::Transient)),
+        Ok(Ok(out)) if out.status.success() => {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        }
+        Ok(Ok(out)) => {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            Err((trim_error(&stderr), classify(&stderr)))
+        }
+    }
 }
 
 /// Arguments of `helm uninstall` for a release.
@@ -375,49 +495,11 @@ impl HelmCli {
 
     /// Runs helm; on failure, its trimmed message and what kind of failure it is.
     async fn run(&self, args: Vec<OsString>) -> Result<String, (String, FailureKind)> {
-        let mut command = Command::new(&self.options.binary);
-        command
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        die_with_parent(&mut command);
-        let child = command.spawn().map_err(|e| {
-            let message = format!(
-                "cannot run {}: {e}; install helm or pass --helm",
-                self.options.binary.display()
-            );
-            (message, FailureKind::Transient)
-        })?;
-        let limit = self.options.timeout + Duration::from_secs(30);
-        match tokio::time::timeout(limit, child.wait_with_output()).await {
-            Err(_) => Err((
-                format!(
-                    "helm did not finish within {}s and was stopped",
-                    limit.as_secs()
-                ),
-                FailureKind::Transient,
-            )),
-            Ok(Err(e)) => Err((format!("helm failed to run: {e}"), FailureKind::Transient)),
-            Ok(Ok(out)) if out.status.success() => {
-                Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-            }
-            Ok(Ok(out)) => {
-                let stderr = String::from_utf8_lossy(&out.stderr);
-                Err((trim_error(&stderr), classify(&stderr)))
-            }
-        }
+        run_helm(&self.options, args).await
     }
 
     fn values_file(&self, values: &serde_json::Value) -> std::io::Result<tempfile::NamedTempFile> {
-        // NamedTempFile is created 0600, so values stay private to this user.
-        let mut file = tempfile::Builder::new()
-            .suffix(".yaml")
-            .tempfile_in(self.scratch.path())?;
-        file.write_all(serde_json::to_string(values)?.as_bytes())?;
-        file.flush()?;
-        Ok(file)
+        values_file_in(self.scratch.path(), values)
     }
 
     async fn apply(&self, release: Release, stale_pending: Option<i64>) -> Outcome {
@@ -702,6 +784,74 @@ mod tests {
 
     fn strings(args: Vec<OsString>) -> Vec<String> {
         args.into_iter().map(|a| a.into_string().unwrap()).collect()
+    }
+
+    #[test]
+    fn a_template_renders_the_chart_with_exactly_the_upgrades_chart_arguments() {
+        let mut r = release(ChartSource::Repository {
+            url: "https://charts.example/x".into(),
+            chart: "web".into(),
+        });
+        r.version = Some("1.2.3".into());
+        r.settings.push(("motd".into(), "a,b".into()));
+        let file = Path::new("/tmp/v.yaml");
+        let render = RenderFor {
+            kube_version: Some("v1.36.3".into()),
+            api_versions: vec!["apps/v1".into(), "batch/v1".into()],
+            is_upgrade: true,
+        };
+        let template = strings(template_args(&r, Some(file), &render));
+        assert_eq!(
+            template[..8],
+            [
+                "template",
+                "--no-hooks",
+                "--skip-tests",
+                "--namespace=team",
+                "--is-upgrade",
+                "--kube-version=v1.36.3",
+                "--api-versions=apps/v1",
+                "--api-versions=batch/v1",
+            ]
+        );
+        let upgrade = strings(upgrade_args(
+            &r,
+            target(),
+            Some(file),
+            &HelmOptions::default(),
+        ));
+        let tail = |args: &[String]| {
+            let at = args.iter().position(|a| a == "--version=1.2.3").unwrap();
+            args[at..].to_vec()
+        };
+        assert_eq!(tail(&template), tail(&upgrade));
+        assert_eq!(
+            template[template.len() - 3..],
+            ["--", "web", "web"],
+            "positional arguments follow --"
+        );
+        assert!(
+            !template
+                .iter()
+                .any(|a| a.starts_with("--kube") && !a.starts_with("--kube-version"))
+        );
+    }
+
+    #[test]
+    fn a_first_render_is_an_install_and_names_no_cluster_version_when_unknown() {
+        let r = release(ChartSource::Directory("/charts/deployment-example".into()));
+        let args = strings(template_args(&r, None, &RenderFor::default()));
+        assert!(!args.contains(&"--is-upgrade".to_string()));
+        assert!(!args.iter().any(|a| a.starts_with("--kube-version")));
+        assert_eq!(
+            args[args.len() - 4..],
+            [
+                "--set=replicaCount=2",
+                "--",
+                "web",
+                "/charts/deployment-example"
+            ]
+        );
     }
 
     #[test]

@@ -347,6 +347,45 @@ pub struct Plan {
     pub recheck_in: Option<i64>,
     /// What enforcing the tenancy policies would refuse, in permissive mode.
     pub warnings: Vec<String>,
+    /// Releases whose Helm work (an install, upgrade or uninstall) is held back by `suspend`.
+    pub suspended: Vec<ReleaseKey>,
+    /// What the spec suspends, in words, when it suspends anything.
+    pub suspension: Option<String>,
+}
+
+/// True when no Helm call may be made for `key` under `spec`: the whole resource is suspended,
+/// or a suspended tenancy targets the key's cluster and namespace. Whatever would run Helm for a
+/// release (planning, deletion, drift repair) asks this first.
+pub fn suspended(
+    spec: &ControllerSpec,
+    clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
+    key: &ReleaseKey,
+) -> bool {
+    spec.suspend
+        || spec.tenancies.iter().any(|t| {
+            t.suspend
+                && t.namespace == key.scope.namespace
+                && targets(t, clusters).0.contains(&key.scope.cluster)
+        })
+}
+
+/// What a spec suspends, in words; None when it suspends nothing.
+pub fn suspension(spec: &ControllerSpec) -> Option<String> {
+    if spec.suspend {
+        return Some("spec.suspend is true: no Helm call is made for this resource".into());
+    }
+    let tenancies: Vec<&str> = spec
+        .tenancies
+        .iter()
+        .filter(|t| t.suspend)
+        .map(|t| t.namespace.as_str())
+        .collect();
+    (!tenancies.is_empty()).then(|| {
+        format!(
+            "tenancies {} are suspended: no Helm call is made for their releases",
+            tenancies.join(", ")
+        )
+    })
 }
 
 /// The clusters a tenancy goes to, or the problems that keep it from going anywhere.
@@ -601,6 +640,31 @@ pub fn spec_hash(release: &Release) -> String {
 /// A resource asking for release keys: who, when it was created, and the keys.
 pub type Claimant = (OwnerId, i64, Vec<ReleaseKey>);
 
+/// A resource as a claimant: every release key its spec names, whatever its charts and the
+/// policies say (so a refused or unresolved release still holds its key).
+pub fn claimant(
+    owner: OwnerId,
+    created: i64,
+    spec: &ControllerSpec,
+    clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
+    chart_home: &Path,
+) -> Claimant {
+    let any_chart = |_: &ChartSource, _: Option<&str>| ChartLookup::Found {
+        version: None,
+        digest: None,
+    };
+    let named = desired(
+        &owner,
+        spec,
+        clusters,
+        chart_home,
+        &any_chart,
+        &Admission::permissive(),
+    )
+    .named;
+    (owner, created, named.into_iter().collect())
+}
+
 /// Who holds each release key asked for by several resources: one rule, used by every planner.
 /// The resource whose release is installed there holds it, if it still asks for it; otherwise
 /// the oldest resource asking (then the smallest namespace/name). So one of them always wins.
@@ -630,7 +694,8 @@ pub fn claims(
 
 /// Compares what the spec asks for with what the clusters hold and decides the Helm work.
 /// Only a release the spec no longer names is uninstalled: one that cannot be planned (a missing
-/// chart, a refused setting, a duplicate) keeps running as it is and is reported.
+/// chart, a refused setting, a duplicate) keeps running as it is and is reported. A suspended
+/// release gets no job at all; it is listed in `suspended` when it would have had one.
 pub fn plan(inputs: &Inputs<'_>) -> Plan {
     let Desired {
         releases,
@@ -647,8 +712,10 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
     );
     let mut plan = Plan {
         warnings,
+        suspension: suspension(inputs.spec),
         ..Plan::default()
     };
+    let held = |key: &ReleaseKey| suspended(inputs.spec, inputs.clusters, key);
     for release in &releases {
         let applied = inputs.applied.get(&release.key);
         let holder = match inputs.claims.get(&release.key) {
@@ -688,7 +755,9 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
             }
             Some(_) => Some(None),
         };
-        if let Some(stale_pending) = job {
+        if job.is_some() && held(&release.key) {
+            plan.suspended.push(release.key.clone());
+        } else if let Some(stale_pending) = job {
             plan.jobs.push(Job::Apply {
                 release: Box::new(release.clone()),
                 stale_pending,
@@ -703,6 +772,10 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
         .filter(|a| a.status != "uninstalling")
         .collect();
     removals.sort_by(|a, b| a.key.cmp(&b.key));
+    let (kept, removals): (Vec<&Applied>, Vec<&Applied>) =
+        removals.into_iter().partition(|a| held(&a.key));
+    plan.suspended
+        .extend(kept.into_iter().map(|a| a.key.clone()));
     plan.jobs
         .extend(removals.into_iter().map(|a| Job::Uninstall {
             key: a.key.clone(),
@@ -759,6 +832,7 @@ mod tests {
             clusters: clusters.iter().map(|c| c.to_string()).collect(),
             cluster_selector: None,
             charts,
+            suspend: false,
         }
     }
 
@@ -1318,6 +1392,70 @@ mod tests {
         pinned.version = Some("0.1.0".into());
         assert_ne!(spec_hash(&base), spec_hash(&pinned));
         assert_eq!(spec_hash(&base).len(), 16);
+    }
+
+    #[test]
+    fn a_suspended_controller_makes_no_helm_call_and_resuming_catches_up_with_the_newest_spec() {
+        let mut world = World::new();
+        let mut spec = seed();
+        world.apply(&world.plan(&owner("a"), &spec));
+        spec.suspend = true;
+        spec.tenancies[0].charts[0].settings[0].value = "5".into();
+        spec.tenancies[0].charts.pop();
+        let held = world.plan(&owner("a"), &spec);
+        assert!(held.jobs.is_empty(), "{:?}", keys(&held.jobs));
+        assert_eq!(
+            held.suspended,
+            [
+                "hub/foo/foo".parse().unwrap(),
+                "hub/foo/nginx".parse().unwrap()
+            ],
+            "the upgrade and the uninstall are both held back"
+        );
+        assert_eq!(held.desired.len(), 1, "status still covers the release");
+        assert!(held.suspension.unwrap().contains("spec.suspend"));
+        spec.suspend = false;
+        let resumed = world.plan(&owner("a"), &spec);
+        assert_eq!(
+            keys(&resumed.jobs),
+            ["apply hub/foo/foo", "uninstall hub/foo/nginx"]
+        );
+        assert!(resumed.suspended.is_empty() && resumed.suspension.is_none());
+    }
+
+    #[test]
+    fn a_suspended_tenancy_holds_back_its_own_releases_only() {
+        let world = World::new();
+        let mut held = tenancy("a", &["member-1"], vec![chart("web", None, &[])]);
+        held.suspend = true;
+        let spec = ControllerSpec {
+            tenancies: vec![
+                held,
+                tenancy("b", &["member-1"], vec![chart("web", None, &[])]),
+            ],
+            ..Default::default()
+        };
+        let plan = world.plan(&owner("x"), &spec);
+        assert_eq!(keys(&plan.jobs), ["apply member-1/b/b"]);
+        assert_eq!(plan.suspended, ["member-1/a/a".parse().unwrap()]);
+        let key = |k: &str| k.parse::<ReleaseKey>().unwrap();
+        assert!(suspended(&spec, &world.clusters, &key("member-1/a/gone")));
+        assert!(!suspended(&spec, &world.clusters, &key("member-2/a/a")));
+        assert!(!suspended(&spec, &world.clusters, &key("member-1/b/b")));
+        assert_eq!(
+            suspension(&spec).unwrap(),
+            "tenancies a are suspended: no Helm call is made for their releases"
+        );
+    }
+
+    #[test]
+    fn an_unchanged_suspended_release_is_not_listed_as_held_back() {
+        let mut world = World::new();
+        let mut spec = seed();
+        world.apply(&world.plan(&owner("a"), &spec));
+        spec.suspend = true;
+        let plan = world.plan(&owner("a"), &spec);
+        assert!(plan.jobs.is_empty() && plan.suspended.is_empty());
     }
 
     #[test]

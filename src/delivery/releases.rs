@@ -165,22 +165,87 @@ impl ReleaseIndex {
                 synced.insert(entry.key().clone());
             }
             for record in entry.store.state() {
-                if let Some(a) = applied_from(entry.key(), &record) {
-                    match applied.get(&a.key) {
-                        Some(held) if newer_or_same(held, &a) => {}
-                        _ => {
-                            applied.insert(a.key.clone(), a);
-                        }
-                    }
-                }
+                keep_newest(&mut applied, applied_from(entry.key(), &record));
             }
         }
         (applied, synced)
     }
 }
 
-fn newer_or_same(held: &Applied, other: &Applied) -> bool {
-    held.revision >= other.revision
+/// Keeps the newest record per release.
+fn keep_newest(applied: &mut HashMap<ReleaseKey, Applied>, record: Option<Applied>) {
+    if let Some(a) = record {
+        match applied.get(&a.key) {
+            Some(held) if held.revision >= a.revision => {}
+            _ => {
+                applied.insert(a.key.clone(), a);
+            }
+        }
+    }
+}
+
+/// One cluster's releases, newest record per release, listed once (metadata only), as the
+/// watches of `ReleaseIndex` hold them: for a one-off look such as `tenancy-hub diff`.
+pub async fn list(
+    cluster: &ClusterName,
+    client: kube::Client,
+) -> kube::Result<HashMap<ReleaseKey, Applied>> {
+    let api: Api<Secret> = Api::all(client);
+    let records = api
+        .list_metadata(&kube::api::ListParams::default().labels("owner=helm"))
+        .await?;
+    let mut applied = HashMap::new();
+    for record in &records.items {
+        keep_newest(&mut applied, applied_from(cluster, record));
+    }
+    Ok(applied)
+}
+
+/// The manifest Helm deployed for one revision of a release, read from its release record;
+/// None when the record is gone.
+pub async fn manifest(
+    client: kube::Client,
+    key: &ReleaseKey,
+    revision: i64,
+) -> Result<Option<String>, String> {
+    let api: Api<Secret> = Api::namespaced(client, &key.scope.namespace);
+    let name = format!("sh.helm.release.v1.{}.v{revision}", key.release);
+    let secret = api
+        .get_opt(&name)
+        .await
+        .map_err(|e| format!("reading release record {name} of {key}: {e}"))?;
+    let Some(secret) = secret else {
+        return Ok(None);
+    };
+    let data = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get("release"))
+        .ok_or_else(|| format!("release record {name} of {key} holds no release"))?;
+    decode_manifest(&data.0)
+        .map(Some)
+        .map_err(|e| format!("release record {name} of {key}: {e}"))
+}
+
+/// The `manifest` of a Helm release record's `release` field: base64 of gzipped JSON.
+pub fn decode_manifest(release: &[u8]) -> Result<String, String> {
+    use base64::Engine as _;
+    use std::io::Read as _;
+    let zipped = base64::engine::general_purpose::STANDARD
+        .decode(release)
+        .map_err(|e| format!("not base64: {e}"))?;
+    let mut json = Vec::new();
+    flate2::read::GzDecoder::new(&zipped[..])
+        .read_to_end(&mut json)
+        .map_err(|e| format!("not gzip: {e}"))?;
+    #[derive(serde::Deserialize)]
+    struct HelmRelease {
+        #[serde(default)]
+        manifest: String,
+    }
+    serde_json::from_slice::<HelmRelease>(&json)
+        .map(|r| r.manifest)
+        .map_err(|e| format!("not a Helm release: {e}"))
 }
 
 fn owner_of(record: &Record) -> Option<OwnerId> {
@@ -254,6 +319,40 @@ mod tests {
         assert_eq!(a.status, "deployed");
         assert_eq!(a.owner.unwrap().to_string(), "default/example");
         assert_eq!(a.spec_hash.as_deref(), Some("abc"));
+    }
+
+    #[test]
+    fn a_release_records_manifest_is_read_from_base64_gzipped_json() {
+        use base64::Engine as _;
+        use std::io::Write as _;
+        let json = br#"{"name":"web","version":2,"manifest":"---\nkind: ConfigMap\n"}"#;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(json).unwrap();
+        let field = base64::engine::general_purpose::STANDARD.encode(gz.finish().unwrap());
+        assert_eq!(
+            decode_manifest(field.as_bytes()).unwrap(),
+            "---\nkind: ConfigMap\n"
+        );
+        assert!(decode_manifest(b"%%").unwrap_err().contains("not base64"));
+    }
+
+    #[test]
+    fn the_newest_record_of_a_release_is_kept() {
+        let record = |v: &str| {
+            applied_from(
+                &"hub".parse().unwrap(),
+                &record(
+                    "team",
+                    &[("owner", "helm"), ("name", "web"), ("version", v)],
+                ),
+            )
+        };
+        let mut applied = HashMap::new();
+        for v in ["2", "3", "1"] {
+            keep_newest(&mut applied, record(v));
+        }
+        assert_eq!(applied.len(), 1);
+        assert_eq!(applied.values().next().unwrap().revision, 3);
     }
 
     #[test]

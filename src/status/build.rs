@@ -36,6 +36,8 @@ pub mod phase {
     pub const FORBIDDEN: &str = "Forbidden";
     /// Left in a cluster that is no longer registered.
     pub const ORPHANED: &str = "Orphaned";
+    /// A change to it is held back by `suspend`: what runs stays as it is until resumed.
+    pub const SUSPENDED: &str = "Suspended";
 }
 
 /// The last outcome of a release's Helm job, with the fingerprint of the job.
@@ -80,6 +82,8 @@ pub struct ReleaseReport {
     pub generation: Option<i64>,
     /// While the resource is being deleted: what the deletion waits for.
     pub deleting: Option<String>,
+    /// What the spec suspends, in words, when it suspends anything.
+    pub suspended: Option<String>,
 }
 
 /// Pods listed per cluster/namespace entry before only pods that are not ready are listed.
@@ -127,6 +131,15 @@ fn release_message(release: &Release, view: &ReleaseView<'_>) -> ChartMessage {
         .unwrap_or_default();
     let current = applied
         .filter(|a| a.status == "deployed" && a.spec_hash.as_deref() == Some(&release.spec_hash));
+    if view.plan.suspended.contains(&release.key) {
+        return message(
+            release,
+            phase::SUSPENDED,
+            "suspended: this change is applied once resumed".into(),
+            applied.map(|a| a.revision),
+            chart_version,
+        );
+    }
     if view.busy.contains(&release.key) {
         return message(
             release,
@@ -200,6 +213,22 @@ pub fn releases(view: &ReleaseView<'_>) -> ReleaseReport {
             .chart_messages
             .push(release_message(release, view));
     }
+    let desired: BTreeSet<&ReleaseKey> = view.plan.desired.iter().map(|r| &r.key).collect();
+    for key in view.plan.suspended.iter().filter(|k| !desired.contains(k)) {
+        entry(
+            &mut tenancies,
+            key.scope.cluster.as_str(),
+            &key.scope.namespace,
+        )
+        .chart_messages
+        .push(ChartMessage {
+            release_name: key.release.clone(),
+            phase: phase::SUSPENDED.into(),
+            error_message: "suspended: no longer in the spec, uninstalled once resumed".into(),
+            revision: view.applied.get(key).map(|a| a.revision),
+            ..Default::default()
+        });
+    }
     for problem in &view.plan.problems {
         match (problem.release(), problem) {
             (Some(key), _) => entry(
@@ -232,6 +261,7 @@ pub fn releases(view: &ReleaseView<'_>) -> ReleaseReport {
         synced: view.synced.clone(),
         generation: view.generation,
         deleting: None,
+        suspended: view.plan.suspension.clone(),
     }
 }
 
@@ -261,6 +291,7 @@ pub fn deleting(
         synced: BTreeSet::new(),
         generation,
         deleting: Some(waiting),
+        suspended: None,
     }
 }
 
@@ -327,6 +358,7 @@ fn is_managed(phase: &str) -> bool {
         phase::PENDING,
         phase::FAILED,
         phase::UNKNOWN,
+        phase::SUSPENDED,
     ]
     .contains(&phase)
 }
@@ -577,6 +609,7 @@ fn some(items: &[String]) -> String {
 struct Findings<'a> {
     generation: Option<i64>,
     deleting: Option<&'a str>,
+    suspended: Option<&'a str>,
     general: &'a [String],
     /// Releases (`cluster/namespace/release`) by phase.
     phases: BTreeMap<&'a str, Vec<String>>,
@@ -597,6 +630,7 @@ impl<'a> Findings<'a> {
         let mut f = Findings {
             generation: report.generation,
             deleting: report.deleting.as_deref(),
+            suspended: report.suspended.as_deref(),
             general: &report.general,
             phases: BTreeMap::new(),
             first_error: None,
@@ -659,7 +693,8 @@ impl<'a> Findings<'a> {
 
 /// kstatus-compatible conditions: `Ready` (True only when every release is deployed from this
 /// generation and its workloads and pods are ready), `Reconciling` (what it waits for),
-/// `Stalled` (what cannot go on without a change) and `Degraded` (something that ran has failed).
+/// `Stalled` (what cannot go on without a change), `Degraded` (something that ran has failed)
+/// and `Suspended` (what `suspend` holds back).
 fn conditions(f: &Findings<'_>, previous: &[Condition], now: Timestamp) -> Vec<Condition> {
     let clock = Clock {
         previous,
@@ -758,19 +793,46 @@ fn conditions(f: &Findings<'_>, previous: &[Condition], now: Timestamp) -> Vec<C
         _ => None,
     };
     let deployed = f.list(phase::DEPLOYED).len();
+    let held = f.list(phase::SUSPENDED);
+    let held_message = || {
+        format!(
+            "{}; {} change(s) held back until resumed: {}",
+            f.suspended.unwrap_or("suspended"),
+            held.len(),
+            some(held)
+        )
+    };
     let (ready_reason, ready_message) = match (&stalled, &reconciling) {
         (_, Some((reason, message))) if f.deleting.is_some() => (*reason, message.clone()),
         (Some((reason, message)), _) => (*reason, message.clone()),
         (None, Some((reason, message))) => (*reason, message.clone()),
+        (None, None) if !held.is_empty() => ("Suspended", held_message()),
         (None, None) => (
             "Ready",
             format!("{deployed} release(s) deployed and their workloads ready"),
         ),
     };
+    let suspended = match (f.suspended, held.is_empty()) {
+        (None, _) => condition(
+            "Suspended",
+            false,
+            "NotSuspended",
+            "Helm calls are made as the spec asks".into(),
+            &clock,
+        ),
+        (Some(what), true) => condition(
+            "Suspended",
+            true,
+            "Suspended",
+            format!("{what}; no change is held back"),
+            &clock,
+        ),
+        (Some(_), false) => condition("Suspended", true, "Suspended", held_message(), &clock),
+    };
     vec![
         condition(
             "Ready",
-            stalled.is_none() && reconciling.is_none() && f.deleting.is_none(),
+            stalled.is_none() && reconciling.is_none() && f.deleting.is_none() && held.is_empty(),
             ready_reason,
             ready_message,
             &clock,
@@ -803,6 +865,7 @@ fn conditions(f: &Findings<'_>, previous: &[Condition], now: Timestamp) -> Vec<C
             ),
             &clock,
         ),
+        suspended,
     ]
 }
 
@@ -953,6 +1016,55 @@ mod tests {
         assert_eq!(ready(&s), ("False", "ReleaseFailed"));
         let degraded = s.conditions.iter().find(|c| c.type_ == "Degraded").unwrap();
         assert_eq!(degraded.status, "True");
+    }
+
+    fn condition_of<'a>(status: &'a ControllerStatus, type_: &str) -> &'a Condition {
+        status.conditions.iter().find(|c| c.type_ == type_).unwrap()
+    }
+
+    #[test]
+    fn a_suspended_resource_shows_the_changes_it_holds_back_and_is_not_ready() {
+        let mut f = Fixture::new(&["hub/foo/foo"]);
+        f.applied
+            .extend([deployed("hub/foo/foo", 1), deployed("hub/foo/gone", 3)]);
+        f.plan.suspended = vec![
+            "hub/foo/foo".parse().unwrap(),
+            "hub/foo/gone".parse().unwrap(),
+        ];
+        f.plan.suspension = Some("spec.suspend is true".into());
+        let s = f.build();
+        let msgs = &s.updated_tenancies[0].chart_messages;
+        assert_eq!(
+            (msgs[0].phase.as_str(), msgs[0].revision),
+            ("Suspended", Some(1))
+        );
+        assert_eq!(
+            (msgs[1].release_name.as_str(), msgs[1].phase.as_str()),
+            ("gone", "Suspended")
+        );
+        assert!(msgs[1].error_message.contains("uninstalled once resumed"));
+        assert_eq!(ready(&s), ("False", "Suspended"));
+        let c = condition_of(&s, "Suspended");
+        assert_eq!(c.status, "True");
+        assert!(
+            c.message
+                .contains("2 change(s) held back until resumed: hub/foo/foo"),
+            "{}",
+            c.message
+        );
+        assert_eq!(condition_of(&s, "Reconciling").status, "False");
+    }
+
+    #[test]
+    fn a_suspended_resource_with_nothing_held_back_stays_ready() {
+        let mut f = Fixture::new(&["hub/foo/foo"]);
+        f.applied.extend([deployed("hub/foo/foo", 1)]);
+        f.plan.suspension = Some("spec.suspend is true".into());
+        let s = f.build();
+        assert_eq!(ready(&s), ("True", "Ready"));
+        assert_eq!(condition_of(&s, "Suspended").status, "True");
+        f.plan.suspension = None;
+        assert_eq!(condition_of(&f.build(), "Suspended").reason, "NotSuspended");
     }
 
     #[test]
