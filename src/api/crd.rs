@@ -206,7 +206,10 @@ pub struct DriftIgnore {
     /// JSON pointers (RFC 6901) into the object, starting with '/', for example `/spec/replicas`; everything under a pointer is ignored too.
     // A pattern, not a CEL rule: a rule over every path of every entry of every chart exceeds
     // the API server's CEL cost budget.
-    #[schemars(length(min = 1, max = 16), inner(length(min = 1, max = 512), regex(pattern = "^/")))]
+    #[schemars(
+        length(min = 1, max = 16),
+        inner(length(min = 1, max = 512), regex(pattern = "^/"))
+    )]
     pub paths: Vec<String>,
 
     /// The objects the paths apply to; every object of the release when omitted.
