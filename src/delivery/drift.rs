@@ -482,11 +482,6 @@ impl Kinds {
         self.known.insert(key, found.clone());
         Ok(found)
     }
-
-    /// Forgets what was learnt of a cluster (it may have been replaced).
-    pub fn forget(&self, cluster: &ClusterName) {
-        self.known.retain(|k, _| k.0 != *cluster);
-    }
 }
 
 /// Compares the live objects of release `key` with the manifest of its `revision`, read from
