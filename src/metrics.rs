@@ -59,6 +59,13 @@ struct JobLabels {
     outcome: String,
 }
 
+/// What was done about drift in a cluster: `found` or `repaired`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DriftLabels {
+    cluster: String,
+    action: &'static str,
+}
+
 /// A histogram family whose members share one set of buckets.
 type Histograms<S> = Family<S, Histogram, fn() -> Histogram>;
 
@@ -84,6 +91,7 @@ pub struct Metrics {
     reconcile_duration: Histogram,
     helm_jobs: Family<JobLabels, Counter>,
     helm_job_duration: Histograms<ClusterLabels>,
+    drift: Family<DriftLabels, Counter>,
     queue_wait: Histogram,
     status_propagation: Histogram,
     watch_restarts: Family<ClusterLabels, Counter>,
@@ -119,6 +127,7 @@ impl Metrics {
             reconcile_duration: short_buckets(),
             helm_jobs: Family::default(),
             helm_job_duration: Family::new_with_constructor(long_buckets),
+            drift: Family::default(),
             queue_wait: short_buckets(),
             status_propagation: long_buckets(),
             watch_restarts: Family::default(),
@@ -163,6 +172,11 @@ impl Metrics {
             "helm_jobs",
             "Helm jobs finished, by cluster and outcome",
             m.helm_jobs.clone(),
+        );
+        r.register(
+            "drift",
+            "Drift between a release's manifest and its live objects, by cluster and action: found (each new or changed finding) or repaired",
+            m.drift.clone(),
         );
         r.register_with_unit(
             "helm_job_duration",
@@ -273,6 +287,16 @@ impl Metrics {
                 cluster: cluster.to_owned(),
             })
             .observe(seconds.max(0.0));
+    }
+
+    /// Counts drift `found` in, or `repaired` on, `cluster`.
+    pub fn drift(&self, cluster: &str, action: &'static str) {
+        self.drift
+            .get_or_create(&DriftLabels {
+                cluster: cluster.to_owned(),
+                action,
+            })
+            .inc();
     }
 
     /// Records how long a Helm job waited in the queue before it started.
@@ -498,6 +522,22 @@ mod tests {
         assert_eq!(
             value(&text, &format!("{status}_bucket{{le=\"0.8\"}}")),
             Some(0.0)
+        );
+    }
+
+    #[test]
+    fn drift_is_counted_by_cluster_and_action() {
+        let m = Metrics::new();
+        m.drift("member-1", "found");
+        m.drift("member-1", "found");
+        m.drift("member-1", "repaired");
+        let text = m.render(&Gauges::default());
+        assert_eq!(
+            samples(&text, "tenancy_hub_drift_total"),
+            [
+                "tenancy_hub_drift_total{cluster=\"member-1\",action=\"found\"} 2",
+                "tenancy_hub_drift_total{cluster=\"member-1\",action=\"repaired\"} 1",
+            ]
         );
     }
 

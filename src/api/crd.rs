@@ -182,6 +182,75 @@ pub struct Chart {
     /// install, uninstall); Helm then waits for the release's resources to be ready.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rollback_on_failure: bool,
+
+    /// Whether the release's live objects are compared with its manifest, and what is done when
+    /// they differ. Absent: `warn`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift_detection: Option<DriftDetection>,
+}
+
+/// Drift detection of one release: its live objects compared with the fields its manifest sets.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftDetection {
+    /// `enabled`: drift is reported and repaired by applying the release again (a new Helm
+    /// revision, at most 3 per 10 minutes); `warn` (the default): reported only; `disabled`: not looked for.
+    #[serde(default)]
+    pub mode: DriftMode,
+
+    /// Fields that are neither reported nor repaired, for example `/spec/replicas` of an autoscaled Deployment.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub ignore: Vec<DriftIgnore>,
+}
+
+/// What drift detection does.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum DriftMode {
+    /// Report drift and repair it by applying the release again.
+    Enabled,
+    /// Report drift only.
+    #[default]
+    Warn,
+    /// Do not look for drift.
+    Disabled,
+}
+
+/// Fields drift detection leaves alone, in every object of the release or in those `target` matches.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftIgnore {
+    /// JSON pointers (RFC 6901) into the object, starting with '/', for example `/spec/replicas`; everything under a pointer is ignored too.
+    // A pattern, not a CEL rule: a rule over every path of every entry of every chart exceeds
+    // the API server's CEL cost budget.
+    #[schemars(
+        length(min = 1, max = 16),
+        inner(length(min = 1, max = 512), regex(pattern = "^/"))
+    )]
+    pub paths: Vec<String>,
+
+    /// The objects the paths apply to; every object of the release when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<DriftTarget>,
+}
+
+/// Selects objects of a release by kind, name and namespace; an omitted field matches any.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftTarget {
+    /// Object kind, for example `Deployment`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub kind: Option<String>,
+    /// Object name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub name: Option<String>,
+    /// Object namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: Option<String>,
 }
 
 /// One `--set key=value` pair.
@@ -288,6 +357,56 @@ pub struct ChartMessage {
     /// Chart version deployed.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub chart_version: String,
+    /// Where the live objects differ from the deployed manifest, while they do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<DriftStatus>,
+}
+
+/// Drift of one release: the objects whose live state differs from the deployed manifest (at
+/// most 10, each with at most 5 JSON pointers, and counts of the rest).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftStatus {
+    /// The Helm revision whose manifest the live objects were compared with.
+    pub revision: i64,
+    /// When this drift was first found (RFC 3339).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detected_at: String,
+    /// What is done about it: `Reported` (mode warn), `Repairing` (mode enabled) or
+    /// `RepairSuppressed` (mode enabled, but repaired too often lately).
+    pub action: String,
+    /// Objects that differ.
+    #[serde(default)]
+    pub objects: Vec<DriftedObject>,
+    /// Objects that differ beyond those listed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub more_objects: i32,
+}
+
+/// One object that differs from the manifest. Values are never shown, only where they differ.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftedObject {
+    /// Object kind.
+    pub kind: String,
+    /// Object name.
+    pub name: String,
+    /// Object namespace; empty for cluster-scoped objects.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    /// True when the object does not exist at all.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub missing: bool,
+    /// JSON pointers of the manifest's fields that the live object lacks or holds otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+    /// Differing fields beyond those listed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub more_paths: i32,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 /// Readiness of one Deployment, StatefulSet or DaemonSet.

@@ -498,6 +498,8 @@ pub async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
             applied: &applied,
             claims: &claims,
             admission: &admission,
+            // A preview plans what a spec asks for; drift repairs belong to the running operator.
+            drifted: &HashMap::new(),
             chart_home: &args.chart_home,
             chart_lookup: &lookup,
             now,
@@ -633,6 +635,7 @@ mod tests {
             rollback_on_failure: false,
             spec_hash: "h".into(),
             identity: None,
+            drift: Default::default(),
         }
     }
 
@@ -654,6 +657,7 @@ mod tests {
         Job::Apply {
             release: Box::new(release(k)),
             stale_pending: None,
+            repair: None,
         }
     }
 

@@ -116,6 +116,12 @@ pub struct RunArgs {
     /// chart); a changed chart rolls out, an unchanged one makes no helm call.
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
     pub chart_interval: u64,
+    /// Seconds between drift checks of every release: its live objects compared with its
+    /// manifest (Services, ConfigMaps, RBAC, deleted objects). Deployments, StatefulSets and
+    /// DaemonSets are checked within seconds of a change anyway, and every release of a cluster
+    /// when it is reachable again.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    pub drift_interval: u64,
     /// Helm jobs run at once, over all clusters.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
     pub workers: u16,
@@ -185,6 +191,7 @@ impl RunArgs {
                     .map_or(helm_timeout + Duration::from_secs(60), Duration::from_secs),
                 scope: self.namespace.clone(),
                 chart_interval: Duration::from_secs(self.chart_interval),
+                drift_interval: Duration::from_secs(self.drift_interval),
                 policy_mode: self.tenancy_policy.mode(),
                 operator_namespace: self.lease_namespace.clone(),
             },

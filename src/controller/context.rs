@@ -17,6 +17,8 @@ pub struct Settings {
     /// How often charts are looked at again: chart-home directories re-read, repository and OCI
     /// versions resolved again (`--chart-interval`).
     pub chart_interval: Duration,
+    /// How often every release is compared with its manifest (`--drift-interval`).
+    pub drift_interval: Duration,
     /// Whether the tenancy policies refuse or only warn (`--tenancy-policy`).
     pub policy_mode: crate::delivery::policy::Mode,
     /// The operator's own namespace, which no policy pattern matches.
@@ -61,6 +63,8 @@ pub struct Context {
     pub health: std::sync::Arc<crate::clusters::health::HealthBoard>,
     /// Operator metrics.
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+    /// Releases watched for drift, what was found, and the repair limiter.
+    pub drift: crate::controller::drift::DriftBoard,
     /// Planning settings.
     pub settings: Settings,
 }

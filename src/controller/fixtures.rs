@@ -112,11 +112,13 @@ impl Fixture {
             writer: StatusWriter::default(),
             health: Default::default(),
             metrics: Default::default(),
+            drift: crate::controller::drift::DriftBoard::new(Duration::from_secs(300)).0,
             settings: Settings {
                 chart_home: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/charts"),
                 pending_timeout: Duration::from_secs(300),
                 scope: None,
                 chart_interval: Duration::from_secs(300),
+                drift_interval: Duration::from_secs(300),
                 policy_mode: mode,
                 operator_namespace: "tenancy-hub".into(),
             },

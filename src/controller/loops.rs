@@ -18,9 +18,10 @@ use crate::controller::{events::publish, reconcile::owner_id};
 use crate::delivery::charts;
 use crate::{
     api::crd::Controller,
-    api::key::ReleaseKey,
+    api::key::{ClusterNamespace, ReleaseKey},
     controller::context::Context,
-    delivery::plan::OwnerId,
+    controller::drift::Nudge,
+    delivery::plan::{Job, OwnerId},
     delivery::queue::{Completed, FailureKind, Outcome},
     delivery::releases::RecordChange,
     metrics::Metrics,
@@ -122,9 +123,32 @@ pub async fn aggregate(ctx: Arc<Context>, mut changes: Receiver<Tagged>) {
             tracing::debug!(cluster = %scope.cluster, namespace = %scope.namespace, %why, "watch lost; marking entries stale");
             ctx.metrics.watch_restart(scope.cluster.as_str());
         }
+        nudge_drift(&ctx, &scope, &change);
         ctx.model.apply((scope.clone(), change), Timestamp::now());
         for owner in ctx.watches.owners_of(&scope) {
             ctx.writer.touch(owner);
+        }
+    }
+}
+
+/// Asks for a drift check of the release a changed or deleted workload belongs to, so a hand-made
+/// change to a Deployment, StatefulSet or DaemonSet is found within seconds.
+fn nudge_drift(ctx: &Context, scope: &ClusterNamespace, change: &Change) {
+    let release = match change {
+        Change::Workload(info) => info.release.clone(),
+        Change::WorkloadGone(id) => ctx
+            .model
+            .scope(scope)
+            .and_then(|s| s.workloads.get(id).and_then(|w| w.release.clone())),
+        _ => None,
+    };
+    if let Some(release) = release {
+        let key = ReleaseKey {
+            scope: scope.clone(),
+            release,
+        };
+        if ctx.drift.is_watched(&key) {
+            ctx.drift.nudge(Nudge::Release(key));
         }
     }
 }
@@ -140,6 +164,10 @@ pub async fn record_outcomes(
         let owner = completed.job.owner().clone();
         let (type_, reason, note) = describe(&completed);
         account(&ctx.metrics, &completed);
+        if let Outcome::Applied { .. } = completed.outcome {
+            // What Helm just applied is compared with its manifest at once.
+            ctx.drift.nudge(Nudge::Release(key.clone()));
+        }
         match type_ {
             EventType::Normal => {
                 tracing::info!(release = %key, elapsed_ms = completed.elapsed.as_millis() as u64, "{note}")
@@ -181,6 +209,15 @@ fn account(metrics: &Metrics, completed: &Completed) {
         Outcome::Failed { .. } => "failed",
     };
     metrics.queue_wait(completed.waited.as_secs_f64());
+    if let (
+        Job::Apply {
+            repair: Some(_), ..
+        },
+        Outcome::Applied { .. },
+    ) = (&completed.job, &completed.outcome)
+    {
+        metrics.drift(completed.job.key().scope.cluster.as_str(), "repaired");
+    }
     metrics.helm_job(
         completed.job.key().scope.cluster.as_str(),
         outcome,
@@ -190,6 +227,20 @@ fn account(metrics: &Metrics, completed: &Completed) {
 
 fn describe(completed: &Completed) -> (EventType, &'static str, String) {
     let key = completed.job.key();
+    if let (
+        Job::Apply {
+            repair: Some(drift),
+            ..
+        },
+        Outcome::Applied { revision, .. },
+    ) = (&completed.job, &completed.outcome)
+    {
+        return (
+            EventType::Normal,
+            "DriftRepaired",
+            format!("repaired drift of {key} (revision {revision}): {drift}"),
+        );
+    }
     match &completed.outcome {
         Outcome::Applied {
             revision: 1,
@@ -240,6 +291,8 @@ pub fn cluster_health_changed(
     if reachable {
         let expedited = ctx.queue.expedite(cluster);
         tracing::debug!(%cluster, expedited, "jobs waiting for the cluster run now");
+        // Whatever happened while it was away is looked for now.
+        ctx.drift.nudge(Nudge::Cluster(cluster.clone()));
     }
     for c in ctx.controllers.state() {
         ctx.writer.touch(ObjectRef::from_obj(&*c));

@@ -1,6 +1,7 @@
 //! The hub reconciler, the state it shares with its background loops, those loops, and registration reload.
 
 pub mod context;
+pub mod drift;
 pub mod events;
 #[cfg(test)]
 mod fixtures;

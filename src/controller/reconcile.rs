@@ -23,6 +23,7 @@ use crate::{
     api::crd::{Controller, DeletionPolicy},
     api::key::{ClusterName, ReleaseKey},
     controller::context::Context,
+    delivery::drift::RepairVerdict,
     delivery::plan::{self, Applied, Inputs, Job, OwnerId},
     delivery::queue::Outcome,
     status::build::{self as status, LastOutcome, ReleaseView},
@@ -202,7 +203,8 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
         .await;
     let lookup =
         |source: &plan::ChartSource, version: Option<&str>| ctx.charts.lookup(source, version);
-    let plan = plan::plan(&Inputs {
+    let drifted = ctx.drift.drifted(&applied);
+    let mut plan = plan::plan(&Inputs {
         owner: &owner,
         spec: &c.spec,
         clusters: &clusters,
@@ -214,7 +216,10 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
         chart_lookup: &lookup,
         now: Timestamp::now().as_second(),
         pending_timeout_secs: ctx.settings.pending_timeout.as_secs() as i64,
+        drifted: &drifted,
     });
+    ctx.drift.track(&owner, &plan.desired);
+    limit_repairs(ctx, c, &mut plan.jobs, &drifted).await;
     let planned: HashSet<&ReleaseKey> = plan.jobs.iter().map(Job::key).collect();
     let dropped = ctx.queue.retain_planned(&owner, &planned);
     if dropped > 0 {
@@ -245,6 +250,7 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
         busy: &busy,
         synced: &synced,
         generation: c.meta().generation,
+        drift: &ctx.drift.statuses(&applied),
     });
     let orphans: Vec<ReleaseKey> = ctx
         .orphans
@@ -291,6 +297,56 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
         next = next.min(recheck.max(1) as u64);
     }
     Ok(Action::requeue(Duration::from_secs(next)))
+}
+
+/// Drops the drift repairs the limiter refuses, telling each refusal once per drifted revision.
+async fn limit_repairs(
+    ctx: &Context,
+    c: &Controller,
+    jobs: &mut Vec<Job>,
+    drifted: &HashMap<ReleaseKey, plan::Drifted>,
+) {
+    let mut refused = Vec::new();
+    jobs.retain(|job| {
+        let Job::Apply {
+            release,
+            repair: Some(_),
+            ..
+        } = job
+        else {
+            return true;
+        };
+        let Some(found) = drifted.get(&release.key) else {
+            return true;
+        };
+        match ctx.drift.allow_repair(&release.key, found.revision) {
+            (RepairVerdict::Allowed, _) => true,
+            (RepairVerdict::Suppressed(wait), first) => {
+                if first {
+                    refused.push((release.key.clone(), wait));
+                }
+                false
+            }
+        }
+    });
+    for (key, wait) in refused {
+        let note = format!(
+            "release {key} drifted again, but it was repaired {} times within {} minutes already; it is reported only, and repaired again in {}s at the earliest (another controller may be changing it)",
+            crate::controller::drift::REPAIRS_PER_WINDOW,
+            crate::controller::drift::REPAIR_WINDOW.as_secs() / 60,
+            wait.as_secs()
+        );
+        tracing::warn!(release = %key, "{note}");
+        publish(
+            ctx,
+            c,
+            EventType::Warning,
+            "DriftRepairSuppressed",
+            "Drift",
+            note,
+        )
+        .await;
+    }
 }
 
 fn conflicts(problems: &[plan::Problem]) -> impl Iterator<Item = ReleaseKey> + '_ {
@@ -499,6 +555,7 @@ fn forget(ctx: &Context, object: &ObjectRef<Controller>) {
         namespace: object.namespace.clone().unwrap_or_default(),
         name: object.name.clone(),
     };
+    ctx.drift.forget(&owner);
     ctx.reported.remove(&owner);
     ctx.outcomes.retain(|_, o| o.owner != owner);
 }

@@ -268,6 +268,33 @@ async fn run_helm(
     }
 }
 
+/// Longest Helm `--description` a drift repair gives its revision.
+const REPAIR_DESCRIPTION_MAX: usize = 200;
+
+/// `helm upgrade` arguments turned into a drift repair: the revision's description says what
+/// drifted, and the apply is server-side and forced, because whatever changed the fields by hand
+/// (`kubectl scale`, another controller) now owns them and a plain apply would stop at the conflict
+/// (helm refuses `--force-conflicts` with client-side apply, hence `--server-side=true`).
+pub fn with_repair(mut args: Vec<OsString>, summary: &str) -> Vec<OsString> {
+    let mut description = format!("drift repair: {summary}");
+    if description.len() > REPAIR_DESCRIPTION_MAX {
+        let mut cut = REPAIR_DESCRIPTION_MAX - '…'.len_utf8();
+        while !description.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        description.truncate(cut);
+        description.push('…');
+    }
+    let at = args.iter().position(|a| a == "--").unwrap_or(args.len());
+    let flags = [
+        flag("description", description),
+        "--server-side=true".into(),
+        "--force-conflicts".into(),
+    ];
+    args.splice(at..at, flags);
+    args
+}
+
 /// Arguments of `helm uninstall` for a release.
 pub fn uninstall_args(
     key: &ReleaseKey,
@@ -502,7 +529,12 @@ impl HelmCli {
         values_file_in(self.scratch.path(), values)
     }
 
-    async fn apply(&self, release: Release, stale_pending: Option<i64>) -> Outcome {
+    async fn apply(
+        &self,
+        release: Release,
+        stale_pending: Option<i64>,
+        repair: Option<String>,
+    ) -> Outcome {
         let Some(member) = self
             .registry
             .load()
@@ -551,12 +583,15 @@ impl HelmCli {
             context: &member.entry.context,
             identity: release.identity.as_ref(),
         };
-        let args = upgrade_args(
+        let mut args = upgrade_args(
             &release,
             target,
             values.as_ref().map(|f| f.path()),
             &self.options,
         );
+        if let Some(summary) = &repair {
+            args = with_repair(args, summary);
+        }
         match self.run(args).await {
             Ok(stdout) => match parse_release_json(&stdout) {
                 Some((revision, chart_version)) => Outcome::Applied {
@@ -744,7 +779,8 @@ impl Executor for HelmCli {
             Job::Apply {
                 release,
                 stale_pending,
-            } => self.apply(*release, stale_pending).await,
+                repair,
+            } => self.apply(*release, stale_pending, repair).await,
             Job::Uninstall { key, identity, .. } => self.uninstall(key, identity).await,
         }
     }
@@ -771,7 +807,37 @@ mod tests {
             rollback_on_failure: false,
             spec_hash: "0123456789abcdef".into(),
             identity: None,
+            drift: Default::default(),
         }
+    }
+
+    #[test]
+    fn a_repair_describes_its_drift_and_forces_a_server_side_apply_before_the_positionals() {
+        let plain = upgrade_args(
+            &release(ChartSource::Directory("/charts/deployment-example".into())),
+            target(),
+            None,
+            &HelmOptions::default(),
+        );
+        let args = strings(with_repair(plain.clone(), "Deployment/web /spec/replicas"));
+        assert_eq!(args.len(), plain.len() + 3);
+        let dashes = args.iter().position(|a| a == "--").unwrap();
+        assert_eq!(
+            &args[dashes - 3..dashes],
+            [
+                "--description=drift repair: Deployment/web /spec/replicas",
+                "--server-side=true",
+                "--force-conflicts"
+            ]
+        );
+        assert_eq!(&args[dashes + 1..], ["web", "/charts/deployment-example"]);
+        let long = strings(with_repair(plain, &"é".repeat(500)));
+        let description = long
+            .iter()
+            .find(|a| a.starts_with("--description="))
+            .unwrap();
+        assert!(description.len() <= "--description=".len() + 200);
+        assert!(description.ends_with('…'));
     }
 
     fn target() -> Target<'static> {

@@ -1,6 +1,7 @@
-//! From desired releases to helm runs: planning (pure), the queue, the helm executor, release records and charts.
+//! From desired releases to helm runs: planning (pure), the queue, the helm executor, release records, charts and drift.
 
 pub mod charts;
+pub mod drift;
 pub mod helm;
 pub mod plan;
 pub mod policy;

@@ -10,7 +10,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::{
-    api::crd::{Chart, ControllerSpec, HUB_CLUSTER, Tenancy},
+    api::crd::{Chart, ControllerSpec, DriftDetection, DriftMode, HUB_CLUSTER, Tenancy},
     api::key::{ClusterName, ClusterNamespace, ReleaseKey},
     api::policy::Impersonation,
     delivery::policy::{Admission, Verdict},
@@ -85,6 +85,18 @@ pub struct Release {
     /// says; the operator's own credentials when None. Not part of the fingerprint: a changed
     /// identity applies from the next change on.
     pub identity: Option<Impersonation>,
+    /// How drift of its live objects from its manifest is handled. Not part of the fingerprint:
+    /// Helm never sees it, so changing only the mode or the ignore rules must not make a revision.
+    pub drift: DriftDetection,
+}
+
+/// A release found drifted from the manifest of the revision it was compared with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Drifted {
+    /// The Helm revision whose manifest the live objects were compared with.
+    pub revision: i64,
+    /// Where they differ, in a few words, for the repair's Helm description.
+    pub summary: String,
 }
 
 /// What a cluster holds for one release, read from Helm's release records.
@@ -120,6 +132,8 @@ pub enum Job {
         release: Box<Release>,
         /// A revision stuck in a pending state, to be cleared before applying.
         stale_pending: Option<i64>,
+        /// Set when the release is applied again, unchanged, to repair drift: what drifted.
+        repair: Option<String>,
     },
     /// Uninstall a release no longer asked for.
     Uninstall {
@@ -330,6 +344,8 @@ pub struct Inputs<'a> {
     pub now: i64,
     /// How long a pending release may stay pending before it is cleared.
     pub pending_timeout_secs: i64,
+    /// Releases whose live objects differ from their manifest.
+    pub drifted: &'a HashMap<ReleaseKey, Drifted>,
 }
 
 /// The outcome of planning.
@@ -602,6 +618,7 @@ fn resolve(
         rollback_on_failure: chart.rollback_on_failure,
         spec_hash: String::new(),
         identity: None,
+        drift: chart.drift_detection.clone().unwrap_or_default(),
     };
     release.spec_hash = spec_hash(&release);
     Ok(release)
@@ -738,6 +755,7 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
             plan.waiting.push(release.key.clone());
             continue;
         }
+        let mut repair = None;
         let job = match applied {
             None => Some(None),
             Some(a) if a.is_pending() => {
@@ -751,7 +769,16 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
             Some(a)
                 if a.status == "deployed" && a.spec_hash.as_deref() == Some(&release.spec_hash) =>
             {
-                None
+                // Deployed as asked: applied again, unchanged, only to repair drift found in
+                // this very revision (a repair makes a new one, which is compared afresh).
+                repair = inputs
+                    .drifted
+                    .get(&release.key)
+                    .filter(|d| {
+                        d.revision == a.revision && release.drift.mode == DriftMode::Enabled
+                    })
+                    .map(|d| d.summary.clone());
+                repair.is_some().then_some(None)
             }
             Some(_) => Some(None),
         };
@@ -761,6 +788,7 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
             plan.jobs.push(Job::Apply {
                 release: Box::new(release.clone()),
                 stale_pending,
+                repair,
             });
         }
     }
@@ -870,6 +898,7 @@ mod tests {
         applied: HashMap<ReleaseKey, Applied>,
         claims: HashMap<ReleaseKey, OwnerId>,
         admission: Admission,
+        drifted: HashMap<ReleaseKey, Drifted>,
     }
 
     impl World {
@@ -882,6 +911,7 @@ mod tests {
                 applied: HashMap::new(),
                 claims: HashMap::new(),
                 admission: Admission::permissive(),
+                drifted: HashMap::new(),
             }
         }
 
@@ -898,6 +928,7 @@ mod tests {
                 chart_lookup: &lookup,
                 now: 10_000,
                 pending_timeout_secs: 600,
+                drifted: &self.drifted,
             })
         }
 
@@ -1392,6 +1423,122 @@ mod tests {
         pinned.version = Some("0.1.0".into());
         assert_ne!(spec_hash(&base), spec_hash(&pinned));
         assert_eq!(spec_hash(&base).len(), 16);
+        let mut watched = base.clone();
+        watched.drift.mode = DriftMode::Enabled;
+        assert_eq!(spec_hash(&base), spec_hash(&watched));
+    }
+
+    fn with_drift(mode: DriftMode) -> ControllerSpec {
+        let mut spec = seed();
+        for chart in &mut spec.tenancies[0].charts {
+            chart.drift_detection = Some(DriftDetection {
+                mode,
+                ignore: Vec::new(),
+            });
+        }
+        spec
+    }
+
+    #[test]
+    fn drift_of_the_deployed_revision_is_repaired_only_in_enabled_mode() {
+        let mut world = World::new();
+        let first = world.plan(&owner("a"), &with_drift(DriftMode::Enabled));
+        world.apply(&first);
+        let key: ReleaseKey = "hub/foo/nginx".parse().unwrap();
+        world.drifted.insert(
+            key.clone(),
+            Drifted {
+                revision: 1,
+                summary: "Deployment/nginx /spec/replicas".into(),
+            },
+        );
+        let plan = world.plan(&owner("a"), &with_drift(DriftMode::Enabled));
+        let [
+            Job::Apply {
+                release, repair, ..
+            },
+        ] = plan.jobs.as_slice()
+        else {
+            panic!("one repair expected: {:?}", plan.jobs);
+        };
+        assert_eq!(release.key, key);
+        assert_eq!(repair.as_deref(), Some("Deployment/nginx /spec/replicas"));
+        assert_eq!(
+            plan.jobs[0].fingerprint(),
+            format!("apply:{}", release.spec_hash)
+        );
+        assert!(
+            world
+                .plan(&owner("a"), &with_drift(DriftMode::Warn))
+                .jobs
+                .is_empty()
+        );
+        assert!(
+            world
+                .plan(&owner("a"), &with_drift(DriftMode::Disabled))
+                .jobs
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_suspended_resource_gets_no_drift_repair_until_resumed() {
+        let mut world = World::new();
+        let first = world.plan(&owner("a"), &with_drift(DriftMode::Enabled));
+        world.apply(&first);
+        let key: ReleaseKey = "hub/foo/nginx".parse().unwrap();
+        world.drifted.insert(
+            key.clone(),
+            Drifted {
+                revision: 1,
+                summary: "Deployment/nginx /spec/replicas".into(),
+            },
+        );
+        let mut suspended = with_drift(DriftMode::Enabled);
+        suspended.suspend = true;
+        let held = world.plan(&owner("a"), &suspended);
+        assert!(held.jobs.is_empty(), "{:?}", held.jobs);
+        assert_eq!(held.suspended, [key.clone()]);
+        let resumed = world.plan(&owner("a"), &with_drift(DriftMode::Enabled));
+        assert_eq!(keys(&resumed.jobs), [format!("apply {key}")]);
+    }
+
+    #[test]
+    fn drift_found_in_an_older_revision_is_not_repaired_again() {
+        let mut world = World::new();
+        let first = world.plan(&owner("a"), &with_drift(DriftMode::Enabled));
+        world.apply(&first);
+        world.apply(&first);
+        world.drifted.insert(
+            "hub/foo/nginx".parse().unwrap(),
+            Drifted {
+                revision: 1,
+                summary: "Service/nginx missing".into(),
+            },
+        );
+        assert!(
+            world
+                .plan(&owner("a"), &with_drift(DriftMode::Enabled))
+                .jobs
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_drifted_release_held_by_another_owner_is_not_repaired() {
+        let mut world = World::new();
+        let first = world.plan(&owner("a"), &with_drift(DriftMode::Enabled));
+        world.apply(&first);
+        world.drifted.insert(
+            "hub/foo/nginx".parse().unwrap(),
+            Drifted {
+                revision: 1,
+                summary: "Service/nginx missing".into(),
+            },
+        );
+        let plan = world.plan(&owner("b"), &with_drift(DriftMode::Enabled));
+        assert!(plan.jobs.is_empty());
+        assert!(plan.problems.iter().all(|p| p.reason() == "Conflict"));
     }
 
     #[test]

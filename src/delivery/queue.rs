@@ -546,8 +546,10 @@ mod tests {
                 rollback_on_failure: false,
                 spec_hash: spec_hash.into(),
                 identity: None,
+                drift: Default::default(),
             }),
             stale_pending: None,
+            repair: None,
         }
     }
 

@@ -156,6 +156,18 @@ impl ReleaseIndex {
         }
     }
 
+    /// The newest record of one release, when its cluster's records hold it.
+    pub fn get(&self, key: &ReleaseKey) -> Option<Applied> {
+        let entry = self.clusters.get(&key.scope.cluster)?;
+        entry
+            .store
+            .state()
+            .iter()
+            .filter_map(|record| applied_from(entry.key(), record))
+            .filter(|a| a.key == *key)
+            .reduce(|held, a| if held.revision >= a.revision { held } else { a })
+    }
+
     /// Every release known, newest record per release, and the clusters whose records are fully listed.
     pub fn snapshot(&self) -> (HashMap<ReleaseKey, Applied>, BTreeSet<ClusterName>) {
         let mut applied = HashMap::new();

@@ -26,7 +26,7 @@ use crate::{
     controller::context::Context,
     controller::context::Settings,
     controller::reload::Reloader,
-    controller::{loops, reconcile},
+    controller::{drift, drift::DriftBoard, loops, reconcile},
     delivery::charts::ChartCatalog,
     delivery::helm::{HelmCli, HelmOptions},
     delivery::queue::{HelmQueue, QueueConfig},
@@ -277,6 +277,7 @@ pub async fn run(
         &cancel,
         watch_policies(policies, policy_writer, everything_tx.clone()),
     ));
+    let (drift, drift_rx) = DriftBoard::new(config.settings.drift_interval);
     let ctx = Arc::new(Context {
         hub: hub.clone(),
         registry: shared,
@@ -296,6 +297,7 @@ pub async fn run(
         writer: StatusWriter::default(),
         health,
         metrics,
+        drift,
         settings: Settings {
             chart_home,
             ..config.settings
@@ -329,6 +331,10 @@ pub async fn run(
         ),
     ));
     tasks.spawn(until(&cancel, loops::aggregate(ctx.clone(), changes_rx)));
+    tasks.spawn(
+        drift::detect(ctx.clone(), drift_rx, trigger_tx.clone(), cancel.clone())
+            .instrument(tracing::info_span!("drift")),
+    );
     tasks.spawn(loops::report_ownerless(ctx.clone(), cancel.clone()));
     tasks.spawn(
         loops::keep_fresh(ctx.clone(), trigger_tx.clone(), cancel.clone())

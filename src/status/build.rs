@@ -9,8 +9,8 @@ use k8s_openapi::{
 
 use crate::{
     api::crd::{
-        ChartMessage, ClusterStatus, ControllerStatus, PodStatus, Summary, TenancyStatus,
-        WorkloadStatus,
+        ChartMessage, ClusterStatus, ControllerStatus, DriftStatus, PodStatus, Summary,
+        TenancyStatus, WorkloadStatus,
     },
     api::key::{ClusterName, ReleaseKey},
     delivery::plan::{Applied, Plan, Problem, Release},
@@ -67,6 +67,8 @@ pub struct ReleaseView<'a> {
     pub synced: &'a BTreeSet<ClusterName>,
     /// The resource's generation.
     pub generation: Option<i64>,
+    /// Drift found in the deployed revision of releases.
+    pub drift: &'a HashMap<ReleaseKey, DriftStatus>,
 }
 
 /// The release side of a resource's status, waiting to be joined with what runs.
@@ -107,10 +109,18 @@ fn message(
         phase: phase.to_owned(),
         revision,
         chart_version,
+        drift: None,
     }
 }
 
 fn release_message(release: &Release, view: &ReleaseView<'_>) -> ChartMessage {
+    ChartMessage {
+        drift: view.drift.get(&release.key).cloned(),
+        ..plain_release_message(release, view)
+    }
+}
+
+fn plain_release_message(release: &Release, view: &ReleaseView<'_>) -> ChartMessage {
     let applied = view.applied.get(&release.key);
     // Only the outcome of a job for the current spec counts: after a revert to a good spec, an
     // old failure says nothing about the release.
@@ -623,6 +633,8 @@ struct Findings<'a> {
     pods_not_ready: i32,
     /// Pods that are failing (a waiting or terminated reason such as CrashLoopBackOff).
     failing_pods: Vec<String>,
+    /// Releases whose live objects differ from their manifest, as `cluster/namespace/release`.
+    drifted: Vec<String>,
 }
 
 impl<'a> Findings<'a> {
@@ -638,6 +650,7 @@ impl<'a> Findings<'a> {
             rolling: Vec::new(),
             pods_not_ready: 0,
             failing_pods: Vec::new(),
+            drifted: Vec::new(),
         };
         for t in tenancies {
             let here = format!("{}/{}", t.cluster, t.namespace);
@@ -655,6 +668,9 @@ impl<'a> Findings<'a> {
                 .contains(&m.phase.as_str());
                 if bad && f.first_error.is_none() {
                     f.first_error = Some(format!("{here}/{}: {}", m.release_name, m.error_message));
+                }
+                if m.drift.is_some() {
+                    f.drifted.push(format!("{here}/{}", m.release_name));
                 }
             }
             if !t.chart_messages.iter().any(|m| is_managed(&m.phase)) {
@@ -807,6 +823,15 @@ fn conditions(f: &Findings<'_>, previous: &[Condition], now: Timestamp) -> Vec<C
         (Some((reason, message)), _) => (*reason, message.clone()),
         (None, Some((reason, message))) => (*reason, message.clone()),
         (None, None) if !held.is_empty() => ("Suspended", held_message()),
+        // Drift keeps Ready False (what runs is not what was asked for) without being stalled,
+        // reconciling or degraded: in mode warn nothing changes it, in mode enabled a repair does.
+        (None, None) if !f.drifted.is_empty() => (
+            "Drifted",
+            format!(
+                "release(s) {} differ from their manifests (see chartMessages[].drift)",
+                some(&f.drifted)
+            ),
+        ),
         (None, None) => (
             "Ready",
             format!("{deployed} release(s) deployed and their workloads ready"),
@@ -832,7 +857,11 @@ fn conditions(f: &Findings<'_>, previous: &[Condition], now: Timestamp) -> Vec<C
     vec![
         condition(
             "Ready",
-            stalled.is_none() && reconciling.is_none() && f.deleting.is_none() && held.is_empty(),
+            stalled.is_none()
+                && reconciling.is_none()
+                && f.deleting.is_none()
+                && held.is_empty()
+                && f.drifted.is_empty(),
             ready_reason,
             ready_message,
             &clock,
@@ -890,6 +919,7 @@ mod tests {
             rollback_on_failure: false,
             spec_hash: "h1".into(),
             identity: None,
+            drift: Default::default(),
         }
     }
 
@@ -914,6 +944,7 @@ mod tests {
         outcomes: HashMap<ReleaseKey, LastOutcome>,
         busy: BTreeSet<ReleaseKey>,
         synced: BTreeSet<ClusterName>,
+        drift: HashMap<ReleaseKey, DriftStatus>,
     }
 
     impl Fixture {
@@ -930,6 +961,7 @@ mod tests {
                     .iter()
                     .map(|c| c.parse().unwrap())
                     .collect(),
+                drift: HashMap::new(),
             }
         }
 
@@ -941,6 +973,7 @@ mod tests {
                 busy: &self.busy,
                 synced: &self.synced,
                 generation: Some(4),
+                drift: &self.drift,
             })
         }
 
@@ -988,6 +1021,35 @@ mod tests {
         let web = &s.updated_tenancies[0].chart_messages[0];
         assert_eq!((web.phase.as_str(), web.revision), ("Deployed", Some(2)));
         assert_eq!(web.setting_map["replicaCount"], "2");
+    }
+
+    #[test]
+    fn a_drifted_release_stays_deployed_shows_its_drift_and_keeps_ready_false() {
+        let mut f = Fixture::new(&["member-1/team/web", "member-1/team/db"]);
+        f.applied.extend([
+            deployed("member-1/team/web", 2),
+            deployed("member-1/team/db", 1),
+        ]);
+        let drift = DriftStatus {
+            revision: 2,
+            action: "Reported".into(),
+            ..Default::default()
+        };
+        f.drift
+            .insert("member-1/team/web".parse().unwrap(), drift.clone());
+        let s = f.build();
+        assert_eq!(ready(&s), ("False", "Drifted"));
+        let messages = &s.updated_tenancies[0].chart_messages;
+        let web = messages.iter().find(|m| m.release_name == "web").unwrap();
+        assert_eq!(
+            (web.phase.as_str(), web.drift.as_ref()),
+            ("Deployed", Some(&drift))
+        );
+        let db = messages.iter().find(|m| m.release_name == "db").unwrap();
+        assert_eq!(db.drift, None);
+        let stalled = s.conditions.iter().find(|c| c.type_ == "Stalled").unwrap();
+        assert_eq!(stalled.status, "False");
+        assert_eq!(s.summary.as_ref().unwrap().releases, "2/2");
     }
 
     #[test]

@@ -1,0 +1,457 @@
+//! Drift detection: which releases are compared with their manifests, what was found, repair limits, and the loop that looks.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use dashmap::DashMap;
+use futures::StreamExt as _;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::{events::EventType, reflector::ObjectRef};
+use tokio::sync::mpsc::{Sender, UnboundedReceiver, UnboundedSender, unbounded_channel};
+
+use crate::{
+    api::crd::{Controller, DriftDetection, DriftMode, DriftStatus},
+    api::key::{ClusterName, ReleaseKey},
+    controller::{context::Context, events::publish},
+    delivery::drift::{self, Kinds, ObjectDrift, RepairLimiter, RepairVerdict},
+    delivery::plan::{Applied, Drifted, OwnerId, Release},
+};
+
+/// Repairs allowed per release within [`REPAIR_WINDOW`].
+pub const REPAIRS_PER_WINDOW: usize = 3;
+/// The window repairs are counted in.
+pub const REPAIR_WINDOW: Duration = Duration::from_secs(600);
+/// How long nudges are gathered before the releases they name are checked together.
+const GATHER: Duration = Duration::from_millis(500);
+/// Releases checked at once.
+const CONCURRENT_CHECKS: usize = 4;
+
+/// What asks for a drift check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Nudge {
+    /// One release: a workload of it changed, or Helm just applied it.
+    Release(ReleaseKey),
+    /// Every release in a cluster that is reachable again.
+    Cluster(ClusterName),
+}
+
+/// Drift found in one release.
+#[derive(Clone, Debug)]
+struct Found {
+    revision: i64,
+    objects: Vec<ObjectDrift>,
+    since: Timestamp,
+    /// A repair was refused by the limiter.
+    suppressed: bool,
+}
+
+/// What changed in what is known of a release's drift.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum News {
+    Found,
+    Gone,
+    Same,
+}
+
+/// Which releases are watched for drift and what was found, shared by the reconciler and the loop.
+pub struct DriftBoard {
+    /// Releases compared with their manifests, with their owner and settings.
+    watched: DashMap<ReleaseKey, (OwnerId, DriftDetection)>,
+    found: DashMap<ReleaseKey, Found>,
+    limiter: Mutex<RepairLimiter>,
+    kinds: Kinds,
+    nudges: UnboundedSender<Nudge>,
+    interval: Duration,
+}
+
+impl DriftBoard {
+    /// A board checking every release at least every `interval`; the receiver goes to [`detect`].
+    pub fn new(interval: Duration) -> (Self, UnboundedReceiver<Nudge>) {
+        let (nudges, receiver) = unbounded_channel();
+        let board = Self {
+            watched: DashMap::new(),
+            found: DashMap::new(),
+            limiter: Mutex::new(RepairLimiter::new(REPAIRS_PER_WINDOW, REPAIR_WINDOW)),
+            kinds: Kinds::default(),
+            nudges,
+            interval,
+        };
+        (board, receiver)
+    }
+
+    /// The releases `owner` now holds: they replace what it held before. A release newly watched
+    /// is checked at once.
+    pub fn track(&self, owner: &OwnerId, releases: &[Release]) {
+        let keep: BTreeSet<&ReleaseKey> = releases.iter().map(|r| &r.key).collect();
+        self.watched
+            .retain(|k, (o, _)| o != owner || keep.contains(k));
+        for release in releases {
+            let entry = (owner.clone(), release.drift.clone());
+            let before = self.watched.insert(release.key.clone(), entry);
+            if before.is_none() {
+                self.nudge(Nudge::Release(release.key.clone()));
+            }
+        }
+        self.found.retain(|k, _| self.watched.contains_key(k));
+    }
+
+    /// Forgets every release of a resource that is gone.
+    pub fn forget(&self, owner: &OwnerId) {
+        self.track(owner, &[]);
+        self.limiter
+            .lock()
+            .expect("the limiter is never poisoned")
+            .retain(|k| self.watched.contains_key(k));
+    }
+
+    /// Asks for a check soon.
+    pub fn nudge(&self, nudge: Nudge) {
+        let _ = self.nudges.send(nudge);
+    }
+
+    /// True when `key` is watched for drift (in mode warn or enabled).
+    pub fn is_watched(&self, key: &ReleaseKey) -> bool {
+        self.watched
+            .get(key)
+            .is_some_and(|w| w.1.mode != DriftMode::Disabled)
+    }
+
+    /// Drift found in the deployed revision of releases, for planning repairs.
+    pub fn drifted(&self, applied: &HashMap<ReleaseKey, Applied>) -> HashMap<ReleaseKey, Drifted> {
+        self.current(applied)
+            .map(|(key, found)| {
+                let summary = drift::summary(&found.objects);
+                (
+                    key,
+                    Drifted {
+                        revision: found.revision,
+                        summary,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// The drift status of releases whose deployed revision drifted.
+    pub fn statuses(
+        &self,
+        applied: &HashMap<ReleaseKey, Applied>,
+    ) -> HashMap<ReleaseKey, DriftStatus> {
+        self.current(applied)
+            .map(|(key, found)| {
+                let mode = self.watched.get(&key).map(|w| w.1.mode);
+                let action = match mode {
+                    Some(DriftMode::Enabled) if found.suppressed => "RepairSuppressed",
+                    Some(DriftMode::Enabled) => "Repairing",
+                    _ => "Reported",
+                };
+                let since = found.since.to_string();
+                (
+                    key,
+                    drift::status(found.revision, since, action, &found.objects),
+                )
+            })
+            .collect()
+    }
+
+    fn current<'a>(
+        &'a self,
+        applied: &'a HashMap<ReleaseKey, Applied>,
+    ) -> impl Iterator<Item = (ReleaseKey, Found)> + 'a {
+        self.found
+            .iter()
+            .filter(|f| {
+                applied
+                    .get(f.key())
+                    .is_some_and(|a| a.revision == f.revision)
+            })
+            .filter(|f| self.is_watched(f.key()))
+            .map(|f| (f.key().clone(), f.value().clone()))
+    }
+
+    /// Whether a repair of `key`'s drift in `revision` may go ahead; when it may not, the first
+    /// refusal per drifted revision is told (true in the second field).
+    pub fn allow_repair(&self, key: &ReleaseKey, revision: i64) -> (RepairVerdict, bool) {
+        let verdict = self
+            .limiter
+            .lock()
+            .expect("the limiter is never poisoned")
+            .allow(key, revision, Instant::now());
+        let mut first = false;
+        if let (RepairVerdict::Suppressed(_), Some(mut found)) = (verdict, self.found.get_mut(key))
+        {
+            first = !found.suppressed;
+            found.suppressed = true;
+        }
+        (verdict, first)
+    }
+
+    /// Records the outcome of a check; says whether drift appeared, changed or went away.
+    fn record(&self, key: &ReleaseKey, revision: i64, objects: Vec<ObjectDrift>) -> News {
+        if objects.is_empty() {
+            return match self.found.remove(key) {
+                Some(_) => News::Gone,
+                None => News::Same,
+            };
+        }
+        if let Some(mut held) = self.found.get_mut(key) {
+            if held.revision == revision && held.objects == objects {
+                return News::Same;
+            }
+            if held.revision != revision {
+                held.suppressed = false;
+                held.since = Timestamp::now();
+            }
+            held.revision = revision;
+            held.objects = objects;
+            return News::Found;
+        }
+        self.found.insert(
+            key.clone(),
+            Found {
+                revision,
+                objects,
+                since: Timestamp::now(),
+                suppressed: false,
+            },
+        );
+        News::Found
+    }
+
+    fn forget_found(&self, key: &ReleaseKey) -> bool {
+        self.found.remove(key).is_some()
+    }
+}
+
+/// Checks releases for drift: every watched release each `--drift-interval`, and the releases
+/// nudged (a workload changed, a cluster is reachable again, Helm applied) within a second.
+pub async fn detect(
+    ctx: Arc<Context>,
+    mut nudges: UnboundedReceiver<Nudge>,
+    trigger: Sender<ObjectRef<Controller>>,
+    cancel: tokio_util::sync::CancellationToken,
+) {
+    let interval = ctx.drift.interval;
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let mut due: BTreeSet<ReleaseKey> = BTreeSet::new();
+        let add = |nudge: Nudge, due: &mut BTreeSet<ReleaseKey>| match nudge {
+            Nudge::Release(key) => {
+                due.insert(key);
+            }
+            Nudge::Cluster(cluster) => due.extend(
+                ctx.drift
+                    .watched
+                    .iter()
+                    .filter(|w| w.key().scope.cluster == cluster)
+                    .map(|w| w.key().clone()),
+            ),
+        };
+        tokio::select! {
+            _ = tick.tick() => due.extend(ctx.drift.watched.iter().map(|w| w.key().clone())),
+            nudge = nudges.recv() => {
+                let Some(nudge) = nudge else { return };
+                add(nudge, &mut due);
+                let until = tokio::time::Instant::now() + GATHER;
+                while let Ok(Some(more)) = tokio::time::timeout_at(until, nudges.recv()).await {
+                    add(more, &mut due);
+                }
+            }
+            () = cancel.cancelled() => return,
+        }
+        let checks = futures::stream::iter(due)
+            .for_each_concurrent(CONCURRENT_CHECKS, |key| check(&ctx, key, &trigger));
+        tokio::select! {
+            () = checks => {}
+            () = cancel.cancelled() => return,
+        }
+    }
+}
+
+/// Compares one release with the manifest of its deployed revision, and tells what is new.
+async fn check(ctx: &Context, key: ReleaseKey, trigger: &Sender<ObjectRef<Controller>>) {
+    let Some((owner, settings)) = ctx.drift.watched.get(&key).map(|w| w.clone()) else {
+        return;
+    };
+    let object = ObjectRef::new(&owner.name).within(&owner.namespace);
+    if settings.mode == DriftMode::Disabled {
+        if ctx.drift.forget_found(&key) {
+            let _ = trigger.send(object).await;
+        }
+        return;
+    }
+    // A release Helm is working on, or not deployed as its owner's, is not compared: the next
+    // nudge or interval does it.
+    let Some(applied) = ctx.releases.get(&key) else {
+        return;
+    };
+    if applied.status != "deployed"
+        || applied.owner.as_ref() != Some(&owner)
+        || ctx.queue.is_busy(&key)
+        || ctx.health.unreachable(&key.scope.cluster).is_some()
+    {
+        return;
+    }
+    let Some(member) = ctx.registry.load().get(&key.scope.cluster).cloned() else {
+        return;
+    };
+    let objects = match drift::check(
+        &member.client,
+        &ctx.drift.kinds,
+        &key,
+        applied.revision,
+        &settings.ignore,
+    )
+    .await
+    {
+        Ok(objects) => objects,
+        Err(error) => {
+            tracing::warn!(release = %key, %error, "drift check failed; it is tried again at the next change or interval");
+            return;
+        }
+    };
+    let summary = drift::summary(&objects);
+    match ctx.drift.record(&key, applied.revision, objects) {
+        News::Same => return,
+        News::Gone => {
+            tracing::info!(release = %key, "no drift any more");
+        }
+        News::Found => {
+            ctx.metrics.drift(key.scope.cluster.as_str(), "found");
+            let what = match settings.mode {
+                DriftMode::Enabled => "repairing it",
+                _ => "reported only (driftDetection.mode warn)",
+            };
+            let note = format!(
+                "release {key} (revision {}) differs from its manifest: {summary}; {what}",
+                applied.revision
+            );
+            tracing::warn!(release = %key, revision = applied.revision, drift = %summary, "drift found");
+            if let Some(c) = ctx.controllers.get(&object) {
+                publish(ctx, &c, EventType::Warning, "DriftDetected", "Drift", note).await;
+            }
+        }
+    }
+    let _ = trigger.send(object).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::delivery::drift::ObjectId;
+
+    fn drift(path: &str) -> Vec<ObjectDrift> {
+        vec![ObjectDrift {
+            id: ObjectId {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                namespace: Some("team".into()),
+                name: "web".into(),
+            },
+            missing: false,
+            paths: vec![path.into()],
+        }]
+    }
+
+    fn applied(key: &ReleaseKey, revision: i64) -> HashMap<ReleaseKey, Applied> {
+        HashMap::from([(
+            key.clone(),
+            Applied {
+                key: key.clone(),
+                owner: None,
+                spec_hash: None,
+                revision,
+                status: "deployed".into(),
+                modified_at: None,
+            },
+        )])
+    }
+
+    fn release(key: &ReleaseKey, mode: DriftMode) -> Release {
+        Release {
+            key: key.clone(),
+            owner: owner(),
+            chart_name: "web".into(),
+            source: crate::delivery::plan::ChartSource::Directory("web".into()),
+            version: None,
+            chart_digest: None,
+            settings: vec![],
+            values: None,
+            rollback_on_failure: false,
+            spec_hash: "h".into(),
+            identity: None,
+            drift: DriftDetection {
+                mode,
+                ignore: vec![],
+            },
+        }
+    }
+
+    fn owner() -> OwnerId {
+        OwnerId {
+            namespace: "default".into(),
+            name: "a".into(),
+        }
+    }
+
+    #[test]
+    fn drift_is_news_when_it_appears_changes_or_goes_and_counts_only_for_its_revision() {
+        let (board, mut nudges) = DriftBoard::new(Duration::from_secs(300));
+        let key: ReleaseKey = "member-1/team/web".parse().unwrap();
+        board.track(&owner(), &[release(&key, DriftMode::Enabled)]);
+        assert_eq!(nudges.try_recv().unwrap(), Nudge::Release(key.clone()));
+        assert_eq!(board.record(&key, 2, drift("/spec/replicas")), News::Found);
+        assert_eq!(board.record(&key, 2, drift("/spec/replicas")), News::Same);
+        assert_eq!(board.record(&key, 2, drift("/spec/template")), News::Found);
+        assert_eq!(board.drifted(&applied(&key, 2))[&key].revision, 2);
+        assert!(board.drifted(&applied(&key, 3)).is_empty());
+        assert_eq!(board.statuses(&applied(&key, 2))[&key].action, "Repairing");
+        assert_eq!(board.record(&key, 2, vec![]), News::Gone);
+        assert!(board.statuses(&applied(&key, 2)).is_empty());
+    }
+
+    #[test]
+    fn a_suppressed_repair_is_told_once_per_drifted_revision_and_shown_in_status() {
+        let (board, _nudges) = DriftBoard::new(Duration::from_secs(300));
+        let key: ReleaseKey = "member-1/team/web".parse().unwrap();
+        board.track(&owner(), &[release(&key, DriftMode::Enabled)]);
+        for revision in 1..=3 {
+            board.record(&key, revision, drift("/spec/replicas"));
+            assert_eq!(
+                board.allow_repair(&key, revision),
+                (RepairVerdict::Allowed, false)
+            );
+        }
+        board.record(&key, 4, drift("/spec/replicas"));
+        assert!(matches!(
+            board.allow_repair(&key, 4),
+            (RepairVerdict::Suppressed(_), true)
+        ));
+        assert!(matches!(
+            board.allow_repair(&key, 4),
+            (RepairVerdict::Suppressed(_), false)
+        ));
+        assert_eq!(
+            board.statuses(&applied(&key, 4))[&key].action,
+            "RepairSuppressed"
+        );
+    }
+
+    #[test]
+    fn releases_no_longer_held_or_in_mode_disabled_are_not_reported() {
+        let (board, _nudges) = DriftBoard::new(Duration::from_secs(300));
+        let key: ReleaseKey = "member-1/team/web".parse().unwrap();
+        board.track(&owner(), &[release(&key, DriftMode::Warn)]);
+        board.record(&key, 1, drift("/spec/replicas"));
+        assert_eq!(board.statuses(&applied(&key, 1))[&key].action, "Reported");
+        board.track(&owner(), &[release(&key, DriftMode::Disabled)]);
+        assert!(board.statuses(&applied(&key, 1)).is_empty());
+        board.forget(&owner());
+        assert!(!board.is_watched(&key));
+        assert!(board.found.is_empty());
+    }
+}

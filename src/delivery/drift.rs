@@ -1,0 +1,794 @@
+//! Drift: a release's live objects compared with the fields its manifest sets (pure), read from its member cluster.
+//!
+//! Why a "the manifest's fields are a subset of live" comparison and not a server-side apply
+//! dry-run: it needs only `get` on the release's objects (a dry-run apply needs the right to patch
+//! every one of them, and Helm's field manager to ask as), costs one read per object, and treats
+//! what the API server adds (defaults, status, other managers' fields) as no drift by
+//! construction. Where the server rewrites a value the manifest sets (quantities such as `0.5` →
+//! `500m`, a Secret's `stringData` → `data`), the comparison normalises both sides first.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    time::{Duration, Instant},
+};
+
+use base64::Engine as _;
+use dashmap::DashMap;
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    Api, Client,
+    api::{ApiResource, DynamicObject, GroupVersionKind},
+    discovery::{self, Scope},
+};
+use serde_json::Value;
+
+use crate::{
+    api::crd::{DriftIgnore, DriftStatus, DriftedObject},
+    api::key::{ClusterName, ReleaseKey},
+};
+
+/// Objects listed in a release's drift status; the rest are counted.
+pub const MAX_OBJECTS: usize = 10;
+/// Paths listed per object in a release's drift status; the rest are counted.
+pub const MAX_PATHS: usize = 5;
+
+/// Result alias for this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What kept a release from being compared with its manifest.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The release record could not be read.
+    #[error("release {key}: reading its record {record}: {source}")]
+    Record {
+        /// The release.
+        key: ReleaseKey,
+        /// The record's Secret name.
+        record: String,
+        /// The error.
+        source: Box<kube::Error>,
+    },
+    /// The release record holds no manifest that can be read.
+    #[error("release {key}: its record {record} cannot be decoded: {reason}")]
+    Undecodable {
+        /// The release.
+        key: ReleaseKey,
+        /// The record's Secret name.
+        record: String,
+        /// Why.
+        reason: String,
+    },
+    /// A live object, or its kind, could not be read.
+    #[error("release {key}: reading {object}: {source}")]
+    Live {
+        /// The release.
+        key: ReleaseKey,
+        /// The object, as `Kind/name`.
+        object: String,
+        /// The error.
+        source: Box<kube::Error>,
+    },
+}
+
+/// One object of a manifest: its kind, name and namespace.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectId {
+    /// `apiVersion`, for example `apps/v1`.
+    pub api_version: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespace the manifest gives; None when it gives none.
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+}
+
+impl ObjectId {
+    /// The kind, name and namespace of a manifest object, when it has them.
+    pub fn of(object: &Value) -> Option<Self> {
+        let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
+        Some(Self {
+            api_version: text(object.get("apiVersion"))?,
+            kind: text(object.get("kind"))?,
+            namespace: text(object.pointer("/metadata/namespace")).filter(|n| !n.is_empty()),
+            name: text(object.pointer("/metadata/name"))?,
+        })
+    }
+}
+
+/// Where one live object differs from its manifest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectDrift {
+    /// The object (its namespace resolved for namespaced kinds).
+    pub id: ObjectId,
+    /// True when the object does not exist.
+    pub missing: bool,
+    /// JSON pointers of the manifest's fields the live object lacks or holds otherwise.
+    pub paths: Vec<String>,
+}
+
+/// The manifest of a Helm release record: `data.release` of `sh.helm.release.v1.NAME.vN` is
+/// base64 of (usually gzipped) JSON whose `manifest` field holds the rendered YAML.
+pub fn decode_manifest(release: &[u8]) -> Result<String, String> {
+    #[derive(serde::Deserialize)]
+    struct Record {
+        #[serde(default)]
+        manifest: String,
+    }
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(release.trim_ascii())
+        .map_err(|e| format!("not base64: {e}"))?;
+    let json = if raw.starts_with(&[0x1f, 0x8b]) {
+        let mut out = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(raw.as_slice()), &mut out)
+            .map_err(|e| format!("not gzip: {e}"))?;
+        out
+    } else {
+        raw
+    };
+    serde_json::from_slice::<Record>(&json)
+        .map(|r| r.manifest)
+        .map_err(|e| format!("not a release: {e}"))
+}
+
+/// The objects of a rendered manifest: every YAML document with a kind and a name.
+pub fn manifest_objects(manifest: &str) -> Result<Vec<Value>, String> {
+    use serde::Deserialize as _;
+    let mut out = Vec::new();
+    for document in serde_yaml::Deserializer::from_str(manifest) {
+        let value = Value::deserialize(document).map_err(|e| format!("manifest YAML: {e}"))?;
+        if ObjectId::of(&value).is_some() {
+            out.push(value);
+        }
+    }
+    Ok(out)
+}
+
+/// Escapes one JSON pointer segment (RFC 6901).
+fn segment(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// A Kubernetes quantity (`500m`, `1Gi`, `0.5`) as a number, when it is one.
+fn quantity(text: &str) -> Option<f64> {
+    let split = text
+        .find(|c: char| c.is_ascii_alphabetic())
+        .unwrap_or(text.len());
+    let (number, suffix) = text.split_at(split);
+    let factor = match suffix {
+        "" => 1.0,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        "Ki" => 1024.0,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        _ => return None,
+    };
+    number.parse::<f64>().ok().map(|n| n * factor)
+}
+
+/// Equal scalars, as the API server stores them: numbers by value, and a quantity the server
+/// wrote in its canonical form (`0.5` and `500m`, `1` and `"1"`).
+fn same_scalar(desired: &Value, live: &Value) -> bool {
+    if desired == live {
+        return true;
+    }
+    let number = |v: &Value| match v {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => quantity(s),
+        _ => None,
+    };
+    matches!((number(desired), number(live)), (Some(a), Some(b)) if (a - b).abs() <= f64::EPSILON * a.abs().max(1.0))
+}
+
+/// True when a desired value says nothing: null, or an empty object or list (which the API
+/// server may drop).
+fn says_nothing(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Object(m) => m.values().all(says_nothing),
+        Value::Array(a) => a.is_empty(),
+        _ => false,
+    }
+}
+
+fn walk(desired: &Value, live: Option<&Value>, path: &mut String, out: &mut Vec<String>) {
+    if says_nothing(desired) {
+        return;
+    }
+    match (desired, live) {
+        (Value::Object(want), Some(Value::Object(have))) => {
+            for (key, value) in want {
+                let len = path.len();
+                path.push('/');
+                path.push_str(&segment(key));
+                walk(value, have.get(key), path, out);
+                path.truncate(len);
+            }
+        }
+        (Value::Array(want), Some(Value::Array(have))) if want.len() == have.len() => {
+            for (i, (w, h)) in want.iter().zip(have).enumerate() {
+                let len = path.len();
+                path.push_str(&format!("/{i}"));
+                walk(w, Some(h), path, out);
+                path.truncate(len);
+            }
+        }
+        (Value::Object(_) | Value::Array(_), _) => out.push(path.clone()),
+        (_, Some(have)) if same_scalar(desired, have) => {}
+        _ => out.push(path.clone()),
+    }
+}
+
+/// A Secret's `stringData` as the `data` the API server stores it as (base64), so the two compare.
+fn fold_string_data(object: &Value) -> Value {
+    let mut object = object.clone();
+    let Some(map) = object.as_object_mut() else {
+        return object;
+    };
+    if let Some(Value::Object(strings)) = map.remove("stringData") {
+        let data = map
+            .entry("data")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if let Some(data) = data.as_object_mut() {
+            for (k, v) in strings {
+                let text = v
+                    .as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| v.to_string());
+                let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+                data.insert(k, Value::String(encoded));
+            }
+        }
+    }
+    object
+}
+
+/// The JSON pointers of the fields `desired` (a manifest object) sets that `live` lacks or holds
+/// otherwise. Fields only `live` has (defaults, status, other managers' fields) are no drift; of
+/// the metadata only labels and annotations count; a list must keep its length and each element
+/// is compared in place (the API server keeps list order).
+pub fn differences(desired: &Value, live: &Value) -> Vec<String> {
+    let desired = if desired.get("kind").and_then(Value::as_str) == Some("Secret") {
+        fold_string_data(desired)
+    } else {
+        desired.clone()
+    };
+    let mut out = Vec::new();
+    let Some(fields) = desired.as_object() else {
+        return out;
+    };
+    for (key, value) in fields {
+        let mut path = format!("/{}", segment(key));
+        match key.as_str() {
+            "apiVersion" | "kind" | "status" => {}
+            "metadata" => {
+                for part in ["labels", "annotations"] {
+                    if let Some(want) = value.get(part) {
+                        let mut path = format!("/metadata/{part}");
+                        let have = live.pointer(&path);
+                        walk(want, have, &mut path, &mut out);
+                    }
+                }
+            }
+            _ => walk(value, live.get(key), &mut path, &mut out),
+        }
+    }
+    out
+}
+
+/// True when `path` is `rule` or lies under it.
+fn covers(rule: &str, path: &str) -> bool {
+    let rule = rule.trim_end_matches('/');
+    path == rule
+        || path
+            .strip_prefix(rule)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// True when an ignore rule covers `path` of `object`: the rule names the path (or one above
+/// it) and its target, if any, matches the object's kind, name and namespace.
+pub fn ignored(rules: &[DriftIgnore], object: &ObjectId, path: &str) -> bool {
+    rules.iter().any(|rule| {
+        let targeted = rule.target.as_ref().is_none_or(|t| {
+            t.kind.as_ref().is_none_or(|k| *k == object.kind)
+                && t.name.as_ref().is_none_or(|n| *n == object.name)
+                && t.namespace
+                    .as_ref()
+                    .is_none_or(|n| Some(n) == object.namespace.as_ref())
+        });
+        targeted && rule.paths.iter().any(|r| covers(r, path))
+    })
+}
+
+/// Where one object drifted, with the ignored paths left out; None when it did not.
+pub fn object_drift(
+    id: ObjectId,
+    desired: &Value,
+    live: Option<&Value>,
+    rules: &[DriftIgnore],
+) -> Option<ObjectDrift> {
+    let Some(live) = live else {
+        return Some(ObjectDrift {
+            id,
+            missing: true,
+            paths: Vec::new(),
+        });
+    };
+    let paths: Vec<String> = differences(desired, live)
+        .into_iter()
+        .filter(|p| !ignored(rules, &id, p))
+        .collect();
+    (!paths.is_empty()).then_some(ObjectDrift {
+        id,
+        missing: false,
+        paths,
+    })
+}
+
+fn describe(object: &ObjectDrift) -> String {
+    let name = format!("{}/{}", object.id.kind, object.id.name);
+    if object.missing {
+        format!("{name} missing")
+    } else {
+        let shown: Vec<&str> = object
+            .paths
+            .iter()
+            .take(MAX_PATHS)
+            .map(String::as_str)
+            .collect();
+        let more = object.paths.len().saturating_sub(MAX_PATHS);
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        format!("{name} {}{more}", shown.join(" "))
+    }
+}
+
+/// Drift in a few words: "Deployment/web /spec/replicas; Service/web missing", at most
+/// [`MAX_OBJECTS`] objects and [`MAX_PATHS`] paths each, with counts of the rest.
+pub fn summary(objects: &[ObjectDrift]) -> String {
+    let mut parts: Vec<String> = objects.iter().take(MAX_OBJECTS).map(describe).collect();
+    if objects.len() > MAX_OBJECTS {
+        parts.push(format!("{} more object(s)", objects.len() - MAX_OBJECTS));
+    }
+    parts.join("; ")
+}
+
+/// The status of a release's drift, bounded to [`MAX_OBJECTS`] × [`MAX_PATHS`] with counts.
+pub fn status(
+    revision: i64,
+    detected_at: String,
+    action: &str,
+    objects: &[ObjectDrift],
+) -> DriftStatus {
+    let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+    DriftStatus {
+        revision,
+        detected_at,
+        action: action.to_owned(),
+        objects: objects
+            .iter()
+            .take(MAX_OBJECTS)
+            .map(|o| DriftedObject {
+                kind: o.id.kind.clone(),
+                name: o.id.name.clone(),
+                namespace: o.id.namespace.clone().unwrap_or_default(),
+                missing: o.missing,
+                paths: o.paths.iter().take(MAX_PATHS).cloned().collect(),
+                more_paths: count(o.paths.len().saturating_sub(MAX_PATHS)),
+            })
+            .collect(),
+        more_objects: count(objects.len().saturating_sub(MAX_OBJECTS)),
+    }
+}
+
+/// What the repair limiter says of a repair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RepairVerdict {
+    /// Repair it (or it is the repair already counted for this revision).
+    Allowed,
+    /// Too many repairs lately; the next is allowed after this long.
+    Suppressed(Duration),
+}
+
+/// At most `max` drift repairs per release within `window`, so a fight with another controller
+/// over a field makes a bounded number of revisions. A repair is counted once per drifted revision,
+/// however often it is planned.
+#[derive(Debug)]
+pub struct RepairLimiter {
+    max: usize,
+    window: Duration,
+    repairs: HashMap<ReleaseKey, (i64, VecDeque<Instant>)>,
+}
+
+impl RepairLimiter {
+    /// A limiter allowing `max` repairs per release within `window`.
+    pub fn new(max: usize, window: Duration) -> Self {
+        Self {
+            max,
+            window,
+            repairs: HashMap::new(),
+        }
+    }
+
+    /// Whether repairing drift of `key` found in `revision` may go ahead now; counts it if so.
+    pub fn allow(&mut self, key: &ReleaseKey, revision: i64, now: Instant) -> RepairVerdict {
+        let (last, times) = self
+            .repairs
+            .entry(key.clone())
+            .or_insert_with(|| (i64::MIN, VecDeque::new()));
+        while times
+            .front()
+            .is_some_and(|t| now.saturating_duration_since(*t) >= self.window)
+        {
+            times.pop_front();
+        }
+        if *last == revision {
+            return RepairVerdict::Allowed;
+        }
+        if times.len() >= self.max {
+            let oldest = *times.front().expect("max is at least one");
+            return RepairVerdict::Suppressed(
+                (oldest + self.window).saturating_duration_since(now),
+            );
+        }
+        times.push_back(now);
+        *last = revision;
+        RepairVerdict::Allowed
+    }
+
+    /// Forgets releases no longer watched for drift.
+    pub fn retain(&mut self, keep: impl Fn(&ReleaseKey) -> bool) {
+        self.repairs.retain(|k, _| keep(k));
+    }
+}
+
+/// The API resources of the kinds met in manifests, per cluster, so each kind is discovered once.
+#[derive(Default)]
+pub struct Kinds {
+    known: DashMap<(ClusterName, String, String), (ApiResource, bool)>,
+}
+
+impl Kinds {
+    /// The API resource of `id`'s kind in `cluster` and whether it is namespaced.
+    async fn resolve(
+        &self,
+        client: &Client,
+        cluster: &ClusterName,
+        id: &ObjectId,
+    ) -> kube::Result<(ApiResource, bool)> {
+        let key = (cluster.clone(), id.api_version.clone(), id.kind.clone());
+        if let Some(known) = self.known.get(&key) {
+            return Ok(known.clone());
+        }
+        let (group, version) = id
+            .api_version
+            .split_once('/')
+            .unwrap_or(("", &id.api_version));
+        let gvk = GroupVersionKind::gvk(group, version, &id.kind);
+        let (resource, capabilities) = discovery::pinned_kind(client, &gvk).await?;
+        let found = (resource, capabilities.scope == Scope::Namespaced);
+        self.known.insert(key, found.clone());
+        Ok(found)
+    }
+}
+
+/// Compares the live objects of release `key` with the manifest of its `revision`, read from
+/// the member with `client`. Secret values are compared, never returned: only paths are.
+pub async fn check(
+    client: &Client,
+    kinds: &Kinds,
+    key: &ReleaseKey,
+    revision: i64,
+    rules: &[DriftIgnore],
+) -> Result<Vec<ObjectDrift>> {
+    let record = format!("sh.helm.release.v1.{}.v{revision}", key.release);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &key.scope.namespace);
+    let secret = secrets.get(&record).await.map_err(|e| Error::Record {
+        key: key.clone(),
+        record: record.clone(),
+        source: Box::new(e),
+    })?;
+    let undecodable = |reason: String| Error::Undecodable {
+        key: key.clone(),
+        record: record.clone(),
+        reason,
+    };
+    let data = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get("release"))
+        .ok_or_else(|| undecodable("no data.release".into()))?;
+    let manifest = decode_manifest(&data.0).map_err(undecodable)?;
+    let objects = manifest_objects(&manifest).map_err(undecodable)?;
+    let mut out = Vec::new();
+    for desired in objects {
+        let Some(mut id) = ObjectId::of(&desired) else {
+            continue;
+        };
+        let live_error = |e: kube::Error, id: &ObjectId| Error::Live {
+            key: key.clone(),
+            object: format!("{}/{}", id.kind, id.name),
+            source: Box::new(e),
+        };
+        let (resource, namespaced) = kinds
+            .resolve(client, &key.scope.cluster, &id)
+            .await
+            .map_err(|e| live_error(e, &id))?;
+        let api: Api<DynamicObject> = if namespaced {
+            let namespace = id
+                .namespace
+                .get_or_insert_with(|| key.scope.namespace.clone())
+                .clone();
+            Api::namespaced_with(client.clone(), &namespace, &resource)
+        } else {
+            id.namespace = None;
+            Api::all_with(client.clone(), &resource)
+        };
+        let live = api
+            .get_opt(&id.name)
+            .await
+            .map_err(|e| live_error(e, &id))?;
+        let live = live.map(|l| serde_json::to_value(l).unwrap_or(Value::Null));
+        if let Some(drift) = object_drift(id, &desired, live.as_ref(), rules) {
+            out.push(drift);
+        }
+    }
+    out.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::crd::DriftTarget;
+    use serde_json::json;
+
+    fn deployment() -> Value {
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web", "labels": {"app": "web"}, "annotations": null},
+            "spec": {
+                "replicas": 2,
+                "template": {
+                    "metadata": {"labels": {"app": "web"}, "annotations": null},
+                    "spec": {"containers": [{
+                        "name": "web", "image": "nginx:1.27",
+                        "ports": [{"containerPort": 80}],
+                        "resources": {"requests": {"cpu": 0.5, "memory": "64Mi"}}
+                    }]}
+                }
+            }
+        })
+    }
+
+    fn live_deployment(replicas: i64) -> Value {
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {
+                "name": "web", "namespace": "team", "uid": "1", "resourceVersion": "7",
+                "labels": {"app": "web", "app.kubernetes.io/managed-by": "Helm"},
+                "annotations": {"meta.helm.sh/release-name": "web"}
+            },
+            "spec": {
+                "replicas": replicas,
+                "progressDeadlineSeconds": 600,
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{
+                        "name": "web", "image": "nginx:1.27", "imagePullPolicy": "IfNotPresent",
+                        "ports": [{"containerPort": 80, "protocol": "TCP"}],
+                        "resources": {"requests": {"cpu": "500m", "memory": "64Mi"}}
+                    }], "restartPolicy": "Always"}
+                }
+            },
+            "status": {"replicas": replicas}
+        })
+    }
+
+    fn id(kind: &str, name: &str) -> ObjectId {
+        ObjectId {
+            api_version: "v1".into(),
+            kind: kind.into(),
+            namespace: Some("team".into()),
+            name: name.into(),
+        }
+    }
+
+    fn rule(paths: &[&str], target: Option<DriftTarget>) -> DriftIgnore {
+        DriftIgnore {
+            paths: paths.iter().map(|p| p.to_string()).collect(),
+            target,
+        }
+    }
+
+    #[test]
+    fn a_release_record_decodes_to_its_manifest_gzipped_or_not() {
+        use std::io::Write as _;
+        let json = br#"{"name":"web","manifest":"---\nkind: Service\n","version":1}"#;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(json).unwrap();
+        let zipped = base64::engine::general_purpose::STANDARD.encode(gz.finish().unwrap());
+        assert_eq!(
+            decode_manifest(zipped.as_bytes()).unwrap(),
+            "---\nkind: Service\n"
+        );
+        let plain = base64::engine::general_purpose::STANDARD.encode(json);
+        assert_eq!(
+            decode_manifest(plain.as_bytes()).unwrap(),
+            "---\nkind: Service\n"
+        );
+        assert!(
+            decode_manifest(b"not base64!")
+                .unwrap_err()
+                .contains("base64")
+        );
+    }
+
+    #[test]
+    fn a_manifest_yields_its_named_objects_and_skips_empty_documents() {
+        let manifest = "---\n# Source: c/templates/empty.yaml\n---\napiVersion: v1\nkind: Service\nmetadata:\n  name: web\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: other\n";
+        let objects = manifest_objects(manifest).unwrap();
+        let ids: Vec<ObjectId> = objects.iter().filter_map(ObjectId::of).collect();
+        assert_eq!(ids.len(), 2);
+        assert_eq!(ids[0].kind, "Service");
+        assert_eq!(ids[1].namespace.as_deref(), Some("other"));
+    }
+
+    #[test]
+    fn defaults_status_and_other_fields_the_server_adds_are_no_drift() {
+        assert_eq!(
+            differences(&deployment(), &live_deployment(2)),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn a_changed_field_a_removed_label_and_a_shortened_list_are_drift() {
+        assert_eq!(
+            differences(&deployment(), &live_deployment(5)),
+            ["/spec/replicas"]
+        );
+        let mut live = live_deployment(2);
+        live["metadata"]["labels"] = json!({"other": "x"});
+        live["spec"]["template"]["spec"]["containers"][0]["ports"] = json!([]);
+        live["spec"]["template"]["spec"]["containers"][0]["image"] = json!("nginx:1.28");
+        assert_eq!(
+            differences(&deployment(), &live),
+            [
+                "/metadata/labels/app",
+                "/spec/template/spec/containers/0/image",
+                "/spec/template/spec/containers/0/ports",
+            ]
+        );
+    }
+
+    #[test]
+    fn quantities_compare_by_value_and_pointer_segments_are_escaped() {
+        assert!(same_scalar(&json!(0.5), &json!("500m")));
+        assert!(same_scalar(&json!("1Gi"), &json!("1024Mi")));
+        assert!(!same_scalar(&json!("1Gi"), &json!("1G")));
+        assert!(!same_scalar(&json!("nginx"), &json!("nginx:1")));
+        let desired = json!({"kind": "ConfigMap", "metadata": {"annotations": {"a/b~c": "1"}}});
+        let live = json!({"kind": "ConfigMap", "metadata": {"annotations": {"other": "1"}}});
+        assert_eq!(
+            differences(&desired, &live),
+            ["/metadata/annotations/a~1b~0c"]
+        );
+    }
+
+    #[test]
+    fn secret_string_data_compares_with_the_stored_data() {
+        let desired = json!({"kind": "Secret", "metadata": {"name": "s"}, "stringData": {"password": "hunter2"}});
+        let same = json!({"kind": "Secret", "data": {"password": "aHVudGVyMg=="}});
+        let changed = json!({"kind": "Secret", "data": {"password": "b3RoZXI="}});
+        assert!(differences(&desired, &same).is_empty());
+        let paths = differences(&desired, &changed);
+        assert_eq!(paths, ["/data/password"]);
+        assert!(!paths.concat().contains("hunter2"));
+    }
+
+    #[test]
+    fn ignore_rules_cover_their_paths_and_below_for_matching_targets_only() {
+        let web = Some(DriftTarget {
+            kind: Some("Deployment".into()),
+            name: Some("web".into()),
+            namespace: None,
+        });
+        let rules = [
+            rule(&["/spec/replicas"], web),
+            rule(&["/metadata/annotations"], None),
+        ];
+        assert!(ignored(&rules, &id("Deployment", "web"), "/spec/replicas"));
+        assert!(!ignored(&rules, &id("Deployment", "api"), "/spec/replicas"));
+        assert!(!ignored(
+            &rules,
+            &id("Deployment", "web"),
+            "/spec/replicasX"
+        ));
+        assert!(ignored(
+            &rules,
+            &id("Service", "x"),
+            "/metadata/annotations/a"
+        ));
+        let elsewhere = [rule(
+            &["/spec"],
+            Some(DriftTarget {
+                namespace: Some("other".into()),
+                ..Default::default()
+            }),
+        )];
+        assert!(!ignored(&elsewhere, &id("Service", "x"), "/spec/ports"));
+    }
+
+    #[test]
+    fn an_ignored_path_is_no_drift_and_a_missing_object_always_is() {
+        let rules = [rule(&["/spec/replicas"], None)];
+        let web = id("Deployment", "web");
+        assert_eq!(
+            object_drift(
+                web.clone(),
+                &deployment(),
+                Some(&live_deployment(5)),
+                &rules
+            ),
+            None
+        );
+        let gone = object_drift(web, &deployment(), None, &rules).unwrap();
+        assert!(gone.missing && gone.paths.is_empty());
+    }
+
+    #[test]
+    fn status_and_summary_list_at_most_ten_objects_of_five_paths_and_count_the_rest() {
+        let objects: Vec<ObjectDrift> = (0..12)
+            .map(|i| ObjectDrift {
+                id: id("ConfigMap", &format!("c{i:02}")),
+                missing: false,
+                paths: (0..7).map(|p| format!("/data/k{p}")).collect(),
+            })
+            .collect();
+        let s = status(3, "now".into(), "Reported", &objects);
+        assert_eq!((s.objects.len(), s.more_objects), (10, 2));
+        assert_eq!((s.objects[0].paths.len(), s.objects[0].more_paths), (5, 2));
+        let text = summary(&objects);
+        assert!(
+            text.starts_with(
+                "ConfigMap/c00 /data/k0 /data/k1 /data/k2 /data/k3 /data/k4 and 2 more"
+            )
+        );
+        assert!(text.ends_with("; 2 more object(s)"));
+    }
+
+    #[test]
+    fn repairs_are_limited_per_release_counted_once_per_revision_and_allowed_again_later() {
+        let key: ReleaseKey = "member-1/team/web".parse().unwrap();
+        let other: ReleaseKey = "member-1/team/api".parse().unwrap();
+        let window = Duration::from_secs(600);
+        let mut limiter = RepairLimiter::new(3, window);
+        let t0 = Instant::now();
+        for revision in 1..=3 {
+            assert_eq!(limiter.allow(&key, revision, t0), RepairVerdict::Allowed);
+            assert_eq!(limiter.allow(&key, revision, t0), RepairVerdict::Allowed);
+        }
+        let later = t0 + Duration::from_secs(60);
+        assert_eq!(
+            limiter.allow(&key, 4, later),
+            RepairVerdict::Suppressed(Duration::from_secs(540))
+        );
+        assert_eq!(limiter.allow(&other, 1, later), RepairVerdict::Allowed);
+        assert_eq!(limiter.allow(&key, 4, t0 + window), RepairVerdict::Allowed);
+    }
+}
