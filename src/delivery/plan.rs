@@ -1498,7 +1498,7 @@ mod tests {
         suspended.suspend = true;
         let held = world.plan(&owner("a"), &suspended);
         assert!(held.jobs.is_empty(), "{:?}", held.jobs);
-        assert_eq!(held.suspended, [key.clone()]);
+        assert_eq!(held.suspended, std::slice::from_ref(&key));
         let resumed = world.plan(&owner("a"), &with_drift(DriftMode::Enabled));
         assert_eq!(keys(&resumed.jobs), [format!("apply {key}")]);
     }
