@@ -5,10 +5,15 @@
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
-cargo run -q --locked -- crd > deploy/crd.yaml
-python3 - <<'PY'
-text = open("deploy/crd.yaml").read()
+# Generated into a temporary file first, so a build that fails leaves the committed files alone.
+generated=$(mktemp)
+trap 'rm -f "$generated"' EXIT
+cargo run -q --locked -- crd > "$generated"
+python3 - "$generated" <<'PY'
+import sys
+text = open(sys.argv[1]).read()
 controllers, policies = text.split("---\n", 1)
+open("deploy/crd.yaml", "w").write(text)
 open("crds/controllers.multitenancy.dev.yaml", "w").write(controllers)
 open("crds/tenancypolicies.multitenancy.dev.yaml", "w").write(policies)
 PY
