@@ -584,6 +584,7 @@ mod tests {
                     "1 release(s) failed; see chartMessages",
                 )],
                 observed_generation: Some(1),
+                rollout: None,
             }),
         )
     }

@@ -86,6 +86,8 @@ pub struct ReleaseReport {
     pub deleting: Option<String>,
     /// What the spec suspends, in words, when it suspends anything.
     pub suspended: Option<String>,
+    /// The rollout of the newest generation, when `spec.rollout` is set.
+    pub rollout: Option<crate::api::crd::RolloutStatus>,
 }
 
 /// Pods listed per cluster/namespace entry before only pods that are not ready are listed.
@@ -272,6 +274,7 @@ pub fn releases(view: &ReleaseView<'_>) -> ReleaseReport {
         generation: view.generation,
         deleting: None,
         suspended: view.plan.suspension.clone(),
+        rollout: None,
     }
 }
 
@@ -302,6 +305,7 @@ pub fn deleting(
         generation,
         deleting: Some(waiting),
         suspended: None,
+        rollout: previous.and_then(|s| s.rollout.clone()),
     }
 }
 
@@ -356,6 +360,7 @@ pub fn assemble(
         summary: Some(summary),
         conditions,
         observed_generation: report.generation,
+        rollout: report.rollout.clone(),
     };
     bound(&mut status, STATUS_BUDGET);
     status
