@@ -7,7 +7,10 @@ use k8s_openapi::{apimachinery::pkg::util::intstr::IntOrString, jiff::Timestamp}
 use crate::{
     api::crd::{Rollout, RolloutCluster, RolloutHalt, RolloutStatus},
     api::key::ClusterName,
+    api::key::ReleaseKey,
+    delivery::plan::{Applied, Job, Plan, Release},
 };
+use std::collections::HashMap;
 
 /// Annotation that resumes a halted rollout (`resume-<anything new>`) or restarts the newest
 /// generation's rollout from the first wave (`restart-<anything new>`); each value acts once.
@@ -41,7 +44,9 @@ pub mod state {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
     /// A duration the schema let through but that cannot be read.
-    #[error("spec.rollout.{field}: {value:?} is not a duration such as \"10m\", \"90s\" or \"1h30m\"")]
+    #[error(
+        "spec.rollout.{field}: {value:?} is not a duration such as \"10m\", \"90s\" or \"1h30m\""
+    )]
     Duration {
         /// The field.
         field: &'static str,
@@ -404,7 +409,8 @@ pub fn step(input: &Input<'_>) -> Step {
             }
         }
     }
-    s.clusters.sort_by(|a, b| (a.wave, &a.name).cmp(&(b.wave, &b.name)));
+    s.clusters
+        .sort_by(|a, b| (a.wave, &a.name).cmp(&(b.wave, &b.name)));
 
     let facts = |name: &str| {
         input
@@ -469,9 +475,12 @@ pub fn step(input: &Input<'_>) -> Step {
     let allowed: BTreeSet<ClusterName> = if s.finished_at.is_some() {
         input.facts.keys().cloned().collect()
     } else {
+        // With rollbackOnHalt, a failed cluster is rolled back and then held like one not
+        // reached: the new generation is not applied there again until the halt is resolved.
         s.clusters
             .iter()
             .filter(|c| c.state != state::PENDING)
+            .filter(|c| !(input.settings.rollback_on_halt && c.state == state::FAILED))
             .filter_map(|c| c.name.parse().ok())
             .collect()
     };
@@ -596,16 +605,81 @@ fn count(s: &mut RolloutStatus, facts: &BTreeMap<ClusterName, Facts>) {
     s.updated = s
         .clusters
         .iter()
-        .filter(|c| {
-            facts
-                .iter()
-                .any(|(k, f)| k.as_str() == c.name && f.updated)
-        })
+        .filter(|c| facts.iter().any(|(k, f)| k.as_str() == c.name && f.updated))
         .count() as i32;
     s.progress = format!("{}/{}", s.healthy, s.clusters.len());
-    s.waves = s.waves.max(s.clusters.iter().map(|c| c.wave).max().unwrap_or(1));
+    s.waves = s
+        .waves
+        .max(s.clusters.iter().map(|c| c.wave).max().unwrap_or(1));
     if s.halted.is_some() {
         s.phase = phase::HALTED.into();
+    }
+}
+
+/// Holds back the Helm work of clusters the rollout has not reached: their jobs (installs,
+/// upgrades, uninstalls, drift repairs) leave the plan and their releases are listed as held, so
+/// what runs there stays exactly as it is.
+pub fn hold(plan: &mut Plan, allowed: &BTreeSet<ClusterName>, note: String) {
+    let (go, wait): (Vec<Job>, Vec<Job>) = std::mem::take(&mut plan.jobs)
+        .into_iter()
+        .partition(|j| allowed.contains(&j.key().scope.cluster));
+    plan.jobs = go;
+    plan.rollout_held = wait.iter().map(|j| j.key().clone()).collect();
+    if !plan.rollout_held.is_empty() {
+        plan.rollout_note = Some(note);
+    }
+}
+
+/// With `rollbackOnHalt`, the rollbacks a halted rollout asks for: every release of a failed
+/// cluster that runs the new generation (its newest record is from the new spec) goes back to
+/// the revision before it. A first install has no revision before it and is left as it is.
+/// Asked for on every step while it holds, so the queue keeps it; once rolled back, the record
+/// is from the old spec and nothing more is asked.
+pub fn rollbacks(
+    state: &RolloutStatus,
+    settings: &Settings,
+    desired: &[Release],
+    applied: &HashMap<ReleaseKey, Applied>,
+) -> Vec<Job> {
+    if !settings.rollback_on_halt || state.halted.is_none() {
+        return Vec::new();
+    }
+    let failed: BTreeSet<&str> = state
+        .clusters
+        .iter()
+        .filter(|c| c.state == state::FAILED)
+        .map(|c| c.name.as_str())
+        .collect();
+    desired
+        .iter()
+        .filter(|r| failed.contains(r.key.scope.cluster.as_str()))
+        .filter_map(|r| {
+            let a = applied.get(&r.key)?;
+            (a.spec_hash.as_deref() == Some(&r.spec_hash) && a.revision >= 2 && !a.is_pending())
+                .then(|| Job::Rollback {
+                    key: r.key.clone(),
+                    owner: r.owner.clone(),
+                    from: a.revision,
+                    identity: r.identity.clone(),
+                })
+        })
+        .collect()
+}
+
+/// The line held releases show: where the rollout is, and what it waits for.
+pub fn note(state: &RolloutStatus) -> String {
+    match &state.halted {
+        Some(h) => format!(
+            "held back by the rollout, halted at cluster {}: {}",
+            h.cluster, h.reason
+        ),
+        None => format!(
+            "held back by the rollout: waiting for rollout wave {}/{} ({} of {} clusters healthy)",
+            state.wave,
+            state.waves,
+            state.healthy,
+            state.clusters.len()
+        ),
     }
 }
 
@@ -861,7 +935,10 @@ mod tests {
         w.healthy("canary");
         let s = w.step(1);
         assert_eq!(World::allowed(&s), ["canary", "e1", "e2"]);
-        assert!(s.happened.contains(&Happened::WaveCompleted { wave: 1, of: 3 }));
+        assert!(
+            s.happened
+                .contains(&Happened::WaveCompleted { wave: 1, of: 3 })
+        );
         assert!(s.happened.contains(&Happened::WaveStarted {
             wave: 2,
             of: 3,
@@ -897,7 +974,10 @@ mod tests {
             Some(("web".into(), "template: bad value".into()));
         let s = w.step(1);
         let halt = s.state.halted.clone().unwrap();
-        assert_eq!((halt.cluster.as_str(), halt.release.as_str()), ("m1", "web"));
+        assert_eq!(
+            (halt.cluster.as_str(), halt.release.as_str()),
+            ("m1", "web")
+        );
         assert!(halt.reason.contains("template: bad value"));
         assert_eq!(s.state.phase, phase::HALTED);
         assert_eq!((s.state.failed, s.state.pending), (1, 2));
@@ -919,7 +999,10 @@ mod tests {
         let s = w.step(61);
         let halt = s.state.halted.unwrap();
         assert_eq!(halt.release, "web");
-        assert!(halt.reason.contains("progress deadline (60s): 1 pod(s) not ready"));
+        assert!(
+            halt.reason
+                .contains("progress deadline (60s): 1 pod(s) not ready")
+        );
     }
 
     #[test]
@@ -981,7 +1064,10 @@ mod tests {
         let s = w.step(2);
         assert_eq!(World::allowed(&s), ["m1"]);
         assert_eq!(s.state.generation, 3);
-        assert!(matches!(s.happened[0], Happened::Started { generation: 3, .. }));
+        assert!(matches!(
+            s.happened[0],
+            Happened::Started { generation: 3, .. }
+        ));
     }
 
     #[test]
@@ -1058,6 +1144,97 @@ mod tests {
     }
 
     #[test]
+    fn jobs_of_clusters_not_reached_are_held_and_the_others_kept() {
+        use crate::delivery::plan::OwnerId;
+        let job = |key: &str| Job::Uninstall {
+            key: key.parse().unwrap(),
+            owner: OwnerId {
+                namespace: "default".into(),
+                name: "app".into(),
+            },
+            identity: None,
+        };
+        let mut plan = Plan {
+            jobs: vec![job("m1/team/web"), job("m2/team/web"), job("m3/team/db")],
+            ..Plan::default()
+        };
+        hold(&mut plan, &BTreeSet::from([c("m1")]), "waiting".into());
+        assert_eq!(plan.jobs, vec![job("m1/team/web")]);
+        let held: Vec<String> = plan.rollout_held.iter().map(ToString::to_string).collect();
+        assert_eq!(held, ["m2/team/web", "m3/team/db"]);
+        assert_eq!(plan.rollout_note.as_deref(), Some("waiting"));
+        let mut all = Plan {
+            jobs: vec![job("m1/team/web")],
+            ..Plan::default()
+        };
+        hold(&mut all, &BTreeSet::from([c("m1")]), "waiting".into());
+        assert_eq!(all.rollout_note, None, "nothing held, nothing said");
+    }
+
+    #[test]
+    fn with_rollback_on_halt_the_failed_cluster_is_rolled_back_and_then_held() {
+        use crate::delivery::plan::{ChartSource, OwnerId};
+        let mut w = World::new(&[&["m1", "m2"]]);
+        w.settings.rollback_on_halt = true;
+        w.step(0);
+        w.facts.get_mut(&c("m1")).unwrap().failed = Some(("web".into(), "boom".into()));
+        let s = w.step(1);
+        assert!(
+            s.allowed.is_empty(),
+            "the failed cluster gets the new generation no more"
+        );
+        let release = |key: &str| Release {
+            key: key.parse().unwrap(),
+            owner: OwnerId {
+                namespace: "default".into(),
+                name: "app".into(),
+            },
+            chart_name: "web".into(),
+            source: ChartSource::Directory("web".into()),
+            version: None,
+            chart_digest: None,
+            settings: vec![],
+            values: None,
+            rollback_on_failure: false,
+            spec_hash: "new".into(),
+            identity: None,
+            drift: Default::default(),
+        };
+        let applied = |key: &str, hash: &str, revision: i64| {
+            (
+                key.parse::<ReleaseKey>().unwrap(),
+                Applied {
+                    key: key.parse().unwrap(),
+                    owner: None,
+                    spec_hash: Some(hash.into()),
+                    revision,
+                    status: "deployed".into(),
+                    modified_at: None,
+                },
+            )
+        };
+        let desired = [
+            release("m1/team/web"),
+            release("m1/team/first"),
+            release("m2/team/web"),
+        ];
+        let on_new = HashMap::from([
+            applied("m1/team/web", "new", 3),
+            applied("m1/team/first", "new", 1),
+            applied("m2/team/web", "old", 2),
+        ]);
+        let jobs = rollbacks(&s.state, &w.settings, &desired, &on_new);
+        assert!(
+            matches!(&jobs[..], [Job::Rollback { key, from: 3, .. }] if key.to_string() == "m1/team/web"),
+            "{jobs:?}"
+        );
+        let rolled_back = HashMap::from([applied("m1/team/web", "old", 4)]);
+        assert!(rollbacks(&s.state, &w.settings, &desired, &rolled_back).is_empty());
+        w.settings.rollback_on_halt = false;
+        assert!(rollbacks(&s.state, &w.settings, &desired, &on_new).is_empty());
+    }
+
+    #[test]
     fn the_state_read_back_from_the_status_carries_on_where_it_was() {
         let mut w = World::new(&[&["m1", "m2"]]);
         w.step(0);
@@ -1065,7 +1242,11 @@ mod tests {
         w.state = Some(serde_json::from_str(&text).unwrap());
         w.healthy("m1");
         let s = w.step(1);
-        assert!(!s.happened.iter().any(|h| matches!(h, Happened::Started { .. })));
+        assert!(
+            !s.happened
+                .iter()
+                .any(|h| matches!(h, Happened::Started { .. }))
+        );
         assert_eq!(World::allowed(&s), ["m1", "m2"]);
     }
 }

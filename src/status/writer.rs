@@ -222,6 +222,7 @@ pub fn patch_of(status: &ControllerStatus) -> serde_json::Value {
         "summary",
         "conditions",
         "observedGeneration",
+        "rollout",
     ] {
         fields.entry(key).or_insert(serde_json::Value::Null);
     }
