@@ -92,6 +92,24 @@ fn revision_written(lab: &Lab, context: &str, namespace: &str, revision: i64) ->
     time(entry["updated"].as_str().unwrap())
 }
 
+/// Runs the binary against the lab's hub, returning its standard output (whatever its exit code).
+fn cli(hub: &Hub, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tenancy-hub"))
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(hub.lab.kubeconfig_path())
+        .args(["--context", "hub"])
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("the binary runs");
+    assert!(
+        out.status.success() || args[0] == "status",
+        "tenancy-hub {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn revision(lab: &Lab, context: &str, namespace: &str) -> Option<(i64, String)> {
     lab.releases(context, namespace).get("web").cloned()
 }
@@ -240,6 +258,34 @@ async fn a_bad_change_halts_after_the_first_cluster_leaves_the_others_alone_and_
             revision(&hub.lab, cluster, &ns),
             Some((1, "deployed".into())),
             "{cluster} keeps the previous revision"
+        );
+    }
+
+    // `tenancy-hub status` shows it; `tenancy-hub rollout resume` gives the failed cluster a new
+    // deadline (the change is still bad, so it halts again).
+    let shown = cli(&hub, &["status", "app", "-n", &hub.namespace]);
+    assert!(
+        shown.contains("rollout of generation 2: Halted wave 1/1, 0/3 clusters healthy"),
+        "{shown}"
+    );
+    let first_halt = halt.at.clone();
+    cli(&hub, &["rollout", "resume", "app", "-n", &hub.namespace]);
+    let again = hub
+        .status_until("app", "the resumed rollout to halt again", |s| {
+            rollout(s).is_some_and(|r| {
+                r.command.starts_with("resume-")
+                    && r.halted.as_ref().is_some_and(|h| h.at != first_halt)
+            })
+        })
+        .await;
+    assert_eq!(
+        rollout(&again).unwrap().halted.as_ref().unwrap().cluster,
+        m[0]
+    );
+    for cluster in &m[1..] {
+        assert_eq!(
+            revision(&hub.lab, cluster, &ns),
+            Some((1, "deployed".into()))
         );
     }
 
