@@ -429,11 +429,8 @@ async fn gate_rollout(
         };
         tracing::info!(controller = %owner, reason, "{note}");
         publish(ctx, c, kind, reason, "Rollout", note).await;
-        match happened {
-            rollout::Happened::Finished { duration_ms, .. } => {
-                ctx.metrics.rollout(*duration_ms as f64 / 1000.0);
-            }
-            _ => {}
+        if let rollout::Happened::Finished { duration_ms, .. } = happened {
+            ctx.metrics.rollout(*duration_ms as f64 / 1000.0);
         }
     }
     Some(step)

@@ -591,6 +591,13 @@ pub fn bound(status: &mut ControllerStatus, budget: usize) {
             }
         }
     }
+    if size(status) > budget
+        && let Some(r) = &mut status.rollout
+    {
+        // Counts stay; a restarted operator finds these clusters healthy again in one step.
+        r.clusters
+            .retain(|c| c.state != crate::delivery::rollout::state::HEALTHY);
+    }
     if size(status) <= budget {
         return;
     }
@@ -1469,6 +1476,34 @@ mod tests {
         );
         assert_eq!(condition_of(&s, "Ready").status, "False");
         assert!(s.rollout.is_some());
+    }
+
+    #[test]
+    fn a_rollout_over_a_huge_fleet_lists_only_its_clusters_not_yet_healthy_when_cut() {
+        use crate::api::crd::{RolloutCluster, RolloutStatus};
+        let cluster = |i: usize, state: &str| RolloutCluster {
+            name: format!("cluster-{i:05}"),
+            wave: 1,
+            state: state.into(),
+            started_at: Some("2026-01-01T00:00:00.000Z".into()),
+            healthy_at: Some("2026-01-01T00:00:01.000Z".into()),
+        };
+        let mut status = ControllerStatus {
+            rollout: Some(RolloutStatus {
+                healthy: 3000,
+                clusters: (0..3000)
+                    .map(|i| cluster(i, "Healthy"))
+                    .chain([cluster(3000, "Progressing")])
+                    .collect(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        bound(&mut status, STATUS_BUDGET);
+        let r = status.rollout.unwrap();
+        assert_eq!(r.clusters.len(), 1);
+        assert_eq!(r.clusters[0].state, "Progressing");
+        assert_eq!(r.healthy, 3000, "counts stay");
     }
 
     #[test]
