@@ -331,16 +331,19 @@ async fn rollback_on_halt_restores_the_failed_clusters_previous_revision() {
     for cluster in &m[1..] {
         assert_eq!(revision(lab, cluster, &ns), Some((1, "deployed".into())));
     }
-    // Rolled back, the cluster is not given the bad generation again.
+    // Rolled back, the cluster is not given the bad generation again: the reconciler sees
+    // revision 3 and holds the cluster back like one not reached.
     let status = hub
-        .status_until("app", "the rolled back pods to be ready", |s| {
-            s.updated_tenancies
+        .status_until("app", "the rolled-back cluster to be held back", |s| {
+            message(s, &m[0], "web").is_some_and(|w| {
+                w.revision == Some(3) && w.error_message.contains("held back by the rollout")
+            }) && s
+                .updated_tenancies
                 .iter()
                 .any(|t| t.cluster == m[0] && t.pods_total == 1 && t.pods_ready == 1)
         })
         .await;
     assert!(rollout(&status).unwrap().halted.is_some());
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await; // nothing may happen: look again
     assert_eq!(revision(lab, &m[0], &ns), Some((3, "deployed".into())));
 }
 
