@@ -414,7 +414,8 @@ pub struct ClusterReadiness {
 
 /// Judges one cluster of a release report by exactly the rule `Ready` applies to the whole
 /// resource, on the releases tenancy-hub manages there (a release refused by the policies, held
-/// by another owner or not plannable is not this cluster's health: it is reported, not waited for).
+/// by another owner, not plannable or suspended is not this cluster's health: it is reported,
+/// not waited for).
 pub fn cluster_readiness(
     report: &ReleaseReport,
     cluster: &str,
@@ -428,7 +429,10 @@ pub fn cluster_readiness(
     };
     for t in report.tenancies.iter().filter(|t| t.cluster == cluster) {
         let mut t = t.clone();
-        t.chart_messages.retain(|m| is_managed(&m.phase));
+        // A change held back by `suspend` is not this rollout's to wait for: changing `suspend`
+        // is a new generation, and so a new rollout, once it is let through.
+        t.chart_messages
+            .retain(|m| is_managed(&m.phase) && m.phase != phase::SUSPENDED);
         if t.chart_messages.is_empty() {
             continue;
         }
@@ -1414,6 +1418,15 @@ mod tests {
         let gone = cluster_readiness(&report, "member-2", &|_, _| None);
         assert!(!gone.ready);
         assert!(gone.waiting.unwrap().1.contains("not watched live"));
+    }
+
+    #[test]
+    fn a_suspended_release_is_not_waited_for_by_the_rollout() {
+        let mut f = Fixture::new(&["member-1/team/web", "member-1/other/db"]);
+        f.applied.extend([deployed("member-1/team/web", 1)]);
+        f.plan.suspended = vec!["member-1/other/db".parse().unwrap()];
+        let judged = cluster_readiness(&f.report(), "member-1", &|_, _| Some(running_scope(1, 1)));
+        assert!(judged.ready && judged.deployed, "{judged:?}");
     }
 
     #[test]
