@@ -762,6 +762,36 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_rollout_starts_its_first_cluster_tells_it_in_events_and_looks_again_soon() {
+        let mut f = Fixture::new();
+        let spec = format!("{SPEC}rollout: {{maxUnavailable: 1, progressDeadline: 1m}}\n");
+        let c = finalized(controller("app", "2026-01-01T00:00:00Z", &spec));
+        f.store(&[&c]);
+
+        // POST the Events RolloutStarted and RolloutWaveStarted; the install is queued, the
+        // resource looked at again within a second, and the rollout reported.
+        let (result, _) = tokio::join!(reconcile(Arc::new(c.clone()), f.ctx.clone()), async {
+            f.hub.event(&c, "RolloutStarted").await;
+            f.hub.event(&c, "RolloutWaveStarted").await
+        });
+        assert_eq!(result.unwrap(), Action::requeue(ROLLOUT_POLL));
+        f.hub.nothing().await;
+        assert!(f.ctx.queue.is_busy(&web()));
+        let report = f.ctx.writer.submitted(&ObjectRef::from_obj(&c)).unwrap();
+        let r = report.rollout.expect("the rollout is reported");
+        assert_eq!(
+            (r.generation, r.phase.as_str(), r.progress.as_str()),
+            (1, "Progressing", "0/1")
+        );
+        assert_eq!(r.clusters[0].state, "Progressing");
+
+        // The next pass changes nothing and tells nothing: the cluster is not healthy yet.
+        let result = reconcile(Arc::new(c.clone()), f.ctx.clone()).await;
+        assert_eq!(result.unwrap(), Action::requeue(ROLLOUT_POLL));
+        f.hub.nothing().await;
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn under_enforce_an_ungoverned_release_is_forbidden_and_a_policy_lets_it_through() {
         let mut f = Fixture::with_policy_mode(crate::delivery::policy::Mode::Enforce);
         let c = finalized(controller("app", "2026-01-01T00:00:00Z", SPEC));
