@@ -292,8 +292,12 @@ async fn a_bad_change_halts_after_the_first_cluster_leaves_the_others_alone_and_
     // The revert is a new generation: a new rollout, which completes.
     hub.apply("app", spec(&ns, &m, &[("replicaCount", "1")], plan))
         .await;
-    hub.status_until("app", "the revert to roll out", |s| complete(s, 3))
+    let reverted = hub
+        .status_until("app", "the revert to roll out", |s| complete(s, 3))
         .await;
+    let r = rollout(&reverted).unwrap();
+    assert!(r.halted.is_none(), "the new rollout is not halted: {r:?}");
+    assert!(time(r.finished_at.as_deref().unwrap()) >= time(&r.started_at));
     assert_eq!(revision(&hub.lab, &m[0], &ns), Some((3, "deployed".into())));
     for cluster in &m[1..] {
         assert_eq!(
@@ -397,6 +401,63 @@ async fn a_member_stopped_mid_rollout_is_waited_for_and_the_rollout_goes_on_when
         complete(s, 2)
     })
     .await;
+    for cluster in &m {
+        assert_eq!(
+            revision(&hub.lab, cluster, &ns),
+            Some((2, "deployed".into()))
+        );
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_restarted_operator_carries_on_the_rollout_from_its_status() {
+    let _turn = LAB_TURN.lock().await;
+    let mut hub = Hub::new("rollout-restart").await;
+    let m = members(&hub.lab);
+    let ns = unique("restart");
+    let plan = Rollout {
+        waves: vec![index("1")],
+        pause_between_waves: Some("8s".into()),
+        ..one_at_a_time("2m")
+    };
+    hub.apply("app", spec(&ns, &m, &[("replicaCount", "1")], plan.clone()))
+        .await;
+    hub.status_until("app", "the first rollout to complete", |s| complete(s, 1))
+        .await;
+    hub.apply("app", spec(&ns, &m, &[("replicaCount", "2")], plan))
+        .await;
+    let paused = hub
+        .status_until(
+            "app",
+            "the first wave to be healthy and the pause to begin",
+            |s| rollout(s).is_some_and(|r| r.generation == 2 && r.phase == "Paused"),
+        )
+        .await;
+    hub.operator.take().unwrap().stop();
+    hub.operator = Some(common::operator::Operator::start(&hub.lab, &hub.namespace));
+    let done = hub
+        .status_until(
+            "app",
+            "the rollout to complete under the new operator",
+            |s| complete(s, 2),
+        )
+        .await;
+    let (before, after) = (rollout(&paused).unwrap(), rollout(&done).unwrap());
+    assert_eq!(
+        after.started_at, before.started_at,
+        "the same rollout went on"
+    );
+    assert_eq!(after.clusters[0].healthy_at, before.clusters[0].healthy_at);
+    let wave_done = time(before.wave_completed_at.as_deref().unwrap());
+    for c in &after.clusters[1..] {
+        let started = time(c.started_at.as_deref().unwrap());
+        assert!(
+            started.as_millisecond() - wave_done.as_millisecond() >= 8_000,
+            "{} started {started}, before the pause after {wave_done} was over",
+            c.name
+        );
+    }
     for cluster in &m {
         assert_eq!(
             revision(&hub.lab, cluster, &ns),
