@@ -94,6 +94,7 @@ pub struct Metrics {
     drift: Family<DriftLabels, Counter>,
     queue_wait: Histogram,
     status_propagation: Histogram,
+    rollout_duration: Histogram,
     watch_restarts: Family<ClusterLabels, Counter>,
     watch_events: Counter,
     status_writes: Counter,
@@ -130,6 +131,7 @@ impl Metrics {
             drift: Family::default(),
             queue_wait: short_buckets(),
             status_propagation: long_buckets(),
+            rollout_duration: long_buckets(),
             watch_restarts: Family::default(),
             watch_events: Counter::default(),
             status_writes: Counter::default(),
@@ -195,6 +197,12 @@ impl Metrics {
             "Time from a change reaching a resource's report or the model to its status write",
             Unit::Seconds,
             m.status_propagation.clone(),
+        );
+        r.register_with_unit(
+            "rollout_duration",
+            "Time a progressive rollout took from its start until every cluster was healthy on the generation",
+            Unit::Seconds,
+            m.rollout_duration.clone(),
         );
         r.register(
             "watch_restarts",
@@ -307,6 +315,11 @@ impl Metrics {
     /// Records how long a change took to reach a resource's status.
     pub fn status_propagation(&self, seconds: f64) {
         self.status_propagation.observe(seconds.max(0.0));
+    }
+
+    /// Records how long a finished rollout took.
+    pub fn rollout(&self, seconds: f64) {
+        self.rollout_duration.observe(seconds.max(0.0));
     }
 
     /// Counts one restart of a broken watch stream on `cluster`.
@@ -668,7 +681,7 @@ mod tests {
         let kinds = |kind: &str| declared.iter().filter(|(_, k)| *k == kind).count();
         assert_eq!(
             (kinds("counter"), kinds("histogram"), kinds("gauge")),
-            (9, 4, 6),
+            (9, 5, 6),
             "{declared:?}"
         );
     }

@@ -5,7 +5,7 @@
 #
 # Does all set-up on a fresh machine (the lab's binaries are built once into ~/.cache/tenancy-hub),
 # prints the time of each phase, and always stops the lab it started, even when a test fails.
-# Environment: TENANCY_HUB_TEST_LAB_DIR (default: a new temporary directory), TEST_MEMBERS (default 2).
+# Environment: TENANCY_HUB_TEST_LAB_DIR (default: a new temporary directory), TEST_MEMBERS (default 3: the rollout tests need three members).
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
@@ -63,7 +63,7 @@ cargo test --locked --lib --bins 2>&1 | tee -a "$RESULTS"
 
 phase "lab up"
 lab_started=true
-"$REPO/kind/up.sh" --members "${TEST_MEMBERS:-2}" --dir "$LAB_DIR"
+"$REPO/kind/up.sh" --members "${TEST_MEMBERS:-3}" --dir "$LAB_DIR"
 
 phase "end-to-end tests"
 TENANCY_HUB_LAB_DIR=$LAB_DIR cargo test --locked --test '*' -- --include-ignored 2>&1 | tee -a "$RESULTS"

@@ -331,11 +331,8 @@ async fn a_token_sees_only_the_scopes_of_the_hub_namespaces_it_may_read() {
             .iter()
             .map(|c| c["name"].as_str().unwrap())
             .collect();
-        assert_eq!(
-            names,
-            ["hub", "member-1", "member-2"],
-            "every cluster is listed"
-        );
+        // The hub and every member of the lab, however many it has.
+        assert_eq!(names, a.lab.contexts(), "every cluster is listed");
         list[1]["namespaces"].as_u64().unwrap()
     };
     assert_eq!((member_1_count(&token_a), member_1_count(&token_b)), (0, 1));

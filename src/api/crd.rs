@@ -47,6 +47,12 @@ pub const HUB_CLUSTER: &str = "hub";
         json_path = ".status.summary.pods"
     ),
     printcolumn(
+        name = "Rollout",
+        type_ = "string",
+        description = "Clusters healthy on the newest generation / clusters of the rollout",
+        json_path = ".status.rollout.progress"
+    ),
+    printcolumn(
         name = "Suspended",
         type_ = "boolean",
         description = "No Helm call is made while true",
@@ -78,6 +84,55 @@ pub struct ControllerSpec {
     /// place, as with `deletionPolicy: Orphan`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspend: bool,
+
+    /// Delivers a new generation cluster by cluster, each step gated on the health of the clusters
+    /// before it. Absent: every cluster gets every change at once. One rollout covers the whole
+    /// resource, every tenancy together: an application is one blast radius, and a rollout per
+    /// tenancy would leave one application half-updated across its own tenancies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<Rollout>,
+}
+
+/// Progressive delivery of a new generation across the targeted clusters.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Rollout {
+    /// Clusters changing at once: a number (at least 1) or a percentage of the targeted clusters
+    /// such as "25%" (rounded down, at least 1). Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>,
+
+    /// Ordered groups of clusters; a wave starts once every cluster of the waves before it is
+    /// healthy. A cluster goes to the first wave whose selector matches it; clusters matched by
+    /// none, and clusters registered while a rollout runs, go last.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub waves: Vec<Wave>,
+
+    /// How long a cluster may take to become healthy on the new generation before the rollout
+    /// halts: a duration such as "10m", "90s" or "1h30m". Default "10m".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = "^([0-9]+(ms|s|m|h))+$"), length(max = 32))]
+    pub progress_deadline: Option<String>,
+
+    /// How long to wait after a wave is healthy before the next one starts, for example "5m".
+    /// Default "0s".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = "^([0-9]+(ms|s|m|h))+$"), length(max = 32))]
+    pub pause_between_waves: Option<String>,
+
+    /// When the rollout halts, roll the releases of the cluster that failed back to their
+    /// previous Helm revision.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rollback_on_halt: bool,
+}
+
+/// One wave of a rollout: the registered clusters its selector matches.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Wave {
+    /// Selects registered clusters by the labels given in the registration file.
+    pub cluster_selector: ClusterSelector,
 }
 
 /// What deleting a `Controller` does to its releases.
@@ -289,6 +344,85 @@ pub struct ControllerStatus {
     /// The spec generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+
+    /// Progress of the newest generation's rollout, when `spec.rollout` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutStatus>,
+}
+
+/// Where the newest generation's rollout stands. It is also the rollout's whole state: an
+/// operator that restarts carries on from here.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStatus {
+    /// The spec generation being rolled out.
+    pub generation: i64,
+    /// `Progressing`, `Paused` (between waves), `Halted` or `Complete`.
+    pub phase: String,
+    /// Clusters healthy on this generation / clusters of the rollout, as "2/3".
+    pub progress: String,
+    /// The wave in progress, from 1.
+    pub wave: i32,
+    /// Waves in all.
+    pub waves: i32,
+    /// Clusters whose releases all run this generation.
+    pub updated: i32,
+    /// Clusters healthy on this generation.
+    pub healthy: i32,
+    /// Clusters not reached yet: they keep the previous generation.
+    pub pending: i32,
+    /// Clusters that halted the rollout.
+    pub failed: i32,
+    /// When the rollout started (RFC 3339).
+    pub started_at: String,
+    /// When every cluster was healthy (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    /// When the last wave completed, while the next one waits out `pauseBetweenWaves` (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave_completed_at: Option<String>,
+    /// Why the rollout stopped, while it is halted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub halted: Option<RolloutHalt>,
+    /// The last `multitenancy.dev/rollout` annotation acted on (`resume-…` or `restart-…`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub command: String,
+    /// Every cluster of the rollout, in the order it is reached.
+    #[serde(default)]
+    pub clusters: Vec<RolloutCluster>,
+}
+
+/// Why a rollout halted.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutHalt {
+    /// The cluster that failed.
+    pub cluster: String,
+    /// Its release that failed or is not healthy; empty when not known.
+    #[serde(default)]
+    pub release: String,
+    /// What went wrong.
+    pub reason: String,
+    /// When it halted (RFC 3339).
+    pub at: String,
+}
+
+/// One cluster of a rollout.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutCluster {
+    /// Registered cluster name.
+    pub name: String,
+    /// Its wave, from 1.
+    pub wave: i32,
+    /// `Pending` (keeps the previous generation), `Progressing`, `Healthy` or `Failed`.
+    pub state: String,
+    /// When it was given the new generation (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    /// When it was found healthy on it (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub healthy_at: Option<String>,
 }
 
 /// Totals over all clusters, as "ready/total".

@@ -158,6 +158,7 @@ pub fn entries(plan: &Plan, applied: &HashMap<ReleaseKey, Applied>) -> Vec<Entry
             Job::Apply { .. } if applied.contains_key(job.key()) => Action::Upgrade,
             Job::Apply { .. } => Action::Install,
             Job::Uninstall { .. } => Action::Uninstall,
+            Job::Rollback { .. } => Action::Upgrade,
         };
         out.push(Entry::of(job.key(), action, revision(job.key())));
     }

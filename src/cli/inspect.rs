@@ -157,6 +157,8 @@ struct Entry<'a> {
     conditions: &'a [Condition],
     clusters: Vec<&'a ClusterStatus>,
     tenancies: Vec<&'a TenancyStatus>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rollout: Option<&'a crate::api::crd::RolloutStatus>,
 }
 
 fn entries<'a>(controllers: &'a [Controller], cluster: Option<&str>) -> Vec<Entry<'a>> {
@@ -180,6 +182,7 @@ fn entries<'a>(controllers: &'a [Controller], cluster: Option<&str>) -> Vec<Entr
                     .flat_map(|s| &s.updated_tenancies)
                     .filter(|t| keep(&t.cluster))
                     .collect(),
+                rollout: status.and_then(|s| s.rollout.as_ref()),
             }
         })
         .collect()
@@ -223,6 +226,9 @@ fn resource_table(controller: &Controller, cluster: Option<&str>, color: bool) -
     {
         out += &format!("  {}\n", ready.message);
     }
+    if let Some(r) = &status.rollout {
+        out += &rollout_lines(r);
+    }
     let tenancies: Vec<&TenancyStatus> = status
         .updated_tenancies
         .iter()
@@ -237,6 +243,38 @@ fn resource_table(controller: &Controller, cluster: Option<&str>, color: bool) -
     for t in tenancies {
         out.push('\n');
         out += &tenancy_block(t, color);
+    }
+    out
+}
+
+/// The rollout in two lines: where it stands, then each cluster in the order it is reached.
+fn rollout_lines(r: &crate::api::crd::RolloutStatus) -> String {
+    let mut out = format!(
+        "  rollout of generation {}: {} wave {}/{}, {} clusters healthy (updated {}, pending {}, failed {}), started {}",
+        r.generation,
+        r.phase,
+        r.wave,
+        r.waves,
+        r.progress,
+        r.updated,
+        r.pending,
+        r.failed,
+        r.started_at
+    );
+    if let Some(done) = &r.finished_at {
+        out += &format!(", finished {done}");
+    }
+    out.push('\n');
+    let clusters: Vec<String> = r
+        .clusters
+        .iter()
+        .map(|c| format!("{} (wave {}) {}", c.name, c.wave, c.state))
+        .collect();
+    if !clusters.is_empty() {
+        out += &format!("    {}\n", clusters.join(", "));
+    }
+    if let Some(h) = &r.halted {
+        out += &format!("    {}\n", crate::delivery::rollout::halt_message(h));
     }
     out
 }
@@ -584,6 +622,7 @@ mod tests {
                     "1 release(s) failed; see chartMessages",
                 )],
                 observed_generation: Some(1),
+                rollout: None,
             }),
         )
     }
@@ -670,6 +709,56 @@ mod tests {
         assert_eq!(entry["clusters"].as_array().unwrap().len(), 1);
         assert_eq!(entry["clusters"][0]["name"], "member-2");
         assert_eq!(entry["summary"]["pods"], "7/9");
+    }
+
+    #[test]
+    fn a_rollout_shows_where_it_stands_cluster_by_cluster_and_why_it_halted() {
+        use crate::api::crd::{RolloutCluster, RolloutHalt, RolloutStatus};
+        let mut c = example();
+        let cluster = |name: &str, wave: i32, state: &str| RolloutCluster {
+            name: name.into(),
+            wave,
+            state: state.into(),
+            ..Default::default()
+        };
+        c.status.as_mut().unwrap().rollout = Some(RolloutStatus {
+            generation: 2,
+            phase: "Halted".into(),
+            progress: "1/3".into(),
+            wave: 2,
+            waves: 2,
+            updated: 1,
+            healthy: 1,
+            pending: 1,
+            failed: 1,
+            started_at: "2026-01-01T00:00:00Z".into(),
+            halted: Some(RolloutHalt {
+                cluster: "member-1".into(),
+                release: "web".into(),
+                reason: "release failed: boom".into(),
+                at: "2026-01-01T00:01:00Z".into(),
+            }),
+            clusters: vec![
+                cluster("member-3", 1, "Healthy"),
+                cluster("member-1", 2, "Failed"),
+                cluster("member-2", 2, "Pending"),
+            ],
+            ..Default::default()
+        });
+        let out = table_of(&[c.clone()], None);
+        assert!(
+            out.contains("  rollout of generation 2: Halted wave 2/2, 1/3 clusters healthy (updated 1, pending 1, failed 1), started 2026-01-01T00:00:00Z\n"),
+            "{out}"
+        );
+        assert!(out.contains(
+            "    member-3 (wave 1) Healthy, member-1 (wave 2) Failed, member-2 (wave 2) Pending\n"
+        ));
+        assert!(
+            out.contains("rollout halted at cluster member-1 release web: release failed: boom")
+        );
+        let json = render(&[c], None, Output::Json, false).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(value[0]["rollout"]["progress"], "1/3");
     }
 
     #[test]

@@ -1,7 +1,8 @@
-//! Command-line interface: `run`, `crd`, `clusters`, `status` and `diff`.
+//! Command-line interface: `run`, `crd`, `clusters`, `status`, `diff` and `rollout`.
 
 pub mod diff;
 pub mod inspect;
+pub mod rollout;
 pub mod table;
 
 pub use table::{Output, table};
@@ -326,6 +327,12 @@ pub enum Command {
         after_help = "Examples:\n  tenancy-hub diff -f controller.yaml --clusters lab/clusters.yaml --kubeconfig lab/kubeconfig --context hub --chart-home config/charts\n  tenancy-hub diff -f controller.yaml --cluster member-1 -o json\n  kubectl kustomize team-a/ | tenancy-hub diff -f -"
     )]
     Diff(diff::DiffArgs),
+    /// Resumes a halted rollout, or restarts the newest generation's rollout from the first wave,
+    /// by setting the `multitenancy.dev/rollout` annotation the operator acts on.
+    #[command(
+        after_help = "Examples:\n  tenancy-hub rollout resume app -n team-a --kubeconfig lab/kubeconfig --context hub\n  tenancy-hub rollout restart app -n team-a\n  kubectl annotate controller app multitenancy.dev/rollout=resume-$(date +%s) --overwrite"
+    )]
+    Rollout(rollout::RolloutArgs),
 }
 
 impl Command {
@@ -336,6 +343,10 @@ impl Command {
                 eprintln!("error: {e:#}");
                 ExitCode::from(2)
             })),
+            Command::Rollout(args) => {
+                rollout::run(args).await?;
+                Ok(ExitCode::SUCCESS)
+            }
             Command::Run(args) => {
                 operator::run(args.config(), operator::shutdown_signal()).await?;
                 Ok(ExitCode::SUCCESS)

@@ -65,6 +65,8 @@ pub struct Context {
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
     /// Releases watched for drift, what was found, and the repair limiter.
     pub drift: crate::controller::drift::DriftBoard,
+    /// The rollout state of each resource with `spec.rollout`, mirrored into `status.rollout`.
+    pub rollouts: DashMap<crate::delivery::plan::OwnerId, crate::api::crd::RolloutStatus>,
     /// Planning settings.
     pub settings: Settings,
 }

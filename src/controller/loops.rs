@@ -241,6 +241,18 @@ fn describe(completed: &Completed) -> (EventType, &'static str, String) {
             format!("repaired drift of {key} (revision {revision}): {drift}"),
         );
     }
+    if let (Job::Rollback { from, .. }, Outcome::Applied { .. }) =
+        (&completed.job, &completed.outcome)
+    {
+        return (
+            EventType::Normal,
+            "RolledBack",
+            format!(
+                "rolled {key} back to revision {} after the rollout halted",
+                from - 1
+            ),
+        );
+    }
     match &completed.outcome {
         Outcome::Applied {
             revision: 1,

@@ -26,6 +26,7 @@ use crate::{
     delivery::drift::RepairVerdict,
     delivery::plan::{self, Applied, Inputs, Job, OwnerId},
     delivery::queue::Outcome,
+    delivery::rollout,
     status::build::{self as status, LastOutcome, ReleaseView},
 };
 
@@ -220,6 +221,7 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
     });
     ctx.drift.track(&owner, &plan.desired);
     limit_repairs(ctx, c, &mut plan.jobs, &drifted).await;
+    let rollout = gate_rollout(ctx, c, &mut plan, &applied, &synced).await;
     let planned: HashSet<&ReleaseKey> = plan.jobs.iter().map(Job::key).collect();
     let dropped = ctx.queue.retain_planned(&owner, &planned);
     if dropped > 0 {
@@ -259,6 +261,7 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
         .map(|o| o.key().clone())
         .collect();
     status::add_orphans(&mut report, &orphans);
+    report.rollout = rollout.as_ref().map(|r| r.state.clone());
     report_new_problems(ctx, c, &plan.problems, &plan.warnings).await;
     let object = ObjectRef::from_obj(c);
     ctx.writer.submit(object.clone(), report);
@@ -296,7 +299,141 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
     if let Some(recheck) = plan.recheck_in {
         next = next.min(recheck.max(1) as u64);
     }
+    if rollout.as_ref().is_some_and(|r| r.active()) {
+        // Health changes trigger no reconcile: a rollout in progress looks again soon, so each
+        // step follows the health it waits for within this interval.
+        return Ok(Action::requeue(ROLLOUT_POLL));
+    }
     Ok(Action::requeue(Duration::from_secs(next)))
+}
+
+/// How often a resource whose rollout is in progress is reconciled.
+const ROLLOUT_POLL: Duration = Duration::from_millis(500);
+
+/// With `spec.rollout`: judges every targeted cluster by the `Ready` rule, steps the rollout
+/// gate, holds back the jobs of clusters it has not reached, and tells what happened (Events,
+/// the duration metric, rollbacks on a halt). Without it, forgets any rollout state.
+async fn gate_rollout(
+    ctx: &Context,
+    c: &Controller,
+    plan: &mut plan::Plan,
+    applied: &HashMap<ReleaseKey, Applied>,
+    synced: &BTreeSet<ClusterName>,
+) -> Option<rollout::Step> {
+    let owner = owner_id(c);
+    let Some(spec) = c.spec.rollout.as_ref() else {
+        ctx.rollouts.remove(&owner);
+        return None;
+    };
+    let settings = match rollout::Settings::of(spec) {
+        Ok(s) => s,
+        Err(e) => {
+            // The schema admits only valid values; should one get through, nothing is held.
+            tracing::warn!(controller = %owner, error = %e, "spec.rollout cannot be read; delivering without a rollout");
+            return None;
+        }
+    };
+    let labels = ctx.registry.load().labels();
+    let targeted: BTreeSet<ClusterName> = plan
+        .desired
+        .iter()
+        .map(|r| r.key.scope.cluster.clone())
+        .chain(plan.jobs.iter().map(|j| j.key().scope.cluster.clone()))
+        .filter(|c| labels.contains_key(c))
+        .collect();
+    let waves = rollout::waves(spec, &targeted, &labels);
+    // What each cluster looks like with every job let through: the status rule judges it.
+    let keys: Vec<&ReleaseKey> = plan
+        .desired
+        .iter()
+        .map(|r| &r.key)
+        .chain(plan.jobs.iter().map(Job::key))
+        .collect();
+    let busy: BTreeSet<ReleaseKey> = keys
+        .iter()
+        .filter(|k| ctx.queue.is_busy(k))
+        .map(|k| (*k).clone())
+        .collect();
+    let outcomes: HashMap<ReleaseKey, LastOutcome> = keys
+        .iter()
+        .filter_map(|k| ctx.outcomes.get(*k).map(|o| ((*k).clone(), o.clone())))
+        .collect();
+    let report = status::releases(&ReleaseView {
+        plan,
+        applied,
+        outcomes: &outcomes,
+        busy: &busy,
+        synced,
+        generation: c.meta().generation,
+        drift: &HashMap::new(),
+    });
+    let lookup = |cluster: &str, namespace: &str| {
+        let scope: crate::api::key::ClusterNamespace =
+            format!("{cluster}/{namespace}").parse().ok()?;
+        let mut state = ctx.model.scope(&scope)?;
+        if ctx.health.unreachable(&scope.cluster).is_some() {
+            state.live = false;
+        }
+        Some(state)
+    };
+    let facts: BTreeMap<ClusterName, rollout::Facts> = targeted
+        .iter()
+        .map(|cluster| {
+            let work = plan.jobs.iter().any(|j| j.key().scope.cluster == *cluster)
+                || busy.iter().any(|k| k.scope.cluster == *cluster);
+            let judged = status::cluster_readiness(&report, cluster.as_str(), &lookup);
+            let updated = !work && judged.deployed;
+            (
+                cluster.clone(),
+                rollout::Facts {
+                    updated,
+                    healthy: updated && judged.ready,
+                    reachable: ctx.health.unreachable(cluster).is_none(),
+                    failed: judged.failed,
+                    waiting: judged.waiting,
+                },
+            )
+        })
+        .collect();
+    let previous = ctx
+        .rollouts
+        .get(&owner)
+        .map(|r| r.clone())
+        .or_else(|| c.status.as_ref().and_then(|s| s.rollout.clone()));
+    let command = c
+        .annotations()
+        .get(rollout::ROLLOUT_ANNOTATION)
+        .and_then(|v| rollout::Command::parse(v));
+    let step = rollout::step(&rollout::Input {
+        generation: c.meta().generation.unwrap_or_default(),
+        waves: &waves,
+        facts: &facts,
+        previous: previous.as_ref(),
+        command: command.as_ref(),
+        settings: &settings,
+        now: Timestamp::now(),
+    });
+    ctx.rollouts.insert(owner.clone(), step.state.clone());
+    rollout::hold(plan, &step.allowed, rollout::note(&step.state));
+    plan.jobs.extend(rollout::rollbacks(
+        &step.state,
+        &settings,
+        &plan.desired,
+        applied,
+    ));
+    for happened in &step.happened {
+        let (reason, note) = rollout::describe(happened);
+        let kind = match happened {
+            rollout::Happened::Halted(_) => EventType::Warning,
+            _ => EventType::Normal,
+        };
+        tracing::info!(controller = %owner, reason, "{note}");
+        publish(ctx, c, kind, reason, "Rollout", note).await;
+        if let rollout::Happened::Finished { duration_ms, .. } = happened {
+            ctx.metrics.rollout(*duration_ms as f64 / 1000.0);
+        }
+    }
+    Some(step)
 }
 
 /// Drops the drift repairs the limiter refuses, telling each refusal once per drifted revision.
@@ -393,6 +530,8 @@ async fn report_new_problems(
 /// leaves them), waiting only for clusters that hold or may hold them, and for its running jobs.
 async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
     let owner = owner_id(c);
+    // A resource created again under this name starts its rollouts afresh.
+    ctx.rollouts.remove(&owner);
     let object = ObjectRef::from_obj(c);
     let dropped = ctx.queue.drop_applies(&owner);
     if dropped > 0 {
@@ -620,6 +759,36 @@ mod tests {
         assert_eq!(report.generation, Some(1));
         let text = format!("{report:?}");
         assert!(text.contains("no-such-chart"), "{text}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rollout_starts_its_first_cluster_tells_it_in_events_and_looks_again_soon() {
+        let mut f = Fixture::new();
+        let spec = format!("{SPEC}rollout: {{maxUnavailable: 1, progressDeadline: 1m}}\n");
+        let c = finalized(controller("app", "2026-01-01T00:00:00Z", &spec));
+        f.store(&[&c]);
+
+        // POST the Events RolloutStarted and RolloutWaveStarted; the install is queued, the
+        // resource looked at again within a second, and the rollout reported.
+        let (result, _) = tokio::join!(reconcile(Arc::new(c.clone()), f.ctx.clone()), async {
+            f.hub.event(&c, "RolloutStarted").await;
+            f.hub.event(&c, "RolloutWaveStarted").await
+        });
+        assert_eq!(result.unwrap(), Action::requeue(ROLLOUT_POLL));
+        f.hub.nothing().await;
+        assert!(f.ctx.queue.is_busy(&web()));
+        let report = f.ctx.writer.submitted(&ObjectRef::from_obj(&c)).unwrap();
+        let r = report.rollout.expect("the rollout is reported");
+        assert_eq!(
+            (r.generation, r.phase.as_str(), r.progress.as_str()),
+            (1, "Progressing", "0/1")
+        );
+        assert_eq!(r.clusters[0].state, "Progressing");
+
+        // The next pass changes nothing and tells nothing: the cluster is not healthy yet.
+        let result = reconcile(Arc::new(c.clone()), f.ctx.clone()).await;
+        assert_eq!(result.unwrap(), Action::requeue(ROLLOUT_POLL));
+        f.hub.nothing().await;
     }
 
     #[tokio::test(start_paused = true)]

@@ -308,6 +308,29 @@ pub fn uninstall_args(
     args
 }
 
+/// Arguments of `helm rollback` of a release to revision `to`, server-side like every upgrade.
+/// It does not wait for readiness: the status reports how the rolled-back release fares.
+pub fn rollback_args(
+    key: &ReleaseKey,
+    to: i64,
+    target: Target<'_>,
+    options: &HelmOptions,
+) -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec!["rollback".into()];
+    common(&mut args, key, target, options);
+    args.push(flag("history-max", options.history_max.to_string()));
+    args.push("--server-side=true".into());
+    args.push("--force-conflicts".into());
+    args.push(flag(
+        "description",
+        "rolled back by tenancy-hub: the rollout halted",
+    ));
+    args.push("--".into());
+    args.push(key.release.clone().into());
+    args.push(to.to_string().into());
+    args
+}
+
 /// Helm's error: from its `Error: ` line (it prints one, after any log lines) to the end, without
 /// the `Error: ` prefix.
 fn helm_error(stderr: &str) -> Option<&str> {
@@ -613,6 +636,31 @@ impl HelmCli {
         }
     }
 
+    async fn rollback(
+        &self,
+        key: ReleaseKey,
+        from: i64,
+        identity: Option<Impersonation>,
+    ) -> Outcome {
+        let Some(member) = self.registry.load().get(&key.scope.cluster).cloned() else {
+            return unregistered(&key);
+        };
+        let target = Target {
+            kubeconfig: &member.kubeconfig,
+            context: &member.entry.context,
+            identity: identity.as_ref(),
+        };
+        let args = rollback_args(&key, from - 1, target, &self.options);
+        match self.run(args).await {
+            // A rollback writes the revision after the newest one.
+            Ok(_) => Outcome::Applied {
+                revision: from + 1,
+                chart_version: String::new(),
+            },
+            Err((message, kind)) => Outcome::failed(message, kind),
+        }
+    }
+
     async fn uninstall(&self, key: ReleaseKey, identity: Option<Impersonation>) -> Outcome {
         let Some(member) = self.registry.load().get(&key.scope.cluster).cloned() else {
             return unregistered(&key);
@@ -782,6 +830,12 @@ impl Executor for HelmCli {
                 repair,
             } => self.apply(*release, stale_pending, repair).await,
             Job::Uninstall { key, identity, .. } => self.uninstall(key, identity).await,
+            Job::Rollback {
+                key,
+                from,
+                identity,
+                ..
+            } => self.rollback(key, from, identity).await,
         }
     }
 }

@@ -7,3 +7,4 @@ pub mod plan;
 pub mod policy;
 pub mod queue;
 pub mod releases;
+pub mod rollout;

@@ -144,6 +144,17 @@ pub enum Job {
         /// Whom Helm impersonates to uninstall it; the operator's own credentials when None.
         identity: Option<Impersonation>,
     },
+    /// Roll a release back to the revision before `from` (a halted rollout's `rollbackOnHalt`).
+    Rollback {
+        /// Where it is.
+        key: ReleaseKey,
+        /// Who owns it.
+        owner: OwnerId,
+        /// The revision rolled back from: the one the halted rollout made.
+        from: i64,
+        /// Whom Helm impersonates, as for the release's other jobs.
+        identity: Option<Impersonation>,
+    },
 }
 
 impl Job {
@@ -151,7 +162,7 @@ impl Job {
     pub fn key(&self) -> &ReleaseKey {
         match self {
             Job::Apply { release, .. } => &release.key,
-            Job::Uninstall { key, .. } => key,
+            Job::Uninstall { key, .. } | Job::Rollback { key, .. } => key,
         }
     }
 
@@ -159,7 +170,7 @@ impl Job {
     pub fn owner(&self) -> &OwnerId {
         match self {
             Job::Apply { release, .. } => &release.owner,
-            Job::Uninstall { owner, .. } => owner,
+            Job::Uninstall { owner, .. } | Job::Rollback { owner, .. } => owner,
         }
     }
 
@@ -168,6 +179,7 @@ impl Job {
         match self {
             Job::Apply { release, .. } => format!("apply:{}", release.spec_hash),
             Job::Uninstall { .. } => "uninstall".to_owned(),
+            Job::Rollback { from, .. } => format!("rollback:{from}"),
         }
     }
 }
@@ -367,6 +379,10 @@ pub struct Plan {
     pub suspended: Vec<ReleaseKey>,
     /// What the spec suspends, in words, when it suspends anything.
     pub suspension: Option<String>,
+    /// Releases whose Helm work waits for the rollout to reach their cluster.
+    pub rollout_held: Vec<ReleaseKey>,
+    /// Where the rollout stands, in words, when it holds anything back.
+    pub rollout_note: Option<String>,
 }
 
 /// True when no Helm call may be made for `key` under `spec`: the whole resource is suspended,
@@ -953,6 +969,7 @@ mod tests {
                     Job::Uninstall { key, .. } => {
                         self.applied.remove(key);
                     }
+                    Job::Rollback { .. } => {}
                 }
             }
         }
@@ -963,6 +980,7 @@ mod tests {
             .map(|j| match j {
                 Job::Apply { release, .. } => format!("apply {}", release.key),
                 Job::Uninstall { key, .. } => format!("uninstall {key}"),
+                Job::Rollback { key, .. } => format!("rollback {key}"),
             })
             .collect()
     }

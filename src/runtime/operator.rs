@@ -298,6 +298,7 @@ pub async fn run(
         health,
         metrics,
         drift,
+        rollouts: Default::default(),
         settings: Settings {
             chart_home,
             ..config.settings

@@ -86,6 +86,8 @@ pub struct ReleaseReport {
     pub deleting: Option<String>,
     /// What the spec suspends, in words, when it suspends anything.
     pub suspended: Option<String>,
+    /// The rollout of the newest generation, when `spec.rollout` is set.
+    pub rollout: Option<crate::api::crd::RolloutStatus>,
 }
 
 /// Pods listed per cluster/namespace entry before only pods that are not ready are listed.
@@ -146,6 +148,15 @@ fn plain_release_message(release: &Release, view: &ReleaseView<'_>) -> ChartMess
             release,
             phase::SUSPENDED,
             "suspended: this change is applied once resumed".into(),
+            applied.map(|a| a.revision),
+            chart_version,
+        );
+    }
+    if view.plan.rollout_held.contains(&release.key) {
+        return message(
+            release,
+            phase::PENDING,
+            view.plan.rollout_note.clone().unwrap_or_default(),
             applied.map(|a| a.revision),
             chart_version,
         );
@@ -239,6 +250,29 @@ pub fn releases(view: &ReleaseView<'_>) -> ReleaseReport {
             ..Default::default()
         });
     }
+    for key in view
+        .plan
+        .rollout_held
+        .iter()
+        .filter(|k| !desired.contains(k))
+    {
+        entry(
+            &mut tenancies,
+            key.scope.cluster.as_str(),
+            &key.scope.namespace,
+        )
+        .chart_messages
+        .push(ChartMessage {
+            release_name: key.release.clone(),
+            phase: phase::PENDING.into(),
+            error_message: format!(
+                "no longer in the spec, uninstalled when the rollout reaches this cluster; {}",
+                view.plan.rollout_note.as_deref().unwrap_or_default()
+            ),
+            revision: view.applied.get(key).map(|a| a.revision),
+            ..Default::default()
+        });
+    }
     for problem in &view.plan.problems {
         match (problem.release(), problem) {
             (Some(key), _) => entry(
@@ -272,6 +306,7 @@ pub fn releases(view: &ReleaseView<'_>) -> ReleaseReport {
         generation: view.generation,
         deleting: None,
         suspended: view.plan.suspension.clone(),
+        rollout: None,
     }
 }
 
@@ -302,6 +337,7 @@ pub fn deleting(
         generation,
         deleting: Some(waiting),
         suspended: None,
+        rollout: previous.and_then(|s| s.rollout.clone()),
     }
 }
 
@@ -356,9 +392,99 @@ pub fn assemble(
         summary: Some(summary),
         conditions,
         observed_generation: report.generation,
+        rollout: report.rollout.clone(),
     };
     bound(&mut status, STATUS_BUDGET);
     status
+}
+
+/// One cluster judged by the `Ready` rule, for the rollout gate.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClusterReadiness {
+    /// Every managed release deployed from the newest spec, watched live, workloads rolled
+    /// out, pods ready.
+    pub ready: bool,
+    /// Every managed release deployed from the newest spec (whatever its pods do).
+    pub deployed: bool,
+    /// A release whose Helm job for the newest spec failed: release and message.
+    pub failed: Option<(String, String)>,
+    /// What it waits for when not ready: a release (may be empty) and words.
+    pub waiting: Option<(String, String)>,
+}
+
+/// Judges one cluster of a release report by exactly the rule `Ready` applies to the whole
+/// resource, on the releases tenancy-hub manages there (a release refused by the policies, held
+/// by another owner, not plannable or suspended is not this cluster's health: it is reported,
+/// not waited for).
+pub fn cluster_readiness(
+    report: &ReleaseReport,
+    cluster: &str,
+    scope: &dyn Fn(&str, &str) -> Option<ScopeState>,
+) -> ClusterReadiness {
+    let synced = report.synced.iter().any(|c| c.as_str() == cluster);
+    let mut out = ClusterReadiness {
+        ready: true,
+        deployed: true,
+        ..ClusterReadiness::default()
+    };
+    for t in report.tenancies.iter().filter(|t| t.cluster == cluster) {
+        let mut t = t.clone();
+        // A change held back by `suspend` is not this rollout's to wait for: changing `suspend`
+        // is a new generation, and so a new rollout, once it is let through.
+        t.chart_messages
+            .retain(|m| is_managed(&m.phase) && m.phase != phase::SUSPENDED);
+        if t.chart_messages.is_empty() {
+            continue;
+        }
+        match scope(&t.cluster, &t.namespace) {
+            Some(state) => fill(&mut t, &state, synced),
+            None => t.fresh = false,
+        }
+        let here = &t.namespace;
+        if let Some(m) = t.chart_messages.iter().find(|m| m.phase == phase::FAILED) {
+            out.failed = Some((m.release_name.clone(), m.error_message.clone()));
+        }
+        if let Some(m) = t.chart_messages.iter().find(|m| m.phase != phase::DEPLOYED) {
+            out.deployed = false;
+            out.waiting.get_or_insert_with(|| {
+                (
+                    m.release_name.clone(),
+                    format!("release {here}/{} is {}", m.release_name, m.phase),
+                )
+            });
+        }
+        if entry_ready(&t) {
+            continue;
+        }
+        out.ready = false;
+        let release = |name: &str| name.to_owned();
+        let why = if !t.fresh {
+            (
+                String::new(),
+                format!("namespace {here} is not watched live"),
+            )
+        } else if let Some(w) = t
+            .replication_controller_status
+            .iter()
+            .find(|w| !w.rolled_out)
+        {
+            (
+                release(&w.release_name),
+                format!(
+                    "{} {here}/{} not rolled out ({} ready)",
+                    w.kind, w.replication_controller_name, w.ready
+                ),
+            )
+        } else {
+            (
+                String::new(),
+                format!("{} pod(s) in {here} not ready", t.pods_total - t.pods_ready),
+            )
+        };
+        out.waiting.get_or_insert(why);
+    }
+    out.ready &= out.deployed;
+    out
 }
 
 /// Phases of releases tenancy-hub manages and watches (not refused, held elsewhere or orphaned).
@@ -468,6 +594,13 @@ pub fn bound(status: &mut ControllerStatus, budget: usize) {
                 m.setting_map.clear();
             }
         }
+    }
+    if size(status) > budget
+        && let Some(r) = &mut status.rollout
+    {
+        // Counts stay; a restarted operator finds these clusters healthy again in one step.
+        r.clusters
+            .retain(|c| c.state != crate::delivery::rollout::state::HEALTHY);
     }
     if size(status) <= budget {
         return;
@@ -620,6 +753,8 @@ struct Findings<'a> {
     generation: Option<i64>,
     deleting: Option<&'a str>,
     suspended: Option<&'a str>,
+    /// Why the rollout halted, while it is halted.
+    halted: Option<&'a crate::api::crd::RolloutHalt>,
     general: &'a [String],
     /// Releases (`cluster/namespace/release`) by phase.
     phases: BTreeMap<&'a str, Vec<String>>,
@@ -643,6 +778,7 @@ impl<'a> Findings<'a> {
             generation: report.generation,
             deleting: report.deleting.as_deref(),
             suspended: report.suspended.as_deref(),
+            halted: report.rollout.as_ref().and_then(|r| r.halted.as_ref()),
             general: &report.general,
             phases: BTreeMap::new(),
             first_error: None,
@@ -724,6 +860,12 @@ fn conditions(f: &Findings<'_>, previous: &[Condition], now: Timestamp) -> Vec<C
         f.list(phase::FORBIDDEN),
     );
     let stalled: Option<(&str, String)> = match () {
+        _ if f.halted.is_some() => Some((
+            "RolloutHalted",
+            f.halted
+                .map(crate::delivery::rollout::halt_message)
+                .unwrap_or_default(),
+        )),
         _ if !invalid.is_empty() || !f.general.is_empty() => Some((
             "InvalidSpec",
             format!(
@@ -1242,6 +1384,139 @@ mod tests {
             );
         }
         s
+    }
+
+    #[test]
+    fn a_cluster_is_ready_for_the_rollout_by_the_ready_rule_on_its_own_releases_only() {
+        let mut f = Fixture::new(&["member-1/team/web", "member-2/team/web"]);
+        f.applied.extend([
+            deployed("member-1/team/web", 1),
+            deployed("member-2/team/web", 1),
+        ]);
+        f.plan.problems.push(Problem::Forbidden {
+            key: "member-1/other/db".parse().unwrap(),
+            chart: "db".into(),
+            rule: "not allowed".into(),
+        });
+        let ready_scope = running_scope(2, 2);
+        let slow_scope = running_scope(2, 1);
+        let report = f.report();
+        let one = cluster_readiness(&report, "member-1", &|_, _| Some(ready_scope.clone()));
+        assert!(
+            one.ready && one.deployed,
+            "a refused release is not waited for"
+        );
+        let two = cluster_readiness(&report, "member-2", &|_, _| Some(slow_scope.clone()));
+        assert!(two.deployed && !two.ready);
+        assert_eq!(
+            two.waiting,
+            Some((
+                "web".into(),
+                "Deployment team/web not rolled out (1/2 ready)".into()
+            ))
+        );
+        let gone = cluster_readiness(&report, "member-2", &|_, _| None);
+        assert!(!gone.ready);
+        assert!(gone.waiting.unwrap().1.contains("not watched live"));
+    }
+
+    #[test]
+    fn a_suspended_release_is_not_waited_for_by_the_rollout() {
+        let mut f = Fixture::new(&["member-1/team/web", "member-1/other/db"]);
+        f.applied.extend([deployed("member-1/team/web", 1)]);
+        f.plan.suspended = vec!["member-1/other/db".parse().unwrap()];
+        let judged = cluster_readiness(&f.report(), "member-1", &|_, _| Some(running_scope(1, 1)));
+        assert!(judged.ready && judged.deployed, "{judged:?}");
+    }
+
+    #[test]
+    fn a_failed_release_makes_its_cluster_failed_for_the_rollout() {
+        let mut f = Fixture::new(&["member-1/team/web"]);
+        f.outcomes.insert(
+            "member-1/team/web".parse().unwrap(),
+            LastOutcome {
+                fingerprint: "apply:h1".into(),
+                outcome: Outcome::failed(
+                    "template: boom",
+                    crate::delivery::queue::FailureKind::Permanent,
+                ),
+                owner: crate::delivery::plan::OwnerId {
+                    namespace: "default".into(),
+                    name: "example".into(),
+                },
+                settled: true,
+            },
+        );
+        let judged = cluster_readiness(&f.report(), "member-1", &|_, _| Some(running_scope(0, 0)));
+        assert_eq!(judged.failed, Some(("web".into(), "template: boom".into())));
+        assert!(!judged.ready);
+    }
+
+    #[test]
+    fn releases_held_by_the_rollout_are_pending_and_say_which_wave_they_wait_for() {
+        let mut f = Fixture::new(&["member-1/team/web"]);
+        f.plan.rollout_held = vec!["member-1/team/web".parse().unwrap()];
+        f.plan.rollout_note = Some("waiting for rollout wave 1/2".into());
+        let s = f.build();
+        let m = &s.updated_tenancies[0].chart_messages[0];
+        assert_eq!(m.phase, phase::PENDING);
+        assert_eq!(m.error_message, "waiting for rollout wave 1/2");
+    }
+
+    #[test]
+    fn a_halted_rollout_stalls_the_resource_naming_cluster_release_and_reason() {
+        let f = Fixture::new(&[]);
+        let mut report = f.report();
+        report.rollout = Some(crate::api::crd::RolloutStatus {
+            halted: Some(crate::api::crd::RolloutHalt {
+                cluster: "member-1".into(),
+                release: "web".into(),
+                reason: "release failed: boom".into(),
+                at: "2026-01-01T00:00:00Z".into(),
+            }),
+            ..Default::default()
+        });
+        let s = assemble(&report, &|_, _| None, &|_| true, &[], Timestamp::UNIX_EPOCH);
+        let stalled = condition_of(&s, "Stalled");
+        assert_eq!(
+            (stalled.status.as_str(), stalled.reason.as_str()),
+            ("True", "RolloutHalted")
+        );
+        assert!(
+            stalled
+                .message
+                .contains("cluster member-1 release web: release failed: boom")
+        );
+        assert_eq!(condition_of(&s, "Ready").status, "False");
+        assert!(s.rollout.is_some());
+    }
+
+    #[test]
+    fn a_rollout_over_a_huge_fleet_lists_only_its_clusters_not_yet_healthy_when_cut() {
+        use crate::api::crd::{RolloutCluster, RolloutStatus};
+        let cluster = |i: usize, state: &str| RolloutCluster {
+            name: format!("cluster-{i:05}"),
+            wave: 1,
+            state: state.into(),
+            started_at: Some("2026-01-01T00:00:00.000Z".into()),
+            healthy_at: Some("2026-01-01T00:00:01.000Z".into()),
+        };
+        let mut status = ControllerStatus {
+            rollout: Some(RolloutStatus {
+                healthy: 3000,
+                clusters: (0..3000)
+                    .map(|i| cluster(i, "Healthy"))
+                    .chain([cluster(3000, "Progressing")])
+                    .collect(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        bound(&mut status, STATUS_BUDGET);
+        let r = status.rollout.unwrap();
+        assert_eq!(r.clusters.len(), 1);
+        assert_eq!(r.clusters[0].state, "Progressing");
+        assert_eq!(r.healthy, 3000, "counts stay");
     }
 
     #[test]

@@ -222,8 +222,20 @@ pub fn patch_of(status: &ControllerStatus) -> serde_json::Value {
         "summary",
         "conditions",
         "observedGeneration",
+        "rollout",
     ] {
         fields.entry(key).or_insert(serde_json::Value::Null);
+    }
+    // A merge patch merges objects key by key: the rollout's optional fields must be cleared
+    // explicitly, or a finished or halted rollout's times would stay on the next one (and an
+    // operator restarting from the status would take it for finished).
+    if let Some(rollout) = fields
+        .get_mut("rollout")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        for key in ["finishedAt", "waveCompletedAt", "halted", "command"] {
+            rollout.entry(key).or_insert(serde_json::Value::Null);
+        }
     }
     serde_json::json!({ "status": value })
 }
@@ -242,6 +254,26 @@ mod tests {
                 .unwrap()
                 .contains_key("conditions")
         );
+    }
+
+    #[test]
+    fn the_patch_clears_what_a_new_rollout_no_longer_has() {
+        let status = ControllerStatus {
+            rollout: Some(crate::api::crd::RolloutStatus {
+                generation: 2,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let rollout = &patch_of(&status)["status"]["rollout"];
+        for key in ["finishedAt", "waveCompletedAt", "halted", "command"] {
+            assert_eq!(
+                rollout.get(key),
+                Some(&serde_json::Value::Null),
+                "{key} is cleared"
+            );
+        }
+        assert_eq!(rollout["generation"], 2);
     }
 
     #[test]

@@ -1,7 +1,8 @@
-//! Benchmarks on the lab: convergence, status latency, write load, footprint and breadth, as a table and JSON.
+//! Benchmarks on the lab: convergence, status latency, write load, footprint, breadth and rollout, as a table and JSON.
 //!
 //! Run with `kind/bench.sh` (it brings the lab up and builds in release mode), or on a running lab:
 //! `TENANCY_HUB_LAB_DIR=.lab cargo bench --bench lab -- [--only NAME] [--json FILE] [--pods P]`.
+//! The `rollout` scenario needs three members and runs only when named in `--only`.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -484,6 +485,150 @@ async fn breadth(a: &Args) -> Value {
     })
 }
 
+/// Whether Deployment `web` in `namespace` has rolled out `replicas` replicas, all ready.
+async fn rolled_out(api: &Api<k8s_openapi::api::apps::v1::Deployment>, replicas: i32) -> bool {
+    let Ok(Some(d)) = api.get_opt("web").await else {
+        return false;
+    };
+    let (Some(spec), Some(status)) = (d.spec, d.status) else {
+        return false;
+    };
+    spec.replicas == Some(replicas)
+        && status.observed_generation >= d.metadata.generation
+        && status.updated_replicas == Some(replicas)
+        && status.ready_replicas == Some(replicas)
+        && status.available_replicas == Some(replicas)
+        && status.replicas == Some(replicas)
+}
+
+/// Raw helm, one member after the other, each step waiting until its Deployment has rolled out:
+/// the floor of a health-gated rollout. Returns the seconds of each step.
+async fn gated_steps_by_hand(lab: &Lab, members: &[String], namespace: &str) -> Vec<f64> {
+    let chart = example_chart();
+    let chart = chart.to_str().unwrap();
+    let upgrade = |member: &str, replicas: &str| {
+        lab.helm(
+            member,
+            &[
+                "upgrade",
+                "--install",
+                "web",
+                chart,
+                "-n",
+                namespace,
+                "--create-namespace",
+                "--set",
+                &format!("replicaCount={replicas}"),
+            ],
+        );
+    };
+    for m in members {
+        upgrade(m, "1");
+    }
+    let mut steps = Vec::new();
+    for m in members {
+        let api = Api::namespaced(lab.client(m).await, namespace);
+        wait_until("the first release to roll out", LONG, || async {
+            rolled_out(&api, 1).await.then_some(())
+        })
+        .await;
+        let started = Instant::now();
+        upgrade(m, "2");
+        loop {
+            if rolled_out(&api, 2).await {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        steps.push(started.elapsed().as_secs_f64());
+    }
+    for m in members {
+        lab.helm(m, &["uninstall", "web", "-n", namespace]);
+    }
+    steps
+}
+
+/// A good change crossing three members one at a time (`maxUnavailable: 1`), against the floor:
+/// the sum of the same three health-gated steps done by hand with helm.
+async fn rollout(_a: &Args) -> Value {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    use tenancy_hub::api::crd::Rollout;
+    let lab = Lab::get();
+    let members: Vec<String> = lab
+        .contexts()
+        .into_iter()
+        .filter(|c| c != "hub")
+        .take(3)
+        .collect();
+    assert!(
+        members.len() == 3,
+        "the rollout scenario needs 3 members: kind/up.sh --members 3"
+    );
+    progress("rollout: three health-gated steps by hand (the floor)");
+    let steps = gated_steps_by_hand(&lab, &members, &unique("floor")).await;
+    let floor: f64 = steps.iter().sum();
+
+    progress("rollout: the operator, maxUnavailable 1");
+    let hub = Hub::new("bench-ro").await;
+    let ns = unique("ro");
+    let targets: Vec<&str> = members.iter().map(String::as_str).collect();
+    let spec = |replicas: &str| {
+        let mut spec = web(&ns, &targets, replicas);
+        spec.rollout = Some(Rollout {
+            max_unavailable: Some(IntOrString::Int(1)),
+            ..Rollout::default()
+        });
+        spec
+    };
+    let complete = |generation: i64| {
+        let api = hub.api();
+        async move {
+            wait_until("the rollout to complete", LONG, || async {
+                let s = api.get("ro").await.ok()?.status?;
+                let r = s.rollout.as_ref()?;
+                (r.generation == generation && r.phase == "Complete" && ready(&s)).then_some(s)
+            })
+            .await
+        }
+    };
+    hub.apply("ro", spec("1")).await;
+    complete(1).await;
+    let started = Instant::now();
+    hub.apply("ro", spec("2")).await;
+    let status = complete(2).await;
+    let took = started.elapsed().as_secs_f64();
+    let r = status.rollout.unwrap();
+    let at = |t: &Option<String>| {
+        t.as_deref()
+            .unwrap()
+            .parse::<k8s_openapi::jiff::Timestamp>()
+            .unwrap()
+            .as_millisecond() as f64
+            / 1000.0
+    };
+    // Between a member found healthy and the next one given the change: the gate alone.
+    let handoffs: Vec<f64> = r
+        .clusters
+        .windows(2)
+        .map(|w| at(&w[1].started_at) - at(&w[0].healthy_at))
+        .collect();
+    let gated: Vec<f64> = r
+        .clusters
+        .iter()
+        .map(|c| at(&c.healthy_at) - at(&c.started_at))
+        .collect();
+    hub.delete_and_wait_gone("ro").await;
+    json!({
+        "clusters": 3, "floor_seconds": floor,
+        "floor_step_seconds": steps,
+        "operator_seconds": took,
+        "operator_step_seconds": gated,
+        "overhead_per_cluster_seconds": (took - floor) / 3.0,
+        "handoff_seconds": handoffs,
+        "max_handoff_seconds": handoffs.iter().cloned().fold(0.0, f64::max),
+    })
+}
+
 fn table(results: &BTreeMap<&str, Value>) -> String {
     let f = |v: &Value, k: &str| {
         v.get(k)
@@ -519,6 +664,13 @@ async fn main() {
     }
     if want("footprint") {
         results.insert("footprint", footprint(&a).await);
+    }
+    // Needs three members (kind/up.sh --members 3): only when asked for.
+    if a.only
+        .as_deref()
+        .is_some_and(|o| o.split(',').any(|x| x == "rollout"))
+    {
+        results.insert("rollout", rollout(&a).await);
     }
     print!("{}", table(&results));
     if let Some(path) = &a.json {
