@@ -230,21 +230,7 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
     for job in plan.jobs.iter().filter(|j| !redundant(ctx, j, &applied)) {
         ctx.queue.enqueue(job.clone());
     }
-    let keys: Vec<&ReleaseKey> = plan
-        .desired
-        .iter()
-        .map(|r| &r.key)
-        .chain(plan.jobs.iter().map(Job::key))
-        .collect();
-    let busy: BTreeSet<ReleaseKey> = keys
-        .iter()
-        .filter(|k| ctx.queue.is_busy(k))
-        .map(|k| (*k).clone())
-        .collect();
-    let outcomes: HashMap<ReleaseKey, LastOutcome> = keys
-        .iter()
-        .filter_map(|k| ctx.outcomes.get(*k).map(|o| ((*k).clone(), o.clone())))
-        .collect();
+    let (busy, outcomes) = jobs_of(ctx, &plan);
     let mut report = status::releases(&ReleaseView {
         plan: &plan,
         applied: &applied,
@@ -343,21 +329,7 @@ async fn gate_rollout(
         .collect();
     let waves = rollout::waves(spec, &targeted, &labels);
     // What each cluster looks like with every job let through: the status rule judges it.
-    let keys: Vec<&ReleaseKey> = plan
-        .desired
-        .iter()
-        .map(|r| &r.key)
-        .chain(plan.jobs.iter().map(Job::key))
-        .collect();
-    let busy: BTreeSet<ReleaseKey> = keys
-        .iter()
-        .filter(|k| ctx.queue.is_busy(k))
-        .map(|k| (*k).clone())
-        .collect();
-    let outcomes: HashMap<ReleaseKey, LastOutcome> = keys
-        .iter()
-        .filter_map(|k| ctx.outcomes.get(*k).map(|o| ((*k).clone(), o.clone())))
-        .collect();
+    let (busy, outcomes) = jobs_of(ctx, plan);
     let report = status::releases(&ReleaseView {
         plan,
         applied,
@@ -484,6 +456,30 @@ async fn limit_repairs(
         )
         .await;
     }
+}
+
+/// Of the releases a plan concerns: those with a job queued or running, and the last outcome of
+/// each that has one.
+fn jobs_of(
+    ctx: &Context,
+    plan: &plan::Plan,
+) -> (BTreeSet<ReleaseKey>, HashMap<ReleaseKey, LastOutcome>) {
+    let keys: Vec<&ReleaseKey> = plan
+        .desired
+        .iter()
+        .map(|r| &r.key)
+        .chain(plan.jobs.iter().map(Job::key))
+        .collect();
+    let busy = keys
+        .iter()
+        .filter(|k| ctx.queue.is_busy(k))
+        .map(|k| (*k).clone())
+        .collect();
+    let outcomes = keys
+        .iter()
+        .filter_map(|k| ctx.outcomes.get(*k).map(|o| ((*k).clone(), o.clone())))
+        .collect();
+    (busy, outcomes)
 }
 
 fn conflicts(problems: &[plan::Problem]) -> impl Iterator<Item = ReleaseKey> + '_ {
