@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Benchmarks: convergence, status propagation latency, write load, footprint, breadth and rollout, on the lab.
+# Benchmarks: convergence, status propagation latency, write load, footprint, breadth, namespaces and rollout, on the lab.
 #
-#   kind/bench.sh [--dir DIR] [--only convergence,latency,breadth,footprint,rollout] [--pods P] [--json FILE]
+#   kind/bench.sh [--dir DIR] [--only convergence,latency,breadth,footprint,namespaces,rollout] [--pods P]
+#                 [--namespaces 10,100,500] [--unrelated-pods N] [--json FILE]
 #
 # Brings the lab up in DIR if it is not running (default: .lab), builds tenancy-hub in release mode,
 # runs the scenarios (each with an operator of its own), prints a table and writes the figures as
 # JSON (default: DIR/bench.json). Figures are reported, never asserted; see BENCHMARKS.md.
 # The rollout scenario needs three members: start the lab with kind/up.sh --members 3 --dir DIR first.
+# The rollout and namespaces scenarios run only when named in --only.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 

@@ -26,12 +26,20 @@ pub struct Gauges {
     pub watched_namespaces: usize,
     /// Messages waiting in each bounded channel between components, by channel name.
     pub channels: Vec<(&'static str, usize)>,
+    /// Watch streams open to member clusters, by what they watch.
+    pub streams: Vec<(&'static str, usize)>,
 }
 
 /// A bounded channel between components.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ChannelLabels {
     channel: &'static str,
+}
+
+/// What a watch stream watches.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabels {
+    source: &'static str,
 }
 
 /// How a reconcile ended: `ok` or `error`.
@@ -106,6 +114,7 @@ pub struct Metrics {
     jobs_running: Gauge,
     cluster_reachable: Family<ClusterLabels, Gauge>,
     channel_depth: Family<ChannelLabels, Gauge>,
+    watch_streams: Family<SourceLabels, Gauge>,
     watched_namespaces: Gauge,
     /// Held while the scrape-time gauges are set and encoded, so scrapes do not interleave.
     scrape: Mutex<()>,
@@ -143,6 +152,7 @@ impl Metrics {
             jobs_running: Gauge::default(),
             cluster_reachable: Family::default(),
             channel_depth: Family::default(),
+            watch_streams: Family::default(),
             watched_namespaces: Gauge::default(),
             scrape: Mutex::new(()),
             registry: Registry::default(),
@@ -258,6 +268,11 @@ impl Metrics {
             "channel_depth",
             "Messages waiting in a bounded channel between components; a full channel makes its senders wait, nothing is dropped",
             m.channel_depth.clone(),
+        );
+        r.register(
+            "watch_streams",
+            "Watch streams open to the clusters, by what they watch: a few per cluster, however many namespaces are watched",
+            m.watch_streams.clone(),
         );
         r.register(
             "watched_namespaces",
@@ -385,6 +400,11 @@ impl Metrics {
                 .get_or_create(&ChannelLabels { channel })
                 .set(gauge_value(*depth));
         }
+        for (source, streams) in &gauges.streams {
+            self.watch_streams
+                .get_or_create(&SourceLabels { source })
+                .set(gauge_value(*streams));
+        }
         let mut out = String::new();
         encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
@@ -453,6 +473,7 @@ mod tests {
             clusters: vec![("member-1".into(), false), ("hub".into(), true)],
             watched_namespaces: 12,
             channels: vec![("outcomes", 3), ("triggers", 0)],
+            streams: vec![("workloads", 8)],
         }
     }
 
@@ -587,6 +608,10 @@ mod tests {
         );
         assert_eq!(value(&text, "tenancy_hub_watched_namespaces"), Some(12.0));
         assert_eq!(
+            value(&text, "tenancy_hub_watch_streams{source=\"workloads\"}"),
+            Some(8.0)
+        );
+        assert_eq!(
             value(&text, "tenancy_hub_channel_depth{channel=\"outcomes\"}"),
             Some(3.0),
             "the depth of each bounded channel is exported"
@@ -681,7 +706,7 @@ mod tests {
         let kinds = |kind: &str| declared.iter().filter(|(_, k)| *k == kind).count();
         assert_eq!(
             (kinds("counter"), kinds("histogram"), kinds("gauge")),
-            (9, 5, 6),
+            (9, 5, 7),
             "{declared:?}"
         );
     }

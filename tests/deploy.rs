@@ -748,6 +748,9 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
         ("create", "tokenreviews.authentication.k8s.io", None),
         ("create", "subjectaccessreviews.authorization.k8s.io", None),
         ("watch", "tenancypolicies.multitenancy.dev", None),
+        // Pods and workloads are watched cluster-wide: a few streams per cluster.
+        ("watch", "pods", None),
+        ("watch", "daemonsets.apps", None),
         // Releases a TenancyPolicy with `impersonate` allows on the hub act as its user and groups.
         ("impersonate", "users", None),
         ("impersonate", "groups", None),
@@ -779,7 +782,8 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
         ("update", "leases/kube-scheduler", Some("kube-system")),
         ("update", "leases/another", Some(NAMESPACE)),
         ("create", "pods", Some(hub_ns.as_str())),
-        ("list", "pods", Some("kube-system")),
+        ("get", "pods", Some("kube-system")),
+        ("delete", "pods", Some("kube-system")),
         ("delete", "controllers.multitenancy.dev", Some("default")),
         (
             "update",

@@ -217,7 +217,7 @@ async fn scaling_pod_replacement_and_tenancy_removal_show_up_per_cluster() {
             .filter(|l| l.contains("stopped watching") && l.contains(&ns))
             .count(),
         2,
-        "one watcher set stopped per member"
+        "the namespace stopped being watched once per member"
     );
     hub.delete_and_wait_gone("live").await;
 }

@@ -149,6 +149,11 @@ impl ReleaseIndex {
         self.clusters.insert(cluster, watched);
     }
 
+    /// Watch streams open now: one per watched cluster.
+    pub fn streams(&self) -> usize {
+        self.clusters.len()
+    }
+
     /// Stops watching a cluster and forgets its records.
     pub fn forget(&self, cluster: &ClusterName) {
         if let Some((_, old)) = self.clusters.remove(cluster) {

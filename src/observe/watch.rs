@@ -1,9 +1,9 @@
-//! Watchers of Pods, Deployments, StatefulSets and DaemonSets, one set per cluster/namespace, cancellable.
+//! Cluster-wide watches of Pods, Deployments, StatefulSets and DaemonSets, one set per cluster, passing on the targeted namespaces.
 
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     fmt::Debug,
-    sync::Mutex,
+    sync::{Arc, Mutex, RwLock},
 };
 
 use futures::{Stream, StreamExt};
@@ -16,7 +16,7 @@ use kube::{
     runtime::{reflector::ObjectRef, watcher},
 };
 use serde::de::DeserializeOwned;
-use tokio::sync::mpsc::Sender;
+use tokio::sync::{mpsc::Sender, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -268,57 +268,212 @@ watched_workload!(Deployment, WorkloadKind::Deployment, deployment_state);
 watched_workload!(StatefulSet, WorkloadKind::StatefulSet, stateful_set_state);
 watched_workload!(DaemonSet, WorkloadKind::DaemonSet, daemon_set_state);
 
-/// The changes of one kind in one namespace: relists arrive whole, errors as `Lost`.
-fn changes<K: Watched>(client: Client, namespace: &str) -> impl Stream<Item = Change> + Send {
-    let api: Api<K> = Api::namespaced(client, namespace);
-    let mut relist: Vec<K::Info> = Vec::new();
-    relisting_watcher(api, watcher::Config::default()).filter_map(move |event| {
-        let change = match event {
-            Ok(watcher::Event::Apply(obj)) => Some(K::upsert(obj.info())),
-            Ok(watcher::Event::Delete(obj)) => Some(obj.gone()),
-            Ok(watcher::Event::Init) => {
-                relist.clear();
-                None
-            }
-            Ok(watcher::Event::InitApply(obj)) => {
-                relist.push(obj.info());
-                None
-            }
-            Ok(watcher::Event::InitDone) => Some(K::listed(std::mem::take(&mut relist))),
-            Err(e) => Some(Change::Lost(e.to_string())),
-        };
-        futures::future::ready(change)
-    })
+/// How long a cluster's watches wait for more namespaces before they list again, so a burst of
+/// new tenancies (an operator start, a large apply) costs one relist rather than one per namespace.
+const RELIST_COALESCE: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// The namespaces of one cluster whose changes are wanted, shared with that cluster's streams.
+type Namespaces = Arc<RwLock<BTreeSet<String>>>;
+
+/// Turns the events of one cluster-wide watch of one kind into changes tagged with their
+/// cluster/namespace, for the wanted namespaces only. A namespace counts from the list that
+/// included it: one wanted only after a list began gets nothing from that list (not even an empty
+/// relist, which would claim it holds nothing) and waits for the next, which adding it causes.
+struct Fanout<I> {
+    cluster: ClusterName,
+    /// The wanted namespaces when the list in progress began.
+    listing: BTreeSet<String>,
+    /// What the list in progress found, per namespace.
+    found: BTreeMap<String, Vec<I>>,
+    /// The namespaces the last complete list covered.
+    listed: BTreeSet<String>,
 }
 
-/// Runs the watchers of one cluster/namespace until cancelled, tagging every change with it.
-async fn watch_scope(
-    scope: ClusterNamespace,
-    client: Client,
-    events: Sender<Tagged>,
-    stop: CancellationToken,
-) {
-    let ns = scope.namespace.clone();
-    let all = futures::stream::select_all([
-        changes::<Pod>(client.clone(), &ns).boxed(),
-        changes::<Deployment>(client.clone(), &ns).boxed(),
-        changes::<StatefulSet>(client.clone(), &ns).boxed(),
-        changes::<DaemonSet>(client, &ns).boxed(),
-    ]);
-    // A full channel makes the watchers wait: changes are never dropped.
-    let forward = all.for_each(|change| {
-        let (events, scope) = (events.clone(), scope.clone());
-        async move {
-            let _ = events.send((scope, change)).await;
+impl<I> Fanout<I> {
+    fn new(cluster: ClusterName) -> Self {
+        Self {
+            cluster,
+            listing: BTreeSet::new(),
+            found: BTreeMap::new(),
+            listed: BTreeSet::new(),
         }
-    });
-    tokio::select! {
-        () = forward => {}
-        () = stop.cancelled() => {}
+    }
+
+    fn tag(&self, namespace: &str, change: Change) -> Option<Tagged> {
+        let scope = ClusterNamespace::new(self.cluster.clone(), namespace).ok()?;
+        Some((scope, change))
+    }
+
+    /// The tagged changes one watch event makes, given the namespaces wanted now.
+    fn on<K: Watched<Info = I>>(
+        &mut self,
+        event: Result<watcher::Event<K>, watcher::Error>,
+        wanted: &BTreeSet<String>,
+    ) -> Vec<Tagged> {
+        match event {
+            Ok(watcher::Event::Apply(obj)) => counted(&obj.namespace(), &self.listed, wanted)
+                .and_then(|ns| self.tag(ns, K::upsert(obj.info())))
+                .into_iter()
+                .collect(),
+            Ok(watcher::Event::Delete(obj)) => counted(&obj.namespace(), &self.listed, wanted)
+                .and_then(|ns| self.tag(ns, obj.gone()))
+                .into_iter()
+                .collect(),
+            Ok(watcher::Event::Init) => {
+                self.listing = wanted.clone();
+                self.found.clear();
+                Vec::new()
+            }
+            Ok(watcher::Event::InitApply(obj)) => {
+                if let Some(ns) = counted(&obj.namespace(), &self.listing, wanted) {
+                    self.found.entry(ns.clone()).or_default().push(obj.info());
+                }
+                Vec::new()
+            }
+            Ok(watcher::Event::InitDone) => {
+                let mut found = std::mem::take(&mut self.found);
+                self.listed = self.listing.intersection(wanted).cloned().collect();
+                self.listed
+                    .iter()
+                    .filter_map(|ns| self.tag(ns, K::listed(found.remove(ns).unwrap_or_default())))
+                    .collect()
+            }
+            Err(e) => {
+                let why = e.to_string();
+                let lost: Vec<Tagged> = self
+                    .listed
+                    .iter()
+                    .filter(|ns| wanted.contains(*ns))
+                    .filter_map(|ns| self.tag(ns, Change::Lost(why.clone())))
+                    .collect();
+                // The watch lists afresh next; until then nothing counts.
+                self.listed.clear();
+                lost
+            }
+        }
     }
 }
 
-/// Keeps exactly one watcher set running for every cluster/namespace some resource targets.
+/// The namespace of an object, when it is among `these` and still wanted.
+fn counted<'a>(
+    namespace: &'a Option<String>,
+    these: &BTreeSet<String>,
+    wanted: &BTreeSet<String>,
+) -> Option<&'a String> {
+    namespace
+        .as_ref()
+        .filter(|ns| these.contains(*ns) && wanted.contains(*ns))
+}
+
+/// The changes of one kind in the wanted namespaces of a cluster, from one cluster-wide watch:
+/// relists arrive whole per namespace, errors as `Lost` for every namespace.
+fn changes<K: Watched>(
+    client: Client,
+    cluster: ClusterName,
+    wanted: Namespaces,
+) -> impl Stream<Item = Tagged> + Send {
+    let api: Api<K> = Api::all(client);
+    let mut fanout = Fanout::<K::Info>::new(cluster);
+    relisting_watcher(api, watcher::Config::default())
+        .map(move |event| {
+            let tagged = fanout.on(event, &wanted.read().expect("namespaces lock"));
+            futures::stream::iter(tagged)
+        })
+        .flatten()
+}
+
+/// Runs the four watches of one cluster until cancelled, listing again (after a short pause that
+/// gathers a burst) whenever namespaces are added.
+async fn watch_cluster(
+    cluster: ClusterName,
+    client: Client,
+    wanted: Namespaces,
+    mut grown: watch::Receiver<u64>,
+    events: Sender<Tagged>,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(RELIST_COALESCE) => {}
+            () = stop.cancelled() => return,
+        }
+        grown.borrow_and_update();
+        let all = futures::stream::select_all([
+            changes::<Pod>(client.clone(), cluster.clone(), wanted.clone()).boxed(),
+            changes::<Deployment>(client.clone(), cluster.clone(), wanted.clone()).boxed(),
+            changes::<StatefulSet>(client.clone(), cluster.clone(), wanted.clone()).boxed(),
+            changes::<DaemonSet>(client.clone(), cluster.clone(), wanted.clone()).boxed(),
+        ]);
+        // A full channel makes the watchers wait: changes are never dropped.
+        let forward = all.for_each(|tagged| {
+            let events = events.clone();
+            async move {
+                let _ = events.send(tagged).await;
+            }
+        });
+        tokio::select! {
+            () = forward => return,
+            () = stop.cancelled() => return,
+            changed = grown.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                tracing::debug!("namespaces added; listing the cluster again");
+            }
+        }
+    }
+}
+
+/// Watch streams one watched cluster holds open (Pods, Deployments, StatefulSets, DaemonSets).
+pub const STREAMS_PER_CLUSTER: usize = 4;
+
+/// What changes in one cluster's watches to follow new targets.
+#[derive(Debug, Default, PartialEq)]
+struct Step {
+    /// Clusters to start watching, with their namespaces.
+    start: BTreeMap<ClusterName, BTreeSet<String>>,
+    /// Clusters whose namespaces change, with the new set, and whether any was added (a relist).
+    update: BTreeMap<ClusterName, (BTreeSet<String>, bool)>,
+    /// Clusters to stop watching.
+    stop: BTreeSet<ClusterName>,
+    /// Namespaces no longer watched.
+    gone: Vec<ClusterNamespace>,
+}
+
+/// Compares the namespaces watched per cluster with the targets.
+fn step(
+    running: &BTreeMap<ClusterName, BTreeSet<String>>,
+    target: &BTreeMap<ClusterName, BTreeSet<String>>,
+) -> Step {
+    let mut step = Step::default();
+    let scope = |c: &ClusterName, ns: &String| ClusterNamespace::new(c.clone(), ns).ok();
+    for (cluster, now) in running {
+        match target.get(cluster) {
+            None => {
+                step.stop.insert(cluster.clone());
+                step.gone
+                    .extend(now.iter().filter_map(|ns| scope(cluster, ns)));
+            }
+            Some(next) if next != now => {
+                step.gone
+                    .extend(now.difference(next).filter_map(|ns| scope(cluster, ns)));
+                let grew = next.difference(now).next().is_some();
+                step.update.insert(cluster.clone(), (next.clone(), grew));
+            }
+            Some(_) => {}
+        }
+    }
+    for (cluster, next) in target {
+        if !running.contains_key(cluster) {
+            step.start.insert(cluster.clone(), next.clone());
+        }
+    }
+    step
+}
+
+/// Keeps one set of cluster-wide watches running for every cluster some resource targets, each
+/// passing on the changes of the namespaces targeted there. The number of streams per cluster is
+/// `STREAMS_PER_CLUSTER` however many namespaces are targeted.
 pub struct WatchSupervisor {
     events: Sender<Tagged>,
     parent: CancellationToken,
@@ -326,10 +481,18 @@ pub struct WatchSupervisor {
     state: Mutex<State>,
 }
 
+struct Running {
+    namespaces: Namespaces,
+    grown: watch::Sender<u64>,
+    stop: CancellationToken,
+}
+
 #[derive(Default)]
 struct State {
     wanted: HashMap<ObjectRef<Controller>, BTreeSet<ClusterNamespace>>,
-    running: HashMap<ClusterNamespace, CancellationToken>,
+    /// The resources targeting each namespace.
+    owners: HashMap<ClusterNamespace, std::collections::HashSet<ObjectRef<Controller>>>,
+    running: HashMap<ClusterName, Running>,
 }
 
 impl WatchSupervisor {
@@ -343,116 +506,154 @@ impl WatchSupervisor {
         }
     }
 
-    /// Sets the namespaces one resource targets, then starts and stops watchers to match every
-    /// resource's targets, for clusters in `registry`. Returns the namespaces no longer watched.
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("watch supervisor lock")
+    }
+
+    /// Sets the namespaces one resource targets, then starts, narrows, widens and stops watches
+    /// to match every resource's targets, for clusters in `registry`. Returns the namespaces no
+    /// longer watched.
     pub fn set(
         &self,
         owner: &ObjectRef<Controller>,
         scopes: BTreeSet<ClusterNamespace>,
         registry: &ClusterRegistry,
     ) -> Vec<ClusterNamespace> {
-        let mut state = self.state.lock().expect("watch supervisor lock");
-        if scopes.is_empty() {
-            state.wanted.remove(owner);
+        let mut state = self.lock();
+        let old = if scopes.is_empty() {
+            state.wanted.remove(owner)
         } else {
-            state.wanted.insert(owner.clone(), scopes);
+            state.wanted.insert(owner.clone(), scopes.clone())
+        };
+        if old.as_ref() == Some(&scopes) {
+            return Vec::new();
+        }
+        for scope in old.unwrap_or_default() {
+            if let Some(owners) = state.owners.get_mut(&scope) {
+                owners.remove(owner);
+                if owners.is_empty() {
+                    state.owners.remove(&scope);
+                }
+            }
+        }
+        for scope in scopes {
+            state.owners.entry(scope).or_default().insert(owner.clone());
         }
         self.converge(&mut state, registry)
     }
 
     fn converge(&self, state: &mut State, registry: &ClusterRegistry) -> Vec<ClusterNamespace> {
-        let wanted: BTreeSet<ClusterNamespace> = state
-            .wanted
-            .values()
-            .flatten()
-            .filter(|s| registry.get(&s.cluster).is_some())
-            .cloned()
-            .collect();
-        let gone: Vec<ClusterNamespace> = state
-            .running
-            .keys()
-            .filter(|s| !wanted.contains(s))
-            .cloned()
-            .collect();
-        for scope in &gone {
-            if let Some(token) = state.running.remove(scope) {
-                token.cancel();
-                tracing::info!(cluster = %scope.cluster, namespace = %scope.namespace, "stopped watching");
+        let mut target: BTreeMap<ClusterName, BTreeSet<String>> = BTreeMap::new();
+        for scope in state.owners.keys() {
+            if registry.get(&scope.cluster).is_some() {
+                target
+                    .entry(scope.cluster.clone())
+                    .or_default()
+                    .insert(scope.namespace.clone());
             }
         }
-        for scope in wanted {
-            if state.running.contains_key(&scope) {
-                continue;
+        let running: BTreeMap<ClusterName, BTreeSet<String>> = state
+            .running
+            .iter()
+            .map(|(c, r)| {
+                (
+                    c.clone(),
+                    r.namespaces.read().expect("namespaces lock").clone(),
+                )
+            })
+            .collect();
+        let step = step(&running, &target);
+        for cluster in &step.stop {
+            if let Some(r) = state.running.remove(cluster) {
+                r.stop.cancel();
+                tracing::info!(%cluster, "closed the cluster's pod and workload watches");
             }
-            let member = registry.get(&scope.cluster).expect("filtered above");
-            let token = self.parent.child_token();
-            let span = tracing::info_span!("watch", cluster = %scope.cluster, namespace = %scope.namespace);
+        }
+        for (cluster, (namespaces, grew)) in step.update {
+            let Some(r) = state.running.get(&cluster) else {
+                continue;
+            };
+            let count = namespaces.len();
+            *r.namespaces.write().expect("namespaces lock") = namespaces;
+            if grew {
+                r.grown.send_modify(|n| *n += 1);
+            }
+            tracing::debug!(%cluster, namespaces = count, "watched namespaces changed");
+        }
+        for (cluster, namespaces) in step.start {
+            let member = registry.get(&cluster).expect("filtered above");
+            let count = namespaces.len();
+            let running = Running {
+                namespaces: Arc::new(RwLock::new(namespaces)),
+                grown: watch::Sender::new(0),
+                stop: self.parent.child_token(),
+            };
+            let span = tracing::info_span!("watch", %cluster);
             self.tasks.spawn(
-                watch_scope(
-                    scope.clone(),
+                watch_cluster(
+                    cluster.clone(),
                     member.client.clone(),
+                    running.namespaces.clone(),
+                    running.grown.subscribe(),
                     self.events.clone(),
-                    token.clone(),
+                    running.stop.clone(),
                 )
                 .instrument(span),
             );
-            tracing::info!(cluster = %scope.cluster, namespace = %scope.namespace, "watching pods and workloads");
-            state.running.insert(scope, token);
+            tracing::info!(%cluster, namespaces = count, "watching pods and workloads cluster-wide");
+            state.running.insert(cluster, running);
         }
-        gone
+        for scope in &step.gone {
+            tracing::info!(cluster = %scope.cluster, namespace = %scope.namespace, "stopped watching");
+        }
+        step.gone
     }
 
-    /// Follows a new registry: watchers of unregistered clusters stop, those of `changed` clusters
+    /// Follows a new registry: watches of unregistered clusters stop, those of `changed` clusters
     /// restart with their new clients. Returns the namespaces no longer watched.
     pub fn refresh(
         &self,
         registry: &ClusterRegistry,
         changed: &BTreeSet<ClusterName>,
     ) -> Vec<ClusterNamespace> {
-        let mut state = self.state.lock().expect("watch supervisor lock");
-        let restart: Vec<ClusterNamespace> = state
-            .running
-            .keys()
-            .filter(|s| changed.contains(&s.cluster))
-            .cloned()
-            .collect();
-        for scope in restart {
-            if let Some(token) = state.running.remove(&scope) {
-                token.cancel();
+        let mut state = self.lock();
+        for cluster in changed {
+            if let Some(r) = state.running.remove(cluster) {
+                r.stop.cancel();
             }
         }
         self.converge(&mut state, registry)
     }
 
-    /// True while a watcher set runs for this namespace.
+    /// True while this namespace is watched.
     pub fn is_watched(&self, scope: &ClusterNamespace) -> bool {
-        self.state
-            .lock()
-            .expect("watch supervisor lock")
-            .running
-            .contains_key(scope)
+        let state = self.lock();
+        state.running.contains_key(&scope.cluster) && state.owners.contains_key(scope)
     }
 
     /// Every namespace watched now.
     pub fn watched(&self) -> BTreeSet<ClusterNamespace> {
-        self.state
-            .lock()
-            .expect("watch supervisor lock")
-            .running
+        let state = self.lock();
+        state
+            .owners
             .keys()
+            .filter(|s| state.running.contains_key(&s.cluster))
             .cloned()
             .collect()
     }
 
+    /// Watch streams open now.
+    pub fn streams(&self) -> usize {
+        self.lock().running.len() * STREAMS_PER_CLUSTER
+    }
+
     /// The resources targeting a namespace.
     pub fn owners_of(&self, scope: &ClusterNamespace) -> Vec<ObjectRef<Controller>> {
-        let state = self.state.lock().expect("watch supervisor lock");
-        state
-            .wanted
-            .iter()
-            .filter(|(_, scopes)| scopes.contains(scope))
-            .map(|(owner, _)| owner.clone())
-            .collect()
+        self.lock()
+            .owners
+            .get(scope)
+            .map(|o| o.iter().cloned().collect())
+            .unwrap_or_default()
     }
 }
 
@@ -462,6 +663,106 @@ mod tests {
 
     fn pod(yaml: &str) -> Pod {
         serde_yaml::from_str(yaml).unwrap()
+    }
+
+    fn named(ns: &str, name: &str) -> Pod {
+        pod(&format!("metadata: {{name: {name}, namespace: {ns}}}\n"))
+    }
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn scopes(tagged: &[Tagged]) -> Vec<String> {
+        tagged.iter().map(|(s, _)| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_relist_tells_every_wanted_namespace_what_it_holds_and_nothing_of_the_others() {
+        let mut f = Fanout::new("member-1".parse().unwrap());
+        let wanted = set(&["team-a", "team-b"]);
+        assert!(f.on::<Pod>(Ok(watcher::Event::Init), &wanted).is_empty());
+        for (ns, name) in [("team-a", "p1"), ("kube-system", "dns"), ("team-a", "p2")] {
+            assert!(
+                f.on(Ok(watcher::Event::InitApply(named(ns, name))), &wanted)
+                    .is_empty()
+            );
+        }
+        let done = f.on::<Pod>(Ok(watcher::Event::InitDone), &wanted);
+        assert_eq!(scopes(&done), ["member-1/team-a", "member-1/team-b"]);
+        match &done[0].1 {
+            Change::PodsListed(pods) => assert_eq!(pods.len(), 2),
+            other => panic!("not a relist: {other:?}"),
+        }
+        assert_eq!(done[1].1, Change::PodsListed(Vec::new()));
+        let later = f.on(Ok(watcher::Event::Apply(named("team-b", "p3"))), &wanted);
+        assert_eq!(scopes(&later), ["member-1/team-b"]);
+        let other = f.on(
+            Ok(watcher::Event::Apply(named("kube-system", "x"))),
+            &wanted,
+        );
+        assert!(other.is_empty());
+    }
+
+    #[test]
+    fn a_namespace_wanted_after_a_list_began_waits_for_the_next_list() {
+        let mut f = Fanout::new("member-1".parse().unwrap());
+        assert!(
+            f.on::<Pod>(Ok(watcher::Event::Init), &set(&["a"]))
+                .is_empty()
+        );
+        let wider = set(&["a", "b"]);
+        f.on(Ok(watcher::Event::InitApply(named("b", "p"))), &wider);
+        let done = f.on::<Pod>(Ok(watcher::Event::InitDone), &wider);
+        assert_eq!(
+            scopes(&done),
+            ["member-1/a"],
+            "b would be told it holds nothing"
+        );
+        assert!(
+            f.on(Ok(watcher::Event::Apply(named("b", "q"))), &wider)
+                .is_empty(),
+            "a lone change would mark b live with half a picture"
+        );
+        f.on::<Pod>(Ok(watcher::Event::Init), &wider);
+        f.on(Ok(watcher::Event::InitApply(named("b", "p"))), &wider);
+        let again = f.on::<Pod>(Ok(watcher::Event::InitDone), &wider);
+        assert_eq!(scopes(&again), ["member-1/a", "member-1/b"]);
+    }
+
+    #[test]
+    fn an_error_marks_every_listed_namespace_lost_until_the_next_list() {
+        let mut f = Fanout::new("member-1".parse().unwrap());
+        let wanted = set(&["a", "b"]);
+        f.on::<Pod>(Ok(watcher::Event::Init), &wanted);
+        f.on::<Pod>(Ok(watcher::Event::InitDone), &wanted);
+        let lost = f.on::<Pod>(Err(watcher::Error::NoResourceVersion), &set(&["a"]));
+        assert_eq!(scopes(&lost), ["member-1/a"]);
+        assert!(matches!(lost[0].1, Change::Lost(_)));
+        assert!(
+            f.on(Ok(watcher::Event::Apply(named("a", "p"))), &wanted)
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn new_namespaces_widen_a_running_cluster_and_the_last_one_gone_stops_it() {
+        let c = |s: &str| -> ClusterName { s.parse().unwrap() };
+        let running = BTreeMap::from([(c("m1"), set(&["a", "b"])), (c("m2"), set(&["a"]))]);
+        let target = BTreeMap::from([(c("m1"), set(&["b", "c"])), (c("m3"), set(&["x"]))]);
+        let s = step(&running, &target);
+        assert_eq!(s.start, BTreeMap::from([(c("m3"), set(&["x"]))]));
+        assert_eq!(
+            s.update,
+            BTreeMap::from([(c("m1"), (set(&["b", "c"]), true))])
+        );
+        assert_eq!(s.stop, BTreeSet::from([c("m2")]));
+        let gone: Vec<String> = s.gone.iter().map(ToString::to_string).collect();
+        assert_eq!(gone, ["m1/a", "m2/a"]);
+        let narrower = BTreeMap::from([(c("m1"), set(&["a"])), (c("m2"), set(&["a"]))]);
+        let s = step(&running, &narrower);
+        assert_eq!(s.update, BTreeMap::from([(c("m1"), (set(&["a"]), false))]));
+        assert_eq!(step(&running, &running), Step::default());
     }
 
     #[test]

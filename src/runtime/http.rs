@@ -114,6 +114,26 @@ pub struct ApiState {
     pub reviewer: Arc<Reviewer>,
     /// Which Controllers watch each cluster/namespace.
     pub owners: ScopeOwners,
+    /// The watch streams open now, by what they watch.
+    pub streams: StreamCounts,
+}
+
+/// The watch streams open now, by what they watch (`workloads`, `release_records`). Set once the
+/// reconciler's state exists; until then (a standby) there are none.
+#[derive(Clone, Default)]
+pub struct StreamCounts(Arc<OnceLock<CountsOf>>);
+
+type CountsOf = Box<dyn Fn() -> Vec<(&'static str, usize)> + Send + Sync>;
+
+impl StreamCounts {
+    /// Answers with `counts` from now on (the first call only).
+    pub fn set(&self, counts: impl Fn() -> Vec<(&'static str, usize)> + Send + Sync + 'static) {
+        let _ = self.0.set(Box::new(counts));
+    }
+
+    fn get(&self) -> Vec<(&'static str, usize)> {
+        self.0.get().map(|counts| counts()).unwrap_or_default()
+    }
 }
 
 /// The Controllers whose tenancies target a cluster/namespace, the hub namespaces that scope
@@ -307,6 +327,7 @@ async fn metrics(State(state): State<ApiState>) -> Response {
         queue_depth: state.queue.depth(),
         jobs_running: state.queue.running(),
         channels: (state.channels.0)(),
+        streams: state.streams.get(),
         ..gauges(&state.model, &registered)
     };
     (
@@ -918,6 +939,7 @@ mod tests {
             channels: ChannelDepths::default(),
             reviewer: Arc::new(Reviewer::new(hub)),
             owners: scope_owners,
+            streams: StreamCounts::default(),
         };
         (state, dir)
     }

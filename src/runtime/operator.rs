@@ -35,7 +35,7 @@ use crate::{
     observe::model::Model,
     observe::watch::WatchSupervisor,
     runtime::auth::Reviewer,
-    runtime::http::{self, ApiState, ChannelDepths, Readiness, ScopeOwners},
+    runtime::http::{self, ApiState, ChannelDepths, Readiness, ScopeOwners, StreamCounts},
     runtime::leader::{Leadership, LeaseConfig},
     status::writer::StatusWriter,
 };
@@ -225,6 +225,7 @@ pub async fn run(
     let ready = Arc::new(arc_swap::ArcSwap::from_pointee(Readiness::Starting));
     let (done_tx, done_rx) = mpsc::channel(OUTCOME_ROOM);
     let owners = ScopeOwners::default();
+    let streams = StreamCounts::default();
     let http = ApiState {
         model: model.clone(),
         registry: shared.clone(),
@@ -243,6 +244,7 @@ pub async fn run(
             .join(ChannelDepths::of(vec![("outcomes", done_tx.downgrade())])),
         reviewer: Arc::new(Reviewer::new(hub.clone())),
         owners: owners.clone(),
+        streams: streams.clone(),
     };
     let address = http::serve(config.http_addr, http, cancel.clone(), &tasks)
         .await
@@ -310,6 +312,20 @@ pub async fn run(
         move |scope| {
             ctx.upgrade()
                 .map(|ctx| ctx.watches.owners_of(scope))
+                .unwrap_or_default()
+        }
+    });
+
+    streams.set({
+        let ctx = Arc::downgrade(&ctx);
+        move || {
+            ctx.upgrade()
+                .map(|ctx| {
+                    vec![
+                        ("workloads", ctx.watches.streams()),
+                        ("release_records", ctx.releases.streams()),
+                    ]
+                })
                 .unwrap_or_default()
         }
     });

@@ -1,7 +1,9 @@
-//! Benchmarks on the lab: convergence, status latency, write load, footprint, breadth and rollout, as a table and JSON.
+//! Benchmarks on the lab: convergence, status latency, write load, footprint, breadth, namespaces and rollout, as a table and JSON.
 //!
 //! Run with `kind/bench.sh` (it brings the lab up and builds in release mode), or on a running lab:
-//! `TENANCY_HUB_LAB_DIR=.lab cargo bench --bench lab -- [--only NAME] [--json FILE] [--pods P]`.
+//! `TENANCY_HUB_LAB_DIR=.lab cargo bench --bench lab -- [--only NAME] [--json FILE] [--pods P]
+//! [--namespaces 10,100,500] [--unrelated-pods N]`. `TENANCY_HUB_OPERATOR=PATH` runs another build
+//! of the operator (a baseline) in every scenario.
 //! The `rollout` scenario needs three members and runs only when named in `--only`.
 
 #[path = "../common/mod.rs"]
@@ -38,6 +40,8 @@ struct Args {
     changes: usize,
     releases: usize,
     breadth: usize,
+    namespaces: Vec<usize>,
+    unrelated_pods: usize,
 }
 
 fn args() -> Args {
@@ -48,6 +52,8 @@ fn args() -> Args {
         changes: 100,
         releases: 10,
         breadth: 21,
+        namespaces: vec![10, 100, 500],
+        unrelated_pods: 10_000,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -59,6 +65,13 @@ fn args() -> Args {
             "--changes" => a.changes = value().parse().expect("--changes N"),
             "--releases" => a.releases = value().parse().expect("--releases N"),
             "--breadth" => a.breadth = value().parse().expect("--breadth N"),
+            "--namespaces" => {
+                a.namespaces = value()
+                    .split(',')
+                    .map(|n| n.parse().expect("--namespaces N,N,..."))
+                    .collect()
+            }
+            "--unrelated-pods" => a.unrelated_pods = value().parse().expect("--unrelated-pods N"),
             "--bench" => {}
             other => panic!("unknown argument {other}; see the top of tests/benchmarks/lab.rs"),
         }
@@ -485,6 +498,141 @@ async fn breadth(a: &Args) -> Value {
     })
 }
 
+/// A Controller, suspended (planned and watched, no helm call), with one release in each of
+/// `namespaces` on member-1 and member-2.
+fn suspended_over(namespaces: &[String]) -> tenancy_hub::api::crd::ControllerSpec {
+    let mut spec = spread(
+        "app",
+        namespaces
+            .iter()
+            .map(|ns| (ns.clone(), vec!["member-1", "member-2"])),
+    );
+    spec.suspend = true;
+    spec
+}
+
+/// Pods in a cluster, counted with a paginated metadata list.
+async fn pod_count(api: &Api<Pod>) -> usize {
+    let mut params = kube::api::ListParams::default().limit(500);
+    let mut count = 0;
+    loop {
+        let page = api.list_metadata(&params).await.unwrap();
+        count += page.items.len();
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return count,
+        }
+    }
+}
+
+/// Watch streams and cost of watching: as tenant namespaces grow (10 -> 500 on two members),
+/// then the relist a new namespace costs in a member holding many unrelated pods.
+async fn namespaces(a: &Args) -> Value {
+    let lab = Lab::get();
+    let hub = Hub::with_args("bench-ns", &[]).await;
+    let operator = hub.operator.as_ref().unwrap();
+    let pid = operator.pid();
+    let run = unique("ns");
+    let mut points = Vec::new();
+    for &n in &a.namespaces {
+        let names: Vec<String> = (0..n).map(|i| format!("{run}-{i}")).collect();
+        progress(&format!("namespaces: {n} tenant namespaces on 2 members"));
+        let cpu0 = usage(pid).2;
+        let started = Instant::now();
+        hub.apply("ns", suspended_over(&names)).await;
+        wait_until("every namespace listed", LONG, || async {
+            (operator.metric("tenancy_hub_watched_namespaces") as usize >= 2 * n).then_some(())
+        })
+        .await;
+        let seconds = started.elapsed().as_secs_f64();
+        let cpu = usage(pid).2 - cpu0;
+        let (rss, _, _) = usage(pid);
+        points.push(json!({
+            "namespaces": n, "watched": 2 * n,
+            "workload_streams": operator.metric("tenancy_hub_watch_streams{source=\"workloads\"}"),
+            "record_streams": operator.metric("tenancy_hub_watch_streams{source=\"release_records\"}"),
+            "seconds_to_listed": seconds, "cpu_seconds": cpu, "rss_mib": rss as f64 / 1024.0,
+        }));
+    }
+    let widest = *a.namespaces.iter().max().unwrap_or(&10);
+    let names: Vec<String> = (0..widest).map(|i| format!("{run}-{i}")).collect();
+
+    // The trade-off: a member with many pods in namespaces no tenancy targets.
+    let member = lab.client("member-1").await;
+    let unrelated = unique("unrelated");
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(member.clone());
+    namespaces
+        .create(
+            &Default::default(),
+            &serde_json::from_value(json!({"metadata": {"name": unrelated}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(member.clone(), &unrelated);
+    let labels = json!({"app": "unrelated"});
+    deployments
+        .create(
+            &Default::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "unrelated"},
+                "spec": {"replicas": a.unrelated_pods, "selector": {"matchLabels": labels},
+                    "template": {"metadata": {"labels": labels},
+                        "spec": {"containers": [{"name": "c", "image": "unrelated:1"}]}}}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    progress(&format!(
+        "namespaces: {} unrelated pods on member-1",
+        a.unrelated_pods
+    ));
+    let all_pods: Api<Pod> = Api::all(member.clone());
+    let in_unrelated: Api<Pod> = Api::namespaced(member.clone(), &unrelated);
+    wait_until("the unrelated pods to exist", LONG, || async {
+        (pod_count(&in_unrelated).await >= a.unrelated_pods).then_some(())
+    })
+    .await;
+    let listed = Instant::now();
+    let mut bytes = 0;
+    let mut params = kube::api::ListParams::default().limit(500);
+    loop {
+        let page = all_pods.list(&params).await.unwrap();
+        bytes += serde_json::to_vec(&page.items).unwrap().len();
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => break,
+        }
+    }
+    let list_seconds = listed.elapsed().as_secs_f64();
+    let member_pods = pod_count(&all_pods).await;
+    let (rss_before, _, cpu0) = usage(pid);
+    let started = Instant::now();
+    let mut wider = names.clone();
+    wider.push(format!("{run}-added"));
+    hub.apply("ns", suspended_over(&wider)).await;
+    wait_until("the added namespace listed", LONG, || async {
+        (operator.metric("tenancy_hub_watched_namespaces") as usize >= 2 * wider.len())
+            .then_some(())
+    })
+    .await;
+    let relist_seconds = started.elapsed().as_secs_f64();
+    let (rss_after, _, cpu1) = usage(pid);
+    hub.delete_and_wait_gone("ns").await;
+    namespaces
+        .delete(&unrelated, &DeleteParams::default())
+        .await
+        .unwrap();
+    json!({
+        "points": points,
+        "member_pods": member_pods, "unrelated_pods": a.unrelated_pods,
+        "pod_list_seconds": list_seconds, "pod_list_mib": bytes as f64 / 1048576.0,
+        "namespace_added_seconds": relist_seconds, "namespace_added_cpu_seconds": cpu1 - cpu0,
+        "rss_before_mib": rss_before as f64 / 1024.0, "rss_after_mib": rss_after as f64 / 1024.0,
+    })
+}
+
 /// Whether Deployment `web` in `namespace` has rolled out `replicas` replicas, all ready.
 async fn rolled_out(api: &Api<k8s_openapi::api::apps::v1::Deployment>, replicas: i32) -> bool {
     let Ok(Some(d)) = api.get_opt("web").await else {
@@ -637,8 +785,19 @@ fn table(results: &BTreeMap<&str, Value>) -> String {
     };
     let mut out = String::from("scenario      figure                          value\n");
     for (name, v) in results {
-        for (k, _) in v.as_object().unwrap() {
-            out.push_str(&format!("{name:<13} {k:<31} {}\n", f(v, k)));
+        for (k, field) in v.as_object().unwrap() {
+            match field.as_array() {
+                // A series of points: one line per figure of each point.
+                Some(points) => {
+                    for (i, point) in points.iter().enumerate() {
+                        for (pk, _) in point.as_object().into_iter().flatten() {
+                            let label = format!("{k}[{i}].{pk}");
+                            out.push_str(&format!("{name:<13} {label:<31} {}\n", f(point, pk)));
+                        }
+                    }
+                }
+                None => out.push_str(&format!("{name:<13} {k:<31} {}\n", f(v, k))),
+            }
         }
     }
     out
@@ -665,11 +824,17 @@ async fn main() {
     if want("footprint") {
         results.insert("footprint", footprint(&a).await);
     }
+    let named = |s: &str| {
+        a.only
+            .as_deref()
+            .is_some_and(|o| o.split(',').any(|x| x == s))
+    };
+    // Heavy (thousands of pods, hundreds of namespaces): only when asked for.
+    if named("namespaces") {
+        results.insert("namespaces", namespaces(&a).await);
+    }
     // Needs three members (kind/up.sh --members 3): only when asked for.
-    if a.only
-        .as_deref()
-        .is_some_and(|o| o.split(',').any(|x| x == "rollout"))
-    {
+    if named("rollout") {
         results.insert("rollout", rollout(&a).await);
     }
     print!("{}", table(&results));

@@ -47,7 +47,10 @@ impl Operator {
             .append(true)
             .open(&log)
             .unwrap();
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_tenancy-hub"))
+        // A benchmark may compare another build of the operator (TENANCY_HUB_OPERATOR=path).
+        let binary = std::env::var_os("TENANCY_HUB_OPERATOR")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_tenancy-hub").into());
+        let child = std::process::Command::new(binary)
             .args(["run", "--context", "hub", "--namespace", namespace])
             .arg("--kubeconfig")
             .arg(lab.kubeconfig_path())
