@@ -172,6 +172,12 @@ pub struct RunArgs {
     /// with disjoint scopes do not wait for each other.
     #[arg(long)]
     pub lease_name: Option<String>,
+    /// Split the Controllers into this many shards, each led by one replica through its own Lease
+    /// (`<lease-name>-shard-<i>-of-<n>` in the lease namespace), so several replicas run helm at
+    /// once; each replica leads a fair share and takes over a dead replica's shards within about
+    /// two lease durations. 1 (the default): one leader works everything. Needs leader election.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub shards: u32,
     /// Milliseconds between status writes of one resource, at most; changes in between are coalesced.
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(100..=10_000))]
     pub status_interval_ms: u64,
@@ -209,6 +215,7 @@ impl RunArgs {
             },
             http_addr: self.http_addr,
             leader: self.lease(),
+            shards: self.shards,
             status_interval: Duration::from_millis(self.status_interval_ms),
         }
     }

@@ -67,6 +67,8 @@ pub struct Context {
     pub drift: crate::controller::drift::DriftBoard,
     /// The rollout state of each resource with `spec.rollout`, mirrored into `status.rollout`.
     pub rollouts: DashMap<crate::delivery::plan::OwnerId, crate::api::crd::RolloutStatus>,
+    /// The shards led here: only their Controllers are worked (planned, delivered, reported).
+    pub shards: std::sync::Arc<crate::controller::shard::Shards>,
     /// Planning settings.
     pub settings: Settings,
 }

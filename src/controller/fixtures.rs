@@ -114,6 +114,7 @@ impl Fixture {
             metrics: Default::default(),
             drift: crate::controller::drift::DriftBoard::new(Duration::from_secs(300)).0,
             rollouts: Default::default(),
+            shards: Default::default(),
             settings: Settings {
                 chart_home: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/charts"),
                 pending_timeout: Duration::from_secs(300),

@@ -9,3 +9,4 @@ pub mod interest;
 pub mod loops;
 pub mod reconcile;
 pub mod reload;
+pub mod shard;

@@ -88,6 +88,12 @@ pub fn owner_id(c: &Controller) -> OwnerId {
 
 /// Reconciles one `Controller`.
 pub async fn reconcile(obj: Arc<Controller>, ctx: Arc<Context>) -> Result<Action> {
+    let namespace = obj.namespace().unwrap_or_default();
+    if !ctx.shards.owns(&namespace, &obj.name_any()) {
+        // Another replica leads its shard; gaining the shard plans every resource again.
+        forget(&ctx, &ObjectRef::from_obj(&*obj));
+        return Ok(Action::await_change());
+    }
     let started = std::time::Instant::now();
     let api: Api<Controller> =
         Api::namespaced(ctx.hub.clone(), &obj.namespace().unwrap_or_default());
@@ -676,8 +682,8 @@ fn describe_wait(
     format!("waiting for {}", parts.join(" and for "))
 }
 
-/// Forgets everything kept for a resource that is gone.
-fn forget(ctx: &Context, object: &ObjectRef<Controller>) {
+/// Forgets everything kept for a resource that is gone, or worked by another replica now.
+pub fn forget(ctx: &Context, object: &ObjectRef<Controller>) {
     for gone in ctx
         .watches
         .set(object, BTreeSet::new(), &ctx.registry.load())

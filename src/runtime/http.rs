@@ -78,6 +78,10 @@ pub enum ApiError {
     /// The caller has no identity the hub accepts, or the hub could not be asked.
     #[error(transparent)]
     Auth(#[from] AuthError),
+    /// This replica works no Controller (starting, or standing by for a Lease): it has nothing
+    /// true to tell.
+    #[error("{0}")]
+    NotServing(String),
 }
 
 impl IntoResponse for ApiError {
@@ -86,6 +90,7 @@ impl IntoResponse for ApiError {
             Self::BadName(_) => StatusCode::BAD_REQUEST,
             Self::UnknownCluster { .. } | Self::NotWatched { .. } => StatusCode::NOT_FOUND,
             Self::Auth(e) => return e.into_response(),
+            Self::NotServing(_) => StatusCode::SERVICE_UNAVAILABLE,
         };
         (
             status,
@@ -340,10 +345,24 @@ async fn metrics(State(state): State<ApiState>) -> Response {
         .into_response()
 }
 
+/// Says plainly that this replica has nothing to serve, rather than an empty picture.
+fn serving(state: &ApiState) -> Result<()> {
+    match &**state.ready.load() {
+        Readiness::Ready => Ok(()),
+        Readiness::Starting => Err(ApiError::NotServing(
+            "starting: the hub's Controllers are not listed yet; try again shortly".into(),
+        )),
+        Readiness::Standby { lease, holder } => Err(ApiError::NotServing(format!(
+            "standby: this replica works no Controller (Lease {lease} is held by {holder}); ask the replica that leads it"
+        ))),
+    }
+}
+
 async fn clusters(
     State(state): State<ApiState>,
     caller: Caller,
 ) -> Result<Json<Vec<ClusterSummary<usize>>>> {
+    serving(&state)?;
     let visible = state.visible(&caller, state.model.scopes()).await?;
     let registered = registered(&state.registry.load());
     Ok(Json(cluster_list(&state.model, &registered, &visible)))
@@ -354,6 +373,7 @@ async fn cluster(
     caller: Caller,
     Path(cluster): Path<String>,
 ) -> Result<Json<ClusterSummary<Vec<NamespaceSummary>>>> {
+    serving(&state)?;
     let registered = registered(&state.registry.load());
     let name = &find(&registered, &cluster)?.name;
     let scopes = state.model.scopes();
@@ -367,6 +387,7 @@ async fn namespace(
     caller: Caller,
     Path((cluster, namespace)): Path<(String, String)>,
 ) -> Result<Json<ScopeView>> {
+    serving(&state)?;
     let registered = registered(&state.registry.load());
     let entry = find(&registered, &cluster)?;
     let key = ClusterNamespace::new(entry.name.clone(), &namespace)?;
@@ -935,7 +956,7 @@ mod tests {
             registry: registry(dir.path()).await,
             metrics: Arc::new(metrics),
             queue: HelmQueue::new(QueueConfig::default()),
-            ready: Arc::default(),
+            ready: Arc::new(ArcSwap::from_pointee(Readiness::Ready)),
             channels: ChannelDepths::default(),
             reviewer: Arc::new(Reviewer::new(hub)),
             owners: scope_owners,
@@ -1007,6 +1028,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_replica_working_no_controller_says_so_instead_of_showing_an_empty_picture() {
+        let (state, _dir) = state().await;
+        state.ready.store(Arc::new(Readiness::Standby {
+            lease: "tenancy-hub/tenancy-hub-shard-*-of-3".into(),
+            holder: "other replicas".into(),
+        }));
+        for uri in ["/api/v1/clusters", "/api/v1/clusters/member-1"] {
+            let (status, body) = get_json(&state, uri).await;
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{uri}");
+            let error = body["error"].as_str().unwrap();
+            assert!(
+                error.starts_with("standby: this replica works no Controller"),
+                "{error}"
+            );
+        }
+        state.ready.store(Arc::new(Readiness::Starting));
+        let (status, body) = get_json(&state, "/api/v1/clusters").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body["error"].as_str().unwrap().starts_with("starting"));
+    }
+
+    #[tokio::test]
     async fn health_readiness_and_metrics_need_no_token() {
         let (state, _dir) = state().await;
         state.ready.store(Arc::new(Readiness::Ready));
@@ -1073,6 +1116,7 @@ mod tests {
     #[tokio::test]
     async fn readyz_answers_ok_only_once_the_controllers_are_listed() {
         let (state, _dir) = state().await;
+        state.ready.store(Arc::new(Readiness::Starting));
         let (status, _, body) = get(&state, "/readyz").await;
         assert_eq!(
             (status, body.as_str()),

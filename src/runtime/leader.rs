@@ -103,7 +103,7 @@ impl Error {
     }
 
     /// Whether trying again later may succeed.
-    fn is_transient(&self) -> bool {
+    pub fn is_transient(&self) -> bool {
         matches!(self, Self::Api { .. })
     }
 }
@@ -217,6 +217,13 @@ impl Observer {
         {
             self.seen = Some((spec.cloned(), now));
         }
+    }
+
+    /// How long the record last observed has stayed unchanged at `now`; None before any.
+    pub fn unchanged_for(&self, now: Instant) -> Option<Duration> {
+        self.seen
+            .as_ref()
+            .map(|(_, since)| now.saturating_duration_since(*since))
     }
 
     /// Whether the record last observed has stayed unchanged for `duration` at `now`; nothing
@@ -477,6 +484,31 @@ impl Leadership {
             _ = cancel.cancelled() => return Ok(None),
             renewed = attempts => renewed?,
         };
+        Ok(Some(Self::start(api, config, span, renewed)))
+    }
+
+    /// One try at taking the lease now, judged with what `observer` has seen of it: Some when
+    /// this replica holds it afterwards (and renews it from then on).
+    pub async fn try_take(
+        client: kube::Client,
+        config: LeaseConfig,
+        observer: &mut Observer,
+    ) -> Result<Option<Leadership>> {
+        config.validate()?;
+        let api: Api<Lease> = Api::namespaced(client, &config.namespace);
+        let span = config.span();
+        let started = Instant::now();
+        match try_acquire(&api, &config, observer)
+            .instrument(span.clone())
+            .await?
+        {
+            Attempt::Acquired => Ok(Some(Self::start(api, config, span, started))),
+            Attempt::Held(_) | Attempt::Raced => Ok(None),
+        }
+    }
+
+    /// Leadership just taken (the renew time written was taken at `renewed`): renews from now on.
+    fn start(api: Api<Lease>, config: LeaseConfig, span: tracing::Span, renewed: Instant) -> Self {
         span.in_scope(|| tracing::info!("acquired leadership of Lease {}", config.lease()));
         let (lost, stop) = (CancellationToken::new(), CancellationToken::new());
         let renewal = tokio::spawn(
@@ -489,14 +521,14 @@ impl Leadership {
             )
             .instrument(span.clone()),
         );
-        Ok(Some(Leadership {
+        Leadership {
             api,
             config,
             span,
             lost,
             stop,
             renewal,
-        }))
+        }
     }
 
     /// A token cancelled when leadership ends: lost (renewal failed past `renew_deadline`, or another

@@ -4,3 +4,4 @@ pub mod auth;
 pub mod http;
 pub mod leader;
 pub mod operator;
+pub mod shards;

@@ -26,6 +26,7 @@ use crate::{
     controller::context::Context,
     controller::context::Settings,
     controller::reload::Reloader,
+    controller::shard::{Shards, shard_of},
     controller::{drift, drift::DriftBoard, loops, reconcile},
     delivery::charts::ChartCatalog,
     delivery::helm::{HelmCli, HelmOptions},
@@ -37,6 +38,7 @@ use crate::{
     runtime::auth::Reviewer,
     runtime::http::{self, ApiState, ChannelDepths, Readiness, ScopeOwners, StreamCounts},
     runtime::leader::{Leadership, LeaseConfig},
+    runtime::shards::{Steward, campaign},
     status::writer::StatusWriter,
 };
 
@@ -61,6 +63,9 @@ pub struct RunConfig {
     pub status_interval: Duration,
     /// Leader election: only the holder of this Lease works; None runs without election.
     pub leader: Option<LeaseConfig>,
+    /// Shards the Controllers are split into, each led by one replica through its own Lease
+    /// named after `leader`'s; 1 is a single leader for everything.
+    pub shards: u32,
 }
 
 /// Why the operator could not start.
@@ -249,8 +254,10 @@ pub async fn run(
     let address = http::serve(config.http_addr, http, cancel.clone(), &tasks)
         .await
         .map_err(Error::Http)?;
+    let sharded = config.shards > 1 && config.leader.is_some();
     let leadership = match config.leader.clone() {
         None => None,
+        Some(_) if sharded => None,
         Some(lease) => {
             let name = format!("{}/{}", lease.namespace, lease.name);
             tracing::info!(lease = %name, identity = %lease.identity, "waiting for leadership");
@@ -274,6 +281,11 @@ pub async fn run(
     let lost = leadership
         .as_ref()
         .map_or_else(CancellationToken::new, Leadership::lost);
+    let shards = Arc::new(if sharded {
+        Shards::none_of(config.shards)
+    } else {
+        Shards::default()
+    });
     let (policy_store, policy_writer) = reflector::store();
     tasks.spawn(until(
         &cancel,
@@ -292,7 +304,7 @@ pub async fn run(
         reported: Default::default(),
         controllers: runtime.store(),
         policies: policy_store.clone(),
-        recorder: Recorder::new(hub, Reporter::from("tenancy-hub")),
+        recorder: Recorder::new(hub.clone(), Reporter::from("tenancy-hub")),
         events: Default::default(),
         model,
         watches: WatchSupervisor::new(changes_tx, cancel.clone(), tasks.clone()),
@@ -301,6 +313,7 @@ pub async fn run(
         metrics,
         drift,
         rollouts: Default::default(),
+        shards: shards.clone(),
         settings: Settings {
             chart_home,
             ..config.settings
@@ -388,13 +401,52 @@ pub async fn run(
         async move { ctx.writer.run(&sources, interval, cancel).await }
     });
     tasks.spawn(until(&cancel, {
-        let store = ctx.controllers.clone();
+        let (store, ready) = (ctx.controllers.clone(), ready.clone());
         async move {
             ready_store(&store).await;
-            ready.store(Arc::new(Readiness::Ready));
+            if !sharded {
+                ready.store(Arc::new(Readiness::Ready));
+            }
             tracing::info!(%address, "ready: the hub's Controllers are listed");
         }
     }));
+    // With shards: once the Controllers are listed, lead a fair share of the shards. Stopped only
+    // after the Helm workers, so a shard is never given up while its jobs run.
+    let stop_campaign = CancellationToken::new();
+    let mut campaigning = match config.leader.clone().filter(|_| sharded) {
+        None => None,
+        Some(base) => {
+            let lease = format!(
+                "{}/{}-shard-*-of-{}",
+                base.namespace, base.name, config.shards
+            );
+            ready.store(Arc::new(Readiness::Standby {
+                lease: lease.clone(),
+                holder: "other replicas (none is led here yet)".into(),
+            }));
+            let steward = ShardSteward {
+                ctx: ctx.clone(),
+                everything: everything_tx.clone(),
+                ready: ready.clone(),
+                lease,
+                drain_limit: config.helm.timeout + config.queue.shutdown_grace,
+            };
+            let (hub, shards, stop, lost) = (
+                hub.clone(),
+                shards.clone(),
+                stop_campaign.clone(),
+                lost.clone(),
+            );
+            let store = ctx.controllers.clone();
+            Some(tokio::spawn(
+                async move {
+                    ready_store(&store).await;
+                    campaign(hub, base, shards, steward, stop, lost).await
+                }
+                .instrument(tracing::info_span!("shards")),
+            ))
+        }
+    };
     // No plan before the policies are known: an empty store would make every release Forbidden.
     tokio::select! {
         () = ready_store(&policy_store) => {}
@@ -414,18 +466,41 @@ pub async fn run(
                 tracing::debug!(error = %e, "reconcile ended with an error");
             }
         });
+    let campaign_ended = async {
+        match campaigning.as_mut() {
+            Some(handle) => handle.await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         () = run => {}
-        () = lost.cancelled(), if leadership.is_some() && !cancel.is_cancelled() => {
+        () = lost.cancelled(), if (leadership.is_some() || sharded) && !cancel.is_cancelled() => {
             // Another replica may take over soon: stop every Helm process now, not after a grace.
             workers.abort();
             cancel.cancel();
             return Err(Error::LostLeadership);
         }
+        ended = campaign_ended => {
+            workers.abort();
+            cancel.cancel();
+            return match ended {
+                Ok(Err(e)) => Err(Error::Leader(e)),
+                _ => Err(Error::LostLeadership),
+            };
+        }
     }
     let grace = config.queue.shutdown_grace + Duration::from_secs(5);
     if tokio::time::timeout(grace, workers).await.is_err() {
         tracing::warn!("Helm workers did not stop in time");
+    }
+    // Helm has stopped: the shards can go to other replicas.
+    stop_campaign.cancel();
+    if let Some(handle) = campaigning.take()
+        && tokio::time::timeout(crate::api::HUB_WRITE_TIMEOUT, handle)
+            .await
+            .is_err()
+    {
+        tracing::warn!("the hub did not answer the shard Lease releases in time; they expire");
     }
     cancel.cancel();
     tasks.close();
@@ -451,6 +526,59 @@ pub async fn run(
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Starts and drains the work of the shards the campaign takes and gives up.
+struct ShardSteward {
+    ctx: Arc<Context>,
+    everything: mpsc::Sender<()>,
+    ready: Arc<arc_swap::ArcSwap<Readiness>>,
+    lease: String,
+    /// The longest a drain waits for running Helm jobs.
+    drain_limit: Duration,
+}
+
+impl Steward for ShardSteward {
+    fn gained(&self, _shard: u32) {
+        self.ready.store(Arc::new(Readiness::Ready));
+        // Full: a reconcile of everything is pending already.
+        let _ = self.everything.try_send(());
+    }
+
+    async fn drain(&self, shard: u32) {
+        let ctx = &self.ctx;
+        let total = ctx.shards.total();
+        let owners: Vec<_> = ctx
+            .controllers
+            .state()
+            .iter()
+            .filter(|c| {
+                let ns = c.metadata.namespace.as_deref().unwrap_or_default();
+                shard_of(ns, &kube::ResourceExt::name_any(c.as_ref()), total) == shard
+            })
+            .map(|c| (reconcile::owner_id(c), ObjectRef::from_obj(c.as_ref())))
+            .collect();
+        for (owner, object) in &owners {
+            ctx.queue
+                .retain_planned(owner, &std::collections::HashSet::new());
+            reconcile::forget(ctx, object);
+        }
+        let deadline = tokio::time::Instant::now() + self.drain_limit;
+        while owners
+            .iter()
+            .any(|(owner, _)| !ctx.queue.running_for(owner).is_empty())
+            && tokio::time::Instant::now() < deadline
+        {
+            // Polls the queue: running jobs finish within the helm timeout.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        if ctx.shards.led().is_empty() {
+            self.ready.store(Arc::new(Readiness::Standby {
+                lease: self.lease.clone(),
+                holder: "other replicas (none is led here now)".into(),
+            }));
+        }
+    }
 }
 
 /// Completes when a reflector store has been filled once. The store wakes a single waiter when it

@@ -1,0 +1,95 @@
+//! Which Controllers this replica works: the shard of each, by a stable hash, and the shards led here.
+
+use std::{collections::BTreeSet, sync::RwLock};
+
+use sha2::{Digest, Sha256};
+
+/// The shard of a `Controller`, by a hash of `namespace/name` that every replica and version
+/// computes alike.
+pub fn shard_of(namespace: &str, name: &str, shards: u32) -> u32 {
+    let digest = Sha256::digest(format!("{namespace}/{name}").as_bytes());
+    let mut head = [0u8; 8];
+    head.copy_from_slice(&digest[..8]);
+    (u64::from_be_bytes(head) % u64::from(shards.max(1))) as u32
+}
+
+/// The shards this replica leads, and whether a resource is its to work.
+#[derive(Debug)]
+pub struct Shards {
+    total: u32,
+    led: RwLock<BTreeSet<u32>>,
+}
+
+impl Default for Shards {
+    /// One shard, led here: no sharding.
+    fn default() -> Self {
+        Self::led_here(1, [0])
+    }
+}
+
+impl Shards {
+    /// `total` shards of which `led` are led here.
+    pub fn led_here(total: u32, led: impl IntoIterator<Item = u32>) -> Self {
+        Self {
+            total: total.max(1),
+            led: RwLock::new(led.into_iter().collect()),
+        }
+    }
+
+    /// `total` shards, none led here yet.
+    pub fn none_of(total: u32) -> Self {
+        Self::led_here(total, [])
+    }
+
+    /// The number of shards.
+    pub fn total(&self) -> u32 {
+        self.total
+    }
+
+    /// The shards led here now.
+    pub fn led(&self) -> BTreeSet<u32> {
+        self.led.read().expect("shards lock").clone()
+    }
+
+    /// True when the resource `namespace/name` belongs to a shard led here.
+    pub fn owns(&self, namespace: &str, name: &str) -> bool {
+        let shard = shard_of(namespace, name, self.total);
+        self.led.read().expect("shards lock").contains(&shard)
+    }
+
+    /// Notes that a shard is led here now, or no longer.
+    pub fn set(&self, shard: u32, led: bool) {
+        let mut all = self.led.write().expect("shards lock");
+        if led {
+            all.insert(shard);
+        } else {
+            all.remove(&shard);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resource_always_falls_in_the_same_shard_and_shards_spread() {
+        assert_eq!(shard_of("team-a", "shop", 3), shard_of("team-a", "shop", 3));
+        assert_eq!(shard_of("team-a", "shop", 1), 0);
+        let mut counts = [0; 3];
+        for i in 0..300 {
+            counts[shard_of("ns", &format!("c{i}"), 3) as usize] += 1;
+        }
+        assert!(counts.iter().all(|c| *c > 70), "{counts:?}");
+    }
+
+    #[test]
+    fn without_sharding_every_resource_is_worked_here() {
+        let all = Shards::default();
+        assert!(all.owns("a", "b") && all.owns("c", "d"));
+        let some = Shards::none_of(2);
+        assert!(!some.owns("a", "b"));
+        some.set(shard_of("a", "b", 2), true);
+        assert!(some.owns("a", "b"));
+    }
+}

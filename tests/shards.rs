@@ -1,0 +1,168 @@
+//! End-to-end sharding on the lab: three replicas split the Controllers, each shard led through its own Lease, a killed replica's shard taken over.
+
+mod common;
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::{Duration, Instant},
+};
+
+use common::{
+    fixtures::{ready, unique, wait_until, web},
+    hub::Hub,
+    lab::Lab,
+    operator::Operator,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use tenancy_hub::controller::shard::shard_of;
+
+const DEADLINE: Duration = Duration::from_secs(180);
+const SHARDS: u32 = 3;
+const LEASE: &str = "tenancy-hub-test";
+
+/// Who leads each shard now, from the shard Leases.
+async fn holders(leases: &Api<Lease>) -> BTreeMap<u32, String> {
+    let mut led = BTreeMap::new();
+    for shard in 0..SHARDS {
+        let name = format!("{LEASE}-shard-{shard}-of-{SHARDS}");
+        if let Ok(Some(lease)) = leases.get_opt(&name).await
+            && let Some(holder) = lease.spec.and_then(|s| s.holder_identity)
+            && !holder.is_empty()
+        {
+            led.insert(shard, holder);
+        }
+    }
+    led
+}
+
+/// Lines of a replica's log that tell of the install of release `web` in member-1/`namespace`.
+fn helm_lines(operator: &Operator, namespace: &str) -> usize {
+    operator
+        .logged()
+        .lines()
+        .filter(|l| {
+            l.contains(&format!("installed member-1/{namespace}/web")) && !l.contains("uninstalled")
+        })
+        .count()
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn three_replicas_split_the_controllers_by_shard_and_a_killed_ones_shard_is_taken_over() {
+    let hub = Hub::without_operator(Lab::get(), unique("shards")).await;
+    let namespace = hub.namespace.clone();
+    let shards = SHARDS.to_string();
+    let args = [
+        "--leader-elect",
+        "--lease-namespace",
+        namespace.as_str(),
+        "--lease-name",
+        LEASE,
+        "--shards",
+        shards.as_str(),
+    ];
+    let mut replicas: Vec<Option<Operator>> = (0..3)
+        .map(|_| Some(Operator::start_with(&hub.lab, &namespace, &args)))
+        .collect();
+    let leases: Api<Lease> = Api::namespaced(hub.client.clone(), &namespace);
+    wait_until(
+        "three replicas to lead one shard each",
+        DEADLINE,
+        || async {
+            let led = holders(&leases).await;
+            let distinct: BTreeSet<&String> = led.values().collect();
+            (led.len() == 3 && distinct.len() == 3).then_some(())
+        },
+    )
+    .await;
+
+    // Two Controllers per shard.
+    let mut names: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    for i in 0.. {
+        if names.values().map(Vec::len).sum::<usize>() == 6 {
+            break;
+        }
+        let name = format!("c{i}");
+        let shard = shard_of(&namespace, &name, SHARDS);
+        let in_shard = names.entry(shard).or_default();
+        if in_shard.len() < 2 {
+            in_shard.push(name);
+        }
+    }
+    let run = unique("sh");
+    let target = |name: &str| format!("{run}-{name}");
+    for name in names.values().flatten() {
+        hub.apply(name, web(&target(name), &["member-1"], "1"))
+            .await;
+    }
+    for name in names.values().flatten() {
+        hub.status_until(name, "delivered and ready", ready).await;
+    }
+
+    // Each Controller was worked by the one replica leading its shard: its release was installed
+    // by that replica only.
+    let led = holders(&leases).await;
+    let pid_of = |holder: &str| -> u32 { holder.rsplit('-').next().unwrap().parse().unwrap() };
+    for (shard, in_shard) in &names {
+        let leader = pid_of(&led[shard]);
+        for name in in_shard {
+            for replica in replicas.iter().flatten() {
+                let lines = helm_lines(replica, &target(name));
+                let expected = usize::from(replica.pid() == leader);
+                assert_eq!(
+                    lines,
+                    expected,
+                    "Controller {name} (shard {shard}, led by pid {leader}): replica {} ran helm for it {lines} times",
+                    replica.pid()
+                );
+            }
+        }
+    }
+
+    // Kill the leader of one shard: another replica takes the shard over and delivers a change.
+    let (shard, victims) = names.iter().next().map(|(s, n)| (*s, n.clone())).unwrap();
+    let leader = pid_of(&led[&shard]);
+    let index = replicas
+        .iter()
+        .position(|r| r.as_ref().is_some_and(|r| r.pid() == leader))
+        .unwrap();
+    replicas[index].take().unwrap().kill();
+    let killed = Instant::now();
+    let changed = &victims[0];
+    hub.apply(changed, web(&target(changed), &["member-1"], "2"))
+        .await;
+    wait_until("another replica to lead the shard", DEADLINE, || async {
+        let led = holders(&leases).await;
+        led.get(&shard).filter(|h| pid_of(h) != leader).map(|_| ())
+    })
+    .await;
+    let takeover = killed.elapsed();
+    hub.releases_become("member-1", &target(changed), &[("web", 2)])
+        .await;
+    eprintln!("shard {shard} was taken over {takeover:?} after its leader was killed");
+    assert!(
+        takeover < Duration::from_secs(30),
+        "takeover took {takeover:?}, more than two lease durations and a retry"
+    );
+    // Never two helm runs for one release: every other release is still at revision 1.
+    for name in names.values().flatten().filter(|n| *n != changed) {
+        assert_eq!(
+            hub.lab.releases("member-1", &target(name)).get("web"),
+            Some(&(1, "deployed".to_owned())),
+            "{name}"
+        );
+    }
+
+    for name in names.values().flatten() {
+        hub.delete_and_wait_gone(name).await;
+    }
+    for replica in replicas.into_iter().flatten() {
+        replica.stop();
+    }
+    let released = holders(&leases).await;
+    assert!(
+        released.is_empty(),
+        "SIGTERM releases the shard Leases: {released:?}"
+    );
+}
