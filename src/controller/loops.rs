@@ -90,10 +90,10 @@ pub async fn report_ownerless(ctx: Arc<Context>, cancel: tokio_util::sync::Cance
             .iter()
             .map(|c| owner_id(c))
             .collect();
-        let (applied, _) = ctx.releases.snapshot();
-        let ownerless: BTreeMap<ReleaseKey, OwnerId> = applied
-            .into_values()
-            .filter_map(|a| Some((a.key, a.owner?)))
+        let ownerless: BTreeMap<ReleaseKey, OwnerId> = ctx
+            .releases
+            .managed(None)
+            .into_iter()
             .filter(|(_, o)| {
                 ctx.settings
                     .scope

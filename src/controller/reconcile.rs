@@ -194,7 +194,15 @@ fn just_applied(
 async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
     let owner = owner_id(c);
     let clusters = ctx.registry.load().labels();
-    let (applied, synced) = ctx.releases.snapshot();
+    let (_, _, named) = plan::claimant(
+        owner.clone(),
+        created_secs(c),
+        &c.spec,
+        &clusters,
+        &ctx.settings.chart_home,
+    );
+    let applied = ctx.releases.applied_for(&owner, &named);
+    let synced = ctx.releases.synced();
     let claims = claims(ctx, &clusters, &applied);
     let admission = ctx.admission();
     ctx.charts
@@ -533,12 +541,24 @@ async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
     if dropped > 0 {
         tracing::info!(controller = %owner, dropped, "being deleted: dropped its queued installs and upgrades");
     }
-    let (applied, synced) = ctx.releases.snapshot();
-    let mut owned: BTreeSet<ReleaseKey> = applied
-        .values()
-        .filter(|a| a.owner.as_ref() == Some(&owner))
-        .map(|a| a.key.clone())
+    let synced = ctx.releases.synced();
+    let mut applied: HashMap<ReleaseKey, Applied> = ctx
+        .releases
+        .owned_by(&owner)
+        .into_iter()
+        .map(|a| (a.key.clone(), a))
         .collect();
+    let mut owned: BTreeSet<ReleaseKey> = applied.keys().cloned().collect();
+    for key in ctx
+        .outcomes
+        .iter()
+        .filter(|o| o.owner == owner)
+        .map(|o| o.key().clone())
+    {
+        if let Some(a) = ctx.releases.get(&key) {
+            applied.entry(key).or_insert(a);
+        }
+    }
     owned.extend(just_applied(ctx, &owner, &applied));
     // Suspended releases get no Helm call, uninstall included: they are left in place.
     let registered = ctx.registry.load().labels();
