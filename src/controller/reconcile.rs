@@ -133,29 +133,6 @@ pub fn created_secs(c: &Controller) -> i64 {
         .map_or(i64::MAX, |t| t.0.as_second())
 }
 
-/// Which resource holds each release key, over every resource on the hub not being deleted.
-fn claims(
-    ctx: &Context,
-    clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
-    applied: &HashMap<ReleaseKey, Applied>,
-) -> HashMap<ReleaseKey, OwnerId> {
-    let all = ctx.controllers.state();
-    plan::claims(
-        all.iter()
-            .filter(|c| c.meta().deletion_timestamp.is_none())
-            .map(|c| {
-                plan::claimant(
-                    owner_id(c),
-                    created_secs(c),
-                    &c.spec,
-                    clusters,
-                    &ctx.settings.chart_home,
-                )
-            }),
-        applied,
-    )
-}
-
 /// True when enqueueing this job would repeat work: it already failed in a way retrying cannot
 /// fix (or as often as allowed), or it was just applied and the release records have not caught
 /// up with it yet.
@@ -194,16 +171,13 @@ fn just_applied(
 async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
     let owner = owner_id(c);
     let clusters = ctx.registry.load().labels();
-    let (_, _, named) = plan::claimant(
-        owner.clone(),
-        created_secs(c),
-        &c.spec,
-        &clusters,
-        &ctx.settings.chart_home,
-    );
+    // Only the keys this spec names and the releases it holds are read: the cost of a reconcile
+    // does not grow with the number of other resources.
+    ctx.claims.update(c, &clusters);
+    let named = ctx.claims.keys_of(&owner);
     let applied = ctx.releases.applied_for(&owner, &named);
     let synced = ctx.releases.synced();
-    let claims = claims(ctx, &clusters, &applied);
+    let claims = ctx.claims.holders(&named, &applied);
     let admission = ctx.admission();
     ctx.charts
         .prepare(&c.spec, &ctx.settings.chart_home, &|chart| {
@@ -213,19 +187,21 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
     let lookup =
         |source: &plan::ChartSource, version: Option<&str>| ctx.charts.lookup(source, version);
     let drifted = ctx.drift.drifted(&applied);
-    let mut plan = plan::plan(&Inputs {
-        owner: &owner,
-        spec: &c.spec,
-        clusters: &clusters,
-        synced: &synced,
-        applied: &applied,
-        claims: &claims,
-        admission: &admission,
-        chart_home: &ctx.settings.chart_home,
-        chart_lookup: &lookup,
-        now: Timestamp::now().as_second(),
-        pending_timeout_secs: ctx.settings.pending_timeout.as_secs() as i64,
-        drifted: &drifted,
+    let mut plan = crate::controller::offload(crate::controller::claims::named_charts(c), || {
+        plan::plan(&Inputs {
+            owner: &owner,
+            spec: &c.spec,
+            clusters: &clusters,
+            synced: &synced,
+            applied: &applied,
+            claims: &claims,
+            admission: &admission,
+            chart_home: &ctx.settings.chart_home,
+            chart_lookup: &lookup,
+            now: Timestamp::now().as_second(),
+            pending_timeout_secs: ctx.settings.pending_timeout.as_secs() as i64,
+            drifted: &drifted,
+        })
     });
     ctx.drift.track(&owner, &plan.desired);
     limit_repairs(ctx, c, &mut plan.jobs, &drifted).await;
@@ -534,6 +510,7 @@ async fn report_new_problems(
 /// leaves them), waiting only for clusters that hold or may hold them, and for its running jobs.
 async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
     let owner = owner_id(c);
+    ctx.claims.update(c, &ctx.registry.load().labels());
     // A resource created again under this name starts its rollouts afresh.
     ctx.rollouts.remove(&owner);
     let object = ObjectRef::from_obj(c);
