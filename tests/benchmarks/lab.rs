@@ -1,7 +1,8 @@
-//! Benchmarks on the lab: convergence, status latency, write load, footprint, breadth and rollout, as a table and JSON.
+//! Benchmarks on the lab: convergence, status latency, write load, footprint, breadth, Controllers growth and rollout, as a table and JSON.
 //!
 //! Run with `kind/bench.sh` (it brings the lab up and builds in release mode), or on a running lab:
-//! `TENANCY_HUB_LAB_DIR=.lab cargo bench --bench lab -- [--only NAME] [--json FILE] [--pods P]`.
+//! `TENANCY_HUB_LAB_DIR=.lab cargo bench --bench lab -- [--only NAME] [--json FILE] [--pods P]
+//! [--controllers 10,100,1000]`.
 //! The `rollout` scenario needs three members and runs only when named in `--only`.
 
 #[path = "../common/mod.rs"]
@@ -38,6 +39,7 @@ struct Args {
     changes: usize,
     releases: usize,
     breadth: usize,
+    controllers: Vec<usize>,
 }
 
 fn args() -> Args {
@@ -48,6 +50,7 @@ fn args() -> Args {
         changes: 100,
         releases: 10,
         breadth: 21,
+        controllers: vec![10, 100, 1000],
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -59,6 +62,12 @@ fn args() -> Args {
             "--changes" => a.changes = value().parse().expect("--changes N"),
             "--releases" => a.releases = value().parse().expect("--releases N"),
             "--breadth" => a.breadth = value().parse().expect("--breadth N"),
+            "--controllers" => {
+                a.controllers = value()
+                    .split(',')
+                    .map(|n| n.parse().expect("--controllers N,N,…"))
+                    .collect()
+            }
             "--bench" => {}
             other => panic!("unknown argument {other}; see the top of tests/benchmarks/lab.rs"),
         }
@@ -414,6 +423,76 @@ async fn footprint(a: &Args) -> Value {
     })
 }
 
+/// Growth in the number of Controllers: for each count K, K suspended Controllers (planned and
+/// reported, no Helm call) each naming one release on the hub are created with no operator
+/// running; then an operator starts, lists them and reconciles every one (a forced "reconcile
+/// everything", as after a restart or failover). Measured: the time and operator CPU seconds until
+/// each is reconciled, the CPU share over a quiet window after, RSS, and the status writes to the hub.
+async fn controllers(a: &Args) -> Value {
+    let lab = Lab::get();
+    let mut rows = serde_json::Map::new();
+    for &k in &a.controllers {
+        let hub = Hub::without_operator(Lab::get(), unique("bench-ctl")).await;
+        progress(&format!("controllers: creating {k} suspended Controllers"));
+        for i in 0..k {
+            let mut spec = web(&format!("ctl-{i}"), &["hub"], "1");
+            spec.suspend = true;
+            hub.apply(&format!("c{i}"), spec).await;
+        }
+        let operator = common::operator::Operator::start(&lab, &hub.namespace);
+        let pid = operator.pid();
+        let started = Instant::now();
+        let cpu0 = usage(pid).2;
+        let reconciled = || operator.metric("tenancy_hub_reconciles_total");
+        // Each Controller is reconciled twice on start: the finalizer is added, then it is planned.
+        wait_until("every Controller reconciled", LONG, || async {
+            (reconciled() >= 2.0 * k as f64).then_some(())
+        })
+        .await;
+        let all_seconds = started.elapsed().as_secs_f64();
+        let all_cpu = usage(pid).2 - cpu0;
+        let writes = operator.metric("tenancy_hub_status_writes_total");
+        let quiet_cpu = cpu_over(pid, Duration::from_secs(10)).await;
+        let (rss, peak, _) = usage(pid);
+        progress(&format!(
+            "controllers: {k}: reconcile all {all_seconds:.1}s, {all_cpu:.2} CPU s, RSS {} MiB",
+            rss / 1024
+        ));
+        for (figure, value) in [
+            ("all_seconds", all_seconds),
+            ("all_cpu_seconds", all_cpu),
+            ("cpu_ms_per_reconcile", all_cpu * 1000.0 / reconciled()),
+            ("quiet_cpu_cores", quiet_cpu),
+            ("rss_mib", rss as f64 / 1024.0),
+            ("peak_rss_mib", peak as f64 / 1024.0),
+            ("status_writes", writes),
+        ] {
+            rows.insert(format!("k{k}_{figure}"), json!(value));
+        }
+        lab.kubectl(
+            "hub",
+            &[
+                "delete",
+                "controllers.multitenancy.dev",
+                "--all",
+                "-n",
+                &hub.namespace,
+                "--wait=false",
+            ],
+        );
+        wait_until("every Controller gone", LONG, || async {
+            hub.api()
+                .list(&Default::default())
+                .await
+                .ok()
+                .filter(|l| l.items.is_empty())
+                .map(|_| ())
+        })
+        .await;
+    }
+    Value::Object(rows)
+}
+
 async fn breadth(a: &Args) -> Value {
     let lab = Lab::get();
     let names: Vec<String> = (1..=a.breadth).map(|i| format!("c{i:02}")).collect();
@@ -664,6 +743,9 @@ async fn main() {
     }
     if want("footprint") {
         results.insert("footprint", footprint(&a).await);
+    }
+    if want("controllers") {
+        results.insert("controllers", controllers(&a).await);
     }
     // Needs three members (kind/up.sh --members 3): only when asked for.
     if a.only
