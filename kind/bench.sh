@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Benchmarks: convergence, status propagation latency, write load, footprint, breadth, namespaces and rollout, on the lab.
 #
-#   kind/bench.sh [--dir DIR] [--only convergence,latency,breadth,footprint,namespaces,rollout] [--pods P]
-#                 [--namespaces 10,100,500] [--unrelated-pods N] [--json FILE]
+#   kind/bench.sh [--dir DIR] [--only convergence,latency,breadth,footprint,namespaces,controllers,rollout]
+#                 [--pods P] [--namespaces 10,100,500] [--unrelated-pods N] [--controllers 10,100,1000]
+#                 [--json FILE]
 #
 # Brings the lab up in DIR if it is not running (default: .lab), builds tenancy-hub in release mode,
 # runs the scenarios (each with an operator of its own), prints a table and writes the figures as
@@ -19,7 +20,7 @@ while (($#)); do
     case $1 in
         --dir) LAB_DIR=${2:?--dir needs a directory}; shift 2 ;;
         --json) JSON=${2:?--json needs a file}; shift 2 ;;
-        -h | --help) sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) PASS+=("$1"); shift ;;
     esac
 done

@@ -375,6 +375,64 @@ async fn a_release_claimed_by_two_resources_stays_with_the_first() {
 
 #[tokio::test]
 #[ignore = "needs the lab: run tests/run.sh"]
+async fn a_release_installed_by_hand_is_a_conflict_and_never_taken_over() {
+    let hub = Hub::new("byhand").await;
+    let ns = unique("byhand");
+    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts/deployment-example");
+    let chart = chart.to_str().unwrap();
+    let by_hand = |verb: &str, replicas: &str| {
+        let set = format!("replicaCount={replicas}");
+        hub.lab.helm(
+            "member-1",
+            &[
+                verb,
+                "web",
+                chart,
+                "-n",
+                &ns,
+                "--create-namespace",
+                "--set",
+                &set,
+            ],
+        );
+    };
+    by_hand("install", "3");
+    hub.apply("wants", web(&ns, &["member-1"], "1")).await;
+    let conflict = |s: &tenancy_hub::api::crd::ControllerStatus| {
+        message(s, "member-1", "web").is_some_and(|m| {
+            m.phase == "Conflict"
+                && m.error_message
+                    .contains("a Helm release not managed by tenancy-hub")
+        })
+    };
+    hub.status_until("wants", "the hand-made release to be a conflict", conflict)
+        .await;
+    // Upgraded by hand: its older record leaves the watched records and a newer one comes; it is
+    // still somebody else's.
+    by_hand("upgrade", "2");
+    wait_until("the upgrade by hand to be deployed", DEADLINE, || async {
+        (hub.lab.releases("member-1", &ns).get("web") == Some(&(2, "deployed".into())))
+            .then_some(())
+    })
+    .await;
+    hub.status_until("wants", "the conflict to stay after the upgrade", conflict)
+        .await;
+    assert_eq!(
+        hub.lab.values("member-1", &ns, "web"),
+        serde_json::json!({"replicaCount": 2}),
+        "never upgraded by the operator"
+    );
+    hub.delete_and_wait_gone("wants").await;
+    assert_eq!(
+        hub.lab.releases("member-1", &ns).get("web"),
+        Some(&(2, "deployed".to_string())),
+        "never uninstalled by the operator"
+    );
+    hub.lab.helm("member-1", &["uninstall", "web", "-n", &ns]);
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
 async fn a_release_left_pending_by_a_killed_helm_is_recovered() {
     let lab = Lab::get();
     let ns = unique("stuck");

@@ -35,6 +35,8 @@ pub struct Context {
     pub releases: crate::delivery::releases::ReleaseIndex,
     /// The central FIFO of Helm jobs.
     pub queue: crate::delivery::queue::HelmQueue,
+    /// Which release keys each resource's spec names, kept from the hub's Controller events.
+    pub claims: std::sync::Arc<crate::controller::claims::Claims>,
     /// Which resources ask for each release.
     pub interest: crate::controller::interest::Interest,
     /// Releases left in clusters removed from the registration file, with their owners.

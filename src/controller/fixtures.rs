@@ -98,6 +98,9 @@ impl Fixture {
             registry: Arc::new(arc_swap::ArcSwap::from_pointee(registry)),
             releases,
             queue: HelmQueue::new(QueueConfig::default()),
+            claims: Arc::new(crate::controller::claims::Claims::new(
+                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/charts"),
+            )),
             interest: Default::default(),
             orphans: Default::default(),
             outcomes: Default::default(),
@@ -143,9 +146,11 @@ impl Fixture {
 
     /// Puts resources in the reflector store, as the hub's watch would.
     pub fn store(&mut self, objects: &[&Controller]) {
+        let labels = self.ctx.registry.load().labels();
         for object in objects {
             self.controllers
                 .apply_watcher_event(&watcher::Event::Apply((*object).clone()));
+            self.ctx.claims.update(object, &labels);
         }
     }
 

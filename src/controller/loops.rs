@@ -30,12 +30,12 @@ use crate::{
 };
 
 /// Wakes the owner of a changed release record and every resource asking for that release; after
-/// a cluster is listed in full, every resource.
+/// a cluster is listed in full, the resources whose specs name a release there or that hold one
+/// there (not every resource: a relist of one cluster costs what that cluster concerns).
 pub async fn forward_record_changes(
     ctx: Arc<Context>,
     mut changes: Receiver<RecordChange>,
     trigger: Sender<ObjectRef<Controller>>,
-    everything: Sender<()>,
 ) {
     while let Some(change) = changes.recv().await {
         match change {
@@ -43,8 +43,18 @@ pub async fn forward_record_changes(
                 wake(&ctx, &key, owner.as_ref(), &trigger).await;
             }
             RecordChange::Listed(cluster) => {
-                tracing::debug!(%cluster, "release records listed; reconciling every resource");
-                let _ = everything.send(()).await;
+                let concerned: BTreeSet<OwnerId> = ctx
+                    .claims
+                    .targeting(&cluster)
+                    .into_iter()
+                    .chain(ctx.releases.owners_in(&cluster))
+                    .collect();
+                tracing::debug!(%cluster, resources = concerned.len(), "release records listed; reconciling the resources it concerns");
+                for o in concerned {
+                    let _ = trigger
+                        .send(ObjectRef::new(&o.name).within(&o.namespace))
+                        .await;
+                }
             }
         }
     }
@@ -90,10 +100,10 @@ pub async fn report_ownerless(ctx: Arc<Context>, cancel: tokio_util::sync::Cance
             .iter()
             .map(|c| owner_id(c))
             .collect();
-        let (applied, _) = ctx.releases.snapshot();
-        let ownerless: BTreeMap<ReleaseKey, OwnerId> = applied
-            .into_values()
-            .filter_map(|a| Some((a.key, a.owner?)))
+        let ownerless: BTreeMap<ReleaseKey, OwnerId> = ctx
+            .releases
+            .managed(None)
+            .into_iter()
             .filter(|(_, o)| {
                 ctx.settings
                     .scope

@@ -139,29 +139,6 @@ pub fn created_secs(c: &Controller) -> i64 {
         .map_or(i64::MAX, |t| t.0.as_second())
 }
 
-/// Which resource holds each release key, over every resource on the hub not being deleted.
-fn claims(
-    ctx: &Context,
-    clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
-    applied: &HashMap<ReleaseKey, Applied>,
-) -> HashMap<ReleaseKey, OwnerId> {
-    let all = ctx.controllers.state();
-    plan::claims(
-        all.iter()
-            .filter(|c| c.meta().deletion_timestamp.is_none())
-            .map(|c| {
-                plan::claimant(
-                    owner_id(c),
-                    created_secs(c),
-                    &c.spec,
-                    clusters,
-                    &ctx.settings.chart_home,
-                )
-            }),
-        applied,
-    )
-}
-
 /// True when enqueueing this job would repeat work: it already failed in a way retrying cannot
 /// fix (or as often as allowed), or it was just applied and the release records have not caught
 /// up with it yet.
@@ -200,8 +177,13 @@ fn just_applied(
 async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
     let owner = owner_id(c);
     let clusters = ctx.registry.load().labels();
-    let (applied, synced) = ctx.releases.snapshot();
-    let claims = claims(ctx, &clusters, &applied);
+    // Only the keys this spec names and the releases it holds are read: the cost of a reconcile
+    // does not grow with the number of other resources.
+    ctx.claims.update(c, &clusters);
+    let named = ctx.claims.keys_of(&owner);
+    let applied = ctx.releases.applied_for(&owner, &named);
+    let synced = ctx.releases.synced();
+    let claims = ctx.claims.holders(&named, &applied);
     let admission = ctx.admission();
     ctx.charts
         .prepare(&c.spec, &ctx.settings.chart_home, &|chart| {
@@ -211,19 +193,21 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
     let lookup =
         |source: &plan::ChartSource, version: Option<&str>| ctx.charts.lookup(source, version);
     let drifted = ctx.drift.drifted(&applied);
-    let mut plan = plan::plan(&Inputs {
-        owner: &owner,
-        spec: &c.spec,
-        clusters: &clusters,
-        synced: &synced,
-        applied: &applied,
-        claims: &claims,
-        admission: &admission,
-        chart_home: &ctx.settings.chart_home,
-        chart_lookup: &lookup,
-        now: Timestamp::now().as_second(),
-        pending_timeout_secs: ctx.settings.pending_timeout.as_secs() as i64,
-        drifted: &drifted,
+    let mut plan = crate::controller::offload(crate::controller::claims::named_charts(c), || {
+        plan::plan(&Inputs {
+            owner: &owner,
+            spec: &c.spec,
+            clusters: &clusters,
+            synced: &synced,
+            applied: &applied,
+            claims: &claims,
+            admission: &admission,
+            chart_home: &ctx.settings.chart_home,
+            chart_lookup: &lookup,
+            now: Timestamp::now().as_second(),
+            pending_timeout_secs: ctx.settings.pending_timeout.as_secs() as i64,
+            drifted: &drifted,
+        })
     });
     ctx.drift.track(&owner, &plan.desired);
     limit_repairs(ctx, c, &mut plan.jobs, &drifted).await;
@@ -532,6 +516,7 @@ async fn report_new_problems(
 /// leaves them), waiting only for clusters that hold or may hold them, and for its running jobs.
 async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
     let owner = owner_id(c);
+    ctx.claims.update(c, &ctx.registry.load().labels());
     // A resource created again under this name starts its rollouts afresh.
     ctx.rollouts.remove(&owner);
     let object = ObjectRef::from_obj(c);
@@ -539,12 +524,24 @@ async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
     if dropped > 0 {
         tracing::info!(controller = %owner, dropped, "being deleted: dropped its queued installs and upgrades");
     }
-    let (applied, synced) = ctx.releases.snapshot();
-    let mut owned: BTreeSet<ReleaseKey> = applied
-        .values()
-        .filter(|a| a.owner.as_ref() == Some(&owner))
-        .map(|a| a.key.clone())
+    let synced = ctx.releases.synced();
+    let mut applied: HashMap<ReleaseKey, Applied> = ctx
+        .releases
+        .owned_by(&owner)
+        .into_iter()
+        .map(|a| (a.key.clone(), a))
         .collect();
+    let mut owned: BTreeSet<ReleaseKey> = applied.keys().cloned().collect();
+    for key in ctx
+        .outcomes
+        .iter()
+        .filter(|o| o.owner == owner)
+        .map(|o| o.key().clone())
+    {
+        if let Some(a) = ctx.releases.get(&key) {
+            applied.entry(key).or_insert(a);
+        }
+    }
     owned.extend(just_applied(ctx, &owner, &applied));
     // Suspended releases get no Helm call, uninstall included: they are left in place.
     let registered = ctx.registry.load().labels();

@@ -180,13 +180,9 @@ impl Reloader {
         let old = ctx.registry.load_full();
         let d = diff(&old, &new);
         let new = Arc::new(new.keeping(&old, |n| d.added.contains(n) || d.changed.contains(n)));
-        let (applied, _) = ctx.releases.snapshot();
-        for a in applied
-            .values()
-            .filter(|a| d.removed.contains(&a.key.scope.cluster))
-        {
-            if let Some(owner) = &a.owner {
-                ctx.orphans.insert(a.key.clone(), owner.clone());
+        for cluster in &d.removed {
+            for (key, owner) in ctx.releases.managed(Some(cluster)) {
+                ctx.orphans.insert(key, owner);
             }
         }
         ctx.orphans.retain(|k, _| {

@@ -1,9 +1,29 @@
-//! Helm's release records in every cluster, watched as Secret metadata, as the applied side of planning.
+//! Helm's release records in every cluster, watched as metadata narrowed to what planning needs, held compactly and indexed by release and by owner.
+//!
+//! Each cluster has two metadata-only watches (kube 5's `watcher` on `Api<PartialObjectMeta<_>>`
+//! sends the `as=PartialObjectMetadata` Accept header: it is what the deprecated
+//! `metadata_watcher` became), both relisting after an error:
+//!
+//! - [`MANAGED_SELECTOR`]: the records tenancy-hub wrote, held as a few strings per revision
+//!   (owner, spec hash, status, time) under their release key, with an index by owner;
+//! - [`FOREIGN_SELECTOR`]: every other Helm release, held as its key and revision numbers only,
+//!   so the planner still reports "a Helm release not managed by tenancy-hub" and never takes it
+//!   over. The trade-off: a second stream per cluster, and foreign records are still listed
+//!   (metadata of their newest records), in exchange for a safety that needs no API call at
+//!   planning time and no race between a check and the install.
+//!
+//! Both leave out `status=superseded`: the newest record of a release is never superseded (Helm
+//! marks the older one when a newer one is deployed), so history, up to ten records per release,
+//! is neither listed nor held. A release's applied state is its newest held revision; revisions
+//! are kept per release, so the newest stays right whichever record arrives or leaves first.
+//! Holding compact records instead of a reflector store of `ObjectMeta` (labels, annotations,
+//! managed fields) and looking releases up by key and owner makes a reconcile read only the
+//! releases it concerns, not every release of every cluster.
 
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::{
-        Arc,
+        Arc, RwLock,
         atomic::{AtomicBool, Ordering},
     },
 };
@@ -11,15 +31,7 @@ use std::{
 use dashmap::DashMap;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
-use kube::{
-    Api,
-    core::PartialObjectMeta,
-    runtime::{
-        WatchStreamExt,
-        reflector::{self, Store},
-        watcher,
-    },
-};
+use kube::{Api, core::PartialObjectMeta, runtime::watcher};
 use tokio::sync::mpsc::Sender;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -35,19 +47,313 @@ use crate::{
 
 type Record = PartialObjectMeta<Secret>;
 
+/// Label selector of the newest release records tenancy-hub manages.
+pub const MANAGED_SELECTOR: &str =
+    "owner=helm,multitenancy.dev/managed-by=tenancy-hub,status!=superseded";
+
+/// Label selector of the newest records of every other Helm release (`!=` also selects records
+/// without the label).
+pub const FOREIGN_SELECTOR: &str =
+    "owner=helm,multitenancy.dev/managed-by!=tenancy-hub,status!=superseded";
+
 /// News from the release-record watches.
 #[derive(Clone, Debug, PartialEq)]
 pub enum RecordChange {
-    /// A record of this release changed, appeared or went away; with its owner, if managed.
+    /// The newest record of this release changed, appeared or went away; with its owner, if managed.
     Release(ReleaseKey, Option<OwnerId>),
-    /// A cluster's records were listed in full (at start, or after the watch failed).
+    /// A cluster's records were listed in full (at start, or after a watch failed).
     Listed(ClusterName),
 }
 
+/// Which of a cluster's two watches a record came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    Managed = 0,
+    Foreign = 1,
+}
+
+impl Source {
+    fn selector(self) -> &'static str {
+        match self {
+            Source::Managed => MANAGED_SELECTOR,
+            Source::Foreign => FOREIGN_SELECTOR,
+        }
+    }
+}
+
+/// One managed revision as planning needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Revision {
+    owner: OwnerId,
+    spec_hash: Option<String>,
+    status: String,
+    modified_at: Option<i64>,
+}
+
+/// One record as held: a managed revision's details, or only that a foreign revision exists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Held {
+    Managed(Revision),
+    Foreign,
+}
+
+/// A release's newest record before and after a change.
+type Change = (ReleaseKey, Option<Applied>, Option<Applied>);
+
+/// One cluster's release records, compact, by release and by owner.
+#[derive(Debug, Default)]
+struct Records {
+    managed: HashMap<ReleaseKey, BTreeMap<i64, Revision>>,
+    foreign: HashMap<ReleaseKey, BTreeSet<i64>>,
+    by_owner: HashMap<OwnerId, BTreeSet<ReleaseKey>>,
+}
+
+impl Records {
+    /// The newest record of a release, managed or not; a foreign one carries its revision only.
+    fn newest(&self, key: &ReleaseKey) -> Option<Applied> {
+        let managed = self.managed.get(key).and_then(|revs| revs.last_key_value());
+        let foreign = self.foreign.get(key).and_then(|revs| revs.last().copied());
+        // On a tie (a record moving between the watches) the foreign one wins: never taken over.
+        if let Some((rev, r)) = managed
+            && foreign.is_none_or(|f| f < *rev)
+        {
+            return Some(Applied {
+                key: key.clone(),
+                owner: Some(r.owner.clone()),
+                spec_hash: r.spec_hash.clone(),
+                revision: *rev,
+                status: r.status.clone(),
+                modified_at: r.modified_at,
+            });
+        }
+        foreign.map(|revision| Applied {
+            key: key.clone(),
+            owner: None,
+            spec_hash: None,
+            revision,
+            status: String::new(),
+            modified_at: None,
+        })
+    }
+
+    fn insert(&mut self, key: ReleaseKey, revision: i64, held: Held) {
+        match held {
+            Held::Managed(r) => {
+                self.managed.entry(key).or_default().insert(revision, r);
+            }
+            Held::Foreign => {
+                self.foreign.entry(key).or_default().insert(revision);
+            }
+        }
+    }
+
+    fn remove(&mut self, source: Source, key: &ReleaseKey, revision: i64) {
+        match source {
+            Source::Managed => {
+                if let Some(revs) = self.managed.get_mut(key) {
+                    revs.remove(&revision);
+                    if revs.is_empty() {
+                        self.managed.remove(key);
+                    }
+                }
+            }
+            Source::Foreign => {
+                if let Some(revs) = self.foreign.get_mut(key) {
+                    revs.remove(&revision);
+                    if revs.is_empty() {
+                        self.foreign.remove(key);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Holds (`Some`) or drops (`None`, from `source`) one record, keeping the owner index
+    /// true; returns the release's newest record before and after when it changed.
+    fn set(
+        &mut self,
+        source: Source,
+        key: &ReleaseKey,
+        revision: i64,
+        held: Option<Held>,
+    ) -> Option<Change> {
+        let before = self.newest(key);
+        match held {
+            Some(held) => self.insert(key.clone(), revision, held),
+            None => self.remove(source, key, revision),
+        }
+        let after = self.newest(key);
+        if before == after {
+            return None;
+        }
+        self.reindex(key, before.as_ref(), after.as_ref());
+        Some((key.clone(), before, after))
+    }
+
+    fn reindex(&mut self, key: &ReleaseKey, before: Option<&Applied>, after: Option<&Applied>) {
+        let owner = |a: Option<&Applied>| a.and_then(|a| a.owner.clone());
+        let (old, new) = (owner(before), owner(after));
+        if old == new {
+            return;
+        }
+        if let Some(old) = old
+            && let Some(keys) = self.by_owner.get_mut(&old)
+        {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.by_owner.remove(&old);
+            }
+        }
+        if let Some(new) = new {
+            self.by_owner.entry(new).or_default().insert(key.clone());
+        }
+    }
+
+    /// Replaces everything held from `source` with a complete listing; returns the releases whose
+    /// newest record changed.
+    fn relist(&mut self, source: Source, listed: Vec<(ReleaseKey, i64, Held)>) -> Vec<Change> {
+        let mut touched: BTreeSet<ReleaseKey> = match source {
+            Source::Managed => self.managed.keys().cloned().collect(),
+            Source::Foreign => self.foreign.keys().cloned().collect(),
+        };
+        touched.extend(listed.iter().map(|(k, _, _)| k.clone()));
+        let before: Vec<Option<Applied>> = touched.iter().map(|k| self.newest(k)).collect();
+        match source {
+            Source::Managed => self.managed.clear(),
+            Source::Foreign => self.foreign.clear(),
+        }
+        for (key, revision, held) in listed {
+            self.insert(key, revision, held);
+        }
+        let mut changed = Vec::new();
+        for (key, before) in touched.into_iter().zip(before) {
+            let after = self.newest(&key);
+            if before != after {
+                self.reindex(&key, before.as_ref(), after.as_ref());
+                changed.push((key, before, after));
+            }
+        }
+        changed
+    }
+}
+
+/// One record as held: its release, revision, and managed details (when its labels name an owner).
+fn read(cluster: &ClusterName, record: &Record) -> Option<(ReleaseKey, i64, Held)> {
+    let applied = applied_from(cluster, record)?;
+    let held = match applied.owner {
+        Some(owner) => Held::Managed(Revision {
+            owner,
+            spec_hash: applied.spec_hash,
+            status: applied.status,
+            modified_at: applied.modified_at,
+        }),
+        None => Held::Foreign,
+    };
+    Some((applied.key, applied.revision, held))
+}
+
+/// One record as a watch of `source` holds it: what the managed watch yields is managed, and
+/// whatever the foreign watch yields is foreign, whatever its labels say.
+fn read_as(
+    source: Source,
+    cluster: &ClusterName,
+    record: &Record,
+) -> Option<(ReleaseKey, i64, Held)> {
+    read(cluster, record).map(|(key, rev, held)| match (source, held) {
+        (Source::Managed, h @ Held::Managed(_)) => (key, rev, h),
+        _ => (key, rev, Held::Foreign),
+    })
+}
+
+/// The news of one release's change: it names the owner after the change, or before it when
+/// the release is gone.
+fn news((key, before, after): Change) -> RecordChange {
+    let owner = after
+        .and_then(|a| a.owner)
+        .or_else(|| before.and_then(|a| a.owner));
+    RecordChange::Release(key, owner)
+}
+
+/// What one of a cluster's two watches feeds into its records.
+struct Feed {
+    cluster: ClusterName,
+    source: Source,
+    records: Arc<RwLock<Records>>,
+    synced: Arc<[AtomicBool; 2]>,
+    listing: Vec<(ReleaseKey, i64, Held)>,
+}
+
+impl Feed {
+    /// Applies one watch event to the records; returns the news it makes.
+    fn apply(
+        &mut self,
+        event: Result<watcher::Event<Record>, watcher::Error>,
+    ) -> Vec<RecordChange> {
+        let source = self.source;
+        let read = |cluster: &ClusterName, r: &Record| read_as(source, cluster, r);
+        match event {
+            Ok(watcher::Event::Apply(r)) => read(&self.cluster, &r)
+                .and_then(|(key, rev, held)| self.write().set(source, &key, rev, Some(held)))
+                .map(news)
+                .into_iter()
+                .collect(),
+            Ok(watcher::Event::Delete(r)) => read(&self.cluster, &r)
+                .and_then(|(key, rev, _)| self.write().set(source, &key, rev, None))
+                .map(news)
+                .into_iter()
+                .collect(),
+            Ok(watcher::Event::Init) => {
+                self.listing.clear();
+                Vec::new()
+            }
+            Ok(watcher::Event::InitApply(r)) => {
+                if let Some(found) = read(&self.cluster, &r) {
+                    self.listing.push(found);
+                }
+                Vec::new()
+            }
+            Ok(watcher::Event::InitDone) => {
+                let listed = std::mem::take(&mut self.listing);
+                let mut out: Vec<RecordChange> = self
+                    .write()
+                    .relist(source, listed)
+                    .into_iter()
+                    .map(news)
+                    .collect();
+                self.synced[source as usize].store(true, Ordering::Release);
+                if self.synced.iter().all(|s| s.load(Ordering::Acquire)) {
+                    out.push(RecordChange::Listed(self.cluster.clone()));
+                }
+                out
+            }
+            Err(e) => {
+                // Until the watch has relisted, what is held may be out of date.
+                self.synced[source as usize].store(false, Ordering::Release);
+                tracing::warn!(error = %e, "watching release records failed; relisting with backoff");
+                Vec::new()
+            }
+        }
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Records> {
+        self.records.write().expect("release records lock")
+    }
+}
+
 struct Watched {
-    store: Store<Record>,
-    synced: Arc<AtomicBool>,
+    records: Arc<RwLock<Records>>,
+    synced: Arc<[AtomicBool; 2]>,
     stop: CancellationToken,
+}
+
+impl Watched {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Records> {
+        self.records.read().expect("release records lock")
+    }
+
+    fn is_synced(&self) -> bool {
+        self.synced.iter().all(|s| s.load(Ordering::Acquire))
+    }
 }
 
 /// The release records of every watched cluster.
@@ -67,8 +373,8 @@ impl ReleaseIndex {
     }
 
     /// Starts watching one cluster's release records; each change is sent on `changes`. The
-    /// cluster counts as synced from its first complete listing until its watch fails, and again
-    /// after the watch has relisted. Replaces any earlier watch of that cluster.
+    /// cluster counts as synced once both its watches have listed in full, until either fails,
+    /// and again after it has relisted. Replaces any earlier watch of that cluster.
     pub fn watch(
         &self,
         cluster: ClusterName,
@@ -76,82 +382,72 @@ impl ReleaseIndex {
         changes: Sender<RecordChange>,
         parent: &CancellationToken,
     ) {
-        let (store, writer) = reflector::store();
-        let synced = Arc::new(AtomicBool::new(false));
+        let records = Arc::new(RwLock::new(Records::default()));
+        let synced = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
         let stop = parent.child_token();
-        let api: Api<Record> = Api::all(client);
-        let config = watcher::Config::default().labels("owner=helm");
-        let stream = crate::observe::watch::relisting_watcher(api, config).reflect(writer);
-        let span = tracing::info_span!("release_records", cluster = %cluster);
-        let name = cluster.clone();
-        let (flag, token) = (synced.clone(), stop.clone());
-        self.tasks.spawn(
-            async move {
-                let forward = stream.for_each(|event| {
-                    let news = match event {
-                        Ok(watcher::Event::Apply(r) | watcher::Event::Delete(r) | watcher::Event::InitApply(r)) => {
-                            applied_from(&name, &r).map(|a| RecordChange::Release(a.key, a.owner))
+        for source in [Source::Managed, Source::Foreign] {
+            let api: Api<Record> = Api::all(client.clone());
+            let config = watcher::Config::default().labels(source.selector());
+            let stream = crate::observe::watch::relisting_watcher(api, config);
+            let span =
+                tracing::info_span!("release_records", cluster = %cluster, records = ?source);
+            let mut feed = Feed {
+                cluster: cluster.clone(),
+                source,
+                records: records.clone(),
+                synced: synced.clone(),
+                listing: Vec::new(),
+            };
+            let (changes, token) = (changes.clone(), stop.clone());
+            self.tasks.spawn(
+                async move {
+                    let forward = stream.for_each(|event| {
+                        let news = feed.apply(event);
+                        let changes = changes.clone();
+                        async move {
+                            // A full channel makes the watch wait: news is never dropped.
+                            for news in news {
+                                let _ = changes.send(news).await;
+                            }
                         }
-                        Ok(watcher::Event::Init) => None,
-                        Ok(watcher::Event::InitDone) => {
-                            flag.store(true, Ordering::Release);
-                            Some(RecordChange::Listed(name.clone()))
-                        }
-                        Err(e) => {
-                            // Until the watch has relisted, what the store holds may be out of date.
-                            flag.store(false, Ordering::Release);
-                            tracing::warn!(error = %e, "watching release records failed; retrying with backoff");
-                            None
-                        }
-                    };
-                    let changes = changes.clone();
-                    async move {
-                        // A full channel makes the watch wait: news is never dropped.
-                        if let Some(news) = news {
-                            let _ = changes.send(news).await;
-                        }
+                    });
+                    tokio::select! {
+                        () = forward => {}
+                        () = token.cancelled() => {}
                     }
-                });
-                tokio::select! {
-                    () = forward => {}
-                    () = token.cancelled() => {}
                 }
-            }
-            .instrument(span),
-        );
-        if let Some(old) = self.clusters.insert(
-            cluster,
-            Watched {
-                store,
-                synced,
-                stop,
-            },
-        ) {
+                .instrument(span),
+            );
+        }
+        let watched = Watched {
+            records,
+            synced,
+            stop,
+        };
+        if let Some(old) = self.clusters.insert(cluster, watched) {
             old.stop.cancel();
         }
     }
 
     /// Holds `records` as a cluster's fully listed release records, replacing what was held: for
-    /// tests, in place of a watch.
+    /// tests, in place of a watch. Each record is held as its labels say (managed or foreign).
     #[cfg(test)]
     pub(crate) fn seed(&self, cluster: ClusterName, records: Vec<Record>) {
-        let (store, mut writer) = reflector::store();
-        writer.apply_watcher_event(&watcher::Event::Init);
-        for record in records {
-            writer.apply_watcher_event(&watcher::Event::InitApply(record));
+        let mut held = Records::default();
+        for (key, revision, record) in records.iter().filter_map(|r| read(&cluster, r)) {
+            held.set(Source::Managed, &key, revision, Some(record));
         }
-        writer.apply_watcher_event(&watcher::Event::InitDone);
         let watched = Watched {
-            store,
-            synced: Arc::new(AtomicBool::new(true)),
+            records: Arc::new(RwLock::new(held)),
+            synced: Arc::new([AtomicBool::new(true), AtomicBool::new(true)]),
             stop: CancellationToken::new(),
         };
         self.clusters.insert(cluster, watched);
     }
 
-    /// Watch streams open now: one per watched cluster.
+    /// Watch streams open now: two per watched cluster (ours, and the others' by name).
     pub fn streams(&self) -> usize {
-        self.clusters.len()
+        self.clusters.len() * 2
     }
 
     /// Stops watching a cluster and forgets its records.
@@ -163,59 +459,105 @@ impl ReleaseIndex {
 
     /// The newest record of one release, when its cluster's records hold it.
     pub fn get(&self, key: &ReleaseKey) -> Option<Applied> {
-        let entry = self.clusters.get(&key.scope.cluster)?;
-        entry
-            .store
-            .state()
+        self.clusters.get(&key.scope.cluster)?.read().newest(key)
+    }
+
+    /// The clusters whose records are fully listed.
+    pub fn synced(&self) -> BTreeSet<ClusterName> {
+        self.clusters
             .iter()
-            .filter_map(|record| applied_from(entry.key(), record))
-            .filter(|a| a.key == *key)
-            .reduce(|held, a| if held.revision >= a.revision { held } else { a })
+            .filter(|w| w.is_synced())
+            .map(|w| w.key().clone())
+            .collect()
     }
 
-    /// Every release known, newest record per release, and the clusters whose records are fully listed.
-    pub fn snapshot(&self) -> (HashMap<ReleaseKey, Applied>, BTreeSet<ClusterName>) {
-        let mut applied = HashMap::new();
-        let mut synced = BTreeSet::new();
-        for entry in &self.clusters {
-            if entry.synced.load(Ordering::Acquire) {
-                synced.insert(entry.key().clone());
-            }
-            for record in entry.store.state() {
-                keep_newest(&mut applied, applied_from(entry.key(), &record));
+    /// The newest record of each release `owner` holds, in every cluster.
+    pub fn owned_by(&self, owner: &OwnerId) -> Vec<Applied> {
+        let mut owned = Vec::new();
+        for watched in &self.clusters {
+            let records = watched.read();
+            if let Some(keys) = records.by_owner.get(owner) {
+                owned.extend(keys.iter().filter_map(|k| records.newest(k)));
             }
         }
-        (applied, synced)
+        owned
+    }
+
+    /// What planning `owner` needs: the newest record of each of `keys` and of each release
+    /// `owner` holds, by key.
+    pub fn applied_for<'a>(
+        &self,
+        owner: &OwnerId,
+        keys: impl IntoIterator<Item = &'a ReleaseKey>,
+    ) -> HashMap<ReleaseKey, Applied> {
+        let mut applied: HashMap<ReleaseKey, Applied> = self
+            .owned_by(owner)
+            .into_iter()
+            .map(|a| (a.key.clone(), a))
+            .collect();
+        for key in keys {
+            if !applied.contains_key(key)
+                && let Some(a) = self.get(key)
+            {
+                applied.insert(key.clone(), a);
+            }
+        }
+        applied
+    }
+
+    /// Every managed release of one cluster (all clusters when None), with its owner.
+    pub fn managed(&self, cluster: Option<&ClusterName>) -> Vec<(ReleaseKey, OwnerId)> {
+        let mut all = Vec::new();
+        for watched in self
+            .clusters
+            .iter()
+            .filter(|w| cluster.is_none_or(|c| c == w.key()))
+        {
+            let records = watched.read();
+            for (owner, keys) in &records.by_owner {
+                all.extend(keys.iter().map(|k| (k.clone(), owner.clone())));
+            }
+        }
+        all
+    }
+
+    /// The owners of the managed releases of one cluster.
+    pub fn owners_in(&self, cluster: &ClusterName) -> Vec<OwnerId> {
+        self.clusters
+            .get(cluster)
+            .map(|w| w.read().by_owner.keys().cloned().collect())
+            .unwrap_or_default()
     }
 }
 
-/// Keeps the newest record per release.
-fn keep_newest(applied: &mut HashMap<ReleaseKey, Applied>, record: Option<Applied>) {
-    if let Some(a) = record {
-        match applied.get(&a.key) {
-            Some(held) if held.revision >= a.revision => {}
-            _ => {
-                applied.insert(a.key.clone(), a);
-            }
-        }
-    }
-}
-
-/// One cluster's releases, newest record per release, listed once (metadata only), as the
-/// watches of `ReleaseIndex` hold them: for a one-off look such as `tenancy-hub diff`.
+/// One cluster's releases, newest record per release, listed once with the selectors the
+/// watches of `ReleaseIndex` use: for a one-off look such as `tenancy-hub diff`.
 pub async fn list(
     cluster: &ClusterName,
     client: kube::Client,
 ) -> kube::Result<HashMap<ReleaseKey, Applied>> {
-    let api: Api<Secret> = Api::all(client);
-    let records = api
-        .list_metadata(&kube::api::ListParams::default().labels("owner=helm"))
-        .await?;
-    let mut applied = HashMap::new();
-    for record in &records.items {
-        keep_newest(&mut applied, applied_from(cluster, record));
+    let api: Api<Record> = Api::all(client);
+    let mut records = Records::default();
+    for source in [Source::Managed, Source::Foreign] {
+        let params = kube::api::ListParams::default().labels(source.selector());
+        let listed = api.list(&params).await?;
+        let held = listed
+            .items
+            .iter()
+            .filter_map(|r| read_as(source, cluster, r))
+            .collect();
+        records.relist(source, held);
     }
-    Ok(applied)
+    let keys: BTreeSet<ReleaseKey> = records
+        .managed
+        .keys()
+        .chain(records.foreign.keys())
+        .cloned()
+        .collect();
+    Ok(keys
+        .into_iter()
+        .filter_map(|k| Some((k.clone(), records.newest(&k)?)))
+        .collect())
 }
 
 /// The manifest Helm deployed for one revision of a release, read from its release record;
@@ -353,23 +695,215 @@ mod tests {
         assert!(decode_manifest(b"%%").unwrap_err().contains("not base64"));
     }
 
-    #[test]
-    fn the_newest_record_of_a_release_is_kept() {
-        let record = |v: &str| {
-            applied_from(
-                &"hub".parse().unwrap(),
-                &record(
-                    "team",
-                    &[("owner", "helm"), ("name", "web"), ("version", v)],
-                ),
-            )
-        };
-        let mut applied = HashMap::new();
-        for v in ["2", "3", "1"] {
-            keep_newest(&mut applied, record(v));
+    fn managed(rev: &str, owner: &str, status: &str) -> Record {
+        let mut r = record(
+            "team",
+            &[
+                ("owner", "helm"),
+                ("name", "web"),
+                ("version", rev),
+                ("status", status),
+                (MANAGED_BY_LABEL, MANAGED_BY),
+                (OWNER_NAMESPACE_LABEL, "default"),
+                (OWNER_NAME_LABEL, owner),
+            ],
+        );
+        r.metadata.name = Some(format!("sh.helm.release.v1.web.v{rev}"));
+        r
+    }
+
+    fn by_hand(rev: &str) -> Record {
+        record(
+            "team",
+            &[
+                ("owner", "helm"),
+                ("name", "web"),
+                ("version", rev),
+                ("status", "deployed"),
+            ],
+        )
+    }
+
+    fn hub() -> ClusterName {
+        "hub".parse().unwrap()
+    }
+
+    fn web() -> ReleaseKey {
+        "hub/team/web".parse().unwrap()
+    }
+
+    fn owner(name: &str) -> OwnerId {
+        OwnerId {
+            namespace: "default".into(),
+            name: name.into(),
         }
-        assert_eq!(applied.len(), 1);
-        assert_eq!(applied.values().next().unwrap().revision, 3);
+    }
+
+    fn feed(source: Source, records: &Arc<RwLock<Records>>, synced: &Arc<[AtomicBool; 2]>) -> Feed {
+        Feed {
+            cluster: hub(),
+            source,
+            records: records.clone(),
+            synced: synced.clone(),
+            listing: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_newest_revision_is_kept_whichever_record_comes_or_goes_first() {
+        let records = Arc::new(RwLock::new(Records::default()));
+        let synced = Arc::new([AtomicBool::new(true), AtomicBool::new(true)]);
+        let mut f = feed(Source::Managed, &records, &synced);
+        let newest = || {
+            records
+                .read()
+                .unwrap()
+                .newest(&web())
+                .map(|a| (a.revision, a.status))
+        };
+        f.apply(Ok(watcher::Event::Apply(managed("2", "a", "deployed"))));
+        f.apply(Ok(watcher::Event::Apply(managed(
+            "3",
+            "a",
+            "pending-upgrade",
+        ))));
+        f.apply(Ok(watcher::Event::Apply(managed("1", "a", "failed"))));
+        assert_eq!(newest(), Some((3, "pending-upgrade".into())));
+        // The older record leaves the narrowed watch (superseded) before the newer is deployed.
+        f.apply(Ok(watcher::Event::Delete(managed("2", "a", "superseded"))));
+        f.apply(Ok(watcher::Event::Apply(managed("3", "a", "deployed"))));
+        assert_eq!(newest(), Some((3, "deployed".into())));
+        // The newest record goes (an upgrade rolled back by hand): the next one is newest again.
+        f.apply(Ok(watcher::Event::Delete(managed("3", "a", "deployed"))));
+        assert_eq!(newest(), Some((1, "failed".into())));
+        f.apply(Ok(watcher::Event::Delete(managed("1", "a", "failed"))));
+        assert_eq!(newest(), None);
+        assert!(records.read().unwrap().managed.is_empty());
+    }
+
+    #[test]
+    fn a_change_is_told_only_when_the_newest_record_changes_and_names_its_owner() {
+        let records = Arc::new(RwLock::new(Records::default()));
+        let synced = Arc::new([AtomicBool::new(true), AtomicBool::new(true)]);
+        let mut f = feed(Source::Managed, &records, &synced);
+        let told = f.apply(Ok(watcher::Event::Apply(managed("2", "a", "deployed"))));
+        assert_eq!(told, [RecordChange::Release(web(), Some(owner("a")))]);
+        assert!(
+            f.apply(Ok(watcher::Event::Apply(managed("1", "a", "superseded"))))
+                .is_empty()
+        );
+        let told = f.apply(Ok(watcher::Event::Delete(managed("2", "a", "deployed"))));
+        assert_eq!(told, [RecordChange::Release(web(), Some(owner("a")))]);
+        let told = f.apply(Ok(watcher::Event::Delete(managed("1", "a", "deployed"))));
+        assert_eq!(
+            told,
+            [RecordChange::Release(web(), Some(owner("a")))],
+            "the owner of a release gone is told"
+        );
+    }
+
+    #[test]
+    fn the_owner_index_follows_the_newest_record() {
+        let mut held = Records::default();
+        let (key, revision, record) = read(&hub(), &managed("1", "a", "deployed")).unwrap();
+        held.set(Source::Managed, &key, revision, Some(record));
+        assert_eq!(held.by_owner.get(&owner("a")).map(|k| k.len()), Some(1));
+        // A newer revision by hand: the release is no longer tenancy-hub's.
+        held.set(Source::Foreign, &key, 2, Some(Held::Foreign));
+        assert!(held.by_owner.is_empty());
+        assert_eq!(held.newest(&key).unwrap().owner, None);
+        held.set(Source::Foreign, &key, 2, None);
+        assert_eq!(held.by_owner.get(&owner("a")).map(|k| k.len()), Some(1));
+    }
+
+    #[test]
+    fn a_relist_replaces_one_watchs_records_and_tells_only_what_changed() {
+        let records = Arc::new(RwLock::new(Records::default()));
+        let synced = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
+        let mut ours = feed(Source::Managed, &records, &synced);
+        let mut theirs = feed(Source::Foreign, &records, &synced);
+        ours.apply(Ok(watcher::Event::Init));
+        ours.apply(Ok(watcher::Event::InitApply(managed("1", "a", "deployed"))));
+        let told = ours.apply(Ok(watcher::Event::InitDone));
+        assert_eq!(
+            told,
+            [RecordChange::Release(web(), Some(owner("a")))],
+            "not listed until both watches are"
+        );
+        theirs.apply(Ok(watcher::Event::Init));
+        let mut other = by_hand("4");
+        other
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert("name".into(), "db".into());
+        theirs.apply(Ok(watcher::Event::InitApply(other)));
+        let told = theirs.apply(Ok(watcher::Event::InitDone));
+        assert_eq!(
+            told,
+            [
+                RecordChange::Release("hub/team/db".parse().unwrap(), None),
+                RecordChange::Listed(hub())
+            ]
+        );
+        // The watch fails: not synced until it has listed again, and the same listing tells
+        // nothing but that.
+        ours.apply(Err(watcher::Error::NoResourceVersion));
+        assert!(!synced[0].load(Ordering::Acquire));
+        ours.apply(Ok(watcher::Event::Init));
+        ours.apply(Ok(watcher::Event::InitApply(managed("1", "a", "deployed"))));
+        assert_eq!(
+            ours.apply(Ok(watcher::Event::InitDone)),
+            [RecordChange::Listed(hub())]
+        );
+        // Listed again without the release: it is gone.
+        ours.apply(Ok(watcher::Event::Init));
+        let told = ours.apply(Ok(watcher::Event::InitDone));
+        assert_eq!(
+            told,
+            [
+                RecordChange::Release(web(), Some(owner("a"))),
+                RecordChange::Listed(hub())
+            ]
+        );
+        assert!(records.read().unwrap().by_owner.is_empty());
+    }
+
+    #[test]
+    fn a_release_installed_by_hand_is_held_without_owner_so_it_is_never_taken_over() {
+        let index = ReleaseIndex::default();
+        index.seed(hub(), vec![by_hand("2")]);
+        let a = index.get(&web()).unwrap();
+        assert_eq!((a.owner, a.revision), (None, 2));
+        assert!(index.managed(None).is_empty());
+        let applied = index.applied_for(&owner("a"), [&web()]);
+        assert_eq!(applied.get(&web()).map(|a| a.owner.clone()), Some(None));
+    }
+
+    #[test]
+    fn planning_reads_the_keys_it_names_and_the_releases_its_owner_holds() {
+        let index = ReleaseIndex::default();
+        let mut elsewhere = managed("1", "a", "deployed");
+        elsewhere.metadata.namespace = Some("old".into());
+        let mut other = by_hand("1");
+        other
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert("name".into(), "db".into());
+        index.seed(hub(), vec![managed("1", "a", "deployed"), elsewhere, other]);
+        let applied = index.applied_for(&owner("a"), std::iter::empty());
+        let mut keys: Vec<String> = applied.keys().map(ToString::to_string).collect();
+        keys.sort();
+        assert_eq!(keys, ["hub/old/web", "hub/team/web"]);
+        assert!(
+            index
+                .applied_for(&owner("b"), std::iter::empty())
+                .is_empty()
+        );
+        assert_eq!(index.synced(), BTreeSet::from([hub()]));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Wires registry, release watches, queue and reconciler together and runs them until shutdown.
 
-use std::{future::Future, path::PathBuf, sync::Arc, time::Duration};
+use std::{collections::BTreeSet, future::Future, path::PathBuf, sync::Arc, time::Duration};
 
 use futures::StreamExt;
 use kube::{
@@ -27,7 +27,7 @@ use crate::{
     controller::context::Settings,
     controller::reload::Reloader,
     controller::shard::{Shards, shard_of},
-    controller::{drift, drift::DriftBoard, loops, reconcile},
+    controller::{claims, claims::Claims, drift, drift::DriftBoard, loops, reconcile},
     delivery::charts::ChartCatalog,
     delivery::helm::{HelmCli, HelmOptions},
     delivery::queue::{HelmQueue, QueueConfig},
@@ -214,9 +214,19 @@ pub async fn run(
         rx.recv().await.map(|r| (r, rx))
     });
     let (store, writer) = reflector::store();
+    let claims = Arc::new(Claims::new(chart_home.clone()));
     let own = watcher(controllers, watcher::Config::default())
         .default_backoff()
         .reflect(writer)
+        .inspect({
+            let (claims, registry) = (claims.clone(), shared.clone());
+            let mut listing = BTreeSet::new();
+            move |event| {
+                if let Ok(event) = event {
+                    claims::follow(&claims, &|| registry.load().labels(), &mut listing, event);
+                }
+            }
+        })
         .applied_objects()
         .predicate_filter(plan_relevant, PredicateConfig::default());
     let runtime = Runtime::for_stream(own, store)
@@ -297,6 +307,7 @@ pub async fn run(
         registry: shared,
         releases,
         queue: queue.clone(),
+        claims,
         interest: Default::default(),
         orphans: Default::default(),
         outcomes: Default::default(),
@@ -353,12 +364,7 @@ pub async fn run(
     ));
     tasks.spawn(until(
         &cancel,
-        loops::forward_record_changes(
-            ctx.clone(),
-            record_rx,
-            trigger_tx.clone(),
-            everything_tx.clone(),
-        ),
+        loops::forward_record_changes(ctx.clone(), record_rx, trigger_tx.clone()),
     ));
     tasks.spawn(until(&cancel, loops::aggregate(ctx.clone(), changes_rx)));
     tasks.spawn(

@@ -1,9 +1,9 @@
-//! Benchmarks on the lab: convergence, status latency, write load, footprint, breadth, namespaces and rollout, as a table and JSON.
+//! Benchmarks on the lab: convergence, status latency, write load, footprint, breadth, namespaces, Controllers growth and rollout, as a table and JSON.
 //!
 //! Run with `kind/bench.sh` (it brings the lab up and builds in release mode), or on a running lab:
 //! `TENANCY_HUB_LAB_DIR=.lab cargo bench --bench lab -- [--only NAME] [--json FILE] [--pods P]
-//! [--namespaces 10,100,500] [--unrelated-pods N]`. `TENANCY_HUB_OPERATOR=PATH` runs another build
-//! of the operator (a baseline) in every scenario.
+//! [--namespaces 10,100,500] [--unrelated-pods N] [--controllers 10,100,1000]`.
+//! `TENANCY_HUB_OPERATOR=PATH` runs another build of the operator (a baseline) in every scenario.
 //! The `rollout` scenario needs three members and runs only when named in `--only`.
 
 #[path = "../common/mod.rs"]
@@ -42,6 +42,7 @@ struct Args {
     breadth: usize,
     namespaces: Vec<usize>,
     unrelated_pods: usize,
+    controllers: Vec<usize>,
 }
 
 fn args() -> Args {
@@ -54,6 +55,7 @@ fn args() -> Args {
         breadth: 21,
         namespaces: vec![10, 100, 500],
         unrelated_pods: 10_000,
+        controllers: vec![10, 100, 1000],
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -72,6 +74,12 @@ fn args() -> Args {
                     .collect()
             }
             "--unrelated-pods" => a.unrelated_pods = value().parse().expect("--unrelated-pods N"),
+            "--controllers" => {
+                a.controllers = value()
+                    .split(',')
+                    .map(|n| n.parse().expect("--controllers N,N,…"))
+                    .collect()
+            }
             "--bench" => {}
             other => panic!("unknown argument {other}; see the top of tests/benchmarks/lab.rs"),
         }
@@ -425,6 +433,76 @@ async fn footprint(a: &Args) -> Value {
         "churn_seconds": churn, "watch_events_per_second": events / churn,
         "status_writes_per_second": writes / churn, "status_bytes": bytes,
     })
+}
+
+/// Growth in the number of Controllers: for each count K, K suspended Controllers (planned and
+/// reported, no Helm call) each naming one release on the hub are created with no operator
+/// running; then an operator starts, lists them and reconciles every one (a forced "reconcile
+/// everything", as after a restart or failover). Measured: the time and operator CPU seconds until
+/// each is reconciled, the CPU share over a quiet window after, RSS, and the status writes to the hub.
+async fn controllers(a: &Args) -> Value {
+    let lab = Lab::get();
+    let mut rows = serde_json::Map::new();
+    for &k in &a.controllers {
+        let hub = Hub::without_operator(Lab::get(), unique("bench-ctl")).await;
+        progress(&format!("controllers: creating {k} suspended Controllers"));
+        for i in 0..k {
+            let mut spec = web(&format!("ctl-{i}"), &["hub"], "1");
+            spec.suspend = true;
+            hub.apply(&format!("c{i}"), spec).await;
+        }
+        let operator = common::operator::Operator::start(&lab, &hub.namespace);
+        let pid = operator.pid();
+        let started = Instant::now();
+        let cpu0 = usage(pid).2;
+        let reconciled = || operator.metric("tenancy_hub_reconciles_total");
+        // Each Controller is reconciled twice on start: the finalizer is added, then it is planned.
+        wait_until("every Controller reconciled", LONG, || async {
+            (reconciled() >= 2.0 * k as f64).then_some(())
+        })
+        .await;
+        let all_seconds = started.elapsed().as_secs_f64();
+        let all_cpu = usage(pid).2 - cpu0;
+        let writes = operator.metric("tenancy_hub_status_writes_total");
+        let quiet_cpu = cpu_over(pid, Duration::from_secs(10)).await;
+        let (rss, peak, _) = usage(pid);
+        progress(&format!(
+            "controllers: {k}: reconcile all {all_seconds:.1}s, {all_cpu:.2} CPU s, RSS {} MiB",
+            rss / 1024
+        ));
+        for (figure, value) in [
+            ("all_seconds", all_seconds),
+            ("all_cpu_seconds", all_cpu),
+            ("cpu_ms_per_reconcile", all_cpu * 1000.0 / reconciled()),
+            ("quiet_cpu_cores", quiet_cpu),
+            ("rss_mib", rss as f64 / 1024.0),
+            ("peak_rss_mib", peak as f64 / 1024.0),
+            ("status_writes", writes),
+        ] {
+            rows.insert(format!("k{k}_{figure}"), json!(value));
+        }
+        lab.kubectl(
+            "hub",
+            &[
+                "delete",
+                "controllers.multitenancy.dev",
+                "--all",
+                "-n",
+                &hub.namespace,
+                "--wait=false",
+            ],
+        );
+        wait_until("every Controller gone", LONG, || async {
+            hub.api()
+                .list(&Default::default())
+                .await
+                .ok()
+                .filter(|l| l.items.is_empty())
+                .map(|_| ())
+        })
+        .await;
+    }
+    Value::Object(rows)
 }
 
 async fn breadth(a: &Args) -> Value {
@@ -829,9 +907,12 @@ async fn main() {
             .as_deref()
             .is_some_and(|o| o.split(',').any(|x| x == s))
     };
-    // Heavy (thousands of pods, hundreds of namespaces): only when asked for.
+    // Heavy (thousands of pods, hundreds of namespaces or Controllers): only when asked for.
     if named("namespaces") {
         results.insert("namespaces", namespaces(&a).await);
+    }
+    if named("controllers") {
+        results.insert("controllers", controllers(&a).await);
     }
     // Needs three members (kind/up.sh --members 3): only when asked for.
     if named("rollout") {

@@ -1,0 +1,374 @@
+//! Which Controllers claim each release key, kept from Controller events, so a reconcile reads only the keys its spec names.
+//!
+//! Computing a Controller's claimant resolves its whole spec against the registry's cluster
+//! labels; doing it for every Controller on every reconcile made a reconcile O(K) and a relist of
+//! K Controllers O(K²). Here each Controller's claimant is computed when its spec changes (its
+//! uid, generation or deletion), or for all of them once when the cluster labels change, and held
+//! in an inverted index key -> claimants and cluster -> claimants.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    path::PathBuf,
+    sync::{Arc, RwLock},
+};
+
+use kube::Resource;
+
+use crate::{
+    api::crd::Controller,
+    api::key::{ClusterName, ReleaseKey},
+    controller::reconcile::{created_secs, owner_id},
+    delivery::plan::{self, Applied, OwnerId},
+};
+
+/// Cluster names and their labels, as the registry holds them.
+pub type Labels = BTreeMap<ClusterName, BTreeMap<String, String>>;
+
+/// What a claimant was computed from, besides the cluster labels.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Stamp {
+    uid: Option<String>,
+    generation: Option<i64>,
+    deleting: bool,
+}
+
+impl Stamp {
+    fn of(c: &Controller) -> Self {
+        Self {
+            uid: c.meta().uid.clone(),
+            generation: c.meta().generation,
+            deleting: c.meta().deletion_timestamp.is_some(),
+        }
+    }
+}
+
+struct Entry {
+    stamp: Stamp,
+    object: Arc<Controller>,
+    created: i64,
+    keys: Vec<ReleaseKey>,
+}
+
+#[derive(Default)]
+struct Inner {
+    labels: Labels,
+    entries: HashMap<OwnerId, Entry>,
+    by_key: HashMap<ReleaseKey, BTreeSet<OwnerId>>,
+    by_cluster: HashMap<ClusterName, BTreeSet<OwnerId>>,
+}
+
+impl Inner {
+    fn unindex(&mut self, owner: &OwnerId) -> Option<Entry> {
+        let entry = self.entries.remove(owner)?;
+        for key in &entry.keys {
+            remove_from(&mut self.by_key, key, owner);
+            remove_from(&mut self.by_cluster, &key.scope.cluster, owner);
+        }
+        Some(entry)
+    }
+
+    fn index(&mut self, owner: OwnerId, entry: Entry) {
+        for key in &entry.keys {
+            self.by_key
+                .entry(key.clone())
+                .or_default()
+                .insert(owner.clone());
+            self.by_cluster
+                .entry(key.scope.cluster.clone())
+                .or_default()
+                .insert(owner.clone());
+        }
+        self.entries.insert(owner, entry);
+    }
+}
+
+fn remove_from<K: std::hash::Hash + Eq>(
+    map: &mut HashMap<K, BTreeSet<OwnerId>>,
+    key: &K,
+    owner: &OwnerId,
+) {
+    if let Some(set) = map.get_mut(key) {
+        set.remove(owner);
+        if set.is_empty() {
+            map.remove(key);
+        }
+    }
+}
+
+/// How many charts a spec names over all its tenancies: the size of the work of planning it.
+pub fn named_charts(c: &Controller) -> usize {
+    c.spec.tenancies.iter().map(|t| t.charts.len()).sum()
+}
+
+/// The release keys every Controller claims, by key and by cluster.
+pub struct Claims {
+    inner: RwLock<Inner>,
+    chart_home: PathBuf,
+}
+
+impl Claims {
+    /// An empty index whose claimants resolve local charts under `chart_home`.
+    pub fn new(chart_home: PathBuf) -> Self {
+        Self {
+            inner: RwLock::default(),
+            chart_home,
+        }
+    }
+
+    fn claimant(&self, c: &Controller, labels: &Labels) -> Entry {
+        let stamp = Stamp::of(c);
+        // A resource being deleted claims nothing: its keys are free for others.
+        let keys = if stamp.deleting {
+            Vec::new()
+        } else {
+            let named = || plan::claimant(owner_id(c), 0, &c.spec, labels, &self.chart_home).2;
+            crate::controller::offload(named_charts(c), named)
+        };
+        Entry {
+            stamp,
+            object: Arc::new(c.clone()),
+            created: created_secs(c),
+            keys,
+        }
+    }
+
+    /// Computes every claimant afresh when the cluster labels are not those they were computed with.
+    fn relabel(&self, labels: &Labels) {
+        if self.inner.read().expect("claims lock").labels == *labels {
+            return;
+        }
+        let mut inner = self.inner.write().expect("claims lock");
+        if inner.labels == *labels {
+            return;
+        }
+        let objects: Vec<Arc<Controller>> =
+            inner.entries.values().map(|e| e.object.clone()).collect();
+        let fresh: Vec<(OwnerId, Entry)> = crate::controller::offload(objects.len(), || {
+            objects
+                .iter()
+                .map(|c| (owner_id(c), self.claimant(c, labels)))
+                .collect()
+        });
+        *inner = Inner {
+            labels: labels.clone(),
+            ..Inner::default()
+        };
+        for (owner, entry) in fresh {
+            inner.index(owner, entry);
+        }
+    }
+
+    /// Takes in a Controller as it is now (created, changed or being deleted), with the cluster
+    /// labels as they are now; nothing is computed when neither its spec nor the labels changed.
+    pub fn update(&self, c: &Controller, labels: &Labels) {
+        self.relabel(labels);
+        let owner = owner_id(c);
+        let stamp = Stamp::of(c);
+        let held = self.inner.read().expect("claims lock");
+        if held.entries.get(&owner).is_some_and(|e| e.stamp == stamp) {
+            return;
+        }
+        drop(held);
+        let entry = self.claimant(c, labels);
+        let mut inner = self.inner.write().expect("claims lock");
+        inner.unindex(&owner);
+        inner.index(owner, entry);
+    }
+
+    /// Forgets a Controller that is gone.
+    pub fn remove(&self, owner: &OwnerId) {
+        self.inner.write().expect("claims lock").unindex(owner);
+    }
+
+    /// Keeps only the Controllers in `present` (after the hub's Controllers were listed afresh).
+    pub fn retain(&self, present: &BTreeSet<OwnerId>) {
+        let mut inner = self.inner.write().expect("claims lock");
+        let gone: Vec<OwnerId> = inner
+            .entries
+            .keys()
+            .filter(|o| !present.contains(*o))
+            .cloned()
+            .collect();
+        for owner in gone {
+            inner.unindex(&owner);
+        }
+    }
+
+    /// The release keys a Controller's spec names.
+    pub fn keys_of(&self, owner: &OwnerId) -> Vec<ReleaseKey> {
+        let inner = self.inner.read().expect("claims lock");
+        inner
+            .entries
+            .get(owner)
+            .map(|e| e.keys.clone())
+            .unwrap_or_default()
+    }
+
+    /// Who holds each of `keys` among the Controllers claiming it, by the one rule of
+    /// [`plan::claims`]; `applied` needs to hold the newest record of each of `keys`.
+    pub fn holders(
+        &self,
+        keys: &[ReleaseKey],
+        applied: &HashMap<ReleaseKey, Applied>,
+    ) -> HashMap<ReleaseKey, OwnerId> {
+        let inner = self.inner.read().expect("claims lock");
+        let claimants = keys.iter().flat_map(|key| {
+            let inner = &inner;
+            inner
+                .by_key
+                .get(key)
+                .into_iter()
+                .flatten()
+                .filter_map(move |owner| {
+                    let entry = inner.entries.get(owner)?;
+                    Some((owner.clone(), entry.created, vec![key.clone()]))
+                })
+        });
+        plan::claims(claimants.collect::<Vec<_>>(), applied)
+    }
+
+    /// The Controllers whose specs name a release in `cluster`.
+    pub fn targeting(&self, cluster: &ClusterName) -> Vec<OwnerId> {
+        let inner = self.inner.read().expect("claims lock");
+        inner
+            .by_cluster
+            .get(cluster)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// How many Controllers are held.
+    pub fn len(&self) -> usize {
+        self.inner.read().expect("claims lock").entries.len()
+    }
+
+    /// True when no Controller is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Feeds the hub's Controller watch into `claims` (`labels` reads the registry's cluster labels): each Controller seen is taken in, each
+/// deleted one forgotten, and after a complete listing only those listed are kept.
+pub fn follow(
+    claims: &Claims,
+    labels: &dyn Fn() -> Labels,
+    listing: &mut BTreeSet<OwnerId>,
+    event: &kube::runtime::watcher::Event<Controller>,
+) {
+    use kube::runtime::watcher::Event;
+    match event {
+        Event::Apply(c) => claims.update(c, &labels()),
+        Event::InitApply(c) => {
+            listing.insert(owner_id(c));
+            claims.update(c, &labels());
+        }
+        Event::Delete(c) => claims.remove(&owner_id(c)),
+        Event::Init => listing.clear(),
+        Event::InitDone => claims.retain(&std::mem::take(listing)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::fixtures::{controller, deleted};
+
+    const WEB: &str = "tenancies:\n  - namespace: foo\n    charts:\n      - {chartName: deployment-example, releaseName: web}\n";
+    const DB: &str = "tenancies:\n  - namespace: foo\n    charts:\n      - {chartName: deployment-example, releaseName: db}\n";
+
+    fn labels() -> Labels {
+        BTreeMap::from([("hub".parse().unwrap(), BTreeMap::new())])
+    }
+
+    fn claims() -> Claims {
+        Claims::new(PathBuf::from("/charts"))
+    }
+
+    fn key(k: &str) -> ReleaseKey {
+        k.parse().unwrap()
+    }
+
+    #[test]
+    fn the_oldest_claimant_holds_a_key_and_a_later_spec_change_frees_it() {
+        let claims = claims();
+        let older = controller("older", "2026-01-01T00:00:00Z", WEB);
+        let mut newer = controller("newer", "2026-02-01T00:00:00Z", WEB);
+        claims.update(&older, &labels());
+        claims.update(&newer, &labels());
+        let held = claims.holders(&[key("hub/foo/web")], &HashMap::new());
+        assert_eq!(held[&key("hub/foo/web")].name, "older");
+        // The older one now asks for another release: the newer one holds web.
+        let mut changed = controller("older", "2026-01-01T00:00:00Z", DB);
+        changed.metadata.generation = Some(2);
+        claims.update(&changed, &labels());
+        let held = claims.holders(&[key("hub/foo/web")], &HashMap::new());
+        assert_eq!(held[&key("hub/foo/web")].name, "newer");
+        // Being deleted, the newer one claims nothing.
+        newer = deleted(newer);
+        claims.update(&newer, &labels());
+        assert!(
+            claims
+                .holders(&[key("hub/foo/web")], &HashMap::new())
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn an_unchanged_generation_is_not_computed_again() {
+        let claims = claims();
+        let c = controller("a", "2026-01-01T00:00:00Z", WEB);
+        claims.update(&c, &labels());
+        // Same uid and generation with another spec (a status write would look so): kept as it was.
+        let same = controller("a", "2026-01-01T00:00:00Z", DB);
+        claims.update(&same, &labels());
+        assert_eq!(claims.keys_of(&owner_id(&c)), [key("hub/foo/web")]);
+    }
+
+    #[test]
+    fn new_cluster_labels_compute_every_claimant_again() {
+        let claims = claims();
+        let spec = "tenancies:\n  - namespace: foo\n    clusterSelector: {matchLabels: {tier: edge}}\n    charts:\n      - {chartName: deployment-example, releaseName: web}\n";
+        let c = controller("a", "2026-01-01T00:00:00Z", spec);
+        claims.update(&c, &labels());
+        assert!(claims.keys_of(&owner_id(&c)).is_empty());
+        let mut relabelled = labels();
+        relabelled.insert(
+            "member-1".parse().unwrap(),
+            BTreeMap::from([("tier".into(), "edge".into())]),
+        );
+        let other = controller("b", "2026-01-01T00:00:00Z", DB);
+        claims.update(&other, &relabelled);
+        assert_eq!(claims.keys_of(&owner_id(&c)), [key("member-1/foo/web")]);
+        assert_eq!(
+            claims.targeting(&"member-1".parse().unwrap()),
+            [owner_id(&c)]
+        );
+    }
+
+    #[test]
+    fn a_relist_forgets_the_controllers_no_longer_listed() {
+        use kube::runtime::watcher::Event;
+        let claims = claims();
+        let (a, b) = (
+            controller("a", "2026-01-01T00:00:00Z", WEB),
+            controller("b", "2026-01-01T00:00:00Z", DB),
+        );
+        let mut listing = BTreeSet::new();
+        for event in [
+            Event::Init,
+            Event::InitApply(a.clone()),
+            Event::InitApply(b.clone()),
+            Event::InitDone,
+        ] {
+            follow(&claims, &labels, &mut listing, &event);
+        }
+        assert_eq!(claims.len(), 2);
+        for event in [Event::Init, Event::InitApply(a.clone()), Event::InitDone] {
+            follow(&claims, &labels, &mut listing, &event);
+        }
+        assert_eq!(claims.len(), 1);
+        follow(&claims, &labels, &mut listing, &Event::Delete(a));
+        assert!(claims.is_empty());
+    }
+}
