@@ -117,6 +117,11 @@ pub const OUTCOME_ROOM: usize = 1024;
 pub const TASKS_GRACE: Duration = Duration::from_secs(10);
 /// Reconcile requests for one resource arriving within this window are handled once.
 pub const DEBOUNCE: Duration = Duration::from_millis(200);
+/// Reconciles running at once. Unbounded, a start with a thousand Controllers sends a thousand
+/// finalizer patches and status writes to the hub in one burst; the hub's answers then lag
+/// seconds behind, the Lease renewal among them, and leadership is lost. Bounded, the burst is
+/// paced and each reconcile stays short.
+pub const RECONCILE_CONCURRENCY: u16 = 16;
 
 /// What of a `Controller` is worth a new plan: its spec (generation), its deletion, its
 /// finalizers and its annotations. The operator's own status writes change none of these, so
@@ -230,7 +235,11 @@ pub async fn run(
         .applied_objects()
         .predicate_filter(plan_relevant, PredicateConfig::default());
     let runtime = Runtime::for_stream(own, store)
-        .with_config(RuntimeConfig::default().debounce(DEBOUNCE))
+        .with_config(
+            RuntimeConfig::default()
+                .debounce(DEBOUNCE)
+                .concurrency(RECONCILE_CONCURRENCY),
+        )
         .reconcile_on(triggers)
         .reconcile_all_on(everything)
         .graceful_shutdown_on(cancel.clone().cancelled_owned());
