@@ -1211,7 +1211,7 @@ mod tests {
             seed ^= seed << 17;
             (seed % n as u64) as usize
         };
-        for round in 0..20 {
+        for round in 0..8 {
             let mut s = capped(1 + next(5), 1 + next(2), next(3));
             let mut now = Instant::now();
             let mut jobs = Vec::new();
