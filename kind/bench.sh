@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Benchmarks: convergence, status propagation latency, write load, footprint, breadth and rollout, on the lab.
+# Benchmarks: convergence, status propagation latency, write load, footprint, breadth, rollout and fairness, on the lab.
 #
-#   kind/bench.sh [--dir DIR] [--only convergence,latency,breadth,footprint,rollout] [--pods P] [--json FILE]
+#   kind/bench.sh [--dir DIR] [--only convergence,latency,breadth,footprint,rollout,fairness] [--pods P]
+#                 [--wave N] [--samples K] [--json FILE]
 #
 # Brings the lab up in DIR if it is not running (default: .lab), builds tenancy-hub in release mode,
 # runs the scenarios (each with an operator of its own), prints a table and writes the figures as
 # JSON (default: DIR/bench.json). Figures are reported, never asserted; see BENCHMARKS.md.
 # The rollout scenario needs three members: start the lab with kind/up.sh --members 3 --dir DIR first.
+# rollout and fairness (a small change's latency while another owner's wave of N installs runs,
+# 1,000 by default) run only when named in --only.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -17,7 +20,7 @@ while (($#)); do
     case $1 in
         --dir) LAB_DIR=${2:?--dir needs a directory}; shift 2 ;;
         --json) JSON=${2:?--json needs a file}; shift 2 ;;
-        -h | --help) sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) PASS+=("$1"); shift ;;
     esac
 done

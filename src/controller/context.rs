@@ -33,7 +33,7 @@ pub struct Context {
     pub registry: crate::clusters::registry::SharedRegistry,
     /// Helm's release records per cluster.
     pub releases: crate::delivery::releases::ReleaseIndex,
-    /// The central FIFO of Helm jobs.
+    /// The queue of Helm jobs, fair across owners and clusters.
     pub queue: crate::delivery::queue::HelmQueue,
     /// Which resources ask for each release.
     pub interest: crate::controller::interest::Interest,
