@@ -5,9 +5,10 @@
 //! `Controller` a job is for) with a cap on each owner's running jobs, uninstalls before the
 //! owner's other jobs, clusters taking turns within an owner under a per-cluster cap, and
 //! backoff timers a recovered cluster can cut short. Everything is indexed; with n waiting jobs:
-//! - enqueue, replace, a job finishing, a retry, `is_busy`, `depth`, `running`: O(log n);
-//! - starting the next job: O(log n) plus O(owners) in the worst case, when owners at their cap or
-//!   with every cluster at its cap are passed over (at most `workers` clusters can be at their cap);
+//! - enqueue, replace, a job finishing, a retry: O(log n); `is_busy`, `depth`, `running`: O(1);
+//! - starting the next job: O(log n) when the owner first in turn can start one; at worst
+//!   O(owners × workers), passing over owners at their cap and, within an owner, clusters at
+//!   their cap (at most `workers` clusters can be), so O(owners) for a given worker count;
 //! - a backing-off job becoming due: O(log n); `expedite`: O(log n) per job of the cluster;
 //! - `retain_planned` and `drop_applies`: O(log n) per waiting job of that owner;
 //! - `next_wake`: O(log n); `running_for`: O(workers).
