@@ -717,13 +717,16 @@ fn median(samples: &[f64]) -> f64 {
     percentile(&sorted, 0.5)
 }
 
-/// A wave of `releases` `deployment-example` releases (no pods), 25 per namespace, each
-/// namespace on every cluster in `clusters`, with `deletionPolicy` as given.
+/// Releases of the wave per namespace and cluster (a tenancy holds at most 16 charts).
+const WAVE_CHARTS: usize = 10;
+
+/// A wave of `releases` `deployment-example` releases (no pods), [`WAVE_CHARTS`] per namespace,
+/// each namespace on every cluster in `clusters`, with `deletionPolicy` as given.
 fn wave_spec(run: &str, clusters: &[&str], releases: usize, orphan: bool) -> ControllerSpec {
-    let per_namespace = 25 * clusters.len();
+    let per_namespace = WAVE_CHARTS * clusters.len();
     let tenancies = (0..releases.div_ceil(per_namespace))
         .map(|i| {
-            let charts = (0..25)
+            let charts = (0..WAVE_CHARTS)
                 .map(|j| {
                     chart(
                         "deployment-example",
@@ -762,7 +765,8 @@ async fn fairness(a: &Args) -> Value {
     let mut revision = 1;
     let mut change = async |records: &mut watch::Receiver<(Instant, i64)>| {
         revision += 1;
-        let replicas = 1 + (revision % 2) as usize;
+        // 1 replica at revision 1, then 2, 1, 2 …: each change makes a new revision.
+        let replicas = if revision % 2 == 0 { 2 } else { 1 };
         small_change(&hub, &small, replicas, revision, records).await
     };
 
@@ -776,7 +780,8 @@ async fn fairness(a: &Args) -> Value {
     }
 
     let run = unique("fair-a");
-    let total = a.wave.div_ceil(25 * clusters.len()) * 25 * clusters.len();
+    let per_namespace = WAVE_CHARTS * clusters.len();
+    let total = a.wave.div_ceil(per_namespace) * per_namespace;
     progress(&format!(
         "fairness: a wave of {total} installs over {} clusters, {} small changes spaced through it",
         clusters.len(),
@@ -814,7 +819,7 @@ async fn fairness(a: &Args) -> Value {
         .await;
     hub.delete_and_wait_gone("wave").await;
     hub.delete_and_wait_gone("small").await;
-    let namespaces: Vec<String> = (0..total / (25 * clusters.len()))
+    let namespaces: Vec<String> = (0..total / per_namespace)
         .map(|i| format!("{run}-{i}"))
         .collect();
     for c in &clusters {
