@@ -16,7 +16,7 @@ use crate::{
     clusters::registry::{self, ClusterRegistry, HubSource, RegistrationFile},
     controller::context::Settings,
     delivery::helm::HelmOptions,
-    delivery::queue::QueueConfig,
+    delivery::queue::{QueueConfig, default_per_owner},
     runtime::leader::LeaseConfig,
     runtime::operator::{self, RunConfig},
 };
@@ -129,6 +129,13 @@ pub struct RunArgs {
     /// Helm jobs run at once on one cluster.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
     pub per_cluster: u16,
+    /// Helm jobs of one Controller run at once. Default: --workers minus one (at least 1), so
+    /// one worker always stays free for other Controllers' changes and uninstalls, even when one
+    /// Controller's wave meets slow helm calls, while that wave keeps most of the throughput.
+    /// 0: no cap (a wave may take every worker; other Controllers still take turns, one job each,
+    /// as workers free up).
+    #[arg(long)]
+    pub max_jobs_per_owner: Option<u16>,
     /// The helm binary.
     #[arg(long, env = "TENANCY_HUB_HELM", default_value = "helm")]
     pub helm: PathBuf,
@@ -210,6 +217,9 @@ impl RunArgs {
             queue: QueueConfig {
                 workers: self.workers.into(),
                 per_cluster: self.per_cluster.into(),
+                per_owner: self
+                    .max_jobs_per_owner
+                    .map_or_else(|| default_per_owner(self.workers.into()), usize::from),
                 max_attempts: self.max_attempts,
                 ..QueueConfig::default()
             },
@@ -521,6 +531,24 @@ mod tests {
         let args = ["--leader-elect", "--lease-namespace", "ops"];
         assert_eq!(lease_of(&args), lease("ops", "tenancy-hub"));
         assert_eq!(lease_of(&["--leader-elect=true"]), lease_of(&[]));
+    }
+
+    /// The queue's cap on one owner's running jobs for `tenancy-hub run ARGS`.
+    fn per_owner_of(args: &[&str]) -> usize {
+        let line = ["tenancy-hub", "run"].iter().chain(args);
+        let Command::Run(run) = Cli::try_parse_from(line).unwrap().command else {
+            panic!("not run");
+        };
+        run.config().queue.per_owner
+    }
+
+    #[test]
+    fn one_controller_may_use_all_workers_but_one_unless_told_otherwise() {
+        assert_eq!(per_owner_of(&[]), 3);
+        assert_eq!(per_owner_of(&["--workers", "8"]), 7);
+        assert_eq!(per_owner_of(&["--workers", "1"]), 1);
+        assert_eq!(per_owner_of(&["--max-jobs-per-owner", "2"]), 2);
+        assert_eq!(per_owner_of(&["--max-jobs-per-owner", "0"]), 0);
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub struct Context {
     pub registry: crate::clusters::registry::SharedRegistry,
     /// Helm's release records per cluster.
     pub releases: crate::delivery::releases::ReleaseIndex,
-    /// The central FIFO of Helm jobs.
+    /// The queue of Helm jobs, fair across owners and clusters.
     pub queue: crate::delivery::queue::HelmQueue,
     /// Which release keys each resource's spec names, kept from the hub's Controller events.
     pub claims: std::sync::Arc<crate::controller::claims::Claims>,

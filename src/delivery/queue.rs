@@ -1,8 +1,22 @@
-//! The central FIFO of Helm jobs for all clusters: keyed, coalescing, per-key exclusive, per-cluster capped, with backoff.
+//! The queue of Helm jobs for all clusters: keyed, coalescing, per-key exclusive, fair across owners and clusters, capped, with backoff.
+//!
+//! Hand-written because no crate combines what it needs: one job per release key (a newer job
+//! replaces a queued one, waits behind a running one), round-robin between owners (the
+//! `Controller` a job is for) with a cap on each owner's running jobs, uninstalls before the
+//! owner's other jobs, clusters taking turns within an owner under a per-cluster cap, and
+//! backoff timers a recovered cluster can cut short. Everything is indexed; with n waiting jobs:
+//! - enqueue, replace, a job finishing, a retry: O(log n); `is_busy`, `depth`, `running`: O(1);
+//! - starting the next job: O(log n) when the owner first in turn can start one; at worst
+//!   O(owners × workers), passing over owners at their cap and, within an owner, clusters at
+//!   their cap (at most `workers` clusters can be), so O(owners) for a given worker count;
+//! - a backing-off job becoming due: O(log n); `expedite`: O(log n) per job of the cluster;
+//! - `retain_planned` and `drop_applies`: O(log n) per waiting job of that owner;
+//! - `next_wake`: O(log n); `running_for`: O(workers).
 
 use std::{
-    collections::{HashMap, HashSet, VecDeque},
+    collections::{BTreeMap, HashMap, HashSet, VecDeque},
     hash::{DefaultHasher, Hash, Hasher},
+    ops::Bound,
     panic::AssertUnwindSafe,
     sync::{Arc, Mutex, MutexGuard},
     time::Duration,
@@ -29,6 +43,8 @@ pub struct QueueConfig {
     pub workers: usize,
     /// Jobs running at once in one cluster.
     pub per_cluster: usize,
+    /// Jobs of one owner (`Controller`) running at once; 0: no cap beyond `workers`.
+    pub per_owner: usize,
     /// Delay before the first retry of a failed job.
     pub backoff_base: Duration,
     /// Longest delay between retries.
@@ -44,12 +60,19 @@ impl Default for QueueConfig {
         Self {
             workers: 4,
             per_cluster: 2,
+            per_owner: default_per_owner(4),
             backoff_base: Duration::from_secs(1),
             backoff_max: Duration::from_secs(300),
             shutdown_grace: Duration::from_secs(30),
             max_attempts: 6,
         }
     }
+}
+
+/// The default cap of one owner's running jobs: all workers but one (at least one), so one
+/// worker always stays free for other owners while one owner's wave keeps most of the throughput.
+pub fn default_per_owner(workers: usize) -> usize {
+    workers.saturating_sub(1).max(1)
 }
 
 /// What running a job came to.
@@ -149,6 +172,25 @@ enum Finished {
     Stalled,
 }
 
+/// Which lane of its owner a job waits in: 0 for uninstalls, which go before the owner's other jobs.
+fn lane_of(job: &Job) -> usize {
+    match job {
+        Job::Uninstall { .. } => 0,
+        Job::Apply { .. } | Job::Rollback { .. } => 1,
+    }
+}
+
+/// Where a waiting job is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    /// Eligible: in its owner's lane, in its cluster's line.
+    Ready,
+    /// Waiting out a backoff, in the timers.
+    Backoff,
+    /// A job for its key is running; it is placed when that job finishes.
+    Parked,
+}
+
 /// A job waiting its turn.
 #[derive(Debug)]
 struct Waiting {
@@ -157,98 +199,372 @@ struct Waiting {
     /// Tries made so far.
     attempts: u32,
     not_before: Instant,
+    /// Its place in line: among the ready jobs of one lane and cluster, the smallest starts first.
+    seq: u64,
+    slot: Slot,
+}
+
+/// The ready jobs of one owner and lane, in one line per cluster, the clusters taking turns.
+#[derive(Debug, Default)]
+struct Lane {
+    /// Ready keys per cluster, in line order; a cluster has a line (maybe emptied) while it is in `turns`.
+    lines: HashMap<ClusterName, BTreeMap<u64, ReleaseKey>>,
+    /// Clusters in turn order; the one served goes to the back.
+    turns: VecDeque<ClusterName>,
+    /// Ready jobs in all lines.
+    ready: usize,
+}
+
+impl Lane {
+    fn insert(&mut self, seq: u64, key: ReleaseKey) {
+        let cluster = &key.scope.cluster;
+        if !self.lines.contains_key(cluster) {
+            self.lines.insert(cluster.clone(), BTreeMap::new());
+            self.turns.push_back(cluster.clone());
+        }
+        self.lines
+            .get_mut(cluster)
+            .expect("inserted above")
+            .insert(seq, key);
+        self.ready += 1;
+    }
+
+    fn remove(&mut self, seq: u64, key: &ReleaseKey) {
+        let line = self.lines.get_mut(&key.scope.cluster);
+        if line.and_then(|line| line.remove(&seq)).is_some() {
+            self.ready -= 1;
+        }
+    }
+
+    /// Takes the first job of the first cluster in turn that `room` admits; that cluster goes to
+    /// the back. Emptied lines met on the way are dropped.
+    fn pick(&mut self, room: impl Fn(&ClusterName) -> bool) -> Option<ReleaseKey> {
+        let mut i = 0;
+        while let Some(cluster) = self.turns.get(i) {
+            let line = self
+                .lines
+                .get_mut(cluster)
+                .expect("a cluster in turn has a line");
+            if line.is_empty() {
+                self.lines.remove(cluster);
+                self.turns.remove(i);
+                continue;
+            }
+            if !room(cluster) {
+                i += 1;
+                continue;
+            }
+            let (_, key) = line.pop_first().expect("the line is not empty");
+            self.ready -= 1;
+            let emptied = line.is_empty();
+            let cluster = self.turns.remove(i).expect("in range");
+            if emptied {
+                self.lines.remove(&cluster);
+            } else {
+                self.turns.push_back(cluster);
+            }
+            return Some(key);
+        }
+        None
+    }
+}
+
+/// One owner's share of the queue.
+#[derive(Debug, Default)]
+struct OwnerQueue {
+    /// Uninstalls, then installs, upgrades and rollbacks.
+    lanes: [Lane; 2],
+    /// Every waiting key of the owner, in any slot.
+    waiting: HashSet<ReleaseKey>,
+    /// Its jobs running now.
+    running: usize,
+    /// Whether it is in `State::turns`.
+    in_turn: bool,
+}
+
+impl OwnerQueue {
+    fn ready(&self) -> usize {
+        self.lanes.iter().map(|l| l.ready).sum()
+    }
+
+    fn idle(&self) -> bool {
+        self.waiting.is_empty() && self.running == 0 && !self.in_turn
+    }
 }
 
 /// The queue's bookkeeping, free of any runtime so it is tested with explicit instants.
 #[derive(Debug)]
 struct State {
     config: QueueConfig,
-    waiting: VecDeque<Waiting>,
+    /// Every waiting job, by key.
+    waiting: HashMap<ReleaseKey, Waiting>,
+    /// The owners with jobs waiting or running.
+    owners: HashMap<OwnerId, OwnerQueue>,
+    /// Owners with ready jobs, in turn order.
+    turns: Turns,
+    /// Backing-off jobs by the instant they become eligible (and their `seq`).
+    timers: BTreeMap<(Instant, u64), ReleaseKey>,
+    /// Backing-off jobs by cluster, for `expedite`.
+    backing_off: HashMap<ClusterName, HashSet<ReleaseKey>>,
     /// Fingerprints and owners of the running jobs, by key.
     running: HashMap<ReleaseKey, (String, OwnerId)>,
+    /// Jobs running per cluster (clusters with none are left out).
+    running_per_cluster: HashMap<ClusterName, usize>,
+    /// The last `seq` given out.
+    last_seq: u64,
+}
+
+/// The owners with ready jobs in turn order: those that just got some (they have had no turn
+/// since), then those served before. An owner served goes to the back of the second list. A
+/// newly active owner thus starts its first job on the next free worker, as a new flow goes
+/// first in FQ-CoDel, and then takes its turn like the others; it can jump the line again only
+/// after all its ready jobs have started.
+#[derive(Debug, Default)]
+struct Turns {
+    fresh: VecDeque<OwnerId>,
+    served: VecDeque<OwnerId>,
+}
+
+impl Turns {
+    fn get(&self, i: usize) -> Option<&OwnerId> {
+        self.fresh
+            .get(i)
+            .or_else(|| self.served.get(i - self.fresh.len()))
+    }
+
+    fn remove(&mut self, i: usize) -> Option<OwnerId> {
+        if i < self.fresh.len() {
+            self.fresh.remove(i)
+        } else {
+            self.served.remove(i - self.fresh.len())
+        }
+    }
+
+    #[cfg(test)]
+    fn contains(&self, owner: &OwnerId) -> bool {
+        self.fresh.contains(owner) || self.served.contains(owner)
+    }
+
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.fresh.is_empty() && self.served.is_empty()
+    }
+}
+
+/// Adds a ready job to its owner's lane, and the owner to the turns unless it is there.
+fn enter_lane(owners: &mut HashMap<OwnerId, OwnerQueue>, turns: &mut Turns, job: &Job, seq: u64) {
+    let owner = owners.entry(job.owner().clone()).or_default();
+    owner.lanes[lane_of(job)].insert(seq, job.key().clone());
+    if !owner.in_turn {
+        owner.in_turn = true;
+        turns.fresh.push_back(job.owner().clone());
+    }
 }
 
 impl State {
     fn new(config: QueueConfig) -> Self {
         Self {
             config,
-            waiting: VecDeque::new(),
+            waiting: HashMap::new(),
+            owners: HashMap::new(),
+            turns: Turns::default(),
+            timers: BTreeMap::new(),
+            backing_off: HashMap::new(),
             running: HashMap::new(),
+            running_per_cluster: HashMap::new(),
+            last_seq: 0,
+        }
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        self.last_seq += 1;
+        self.last_seq
+    }
+
+    /// Files `w` where it belongs at `now`: behind a running job of its key, among the backing-off
+    /// jobs, or in its owner's lane.
+    fn place(&mut self, mut w: Waiting, now: Instant) {
+        let key = w.job.key().clone();
+        self.owners
+            .entry(w.job.owner().clone())
+            .or_default()
+            .waiting
+            .insert(key.clone());
+        w.slot = if self.running.contains_key(&key) {
+            Slot::Parked
+        } else if w.not_before > now {
+            Slot::Backoff
+        } else {
+            Slot::Ready
+        };
+        match w.slot {
+            Slot::Parked => {}
+            Slot::Backoff => {
+                self.timers.insert((w.not_before, w.seq), key.clone());
+                self.backing_off
+                    .entry(key.scope.cluster.clone())
+                    .or_default()
+                    .insert(key.clone());
+            }
+            Slot::Ready => enter_lane(&mut self.owners, &mut self.turns, &w.job, w.seq),
+        }
+        self.waiting.insert(key, w);
+    }
+
+    /// Takes the waiting job of `key` out of every index.
+    fn detach(&mut self, key: &ReleaseKey) -> Option<Waiting> {
+        let w = self.waiting.remove(key)?;
+        match w.slot {
+            Slot::Ready => {
+                if let Some(owner) = self.owners.get_mut(w.job.owner()) {
+                    owner.lanes[lane_of(&w.job)].remove(w.seq, key);
+                }
+            }
+            Slot::Backoff => {
+                self.timers.remove(&(w.not_before, w.seq));
+                self.stop_backing_off(key);
+            }
+            Slot::Parked => {}
+        }
+        if let Some(owner) = self.owners.get_mut(w.job.owner()) {
+            owner.waiting.remove(key);
+        }
+        self.tidy(w.job.owner());
+        Some(w)
+    }
+
+    fn stop_backing_off(&mut self, key: &ReleaseKey) {
+        let cluster = &key.scope.cluster;
+        if let Some(keys) = self.backing_off.get_mut(cluster) {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.backing_off.remove(cluster);
+            }
+        }
+    }
+
+    /// Forgets an owner with nothing waiting or running.
+    fn tidy(&mut self, owner: &OwnerId) {
+        if self.owners.get(owner).is_some_and(OwnerQueue::idle) {
+            self.owners.remove(owner);
+        }
+    }
+
+    /// Moves the backing-off jobs due at `now` into their lanes.
+    fn promote_due(&mut self, now: Instant) {
+        while let Some(timer) = self.timers.first_entry() {
+            if timer.key().0 > now {
+                break;
+            }
+            let key = timer.remove();
+            self.stop_backing_off(&key);
+            let w = self
+                .waiting
+                .get_mut(&key)
+                .expect("a timer has its waiting job");
+            w.slot = Slot::Ready;
+            enter_lane(&mut self.owners, &mut self.turns, &w.job, w.seq);
         }
     }
 
     /// Makes every waiting job of `cluster` eligible at once.
     fn expedite(&mut self, cluster: &ClusterName, now: Instant) -> usize {
         let mut count = 0;
-        for w in self
-            .waiting
-            .iter_mut()
-            .filter(|w| &w.job.key().scope.cluster == cluster)
-        {
+        for key in self.backing_off.remove(cluster).unwrap_or_default() {
+            let w = self
+                .waiting
+                .get_mut(&key)
+                .expect("a backing-off key has its waiting job");
+            self.timers.remove(&(w.not_before, w.seq));
             if w.not_before > now {
                 w.not_before = now;
                 count += 1;
             }
+            w.slot = Slot::Ready;
+            enter_lane(&mut self.owners, &mut self.turns, &w.job, w.seq);
         }
         count
     }
 
-    fn position(&self, key: &ReleaseKey) -> Option<usize> {
-        self.waiting.iter().position(|w| w.job.key() == key)
-    }
-
     fn enqueue(&mut self, job: Job, now: Instant) -> Enqueued {
         let fingerprint = job.fingerprint();
-        let queued = self.position(job.key());
         if self.running.get(job.key()).map(|r| &r.0) == Some(&fingerprint) {
             // The running job already heads for this state; a different queued one is stale.
-            if let Some(i) = queued {
-                self.waiting.remove(i);
-            }
+            self.detach(job.key());
             return Enqueued::AlreadyRunning;
         }
+        let (seq, enqueued) = match self.waiting.get(job.key()) {
+            Some(w) if w.fingerprint == fingerprint => return Enqueued::AlreadyQueued,
+            // It keeps the place in line of the job it replaces.
+            Some(w) => (w.seq, Enqueued::Replaced),
+            None => (self.next_seq(), Enqueued::Added),
+        };
+        self.detach(job.key());
         let entry = Waiting {
             job,
             fingerprint,
             attempts: 0,
             not_before: now,
+            seq,
+            slot: Slot::Ready,
         };
-        match queued {
-            Some(i) if self.waiting[i].fingerprint == entry.fingerprint => Enqueued::AlreadyQueued,
-            Some(i) => {
-                self.waiting[i] = entry;
-                Enqueued::Replaced
-            }
-            None => {
-                self.waiting.push_back(entry);
-                Enqueued::Added
-            }
-        }
+        self.place(entry, now);
+        enqueued
     }
 
-    fn running_in(&self, key: &ReleaseKey) -> usize {
-        let cluster = &key.scope.cluster;
-        self.running
-            .keys()
-            .filter(|k| k.scope.cluster == *cluster)
-            .count()
-    }
-
-    /// Takes the first job allowed to start now and marks it running; returns it with its attempt number.
-    /// Starts the first eligible job: the job, its try number, and how long it waited once eligible.
+    /// Starts the next job by turn, and marks it running: the job, its try number, and how long it
+    /// waited once eligible. Owners with ready jobs take turns, one job each (see [`Turns`]); an
+    /// owner at its cap is passed over; within an owner, uninstalls go first and its clusters take turns; a cluster at
+    /// its cap is passed over.
     fn start_next(&mut self, now: Instant) -> Option<(Job, u32, Duration)> {
+        self.promote_due(now);
         if self.running.len() >= self.config.workers {
             return None;
         }
-        let i = self.waiting.iter().position(|w| {
-            let key = w.job.key();
-            w.not_before <= now
-                && !self.running.contains_key(key)
-                && self.running_in(key) < self.config.per_cluster
-        })?;
-        let w = self.waiting.remove(i)?;
+        let (per_cluster, per_owner) = (self.config.per_cluster, self.config.per_owner);
+        let running_per_cluster = &self.running_per_cluster;
+        let room = |c: &ClusterName| running_per_cluster.get(c).copied().unwrap_or(0) < per_cluster;
+        let mut i = 0;
+        let key = loop {
+            let id = self.turns.get(i)?;
+            let owner = self.owners.get_mut(id).expect("an owner in turn is known");
+            if owner.ready() == 0 {
+                owner.in_turn = false;
+                let id = self.turns.remove(i).expect("in range");
+                if self.owners.get(&id).is_some_and(OwnerQueue::idle) {
+                    self.owners.remove(&id);
+                }
+                continue;
+            }
+            if per_owner > 0 && owner.running >= per_owner {
+                i += 1;
+                continue;
+            }
+            let Some(key) = owner.lanes.iter_mut().find_map(|lane| lane.pick(room)) else {
+                i += 1;
+                continue;
+            };
+            let id = self.turns.remove(i).expect("in range");
+            if owner.ready() > 0 {
+                self.turns.served.push_back(id);
+            } else {
+                owner.in_turn = false;
+            }
+            break key;
+        };
+        let w = self.waiting.remove(&key).expect("a ready key has its job");
+        let owner = self
+            .owners
+            .get_mut(w.job.owner())
+            .expect("the owner of a waiting job is known");
+        owner.waiting.remove(&key);
+        owner.running += 1;
+        *self
+            .running_per_cluster
+            .entry(key.scope.cluster.clone())
+            .or_default() += 1;
         self.running
-            .insert(w.job.key().clone(), (w.fingerprint, w.job.owner().clone()));
+            .insert(key, (w.fingerprint, w.job.owner().clone()));
         Some((
             w.job,
             w.attempts + 1,
@@ -256,12 +572,37 @@ impl State {
         ))
     }
 
+    /// Marks the job of `key` no longer running, and files a job queued for the key meanwhile.
+    fn release(&mut self, key: &ReleaseKey, now: Instant) {
+        if let Some((_, owner)) = self.running.remove(key) {
+            let cluster = &key.scope.cluster;
+            if let Some(n) = self.running_per_cluster.get_mut(cluster) {
+                *n -= 1;
+                if *n == 0 {
+                    self.running_per_cluster.remove(cluster);
+                }
+            }
+            if let Some(q) = self.owners.get_mut(&owner) {
+                q.running -= 1;
+            }
+            self.tidy(&owner);
+        }
+        if self
+            .waiting
+            .get(key)
+            .is_some_and(|w| w.slot == Slot::Parked)
+        {
+            let w = self.detach(key).expect("checked above");
+            self.place(w, now);
+        }
+    }
+
     /// Records a finished job; re-queues a retryable failure and returns its delay, or says the
     /// job is stalled because it failed transiently `max_attempts` times. A job that found its
     /// cluster unreachable waits without using up a try.
     fn finish(&mut self, job: &Job, attempt: u32, outcome: &Outcome, now: Instant) -> Finished {
         let key = job.key();
-        self.running.remove(key);
+        self.release(key, now);
         let attempts = match outcome {
             Outcome::Failed {
                 kind: FailureKind::Transient,
@@ -273,7 +614,7 @@ impl State {
             } => attempt.saturating_sub(1),
             _ => return Finished::Done,
         };
-        if self.position(key).is_some() {
+        if self.waiting.contains_key(key) {
             return Finished::Done; // a newer job for the key took its place
         }
         if attempts >= self.config.max_attempts {
@@ -288,29 +629,51 @@ impl State {
             } => self.backoff(key, UNAVAILABLE_BACKOFF_STEP),
             _ => self.backoff(key, attempt),
         };
-        self.waiting.push_back(Waiting {
+        let entry = Waiting {
             job: job.clone(),
             fingerprint: job.fingerprint(),
             attempts,
             not_before: now + delay,
-        });
+            seq: self.next_seq(),
+            slot: Slot::Backoff,
+        };
+        self.place(entry, now);
         Finished::Retry(delay)
+    }
+
+    /// Forgets every running job, for example when shutdown abandons them.
+    fn abandon_running(&mut self, now: Instant) {
+        let keys: Vec<ReleaseKey> = self.running.keys().cloned().collect();
+        for key in keys {
+            self.release(&key, now);
+        }
+    }
+
+    /// Drops the waiting jobs of `owner` that `drop` selects; returns how many.
+    fn drop_where(&mut self, owner: &OwnerId, drop: impl Fn(&Waiting) -> bool) -> usize {
+        let Some(q) = self.owners.get(owner) else {
+            return 0;
+        };
+        let gone: Vec<ReleaseKey> = q
+            .waiting
+            .iter()
+            .filter(|k| self.waiting.get(*k).is_some_and(&drop))
+            .cloned()
+            .collect();
+        for key in &gone {
+            self.detach(key);
+        }
+        gone.len()
     }
 
     /// Drops the waiting jobs of `owner` whose key the owner's newest plan has no job for.
     fn retain_planned(&mut self, owner: &OwnerId, planned: &HashSet<&ReleaseKey>) -> usize {
-        let before = self.waiting.len();
-        self.waiting
-            .retain(|w| w.job.owner() != owner || planned.contains(w.job.key()));
-        before - self.waiting.len()
+        self.drop_where(owner, |w| !planned.contains(w.job.key()))
     }
 
     /// Drops every waiting install or upgrade of `owner`.
     fn drop_applies(&mut self, owner: &OwnerId) -> usize {
-        let before = self.waiting.len();
-        self.waiting
-            .retain(|w| w.job.owner() != owner || matches!(w.job, Job::Uninstall { .. }));
-        before - self.waiting.len()
+        self.drop_where(owner, |w| !matches!(w.job, Job::Uninstall { .. }))
     }
 
     /// `base * 2^(attempt-1)`, capped, with up to ±20% jitter fixed by the key and attempt.
@@ -329,11 +692,10 @@ impl State {
 
     /// The earliest instant after `now` at which a backing-off job becomes eligible.
     fn next_wake(&self, now: Instant) -> Option<Instant> {
-        self.waiting
-            .iter()
-            .map(|w| w.not_before)
-            .filter(|t| *t > now)
-            .min()
+        self.timers
+            .range((Bound::Excluded((now, u64::MAX)), Bound::Unbounded))
+            .next()
+            .map(|((at, _), _)| *at)
     }
 }
 
@@ -409,7 +771,7 @@ impl HelmQueue {
     /// True when a job for this key is queued or running.
     pub fn is_busy(&self, key: &ReleaseKey) -> bool {
         let state = self.lock();
-        state.running.contains_key(key) || state.position(key).is_some()
+        state.running.contains_key(key) || state.waiting.contains_key(key)
     }
 
     /// Runs jobs until `cancel` fires; then starts nothing new, waits up to shutdown_grace for running jobs, and drops (aborts) the rest. Each finished job is sent on `done` (ignore send errors).
@@ -421,8 +783,9 @@ impl HelmQueue {
     ) {
         let mut tasks = JoinSet::new();
         while !cancel.is_cancelled() {
-            self.start_ready(&executor, &mut tasks);
-            let wake = self.lock().next_wake(Instant::now());
+            let now = Instant::now();
+            self.start_ready(&executor, &mut tasks, now);
+            let wake = self.lock().next_wake(now);
             tokio::select! {
                 biased;
                 () = cancel.cancelled() => {}
@@ -434,8 +797,12 @@ impl HelmQueue {
         self.shut_down(tasks, &done).await;
     }
 
-    fn start_ready<E: Executor>(&self, executor: &Arc<E>, tasks: &mut JoinSet<Completed>) {
-        let now = Instant::now();
+    fn start_ready<E: Executor>(
+        &self,
+        executor: &Arc<E>,
+        tasks: &mut JoinSet<Completed>,
+        now: Instant,
+    ) {
         let ready: Vec<_> = {
             let mut state = self.lock();
             std::iter::from_fn(|| state.start_next(now)).collect()
@@ -482,7 +849,7 @@ impl HelmQueue {
                 "shutdown grace ran out; aborting running Helm jobs"
             );
             tasks.abort_all();
-            self.lock().running.clear();
+            self.lock().abandon_running(Instant::now());
         }
     }
 }
@@ -577,10 +944,12 @@ mod tests {
         }
     }
 
+    /// A queue of `workers` and `per_cluster` whose owners are not capped.
     fn state(workers: usize, per_cluster: usize) -> State {
         State::new(QueueConfig {
             workers,
             per_cluster,
+            per_owner: 0,
             ..QueueConfig::default()
         })
     }
@@ -592,12 +961,304 @@ mod tests {
             .collect()
     }
 
+    /// The waiting jobs in line order: key, fingerprint and tries made.
     fn queued(state: &State) -> Vec<(String, String, u32)> {
-        state
-            .waiting
-            .iter()
+        let mut waiting: Vec<&Waiting> = state.waiting.values().collect();
+        waiting.sort_by_key(|w| w.seq);
+        waiting
+            .into_iter()
             .map(|w| (w.job.key().to_string(), w.fingerprint.clone(), w.attempts))
             .collect()
+    }
+
+    /// An owner named `name` in namespace `default`.
+    fn named(name: &str) -> OwnerId {
+        OwnerId {
+            namespace: "default".into(),
+            name: name.into(),
+        }
+    }
+
+    /// `job` as if `owner` had asked for it.
+    fn by(owner: &str, job: Job) -> Job {
+        match job {
+            Job::Apply {
+                mut release,
+                stale_pending,
+                repair,
+            } => {
+                release.owner = named(owner);
+                Job::Apply {
+                    release,
+                    stale_pending,
+                    repair,
+                }
+            }
+            Job::Uninstall { key, identity, .. } => Job::Uninstall {
+                key,
+                owner: named(owner),
+                identity,
+            },
+            Job::Rollback {
+                key,
+                from,
+                identity,
+                ..
+            } => Job::Rollback {
+                key,
+                owner: named(owner),
+                from,
+                identity,
+            },
+        }
+    }
+
+    /// A queue of `workers`, `per_cluster` and `per_owner`.
+    fn capped(workers: usize, per_cluster: usize, per_owner: usize) -> State {
+        State::new(QueueConfig {
+            workers,
+            per_cluster,
+            per_owner,
+            ..QueueConfig::default()
+        })
+    }
+
+    /// Enqueues a wave of `n` installs of owner `owner`, spread over clusters c-0 … c-3.
+    fn wave(s: &mut State, owner: &str, n: usize, now: Instant) {
+        for i in 0..n {
+            let key = format!("c-{}/{owner}-{i}/app", i % 4);
+            assert_eq!(
+                s.enqueue(by(owner, apply(&key, "h1")), now),
+                Enqueued::Added
+            );
+        }
+    }
+
+    /// Checks that every index agrees with the waiting and running jobs, and that every cap holds.
+    fn assert_consistent(s: &State) {
+        let c = &s.config;
+        assert!(s.running.len() <= c.workers, "workers exceeded");
+        let mut per_cluster: HashMap<ClusterName, usize> = HashMap::new();
+        let mut per_owner: HashMap<OwnerId, usize> = HashMap::new();
+        for (key, (_, owner)) in &s.running {
+            *per_cluster.entry(key.scope.cluster.clone()).or_default() += 1;
+            *per_owner.entry(owner.clone()).or_default() += 1;
+        }
+        assert_eq!(per_cluster, s.running_per_cluster);
+        assert!(per_cluster.values().all(|n| *n <= c.per_cluster));
+        for (owner, n) in &per_owner {
+            assert_eq!(s.owners[owner].running, *n, "{owner} running");
+            assert!(
+                c.per_owner == 0 || *n <= c.per_owner,
+                "{owner} over its cap"
+            );
+        }
+        let mut ready = 0;
+        for (key, w) in &s.waiting {
+            let q = &s.owners[w.job.owner()];
+            assert!(q.waiting.contains(key), "{key} in its owner's set");
+            match w.slot {
+                Slot::Ready => {
+                    ready += 1;
+                    let line = &q.lanes[lane_of(&w.job)].lines[&key.scope.cluster];
+                    assert_eq!(line.get(&w.seq), Some(key), "{key} in its line");
+                    assert!(q.in_turn && s.turns.contains(w.job.owner()));
+                }
+                Slot::Backoff => {
+                    assert_eq!(s.timers.get(&(w.not_before, w.seq)), Some(key));
+                    assert!(s.backing_off[&key.scope.cluster].contains(key));
+                }
+                Slot::Parked => assert!(s.running.contains_key(key), "{key} parked"),
+            }
+        }
+        let lanes: usize = s.owners.values().map(OwnerQueue::ready).sum();
+        assert_eq!(lanes, ready, "ready jobs in lanes");
+        let owned: usize = s.owners.values().map(|q| q.waiting.len()).sum();
+        assert_eq!(owned, s.waiting.len(), "waiting jobs by owner");
+        let backing_off: usize = s.backing_off.values().map(HashSet::len).sum();
+        assert_eq!((s.timers.len(), backing_off), (backing_off, s.timers.len()));
+    }
+
+    #[test]
+    fn another_owners_job_starts_on_the_next_free_worker_after_a_wave_of_a_thousand() {
+        let mut s = capped(4, 2, 0);
+        let now = Instant::now();
+        wave(&mut s, "a", 1000, now);
+        let first = start_all(&mut s, now);
+        assert_eq!(first.len(), 4, "the wave takes every worker when uncapped");
+        s.enqueue(by("b", apply("c-0/b/app", "h1")), now);
+        assert!(s.start_next(now).is_none(), "no worker is free");
+        s.finish(
+            &by("a", apply(&first[1], "h1")),
+            1,
+            &Outcome::Uninstalled,
+            now,
+        );
+        assert_eq!(start_all(&mut s, now), ["c-0/b/app"]);
+        assert_eq!(s.waiting.len(), 996);
+        assert_consistent(&s);
+    }
+
+    #[test]
+    fn under_the_default_owner_cap_another_owners_job_starts_at_once_beside_a_wave() {
+        let mut s = State::new(QueueConfig::default());
+        let now = Instant::now();
+        wave(&mut s, "a", 1000, now);
+        assert_eq!(start_all(&mut s, now).len(), default_per_owner(4));
+        s.enqueue(by("b", uninstall("c-1/b/app")), now);
+        assert_eq!(start_all(&mut s, now), ["c-1/b/app"]);
+        assert_consistent(&s);
+    }
+
+    #[test]
+    fn owners_with_work_take_turns_one_job_each() {
+        let mut s = state(1, 1);
+        let now = Instant::now();
+        wave(&mut s, "a", 3, now);
+        wave(&mut s, "b", 2, now);
+        s.enqueue(by("c", apply("c-3/c-0/app", "h1")), now);
+        let mut order = Vec::new();
+        while let Some((job, attempt, _)) = s.start_next(now) {
+            order.push(job.owner().name.clone());
+            s.finish(&job, attempt, &Outcome::Uninstalled, now);
+            assert_consistent(&s);
+        }
+        assert_eq!(order, ["a", "b", "c", "a", "b", "a"]);
+        assert!(
+            s.owners.is_empty() && s.turns.is_empty(),
+            "idle owners are forgotten"
+        );
+    }
+
+    #[test]
+    fn an_owners_uninstalls_start_before_its_installs_and_upgrades() {
+        let mut s = state(1, 1);
+        let now = Instant::now();
+        s.enqueue(apply("c/ns/a", "h1"), now);
+        s.enqueue(apply("c/ns/b", "h1"), now);
+        s.enqueue(uninstall("c/ns/gone"), now);
+        s.enqueue(uninstall("d/ns/gone"), now);
+        let mut order = Vec::new();
+        while let Some((job, attempt, _)) = s.start_next(now) {
+            order.push(job.key().to_string());
+            s.finish(&job, attempt, &Outcome::Uninstalled, now);
+        }
+        assert_eq!(order, ["c/ns/gone", "d/ns/gone", "c/ns/a", "c/ns/b"]);
+    }
+
+    #[test]
+    fn an_owners_clusters_take_turns() {
+        let mut s = state(1, 1);
+        let now = Instant::now();
+        for key in ["c-1/ns/a", "c-1/ns/b", "c-1/ns/c", "c-2/ns/a", "c-3/ns/a"] {
+            s.enqueue(apply(key, "h1"), now);
+        }
+        let mut order = Vec::new();
+        while let Some((job, attempt, _)) = s.start_next(now) {
+            order.push(job.key().to_string());
+            s.finish(&job, attempt, &Outcome::Uninstalled, now);
+        }
+        assert_eq!(
+            order,
+            ["c-1/ns/a", "c-2/ns/a", "c-3/ns/a", "c-1/ns/b", "c-1/ns/c"]
+        );
+    }
+
+    #[test]
+    fn an_owners_cap_holds_and_frees_as_its_jobs_finish() {
+        let mut s = capped(4, 4, 2);
+        let now = Instant::now();
+        wave(&mut s, "a", 5, now);
+        let started = start_all(&mut s, now);
+        assert_eq!(started, ["c-0/a-0/app", "c-1/a-1/app"]);
+        s.enqueue(by("b", apply("c-0/b/app", "h1")), now);
+        assert_eq!(start_all(&mut s, now), ["c-0/b/app"]);
+        s.finish(
+            &by("a", apply(&started[0], "h1")),
+            1,
+            &Outcome::Uninstalled,
+            now,
+        );
+        assert_eq!(start_all(&mut s, now), ["c-2/a-2/app"]);
+        assert_eq!(s.running.len(), 3, "a worker is left for other owners");
+        assert_consistent(&s);
+    }
+
+    #[test]
+    fn the_cluster_cap_holds_across_owners() {
+        let mut s = state(4, 1);
+        let now = Instant::now();
+        s.enqueue(by("a", apply("c/a/app", "h1")), now);
+        s.enqueue(by("b", apply("c/b/app", "h1")), now);
+        s.enqueue(by("b", apply("d/b/app", "h1")), now);
+        assert_eq!(start_all(&mut s, now), ["c/a/app", "d/b/app"]);
+        s.finish(
+            &by("a", apply("c/a/app", "h1")),
+            1,
+            &Outcome::Uninstalled,
+            now,
+        );
+        assert_eq!(start_all(&mut s, now), ["c/b/app"]);
+        assert_consistent(&s);
+    }
+
+    #[test]
+    fn every_enqueued_job_starts_and_succeeds_exactly_once_whatever_the_interleaving() {
+        // A small deterministic generator (xorshift), so a failure reproduces.
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        for round in 0..8 {
+            let mut s = capped(1 + next(5), 1 + next(2), next(3));
+            let mut now = Instant::now();
+            let mut jobs = Vec::new();
+            for i in 0..200 {
+                let key = format!("c-{}/ns-{}/r-{i}", next(4), next(3));
+                let job = apply(&key, "h1");
+                let job = if next(3) == 0 { uninstall(&key) } else { job };
+                jobs.push(by(&format!("o-{}", next(5)), job));
+            }
+            let mut pending = jobs.clone();
+            let (mut running, mut succeeded): (Vec<(Job, u32)>, HashMap<ReleaseKey, u32>) =
+                (Vec::new(), HashMap::new());
+            while !(pending.is_empty() && running.is_empty() && s.waiting.is_empty()) {
+                match next(4) {
+                    0 if !pending.is_empty() => {
+                        let job = pending.swap_remove(next(pending.len()));
+                        s.enqueue(job.clone(), now);
+                        // Asking again for the same thing changes nothing.
+                        assert_ne!(s.enqueue(job, now), Enqueued::Added);
+                    }
+                    1 if !running.is_empty() => {
+                        let (job, attempt) = running.swap_remove(next(running.len()));
+                        let outcome = if next(4) == 0 {
+                            failed(true)
+                        } else {
+                            Outcome::Uninstalled
+                        };
+                        if s.finish(&job, attempt, &outcome, now) == Finished::Done {
+                            *succeeded.entry(job.key().clone()).or_default() += 1;
+                        }
+                    }
+                    _ => {
+                        running.extend(
+                            std::iter::from_fn(|| s.start_next(now)).map(|(j, a, _)| (j, a)),
+                        );
+                        if running.is_empty() && pending.is_empty() {
+                            now = s.next_wake(now).expect("something is backing off");
+                        }
+                    }
+                }
+                assert_consistent(&s);
+            }
+            assert_eq!(succeeded.len(), jobs.len(), "round {round}");
+            assert!(succeeded.values().all(|n| *n == 1), "round {round}");
+            assert!(s.owners.is_empty() && s.turns.is_empty() && s.timers.is_empty());
+        }
     }
 
     #[test]
@@ -723,9 +1384,10 @@ mod tests {
         ] {
             s.enqueue(apply(key, "h1"), now);
         }
+        // The clusters take turns; the slow one stops at its cap of two.
         assert_eq!(
             start_all(&mut s, now),
-            ["slow/ns/a", "slow/ns/b", "fast/ns/a", "fast/ns/b"]
+            ["slow/ns/a", "fast/ns/a", "slow/ns/b", "fast/ns/b"]
         );
         s.finish(&apply("slow/ns/a", "h1"), 1, &Outcome::Uninstalled, now);
         assert_eq!(start_all(&mut s, now), ["slow/ns/c"]);
@@ -1053,13 +1715,15 @@ mod tests {
     fn expediting_a_cluster_ends_the_backoff_of_its_jobs_only() {
         let mut state = state(4, 2);
         let now = Instant::now();
-        state.enqueue(apply("member-1/ns/a", "h"), now);
-        state.enqueue(apply("member-2/ns/b", "h"), now);
-        for w in state.waiting.iter_mut() {
-            w.not_before = now + Duration::from_secs(300);
+        let down = Outcome::failed("unreachable", FailureKind::Unavailable);
+        for key in ["member-1/ns/a", "member-2/ns/b"] {
+            state.enqueue(apply(key, "h"), now);
+            let (job, attempt, _) = state.start_next(now).unwrap();
+            delay(state.finish(&job, attempt, &down, now));
         }
         assert_eq!(state.expedite(&"member-1".parse().unwrap(), now), 1);
         assert_eq!(start_all(&mut state, now), ["member-1/ns/a"]);
+        assert_eq!(state.expedite(&"member-1".parse().unwrap(), now), 0);
     }
 
     #[test]

@@ -470,6 +470,7 @@ pub async fn run(
     tracing::info!(
         workers = config.queue.workers,
         per_cluster = config.queue.per_cluster,
+        per_owner = config.queue.per_owner,
         policies = policy_store.state().len(),
         mode = ?ctx.settings.policy_mode,
         "tenancy-hub is running"

@@ -1,10 +1,11 @@
-//! Benchmarks on the lab: convergence, status latency, write load, footprint, breadth, namespaces, Controllers growth and rollout, as a table and JSON.
+//! Benchmarks on the lab: convergence, status latency, write load, footprint, breadth, namespaces, Controllers growth, rollout and queue fairness, as a table and JSON.
 //!
 //! Run with `kind/bench.sh` (it brings the lab up and builds in release mode), or on a running lab:
 //! `TENANCY_HUB_LAB_DIR=.lab cargo bench --bench lab -- [--only NAME] [--json FILE] [--pods P]
-//! [--namespaces 10,100,500] [--unrelated-pods N] [--controllers 10,100,1000]`.
+//! [--namespaces 10,100,500] [--unrelated-pods N] [--controllers 10,100,1000] [--wave N] [--samples K]`.
 //! `TENANCY_HUB_OPERATOR=PATH` runs another build of the operator (a baseline) in every scenario.
-//! The `rollout` scenario needs three members and runs only when named in `--only`.
+//! `rollout` (three members), `namespaces`, `controllers` and `fairness` (`--wave N` installs, 1,000
+//! by default, `--samples K` small changes, 5 by default) run only when named in `--only`.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -15,20 +16,21 @@ use std::{
 };
 
 use common::{
-    fixtures::{entry, ready, spread, unique, wait_until, web},
+    fixtures::{DEADLINE, chart, entry, ready, spread, tenancy, unique, wait_until, web},
     hub::Hub,
     lab::Lab,
     repo::example_chart,
 };
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::{
     Api,
     api::DeleteParams,
+    api::PartialObjectMeta,
     runtime::{WatchStreamExt, watcher},
 };
 use serde_json::{Value, json};
-use tenancy_hub::api::crd::{Controller, ControllerStatus};
+use tenancy_hub::api::crd::{Controller, ControllerSpec, ControllerStatus, DeletionPolicy};
 use tokio::sync::watch;
 
 const LONG: Duration = Duration::from_secs(900);
@@ -43,6 +45,8 @@ struct Args {
     namespaces: Vec<usize>,
     unrelated_pods: usize,
     controllers: Vec<usize>,
+    wave: usize,
+    samples: usize,
 }
 
 fn args() -> Args {
@@ -56,6 +60,8 @@ fn args() -> Args {
         namespaces: vec![10, 100, 500],
         unrelated_pods: 10_000,
         controllers: vec![10, 100, 1000],
+        wave: 1000,
+        samples: 5,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -80,6 +86,8 @@ fn args() -> Args {
                     .map(|n| n.parse().expect("--controllers N,N,…"))
                     .collect()
             }
+            "--wave" => a.wave = value().parse().expect("--wave N"),
+            "--samples" => a.samples = value().parse().expect("--samples K"),
             "--bench" => {}
             other => panic!("unknown argument {other}; see the top of tests/benchmarks/lab.rs"),
         }
@@ -244,7 +252,16 @@ async fn when<T: Clone>(
     what: &str,
     pred: impl Fn(&T) -> bool,
 ) -> Instant {
-    let got = tokio::time::timeout(Duration::from_secs(60), rx.wait_for(|(_, v)| pred(v)))
+    when_within(rx, what, Duration::from_secs(60), pred).await
+}
+
+async fn when_within<T: Clone>(
+    rx: &mut watch::Receiver<(Instant, T)>,
+    what: &str,
+    timeout: Duration,
+    pred: impl Fn(&T) -> bool,
+) -> Instant {
+    let got = tokio::time::timeout(timeout, rx.wait_for(|(_, v)| pred(v)))
         .await
         .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
         .expect("the watch runs");
@@ -855,6 +872,236 @@ async fn rollout(_a: &Args) -> Value {
     })
 }
 
+/// The newest deployed revision of release `web`, from its release records (Secret metadata)
+/// in one namespace, updated by a watch; each change is timestamped.
+fn deployed_revision(api: Api<PartialObjectMeta<Secret>>) -> watch::Receiver<(Instant, i64)> {
+    let (tx, rx) = watch::channel((Instant::now(), 0));
+    let config = watcher::Config::default().labels("owner=helm,name=web");
+    tokio::spawn(async move {
+        let mut records: BTreeMap<String, (i64, bool)> = BTreeMap::new();
+        let mut events = watcher(api, config).default_backoff().boxed();
+        while let Some(Ok(event)) = events.next().await {
+            match event {
+                watcher::Event::Apply(s) | watcher::Event::InitApply(s) => {
+                    let labels = s.metadata.labels.clone().unwrap_or_default();
+                    let version = labels.get("version").and_then(|v| v.parse().ok());
+                    let deployed = labels.get("status").is_some_and(|s| s == "deployed");
+                    records.insert(
+                        s.metadata.name.unwrap_or_default(),
+                        (version.unwrap_or(0), deployed),
+                    );
+                }
+                watcher::Event::Delete(s) => {
+                    records.remove(&s.metadata.name.unwrap_or_default());
+                }
+                watcher::Event::Init => records.clear(),
+                watcher::Event::InitDone => {}
+            }
+            let newest = records
+                .values()
+                .filter(|(_, deployed)| *deployed)
+                .map(|(v, _)| *v)
+                .max()
+                .unwrap_or(0);
+            let _ = tx.send((Instant::now(), newest));
+        }
+    });
+    rx
+}
+
+/// Releases of a resource deployed so far, from its status summary ("deployed/desired").
+async fn deployed(api: &Api<Controller>, name: &str) -> usize {
+    let summary = api.get(name).await.ok().and_then(|c| c.status?.summary);
+    summary
+        .and_then(|s| s.releases.split('/').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Owner B's small change: release `web` of `namespace` on member-1 upgraded to `replicas`.
+/// Returns the seconds from the spec patch to its release record showing `revision` deployed,
+/// and the seconds of those that helm ran (from the operator's log), so the rest, the queue's
+/// wait and the operator's own work, can be told apart from a slower helm on a busier machine.
+async fn small_change(
+    hub: &Hub,
+    namespace: &str,
+    replicas: usize,
+    revision: i64,
+    records: &mut watch::Receiver<(Instant, i64)>,
+) -> (f64, f64) {
+    let started = Instant::now();
+    hub.apply(
+        "small",
+        web(namespace, &["member-1"], &replicas.to_string()),
+    )
+    .await;
+    let what = format!("revision {revision} of the small change");
+    let shown = when_within(records, &what, LONG, |r| *r >= revision).await;
+    let took = shown.saturating_duration_since(started).as_secs_f64();
+    let logged = format!("upgraded member-1/{namespace}/web (");
+    let revision = format!("revision {revision})");
+    let helm = wait_until("the operator to log the change", DEADLINE, || async {
+        let log = hub.log();
+        let line = log
+            .lines()
+            .find(|l| l.contains(&logged) && l.contains(&revision))?;
+        let ms = line
+            .split("elapsed_ms=")
+            .nth(1)?
+            .split_whitespace()
+            .next()?;
+        ms.parse::<f64>().ok().map(|ms| ms / 1000.0)
+    })
+    .await;
+    (took, helm)
+}
+
+fn median(samples: &[f64]) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(|x, y| x.total_cmp(y));
+    percentile(&sorted, 0.5)
+}
+
+/// Releases of the wave per namespace and cluster (a tenancy holds at most 16 charts).
+const WAVE_CHARTS: usize = 10;
+
+/// A wave of `releases` `deployment-example` releases (no pods), [`WAVE_CHARTS`] per namespace,
+/// each namespace on every cluster in `clusters`, with `deletionPolicy` as given.
+fn wave_spec(run: &str, clusters: &[&str], releases: usize, orphan: bool) -> ControllerSpec {
+    let per_namespace = WAVE_CHARTS * clusters.len();
+    let tenancies = (0..releases.div_ceil(per_namespace))
+        .map(|i| {
+            let charts = (0..WAVE_CHARTS)
+                .map(|j| {
+                    chart(
+                        "deployment-example",
+                        &format!("r-{j}"),
+                        &[("replicaCount", "0")],
+                    )
+                })
+                .collect();
+            tenancy(&format!("{run}-{i}"), clusters, charts)
+        })
+        .collect();
+    ControllerSpec {
+        tenancies,
+        deletion_policy: if orphan {
+            DeletionPolicy::Orphan
+        } else {
+            DeletionPolicy::Delete
+        },
+        ..Default::default()
+    }
+}
+
+/// Owner B's small change (an upgrade of one release) on an idle queue and while owner A's wave
+/// of installs runs, with the default queue (4 workers, 2 per cluster, 3 per owner).
+async fn fairness(a: &Args) -> Value {
+    let hub = Hub::with_args("bench-fair", &[]).await;
+    let lab = &hub.lab;
+    let contexts = lab.contexts();
+    let clusters: Vec<&str> = contexts.iter().map(String::as_str).collect();
+    let small = unique("fair-b");
+    hub.apply("small", web(&small, &["member-1"], "1")).await;
+    let records =
+        Api::<PartialObjectMeta<Secret>>::namespaced(lab.client("member-1").await, &small);
+    let mut records = deployed_revision(records);
+    when_within(&mut records, "the small release", LONG, |r| *r >= 1).await;
+    let mut revision = 1;
+    let mut change = async |records: &mut watch::Receiver<(Instant, i64)>| {
+        revision += 1;
+        // 1 replica at revision 1, then 2, 1, 2 …: each change makes a new revision.
+        let replicas = if revision % 2 == 0 { 2 } else { 1 };
+        small_change(&hub, &small, replicas, revision, records).await
+    };
+
+    progress(&format!(
+        "fairness: {} small changes on an idle queue",
+        a.samples
+    ));
+    let mut idle = Vec::new();
+    for _ in 0..a.samples {
+        idle.push(change(&mut records).await);
+    }
+
+    let run = unique("fair-a");
+    let per_namespace = WAVE_CHARTS * clusters.len();
+    let total = a.wave.div_ceil(per_namespace) * per_namespace;
+    progress(&format!(
+        "fairness: a wave of {total} installs over {} clusters, {} small changes spaced through it",
+        clusters.len(),
+        a.samples
+    ));
+    let api = hub.api();
+    let started = Instant::now();
+    hub.apply("wave", wave_spec(&run, &clusters, a.wave, false))
+        .await;
+    let mut during = Vec::new();
+    for i in 1..=a.samples {
+        let checkpoint = total * i / (a.samples + 1);
+        wait_until("the wave to reach its checkpoint", LONG, || async {
+            (deployed(&api, "wave").await >= checkpoint).then_some(())
+        })
+        .await;
+        let before = deployed(&api, "wave").await;
+        let at = started.elapsed().as_secs_f64();
+        let (took, helm) = change(&mut records).await;
+        let after = deployed(&api, "wave").await;
+        progress(&format!(
+            "fairness: {took:.2} s (helm {helm:.2} s) with the wave at {before}/{total} … {after}/{total}"
+        ));
+        during.push((at, before, after, (took, helm)));
+    }
+    wait_until("the wave to be deployed", LONG, || async {
+        (deployed(&api, "wave").await >= total).then_some(())
+    })
+    .await;
+    let wave_seconds = started.elapsed().as_secs_f64();
+    let rate = total as f64 / wave_seconds;
+
+    progress("fairness: cleaning up (the wave is orphaned and its namespaces deleted)");
+    hub.apply("wave", wave_spec(&run, &clusters, a.wave, true))
+        .await;
+    hub.delete_and_wait_gone("wave").await;
+    hub.delete_and_wait_gone("small").await;
+    let namespaces: Vec<String> = (0..total / per_namespace)
+        .map(|i| format!("{run}-{i}"))
+        .collect();
+    for c in &clusters {
+        let mut args = vec!["delete", "namespace", "--wait=false", "--ignore-not-found"];
+        args.extend(namespaces.iter().map(String::as_str));
+        if *c == "member-1" {
+            args.push(&small);
+        }
+        if *c == "hub" {
+            args.push(&hub.namespace);
+        }
+        lab.kubectl(c, &args);
+    }
+
+    let under: Vec<(f64, f64)> = during.iter().map(|d| d.3).collect();
+    let totals = |s: &[(f64, f64)]| s.iter().map(|x| x.0).collect::<Vec<_>>();
+    let helm = |s: &[(f64, f64)]| s.iter().map(|x| x.1).collect::<Vec<_>>();
+    let outside = |s: &[(f64, f64)]| s.iter().map(|x| x.0 - x.1).collect::<Vec<_>>();
+    let (idle_median, under_median) = (median(&totals(&idle)), median(&totals(&under)));
+    let (idle_outside, under_outside) = (median(&outside(&idle)), median(&outside(&under)));
+    // Under the former single FIFO the change waited for every job queued before it.
+    let fifo: Vec<f64> = during.iter().map(|d| (total - d.1) as f64 / rate).collect();
+    json!({
+        "wave_releases": total, "clusters": clusters.len(),
+        "wave_seconds": wave_seconds, "wave_releases_per_second": rate,
+        "idle_seconds": totals(&idle), "idle_helm_seconds": helm(&idle),
+        "idle_median_seconds": idle_median, "idle_median_outside_helm_seconds": idle_outside,
+        "under_wave_seconds": totals(&under), "under_wave_helm_seconds": helm(&under),
+        "under_wave_median_seconds": under_median,
+        "under_wave_median_outside_helm_seconds": under_outside,
+        "under_wave_max_seconds": totals(&under).into_iter().fold(0.0, f64::max),
+        "wave_progress_at_changes": during.iter().map(|d| json!([d.1, d.2])).collect::<Vec<_>>(),
+        "ratio_median": under_median / idle_median, "ratio_target": 2.0,
+        "ratio_median_outside_helm": under_outside / idle_outside,
+        "single_fifo_estimate_median_seconds": median(&fifo),
+    })
+}
+
 fn table(results: &BTreeMap<&str, Value>) -> String {
     let f = |v: &Value, k: &str| {
         v.get(k)
@@ -917,6 +1164,10 @@ async fn main() {
     // Needs three members (kind/up.sh --members 3): only when asked for.
     if named("rollout") {
         results.insert("rollout", rollout(&a).await);
+    }
+    // A wave of 1,000 installs: only when asked for.
+    if named("fairness") {
+        results.insert("fairness", fairness(&a).await);
     }
     print!("{}", table(&results));
     if let Some(path) = &a.json {
