@@ -1,10 +1,13 @@
-//! Benchmarks on the lab: convergence, status latency, write load, footprint, breadth, namespaces, Controllers growth and rollout, as a table and JSON.
+//! Benchmarks on the lab: convergence, status latency, write load, footprint, breadth, growth (namespaces, Controllers, clusters), shards and rollout, as a table and JSON.
 //!
 //! Run with `kind/bench.sh` (it brings the lab up and builds in release mode), or on a running lab:
 //! `TENANCY_HUB_LAB_DIR=.lab cargo bench --bench lab -- [--only NAME] [--json FILE] [--pods P]
-//! [--namespaces 10,100,500] [--unrelated-pods N] [--controllers 10,100,1000]`.
+//! [--namespaces 10,100,500] [--unrelated-pods N] [--controllers 10,100,1000]
+//! [--clusters 1,5,10,20] [--quiet-seconds S] [--runs 3] [--shard-controllers 10]`.
 //! `TENANCY_HUB_OPERATOR=PATH` runs another build of the operator (a baseline) in every scenario.
-//! The `rollout` scenario needs three members and runs only when named in `--only`.
+//! The `rollout` scenario needs three members, `clusters` as many as its largest count
+//! (`kind/up.sh --members 20`); they, the other growth scenarios and `shards` run only when named
+//! in `--only`.
 
 #[path = "../common/mod.rs"]
 mod common;
