@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# Benchmarks: convergence, status propagation latency, write load, footprint, breadth, namespaces,
-# Controllers growth, rollout and fairness, on the lab.
+# Benchmarks: convergence, status propagation latency, write load, footprint, breadth, growth
+# (namespaces, Controllers, clusters), shards, rollout and fairness, on the lab.
 #
-#   kind/bench.sh [--dir DIR] [--only convergence,latency,breadth,footprint,namespaces,controllers,rollout,fairness]
+#   kind/bench.sh [--dir DIR] [--only convergence,latency,breadth,footprint,namespaces,controllers,clusters,shards,rollout,fairness]
 #                 [--pods P] [--namespaces 10,100,500] [--unrelated-pods N] [--controllers 10,100,1000]
+#                 [--clusters 1,5,10,20] [--quiet-seconds S] [--runs 3] [--shard-controllers 10]
 #                 [--wave N] [--samples K] [--json FILE]
 #
 # Brings the lab up in DIR if it is not running (default: .lab), builds tenancy-hub in release mode,
 # runs the scenarios (each with an operator of its own), prints a table and writes the figures as
 # JSON (default: DIR/bench.json). Figures are reported, never asserted; see BENCHMARKS.md.
-# The rollout scenario needs three members: start the lab with kind/up.sh --members 3 --dir DIR first.
-# rollout, namespaces, controllers and fairness (a small change's latency while another owner's
-# wave of N installs runs, 1,000 by default) run only when named in --only.
+# The rollout scenario needs three members: start the lab with kind/up.sh --members 3 --dir DIR first;
+# the clusters scenario as many members as its largest count (kind/up.sh --members 20 --dir DIR).
+# The rollout, namespaces, controllers, clusters, shards and fairness (a small change's latency while
+# another owner's wave of N installs runs, 1,000 by default) scenarios run only when named in --only.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -22,7 +24,7 @@ while (($#)); do
     case $1 in
         --dir) LAB_DIR=${2:?--dir needs a directory}; shift 2 ;;
         --json) JSON=${2:?--json needs a file}; shift 2 ;;
-        -h | --help) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) PASS+=("$1"); shift ;;
     esac
 done

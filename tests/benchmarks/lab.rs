@@ -1,11 +1,14 @@
-//! Benchmarks on the lab: convergence, status latency, write load, footprint, breadth, namespaces, Controllers growth, rollout and queue fairness, as a table and JSON.
+//! Benchmarks on the lab: convergence, status latency, write load, footprint, breadth, growth (namespaces, Controllers, clusters), shards, rollout and queue fairness, as a table and JSON.
 //!
 //! Run with `kind/bench.sh` (it brings the lab up and builds in release mode), or on a running lab:
 //! `TENANCY_HUB_LAB_DIR=.lab cargo bench --bench lab -- [--only NAME] [--json FILE] [--pods P]
-//! [--namespaces 10,100,500] [--unrelated-pods N] [--controllers 10,100,1000] [--wave N] [--samples K]`.
+//! [--namespaces 10,100,500] [--unrelated-pods N] [--controllers 10,100,1000]
+//! [--clusters 1,5,10,20] [--quiet-seconds S] [--runs 3] [--shard-controllers 10] [--wave N] [--samples K]`.
 //! `TENANCY_HUB_OPERATOR=PATH` runs another build of the operator (a baseline) in every scenario.
-//! `rollout` (three members), `namespaces`, `controllers` and `fairness` (`--wave N` installs, 1,000
-//! by default, `--samples K` small changes, 5 by default) run only when named in `--only`.
+//! The `rollout` scenario needs three members, `clusters` as many as its largest count
+//! (`kind/up.sh --members 20`); they, the other growth scenarios, `shards` and `fairness`
+//! (`--wave N` installs, 1,000 by default, `--samples K` small changes, 5 by default) run only when
+//! named in `--only`.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -47,6 +50,10 @@ struct Args {
     controllers: Vec<usize>,
     wave: usize,
     samples: usize,
+    clusters: Vec<usize>,
+    quiet_seconds: u64,
+    runs: usize,
+    shard_controllers: usize,
 }
 
 fn args() -> Args {
@@ -62,6 +69,10 @@ fn args() -> Args {
         controllers: vec![10, 100, 1000],
         wave: 1000,
         samples: 5,
+        clusters: vec![1, 5, 10, 20],
+        quiet_seconds: 20,
+        runs: 3,
+        shard_controllers: 10,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -88,6 +99,17 @@ fn args() -> Args {
             }
             "--wave" => a.wave = value().parse().expect("--wave N"),
             "--samples" => a.samples = value().parse().expect("--samples K"),
+            "--clusters" => {
+                a.clusters = value()
+                    .split(',')
+                    .map(|n| n.parse().expect("--clusters N,N,…"))
+                    .collect()
+            }
+            "--quiet-seconds" => a.quiet_seconds = value().parse().expect("--quiet-seconds S"),
+            "--runs" => a.runs = value().parse().expect("--runs N"),
+            "--shard-controllers" => {
+                a.shard_controllers = value().parse().expect("--shard-controllers N")
+            }
             "--bench" => {}
             other => panic!("unknown argument {other}; see the top of tests/benchmarks/lab.rs"),
         }
@@ -520,6 +542,443 @@ async fn controllers(a: &Args) -> Value {
         .await;
     }
     Value::Object(rows)
+}
+
+/// Least squares of `y = a + b·x` over `points`: (a, b, r²).
+fn linear_fit(points: &[(f64, f64)]) -> (f64, f64, f64) {
+    let n = points.len() as f64;
+    let (mx, my) = (
+        points.iter().map(|p| p.0).sum::<f64>() / n,
+        points.iter().map(|p| p.1).sum::<f64>() / n,
+    );
+    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let syy: f64 = points.iter().map(|p| (p.1 - my).powi(2)).sum();
+    let b = if sxx > 0.0 { sxy / sxx } else { 0.0 };
+    let r2 = if sxx > 0.0 && syy > 0.0 {
+        sxy * sxy / (sxx * syy)
+    } else {
+        1.0
+    };
+    (my - b * mx, b, r2)
+}
+
+/// Fits of one figure against `x`: linear (intercept, slope, r², value at `at`) and power law
+/// `y = c·x^p` (p and r² of the log-log line; absent when a value is not positive), as JSON keys
+/// prefixed with the figure's name.
+fn fits(figure: &str, points: &[(f64, f64)], at: f64, out: &mut serde_json::Map<String, Value>) {
+    let (a, b, r2) = linear_fit(points);
+    out.insert(format!("{figure}_linear_intercept"), json!(a));
+    out.insert(format!("{figure}_linear_slope"), json!(b));
+    out.insert(format!("{figure}_linear_r2"), json!(r2));
+    out.insert(format!("{figure}_linear_at_{at}"), json!(a + b * at));
+    if points.iter().all(|p| p.0 > 0.0 && p.1 > 0.0) {
+        let logs: Vec<(f64, f64)> = points.iter().map(|p| (p.0.ln(), p.1.ln())).collect();
+        let (ln_c, p, r2) = linear_fit(&logs);
+        out.insert(format!("{figure}_power_exponent"), json!(p));
+        out.insert(format!("{figure}_power_r2"), json!(r2));
+        out.insert(
+            format!("{figure}_power_at_{at}"),
+            json!(ln_c.exp() * at.powf(p)),
+        );
+    }
+}
+
+/// CPU seconds used by the reaped children of a process (helm, for the operator), from /proc.
+fn children_cpu(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    (fields[13].parse::<f64>().unwrap() + fields[14].parse::<f64>().unwrap()) / 100.0
+}
+
+/// The identity the `clusters` scenario gives its operators on the hub: a service account with
+/// cluster-admin, matched by a FlowSchema of its own so the hub API server counts its requests.
+const BENCH_ACCOUNT: &str = "tenancy-hub-bench";
+
+/// Creates [`BENCH_ACCOUNT`] (in hub namespace `tenancy-hub`), its binding and FlowSchema, and
+/// writes a kubeconfig whose context `hub` acts as it; returns the kubeconfig's path.
+fn bench_identity(lab: &Lab) -> std::path::PathBuf {
+    let manifest = lab.dir.join(format!("{BENCH_ACCOUNT}.yaml"));
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: {BENCH_ACCOUNT}, namespace: tenancy-hub}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: {BENCH_ACCOUNT}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}}
+subjects: [{{kind: ServiceAccount, name: {BENCH_ACCOUNT}, namespace: tenancy-hub}}]
+---
+apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: FlowSchema
+metadata: {{name: {BENCH_ACCOUNT}}}
+spec:
+  priorityLevelConfiguration: {{name: workload-high}}
+  matchingPrecedence: 100
+  distinguisherMethod: {{type: ByUser}}
+  rules:
+    - subjects: [{{kind: ServiceAccount, serviceAccount: {{name: {BENCH_ACCOUNT}, namespace: tenancy-hub}}}}]
+      resourceRules:
+        - {{verbs: ['*'], apiGroups: ['*'], resources: ['*'], clusterScope: true, namespaces: ['*']}}
+      nonResourceRules: [{{verbs: ['*'], nonResourceURLs: ['*']}}]
+"
+        ),
+    )
+    .unwrap();
+    lab.kubectl("hub", &["apply", "-f", manifest.to_str().unwrap()]);
+    let token = lab.kubectl(
+        "hub",
+        &[
+            "create",
+            "token",
+            BENCH_ACCOUNT,
+            "-n",
+            "tenancy-hub",
+            "--duration",
+            "12h",
+        ],
+    );
+    let hub = lab
+        .kubeconfig
+        .clusters
+        .iter()
+        .find(|c| c.name == "hub")
+        .and_then(|c| c.cluster.clone())
+        .expect("the lab's kubeconfig has cluster hub");
+    let path = lab.dir.join(format!("{BENCH_ACCOUNT}.kubeconfig"));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1
+kind: Config
+clusters: [{{name: hub, cluster: {{server: \"{}\", certificate-authority-data: {}}}}}]
+users: [{{name: bench, user: {{token: {}}}}}]
+contexts: [{{name: hub, context: {{cluster: hub, user: bench}}}}]
+current-context: hub
+",
+            hub.server.unwrap(),
+            hub.certificate_authority_data.unwrap(),
+            token.trim()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// Requests the hub API server has dispatched for [`BENCH_ACCOUNT`] so far (its FlowSchema's
+/// `apiserver_flowcontrol_dispatched_requests_total`).
+async fn hub_requests(hub: &kube::Client) -> f64 {
+    let text = hub
+        .request_text(http::Request::get("/metrics").body(vec![]).unwrap())
+        .await
+        .expect("the hub API server serves /metrics");
+    text.lines()
+        .filter(|l| {
+            l.starts_with("apiserver_flowcontrol_dispatched_requests_total{")
+                && l.contains(&format!("flow_schema=\"{BENCH_ACCOUNT}\""))
+        })
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+/// Growth in member clusters: for each count k, an operator registered with the first k members
+/// of the lab and one Controller with one small release (`deployment-example`, 1 replica) on each.
+/// Measured after convergence: RSS, CPU over a quiet window, CPU and time to converge (operator and
+/// helm apart), open watch streams, and the hub API requests of the operator (counted by the hub
+/// API server for the operator's own identity), with least-squares fits and their value at 1,000.
+async fn clusters(a: &Args) -> Value {
+    let lab = Lab::get();
+    let members: Vec<String> = lab.contexts().into_iter().filter(|c| c != "hub").collect();
+    let counts: Vec<usize> = a
+        .clusters
+        .iter()
+        .copied()
+        .filter(|k| *k <= members.len())
+        .collect();
+    assert!(
+        !counts.is_empty(),
+        "the lab has {} members; start one with kind/up.sh --members N",
+        members.len()
+    );
+    let kubeconfig = bench_identity(&lab);
+    let admin = lab.client("hub").await;
+    let mut points = Vec::new();
+    for &k in &counts {
+        let names = &members[..k];
+        let file = lab.dir.join(format!("{}.yaml", unique("clusters")));
+        let entries: String = names
+            .iter()
+            .map(|n| {
+                format!(
+                    "  - {{name: {n}, context: {n}, kubeconfig: {}}}\n",
+                    lab.kubeconfig_path().display()
+                )
+            })
+            .collect();
+        std::fs::write(&file, format!("clusters:\n{entries}")).unwrap();
+        let hub = Hub::without_operator(Lab::get(), unique("bench-cl")).await;
+        progress(&format!(
+            "clusters: {k} member clusters, one release on each"
+        ));
+        let requests0 = hub_requests(&admin).await;
+        let started = Instant::now();
+        let operator = common::operator::Operator::start_with(
+            &lab,
+            &hub.namespace,
+            &[
+                "--kubeconfig",
+                kubeconfig.to_str().unwrap(),
+                "--clusters",
+                file.to_str().unwrap(),
+            ],
+        );
+        let pid = operator.pid();
+        let ns = unique("cl");
+        let targets: Vec<&str> = names.iter().map(String::as_str).collect();
+        hub.apply("cl", web(&ns, &targets, "1")).await;
+        let want = format!("{k}/{k}");
+        wait_until("every release deployed and ready", LONG, || async {
+            let s = hub.api().get("cl").await.ok()?.status?;
+            (s.summary.as_ref()?.releases == want && ready(&s)).then_some(())
+        })
+        .await;
+        let converge_seconds = started.elapsed().as_secs_f64();
+        let (_, _, converge_cpu) = usage(pid);
+        let helm_cpu = children_cpu(pid);
+        let requests1 = hub_requests(&admin).await;
+        let quiet = Duration::from_secs(a.quiet_seconds);
+        let quiet_cpu = cpu_over(pid, quiet).await;
+        let requests2 = hub_requests(&admin).await;
+        let (rss, peak, _) = usage(pid);
+        let point = json!({
+            "clusters": k,
+            "converge_seconds": converge_seconds,
+            "converge_cpu_seconds": converge_cpu,
+            "helm_cpu_seconds": helm_cpu,
+            "quiet_cpu_cores": quiet_cpu,
+            "rss_mib": rss as f64 / 1024.0,
+            "peak_rss_mib": peak as f64 / 1024.0,
+            "watch_streams": operator.metric("tenancy_hub_watch_streams"),
+            "workload_streams": operator.metric("tenancy_hub_watch_streams{source=\"workloads\"}"),
+            "record_streams": operator.metric("tenancy_hub_watch_streams{source=\"release_records\"}"),
+            "hub_requests_to_converge": requests1 - requests0,
+            "hub_requests_per_minute_quiet": (requests2 - requests1) * 60.0 / quiet.as_secs_f64(),
+        });
+        progress(&format!("clusters: {k}: {point}"));
+        points.push(point);
+        hub.delete_and_wait_gone("cl").await;
+        operator.stop();
+        std::fs::remove_file(&file).unwrap();
+    }
+    let mut out = serde_json::Map::new();
+    for figure in [
+        "rss_mib",
+        "converge_cpu_seconds",
+        "helm_cpu_seconds",
+        "quiet_cpu_cores",
+        "watch_streams",
+        "hub_requests_to_converge",
+        "hub_requests_per_minute_quiet",
+    ] {
+        let xy: Vec<(f64, f64)> = points
+            .iter()
+            .map(|p| (p["clusters"].as_f64().unwrap(), p[figure].as_f64().unwrap()))
+            .collect();
+        if xy.len() >= 2 {
+            fits(figure, &xy, 1000.0, &mut out);
+        }
+    }
+    out.insert("points".into(), Value::Array(points));
+    Value::Object(out)
+}
+
+/// The Lease base name of the `shards` scenario's replicas.
+const SHARD_LEASE: &str = "bench-sh";
+
+/// `n` Controller names of hub namespace `namespace`, as evenly split between two shards as
+/// [`tenancy_hub::controller::shard::shard_of`] allows (alternating, first come).
+fn balanced(namespace: &str, n: usize) -> Vec<String> {
+    let mut per_shard: [Vec<String>; 2] = [Vec::new(), Vec::new()];
+    let mut i = 0;
+    while per_shard.iter().map(Vec::len).sum::<usize>() < n {
+        let name = format!("c{i}");
+        let shard = tenancy_hub::controller::shard::shard_of(namespace, &name, 2) as usize;
+        if per_shard[shard].len() < n.div_ceil(2) {
+            per_shard[shard].push(name);
+        }
+        i += 1;
+    }
+    per_shard.concat()
+}
+
+/// Who holds each Lease of `names` now (absent or empty holders left out).
+async fn lease_holders(
+    leases: &Api<k8s_openapi::api::coordination::v1::Lease>,
+    names: &[String],
+) -> Vec<String> {
+    let mut held = Vec::new();
+    for name in names {
+        if let Ok(Some(lease)) = leases.get_opt(name).await
+            && let Some(holder) = lease.spec.and_then(|s| s.holder_identity)
+            && !holder.is_empty()
+        {
+            held.push(holder);
+        }
+    }
+    held
+}
+
+/// One wave on `shards` replicas run with `--leader-elect --shards <shards>`: the Controllers of
+/// [`balanced`], each with one release on the hub and each member of [`CLUSTERS`], applied at
+/// once once every shard is led by its own replica; timed until every release is deployed.
+async fn shard_wave(shards: u32, controllers: usize) -> Value {
+    let lab = Lab::get();
+    let hub = Hub::without_operator(Lab::get(), unique("bench-sh")).await;
+    let ns = hub.namespace.clone();
+    let count = shards.to_string();
+    let args = [
+        "--leader-elect",
+        "--lease-namespace",
+        ns.as_str(),
+        "--lease-name",
+        SHARD_LEASE,
+        "--shards",
+        count.as_str(),
+    ];
+    let replicas: Vec<common::operator::Operator> = (0..shards)
+        .map(|_| common::operator::Operator::start_with(&lab, &ns, &args))
+        .collect();
+    let leases = Api::namespaced(hub.client.clone(), &ns);
+    let lease_names: Vec<String> = if shards == 1 {
+        vec![SHARD_LEASE.to_owned()]
+    } else {
+        (0..shards)
+            .map(|s| format!("{SHARD_LEASE}-shard-{s}-of-{shards}"))
+            .collect()
+    };
+    wait_until("every shard led, each by its own replica", LONG, || async {
+        let held = lease_holders(&leases, &lease_names).await;
+        let distinct: std::collections::BTreeSet<&String> = held.iter().collect();
+        (held.len() == lease_names.len() && distinct.len() == lease_names.len()).then_some(())
+    })
+    .await;
+    let names = balanced(&ns, controllers);
+    let run = unique("sh");
+    let pids: Vec<u32> = replicas.iter().map(|r| r.pid()).collect();
+    let cpu = |pids: &[u32]| -> (f64, f64) {
+        pids.iter()
+            .map(|p| (usage(*p).2, children_cpu(*p)))
+            .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1))
+    };
+    let (own0, helm0) = cpu(&pids);
+    let machine0 = machine_cpu();
+    let started = Instant::now();
+    for name in &names {
+        hub.apply(name, web(&format!("{run}-{name}"), &CLUSTERS, "1"))
+            .await;
+    }
+    let want = format!("{0}/{0}", CLUSTERS.len());
+    wait_until("every release deployed", LONG, || async {
+        let list = hub.api().list(&Default::default()).await.ok()?;
+        let done = list
+            .items
+            .iter()
+            .filter(|c| {
+                c.status
+                    .as_ref()
+                    .and_then(|s| s.summary.as_ref())
+                    .is_some_and(|s| s.releases == want)
+            })
+            .count();
+        (done == names.len()).then_some(())
+    })
+    .await;
+    let seconds = started.elapsed().as_secs_f64();
+    let busy = busy_between(machine0, machine_cpu());
+    let (own1, helm1) = cpu(&pids);
+    let releases = names.len() * CLUSTERS.len();
+    progress(&format!(
+        "shards: {shards}: {releases} releases in {seconds:.2}s, operator {:.2} CPU s, helm {:.2} CPU s",
+        own1 - own0,
+        helm1 - helm0
+    ));
+    lab.kubectl(
+        "hub",
+        &[
+            "delete",
+            "controllers.multitenancy.dev",
+            "--all",
+            "-n",
+            &ns,
+            "--wait=false",
+        ],
+    );
+    wait_until("every Controller gone", LONG, || async {
+        hub.api()
+            .list(&Default::default())
+            .await
+            .ok()
+            .filter(|l| l.items.is_empty())
+            .map(|_| ())
+    })
+    .await;
+    drop(replicas);
+    json!({
+        "shards": shards, "releases": releases, "seconds": seconds,
+        "releases_per_second": releases as f64 / seconds,
+        "operator_cpu_seconds": own1 - own0, "helm_cpu_seconds": helm1 - helm0,
+        "helm_cpu_seconds_per_release": (helm1 - helm0) / releases as f64,
+        "machine_cpu_busy": busy,
+    })
+}
+
+/// Throughput of 2 shards (two replicas) against 1 (one replica, same flags), on the same wave of
+/// releases over the hub and two members, in alternating runs; medians of each figure.
+async fn shards(a: &Args) -> Value {
+    let mut runs: BTreeMap<u32, Vec<Value>> = BTreeMap::new();
+    for run in 0..a.runs {
+        for shards in [1, 2] {
+            progress(&format!(
+                "shards: run {}/{}, {shards} shard(s), {} Controllers × {} releases",
+                run + 1,
+                a.runs,
+                a.shard_controllers,
+                CLUSTERS.len()
+            ));
+            let wave = shard_wave(shards, a.shard_controllers).await;
+            runs.entry(shards).or_default().push(wave);
+        }
+    }
+    let mut out = serde_json::Map::new();
+    for (shards, waves) in &runs {
+        for figure in [
+            "seconds",
+            "releases_per_second",
+            "operator_cpu_seconds",
+            "helm_cpu_seconds",
+            "helm_cpu_seconds_per_release",
+            "machine_cpu_busy",
+        ] {
+            let values: Vec<f64> = waves.iter().map(|w| w[figure].as_f64().unwrap()).collect();
+            out.insert(format!("s{shards}_median_{figure}"), json!(median(&values)));
+        }
+    }
+    let speedup =
+        out["s1_median_seconds"].as_f64().unwrap() / out["s2_median_seconds"].as_f64().unwrap();
+    out.insert("speedup_of_2_over_1".into(), json!(speedup));
+    out.insert(
+        "runs".into(),
+        Value::Array(runs.into_values().flatten().collect()),
+    );
+    Value::Object(out)
 }
 
 async fn breadth(a: &Args) -> Value {
@@ -955,6 +1414,7 @@ async fn small_change(
     (took, helm)
 }
 
+/// The median of `samples`.
 fn median(samples: &[f64]) -> f64 {
     let mut sorted = samples.to_vec();
     sorted.sort_by(|x, y| x.total_cmp(y));
@@ -1160,6 +1620,13 @@ async fn main() {
     }
     if named("controllers") {
         results.insert("controllers", controllers(&a).await);
+    }
+    // Needs a lab of many members (kind/up.sh --members 20): only when asked for.
+    if named("clusters") {
+        results.insert("clusters", clusters(&a).await);
+    }
+    if named("shards") {
+        results.insert("shards", shards(&a).await);
     }
     // Needs three members (kind/up.sh --members 3): only when asked for.
     if named("rollout") {

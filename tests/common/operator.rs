@@ -52,8 +52,14 @@ impl Operator {
             .unwrap_or_else(|| env!("CARGO_BIN_EXE_tenancy-hub").into());
         let child = std::process::Command::new(binary)
             .args(["run", "--context", "hub", "--namespace", namespace])
-            .arg("--kubeconfig")
-            .arg(lab.kubeconfig_path())
+            .args(if extra.contains(&"--kubeconfig") {
+                vec![]
+            } else {
+                vec![
+                    "--kubeconfig".into(),
+                    lab.kubeconfig_path().into_os_string(),
+                ]
+            })
             .args(if extra.contains(&"--clusters") {
                 vec![]
             } else {
