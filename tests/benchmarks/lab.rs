@@ -520,26 +520,7 @@ async fn controllers(a: &Args) -> Value {
         ] {
             rows.insert(format!("k{k}_{figure}"), json!(value));
         }
-        lab.kubectl(
-            "hub",
-            &[
-                "delete",
-                "controllers.multitenancy.dev",
-                "--all",
-                "-n",
-                &hub.namespace,
-                "--wait=false",
-            ],
-        );
-        wait_until("every Controller gone", LONG, || async {
-            hub.api()
-                .list(&Default::default())
-                .await
-                .ok()
-                .filter(|l| l.items.is_empty())
-                .map(|_| ())
-        })
-        .await;
+        delete_every_controller(&lab, &hub).await;
     }
     Value::Object(rows)
 }
@@ -910,26 +891,7 @@ async fn shard_wave(shards: u32, controllers: usize) -> Value {
         own1 - own0,
         helm1 - helm0
     ));
-    lab.kubectl(
-        "hub",
-        &[
-            "delete",
-            "controllers.multitenancy.dev",
-            "--all",
-            "-n",
-            &ns,
-            "--wait=false",
-        ],
-    );
-    wait_until("every Controller gone", LONG, || async {
-        hub.api()
-            .list(&Default::default())
-            .await
-            .ok()
-            .filter(|l| l.items.is_empty())
-            .map(|_| ())
-    })
-    .await;
+    delete_every_controller(&lab, &hub).await;
     drop(replicas);
     json!({
         "shards": shards, "releases": releases, "seconds": seconds,
@@ -1185,6 +1147,30 @@ async fn namespaces(a: &Args) -> Value {
         "namespace_added_seconds": relist_seconds, "namespace_added_cpu_seconds": cpu1 - cpu0,
         "rss_before_mib": rss_before as f64 / 1024.0, "rss_after_mib": rss_after as f64 / 1024.0,
     })
+}
+
+/// Deletes every Controller of the hub's namespace at once and waits until they are gone.
+async fn delete_every_controller(lab: &Lab, hub: &Hub) {
+    lab.kubectl(
+        "hub",
+        &[
+            "delete",
+            "controllers.multitenancy.dev",
+            "--all",
+            "-n",
+            &hub.namespace,
+            "--wait=false",
+        ],
+    );
+    wait_until("every Controller gone", LONG, || async {
+        hub.api()
+            .list(&Default::default())
+            .await
+            .ok()
+            .filter(|l| l.items.is_empty())
+            .map(|_| ())
+    })
+    .await;
 }
 
 /// Whether Deployment `web` in `namespace` has rolled out `replicas` replicas, all ready.
