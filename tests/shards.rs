@@ -21,11 +21,29 @@ const DEADLINE: Duration = Duration::from_secs(180);
 const SHARDS: u32 = 3;
 const LEASE: &str = "tenancy-hub-test";
 
-/// Who leads each shard now, from the shard Leases.
+/// The arguments of a replica leading shards of `shards` through Leases in `namespace`.
+fn sharded<'a>(namespace: &'a str, shards: &'a str) -> [&'a str; 7] {
+    [
+        "--leader-elect",
+        "--lease-namespace",
+        namespace,
+        "--lease-name",
+        LEASE,
+        "--shards",
+        shards,
+    ]
+}
+
+/// Who leads each of `SHARDS` shards now, from the shard Leases.
 async fn holders(leases: &Api<Lease>) -> BTreeMap<u32, String> {
+    holders_of(leases, SHARDS).await
+}
+
+/// Who leads each of `shards` shards now, from the shard Leases.
+async fn holders_of(leases: &Api<Lease>, shards: u32) -> BTreeMap<u32, String> {
     let mut led = BTreeMap::new();
-    for shard in 0..SHARDS {
-        let name = format!("{LEASE}-shard-{shard}-of-{SHARDS}");
+    for shard in 0..shards {
+        let name = format!("{LEASE}-shard-{shard}-of-{shards}");
         if let Ok(Some(lease)) = leases.get_opt(&name).await
             && let Some(holder) = lease.spec.and_then(|s| s.holder_identity)
             && !holder.is_empty()
@@ -53,15 +71,7 @@ async fn three_replicas_split_the_controllers_by_shard_and_a_killed_ones_shard_i
     let hub = Hub::without_operator(Lab::get(), unique("shards")).await;
     let namespace = hub.namespace.clone();
     let shards = SHARDS.to_string();
-    let args = [
-        "--leader-elect",
-        "--lease-namespace",
-        namespace.as_str(),
-        "--lease-name",
-        LEASE,
-        "--shards",
-        shards.as_str(),
-    ];
+    let args = sharded(&namespace, &shards);
     let mut replicas: Vec<Option<Operator>> = (0..3)
         .map(|_| Some(Operator::start_with(&hub.lab, &namespace, &args)))
         .collect();
@@ -165,4 +175,76 @@ async fn three_replicas_split_the_controllers_by_shard_and_a_killed_ones_shard_i
         released.is_empty(),
         "SIGTERM releases the shard Leases: {released:?}"
     );
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_lone_replica_leads_every_shard_and_hands_one_over_when_another_joins() {
+    let hub = Hub::without_operator(Lab::get(), unique("rebalance")).await;
+    let namespace = hub.namespace.clone();
+    let args = sharded(&namespace, "2");
+    let leases: Api<Lease> = Api::namespaced(hub.client.clone(), &namespace);
+    let first = Operator::start_with(&hub.lab, &namespace, &args);
+    wait_until("the lone replica to lead both shards", DEADLINE, || async {
+        let led = holders_of(&leases, 2).await;
+        let distinct: BTreeSet<&String> = led.values().collect();
+        (led.len() == 2 && distinct.len() == 1).then_some(())
+    })
+    .await;
+    // Its Controllers in both shards are delivered.
+    let run = unique("rb");
+    let mut names: BTreeMap<u32, String> = BTreeMap::new();
+    for i in 0.. {
+        if names.len() == 2 {
+            break;
+        }
+        let name = format!("c{i}");
+        names.entry(shard_of(&namespace, &name, 2)).or_insert(name);
+    }
+    for name in names.values() {
+        hub.apply(name, web(&format!("{run}-{name}"), &["member-1"], "1"))
+            .await;
+    }
+    for name in names.values() {
+        hub.status_until(name, "delivered and ready", ready).await;
+    }
+
+    let second = Operator::start_with(&hub.lab, &namespace, &args);
+    wait_until(
+        "one shard handed over to the replica that joined",
+        DEADLINE,
+        || async {
+            let led = holders_of(&leases, 2).await;
+            let distinct: BTreeSet<&String> = led.values().collect();
+            (led.len() == 2 && distinct.len() == 2).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        first.logged().contains("giving shard"),
+        "the first replica says it gave a shard up:\n{}",
+        first.logged()
+    );
+    // The shard's Controller is worked by the newcomer now: a change is delivered, once.
+    let led = holders_of(&leases, 2).await;
+    let moved = *led
+        .iter()
+        .find(|(_, h)| h.ends_with(&format!("-{}", second.pid())))
+        .expect("the newcomer leads a shard")
+        .0;
+    let name = &names[&moved];
+    hub.apply(name, web(&format!("{run}-{name}"), &["member-1"], "2"))
+        .await;
+    hub.releases_become("member-1", &format!("{run}-{name}"), &[("web", 2)])
+        .await;
+    let upgraded = format!("upgraded member-1/{run}-{name}/web");
+    assert!(
+        second.logged().contains(&upgraded) && !first.logged().contains(&upgraded),
+        "the upgrade was run by the replica that took the shard, and only by it"
+    );
+    for name in names.values() {
+        hub.delete_and_wait_gone(name).await;
+    }
+    first.stop();
+    second.stop();
 }
