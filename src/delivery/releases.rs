@@ -831,14 +831,7 @@ mod tests {
             "not listed until both watches are"
         );
         theirs.apply(Ok(watcher::Event::Init));
-        let mut other = by_hand("4");
-        other
-            .metadata
-            .labels
-            .as_mut()
-            .unwrap()
-            .insert("name".into(), "db".into());
-        theirs.apply(Ok(watcher::Event::InitApply(other)));
+        theirs.apply(Ok(watcher::Event::InitApply(named_db(by_hand("4")))));
         let told = theirs.apply(Ok(watcher::Event::InitDone));
         assert_eq!(
             told,
@@ -870,6 +863,13 @@ mod tests {
         assert!(records.read().unwrap().by_owner.is_empty());
     }
 
+    /// The record of release `db` instead.
+    fn named_db(mut record: Record) -> Record {
+        let labels = record.metadata.labels.get_or_insert_default();
+        labels.insert("name".into(), "db".into());
+        record
+    }
+
     #[test]
     fn a_release_installed_by_hand_is_held_without_owner_so_it_is_never_taken_over() {
         let index = ReleaseIndex::default();
@@ -886,13 +886,7 @@ mod tests {
         let index = ReleaseIndex::default();
         let mut elsewhere = managed("1", "a", "deployed");
         elsewhere.metadata.namespace = Some("old".into());
-        let mut other = by_hand("1");
-        other
-            .metadata
-            .labels
-            .as_mut()
-            .unwrap()
-            .insert("name".into(), "db".into());
+        let other = named_db(by_hand("1"));
         index.seed(hub(), vec![managed("1", "a", "deployed"), elsewhere, other]);
         let applied = index.applied_for(&owner("a"), std::iter::empty());
         let mut keys: Vec<String> = applied.keys().map(ToString::to_string).collect();

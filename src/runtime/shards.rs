@@ -32,6 +32,9 @@ use crate::{
     runtime::leader::{Leadership, LeaseConfig, Observer, may_acquire},
 };
 
+/// How long a replica Lease of another replica may stay unchanged before it is deleted.
+const STALE_REPLICA: Duration = Duration::from_secs(600);
+
 /// The shards one of `live` replicas should lead: `ceil(shards / live)`.
 pub fn fair_share(shards: u32, live: usize) -> usize {
     (shards as usize).div_ceil(live.max(1))
@@ -165,6 +168,19 @@ pub async fn campaign(
                     .entry(name.clone())
                     .or_default()
                     .observe(lease.spec.as_ref(), now);
+            }
+        }
+        // Replicas that ended without releasing (killed, their pod gone) leave their Lease behind:
+        // one unchanged this long is deleted, so restarts do not pile them up.
+        for name in by_name
+            .keys()
+            .filter(|n| n.starts_with(&replica_prefix) && **n != me)
+        {
+            let stale = observers[name]
+                .unchanged_for(now)
+                .is_some_and(|d| d >= STALE_REPLICA);
+            if stale && let Err(error) = api.delete(name, &Default::default()).await {
+                tracing::debug!(%error, lease = %name, "could not delete a stale replica Lease");
             }
         }
         let live = 1 + by_name

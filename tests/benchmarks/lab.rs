@@ -84,27 +84,12 @@ fn args() -> Args {
             "--changes" => a.changes = value().parse().expect("--changes N"),
             "--releases" => a.releases = value().parse().expect("--releases N"),
             "--breadth" => a.breadth = value().parse().expect("--breadth N"),
-            "--namespaces" => {
-                a.namespaces = value()
-                    .split(',')
-                    .map(|n| n.parse().expect("--namespaces N,N,..."))
-                    .collect()
-            }
+            "--namespaces" => a.namespaces = counts(&flag, &value()),
             "--unrelated-pods" => a.unrelated_pods = value().parse().expect("--unrelated-pods N"),
-            "--controllers" => {
-                a.controllers = value()
-                    .split(',')
-                    .map(|n| n.parse().expect("--controllers N,N,…"))
-                    .collect()
-            }
+            "--controllers" => a.controllers = counts(&flag, &value()),
             "--wave" => a.wave = value().parse().expect("--wave N"),
             "--samples" => a.samples = value().parse().expect("--samples K"),
-            "--clusters" => {
-                a.clusters = value()
-                    .split(',')
-                    .map(|n| n.parse().expect("--clusters N,N,…"))
-                    .collect()
-            }
+            "--clusters" => a.clusters = counts(&flag, &value()),
             "--quiet-seconds" => a.quiet_seconds = value().parse().expect("--quiet-seconds S"),
             "--runs" => a.runs = value().parse().expect("--runs N"),
             "--shard-controllers" => {
@@ -115,6 +100,16 @@ fn args() -> Args {
         }
     }
     a
+}
+
+/// A comma-separated list of counts, as `--namespaces 10,100,500` takes.
+fn counts(flag: &str, list: &str) -> Vec<usize> {
+    list.split(',')
+        .map(|n| {
+            n.parse()
+                .unwrap_or_else(|_| panic!("{flag} takes counts like 10,100,500, not {list:?}"))
+        })
+        .collect()
 }
 
 fn progress(msg: &str) {
@@ -1577,11 +1572,13 @@ fn table(results: &BTreeMap<&str, Value>) -> String {
 #[tokio::main]
 async fn main() {
     let a = args();
-    let want = |s: &str| {
+    // Named in --only; the light scenarios also run when --only is not given.
+    let named = |s: &str| {
         a.only
             .as_deref()
-            .is_none_or(|o| o.split(',').any(|x| x == s))
+            .is_some_and(|o| o.split(',').any(|x| x == s))
     };
+    let want = |s: &str| a.only.is_none() || named(s);
     let mut results: BTreeMap<&str, Value> = BTreeMap::new();
     if want("convergence") {
         results.insert("convergence", convergence(&a).await);
@@ -1595,11 +1592,6 @@ async fn main() {
     if want("footprint") {
         results.insert("footprint", footprint(&a).await);
     }
-    let named = |s: &str| {
-        a.only
-            .as_deref()
-            .is_some_and(|o| o.split(',').any(|x| x == s))
-    };
     // Heavy (thousands of pods, hundreds of namespaces or Controllers): only when asked for.
     if named("namespaces") {
         results.insert("namespaces", namespaces(&a).await);
