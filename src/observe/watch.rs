@@ -28,8 +28,10 @@ use crate::{
     observe::model::{Change, PodInfo, Tagged, WorkloadInfo, WorkloadKind, WorkloadRef},
 };
 
-/// Longest pause before a watch that failed lists again.
-const RELIST_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+/// Longest pause before a watch that failed lists again. Short, because a cluster has only a
+/// handful of watches (not one set per namespace), so retrying an unreachable cluster costs
+/// little, while a long pause delays seeing a cluster that came back (and a rollout waiting on it).
+const RELIST_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A watcher that lists afresh after every error, after a capped exponential pause. kube's own
 /// watcher resumes from its last resource version after an error and then says nothing until
