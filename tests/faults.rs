@@ -10,7 +10,7 @@ use common::{
         wave_at,
     },
     hub::Hub,
-    lab::{Lab, lab_ctl},
+    lab::{Lab, lab_ctl, start_member, stop_member},
     operator::Operator,
 };
 use k8s_openapi::api::core::v1::Event;
@@ -112,12 +112,12 @@ async fn a_member_killed_during_an_upgrade_wave_delays_only_itself() {
     let both = ["member-1", "member-2"];
     roll_wave(&hub, "wave", &ns, &both, 1).await;
 
-    lab_ctl(&hub.lab, &["stop", "member-2-kube-apiserver"]);
+    stop_member(&hub.lab, "member-2");
     let started = Instant::now();
     hub.apply("wave", wave(&ns, &both, "2")).await;
     hub.releases_become("member-1", &ns, &wave_at(2)).await;
     let member1 = started.elapsed();
-    lab_ctl(&hub.lab, &["start", "member-2-kube-apiserver"]);
+    start_member(&hub.lab, "member-2");
     hub.releases_become("member-2", &ns, &wave_at(2)).await;
     let member2 = started.elapsed();
     hub.status_until("wave", "the resource to be Ready again", ready)

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use common::{
     fixtures::{DEADLINE, chart, message, ready, tenancy, unique, wait_until},
     hub::Hub,
-    lab::{Lab, lab_ctl},
+    lab::{Lab, start_member, stop_member},
 };
 use k8s_openapi::{apimachinery::pkg::util::intstr::IntOrString, jiff::Timestamp};
 use tenancy_hub::api::crd::{
@@ -364,8 +364,7 @@ async fn a_member_stopped_mid_rollout_is_waited_for_and_the_rollout_goes_on_when
     hub.status_until("app", "the first rollout to complete", |s| complete(s, 1))
         .await;
 
-    let apiserver = format!("{}-kube-apiserver", m[1]);
-    lab_ctl(&hub.lab, &["stop", &apiserver]);
+    stop_member(&hub.lab, &m[1]);
     hub.apply("app", spec(&ns, &m, &[("replicaCount", "2")], plan))
         .await;
     let waiting = hub
@@ -395,7 +394,7 @@ async fn a_member_stopped_mid_rollout_is_waited_for_and_the_rollout_goes_on_when
         );
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }
-    lab_ctl(&hub.lab, &["start", &apiserver]);
+    start_member(&hub.lab, &m[1]);
     assert_eq!(rollout(&waiting).unwrap().healthy, 1);
     hub.status_until("app", "the rollout to go on and complete", |s| {
         complete(s, 2)

@@ -209,3 +209,31 @@ pub fn lab_ctl(lab: &Lab, args: &[&str]) {
             .expect("kind/ctl.sh runs");
     assert!(status.success(), "kind/ctl.sh {args:?} failed");
 }
+
+/// A member's control-plane processes, in the order they start.
+const MEMBER_PROCESSES: [&str; 4] = [
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+];
+
+/// Stops a whole member cluster: its API server and the components that work through it
+/// (controller manager, scheduler, kwok), the last first.
+#[allow(dead_code)] // used by some test crates only
+pub fn stop_member(lab: &Lab, cluster: &str) {
+    for process in MEMBER_PROCESSES.iter().rev() {
+        lab_ctl(lab, &["stop", &format!("{cluster}-{process}")]);
+    }
+}
+
+/// Starts a member stopped by [`stop_member`]: its API server (`start` waits until it is ready),
+/// then the components, which list afresh at once. Restarting only the API server would leave
+/// them to find it again on their own client backoff (up to 30 s each, one after the other for
+/// a new pod), which is the member's delay, not the operator's.
+#[allow(dead_code)] // used by some test crates only
+pub fn start_member(lab: &Lab, cluster: &str) {
+    for process in MEMBER_PROCESSES {
+        lab_ctl(lab, &["start", &format!("{cluster}-{process}")]);
+    }
+}
