@@ -139,6 +139,10 @@ pub struct RunArgs {
     /// The helm binary.
     #[arg(long, env = "TENANCY_HUB_HELM", default_value = "helm")]
     pub helm: PathBuf,
+    /// Directory where helm keeps its discovery and HTTP caches across calls (per cluster inside);
+    /// default: helm's own ($HOME/.kube/cache and $HOME/.cache/helm).
+    #[arg(long, env = "TENANCY_HUB_HELM_CACHE_DIR")]
+    pub helm_cache_dir: Option<PathBuf>,
     /// Timeout of each helm call, in seconds.
     #[arg(long, default_value_t = 300)]
     pub helm_timeout: u64,
@@ -213,6 +217,7 @@ impl RunArgs {
                 binary: self.helm.clone(),
                 timeout: helm_timeout,
                 history_max: self.history_max,
+                cache_dir: self.helm_cache_dir.clone(),
             },
             queue: QueueConfig {
                 workers: self.workers.into(),

@@ -37,6 +37,9 @@ pub struct HelmOptions {
     pub timeout: Duration,
     /// `--history-max`: revisions kept per release.
     pub history_max: u32,
+    /// Where helm keeps its discovery and HTTP caches (`KUBECACHEDIR`, `HELM_CACHE_HOME`) across
+    /// calls; helm's own default (under `$HOME`) when None.
+    pub cache_dir: Option<PathBuf>,
 }
 
 impl Default for HelmOptions {
@@ -45,6 +48,7 @@ impl Default for HelmOptions {
             binary: "helm".into(),
             timeout: Duration::from_secs(300),
             history_max: 5,
+            cache_dir: None,
         }
     }
 }
@@ -104,13 +108,22 @@ pub fn upgrade_args(
 ) -> Vec<OsString> {
     // --reset-values: the deployed values are exactly the spec's. Without it, helm reuses the last
     // release's values whenever an upgrade passes none, so a removed setting would stay in force.
-    let mut args: Vec<OsString> = vec!["upgrade".into(), "--install".into()];
-    // An impersonated identity need not be able to create namespaces: the operator creates the
-    // target namespace itself before the call (see `prepare_namespace`).
-    if target.identity.is_none() {
-        args.push("--create-namespace".into());
-    }
-    args.push("--reset-values".into());
+    //
+    // No --create-namespace: the operator creates the target namespace itself before the call
+    // (see `prepare_namespace`), so an impersonated identity need not be able to, and helm builds
+    // that Namespace with validation, which costs the OpenAPI parse below.
+    //
+    // --disable-openapi-validation: helm's client-side check downloads and parses the API server's
+    // OpenAPI documents in every process, only to learn that the server validates fields itself
+    // (it does since Kubernetes 1.27, and helm asks it to, strictly, on every apply); that parse
+    // was about half of the CPU of a call. A manifest with a field the schema lacks is still
+    // refused, by the API server, with the same message.
+    let mut args: Vec<OsString> = vec![
+        "upgrade".into(),
+        "--install".into(),
+        "--reset-values".into(),
+        "--disable-openapi-validation".into(),
+    ];
     // Rolling back implies waiting for readiness, up to the --timeout that `common` passes.
     if release.rollback_on_failure {
         args.push("--rollback-on-failure".into());
@@ -234,6 +247,7 @@ async fn run_helm(
     args: Vec<OsString>,
 ) -> Result<String, (String, FailureKind)> {
     let mut command = Command::new(&options.binary);
+    child_environment(&mut command, options);
     command
         .args(args)
         .stdin(Stdio::null())
@@ -265,6 +279,22 @@ async fn run_helm(
             let stderr = String::from_utf8_lossy(&out.stderr);
             Err((trim_error(&stderr), classify(&stderr)))
         }
+    }
+}
+
+/// The environment of a helm child beyond the operator's own:
+/// - `GOMAXPROCS=1` unless the operator's environment sets it: each worker runs one helm, so a
+///   helm's parallel garbage collection only competes with the others for the same cores;
+/// - with a cache directory, helm's discovery and HTTP caches there, kept across calls, so a call
+///   reads the API groups of its cluster from disk instead of asking the server again.
+fn child_environment(command: &mut Command, options: &HelmOptions) {
+    if std::env::var_os("GOMAXPROCS").is_none() {
+        command.env("GOMAXPROCS", "1");
+    }
+    if let Some(dir) = &options.cache_dir {
+        command
+            .env("KUBECACHEDIR", dir.join("kube"))
+            .env("HELM_CACHE_HOME", dir.join("helm"));
     }
 }
 
@@ -595,9 +625,12 @@ impl HelmCli {
                 return Outcome::failed(message, FailureKind::Transient);
             }
         };
-        if let Some(who) = &release.identity
-            && let Err(e) =
-                prepare_namespace(member.client.clone(), &release.key.scope.namespace, who).await
+        if let Err(e) = prepare_namespace(
+            member.client.clone(),
+            &release.key.scope.namespace,
+            release.identity.as_ref(),
+        )
+        .await
         {
             return Outcome::failed(e, FailureKind::Transient);
         }
@@ -691,13 +724,13 @@ pub fn role_binding_name(who: &Impersonation) -> String {
     format!("tenancy-hub-deployer-{short}")
 }
 
-/// The target namespace of an impersonated release, made ready by the operator itself: created
-/// when missing (so tenants need no right to create namespaces) and, with a `namespaceRole`, a
-/// RoleBinding there giving the identity that ClusterRole in this namespace only.
+/// The target namespace of a release, made ready by the operator itself: created when missing
+/// (so tenants need no right to create namespaces) and, for an impersonated identity with a
+/// `namespaceRole`, a RoleBinding there giving it that ClusterRole in this namespace only.
 async fn prepare_namespace(
     client: kube::Client,
     namespace: &str,
-    who: &Impersonation,
+    who: Option<&Impersonation>,
 ) -> Result<(), String> {
     use k8s_openapi::api::{core::v1::Namespace, rbac::v1::RoleBinding};
     use kube::api::{Patch, PatchParams, PostParams};
@@ -716,7 +749,7 @@ async fn prepare_namespace(
         }
         Err(e) => return Err(format!("creating namespace {namespace}: {e}")),
     }
-    let Some(role) = &who.namespace_role else {
+    let Some((who, role)) = who.and_then(|w| Some((w, w.namespace_role.as_ref()?))) else {
         return Ok(());
     };
     let mut subjects = vec![serde_json::json!({
@@ -987,8 +1020,8 @@ mod tests {
             [
                 "upgrade",
                 "--install",
-                "--create-namespace",
                 "--reset-values",
+                "--disable-openapi-validation",
                 "--namespace=team",
                 "--kubeconfig=/lab/kubeconfig",
                 "--kube-context=member-1",
@@ -1082,7 +1115,8 @@ mod tests {
     }
 
     #[test]
-    fn an_impersonated_call_acts_as_the_user_and_groups_and_leaves_the_namespace_to_the_operator() {
+    fn an_impersonated_call_acts_as_the_user_and_groups_and_every_call_leaves_the_namespace_to_the_operator()
+     {
         let who = Impersonation {
             user: "team-a-deployer".into(),
             groups: vec!["team-a".into(), "--all".into()],
@@ -1099,7 +1133,7 @@ mod tests {
         assert!(args.contains(&"--kube-as-group=--all".to_string()));
         assert!(!args.contains(&"--create-namespace".to_string()));
         let plain = strings(upgrade_args(&r, target(), None, &HelmOptions::default()));
-        assert!(plain.contains(&"--create-namespace".to_string()));
+        assert!(!plain.contains(&"--create-namespace".to_string()));
         assert!(!plain.iter().any(|a| a.starts_with("--kube-as")));
         let key: ReleaseKey = "member-2/team/db".parse().unwrap();
         let args = strings(uninstall_args(&key, as_team, &HelmOptions::default()));
