@@ -546,7 +546,10 @@ mod tests {
         let m = Metrics::new();
         let text = m.render(&gauges());
         assert_eq!(
-            value(&text, "tenancy_hub_chart_fetched_bytes_total{kind=\"index\"}"),
+            value(
+                &text,
+                "tenancy_hub_chart_fetched_bytes_total{kind=\"index\"}"
+            ),
             Some(0.0),
             "both kinds show from the start"
         );
@@ -558,14 +561,26 @@ mod tests {
         m.chart_fetched("index", 24);
         m.chart_cache_size(300);
         let text = m.render(&gauges());
-        assert_eq!(value(&text, "tenancy_hub_chart_cache_hits_total"), Some(2.0));
-        assert_eq!(value(&text, "tenancy_hub_chart_cache_misses_total"), Some(1.0));
         assert_eq!(
-            value(&text, "tenancy_hub_chart_fetched_bytes_total{kind=\"index\"}"),
+            value(&text, "tenancy_hub_chart_cache_hits_total"),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(&text, "tenancy_hub_chart_cache_misses_total"),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                "tenancy_hub_chart_fetched_bytes_total{kind=\"index\"}"
+            ),
             Some(1024.0)
         );
         assert_eq!(
-            value(&text, "tenancy_hub_chart_fetched_bytes_total{kind=\"archive\"}"),
+            value(
+                &text,
+                "tenancy_hub_chart_fetched_bytes_total{kind=\"archive\"}"
+            ),
             Some(300.0)
         );
         assert_eq!(value(&text, "tenancy_hub_chart_cache_bytes"), Some(300.0));

@@ -565,8 +565,7 @@ pub async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
                     is_upgrade: entry.action == Action::Upgrade,
                     ..cluster_info[&entry.cluster].clone()
                 };
-                let archive =
-                    chart_cache.checkout(&release.source, release.version.as_deref());
+                let archive = chart_cache.checkout(&release.source, release.version.as_deref());
                 let archive = archive.as_ref().map(|a| a.path());
                 match helm::template(&helm_options, release, archive, &render).await {
                     Ok(manifest) => manifest,

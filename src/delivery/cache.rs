@@ -189,8 +189,11 @@ fn normal_digest(digest: &str) -> String {
 /// Whether a file name is a cached archive's: 64 lowercase hex digits and `.tgz`.
 fn digest_of_name(name: &str) -> Option<&str> {
     let digest = name.strip_suffix(".tgz")?;
-    (digest.len() == 64 && digest.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
-        .then_some(digest)
+    (digest.len() == 64
+        && digest
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+    .then_some(digest)
 }
 
 /// The sha256 of a file's content, as hex.
@@ -662,12 +665,7 @@ impl ChartCache {
             url: shown(),
             limit: limit >> 20,
         };
-        let mut response = self
-            .client
-            .get(url.clone())
-            .send()
-            .await
-            .map_err(failed)?;
+        let mut response = self.client.get(url.clone()).send().await.map_err(failed)?;
         if !response.status().is_success() {
             return Err(Error::Status {
                 url: shown(),
@@ -755,10 +753,10 @@ impl ChartCache {
         if !hit {
             self.shelf.keep(&pulled, &sha, size)?;
         }
-        self.shelf
-            .state()
-            .pins
-            .insert((ChartSource::Oci(reference.to_owned()), version.clone()), sha);
+        self.shelf.state().pins.insert(
+            (ChartSource::Oci(reference.to_owned()), version.clone()),
+            sha,
+        );
         Ok(Resolved { version, digest })
     }
 
@@ -812,4 +810,539 @@ pub fn default_dir() -> PathBuf {
         })
         .unwrap_or_else(std::env::temp_dir);
     base.join("tenancy-hub").join("charts")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A loopback repository serving fixed files, counting the requests of each path.
+    struct Repo {
+        url: String,
+        hits: Arc<Mutex<HashMap<String, usize>>>,
+    }
+
+    impl Repo {
+        async fn serve(files: Vec<(&str, Vec<u8>)>) -> Self {
+            let files: Arc<HashMap<String, Vec<u8>>> =
+                Arc::new(files.into_iter().map(|(p, b)| (p.to_owned(), b)).collect());
+            let hits = Arc::new(Mutex::new(HashMap::new()));
+            let counted = hits.clone();
+            let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
+                let (files, hits) = (files.clone(), counted.clone());
+                async move {
+                    let path = uri.path().to_owned();
+                    *hits.lock().unwrap().entry(path.clone()).or_insert(0) += 1;
+                    match files.get(&path) {
+                        Some(body) => (axum::http::StatusCode::OK, body.clone()),
+                        None => (axum::http::StatusCode::NOT_FOUND, Vec::new()),
+                    }
+                }
+            });
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let address = listener.local_addr().unwrap();
+            tokio::spawn(async move { axum::serve(listener, app).await });
+            Self {
+                url: format!("http://{address}/repo"),
+                hits,
+            }
+        }
+
+        fn hits(&self, path: &str) -> usize {
+            self.hits.lock().unwrap().get(path).copied().unwrap_or(0)
+        }
+    }
+
+    fn sha(bytes: &[u8]) -> String {
+        hex(&Sha256::digest(bytes))
+    }
+
+    /// An index of chart `web` at each (version, archive URL, archive content).
+    fn index(versions: &[(&str, &str, &[u8])]) -> Vec<u8> {
+        let mut text = String::from("apiVersion: v1\nentries:\n  web:\n");
+        for (version, url, content) in versions {
+            text.push_str(&format!(
+                "  - apiVersion: v2\n    name: web\n    description: a chart\n    created: \"2026-01-01T00:00:00Z\"\n    version: {version}\n    digest: {}\n    urls:\n    - {url}\n",
+                sha(content)
+            ));
+        }
+        text.push_str("generated: \"2026-01-01T00:00:00Z\"\n");
+        text.into_bytes()
+    }
+
+    fn open(dir: &Path, limit: u64) -> (ChartCache, Arc<Metrics>) {
+        let metrics = Arc::new(Metrics::new());
+        let cache = ChartCache::open(dir, limit, "helm".into(), metrics.clone()).unwrap();
+        (cache, metrics)
+    }
+
+    fn metric(metrics: &Metrics, series: &str) -> f64 {
+        metrics
+            .render(&Default::default())
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {series}"))
+    }
+
+    fn repository_source(repo: &Repo) -> ChartSource {
+        ChartSource::Repository {
+            url: repo.url.clone(),
+            chart: "web".into(),
+        }
+    }
+
+    /// The names of the files in a directory, sorted.
+    fn names(dir: &Path) -> Vec<String> {
+        let mut out: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[tokio::test]
+    async fn an_index_and_an_archive_are_fetched_once_for_every_resolution_and_install() {
+        let archive = b"the 1.1.0 archive".to_vec();
+        let index = index(&[
+            ("1.0.0", "charts/web-1.0.0.tgz", b"old"),
+            ("1.1.0", "charts/web-1.1.0.tgz", &archive),
+        ]);
+        let index_size = index.len();
+        let repo = Repo::serve(vec![
+            ("/repo/index.yaml", index),
+            ("/repo/charts/web-1.1.0.tgz", archive.clone()),
+        ])
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let (cache, metrics) = open(dir.path(), DEFAULT_SIZE);
+        for constraint in [None, Some("^1"), Some(">=1.1.0 <2")] {
+            let resolved = cache
+                .repository(&repo.url, "web", constraint, None)
+                .await
+                .unwrap();
+            assert_eq!(resolved.version, "1.1.0");
+            assert_eq!(resolved.digest, None);
+        }
+        assert_eq!(repo.hits("/repo/index.yaml"), 1);
+        assert_eq!(repo.hits("/repo/charts/web-1.1.0.tgz"), 1);
+        assert_eq!(repo.hits("/repo/charts/web-1.0.0.tgz"), 0);
+
+        let source = repository_source(&repo);
+        let checkouts: Vec<Checkout> = (0..30)
+            .map(|_| cache.checkout(&source, Some("1.1.0")).expect("cached"))
+            .collect();
+        assert_eq!(std::fs::read(checkouts[0].path()).unwrap(), archive);
+        assert_eq!(
+            checkouts[0].path(),
+            dir.path().join(format!("{}.tgz", sha(&archive)))
+        );
+        assert!(
+            cache.checkout(&source, Some("1.0.0")).is_none(),
+            "never fetched"
+        );
+        assert_eq!(metric(&metrics, "tenancy_hub_chart_cache_hits_total"), 32.0);
+        assert_eq!(
+            metric(&metrics, "tenancy_hub_chart_cache_misses_total"),
+            2.0
+        );
+        assert_eq!(
+            metric(
+                &metrics,
+                "tenancy_hub_chart_fetched_bytes_total{kind=\"index\"}"
+            ),
+            index_size as f64
+        );
+        assert_eq!(
+            metric(
+                &metrics,
+                "tenancy_hub_chart_fetched_bytes_total{kind=\"archive\"}"
+            ),
+            archive.len() as f64
+        );
+        assert_eq!(
+            metric(&metrics, "tenancy_hub_chart_cache_bytes"),
+            archive.len() as f64
+        );
+    }
+
+    #[tokio::test]
+    async fn an_index_fetched_before_since_is_fetched_again_and_a_kept_archive_is_not() {
+        let archive = b"archive".to_vec();
+        let repo = Repo::serve(vec![
+            ("/repo/index.yaml", index(&[("1.0.0", "web.tgz", &archive)])),
+            ("/repo/web.tgz", archive),
+        ])
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let (cache, _) = open(dir.path(), DEFAULT_SIZE);
+        cache
+            .repository(&repo.url, "web", None, None)
+            .await
+            .unwrap();
+        let since = Instant::now();
+        cache
+            .repository(&repo.url, "web", None, Some(since))
+            .await
+            .unwrap();
+        cache
+            .repository(&repo.url, "web", None, Some(since))
+            .await
+            .unwrap();
+        assert_eq!(repo.hits("/repo/index.yaml"), 2, "once per `since`");
+        assert_eq!(repo.hits("/repo/web.tgz"), 1);
+
+        let (reopened, metrics) = open(dir.path(), DEFAULT_SIZE);
+        reopened
+            .repository(&repo.url, "web", None, None)
+            .await
+            .unwrap();
+        assert_eq!(
+            repo.hits("/repo/web.tgz"),
+            1,
+            "an archive kept on disk is found by the index digest after a restart"
+        );
+        assert_eq!(metric(&metrics, "tenancy_hub_chart_cache_hits_total"), 1.0);
+    }
+
+    #[tokio::test]
+    async fn an_archive_whose_digest_differs_from_the_index_is_refused_and_not_kept() {
+        let repo = Repo::serve(vec![
+            (
+                "/repo/index.yaml",
+                index(&[("1.0.0", "web.tgz", b"what was published")]),
+            ),
+            ("/repo/web.tgz", b"what is served now".to_vec()),
+        ])
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let (cache, _) = open(dir.path(), DEFAULT_SIZE);
+        let error = cache
+            .repository(&repo.url, "web", None, None)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "chart web version 1.0.0 from {}: digest mismatch, expected {}, got {}; the repository changed the archive",
+                repo.url,
+                sha(b"what was published"),
+                sha(b"what is served now")
+            )
+        );
+        assert!(names(dir.path()).is_empty(), "{:?}", names(dir.path()));
+        assert!(
+            cache
+                .checkout(&repository_source(&repo), Some("1.0.0"))
+                .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn an_archive_that_cannot_be_fetched_is_left_to_helm() {
+        let repo = Repo::serve(vec![(
+            "/repo/index.yaml",
+            index(&[("1.0.0", "missing.tgz", b"x")]),
+        )])
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let (cache, metrics) = open(dir.path(), DEFAULT_SIZE);
+        let resolved = cache.repository(&repo.url, "web", None, None).await;
+        assert_eq!(resolved.unwrap().version, "1.0.0");
+        assert!(
+            cache
+                .checkout(&repository_source(&repo), Some("1.0.0"))
+                .is_none()
+        );
+        assert_eq!(
+            metric(&metrics, "tenancy_hub_chart_cache_misses_total"),
+            2.0
+        );
+        assert!(names(dir.path()).is_empty());
+    }
+
+    #[tokio::test]
+    async fn missing_charts_versions_and_repositories_say_which() {
+        let repo = Repo::serve(vec![(
+            "/repo/index.yaml",
+            index(&[("1.0.0", "web.tgz", b"x")]),
+        )])
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let (cache, _) = open(dir.path(), DEFAULT_SIZE);
+        let error = |chart: &'static str, constraint: Option<&'static str>| {
+            let (cache, url) = (&cache, repo.url.clone());
+            async move {
+                cache
+                    .repository(&url, chart, constraint, None)
+                    .await
+                    .unwrap_err()
+                    .to_string()
+            }
+        };
+        assert_eq!(
+            error("db", None).await,
+            format!("chart db not found in the repository {}", repo.url)
+        );
+        assert_eq!(
+            error("web", Some(">=2")).await,
+            format!(
+                "no version of chart web in the repository {} matches >=2",
+                repo.url
+            )
+        );
+        assert!(
+            error("web", Some(">>2"))
+                .await
+                .contains("invalid version constraint")
+        );
+        let gone = format!("{}/elsewhere", repo.url);
+        let message = cache
+            .repository(&gone, "web", None, None)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert_eq!(message, format!("{gone}/index.yaml answered 404 Not Found"));
+    }
+
+    #[tokio::test]
+    async fn an_answer_over_the_limit_is_refused() {
+        let repo = Repo::serve(vec![("/repo/big", vec![b'x'; 4096])]).await;
+        let dir = tempfile::tempdir().unwrap();
+        let (cache, _) = open(dir.path(), DEFAULT_SIZE);
+        let url = Url::parse(&format!("{}/big", repo.url)).unwrap();
+        let error = cache
+            .fetch(&url, 1024, "index", |_| Ok(()))
+            .await
+            .unwrap_err();
+        assert!(matches!(error, Error::TooLarge { .. }), "{error}");
+        assert!(error.to_string().ends_with("is larger than 0 MiB; refused"));
+        let taken = AtomicUsize::new(0);
+        cache
+            .fetch(&url, 4096, "index", |chunk| {
+                taken.fetch_add(chunk.len(), Ordering::SeqCst);
+                Ok(())
+            })
+            .await
+            .unwrap();
+        assert_eq!(taken.load(Ordering::SeqCst), 4096);
+    }
+
+    /// Puts `content` in the cache as an archive of chart `web` from `url` at `version`.
+    fn stock(cache: &ChartCache, url: &str, version: &str, content: &[u8]) -> String {
+        let digest = sha(content);
+        let partial = cache.dir().join(format!("{PARTIAL}{version}"));
+        std::fs::write(&partial, content).unwrap();
+        cache
+            .shelf
+            .keep(&partial, &digest, content.len() as u64)
+            .unwrap();
+        let source = ChartSource::Repository {
+            url: url.into(),
+            chart: "web".into(),
+        };
+        cache
+            .shelf
+            .state()
+            .pins
+            .insert((source, version.into()), digest.clone());
+        digest
+    }
+
+    #[test]
+    fn the_least_recently_used_archives_go_first_and_never_one_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cache, metrics) = open(dir.path(), 30);
+        let url = "https://charts.example.com";
+        let source = ChartSource::Repository {
+            url: url.into(),
+            chart: "web".into(),
+        };
+        let a = stock(&cache, url, "1", &[b'a'; 10]);
+        let b = stock(&cache, url, "2", &[b'b'; 10]);
+        let in_use = cache.checkout(&source, Some("1")).expect("kept");
+        stock(&cache, url, "3", &[b'c'; 10]);
+        drop(cache.checkout(&source, Some("2")).expect("kept"));
+        stock(&cache, url, "4", &[b'd'; 10]);
+        assert!(
+            dir.path().join(format!("{a}.tgz")).is_file(),
+            "the oldest is in use"
+        );
+        assert!(
+            cache.checkout(&source, Some("3")).is_none(),
+            "the least recently used of the others went"
+        );
+        assert!(dir.path().join(format!("{b}.tgz")).is_file());
+        assert_eq!(metric(&metrics, "tenancy_hub_chart_cache_bytes"), 30.0);
+
+        drop(in_use);
+        stock(&cache, url, "5", &[b'e'; 10]);
+        assert!(
+            !dir.path().join(format!("{a}.tgz")).exists(),
+            "released, the oldest goes first"
+        );
+        assert!(dir.path().join(format!("{b}.tgz")).is_file());
+        assert_eq!(metric(&metrics, "tenancy_hub_chart_cache_bytes"), 30.0);
+    }
+
+    #[test]
+    fn on_start_archives_are_verified_by_name_and_partial_files_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = format!("{}.tgz", sha(b"good"));
+        std::fs::write(dir.path().join(&good), b"good").unwrap();
+        let corrupt = format!("{}.tgz", sha(b"what it was"));
+        std::fs::write(dir.path().join(&corrupt), b"half of wh").unwrap();
+        std::fs::write(dir.path().join(".partial-abc"), b"a crash left this").unwrap();
+        std::fs::create_dir(dir.path().join(".partial-pull")).unwrap();
+        std::fs::write(dir.path().join("notes.txt"), b"not ours").unwrap();
+        let (_, metrics) = open(dir.path(), DEFAULT_SIZE);
+        assert_eq!(names(dir.path()), [good, "notes.txt".to_owned()]);
+        assert_eq!(metric(&metrics, "tenancy_hub_chart_cache_bytes"), 4.0);
+    }
+
+    #[test]
+    fn a_cache_over_its_bound_on_start_keeps_the_most_recently_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = dir.path().join(format!("{}.tgz", sha(b"old archive")));
+        std::fs::write(&old, b"old archive").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&old)
+            .unwrap()
+            .set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(1))
+            .unwrap();
+        let new = format!("{}.tgz", sha(b"new archive"));
+        std::fs::write(dir.path().join(&new), b"new archive").unwrap();
+        open(dir.path(), 15);
+        assert_eq!(names(dir.path()), [new]);
+    }
+
+    #[test]
+    fn archive_urls_are_joined_to_the_repository_as_helm_joins_them() {
+        let join = |repo: &str, reference: &str| archive_url(repo, reference).unwrap().to_string();
+        assert_eq!(
+            join("https://charts.example.com/stable", "web-1.0.0.tgz"),
+            "https://charts.example.com/stable/web-1.0.0.tgz"
+        );
+        assert_eq!(
+            join("https://charts.example.com/stable/", "charts/web-1.0.0.tgz"),
+            "https://charts.example.com/stable/charts/web-1.0.0.tgz"
+        );
+        assert_eq!(
+            join("https://charts.example.com/stable?token=t", "web-1.0.0.tgz"),
+            "https://charts.example.com/stable/web-1.0.0.tgz?token=t",
+            "the repository's query goes along"
+        );
+        assert_eq!(
+            join("https://charts.example.com/stable", "/other/web.tgz"),
+            "https://charts.example.com/other/web.tgz"
+        );
+        assert_eq!(
+            join(
+                "https://charts.example.com",
+                "https://cdn.example.net/web.tgz"
+            ),
+            "https://cdn.example.net/web.tgz"
+        );
+        assert_eq!(
+            index_url("https://charts.example.com/stable/")
+                .unwrap()
+                .as_str(),
+            "https://charts.example.com/stable/index.yaml"
+        );
+        assert_eq!(
+            index_url("http://127.0.0.1:8080").unwrap().as_str(),
+            "http://127.0.0.1:8080/index.yaml"
+        );
+        assert!(index_url("not a url").is_err());
+    }
+
+    #[test]
+    fn an_index_is_read_for_versions_archive_urls_and_digests_only() {
+        let url = Url::parse("https://charts.example.com/index.yaml").unwrap();
+        let text = "apiVersion: v1\nentries:\n  web:\n  - name: web\n    version: 1.0.0\n    digest: sha256:ABC\n    urls: [web-1.0.0.tgz, https://mirror/web-1.0.0.tgz]\n    maintainers: [{name: x}]\n  db:\n  - version: 0.1.0\ngenerated: now\n";
+        let index = parse_index(&url, text.as_bytes()).unwrap();
+        let web = &index.entries["web"][0];
+        assert_eq!(web.version, "1.0.0");
+        assert_eq!(web.urls[0], "web-1.0.0.tgz");
+        assert_eq!(
+            web.digest.as_deref().map(normal_digest).as_deref(),
+            Some("abc")
+        );
+        assert!(index.entries["db"][0].urls.is_empty());
+        let json =
+            r#"{"apiVersion":"v1","entries":{"web":[{"version":"2.0.0","urls":["w.tgz"]}]}}"#;
+        assert_eq!(
+            parse_index(&url, json.as_bytes()).unwrap().entries["web"][0].version,
+            "2.0.0"
+        );
+        let error = parse_index(&url, b"entries: [").unwrap_err().to_string();
+        assert!(
+            error.starts_with(
+                "the repository index https://charts.example.com/index.yaml does not parse"
+            ),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn helm_pull_arguments_keep_the_reference_after_a_double_dash() {
+        let args = pull_args(
+            "oci://registry.example.com/charts/web",
+            Some(">=0.1.0 <1.0.0"),
+            Path::new("/cache/.partial-x"),
+        );
+        assert_eq!(
+            args,
+            [
+                "pull",
+                "--destination=/cache/.partial-x",
+                "--version=>=0.1.0 <1.0.0",
+                "--",
+                "oci://registry.example.com/charts/web"
+            ]
+        );
+        assert_eq!(pull_args("oci://r/web", None, Path::new("/d")).len(), 4);
+    }
+
+    #[test]
+    fn helm_pull_output_gives_the_manifest_digest() {
+        let stderr = "Pulled: 127.0.0.1:5000/charts/deployment-example:0.2.0\nDigest: sha256:7086de44fdc4479d4ee397497c065215d6875fc8b81754aaefb53bc3e3691828\n";
+        assert_eq!(
+            parse_digest("", stderr).as_deref(),
+            Some("sha256:7086de44fdc4479d4ee397497c065215d6875fc8b81754aaefb53bc3e3691828")
+        );
+        assert!(parse_digest(stderr, "").is_some(), "or on stdout");
+        assert_eq!(parse_digest("", "Digest:\n"), None);
+    }
+
+    #[test]
+    fn the_version_of_an_archive_is_read_from_its_chart_yaml() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("web.tgz");
+        let gz = flate2::write::GzEncoder::new(
+            std::fs::File::create(&path).unwrap(),
+            flate2::Compression::fast(),
+        );
+        let mut tar = tar::Builder::new(gz);
+        for (name, content) in [
+            ("web/templates/Chart.yaml", "version: 9.9.9\n"),
+            (
+                "web/Chart.yaml",
+                "apiVersion: v2\nname: web\nversion: 0.3.0+build.1\n",
+            ),
+        ] {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(content.len() as u64);
+            header.set_mode(0o644);
+            header.set_cksum();
+            tar.append_data(&mut header, name, content.as_bytes())
+                .unwrap();
+        }
+        tar.into_inner().unwrap().finish().unwrap();
+        assert_eq!(archive_version(&path), Ok("0.3.0+build.1".into()));
+        std::fs::write(&path, b"not gzip").unwrap();
+        assert!(archive_version(&path).is_err());
+    }
 }

@@ -325,8 +325,7 @@ impl ChartCatalog {
                 let changed = match &w {
                     Wanted::Directory(path) => self.refresh_directory(path, now),
                     Wanted::Remote(key) => {
-                        self.resolve(key, now, Some(now), |tried| tried > now)
-                            .await
+                        self.resolve(key, now, Some(now), |tried| tried > now).await
                     }
                 };
                 changed.then_some(w)

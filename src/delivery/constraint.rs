@@ -215,7 +215,11 @@ fn group_of(group: &str) -> Result<Vec<Comparator>, String> {
     while let Some(token) = tokens.next() {
         let mut text = token.to_owned();
         if is_op(token) {
-            text.push_str(tokens.next().ok_or(format!("{token:?} without a version"))?);
+            text.push_str(
+                tokens
+                    .next()
+                    .ok_or(format!("{token:?} without a version"))?,
+            );
         }
         if tokens.peek() == Some(&"-") {
             tokens.next();
@@ -327,11 +331,17 @@ mod tests {
         assert_eq!(allowed("<0.2.3"), ["0.0.3", "0.1.0"]);
         assert_eq!(allowed(">=1.4.5"), ["1.4.5", "2.1.0"]);
         assert_eq!(allowed("<=0.1.0"), ["0.0.3", "0.1.0"]);
-        assert_eq!(allowed(">1.2"), ["1.4.5", "2.1.0"], ">1.2 means 1.3 or later");
+        assert_eq!(
+            allowed(">1.2"),
+            ["1.4.5", "2.1.0"],
+            ">1.2 means 1.3 or later"
+        );
         assert_eq!(allowed(">1"), ["2.1.0"], ">1 means 2 or later");
         assert_eq!(
             allowed("<=1.2"),
-            ["0.0.3", "0.1.0", "0.2.3", "0.2.9", "1.0.0", "1.2.0", "1.2.3", "1.2.9"],
+            [
+                "0.0.3", "0.1.0", "0.2.3", "0.2.9", "1.0.0", "1.2.0", "1.2.3", "1.2.9"
+            ],
             "<=1.2 takes every 1.2 patch"
         );
         assert_eq!(allowed("=>2.1.0"), ["2.1.0"]);
@@ -360,7 +370,10 @@ mod tests {
         assert_eq!(allowed("1.2.x"), ["1.2.0", "1.2.3", "1.2.9"]);
         assert_eq!(allowed("1.2.*"), ["1.2.0", "1.2.3", "1.2.9"]);
         assert_eq!(allowed("1.2"), ["1.2.0", "1.2.3", "1.2.9"]);
-        assert_eq!(allowed("1.x"), ["1.0.0", "1.2.0", "1.2.3", "1.2.9", "1.4.5"]);
+        assert_eq!(
+            allowed("1.x"),
+            ["1.0.0", "1.2.0", "1.2.3", "1.2.9", "1.4.5"]
+        );
         assert_eq!(allowed("*").len(), INDEX.len() - 2, "no prereleases");
         assert_eq!(allowed("x"), allowed("*"));
     }
@@ -404,7 +417,10 @@ mod tests {
     fn malformed_constraints_are_refused_with_the_reason() {
         for bad in ["", ">=", "1.2.3.4", "one", ">=1 - 2", "1.2 ||", "1.2 -"] {
             let error = Constraint::parse(bad).unwrap_err();
-            assert!(error.to_string().contains("invalid version constraint"), "{bad}: {error}");
+            assert!(
+                error.to_string().contains("invalid version constraint"),
+                "{bad}: {error}"
+            );
         }
     }
 

@@ -1016,7 +1016,13 @@ mod tests {
             &RenderFor::default(),
         ));
         assert_eq!(render[render.len() - 4..], upgrade[upgrade.len() - 4..]);
-        let fallback = strings(upgrade_args(&r, target(), None, None, &HelmOptions::default()));
+        let fallback = strings(upgrade_args(
+            &r,
+            target(),
+            None,
+            None,
+            &HelmOptions::default(),
+        ));
         assert!(fallback.contains(&"--repo=https://charts.example/x".to_string()));
         assert!(fallback.contains(&"--version=1.2.3".to_string()));
     }
@@ -1118,7 +1124,13 @@ mod tests {
     fn flag_looking_values_and_names_stay_inside_their_argument() {
         let mut r = release(ChartSource::Directory("/charts/--evil".into()));
         r.settings = vec![("a".into(), "--kube-context=other".into())];
-        let args = strings(upgrade_args(&r, target(), None, None, &HelmOptions::default()));
+        let args = strings(upgrade_args(
+            &r,
+            target(),
+            None,
+            None,
+            &HelmOptions::default(),
+        ));
         assert!(args.contains(&"--set=a=--kube-context=other".to_string()));
         let dashdash = args.iter().position(|a| a == "--").unwrap();
         assert_eq!(&args[dashdash + 1..], ["web", "/charts/--evil"]);
@@ -1160,12 +1172,24 @@ mod tests {
             ..target()
         };
         let r = release(ChartSource::Directory("/charts/web".into()));
-        let args = strings(upgrade_args(&r, as_team, None, None, &HelmOptions::default()));
+        let args = strings(upgrade_args(
+            &r,
+            as_team,
+            None,
+            None,
+            &HelmOptions::default(),
+        ));
         assert!(args.contains(&"--kube-as-user=team-a-deployer".to_string()));
         assert!(args.contains(&"--kube-as-group=team-a".to_string()));
         assert!(args.contains(&"--kube-as-group=--all".to_string()));
         assert!(!args.contains(&"--create-namespace".to_string()));
-        let plain = strings(upgrade_args(&r, target(), None, None, &HelmOptions::default()));
+        let plain = strings(upgrade_args(
+            &r,
+            target(),
+            None,
+            None,
+            &HelmOptions::default(),
+        ));
         assert!(plain.contains(&"--create-namespace".to_string()));
         assert!(!plain.iter().any(|a| a.starts_with("--kube-as")));
         let key: ReleaseKey = "member-2/team/db".parse().unwrap();
@@ -1190,12 +1214,24 @@ mod tests {
     #[test]
     fn values_are_reset_to_the_specs_and_rollback_is_asked_for_per_chart() {
         let mut r = release(ChartSource::Directory("/charts/deployment-example".into()));
-        let args = strings(upgrade_args(&r, target(), None, None, &HelmOptions::default()));
+        let args = strings(upgrade_args(
+            &r,
+            target(),
+            None,
+            None,
+            &HelmOptions::default(),
+        ));
         assert!(args.contains(&"--reset-values".to_string()));
         assert!(!args.iter().any(|a| a.contains("reuse-values")));
         assert!(!args.contains(&"--rollback-on-failure".to_string()));
         r.rollback_on_failure = true;
-        let args = strings(upgrade_args(&r, target(), None, None, &HelmOptions::default()));
+        let args = strings(upgrade_args(
+            &r,
+            target(),
+            None,
+            None,
+            &HelmOptions::default(),
+        ));
         assert!(args.contains(&"--rollback-on-failure".to_string()));
         assert!(
             args.contains(&"--timeout=300s".to_string()),
