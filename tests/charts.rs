@@ -344,7 +344,10 @@ async fn thirty_releases_of_one_repository_chart_fetch_one_index_and_one_archive
         operator.metric("tenancy_hub_chart_cache_hits_total") >= 30.0,
         "every install came from the cache"
     );
-    assert_eq!(operator.metric("tenancy_hub_chart_cache_bytes"), archive as f64);
+    assert_eq!(
+        operator.metric("tenancy_hub_chart_cache_bytes"),
+        archive as f64
+    );
 
     // Helm read the chart's name and version from the cached archive, as from the repository.
     assert_eq!(
