@@ -599,18 +599,43 @@ impl ChartCache {
             .entry(location.to_string())
             .or_default()
             .clone();
-        let _flight = flight.lock().await;
-        let known = expected
-            .clone()
-            .or_else(|| self.shelf.state().pins.get(&pin).cloned());
-        if let Some(digest) = known
-            && self.shelf.has(&digest)
-        {
-            self.shelf.metrics.chart_cache(true);
-            self.shelf.state().pins.insert(pin, digest);
-            return Ok(());
+        let result = async {
+            let _flight = flight.lock().await;
+            let known = expected
+                .clone()
+                .or_else(|| self.shelf.state().pins.get(&pin).cloned());
+            if let Some(digest) = known
+                && self.shelf.has(&digest)
+            {
+                self.shelf.metrics.chart_cache(true);
+                return Ok(digest);
+            }
+            self.shelf.metrics.chart_cache(false);
+            let mismatch = |expected, got| Error::Mismatch {
+                chart: chart.to_owned(),
+                version: entry.version.clone(),
+                url: redact(url),
+                expected,
+                got,
+            };
+            self.download(&location, expected.as_deref(), mismatch)
+                .await
         }
-        self.shelf.metrics.chart_cache(false);
+        .await;
+        self.downloads.remove(location.as_str());
+        let digest = result?;
+        self.shelf.state().pins.insert(pin, digest);
+        Ok(())
+    }
+
+    /// Downloads an archive into the cache, refusing it with `mismatch(expected, got)` unless
+    /// its sha256 is `expected` (when given). Returns its sha256.
+    async fn download(
+        &self,
+        location: &Url,
+        expected: Option<&str>,
+        mismatch: impl FnOnce(String, String) -> Error,
+    ) -> Result<String> {
         let partial = tempfile::Builder::new()
             .prefix(PARTIAL)
             .tempfile_in(&self.shelf.dir)
@@ -618,7 +643,7 @@ impl ChartCache {
         let mut file = partial.as_file();
         let mut hasher = Sha256::new();
         let size = self
-            .fetch(&location, ARCHIVE_LIMIT, "archive", |chunk| {
+            .fetch(location, ARCHIVE_LIMIT, "archive", |chunk| {
                 hasher.update(chunk);
                 file.write_all(chunk)
             })
@@ -627,13 +652,7 @@ impl ChartCache {
         if let Some(expected) = expected
             && expected != got
         {
-            return Err(Error::Mismatch {
-                chart: chart.to_owned(),
-                version: entry.version.clone(),
-                url: redact(url),
-                expected,
-                got,
-            });
+            return Err(mismatch(expected.to_owned(), got));
         }
         let (_, path) = partial.keep().map_err(|e| self.shelf.io(e.error))?;
         let kept = self.shelf.keep(&path, &got, size);
@@ -641,10 +660,8 @@ impl ChartCache {
             let _ = std::fs::remove_file(&path);
         }
         kept?;
-        tracing::info!(chart, version = %entry.version, repository = %redact(url), bytes = size, "fetched the chart archive into the cache");
-        self.shelf.state().pins.insert(pin, got);
-        self.downloads.remove(location.as_str());
-        Ok(())
+        tracing::info!(archive = %redact(location.as_str()), bytes = size, "fetched a chart archive into the cache");
+        Ok(got)
     }
 
     /// GETs `url`, handing each chunk to `sink`; refuses answers over `limit` bytes. Counts the

@@ -491,6 +491,8 @@ mod tests {
     struct Script {
         answers: Mutex<Vec<Result<Resolved, String>>>,
         calls: std::sync::atomic::AtomicUsize,
+        /// The `since` of each resolution, in order.
+        sinces: Mutex<Vec<Option<Instant>>>,
     }
 
     impl Script {
@@ -509,6 +511,7 @@ mod tests {
             Arc::new(Self {
                 answers: Mutex::new(answers),
                 calls: Default::default(),
+                sinces: Default::default(),
             })
         }
 
@@ -521,9 +524,10 @@ mod tests {
         fn resolve<'a>(
             &'a self,
             _: &'a RemoteKey,
-            _: Option<Instant>,
+            since: Option<Instant>,
         ) -> BoxFuture<'a, Result<Resolved, String>> {
             Box::pin(async move {
+                self.sinces.lock().unwrap().push(since);
                 self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 let mut answers = self.answers.lock().unwrap();
@@ -745,5 +749,24 @@ mod tests {
         assert!(catalog.refresh(&wanted).await.is_empty());
         std::fs::write(chart.join("templates/cm.yaml"), "kind: ConfigMap # v2\n").unwrap();
         assert_eq!(catalog.refresh(&wanted).await, wanted);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_prepare_takes_an_index_younger_than_the_interval_and_a_refresh_one_fetched_since_it_began()
+     {
+        let script = Script::answering(&[Ok("1.0.0")]);
+        let catalog = ChartCatalog::with_resolver(Box::new(script.clone()), HOUR);
+        let home = Path::new("/charts");
+        tokio::time::advance(2 * HOUR).await;
+        let prepared = Instant::now();
+        catalog.prepare(&repo_spec(None), home, &|_| true).await;
+        let refreshed = Instant::now();
+        catalog
+            .refresh(&wanted_by(&repo_spec(None), home, &|_| true))
+            .await;
+        assert_eq!(
+            *script.sinces.lock().unwrap(),
+            [Some(prepared - HOUR), Some(refreshed)]
+        );
     }
 }
