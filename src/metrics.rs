@@ -74,6 +74,15 @@ struct DriftLabels {
     action: &'static str,
 }
 
+/// What a chart fetch brought: a repository `index` or a chart `archive`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+/// The kinds of chart fetches, always exposed even at zero.
+const FETCH_KINDS: [&str; 2] = ["index", "archive"];
+
 /// A histogram family whose members share one set of buckets.
 type Histograms<S> = Family<S, Histogram, fn() -> Histogram>;
 
@@ -116,6 +125,10 @@ pub struct Metrics {
     channel_depth: Family<ChannelLabels, Gauge>,
     watch_streams: Family<SourceLabels, Gauge>,
     watched_namespaces: Gauge,
+    chart_cache_hits: Counter,
+    chart_cache_misses: Counter,
+    chart_fetched: Family<KindLabels, Counter>,
+    chart_cache_size: Gauge,
     /// Held while the scrape-time gauges are set and encoded, so scrapes do not interleave.
     scrape: Mutex<()>,
 }
@@ -154,6 +167,10 @@ impl Metrics {
             channel_depth: Family::default(),
             watch_streams: Family::default(),
             watched_namespaces: Gauge::default(),
+            chart_cache_hits: Counter::default(),
+            chart_cache_misses: Counter::default(),
+            chart_fetched: Family::default(),
+            chart_cache_size: Gauge::default(),
             scrape: Mutex::new(()),
             registry: Registry::default(),
         };
@@ -162,6 +179,9 @@ impl Metrics {
         }
         for reason in ORPHAN_REASONS {
             m.orphaned.get_or_create_owned(&ReasonLabels { reason });
+        }
+        for kind in FETCH_KINDS {
+            m.chart_fetched.get_or_create_owned(&KindLabels { kind });
         }
         let r = &mut registry;
         r.register(
@@ -279,7 +299,51 @@ impl Metrics {
             "Cluster namespaces watched",
             m.watched_namespaces.clone(),
         );
+        r.register(
+            "chart_cache_hits",
+            "Chart archives wanted (by a resolution or a helm call) and found in the chart cache",
+            m.chart_cache_hits.clone(),
+        );
+        r.register(
+            "chart_cache_misses",
+            "Chart archives wanted and not in the chart cache: fetched, or left to helm to fetch",
+            m.chart_cache_misses.clone(),
+        );
+        r.register_with_unit(
+            "chart_fetched",
+            "Bytes the chart cache fetched, by kind: repository index or chart archive",
+            Unit::Bytes,
+            m.chart_fetched.clone(),
+        );
+        r.register_with_unit(
+            "chart_cache",
+            "Size of the chart archives kept in the chart cache",
+            Unit::Bytes,
+            m.chart_cache_size.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// Counts one chart archive wanted: found in the cache (`hit`) or not.
+    pub fn chart_cache(&self, hit: bool) {
+        if hit {
+            self.chart_cache_hits.inc();
+        } else {
+            self.chart_cache_misses.inc();
+        }
+    }
+
+    /// Counts `bytes` fetched by the chart cache: `index` or `archive`.
+    pub fn chart_fetched(&self, kind: &'static str, bytes: u64) {
+        self.chart_fetched
+            .get_or_create(&KindLabels { kind })
+            .inc_by(bytes);
+    }
+
+    /// Records the size of the archives the chart cache keeps.
+    pub fn chart_cache_size(&self, bytes: u64) {
+        self.chart_cache_size
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
     /// Counts one reconcile of a `Controller` that took `seconds`; `error` is the failure's
@@ -475,6 +539,51 @@ mod tests {
             channels: vec![("outcomes", 3), ("triggers", 0)],
             streams: vec![("workloads", 8)],
         }
+    }
+
+    #[test]
+    fn the_chart_cache_counts_hits_misses_and_bytes_fetched_by_kind() {
+        let m = Metrics::new();
+        let text = m.render(&gauges());
+        assert_eq!(
+            value(
+                &text,
+                "tenancy_hub_chart_fetched_bytes_total{kind=\"index\"}"
+            ),
+            Some(0.0),
+            "both kinds show from the start"
+        );
+        m.chart_cache(false);
+        m.chart_cache(true);
+        m.chart_cache(true);
+        m.chart_fetched("index", 1000);
+        m.chart_fetched("archive", 300);
+        m.chart_fetched("index", 24);
+        m.chart_cache_size(300);
+        let text = m.render(&gauges());
+        assert_eq!(
+            value(&text, "tenancy_hub_chart_cache_hits_total"),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(&text, "tenancy_hub_chart_cache_misses_total"),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                "tenancy_hub_chart_fetched_bytes_total{kind=\"index\"}"
+            ),
+            Some(1024.0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                "tenancy_hub_chart_fetched_bytes_total{kind=\"archive\"}"
+            ),
+            Some(300.0)
+        );
+        assert_eq!(value(&text, "tenancy_hub_chart_cache_bytes"), Some(300.0));
     }
 
     #[test]
@@ -706,7 +815,7 @@ mod tests {
         let kinds = |kind: &str| declared.iter().filter(|(_, k)| *k == kind).count();
         assert_eq!(
             (kinds("counter"), kinds("histogram"), kinds("gauge")),
-            (9, 5, 7),
+            (12, 5, 8),
             "{declared:?}"
         );
     }

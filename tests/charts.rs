@@ -17,11 +17,16 @@ use tenancy_hub::api::crd::{Chart, ControllerSpec};
 /// Charts are looked at again this often (seconds) in these tests.
 const INTERVAL: &str = "2";
 
-/// The chart version of each release in a namespace, as helm lists it.
+/// The chart version of each release in a namespace of member-1, as helm lists it.
 fn chart_versions(hub: &Hub, namespace: &str) -> Vec<(String, String)> {
+    chart_versions_in(hub, "member-1", namespace)
+}
+
+/// The chart version of each release in a namespace of `cluster`, as helm lists it.
+fn chart_versions_in(hub: &Hub, cluster: &str, namespace: &str) -> Vec<(String, String)> {
     let listed = hub
         .lab
-        .helm("member-1", &["list", "-n", namespace, "-o", "json"]);
+        .helm(cluster, &["list", "-n", namespace, "-o", "json"]);
     let list: Vec<serde_json::Value> = serde_json::from_str(&listed).unwrap();
     let mut out: Vec<(String, String)> = list
         .iter()
@@ -268,4 +273,94 @@ async fn an_oci_chart_with_a_range_follows_new_versions_and_new_digests() {
     .await;
     assert_eq!(live, "second");
     hub.delete_and_wait_gone("from-oci").await;
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn thirty_releases_of_one_repository_chart_fetch_one_index_and_one_archive() {
+    let hub = Hub::new("charts-cache").await;
+    let repo = ChartRepo::serve(&hub.lab, &["0.1.0"]);
+    repo.wait_ready().await;
+    let indexes_before = repo.requests("/index.yaml");
+    hub.policy(&hub.namespace, allow_all(&hub.namespace, &[&repo.url]))
+        .await;
+    let clusters = ["member-1", "member-2", "member-3"];
+    let namespaces: Vec<String> = (0..10)
+        .map(|i| unique(&format!("charts-cache-{i}")))
+        .collect();
+    let spec = ControllerSpec {
+        tenancies: namespaces
+            .iter()
+            .map(|ns| {
+                let mut c = chart("deployment-example", "web", &[]);
+                c.repo = Some(repo.url.clone());
+                tenancy(ns, &clusters, vec![c])
+            })
+            .collect(),
+        ..Default::default()
+    };
+    hub.apply("cached", spec).await;
+    let status = hub
+        .status_until("cached", "the 30 releases to be deployed", |s| {
+            ready(s) && s.updated_tenancies.len() == 30
+        })
+        .await;
+    for ns in &namespaces {
+        for cluster in clusters {
+            let entry = status
+                .updated_tenancies
+                .iter()
+                .find(|t| t.cluster == cluster && &t.namespace == ns)
+                .expect("an entry per cluster namespace");
+            assert_eq!(entry.chart_messages[0].chart_version, "0.1.0");
+        }
+    }
+
+    assert_eq!(
+        repo.requests("/index.yaml") - indexes_before,
+        1,
+        "one index fetch for 30 releases"
+    );
+    assert_eq!(
+        repo.requests("/deployment-example-0.1.0.tgz"),
+        1,
+        "one archive fetch for 30 releases"
+    );
+    let operator = hub.operator.as_ref().unwrap();
+    let archive = std::fs::metadata(repo.path("deployment-example-0.1.0.tgz"))
+        .unwrap()
+        .len();
+    let index = std::fs::metadata(repo.path("index.yaml")).unwrap().len();
+    assert_eq!(
+        operator.metric("tenancy_hub_chart_fetched_bytes_total{kind=\"index\"}"),
+        index as f64
+    );
+    assert_eq!(
+        operator.metric("tenancy_hub_chart_fetched_bytes_total{kind=\"archive\"}"),
+        archive as f64
+    );
+    assert_eq!(operator.metric("tenancy_hub_chart_cache_misses_total"), 1.0);
+    assert!(
+        operator.metric("tenancy_hub_chart_cache_hits_total") >= 30.0,
+        "every install came from the cache"
+    );
+    assert_eq!(
+        operator.metric("tenancy_hub_chart_cache_bytes"),
+        archive as f64
+    );
+
+    // Helm read the chart's name and version from the cached archive, as from the repository.
+    assert_eq!(
+        chart_versions_in(&hub, "member-2", &namespaces[0]),
+        versions(&[("web", "0.1.0")])
+    );
+    let history = hub.lab.helm(
+        "member-3",
+        &["history", "web", "-n", &namespaces[9], "-o", "json"],
+    );
+    let history: Vec<serde_json::Value> = serde_json::from_str(&history).unwrap();
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0]["chart"], "deployment-example-0.1.0");
+    assert_eq!(history[0]["app_version"], "1.27");
+    hub.delete_and_wait_gone("cached").await;
 }

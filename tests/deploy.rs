@@ -246,6 +246,40 @@ fn the_deployment_reads_its_configuration_from_the_mounted_configmap_and_secret(
 }
 
 #[test]
+fn the_chart_cache_lives_on_a_writable_volume_of_its_own_within_a_bound() {
+    let deployment = file("deployment.yaml");
+    let pod = &deployment[0]["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    assert_eq!(
+        container["securityContext"]["readOnlyRootFilesystem"].as_bool(),
+        Some(true)
+    );
+    let dir = container["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find_map(|a| a.as_str()?.strip_prefix("--chart-cache-dir="))
+        .expect("a --chart-cache-dir argument");
+    let mount = container["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| dir.starts_with(m["mountPath"].as_str().unwrap()) && m["mountPath"] != "/tmp")
+        .expect("the cache directory is on a volume of its own");
+    assert_ne!(mount["readOnly"].as_bool(), Some(true));
+    let volume = pod["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .unwrap();
+    assert!(
+        volume["emptyDir"]["sizeLimit"].is_string(),
+        "the cache volume is bounded: {volume:?}"
+    );
+}
+
+#[test]
 #[ignore = "needs the lab: run tests/run.sh"]
 fn the_kustomization_applies_to_the_hub_with_server_side_dry_run() {
     let lab = Lab::get();

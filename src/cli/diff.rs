@@ -4,6 +4,7 @@ use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
     path::{Path, PathBuf},
     process::ExitCode,
+    sync::Arc,
     time::Duration,
 };
 
@@ -22,6 +23,7 @@ use crate::{
     clusters::registry::ClusterRegistry,
     controller::reconcile::{created_secs, owner_id},
     delivery::{
+        cache::{self, ChartCache},
         charts::ChartCatalog,
         helm::{self, HelmOptions, RenderFor},
         plan::{self, Applied, Inputs, Job, Plan, Problem},
@@ -478,7 +480,18 @@ pub async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
         timeout: Duration::from_secs(args.helm_timeout),
         ..HelmOptions::default()
     };
-    let charts = ChartCatalog::new(args.helm.clone(), Duration::from_secs(300));
+    // A preview's own cache, gone when it ends: it renders from the archives an upgrade would
+    // install, fetched and verified the same way.
+    let scratch = tempfile::Builder::new()
+        .prefix("tenancy-hub-diff-")
+        .tempdir()?;
+    let chart_cache = Arc::new(ChartCache::open(
+        scratch.path(),
+        cache::DEFAULT_SIZE,
+        args.helm.clone(),
+        Arc::new(crate::metrics::Metrics::new()),
+    )?);
+    let charts = ChartCatalog::new(chart_cache.clone(), Duration::from_secs(300));
     let mut all = Vec::new();
     let mut releases_by_key = HashMap::new();
     for c in &mut files {
@@ -552,7 +565,9 @@ pub async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
                     is_upgrade: entry.action == Action::Upgrade,
                     ..cluster_info[&entry.cluster].clone()
                 };
-                match helm::template(&helm_options, release, &render).await {
+                let archive = chart_cache.checkout(&release.source, release.version.as_deref());
+                let archive = archive.as_ref().map(|a| a.path());
+                match helm::template(&helm_options, release, archive, &render).await {
                     Ok(manifest) => manifest,
                     Err(e) => {
                         entry.reason = Some(format!("the chart does not render: {e}"));

@@ -15,6 +15,7 @@ use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum, builder::BoolishValue
 use crate::{
     clusters::registry::{self, ClusterRegistry, HubSource, RegistrationFile},
     controller::context::Settings,
+    delivery::cache,
     delivery::helm::HelmOptions,
     delivery::queue::{QueueConfig, default_per_owner},
     runtime::leader::LeaseConfig,
@@ -117,6 +118,16 @@ pub struct RunArgs {
     /// chart); a changed chart rolls out, an unchanged one makes no helm call.
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
     pub chart_interval: u64,
+    /// Directory of the chart cache. Each repository index is fetched once per --chart-interval
+    /// (shared by every chart of the repository) and each chart archive once, verified by its
+    /// sha256 and kept here; helm installs from the kept archive. Default:
+    /// $XDG_CACHE_HOME/tenancy-hub/charts, or ~/.cache/tenancy-hub/charts.
+    #[arg(long, env = "TENANCY_HUB_CHART_CACHE_DIR")]
+    pub chart_cache_dir: Option<PathBuf>,
+    /// Bytes of chart archives the cache keeps at most (suffixes Ki, Mi, Gi); the least recently
+    /// used are removed beyond it, never one a running helm call uses.
+    #[arg(long, default_value = "1Gi", value_parser = parse_size)]
+    pub chart_cache_size: u64,
     /// Seconds between drift checks of every release: its live objects compared with its
     /// manifest (Services, ConfigMaps, RBAC, deleted objects). Deployments, StatefulSets and
     /// DaemonSets are checked within seconds of a change anyway, and every release of a cluster
@@ -232,6 +243,11 @@ impl RunArgs {
             leader: self.lease(),
             shards: self.shards,
             status_interval: Duration::from_millis(self.status_interval_ms),
+            chart_cache_dir: self
+                .chart_cache_dir
+                .clone()
+                .unwrap_or_else(cache::default_dir),
+            chart_cache_size: self.chart_cache_size,
         }
     }
 
@@ -482,10 +498,47 @@ pub fn init_logging(args: &LogArgs) {
     }
 }
 
+/// A size in bytes: a number, optionally followed by `Ki`, `Mi` or `Gi` (powers of 1024) or
+/// `K`, `M`, `G` (powers of 1000).
+fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let factor: u64 = match unit.trim() {
+        "" => 1,
+        "K" => 1000,
+        "Ki" => 1 << 10,
+        "M" => 1000 * 1000,
+        "Mi" => 1 << 20,
+        "G" => 1000 * 1000 * 1000,
+        "Gi" => 1 << 30,
+        other => return Err(format!("unknown unit {other:?}: use Ki, Mi, Gi, K, M or G")),
+    };
+    number
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(factor))
+        .ok_or_else(|| format!("{text:?} is not a size in bytes"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn sizes_are_read_in_bytes_with_binary_and_decimal_units() {
+        assert_eq!(parse_size("1Gi"), Ok(1 << 30));
+        assert_eq!(parse_size("512Mi"), Ok(512 << 20));
+        assert_eq!(parse_size("64 Ki"), Ok(64 << 10));
+        assert_eq!(parse_size("2G"), Ok(2_000_000_000));
+        assert_eq!(parse_size("1000"), Ok(1000));
+        assert!(parse_size("1Ti").is_err());
+        assert!(parse_size("Gi").is_err());
+        assert!(parse_size("-1").is_err());
+    }
 
     #[test]
     fn the_command_line_is_well_formed() {

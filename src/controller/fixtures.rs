@@ -67,6 +67,7 @@ pub struct Fixture {
     controllers: Writer<Controller>,
     policies: Writer<crate::api::policy::TenancyPolicy>,
     cancel: CancellationToken,
+    _chart_cache: tempfile::TempDir,
 }
 
 impl Drop for Fixture {
@@ -93,6 +94,14 @@ impl Fixture {
         let releases = ReleaseIndex::default();
         releases.seed(hub_cluster(), Vec::new());
         let registry = ClusterRegistry::hub_only(member_client);
+        let chart_cache = tempfile::tempdir().expect("a temporary directory");
+        let charts = crate::delivery::cache::ChartCache::open(
+            chart_cache.path(),
+            crate::delivery::cache::DEFAULT_SIZE,
+            PathBuf::from("helm"),
+            Default::default(),
+        )
+        .expect("an empty chart cache opens");
         let ctx = Context {
             hub: hub_client.clone(),
             registry: Arc::new(arc_swap::ArcSwap::from_pointee(registry)),
@@ -104,7 +113,7 @@ impl Fixture {
             interest: Default::default(),
             orphans: Default::default(),
             outcomes: Default::default(),
-            charts: ChartCatalog::new(PathBuf::from("helm"), Duration::from_secs(300)),
+            charts: ChartCatalog::new(Arc::new(charts), Duration::from_secs(300)),
             reported: Default::default(),
             controllers: store,
             policies: policy_store,
@@ -135,6 +144,7 @@ impl Fixture {
             controllers,
             policies,
             cancel,
+            _chart_cache: chart_cache,
         }
     }
 

@@ -2,9 +2,7 @@
 
 use std::{
     collections::{BTreeMap, HashSet},
-    ffi::OsString,
     path::{Path, PathBuf},
-    process::Stdio,
     sync::{Arc, Mutex},
     time::{Duration, SystemTime},
 };
@@ -16,12 +14,9 @@ use tokio::time::Instant;
 
 use crate::{
     api::crd::{Chart, ControllerSpec},
-    delivery::helm::trim_error,
+    delivery::cache::ChartCache,
     delivery::plan::{self, ChartLookup, ChartSource},
 };
-
-/// How long one `helm show chart` may take before it is stopped.
-pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Resolutions run at once by one refresh.
 const RESOLVE_CONCURRENCY: usize = 4;
@@ -123,88 +118,41 @@ pub struct Resolved {
     pub digest: Option<String>,
 }
 
-/// Resolves remote charts: helm in the operator, a script in tests.
+/// Resolves remote charts: the chart cache in the operator, a script in tests.
 trait Resolve: Send + Sync {
-    fn resolve<'a>(&'a self, key: &'a RemoteKey) -> BoxFuture<'a, Result<Resolved, String>>;
+    /// Resolves `key`; a repository index fetched at or after `since` is used again (None: any
+    /// fetched one).
+    fn resolve<'a>(
+        &'a self,
+        key: &'a RemoteKey,
+        since: Option<Instant>,
+    ) -> BoxFuture<'a, Result<Resolved, String>>;
+
+    /// Forgets what no resolution used since `before`.
+    fn forget(&self, _before: Instant) {}
 }
 
-/// Resolves with `helm show chart`.
-struct HelmShow {
-    binary: PathBuf,
-}
-
-impl Resolve for HelmShow {
-    fn resolve<'a>(&'a self, key: &'a RemoteKey) -> BoxFuture<'a, Result<Resolved, String>> {
+impl Resolve for Arc<ChartCache> {
+    fn resolve<'a>(
+        &'a self,
+        key: &'a RemoteKey,
+        since: Option<Instant>,
+    ) -> BoxFuture<'a, Result<Resolved, String>> {
         Box::pin(async move {
-            let mut command = tokio::process::Command::new(&self.binary);
-            command
-                .args(show_args(key))
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .kill_on_drop(true);
-            let child = command.spawn().map_err(|e| {
-                format!(
-                    "cannot run {}: {e}; install helm or pass --helm",
-                    self.binary.display()
-                )
-            })?;
-            match tokio::time::timeout(RESOLVE_TIMEOUT, child.wait_with_output()).await {
-                Err(_) => Err(format!(
-                    "helm did not finish within {}s and was stopped",
-                    RESOLVE_TIMEOUT.as_secs()
-                )),
-                Ok(Err(e)) => Err(format!("helm failed to run: {e}")),
-                Ok(Ok(out)) if out.status.success() => parse_shown(
-                    &String::from_utf8_lossy(&out.stdout),
-                    &String::from_utf8_lossy(&out.stderr),
-                ),
-                Ok(Ok(out)) => Err(trim_error(&String::from_utf8_lossy(&out.stderr))),
+            let constraint = key.constraint.as_deref();
+            match &key.remote {
+                Remote::Repository { url, chart } => {
+                    self.repository(url, chart, constraint, since).await
+                }
+                Remote::Oci(reference) => self.oci(reference, constraint).await,
             }
+            .map_err(|e| e.to_string())
         })
     }
-}
 
-/// Arguments of `helm show chart` for a remote chart: every value inside one `--flag=value`
-/// argument and the chart after `--`, so nothing can pose as a flag.
-fn show_args(key: &RemoteKey) -> Vec<OsString> {
-    let mut args: Vec<OsString> = vec!["show".into(), "chart".into()];
-    let chart = match &key.remote {
-        Remote::Repository { url, chart } => {
-            args.push(format!("--repo={url}").into());
-            chart
-        }
-        Remote::Oci(reference) => reference,
-    };
-    if let Some(constraint) = &key.constraint {
-        args.push(format!("--version={constraint}").into());
+    fn forget(&self, before: Instant) {
+        self.forget_indexes(before);
     }
-    args.push("--".into());
-    args.push(chart.into());
-    args
-}
-
-/// The version from the Chart.yaml `helm show chart` prints, and the digest from its
-/// `Digest:` line (OCI charts; helm 4 prints it with `Pulled:` on stderr).
-fn parse_shown(stdout: &str, stderr: &str) -> Result<Resolved, String> {
-    #[derive(serde::Deserialize)]
-    struct Shown {
-        version: String,
-    }
-    let is_note = |l: &&str| l.starts_with("Pulled:") || l.starts_with("Digest:");
-    let yaml: Vec<&str> = stdout.lines().filter(|l| !is_note(l)).collect();
-    let shown: Shown = serde_yaml::from_str(&yaml.join("\n"))
-        .map_err(|e| format!("helm printed no chart version: {e}"))?;
-    let digest = stdout
-        .lines()
-        .chain(stderr.lines())
-        .find_map(|l| l.trim().strip_prefix("Digest:"))
-        .map(|d| d.trim().to_owned())
-        .filter(|d| !d.is_empty());
-    Ok(Resolved {
-        version: shown.version,
-        digest,
-    })
 }
 
 /// Removes the user information (`user:password@`) of every URL in a text, so no message or log
@@ -298,10 +246,10 @@ pub struct ChartCatalog {
 }
 
 impl ChartCatalog {
-    /// A catalog resolving repository and OCI charts with the `helm` binary at `helm`, again
-    /// when a resolution is older than `interval`.
-    pub fn new(helm: PathBuf, interval: Duration) -> Self {
-        Self::with_resolver(Box::new(HelmShow { binary: helm }), interval)
+    /// A catalog resolving repository and OCI charts through `cache`, again when a resolution
+    /// is older than `interval`.
+    pub fn new(cache: Arc<ChartCache>, interval: Duration) -> Self {
+        Self::with_resolver(Box::new(cache), interval)
     }
 
     fn with_resolver(resolver: Box<dyn Resolve>, interval: Duration) -> Self {
@@ -338,7 +286,8 @@ impl ChartCatalog {
                         self.refresh_directory(&path, now);
                     }
                     Wanted::Remote(key) => {
-                        self.resolve(&key, now, fresh).await;
+                        self.resolve(&key, now, now.checked_sub(interval), fresh)
+                            .await;
                     }
                 }
             })
@@ -375,7 +324,9 @@ impl ChartCatalog {
             .map(|w| async move {
                 let changed = match &w {
                     Wanted::Directory(path) => self.refresh_directory(path, now),
-                    Wanted::Remote(key) => self.resolve(key, now, |tried| tried > now).await,
+                    Wanted::Remote(key) => {
+                        self.resolve(key, now, Some(now), |tried| tried > now).await
+                    }
                 };
                 changed.then_some(w)
             })
@@ -392,14 +343,19 @@ impl ChartCatalog {
         self.remote.retain(|key, e| {
             wanted.contains(&Wanted::Remote(key.clone())) || !unused(e.slot().seen)
         });
+        if let Some(before) = now.checked_sub(self.interval) {
+            self.resolver.forget(before);
+        }
     }
 
-    /// Resolves a remote chart unless its last attempt is `fresh`; one resolution of an entry
-    /// runs at a time, and who waited for it takes its result. Returns whether the lookup changed.
+    /// Resolves a remote chart unless its last attempt is `fresh`, with a repository index
+    /// fetched at or after `since`; one resolution of an entry runs at a time, and who waited
+    /// for it takes its result. Returns whether the lookup changed.
     async fn resolve(
         &self,
         key: &RemoteKey,
         now: Instant,
+        since: Option<Instant>,
         fresh: impl Fn(Instant) -> bool,
     ) -> bool {
         let entry = self
@@ -417,7 +373,7 @@ impl ChartCatalog {
             return false;
         }
         let before = entry.lookup(key);
-        let result = self.resolver.resolve(key).await;
+        let result = self.resolver.resolve(key, since).await;
         {
             let mut slot = entry.slot();
             slot.tried = Some(Instant::now());
@@ -535,6 +491,8 @@ mod tests {
     struct Script {
         answers: Mutex<Vec<Result<Resolved, String>>>,
         calls: std::sync::atomic::AtomicUsize,
+        /// The `since` of each resolution, in order.
+        sinces: Mutex<Vec<Option<Instant>>>,
     }
 
     impl Script {
@@ -553,6 +511,7 @@ mod tests {
             Arc::new(Self {
                 answers: Mutex::new(answers),
                 calls: Default::default(),
+                sinces: Default::default(),
             })
         }
 
@@ -562,8 +521,13 @@ mod tests {
     }
 
     impl Resolve for Arc<Script> {
-        fn resolve<'a>(&'a self, _: &'a RemoteKey) -> BoxFuture<'a, Result<Resolved, String>> {
+        fn resolve<'a>(
+            &'a self,
+            _: &'a RemoteKey,
+            since: Option<Instant>,
+        ) -> BoxFuture<'a, Result<Resolved, String>> {
             Box::pin(async move {
+                self.sinces.lock().unwrap().push(since);
                 self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 let mut answers = self.answers.lock().unwrap();
@@ -577,7 +541,11 @@ mod tests {
     }
 
     impl Resolve for Script {
-        fn resolve<'a>(&'a self, _: &'a RemoteKey) -> BoxFuture<'a, Result<Resolved, String>> {
+        fn resolve<'a>(
+            &'a self,
+            _: &'a RemoteKey,
+            _: Option<Instant>,
+        ) -> BoxFuture<'a, Result<Resolved, String>> {
             Box::pin(async { Err("no resolver in this test".to_owned()) })
         }
     }
@@ -656,70 +624,6 @@ mod tests {
         assert!(
             reason.contains("nothing") && reason.contains("--chart-home"),
             "{reason}"
-        );
-    }
-
-    #[test]
-    fn helm_show_chart_output_gives_the_version_and_the_oci_digest() {
-        let chart_yaml = "apiVersion: v2\nappVersion: \"1.27\"\ndescription: An example\n  Controller.\nname: deployment-example\ntype: application\nversion: 0.2.0\n\n";
-        let stderr = "Pulled: 127.0.0.1:5000/charts/deployment-example:0.2.0\nDigest: sha256:7086de44fdc4479d4ee397497c065215d6875fc8b81754aaefb53bc3e3691828\n";
-        assert_eq!(
-            parse_shown(chart_yaml, stderr),
-            Ok(Resolved {
-                version: "0.2.0".into(),
-                digest: Some(
-                    "sha256:7086de44fdc4479d4ee397497c065215d6875fc8b81754aaefb53bc3e3691828"
-                        .into()
-                ),
-            })
-        );
-        assert_eq!(
-            parse_shown(&format!("{stderr}{chart_yaml}"), "")
-                .unwrap()
-                .version,
-            "0.2.0",
-            "notes printed on stdout are skipped"
-        );
-        assert_eq!(
-            parse_shown(chart_yaml, "").unwrap().digest,
-            None,
-            "a repository chart has no digest"
-        );
-        assert!(parse_shown("name: x\n", "").is_err());
-    }
-
-    #[test]
-    fn helm_show_chart_arguments_keep_the_chart_after_a_double_dash() {
-        let key = RemoteKey {
-            remote: Remote::Repository {
-                url: "https://charts.example.com".into(),
-                chart: "--web".into(),
-            },
-            constraint: Some(">=0.1.0 <1.0.0".into()),
-        };
-        assert_eq!(
-            show_args(&key),
-            [
-                "show",
-                "chart",
-                "--repo=https://charts.example.com",
-                "--version=>=0.1.0 <1.0.0",
-                "--",
-                "--web"
-            ]
-        );
-        let key = RemoteKey {
-            remote: Remote::Oci("oci://registry.example.com/charts/web".into()),
-            constraint: None,
-        };
-        assert_eq!(
-            show_args(&key),
-            [
-                "show",
-                "chart",
-                "--",
-                "oci://registry.example.com/charts/web"
-            ]
         );
     }
 
@@ -845,5 +749,24 @@ mod tests {
         assert!(catalog.refresh(&wanted).await.is_empty());
         std::fs::write(chart.join("templates/cm.yaml"), "kind: ConfigMap # v2\n").unwrap();
         assert_eq!(catalog.refresh(&wanted).await, wanted);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_prepare_takes_an_index_younger_than_the_interval_and_a_refresh_one_fetched_since_it_began()
+     {
+        let script = Script::answering(&[Ok("1.0.0")]);
+        let catalog = ChartCatalog::with_resolver(Box::new(script.clone()), HOUR);
+        let home = Path::new("/charts");
+        tokio::time::advance(2 * HOUR).await;
+        let prepared = Instant::now();
+        catalog.prepare(&repo_spec(None), home, &|_| true).await;
+        let refreshed = Instant::now();
+        catalog
+            .refresh(&wanted_by(&repo_spec(None), home, &|_| true))
+            .await;
+        assert_eq!(
+            *script.sinces.lock().unwrap(),
+            [Some(prepared - HOUR), Some(refreshed)]
+        );
     }
 }

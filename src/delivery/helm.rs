@@ -22,6 +22,7 @@ use crate::{
     api::policy::Impersonation,
     clusters::health::HealthBoard,
     clusters::registry::{Digest, Member, SharedRegistry},
+    delivery::cache::ChartCache,
     delivery::plan::{
         ChartSource, Job, MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL,
         Release, SPEC_HASH_LABEL,
@@ -105,6 +106,7 @@ pub fn upgrade_args(
     release: &Release,
     target: Target<'_>,
     values_file: Option<&Path>,
+    archive: Option<&Path>,
     options: &HelmOptions,
 ) -> Vec<OsString> {
     // --reset-values: the deployed values are exactly the spec's. Without it, helm reuses the last
@@ -139,24 +141,35 @@ pub fn upgrade_args(
             release.owner.namespace, release.owner.name, release.spec_hash
         ),
     ));
-    chart_args(&mut args, release, values_file);
+    chart_args(&mut args, release, values_file, archive);
     args
 }
 
-/// What the chart is and what it is given: version, repository, values file, `--set` pairs,
-/// then `-- RELEASE CHART`. Shared by every call that renders the chart, so a preview renders
+/// What the chart is and what it is given: the cached archive (`archive`; helm reads the chart's
+/// name and version from it) or version and repository, then values file, `--set` pairs, then
+/// `-- RELEASE CHART`. Shared by every call that renders the chart, so a preview renders
 /// exactly what an upgrade would.
-fn chart_args(args: &mut Vec<OsString>, release: &Release, values_file: Option<&Path>) {
-    if let Some(version) = &release.version {
-        args.push(flag("version", version));
-    }
-    let chart: OsString = match &release.source {
-        ChartSource::Directory(path) => path.into(),
-        ChartSource::Repository { url, chart } => {
-            args.push(flag("repo", url));
-            chart.into()
+fn chart_args(
+    args: &mut Vec<OsString>,
+    release: &Release,
+    values_file: Option<&Path>,
+    archive: Option<&Path>,
+) {
+    let chart: OsString = match (archive, &release.source) {
+        (Some(archive), _) => archive.into(),
+        (None, source) => {
+            if let Some(version) = &release.version {
+                args.push(flag("version", version));
+            }
+            match source {
+                ChartSource::Directory(path) => path.into(),
+                ChartSource::Repository { url, chart } => {
+                    args.push(flag("repo", url));
+                    chart.into()
+                }
+                ChartSource::Oci(reference) => reference.into(),
+            }
         }
-        ChartSource::Oci(reference) => reference.into(),
     };
     if let Some(file) = values_file {
         args.push(flag("values", file));
@@ -187,6 +200,7 @@ pub struct RenderFor {
 pub fn template_args(
     release: &Release,
     values_file: Option<&Path>,
+    archive: Option<&Path>,
     render: &RenderFor,
 ) -> Vec<OsString> {
     let mut args: Vec<OsString> = vec![
@@ -204,15 +218,17 @@ pub fn template_args(
     for api in &render.api_versions {
         args.push(flag("api-versions", api));
     }
-    chart_args(&mut args, release, values_file);
+    chart_args(&mut args, release, values_file, archive);
     args
 }
 
-/// Renders a release's manifest with `helm template` (see `template_args`); its values go
-/// through a private temporary file. On failure, helm's trimmed message.
+/// Renders a release's manifest with `helm template` (see `template_args`), from the cached
+/// `archive` when there is one; its values go through a private temporary file. On failure,
+/// helm's trimmed message.
 pub async fn template(
     options: &HelmOptions,
     release: &Release,
+    archive: Option<&Path>,
     render: &RenderFor,
 ) -> Result<String, String> {
     let values = release
@@ -221,7 +237,7 @@ pub async fn template(
         .map(|v| values_file_in(&std::env::temp_dir(), v))
         .transpose()
         .map_err(|e| format!("writing the values file: {e}"))?;
-    let args = template_args(release, values.as_ref().map(|f| f.path()), render);
+    let args = template_args(release, values.as_ref().map(|f| f.path()), archive, render);
     run_helm(options, args)
         .await
         .map_err(|(message, _)| message)
@@ -555,23 +571,27 @@ pub struct HelmCli {
     options: HelmOptions,
     registry: SharedRegistry,
     health: Arc<HealthBoard>,
+    charts: Arc<ChartCache>,
     scratch: Arc<tempfile::TempDir>,
     /// One-context kubeconfig files written for helm, by cluster: (the source's digest, the file).
     narrowed: Arc<std::sync::Mutex<HashMap<ClusterName, (Digest, PathBuf)>>>,
 }
 
 impl HelmCli {
-    /// An executor for the clusters in `registry`; values files go to a private temporary directory.
+    /// An executor for the clusters in `registry`, installing remote charts from the archives
+    /// in `charts`; values files go to a private temporary directory.
     pub fn new(
         options: HelmOptions,
         registry: SharedRegistry,
         health: Arc<HealthBoard>,
+        charts: Arc<ChartCache>,
     ) -> std::io::Result<Self> {
         let scratch = tempfile::Builder::new().prefix("tenancy-hub-").tempdir()?;
         Ok(Self {
             options,
             registry,
             health,
+            charts,
             scratch: Arc::new(scratch),
             narrowed: Arc::default(),
         })
@@ -677,10 +697,15 @@ impl HelmCli {
             context: &member.entry.context,
             identity: release.identity.as_ref(),
         };
+        // Held until helm is done, so the cache keeps the archive meanwhile.
+        let archive = self
+            .charts
+            .checkout(&release.source, release.version.as_deref());
         let mut args = upgrade_args(
             &release,
             target,
             values.as_ref().map(|f| f.path()),
+            archive.as_ref().map(|a| a.path()),
             &self.options,
         );
         if let Some(summary) = &repair {
@@ -987,6 +1012,7 @@ mod tests {
             &release(ChartSource::Directory("/charts/deployment-example".into())),
             target(),
             None,
+            None,
             &HelmOptions::default(),
         );
         let args = strings(with_repair(plain.clone(), "Deployment/web /spec/replicas"));
@@ -1036,7 +1062,7 @@ mod tests {
             api_versions: vec!["apps/v1".into(), "batch/v1".into()],
             is_upgrade: true,
         };
-        let template = strings(template_args(&r, Some(file), &render));
+        let template = strings(template_args(&r, Some(file), None, &render));
         assert_eq!(
             template[..8],
             [
@@ -1054,6 +1080,7 @@ mod tests {
             &r,
             target(),
             Some(file),
+            None,
             &HelmOptions::default(),
         ));
         let tail = |args: &[String]| {
@@ -1074,9 +1101,52 @@ mod tests {
     }
 
     #[test]
+    fn a_cached_archive_replaces_version_and_repository_in_upgrades_and_renders_alike() {
+        let mut r = release(ChartSource::Repository {
+            url: "https://charts.example/x".into(),
+            chart: "web".into(),
+        });
+        r.version = Some("1.2.3".into());
+        let archive = Path::new("/cache/ab12.tgz");
+        let upgrade = strings(upgrade_args(
+            &r,
+            target(),
+            None,
+            Some(archive),
+            &HelmOptions::default(),
+        ));
+        assert!(
+            !upgrade
+                .iter()
+                .any(|a| a.starts_with("--version") || a.starts_with("--repo")),
+            "{upgrade:?}"
+        );
+        assert_eq!(
+            upgrade[upgrade.len() - 4..],
+            ["--set=replicaCount=2", "--", "web", "/cache/ab12.tgz"]
+        );
+        let render = strings(template_args(
+            &r,
+            None,
+            Some(archive),
+            &RenderFor::default(),
+        ));
+        assert_eq!(render[render.len() - 4..], upgrade[upgrade.len() - 4..]);
+        let fallback = strings(upgrade_args(
+            &r,
+            target(),
+            None,
+            None,
+            &HelmOptions::default(),
+        ));
+        assert!(fallback.contains(&"--repo=https://charts.example/x".to_string()));
+        assert!(fallback.contains(&"--version=1.2.3".to_string()));
+    }
+
+    #[test]
     fn a_first_render_is_an_install_and_names_no_cluster_version_when_unknown() {
         let r = release(ChartSource::Directory("/charts/deployment-example".into()));
-        let args = strings(template_args(&r, None, &RenderFor::default()));
+        let args = strings(template_args(&r, None, None, &RenderFor::default()));
         assert!(!args.contains(&"--is-upgrade".to_string()));
         assert!(!args.iter().any(|a| a.starts_with("--kube-version")));
         assert_eq!(
@@ -1095,6 +1165,7 @@ mod tests {
         let args = strings(upgrade_args(
             &release(ChartSource::Directory("/charts/deployment-example".into())),
             target(),
+            None,
             None,
             &HelmOptions::default(),
         ));
@@ -1131,6 +1202,7 @@ mod tests {
             &r,
             target(),
             Some(Path::new("/tmp/v.yaml")),
+            None,
             &HelmOptions::default(),
         ));
         assert!(args.contains(&"--repo=http://127.0.0.1:8080/charts".to_string()));
@@ -1144,6 +1216,7 @@ mod tests {
         let args = strings(upgrade_args(
             &release(ChartSource::Oci("oci://127.0.0.1:5000/charts/web".into())),
             target(),
+            None,
             None,
             &HelmOptions::default(),
         ));
@@ -1167,7 +1240,13 @@ mod tests {
     fn flag_looking_values_and_names_stay_inside_their_argument() {
         let mut r = release(ChartSource::Directory("/charts/--evil".into()));
         r.settings = vec![("a".into(), "--kube-context=other".into())];
-        let args = strings(upgrade_args(&r, target(), None, &HelmOptions::default()));
+        let args = strings(upgrade_args(
+            &r,
+            target(),
+            None,
+            None,
+            &HelmOptions::default(),
+        ));
         assert!(args.contains(&"--set=a=--kube-context=other".to_string()));
         let dashdash = args.iter().position(|a| a == "--").unwrap();
         assert_eq!(&args[dashdash + 1..], ["web", "/charts/--evil"]);
@@ -1210,12 +1289,24 @@ mod tests {
             ..target()
         };
         let r = release(ChartSource::Directory("/charts/web".into()));
-        let args = strings(upgrade_args(&r, as_team, None, &HelmOptions::default()));
+        let args = strings(upgrade_args(
+            &r,
+            as_team,
+            None,
+            None,
+            &HelmOptions::default(),
+        ));
         assert!(args.contains(&"--kube-as-user=team-a-deployer".to_string()));
         assert!(args.contains(&"--kube-as-group=team-a".to_string()));
         assert!(args.contains(&"--kube-as-group=--all".to_string()));
         assert!(!args.contains(&"--create-namespace".to_string()));
-        let plain = strings(upgrade_args(&r, target(), None, &HelmOptions::default()));
+        let plain = strings(upgrade_args(
+            &r,
+            target(),
+            None,
+            None,
+            &HelmOptions::default(),
+        ));
         assert!(!plain.contains(&"--create-namespace".to_string()));
         assert!(!plain.iter().any(|a| a.starts_with("--kube-as")));
         let key: ReleaseKey = "member-2/team/db".parse().unwrap();
@@ -1294,12 +1385,24 @@ mod tests {
     #[test]
     fn values_are_reset_to_the_specs_and_rollback_is_asked_for_per_chart() {
         let mut r = release(ChartSource::Directory("/charts/deployment-example".into()));
-        let args = strings(upgrade_args(&r, target(), None, &HelmOptions::default()));
+        let args = strings(upgrade_args(
+            &r,
+            target(),
+            None,
+            None,
+            &HelmOptions::default(),
+        ));
         assert!(args.contains(&"--reset-values".to_string()));
         assert!(!args.iter().any(|a| a.contains("reuse-values")));
         assert!(!args.contains(&"--rollback-on-failure".to_string()));
         r.rollback_on_failure = true;
-        let args = strings(upgrade_args(&r, target(), None, &HelmOptions::default()));
+        let args = strings(upgrade_args(
+            &r,
+            target(),
+            None,
+            None,
+            &HelmOptions::default(),
+        ));
         assert!(args.contains(&"--rollback-on-failure".to_string()));
         assert!(
             args.contains(&"--timeout=300s".to_string()),

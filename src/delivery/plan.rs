@@ -43,7 +43,7 @@ impl fmt::Display for OwnerId {
 }
 
 /// Where a chart comes from.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum ChartSource {
     /// A chart directory under the chart home.
     Directory(PathBuf),

@@ -28,6 +28,7 @@ use crate::{
     controller::reload::Reloader,
     controller::shard::{Shards, shard_of},
     controller::{claims, claims::Claims, drift, drift::DriftBoard, loops, reconcile},
+    delivery::cache::{self, ChartCache},
     delivery::charts::ChartCatalog,
     delivery::helm::{HelmCli, HelmOptions},
     delivery::queue::{HelmQueue, QueueConfig},
@@ -66,6 +67,10 @@ pub struct RunConfig {
     /// Shards the Controllers are split into, each led by one replica through its own Lease
     /// named after `leader`'s; 1 is a single leader for everything.
     pub shards: u32,
+    /// Where the chart cache keeps chart archives.
+    pub chart_cache_dir: PathBuf,
+    /// Bytes of chart archives the chart cache keeps at most.
+    pub chart_cache_size: u64,
 }
 
 /// Why the operator could not start.
@@ -101,6 +106,9 @@ pub enum Error {
     /// The Helm scratch directory could not be made.
     #[error("cannot create a private directory for Helm values files: {0}")]
     Scratch(std::io::Error),
+    /// The chart cache could not be opened.
+    #[error(transparent)]
+    ChartCache(#[from] cache::Error),
 }
 
 /// Room in the channel of resources to reconcile (sent by the loops, read by kube-runtime, which
@@ -199,9 +207,25 @@ pub async fn run(
     let shared: registry::SharedRegistry = Arc::new(arc_swap::ArcSwap::from_pointee(registry));
     let queue = HelmQueue::new(config.queue.clone());
     let health = Arc::new(HealthBoard::default());
+    let metrics = Arc::new(Metrics::new());
+    let chart_cache = {
+        let (dir, size) = (config.chart_cache_dir.clone(), config.chart_cache_size);
+        let (helm, metrics) = (config.helm.binary.clone(), metrics.clone());
+        // Verifying every archive kept reads them all: off the async workers.
+        tokio::task::spawn_blocking(move || ChartCache::open(&dir, size, helm, metrics))
+            .await
+            .expect("opening the chart cache does not panic")?
+    };
+    tracing::info!(dir = %chart_cache.dir().display(), bytes = config.chart_cache_size, "chart cache opened");
+    let chart_cache = Arc::new(chart_cache);
     let executor = Arc::new(
-        HelmCli::new(config.helm.clone(), shared.clone(), health.clone())
-            .map_err(Error::Scratch)?,
+        HelmCli::new(
+            config.helm.clone(),
+            shared.clone(),
+            health.clone(),
+            chart_cache.clone(),
+        )
+        .map_err(Error::Scratch)?,
     );
 
     let scope = config.namespace.clone();
@@ -245,7 +269,6 @@ pub async fn run(
         .graceful_shutdown_on(cancel.clone().cancelled_owned());
     let (changes_tx, changes_rx) = mpsc::channel(CHANGE_ROOM);
     let model = Arc::new(Model::default());
-    let metrics = Arc::new(Metrics::new());
     let ready = Arc::new(arc_swap::ArcSwap::from_pointee(Readiness::Starting));
     let (done_tx, done_rx) = mpsc::channel(OUTCOME_ROOM);
     let owners = ScopeOwners::default();
@@ -320,7 +343,7 @@ pub async fn run(
         interest: Default::default(),
         orphans: Default::default(),
         outcomes: Default::default(),
-        charts: ChartCatalog::new(config.helm.binary.clone(), config.settings.chart_interval),
+        charts: ChartCatalog::new(chart_cache, config.settings.chart_interval),
         reported: Default::default(),
         controllers: runtime.store(),
         policies: policy_store.clone(),

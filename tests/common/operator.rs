@@ -15,6 +15,8 @@ pub struct Operator {
     pub log: PathBuf,
     /// Where its HTTP endpoints listen.
     pub http: std::net::SocketAddr,
+    /// Its own chart cache, unless the test named one.
+    _chart_cache: Option<tempfile::TempDir>,
 }
 
 #[allow(dead_code)] // used by some test crates only
@@ -47,6 +49,13 @@ impl Operator {
             .append(true)
             .open(&log)
             .unwrap();
+        // Each operator gets its own chart cache, so what one test fetched is not another's hit.
+        let chart_cache = (!extra.contains(&"--chart-cache-dir")).then(|| {
+            tempfile::Builder::new()
+                .prefix("tenancy-hub-chart-cache-")
+                .tempdir()
+                .unwrap()
+        });
         // A benchmark may compare another build of the operator (TENANCY_HUB_OPERATOR=path).
         let binary = std::env::var_os("TENANCY_HUB_OPERATOR")
             .unwrap_or_else(|| env!("CARGO_BIN_EXE_tenancy-hub").into());
@@ -84,6 +93,12 @@ impl Operator {
             } else {
                 &["--tenancy-policy", "permissive"][..]
             })
+            .args(chart_cache.iter().flat_map(|d| {
+                [
+                    std::ffi::OsString::from("--chart-cache-dir"),
+                    d.path().into(),
+                ]
+            }))
             .args(extra)
             .arg("--http-addr")
             .arg(http.to_string())
@@ -94,7 +109,12 @@ impl Operator {
             .stderr(file)
             .spawn()
             .expect("the operator starts");
-        let operator = Self { child, log, http };
+        let operator = Self {
+            child,
+            log,
+            http,
+            _chart_cache: chart_cache,
+        };
         operator.wait_ready();
         operator
     }

@@ -41,6 +41,8 @@ pub struct ChartRepo {
     pub url: String,
     helm: PathBuf,
     dir: tempfile::TempDir,
+    /// The server's request log, one line per request.
+    log: tempfile::NamedTempFile,
 }
 
 #[allow(dead_code)] // used by some test crates only
@@ -55,6 +57,7 @@ impl ChartRepo {
         let port = listener.local_addr().unwrap().port();
         drop(listener);
         let url = format!("http://127.0.0.1:{port}");
+        let log = tempfile::NamedTempFile::new().unwrap();
         let server = Command::new("python3")
             .args([
                 "-m",
@@ -66,7 +69,8 @@ impl ChartRepo {
             ])
             .arg(dir.path())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            // It logs each request on stderr, a line as it is answered.
+            .stderr(log.reopen().unwrap())
             .spawn()
             .expect("python3 serves the repository");
         let repo = Self {
@@ -74,6 +78,7 @@ impl ChartRepo {
             url,
             helm: lab.bin_dir().join("helm"),
             dir,
+            log,
         };
         repo.index();
         repo
@@ -92,6 +97,21 @@ impl ChartRepo {
     pub fn publish(&self, lab: &Lab, version: &str) {
         package(lab, &example_chart(), version, self.dir.path());
         self.index();
+    }
+
+    /// A file the repository serves, such as `index.yaml`.
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.dir.path().join(file)
+    }
+
+    /// How many GET requests of `path` (such as `/index.yaml`) the repository has answered.
+    pub fn requests(&self, path: &str) -> usize {
+        let needle = format!("\"GET {path} HTTP/");
+        std::fs::read_to_string(self.log.path())
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(&needle))
+            .count()
     }
 
     /// Waits until the repository serves its index.
