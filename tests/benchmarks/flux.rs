@@ -1,4 +1,4 @@
-//! The peer scenario: Flux's helm-controller and source-controller against the operator on the same 30 releases, alternating runs, medians and ratios.
+//! The peer scenario: Flux's helm-controller and source-controller against the operator on the convergence scenario's releases, alternating runs, medians and ratios.
 
 use std::{
     path::{Path, PathBuf},
@@ -54,6 +54,7 @@ enum Setup {
 }
 
 impl Setup {
+    /// The name of its side in the figures.
     fn label(self) -> &'static str {
         match self {
             Setup::PerRelease => "flux",
