@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Benchmarks: convergence, status propagation latency, write load, footprint, breadth, growth
-# (namespaces, Controllers, clusters), shards, rollout and fairness, on the lab.
+# (namespaces, Controllers, clusters), shards, rollout, fairness and a peer (Flux), on the lab.
 #
-#   kind/bench.sh [--dir DIR] [--only convergence,latency,breadth,footprint,namespaces,controllers,clusters,shards,rollout,fairness]
+#   kind/bench.sh [--dir DIR] [--only convergence,latency,breadth,footprint,namespaces,controllers,clusters,shards,rollout,fairness,peer]
 #                 [--pods P] [--namespaces 10,100,500] [--unrelated-pods N] [--controllers 10,100,1000]
 #                 [--clusters 1,5,10,20] [--quiet-seconds S] [--runs 3] [--shard-controllers 10]
-#                 [--wave N] [--samples K] [--json FILE]
+#                 [--wave N] [--samples K] [--peer flux] [--json FILE]
 #
 # Brings the lab up in DIR if it is not running (default: .lab), builds tenancy-hub in release mode,
 # runs the scenarios (each with an operator of its own), prints a table and writes the figures as
@@ -14,17 +14,23 @@
 # the clusters scenario as many members as its largest count (kind/up.sh --members 20 --dir DIR).
 # The rollout, namespaces, controllers, clusters, shards and fairness (a small change's latency while
 # another owner's wave of N installs runs, 1,000 by default) scenarios run only when named in --only.
+# So does peer: `--only peer --peer flux` builds Flux's helm-controller and source-controller once
+# (kind/peer-flux.sh, cached) and runs them against the operator on the same releases, --runs times.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 LAB_DIR=$(default_lab_dir)
 PASS=()
 JSON=
+PEER=
 while (($#)); do
     case $1 in
         --dir) LAB_DIR=${2:?--dir needs a directory}; shift 2 ;;
         --json) JSON=${2:?--json needs a file}; shift 2 ;;
-        -h | --help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --peer)
+            [[ ${2:-} == flux ]] || die "--peer takes flux (the only peer)"
+            PEER=flux; PASS+=(--peer flux); shift 2 ;;
+        -h | --help) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) PASS+=("$1"); shift ;;
     esac
 done
@@ -33,6 +39,11 @@ if ! "$LAB_ROOT/status.sh" --dir "$LAB_DIR" >/dev/null 2>&1; then
 fi
 LAB_DIR=$(cd "$LAB_DIR" && pwd)
 JSON=${JSON:-$LAB_DIR/bench.json}
+if [[ $PEER == flux ]]; then
+    log "building Flux's controllers (cached after the first time)"
+    TENANCY_HUB_FLUX_DIR=$("$LAB_ROOT/peer-flux.sh")
+    export TENANCY_HUB_FLUX_DIR
+fi
 log "building tenancy-hub in release mode"
 (cd "$REPO_ROOT" && cargo build --locked --release --quiet --benches)
 cd "$REPO_ROOT"

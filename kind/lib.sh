@@ -17,7 +17,9 @@ lab_cache_dir() {
     local root="${TENANCY_HUB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tenancy-hub}"
     local go_version sum
     go_version=$(go env GOVERSION 2>/dev/null) || die "Go is required to build the lab (https://go.dev/doc/install)"
-    sum=$(cat "$LAB_ROOT/versions.env" "$LAB_ROOT/tools/go.mod" "$LAB_ROOT/tools/go.sum" "$LAB_ROOT/build.sh" | sha256sum | cut -c1-12)
+    # The Flux pins at the end of versions.env key the peer's cache (kind/peer-flux.sh), not this one.
+    sum=$(sed '/^# Flux/,$d' "$LAB_ROOT/versions.env" |
+        cat - "$LAB_ROOT/tools/go.mod" "$LAB_ROOT/tools/go.sum" "$LAB_ROOT/build.sh" | sha256sum | cut -c1-12)
     printf '%s/k8s-%s-etcd-%s-kwok-%s-helm-%s-%s-%s' "$root" "$KUBERNETES_VERSION" "$ETCD_VERSION" \
         "$KWOK_VERSION" "$HELM_VERSION" "$go_version" "$sum"
 }

@@ -1,17 +1,21 @@
-//! Benchmarks on the lab: convergence, status latency, write load, footprint, breadth, growth (namespaces, Controllers, clusters), shards, rollout and queue fairness, as a table and JSON.
+//! Benchmarks on the lab: convergence, status latency, write load, footprint, breadth, growth (namespaces, Controllers, clusters), shards, rollout, queue fairness and a peer (Flux), as a table and JSON.
 //!
 //! Run with `kind/bench.sh` (it brings the lab up and builds in release mode), or on a running lab:
 //! `TENANCY_HUB_LAB_DIR=.lab cargo bench --bench lab -- [--only NAME] [--json FILE] [--pods P]
 //! [--namespaces 10,100,500] [--unrelated-pods N] [--controllers 10,100,1000]
-//! [--clusters 1,5,10,20] [--quiet-seconds S] [--runs 3] [--shard-controllers 10] [--wave N] [--samples K]`.
+//! [--clusters 1,5,10,20] [--quiet-seconds S] [--runs 3] [--shard-controllers 10] [--wave N] [--samples K]
+//! [--peer flux]`.
 //! `TENANCY_HUB_OPERATOR=PATH` runs another build of the operator (a baseline) in every scenario.
 //! The `rollout` scenario needs three members, `clusters` as many as its largest count
 //! (`kind/up.sh --members 20`); they, the other growth scenarios, `shards` and `fairness`
 //! (`--wave N` installs, 1,000 by default, `--samples K` small changes, 5 by default) run only when
-//! named in `--only`.
+//! named in `--only`. So does `peer` (`--only peer --peer flux`, the convergence scenario's releases
+//! from a loopback Helm repository, `--runs` times each side): it needs Flux's controllers, built by
+//! kind/peer-flux.sh into the directory named by `TENANCY_HUB_FLUX_DIR` (kind/bench.sh does both).
 
 #[path = "../common/mod.rs"]
 mod common;
+mod flux;
 
 use std::{
     collections::BTreeMap,
@@ -54,6 +58,7 @@ struct Args {
     quiet_seconds: u64,
     runs: usize,
     shard_controllers: usize,
+    peer: Option<String>,
 }
 
 fn args() -> Args {
@@ -73,6 +78,7 @@ fn args() -> Args {
         quiet_seconds: 20,
         runs: 3,
         shard_controllers: 10,
+        peer: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -95,6 +101,7 @@ fn args() -> Args {
             "--shard-controllers" => {
                 a.shard_controllers = value().parse().expect("--shard-controllers N")
             }
+            "--peer" => a.peer = Some(value()),
             "--bench" => {}
             other => panic!("unknown argument {other}; see the top of tests/benchmarks/lab.rs"),
         }
@@ -1544,10 +1551,11 @@ async fn fairness(a: &Args) -> Value {
 }
 
 fn table(results: &BTreeMap<&str, Value>) -> String {
-    let f = |v: &Value, k: &str| {
-        v.get(k)
+    let f = |v: &Value, k: &str| match v.get(k) {
+        Some(Value::String(s)) => s.clone(),
+        field => field
             .and_then(Value::as_f64)
-            .map_or("-".into(), |x| format!("{x:.3}"))
+            .map_or("-".into(), |x| format!("{x:.3}")),
     };
     let mut out = String::from("scenario      figure                          value\n");
     for (name, v) in results {
@@ -1613,6 +1621,10 @@ async fn main() {
     // A wave of 1,000 installs: only when asked for.
     if named("fairness") {
         results.insert("fairness", fairness(&a).await);
+    }
+    // Flux against the operator, alternating runs: only when asked for.
+    if named("peer") {
+        results.insert("peer", flux::peer(&a).await);
     }
     print!("{}", table(&results));
     if let Some(path) = &a.json {
