@@ -219,6 +219,20 @@ fn rss_kib(pid: u32) -> Option<u64> {
         .ok()
 }
 
+/// The proportional set of a process now, in KiB, if it still runs: its own pages plus its share
+/// of pages it shares (concurrent helm processes share their binary's ~48 MiB), so a sum over
+/// processes counts a shared page once, as a pod's memory does.
+fn pss_kib(pid: u32) -> Option<u64> {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    rollup
+        .lines()
+        .find_map(|l| l.strip_prefix("Pss:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// The processes whose parent is `pid` now (helm, for the operator), from /proc.
 fn live_children(pid: u32) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -242,11 +256,11 @@ fn live_children(pid: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Samples the summed resident set of some processes (and, if asked, of their live children)
-/// every [`SAMPLE`] on a thread of its own until [`PeakRss::stop`].
+/// Samples the summed resident and proportional sets of some processes (and, if asked, of their
+/// live children) every [`SAMPLE`] on a thread of its own until [`PeakRss::stop`].
 struct PeakRss {
     done: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<u64>,
+    thread: std::thread::JoinHandle<(u64, u64)>,
 }
 
 impl PeakRss {
@@ -254,9 +268,9 @@ impl PeakRss {
         let done = Arc::new(AtomicBool::new(false));
         let stop = done.clone();
         let thread = std::thread::spawn(move || {
-            let mut peak = 0;
+            let (mut rss, mut pss) = (0, 0);
             while !stop.load(Ordering::Relaxed) {
-                let sum: u64 = pids
+                let all: Vec<u32> = pids
                     .iter()
                     .flat_map(|p| {
                         let children = if with_children {
@@ -266,18 +280,18 @@ impl PeakRss {
                         };
                         std::iter::once(*p).chain(children)
                     })
-                    .filter_map(rss_kib)
-                    .sum();
-                peak = peak.max(sum);
+                    .collect();
+                rss = rss.max(all.iter().filter_map(|p| rss_kib(*p)).sum());
+                pss = pss.max(all.iter().filter_map(|p| pss_kib(*p)).sum());
                 std::thread::sleep(SAMPLE); // the sampling interval
             }
-            peak
+            (rss, pss)
         });
         Self { done, thread }
     }
 
-    /// The largest sum seen, in KiB.
-    fn stop(self) -> u64 {
+    /// The largest sums seen, resident and proportional, in KiB.
+    fn stop(self) -> (u64, u64) {
         self.done.store(true, Ordering::Relaxed);
         self.thread.join().unwrap()
     }
@@ -494,7 +508,7 @@ async fn flux_run(lab: &Lab, repo: &ChartRepo, setup: Setup, releases: usize) ->
     .await;
     let seconds = started.elapsed().as_secs_f64();
     let cpu = cpu_seconds(&pids, false) - cpu0;
-    let peak = peak.stop();
+    let (peak, peak_pss) = peak.stop();
     let hwm: u64 = pids.iter().map(|p| usage(*p).1).sum();
     let idle_cpu0 = cpu_seconds(&pids, false);
     tokio::time::sleep(IDLE_SETTLE).await; // the named settle period before idle figures
@@ -515,7 +529,7 @@ async fn flux_run(lab: &Lab, repo: &ChartRepo, setup: Setup, releases: usize) ->
         "side": setup.label(), "releases": total, "deployed_seconds": seconds,
         "releases_per_second": total as f64 / seconds,
         "cpu_seconds": cpu, "cpu_seconds_per_release": cpu / total as f64,
-        "peak_rss_mib": mib(peak), "peak_rss_hwm_sum_mib": mib(hwm),
+        "peak_rss_mib": mib(peak), "peak_pss_mib": mib(peak_pss), "peak_rss_hwm_sum_mib": mib(hwm),
         "idle_rss_mib": mib(idle), "idle_cpu_cores": idle_cpu,
     });
     progress(&format!("peer: {figures}"));
@@ -563,7 +577,7 @@ async fn ours_run(lab: &Lab, repo: &ChartRepo, releases: usize) -> Value {
     let seconds = started.elapsed().as_secs_f64();
     let own = cpu_seconds(&[pid], false) - cpu0.0;
     let helm = children_cpu(pid) - cpu0.1;
-    let peak = with_helm.stop();
+    let (peak, peak_pss) = with_helm.stop();
     let (_, alone, _) = usage(pid);
     wait_until("the Controller Ready", LONG, || async {
         let status = api.get("peer").await.ok()?.status?;
@@ -600,7 +614,7 @@ async fn ours_run(lab: &Lab, repo: &ChartRepo, releases: usize) -> Value {
         "releases_per_second": total as f64 / seconds, "ready_seconds": ready_seconds,
         "cpu_seconds": own + helm, "operator_cpu_seconds": own, "helm_cpu_seconds": helm,
         "cpu_seconds_per_release": (own + helm) / total as f64,
-        "peak_rss_mib": mib(peak), "operator_peak_rss_mib": mib(alone),
+        "peak_rss_mib": mib(peak), "peak_pss_mib": mib(peak_pss), "operator_peak_rss_mib": mib(alone),
         "idle_rss_mib": mib(idle), "idle_cpu_cores": idle_cpu,
     });
     progress(&format!("peer: {figures}"));
@@ -680,6 +694,7 @@ pub async fn peer(a: &Args) -> Value {
         "helm_cpu_seconds",
         "cpu_seconds_per_release",
         "peak_rss_mib",
+        "peak_pss_mib",
         "operator_peak_rss_mib",
         "peak_rss_hwm_sum_mib",
         "idle_rss_mib",
@@ -709,6 +724,10 @@ pub async fn peer(a: &Args) -> Value {
         (
             "ratio_peak_rss_ours_with_helm_over_flux",
             m("ours_median_peak_rss_mib") / m("flux_median_peak_rss_mib"),
+        ),
+        (
+            "ratio_peak_pss_ours_with_helm_over_flux",
+            m("ours_median_peak_pss_mib") / m("flux_median_peak_pss_mib"),
         ),
         (
             "ratio_peak_rss_operator_over_flux",
