@@ -1048,6 +1048,17 @@ mod tests {
         args.into_iter().map(|a| a.into_string().unwrap()).collect()
     }
 
+    /// `upgrade_args` of a release for the default target, options, no values file and no archive.
+    fn plain_upgrade(r: &Release) -> Vec<String> {
+        strings(upgrade_args(
+            r,
+            target(),
+            None,
+            None,
+            &HelmOptions::default(),
+        ))
+    }
+
     #[test]
     fn a_template_renders_the_chart_with_exactly_the_upgrades_chart_arguments() {
         let mut r = release(ChartSource::Repository {
@@ -1132,13 +1143,7 @@ mod tests {
             &RenderFor::default(),
         ));
         assert_eq!(render[render.len() - 4..], upgrade[upgrade.len() - 4..]);
-        let fallback = strings(upgrade_args(
-            &r,
-            target(),
-            None,
-            None,
-            &HelmOptions::default(),
-        ));
+        let fallback = plain_upgrade(&r);
         assert!(fallback.contains(&"--repo=https://charts.example/x".to_string()));
         assert!(fallback.contains(&"--version=1.2.3".to_string()));
     }
@@ -1240,13 +1245,7 @@ mod tests {
     fn flag_looking_values_and_names_stay_inside_their_argument() {
         let mut r = release(ChartSource::Directory("/charts/--evil".into()));
         r.settings = vec![("a".into(), "--kube-context=other".into())];
-        let args = strings(upgrade_args(
-            &r,
-            target(),
-            None,
-            None,
-            &HelmOptions::default(),
-        ));
+        let args = plain_upgrade(&r);
         assert!(args.contains(&"--set=a=--kube-context=other".to_string()));
         let dashdash = args.iter().position(|a| a == "--").unwrap();
         assert_eq!(&args[dashdash + 1..], ["web", "/charts/--evil"]);
@@ -1300,13 +1299,7 @@ mod tests {
         assert!(args.contains(&"--kube-as-group=team-a".to_string()));
         assert!(args.contains(&"--kube-as-group=--all".to_string()));
         assert!(!args.contains(&"--create-namespace".to_string()));
-        let plain = strings(upgrade_args(
-            &r,
-            target(),
-            None,
-            None,
-            &HelmOptions::default(),
-        ));
+        let plain = plain_upgrade(&r);
         assert!(!plain.contains(&"--create-namespace".to_string()));
         assert!(!plain.iter().any(|a| a.starts_with("--kube-as")));
         let key: ReleaseKey = "member-2/team/db".parse().unwrap();
@@ -1385,24 +1378,12 @@ mod tests {
     #[test]
     fn values_are_reset_to_the_specs_and_rollback_is_asked_for_per_chart() {
         let mut r = release(ChartSource::Directory("/charts/deployment-example".into()));
-        let args = strings(upgrade_args(
-            &r,
-            target(),
-            None,
-            None,
-            &HelmOptions::default(),
-        ));
+        let args = plain_upgrade(&r);
         assert!(args.contains(&"--reset-values".to_string()));
         assert!(!args.iter().any(|a| a.contains("reuse-values")));
         assert!(!args.contains(&"--rollback-on-failure".to_string()));
         r.rollback_on_failure = true;
-        let args = strings(upgrade_args(
-            &r,
-            target(),
-            None,
-            None,
-            &HelmOptions::default(),
-        ));
+        let args = plain_upgrade(&r);
         assert!(args.contains(&"--rollback-on-failure".to_string()));
         assert!(
             args.contains(&"--timeout=300s".to_string()),
