@@ -207,30 +207,27 @@ impl Drop for FluxProcess {
     }
 }
 
-/// The resident set of a process now, in KiB, if it still runs.
-fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
+/// A `NAME:   N kB` figure of a process's file under /proc, in KiB, if it still runs.
+fn proc_kib(pid: u32, file: &str, name: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))?
         .split_whitespace()
         .next()?
         .parse()
         .ok()
 }
 
+/// The resident set of a process now, in KiB, if it still runs.
+fn rss_kib(pid: u32) -> Option<u64> {
+    proc_kib(pid, "status", "VmRSS")
+}
+
 /// The proportional set of a process now, in KiB, if it still runs: its own pages plus its share
 /// of pages it shares (concurrent helm processes share their binary's ~48 MiB), so a sum over
 /// processes counts a shared page once, as a pod's memory does.
 fn pss_kib(pid: u32) -> Option<u64> {
-    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
-    rollup
-        .lines()
-        .find_map(|l| l.strip_prefix("Pss:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+    proc_kib(pid, "smaps_rollup", "Pss")
 }
 
 /// The processes whose parent is `pid` now (helm, for the operator), from /proc.
@@ -703,43 +700,52 @@ pub async fn peer(a: &Args) -> Value {
     for side in ["ours", "flux", "flux_shared", "flux_wait"] {
         medians(side, &runs, &figures, &mut out);
     }
-    let m = |k: &str| out[k].as_f64().unwrap();
+    // (ratio, numerator, denominator), each a median figure above.
     let ratios = [
         (
-            "ratio_throughput_ours_over_flux",
-            m("ours_median_releases_per_second") / m("flux_median_releases_per_second"),
+            "throughput_ours_over_flux",
+            "ours_median_releases_per_second",
+            "flux_median_releases_per_second",
         ),
         (
-            "ratio_throughput_ours_over_flux_shared",
-            m("ours_median_releases_per_second") / m("flux_shared_median_releases_per_second"),
+            "throughput_ours_over_flux_shared",
+            "ours_median_releases_per_second",
+            "flux_shared_median_releases_per_second",
         ),
         (
-            "ratio_ready_speed_ours_over_flux_wait",
-            m("flux_wait_median_deployed_seconds") / m("ours_median_ready_seconds"),
+            "ready_speed_ours_over_flux_wait",
+            "flux_wait_median_deployed_seconds",
+            "ours_median_ready_seconds",
         ),
         (
-            "ratio_cpu_per_release_ours_over_flux",
-            m("ours_median_cpu_seconds_per_release") / m("flux_median_cpu_seconds_per_release"),
+            "cpu_per_release_ours_over_flux",
+            "ours_median_cpu_seconds_per_release",
+            "flux_median_cpu_seconds_per_release",
         ),
         (
-            "ratio_peak_rss_ours_with_helm_over_flux",
-            m("ours_median_peak_rss_mib") / m("flux_median_peak_rss_mib"),
+            "peak_rss_ours_with_helm_over_flux",
+            "ours_median_peak_rss_mib",
+            "flux_median_peak_rss_mib",
         ),
         (
-            "ratio_peak_pss_ours_with_helm_over_flux",
-            m("ours_median_peak_pss_mib") / m("flux_median_peak_pss_mib"),
+            "peak_pss_ours_with_helm_over_flux",
+            "ours_median_peak_pss_mib",
+            "flux_median_peak_pss_mib",
         ),
         (
-            "ratio_peak_rss_operator_over_flux",
-            m("ours_median_operator_peak_rss_mib") / m("flux_median_peak_rss_mib"),
+            "peak_rss_operator_over_flux",
+            "ours_median_operator_peak_rss_mib",
+            "flux_median_peak_rss_mib",
         ),
         (
-            "ratio_idle_rss_ours_over_flux",
-            m("ours_median_idle_rss_mib") / m("flux_median_idle_rss_mib"),
+            "idle_rss_ours_over_flux",
+            "ours_median_idle_rss_mib",
+            "flux_median_idle_rss_mib",
         ),
     ];
-    for (k, v) in ratios {
-        out.insert(k.into(), json!(v));
+    for (ratio, over, under) in ratios {
+        let value = out[over].as_f64().unwrap() / out[under].as_f64().unwrap();
+        out.insert(format!("ratio_{ratio}"), json!(value));
     }
     out.insert("runs".into(), Value::Array(runs));
     Value::Object(out)
