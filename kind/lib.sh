@@ -12,9 +12,13 @@ export GOFLAGS="${GOFLAGS:+$GOFLAGS }-buildvcs=false"
 log() { printf '[lab %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
+# Where built binaries are kept, outside the repo.
+cache_root() { printf '%s' "${TENANCY_HUB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tenancy-hub}"; }
+
 # The cache directory for this exact set of versions and wrapper module.
 lab_cache_dir() {
-    local root="${TENANCY_HUB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tenancy-hub}"
+    local root
+    root=$(cache_root)
     local go_version sum
     go_version=$(go env GOVERSION 2>/dev/null) || die "Go is required to build the lab (https://go.dev/doc/install)"
     # The Flux pins at the end of versions.env key the peer's cache (kind/peer-flux.sh), not this one.

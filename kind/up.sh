@@ -47,6 +47,7 @@ fi
 START=$SECONDS
 BIN=$("$LAB_ROOT/build.sh")
 export PATH="$BIN:$PATH"
+EXECUTOR=$("$LAB_ROOT/executor.sh")
 PKI="$LAB_DIR/pki"
 LOGS="$LAB_DIR/logs"
 rm -rf "$PKI" "$LOGS" "$LAB_DIR/etcd" "$LAB_DIR/clusters" "$LAB_DIR/cmds"
@@ -223,6 +224,7 @@ cat >"$LAB_DIR/env" <<ENV
 export KUBECONFIG="$KUBECONFIG_FILE"
 export PATH="$BIN:\$PATH"
 export TENANCY_HUB_LAB_DIR="$LAB_DIR"
+export TENANCY_HUB_HELM_EXECUTOR="$EXECUTOR"
 ENV
 
 # --- fake nodes, and waiting for every cluster to schedule and run pods ---------------------------

@@ -364,6 +364,9 @@ impl Process {
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts"))
             .arg("--helm")
             .arg(lab.bin_dir().join("helm"))
+            // The image ships the long-lived executor beside helm.
+            .arg("--helm-executor")
+            .arg(lab.executor())
             // The Deployment's Lease: limited to one namespace, the operator would take a Lease
             // of that scope, which the RBAC does not grant.
             .args(["--leader-elect", "--lease-namespace", NAMESPACE])

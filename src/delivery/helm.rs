@@ -1,4 +1,4 @@
-//! Helm: the pure argument builder and the executor, the only place a process is spawned.
+//! Helm: the pure argument builder and the CLI executor (one helm process per job), run by `delivery::sdk::HelmExecutor`.
 
 use std::{
     collections::HashMap,
@@ -24,10 +24,10 @@ use crate::{
     clusters::registry::{Digest, Member, SharedRegistry},
     delivery::cache::ChartCache,
     delivery::plan::{
-        ChartSource, Job, MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL,
+        ChartSource, MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL,
         Release, SPEC_HASH_LABEL,
     },
-    delivery::queue::{Executor, FailureKind, Outcome},
+    delivery::queue::{FailureKind, Outcome},
 };
 
 /// How Helm is called.
@@ -42,6 +42,9 @@ pub struct HelmOptions {
     /// Where helm keeps its discovery and HTTP caches (`KUBECACHEDIR`, `HELM_CACHE_HOME`) across
     /// calls; helm's own default (under `$HOME`) when None.
     pub cache_dir: Option<PathBuf>,
+    /// The long-lived executor on Helm's Go SDK (`tenancy-hub-helm`, see `delivery::sdk`) that
+    /// runs the jobs; None: one `helm` process per job.
+    pub sdk: Option<PathBuf>,
 }
 
 impl Default for HelmOptions {
@@ -51,6 +54,7 @@ impl Default for HelmOptions {
             timeout: Duration::from_secs(300),
             history_max: 5,
             cache_dir: None,
+            sdk: None,
         }
     }
 }
@@ -323,15 +327,7 @@ const REPAIR_DESCRIPTION_MAX: usize = 200;
 /// (`kubectl scale`, another controller) now owns them and a plain apply would stop at the conflict
 /// (helm refuses `--force-conflicts` with client-side apply, hence `--server-side=true`).
 pub fn with_repair(mut args: Vec<OsString>, summary: &str) -> Vec<OsString> {
-    let mut description = format!("drift repair: {summary}");
-    if description.len() > REPAIR_DESCRIPTION_MAX {
-        let mut cut = REPAIR_DESCRIPTION_MAX - '…'.len_utf8();
-        while !description.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        description.truncate(cut);
-        description.push('…');
-    }
+    let description = repair_description(summary);
     let at = args.iter().position(|a| a == "--").unwrap_or(args.len());
     let flags = [
         flag("description", description),
@@ -341,6 +337,23 @@ pub fn with_repair(mut args: Vec<OsString>, summary: &str) -> Vec<OsString> {
     args.splice(at..at, flags);
     args
 }
+
+/// The description of a drift repair's revision: what drifted, cut to helm's limit.
+pub fn repair_description(summary: &str) -> String {
+    let mut description = format!("drift repair: {summary}");
+    if description.len() > REPAIR_DESCRIPTION_MAX {
+        let mut cut = REPAIR_DESCRIPTION_MAX - '…'.len_utf8();
+        while !description.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        description.truncate(cut);
+        description.push('…');
+    }
+    description
+}
+
+/// The description of the revision a rollback of a halted rollout writes.
+pub const ROLLBACK_DESCRIPTION: &str = "rolled back by tenancy-hub: the rollout halted";
 
 /// Arguments of `helm uninstall` for a release.
 pub fn uninstall_args(
@@ -368,10 +381,7 @@ pub fn rollback_args(
     args.push(flag("history-max", options.history_max.to_string()));
     args.push("--server-side=true".into());
     args.push("--force-conflicts".into());
-    args.push(flag(
-        "description",
-        "rolled back by tenancy-hub: the rollout halted",
-    ));
+    args.push(flag("description", ROLLBACK_DESCRIPTION));
     args.push("--".into());
     args.push(key.release.clone().into());
     args.push(to.to_string().into());
@@ -601,7 +611,7 @@ impl HelmCli {
     /// content of the registered kubeconfig, since helm parses the whole file in every call (a
     /// registration file of a thousand contexts costs each call about 0.45 CPU s and 26 MiB,
     /// see BENCHMARKS.md). The registered file itself when it cannot be narrowed.
-    fn kubeconfig_for(&self, member: &Member) -> PathBuf {
+    pub(crate) fn kubeconfig_for(&self, member: &Member) -> PathBuf {
         let Some(digest) = member.kubeconfig_digest else {
             return member.kubeconfig.clone(); // the in-cluster hub: no file
         };
@@ -639,19 +649,16 @@ impl HelmCli {
         values_file_in(self.scratch.path(), values)
     }
 
-    async fn apply(
+    /// The member a release goes to, made ready for an install or upgrade by any executor: a
+    /// revision left pending past its timeout cleared, the target namespace created (and the
+    /// impersonated identity bound in it). Err: the job's outcome without a helm call.
+    pub(crate) async fn prepare(
         &self,
-        release: Release,
+        release: &Release,
         stale_pending: Option<i64>,
-        repair: Option<String>,
-    ) -> Outcome {
-        let Some(member) = self
-            .registry
-            .load()
-            .get(&release.key.scope.cluster)
-            .cloned()
-        else {
-            return unregistered(&release.key);
+    ) -> Result<Arc<Member>, Outcome> {
+        let Some(member) = self.member(&release.key) else {
+            return Err(unregistered(&release.key));
         };
         if let Some(revision) = stale_pending {
             let secrets: Api<Secret> =
@@ -662,7 +669,7 @@ impl HelmCli {
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(e) => {
                     let message = format!("clearing revision {revision} left pending: {e}");
-                    return Outcome::failed(message, FailureKind::Transient);
+                    return Err(Outcome::failed(message, FailureKind::Transient));
                 }
             }
             tracing::warn!(
@@ -670,6 +677,37 @@ impl HelmCli {
                 "cleared a release revision left pending past its timeout"
             );
         }
+        prepare_namespace(
+            member.client.clone(),
+            &release.key.scope.namespace,
+            release.identity.as_ref(),
+        )
+        .await
+        .map_err(|e| Outcome::failed(e, FailureKind::Transient))?;
+        Ok(member)
+    }
+
+    /// The registered member a release key names.
+    pub(crate) fn member(&self, key: &ReleaseKey) -> Option<Arc<Member>> {
+        self.registry.load().get(&key.scope.cluster).cloned()
+    }
+
+    /// The archive of a chart in the cache, held (not evicted) while the checkout lives.
+    pub(crate) fn checkout(&self, release: &Release) -> Option<crate::delivery::cache::Checkout> {
+        self.charts
+            .checkout(&release.source, release.version.as_deref())
+    }
+
+    pub(crate) async fn apply(
+        &self,
+        release: Release,
+        stale_pending: Option<i64>,
+        repair: Option<String>,
+    ) -> Outcome {
+        let member = match self.prepare(&release, stale_pending).await {
+            Ok(member) => member,
+            Err(outcome) => return outcome,
+        };
         let values = match release
             .values
             .as_ref()
@@ -682,15 +720,6 @@ impl HelmCli {
                 return Outcome::failed(message, FailureKind::Transient);
             }
         };
-        if let Err(e) = prepare_namespace(
-            member.client.clone(),
-            &release.key.scope.namespace,
-            release.identity.as_ref(),
-        )
-        .await
-        {
-            return Outcome::failed(e, FailureKind::Transient);
-        }
         let kubeconfig = self.kubeconfig_for(&member);
         let target = Target {
             kubeconfig: &kubeconfig,
@@ -698,9 +727,7 @@ impl HelmCli {
             identity: release.identity.as_ref(),
         };
         // Held until helm is done, so the cache keeps the archive meanwhile.
-        let archive = self
-            .charts
-            .checkout(&release.source, release.version.as_deref());
+        let archive = self.checkout(&release);
         let mut args = upgrade_args(
             &release,
             target,
@@ -732,7 +759,7 @@ impl HelmCli {
         }
     }
 
-    async fn rollback(
+    pub(crate) async fn rollback(
         &self,
         key: ReleaseKey,
         from: i64,
@@ -758,7 +785,11 @@ impl HelmCli {
         }
     }
 
-    async fn uninstall(&self, key: ReleaseKey, identity: Option<Impersonation>) -> Outcome {
+    pub(crate) async fn uninstall(
+        &self,
+        key: ReleaseKey,
+        identity: Option<Impersonation>,
+    ) -> Outcome {
         let Some(member) = self.registry.load().get(&key.scope.cluster).cloned() else {
             return unregistered(&key);
         };
@@ -928,7 +959,7 @@ pub fn uninstall_outcome(
 /// Makes helm die with the operator, even on SIGKILL, so a crashed operator leaves no helm running
 /// that a restarted one could race on the same release.
 #[cfg(target_os = "linux")]
-fn die_with_parent(command: &mut Command) {
+pub(crate) fn die_with_parent(command: &mut Command) {
     // SAFETY: prctl is async-signal-safe and touches only the child between fork and exec.
     unsafe {
         command.pre_exec(|| {
@@ -942,9 +973,9 @@ fn die_with_parent(command: &mut Command) {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn die_with_parent(_command: &mut Command) {}
+pub(crate) fn die_with_parent(_command: &mut Command) {}
 
-fn unregistered(key: &ReleaseKey) -> Outcome {
+pub(crate) fn unregistered(key: &ReleaseKey) -> Outcome {
     Outcome::failed(
         format!(
             "cluster {} is not registered (any more); register it in the clusters file",
@@ -954,39 +985,27 @@ fn unregistered(key: &ReleaseKey) -> Outcome {
     )
 }
 
-impl Executor for HelmCli {
-    async fn execute(&self, job: Job) -> Outcome {
-        let cluster = &job.key().scope.cluster;
-        if let Some(error) = self.health.unreachable(cluster) {
-            // No helm process for a cluster known to be down: the job waits out its backoff instead.
-            return Outcome::failed(
+impl HelmCli {
+    /// The outcome of a job for a cluster known to be down, without a helm call: the job waits
+    /// out its backoff instead.
+    pub(crate) fn unreachable(&self, key: &ReleaseKey) -> Option<Outcome> {
+        let cluster = &key.scope.cluster;
+        self.health.unreachable(cluster).map(|error| {
+            Outcome::failed(
                 format!("cluster {cluster} is unreachable ({error}); waiting for it to return"),
                 FailureKind::Unavailable,
-            );
-        }
-        match job {
-            Job::Apply {
-                release,
-                stale_pending,
-                repair,
-            } => self.apply(*release, stale_pending, repair).await,
-            Job::Uninstall { key, identity, .. } => self.uninstall(key, identity).await,
-            Job::Rollback {
-                key,
-                from,
-                identity,
-                ..
-            } => self.rollback(key, from, identity).await,
-        }
+            )
+        })
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::delivery::plan::OwnerId;
 
-    fn release(source: ChartSource) -> Release {
+    /// A release of the example chart from `source`, with one setting.
+    pub(crate) fn release(source: ChartSource) -> Release {
         Release {
             key: "member-1/team/web".parse().unwrap(),
             owner: OwnerId {

@@ -1,4 +1,4 @@
-//! From desired releases to helm runs: planning (pure), the queue, the helm executor, release records, charts (with their cache and version constraints) and drift.
+//! From desired releases to helm runs: planning (pure), the queue, the helm executors (one `helm` process per job, or the long-lived one on Helm's Go SDK), release records, charts (with their cache and version constraints) and drift.
 
 pub mod cache;
 pub mod charts;
@@ -10,3 +10,4 @@ pub mod policy;
 pub mod queue;
 pub mod releases;
 pub mod rollout;
+pub mod sdk;

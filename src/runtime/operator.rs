@@ -33,6 +33,7 @@ use crate::{
     delivery::helm::{HelmCli, HelmOptions},
     delivery::queue::{HelmQueue, QueueConfig},
     delivery::releases::ReleaseIndex,
+    delivery::sdk::HelmExecutor,
     metrics::Metrics,
     observe::model::Model,
     observe::watch::WatchSupervisor,
@@ -218,15 +219,22 @@ pub async fn run(
     };
     tracing::info!(dir = %chart_cache.dir().display(), bytes = config.chart_cache_size, "chart cache opened");
     let chart_cache = Arc::new(chart_cache);
-    let executor = Arc::new(
-        HelmCli::new(
-            config.helm.clone(),
-            shared.clone(),
-            health.clone(),
-            chart_cache.clone(),
-        )
-        .map_err(Error::Scratch)?,
-    );
+    let cli = HelmCli::new(
+        config.helm.clone(),
+        shared.clone(),
+        health.clone(),
+        chart_cache.clone(),
+    )
+    .map_err(Error::Scratch)?;
+    match &config.helm.sdk {
+        Some(binary) => {
+            tracing::info!(executor = %binary.display(), "helm runs in the long-lived executor")
+        }
+        None => {
+            tracing::info!(helm = %config.helm.binary.display(), "helm runs one process per job")
+        }
+    }
+    let executor = Arc::new(HelmExecutor::new(cli, &config.helm));
 
     let scope = config.namespace.clone();
     let triggers = futures::stream::unfold(trigger_rx, |mut rx| async move {

@@ -100,15 +100,26 @@ impl Lab {
         Client::try_from(config).unwrap()
     }
 
-    /// The directory holding the lab's kubectl and helm.
-    pub fn bin_dir(&self) -> PathBuf {
+    /// A variable the lab's env file exports, unquoted.
+    fn exported(&self, name: &str) -> String {
         let env =
             std::fs::read_to_string(self.dir.join("env")).expect("the lab writes an env file");
-        let line = env
-            .lines()
-            .find_map(|l| l.strip_prefix("export PATH=\""))
-            .expect("the env file sets PATH");
-        PathBuf::from(line.split(':').next().unwrap())
+        let prefix = format!("export {name}=\"");
+        env.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("the env file sets {name}"))
+            .trim_end_matches('"')
+            .to_owned()
+    }
+
+    /// The lab's long-lived Helm executor (tenancy-hub-helm), built by `kind/executor.sh`.
+    pub fn executor(&self) -> PathBuf {
+        self.exported("TENANCY_HUB_HELM_EXECUTOR").into()
+    }
+
+    /// The directory holding the lab's kubectl and helm.
+    pub fn bin_dir(&self) -> PathBuf {
+        PathBuf::from(self.exported("PATH").split(':').next().unwrap())
     }
 
     /// Runs the lab's helm against one context; returns stdout, panicking with stderr on failure.

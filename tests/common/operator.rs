@@ -86,6 +86,17 @@ impl Operator {
             })
             .arg("--helm")
             .arg(lab.bin_dir().join("helm"))
+            // The long-lived executor, as deployed; tests of the CLI executor pass `--executor cli`.
+            .args(if extra.contains(&"--executor") {
+                vec![]
+            } else {
+                vec![
+                    "--executor".into(),
+                    "sdk".into(),
+                    "--helm-executor".into(),
+                    lab.executor().into_os_string(),
+                ]
+            })
             // Tests of other concerns run as before policies existed; tests of the tenant
             // boundary pass `--tenancy-policy enforce`.
             .args(if extra.contains(&"--tenancy-policy") {

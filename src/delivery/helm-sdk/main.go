@@ -1,0 +1,418 @@
+// Command tenancy-hub-helm is tenancy-hub's long-lived Helm executor: Helm's own Go SDK
+// (helm.sh/helm/v4/pkg/action) in one process, with kube clients, discovery and REST mappings
+// kept per cluster and identity, so a release costs its render and its API calls instead of a
+// whole `helm` process (BENCHMARKS.md, "The helm call").
+//
+// The operator starts it and speaks JSON lines over its stdin and stdout: one request per line,
+// answered in any order, matched by id (see request and response below). Requests run at once,
+// as many as the operator sends; the operator's queue bounds them. Values travel on the pipe,
+// never in argv or a file. Log lines go to stderr. It exits when stdin closes, and dies with the
+// operator (the operator sets the parent-death signal), so no Helm work outlives it.
+//
+// Every action is the one `helm upgrade --install`, `helm uninstall` and `helm rollback` run, with
+// the same defaults and the same error texts, so the operator reads failures alike whichever
+// executor ran the job.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"helm.sh/helm/v4/pkg/action"
+	ci "helm.sh/helm/v4/pkg/chart"
+	"helm.sh/helm/v4/pkg/chart/common"
+	"helm.sh/helm/v4/pkg/chart/loader"
+	"helm.sh/helm/v4/pkg/kube"
+	ri "helm.sh/helm/v4/pkg/release"
+	rcommon "helm.sh/helm/v4/pkg/release/common"
+	rspb "helm.sh/helm/v4/pkg/release/v1"
+	"helm.sh/helm/v4/pkg/storage"
+	"helm.sh/helm/v4/pkg/storage/driver"
+	"helm.sh/helm/v4/pkg/strvals"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+)
+
+// capabilitiesTTL bounds how long a cluster's version and API versions are reused between
+// releases. Helm's CLI asks for them in every call; a chart bringing its own CRDs still gets them
+// fresh (see run).
+const capabilitiesTTL = 30 * time.Second
+
+// cluster names the cluster a request goes to and as whom.
+type cluster struct {
+	// Kubeconfig file and context; both empty: the in-cluster configuration.
+	Kubeconfig string `json:"kubeconfig"`
+	Context    string `json:"context"`
+	// Changes whenever the file's content does, so changed credentials get new clients.
+	Digest string `json:"digest"`
+	// Impersonated user and groups; empty: the context's own credentials.
+	User   string   `json:"user,omitempty"`
+	Groups []string `json:"groups,omitempty"`
+}
+
+// request is one line on stdin.
+type request struct {
+	ID uint64 `json:"id"`
+	// "upgrade" (install when missing), "uninstall" or "rollback".
+	Op        string  `json:"op"`
+	Cluster   cluster `json:"cluster"`
+	Namespace string  `json:"namespace"`
+	Release   string  `json:"release"`
+	// A chart directory or archive on local disk.
+	Chart string `json:"chart,omitempty"`
+	// Values (a JSON object), then `--set` expressions applied over them in order.
+	Values            json.RawMessage   `json:"values,omitempty"`
+	Set               []string          `json:"set,omitempty"`
+	Labels            map[string]string `json:"labels,omitempty"`
+	HistoryMax        int               `json:"historyMax"`
+	TimeoutSeconds    int               `json:"timeoutSeconds"`
+	RollbackOnFailure bool              `json:"rollbackOnFailure,omitempty"`
+	// Server-side apply forcing conflicts (a drift repair, a rollback).
+	ForceConflicts bool   `json:"forceConflicts,omitempty"`
+	Description    string `json:"description,omitempty"`
+	// The revision a rollback goes to.
+	Revision int `json:"revision,omitempty"`
+}
+
+// response is one line on stdout.
+type response struct {
+	ID uint64 `json:"id"`
+	// Helm's error text, as the CLI prints it after "Error: "; empty on success.
+	Error        string `json:"error,omitempty"`
+	Revision     int    `json:"revision,omitempty"`
+	ChartVersion string `json:"chartVersion,omitempty"`
+}
+
+// clients are the kube clients of one cluster and identity, kept across requests.
+type clients struct {
+	of        cluster
+	flags     *genericclioptions.ConfigFlags
+	factory   kube.Factory
+	clientset kubernetes.Interface
+}
+
+// capabilities of one cluster, with when they were read.
+type capabilities struct {
+	caps *common.Capabilities
+	at   time.Time
+}
+
+type executor struct {
+	logger *slog.Logger
+	mu     sync.Mutex
+	byKey  map[string]*clients
+	caps   map[string]capabilities
+}
+
+func clusterKey(c cluster) string { return c.Kubeconfig + "\x00" + c.Context + "\x00" + c.Digest }
+
+func (e *executor) clientsFor(c cluster) (*clients, error) {
+	key := clusterKey(c) + "\x00" + c.User + "\x00" + strings.Join(c.Groups, "\x00")
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if cl, ok := e.byKey[key]; ok {
+		return cl, nil
+	}
+	// Credentials changed: drop the clients of the file's older content.
+	for k, old := range e.byKey {
+		if old.of.Kubeconfig == c.Kubeconfig && old.of.Context == c.Context && old.of.Digest != c.Digest {
+			delete(e.byKey, k)
+			delete(e.caps, clusterKey(old.of))
+		}
+	}
+	flags := genericclioptions.NewConfigFlags(true)
+	if c.Kubeconfig != "" {
+		flags.KubeConfig, flags.Context = &c.Kubeconfig, &c.Context
+	}
+	if c.User != "" {
+		user, groups := c.User, append([]string(nil), c.Groups...)
+		flags.Impersonate, flags.ImpersonateGroup = &user, &groups
+	}
+	if dir := os.Getenv("KUBECACHEDIR"); dir != "" {
+		flags.CacheDir = &dir
+	}
+	factory := kube.New(flags).Factory
+	clientset, err := factory.KubernetesClientSet()
+	if err != nil {
+		return nil, err
+	}
+	cl := &clients{of: c, flags: flags, factory: factory, clientset: clientset}
+	e.byKey[key] = cl
+	return cl, nil
+}
+
+// configuration is a fresh action configuration for one request, on the kept clients.
+func (e *executor) configuration(cl *clients, namespace string) *action.Configuration {
+	handler := e.logger.Handler()
+	cfg := action.NewConfiguration(action.ConfigurationSetLogger(handler))
+	cfg.RESTClientGetter = cl.flags
+	kc := &kube.Client{Factory: cl.factory, Namespace: namespace}
+	kc.SetLogger(handler)
+	cfg.KubeClient = kc
+	secrets := driver.NewSecrets(cl.clientset.CoreV1().Secrets(namespace))
+	secrets.SetLogger(handler)
+	cfg.Releases = storage.Init(secrets)
+	cfg.HookOutputFunc = func(_, _, _ string) io.Writer { return io.Discard }
+	return cfg
+}
+
+func (e *executor) cachedCapabilities(c cluster) *common.Capabilities {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if got, ok := e.caps[clusterKey(c)]; ok && time.Since(got.at) < capabilitiesTTL {
+		return got.caps
+	}
+	return nil
+}
+
+func (e *executor) keepCapabilities(c cluster, caps *common.Capabilities, fresh bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	key := clusterKey(c)
+	switch {
+	case caps == nil:
+		delete(e.caps, key)
+	case fresh:
+		e.caps[key] = capabilities{caps: caps, at: time.Now()}
+	}
+}
+
+// waitOptions are the CLI's defaults for every wait.
+func waitOptions() []kube.WaitOption {
+	return []kube.WaitOption{kube.WithStatusComputeWorkers(8)}
+}
+
+func (e *executor) run(ctx context.Context, req request) response {
+	out := response{ID: req.ID}
+	cl, err := e.clientsFor(req.Cluster)
+	if err != nil {
+		out.Error = err.Error()
+		return out
+	}
+	cfg := e.configuration(cl, req.Namespace)
+	timeout := time.Duration(req.TimeoutSeconds) * time.Second
+	switch req.Op {
+	case "upgrade":
+		rel, err := e.upgrade(ctx, cfg, req, timeout)
+		if err != nil {
+			out.Error = err.Error()
+			return out
+		}
+		out.Revision, out.ChartVersion = rel.Version, rel.Chart.Metadata.Version
+	case "uninstall":
+		uninstall := action.NewUninstall(cfg)
+		uninstall.Timeout, uninstall.DeletionPropagation = timeout, "background"
+		uninstall.WaitStrategy, uninstall.WaitOptions = kube.HookOnlyStrategy, waitOptions()
+		if _, err := uninstall.Run(req.Release); err != nil {
+			out.Error = err.Error()
+		}
+	case "rollback":
+		rollback := action.NewRollback(cfg)
+		rollback.Version, rollback.Timeout, rollback.MaxHistory = req.Revision, timeout, req.HistoryMax
+		rollback.WaitStrategy, rollback.WaitOptions = kube.HookOnlyStrategy, waitOptions()
+		rollback.ServerSideApply, rollback.ForceConflicts = "true", req.ForceConflicts
+		rollback.Description = req.Description
+		if err := rollback.Run(req.Release); err != nil {
+			out.Error = err.Error()
+		}
+	default:
+		out.Error = fmt.Sprintf("unknown operation %q", req.Op)
+	}
+	return out
+}
+
+// values merges the request's values and then its `--set` expressions, as helm's CLI does with a
+// values file and `--set` flags.
+func values(req request) (map[string]any, error) {
+	base := map[string]any{}
+	if len(req.Values) > 0 && string(req.Values) != "null" {
+		if err := yaml.Unmarshal(req.Values, &base); err != nil {
+			return nil, fmt.Errorf("failed parsing --values: %w", err)
+		}
+		if base == nil {
+			base = map[string]any{}
+		}
+	}
+	for _, set := range req.Set {
+		if err := strvals.ParseInto(set, base); err != nil {
+			return nil, fmt.Errorf("failed parsing --set data: %w", err)
+		}
+	}
+	return base, nil
+}
+
+// bringsCRDs tells whether the chart or one of its subcharts has a crds/ directory.
+func bringsCRDs(ch ci.Charter) bool {
+	ac, err := ci.NewAccessor(ch)
+	if err != nil {
+		return true
+	}
+	for _, f := range ac.Files() {
+		if strings.HasPrefix(f.Name, "crds/") {
+			return true
+		}
+	}
+	for _, dep := range ac.Dependencies() {
+		if bringsCRDs(dep) {
+			return true
+		}
+	}
+	return false
+}
+
+// loadChart loads and checks a chart as `helm install` and `helm upgrade` do.
+func loadChart(path string) (ci.Charter, error) {
+	ch, err := loader.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	ac, err := ci.NewAccessor(ch)
+	if err != nil {
+		return nil, err
+	}
+	switch t := ac.MetadataAsMap()["Type"]; t {
+	case nil, "", "application":
+	default:
+		return nil, fmt.Errorf("%s charts are not installable", t)
+	}
+	if req := ac.MetaDependencies(); len(req) > 0 {
+		if err := action.CheckDependencies(ch, req); err != nil {
+			return nil, fmt.Errorf("an error occurred while checking for chart dependencies. You may need to run 'helm dependency build' to fetch missing dependencies: %w", err)
+		}
+	}
+	return ch, nil
+}
+
+func toV1(rel ri.Releaser) (*rspb.Release, error) {
+	switch r := rel.(type) {
+	case *rspb.Release:
+		return r, nil
+	case rspb.Release:
+		return &r, nil
+	default:
+		return nil, fmt.Errorf("unsupported release type: %T", rel)
+	}
+}
+
+// upgrade is `helm upgrade --install --reset-values --disable-openapi-validation`.
+func (e *executor) upgrade(ctx context.Context, cfg *action.Configuration, req request, timeout time.Duration) (*rspb.Release, error) {
+	ch, err := loadChart(req.Chart)
+	if err != nil {
+		return nil, err
+	}
+	vals, err := values(req)
+	if err != nil {
+		return nil, err
+	}
+	crds := bringsCRDs(ch)
+	if !crds {
+		cfg.Capabilities = e.cachedCapabilities(req.Cluster)
+	}
+	fresh := cfg.Capabilities == nil
+	defer func() {
+		if crds {
+			e.keepCapabilities(req.Cluster, nil, false)
+		} else {
+			e.keepCapabilities(req.Cluster, cfg.Capabilities, fresh)
+		}
+	}()
+
+	history := action.NewHistory(cfg)
+	history.Max = 1
+	versions, err := history.Run(req.Release)
+	uninstalled := false
+	if err == nil && len(versions) > 0 {
+		last, convErr := toV1(versions[len(versions)-1])
+		uninstalled = convErr == nil && last.Info.Status == rcommon.StatusUninstalled
+	}
+	if errors.Is(err, driver.ErrReleaseNotFound) || uninstalled {
+		install := action.NewInstall(cfg)
+		install.ReleaseName, install.Namespace, install.Labels = req.Release, req.Namespace, req.Labels
+		install.Timeout, install.WaitStrategy, install.WaitOptions = timeout, kube.HookOnlyStrategy, waitOptions()
+		install.RollbackOnFailure, install.DisableOpenAPIValidation = req.RollbackOnFailure, true
+		install.ServerSideApply, install.ForceConflicts = true, req.ForceConflicts
+		install.Description, install.Replace = req.Description, uninstalled
+		rel, err := install.RunWithContext(ctx, ch, vals)
+		if err != nil {
+			return nil, err
+		}
+		return toV1(rel)
+	} else if err != nil {
+		return nil, err
+	}
+	upgrade := action.NewUpgrade(cfg)
+	upgrade.Namespace, upgrade.Labels, upgrade.ResetValues = req.Namespace, req.Labels, true
+	upgrade.MaxHistory, upgrade.Timeout = req.HistoryMax, timeout
+	upgrade.WaitStrategy, upgrade.WaitOptions = kube.HookOnlyStrategy, waitOptions()
+	upgrade.RollbackOnFailure, upgrade.DisableOpenAPIValidation = req.RollbackOnFailure, true
+	upgrade.ServerSideApply, upgrade.ForceConflicts = "auto", req.ForceConflicts
+	if req.ForceConflicts {
+		upgrade.ServerSideApply = "true"
+	}
+	upgrade.Description = req.Description
+	rel, err := upgrade.RunWithContext(ctx, req.Release, ch, vals)
+	if err != nil {
+		return nil, fmt.Errorf("UPGRADE FAILED: %w", err)
+	}
+	return toV1(rel)
+}
+
+func main() {
+	if len(os.Args) > 1 {
+		fmt.Fprintln(os.Stderr, "usage: tenancy-hub-helm (no arguments; the tenancy-hub operator starts it and speaks JSON lines on stdin and stdout)")
+		os.Exit(2)
+	}
+	level := slog.LevelWarn
+	if os.Getenv("TENANCY_HUB_HELM_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	slog.SetDefault(logger)
+	e := &executor{logger: logger, byKey: map[string]*clients{}, caps: map[string]capabilities{}}
+
+	var write sync.Mutex
+	encoder := json.NewEncoder(os.Stdout)
+	reply := func(r response) {
+		write.Lock()
+		defer write.Unlock()
+		if err := encoder.Encode(r); err != nil {
+			logger.Error("cannot answer the operator; exiting", "error", err)
+			os.Exit(1)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lines := bufio.NewScanner(os.Stdin)
+	lines.Buffer(make([]byte, 0, 1<<20), 64<<20)
+	for lines.Scan() {
+		if len(strings.TrimSpace(lines.Text())) == 0 {
+			continue
+		}
+		var req request
+		if err := json.Unmarshal(lines.Bytes(), &req); err != nil {
+			logger.Error("a request that is not JSON; exiting", "error", err)
+			os.Exit(1)
+		}
+		go func() {
+			// A deadline past helm's own timeout, as the operator's kill of a helm process is.
+			limit := time.Duration(req.TimeoutSeconds)*time.Second + 30*time.Second
+			rctx, done := context.WithTimeout(ctx, limit)
+			defer done()
+			reply(e.run(rctx, req))
+		}()
+	}
+	if err := lines.Err(); err != nil {
+		logger.Error("reading requests", "error", err)
+		os.Exit(1)
+	}
+}
