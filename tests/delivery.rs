@@ -77,6 +77,27 @@ async fn the_seed_example_is_delivered_to_the_hub_as_written() {
 #[ignore = "needs the lab: run tests/run.sh"]
 async fn a_tenancy_on_two_members_follows_every_spec_change() {
     let hub = Hub::new("members").await;
+    follow_every_spec_change(&hub).await;
+    assert!(
+        hub.log().contains("helm runs in the long-lived executor"),
+        "the operator did not run the long-lived executor"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn the_cli_executor_follows_every_spec_change_too() {
+    // One helm process per job: the fallback when tenancy-hub-helm is not installed.
+    let hub = Hub::with_args("members-cli", &["--executor", "cli"]).await;
+    follow_every_spec_change(&hub).await;
+    assert!(
+        hub.log().contains("helm runs one process per job"),
+        "the operator did not run the CLI executor"
+    );
+}
+
+/// Installs, upgrades, moves and removes releases over two members, checking each step.
+async fn follow_every_spec_change(hub: &Hub) {
     let ns = unique("team");
     let spec = |clusters: &[&str], replicas: &str, with_db: bool| {
         let mut charts = vec![chart(

@@ -161,6 +161,10 @@ pub struct RunArgs {
     /// else on PATH.
     #[arg(long, env = "TENANCY_HUB_HELM_EXECUTOR")]
     pub helm_executor: Option<PathBuf>,
+    /// Seconds the long-lived executor may sit without work before it exits, so an idle operator
+    /// holds no Helm memory; the next job starts it again. 0: it never exits.
+    #[arg(long, default_value_t = 30)]
+    pub executor_idle: u64,
     /// Directory where helm keeps its discovery and HTTP caches across calls (per cluster inside);
     /// default: helm's own ($HOME/.kube/cache and $HOME/.cache/helm).
     #[arg(long, env = "TENANCY_HUB_HELM_CACHE_DIR")]
@@ -252,6 +256,7 @@ impl RunArgs {
                 history_max: self.history_max,
                 cache_dir: self.helm_cache_dir.clone(),
                 sdk: self.sdk(),
+                executor_idle: Duration::from_secs(self.executor_idle),
             },
             queue: QueueConfig {
                 workers: self.workers.into(),

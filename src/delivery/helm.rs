@@ -45,6 +45,8 @@ pub struct HelmOptions {
     /// The long-lived executor on Helm's Go SDK (`tenancy-hub-helm`, see `delivery::sdk`) that
     /// runs the jobs; None: one `helm` process per job.
     pub sdk: Option<PathBuf>,
+    /// How long the long-lived executor may sit without work before it exits (zero: never).
+    pub executor_idle: Duration,
 }
 
 impl Default for HelmOptions {
@@ -55,6 +57,7 @@ impl Default for HelmOptions {
             history_max: 5,
             cache_dir: None,
             sdk: None,
+            executor_idle: Duration::from_secs(30),
         }
     }
 }

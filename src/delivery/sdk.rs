@@ -223,6 +223,8 @@ struct Process {
     waiting: Mutex<HashMap<u64, oneshot::Sender<Answer>>>,
     dead: AtomicBool,
     child: Mutex<Option<Child>>,
+    /// When a request was last sent or answered.
+    active: Mutex<tokio::time::Instant>,
 }
 
 impl Process {
@@ -250,6 +252,7 @@ impl Process {
             waiting: Mutex::default(),
             dead: AtomicBool::new(false),
             child: Mutex::new(Some(child)),
+            active: Mutex::new(tokio::time::Instant::now()),
         });
         tracing::info!(pid, executor = %binary.display(), "started the helm executor");
         let reader = process.clone();
@@ -259,6 +262,7 @@ impl Process {
                 match lines.next_line().await {
                     Ok(Some(line)) => match serde_json::from_str::<Answer>(&line) {
                         Ok(answer) => {
+                            reader.touch();
                             if let Some(to) = reader.waiting().remove(&answer.id) {
                                 let _ = to.send(answer);
                             }
@@ -292,10 +296,33 @@ impl Process {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    fn touch(&self) {
+        *self
+            .active
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = tokio::time::Instant::now();
+    }
+
+    /// How long no request has been waiting, or None while one is.
+    fn idle_for(&self) -> Option<Duration> {
+        let active = *self
+            .active
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.waiting().is_empty().then(|| active.elapsed())
+    }
+
     /// Kills the process (and every action in it); waiting requests fail.
     fn kill(&self, why: &str) {
+        if self.end() {
+            tracing::warn!(pid = self.pid, "stopped the helm executor: {why}");
+        }
+    }
+
+    /// Ends the process; false when it had ended already.
+    fn end(&self) -> bool {
         if self.dead.swap(true, Ordering::SeqCst) {
-            return;
+            return false;
         }
         if let Some(mut child) = self
             .child
@@ -309,7 +336,7 @@ impl Process {
             });
         }
         self.waiting().clear();
-        tracing::warn!(pid = self.pid, "stopped the helm executor: {why}");
+        true
     }
 }
 
@@ -335,7 +362,7 @@ impl Drop for InFlight {
 struct Pipe {
     options: HelmOptions,
     binary: PathBuf,
-    process: tokio::sync::Mutex<Option<Arc<Process>>>,
+    process: Arc<tokio::sync::Mutex<Option<Arc<Process>>>>,
     ids: AtomicU64,
 }
 
@@ -386,34 +413,68 @@ impl Pipe {
         Self {
             options,
             binary,
-            process: tokio::sync::Mutex::default(),
+            process: Arc::default(),
             ids: AtomicU64::new(1),
         }
     }
 
-    async fn running(&self) -> Result<Arc<Process>, String> {
+    /// The running process, started when there is none, with `id` registered as waiting for
+    /// `to`; under the lock that retiring an idle process takes, so none is retired with a request.
+    async fn register(&self, id: u64, to: oneshot::Sender<Answer>) -> Result<Arc<Process>, String> {
         let mut slot = self.process.lock().await;
-        if let Some(process) = slot.as_ref()
-            && !process.dead.load(Ordering::SeqCst)
-        {
-            return Ok(process.clone());
-        }
-        let process = Process::start(&self.options, &self.binary).map_err(|e| {
-            format!(
-                "cannot run the helm executor {}: {e}; install it or pass --executor cli",
-                self.binary.display()
-            )
-        })?;
-        *slot = Some(process.clone());
+        let process = match slot.as_ref() {
+            Some(process) if !process.dead.load(Ordering::SeqCst) => process.clone(),
+            _ => {
+                let process = Process::start(&self.options, &self.binary).map_err(|e| {
+                    format!(
+                        "cannot run the helm executor {}: {e}; install it or pass --executor cli",
+                        self.binary.display()
+                    )
+                })?;
+                self.retire_when_idle(&process);
+                *slot = Some(process.clone());
+                process
+            }
+        };
+        process.touch();
+        process.waiting().insert(id, to);
         Ok(process)
+    }
+
+    /// Ends `process` once no request has waited on it for `executor_idle`: an idle operator
+    /// holds no Helm memory (the next job starts the executor again, in about 0.1 s).
+    fn retire_when_idle(&self, process: &Arc<Process>) {
+        let idle = self.options.executor_idle;
+        if idle.is_zero() {
+            return;
+        }
+        let (slot, process) = (Arc::downgrade(&self.process), Arc::downgrade(process));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep((idle / 4).max(Duration::from_millis(50))).await;
+                let (Some(slot), Some(process)) = (slot.upgrade(), process.upgrade()) else {
+                    return;
+                };
+                let mut slot = slot.lock().await;
+                if process.dead.load(Ordering::SeqCst) {
+                    return;
+                }
+                if process.idle_for().is_some_and(|d| d >= idle) {
+                    if process.end() {
+                        tracing::info!(pid = process.pid, "stopped the idle helm executor");
+                    }
+                    *slot = None;
+                    return;
+                }
+            }
+        });
     }
 
     /// Sends a request and waits for its answer.
     async fn call(&self, mut request: Request) -> Result<Answer, String> {
         request.id = self.ids.fetch_add(1, Ordering::Relaxed);
-        let process = self.running().await?;
         let (tx, rx) = oneshot::channel();
-        process.waiting().insert(request.id, tx);
+        let process = self.register(request.id, tx).await?;
         let mut in_flight = InFlight {
             process: process.clone(),
             id: request.id,
@@ -865,6 +926,27 @@ for line in sys.stdin:
         );
         assert!(crashed.is_err());
         assert_eq!(pipe.call(request(1)).await.unwrap().revision, 1);
+    }
+
+    #[tokio::test]
+    async fn an_idle_executor_exits_and_the_next_job_starts_it_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = HelmOptions {
+            executor_idle: Duration::from_millis(300),
+            ..HelmOptions::default()
+        };
+        let pipe = Pipe::new(options, scripted(dir.path(), ANSWERS_IN_ANY_ORDER));
+        // Busy past the idle time: a waiting request keeps it.
+        assert_eq!(pipe.call(request(600)).await.unwrap().revision, 600);
+        let first = pipe.process.lock().await.as_ref().unwrap().pid;
+        wait_dead(first).await;
+        assert!(
+            pipe.process.lock().await.is_none(),
+            "the slot still holds it"
+        );
+        assert_eq!(pipe.call(request(1)).await.unwrap().revision, 1);
+        let second = pipe.process.lock().await.as_ref().unwrap().pid;
+        assert_ne!(first, second);
     }
 
     #[tokio::test]

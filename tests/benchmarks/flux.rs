@@ -552,7 +552,7 @@ async fn ours_run(lab: &Lab, repo: &ChartRepo, releases: usize) -> Value {
             .collect(),
         ..Default::default()
     };
-    let cpu0 = (cpu_seconds(&[pid], false), children_cpu(pid));
+    let cpu0 = (cpu_seconds(&[pid], false), helm_cpu(pid));
     let with_helm = PeakRss::start(vec![pid], true);
     let started = Instant::now();
     hub.apply("peer", spec).await;
@@ -573,7 +573,7 @@ async fn ours_run(lab: &Lab, repo: &ChartRepo, releases: usize) -> Value {
     .await;
     let seconds = started.elapsed().as_secs_f64();
     let own = cpu_seconds(&[pid], false) - cpu0.0;
-    let helm = children_cpu(pid) - cpu0.1;
+    let helm = helm_cpu(pid) - cpu0.1;
     let (peak, peak_pss) = with_helm.stop();
     let (_, alone, _) = usage(pid);
     wait_until("the Controller Ready", LONG, || async {
@@ -582,10 +582,18 @@ async fn ours_run(lab: &Lab, repo: &ChartRepo, releases: usize) -> Value {
     })
     .await;
     let ready_seconds = started.elapsed().as_secs_f64();
-    let idle_cpu0 = cpu_seconds(&[pid], true);
+    let idle_cpu0 = cpu_seconds(&[pid], false) + helm_cpu(pid);
     tokio::time::sleep(IDLE_SETTLE).await; // the named settle period before idle figures
-    let idle_cpu = (cpu_seconds(&[pid], true) - idle_cpu0) / IDLE_SETTLE.as_secs_f64();
-    let idle = rss_kib(pid).unwrap_or(0);
+    let idle_cpu =
+        (cpu_seconds(&[pid], false) + helm_cpu(pid) - idle_cpu0) / IDLE_SETTLE.as_secs_f64();
+    // The operator and its live helm executor, as a pod's memory counts them.
+    let idle = tree_rss_kib(pid);
+    // Then once the executor has exited for want of work (`--executor-idle`).
+    wait_until("the idle helm executor to exit", LONG, || async {
+        live_children(pid).is_empty().then_some(())
+    })
+    .await;
+    let idle_after_exit = rss_kib(pid).unwrap_or(0);
     hub.delete_and_wait_gone("peer").await;
     lab.kubectl(
         "hub",
@@ -612,10 +620,37 @@ async fn ours_run(lab: &Lab, repo: &ChartRepo, releases: usize) -> Value {
         "cpu_seconds": own + helm, "operator_cpu_seconds": own, "helm_cpu_seconds": helm,
         "cpu_seconds_per_release": (own + helm) / total as f64,
         "peak_rss_mib": mib(peak), "peak_pss_mib": mib(peak_pss), "operator_peak_rss_mib": mib(alone),
-        "idle_rss_mib": mib(idle), "idle_cpu_cores": idle_cpu,
+        "idle_rss_mib": mib(idle), "idle_rss_after_executor_exit_mib": mib(idle_after_exit),
+        "idle_cpu_cores": idle_cpu,
     });
     progress(&format!("peer: {figures}"));
     figures
+}
+
+/// CPU seconds of the operator's helm work so far: its reaped children's (helm processes, an
+/// executor that exited) plus its live children's (the long-lived executor).
+fn helm_cpu(pid: u32) -> f64 {
+    children_cpu(pid)
+        + live_children(pid)
+            .iter()
+            .filter_map(|c| with_reaped_children_cpu(*c))
+            .sum::<f64>()
+}
+
+/// CPU seconds a process has used, its reaped children's included, if it still runs.
+fn with_reaped_children_cpu(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: Option<f64> = fields[11..15].iter().map(|f| f.parse::<f64>().ok()).sum();
+    Some(ticks? / 100.0)
+}
+
+/// The resident set of a process and its live children now, in KiB.
+fn tree_rss_kib(pid: u32) -> u64 {
+    std::iter::once(pid)
+        .chain(live_children(pid))
+        .filter_map(rss_kib)
+        .sum()
 }
 
 /// Applies Flux's CRDs (kind/peer-flux.sh copied them from the modules) to the hub and waits
@@ -695,6 +730,7 @@ pub async fn peer(a: &Args) -> Value {
         "operator_peak_rss_mib",
         "peak_rss_hwm_sum_mib",
         "idle_rss_mib",
+        "idle_rss_after_executor_exit_mib",
         "idle_cpu_cores",
     ];
     for side in ["ours", "flux", "flux_shared", "flux_wait"] {
@@ -740,6 +776,11 @@ pub async fn peer(a: &Args) -> Value {
         (
             "idle_rss_ours_over_flux",
             "ours_median_idle_rss_mib",
+            "flux_median_idle_rss_mib",
+        ),
+        (
+            "idle_rss_after_executor_exit_ours_over_flux",
+            "ours_median_idle_rss_after_executor_exit_mib",
             "flux_median_idle_rss_mib",
         ),
     ];
