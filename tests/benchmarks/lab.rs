@@ -483,7 +483,10 @@ async fn footprint(a: &Args) -> Value {
 /// each is reconciled, the CPU share over a quiet window after, RSS, and the status writes to the hub.
 async fn controllers(a: &Args) -> Value {
     let lab = Lab::get();
-    let mut rows = serde_json::Map::new();
+    // The operator runs as the bench account, so the hub counts its requests apart.
+    let kubeconfig = bench_identity(&lab);
+    let admin = lab.client("hub").await;
+    let mut points = Vec::new();
     for &k in &a.controllers {
         let hub = Hub::without_operator(Lab::get(), unique("bench-ctl")).await;
         progress(&format!("controllers: creating {k} suspended Controllers"));
@@ -492,7 +495,12 @@ async fn controllers(a: &Args) -> Value {
             spec.suspend = true;
             hub.apply(&format!("c{i}"), spec).await;
         }
-        let operator = common::operator::Operator::start(&lab, &hub.namespace);
+        let requests0 = hub_requests(&admin).await;
+        let operator = common::operator::Operator::start_with(
+            &lab,
+            &hub.namespace,
+            &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        );
         let pid = operator.pid();
         let started = Instant::now();
         let cpu0 = usage(pid).2;
@@ -504,27 +512,58 @@ async fn controllers(a: &Args) -> Value {
         .await;
         let all_seconds = started.elapsed().as_secs_f64();
         let all_cpu = usage(pid).2 - cpu0;
-        let writes = operator.metric("tenancy_hub_status_writes_total");
-        let quiet_cpu = cpu_over(pid, Duration::from_secs(10)).await;
+        // Every status written: the requests of a start are all in.
+        wait_until("every Controller's status written", LONG, || async {
+            (operator.metric("tenancy_hub_status_writes_total") >= k as f64).then_some(())
+        })
+        .await;
+        let requests1 = hub_requests(&admin).await;
+        let quiet = Duration::from_secs(a.quiet_seconds);
+        let quiet_cpu = cpu_over(pid, quiet).await;
+        let requests2 = hub_requests(&admin).await;
         let (rss, peak, _) = usage(pid);
-        progress(&format!(
-            "controllers: {k}: reconcile all {all_seconds:.1}s, {all_cpu:.2} CPU s, RSS {} MiB",
-            rss / 1024
-        ));
-        for (figure, value) in [
-            ("all_seconds", all_seconds),
-            ("all_cpu_seconds", all_cpu),
-            ("cpu_ms_per_reconcile", all_cpu * 1000.0 / reconciled()),
-            ("quiet_cpu_cores", quiet_cpu),
-            ("rss_mib", rss as f64 / 1024.0),
-            ("peak_rss_mib", peak as f64 / 1024.0),
-            ("status_writes", writes),
-        ] {
-            rows.insert(format!("k{k}_{figure}"), json!(value));
-        }
+        let point = json!({
+            "controllers": k,
+            "all_seconds": all_seconds,
+            "all_cpu_seconds": all_cpu,
+            "cpu_ms_per_reconcile": all_cpu * 1000.0 / reconciled(),
+            "quiet_cpu_cores": quiet_cpu,
+            "rss_mib": rss as f64 / 1024.0,
+            "peak_rss_mib": peak as f64 / 1024.0,
+            "status_writes": operator.metric("tenancy_hub_status_writes_total"),
+            "hub_requests_to_start": requests1 - requests0,
+            "hub_requests_per_controller": (requests1 - requests0) / k as f64,
+            "hub_requests_per_minute_quiet": (requests2 - requests1) * 60.0 / quiet.as_secs_f64(),
+        });
+        progress(&format!("controllers: {k}: {point}"));
+        points.push(point);
+        // The operator removes the finalizers, then stops.
         delete_every_controller(&lab, &hub).await;
+        operator.stop();
     }
-    Value::Object(rows)
+    let mut out = serde_json::Map::new();
+    for figure in [
+        "rss_mib",
+        "all_cpu_seconds",
+        "cpu_ms_per_reconcile",
+        "hub_requests_to_start",
+        "hub_requests_per_minute_quiet",
+    ] {
+        let xy: Vec<(f64, f64)> = points
+            .iter()
+            .map(|p| {
+                (
+                    p["controllers"].as_f64().unwrap(),
+                    p[figure].as_f64().unwrap(),
+                )
+            })
+            .collect();
+        if xy.len() >= 2 {
+            fits(figure, &xy, 10_000.0, &mut out);
+        }
+    }
+    out.insert("points".into(), Value::Array(points));
+    Value::Object(out)
 }
 
 /// Least squares of `y = a + b·x` over `points`: (a, b, r²).
