@@ -23,6 +23,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -407,6 +408,33 @@ func main() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// When the last request in flight is answered and none follows for a moment, the heap a
+	// burst of releases grew goes back to the system, so a quiet executor stays small.
+	var busy sync.Mutex
+	running := 0
+	settle := time.AfterFunc(time.Hour, func() {
+		busy.Lock()
+		quiet := running == 0
+		busy.Unlock()
+		if quiet {
+			debug.FreeOSMemory()
+		}
+	})
+	settle.Stop()
+	begin := func() {
+		busy.Lock()
+		running++
+		busy.Unlock()
+		settle.Stop()
+	}
+	end := func() {
+		busy.Lock()
+		running--
+		if running == 0 {
+			settle.Reset(2 * time.Second)
+		}
+		busy.Unlock()
+	}
 	lines := bufio.NewScanner(os.Stdin)
 	lines.Buffer(make([]byte, 0, 1<<20), 64<<20)
 	for lines.Scan() {
@@ -418,7 +446,9 @@ func main() {
 			logger.Error("a request that is not JSON; exiting", "error", err)
 			os.Exit(1)
 		}
+		begin()
 		go func() {
+			defer end()
 			// A deadline past helm's own timeout, as the operator's kill of a helm process is.
 			limit := time.Duration(req.TimeoutSeconds)*time.Second + 30*time.Second
 			rctx, done := context.WithTimeout(ctx, limit)
