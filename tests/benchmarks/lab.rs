@@ -566,6 +566,100 @@ async fn controllers(a: &Args) -> Value {
     Value::Object(out)
 }
 
+/// What one relist of a member's Helm release records downloads, with the selectors before and
+/// after the narrowed metadata watches: `--releases` releases of ours and as many of others in one
+/// namespace of member-1, each upgraded to 3 revisions by helm itself. Bytes are the JSON of the
+/// list as received (re-encoded), so they compare selectors, not transports.
+async fn records(a: &Args) -> Value {
+    use kube::api::ListParams;
+    use tenancy_hub::delivery::releases::{FOREIGN_SELECTOR, MANAGED_SELECTOR};
+    let lab = Lab::get();
+    let ns = unique("rec");
+    let chart =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts/deployment-example");
+    let chart = chart.to_str().unwrap();
+    let n = a.releases;
+    progress(&format!(
+        "records: {n} releases of ours and {n} of others, 3 revisions each, on member-1"
+    ));
+    for revision in 1..=3 {
+        for i in 0..n {
+            for (name, labels) in [
+                (
+                    format!("ours-{i}"),
+                    "multitenancy.dev/managed-by=tenancy-hub",
+                ),
+                (format!("theirs-{i}"), "team=other"),
+            ] {
+                let replicas = format!("replicaCount={revision}");
+                lab.helm(
+                    "member-1",
+                    &[
+                        "upgrade",
+                        "--install",
+                        "--create-namespace",
+                        "-n",
+                        &ns,
+                        "--labels",
+                        labels,
+                        "--set",
+                        &replicas,
+                        &name,
+                        chart,
+                    ],
+                );
+            }
+        }
+    }
+    let client = lab.client("member-1").await;
+    let secrets: Api<Secret> = Api::all(client);
+    let mut out = serde_json::Map::new();
+    let full = secrets
+        .list(&ListParams::default().labels("owner=helm"))
+        .await
+        .unwrap();
+    let before = secrets
+        .list_metadata(&ListParams::default().labels("owner=helm"))
+        .await
+        .unwrap();
+    let ours = secrets
+        .list_metadata(&ListParams::default().labels(MANAGED_SELECTOR))
+        .await
+        .unwrap();
+    let others = secrets
+        .list_metadata(&ListParams::default().labels(FOREIGN_SELECTOR))
+        .await
+        .unwrap();
+    for (figure, items, len) in [
+        (
+            "full_secrets",
+            full.items.len(),
+            serde_json::to_vec(&full).unwrap().len(),
+        ),
+        (
+            "metadata_owner_helm",
+            before.items.len(),
+            serde_json::to_vec(&before).unwrap().len(),
+        ),
+        (
+            "metadata_ours_newest",
+            ours.items.len(),
+            serde_json::to_vec(&ours).unwrap().len(),
+        ),
+        (
+            "metadata_others_newest",
+            others.items.len(),
+            serde_json::to_vec(&others).unwrap().len(),
+        ),
+    ] {
+        out.insert(format!("{figure}_items"), json!(items));
+        out.insert(format!("{figure}_bytes"), json!(len));
+    }
+    lab.kubectl("member-1", &["delete", "namespace", "--wait=false", &ns]);
+    progress(&format!("records: {}", Value::Object(out.clone())));
+    Value::Object(out)
+}
+
 /// Least squares of `y = a + b·x` over `points`: (a, b, r²).
 fn linear_fit(points: &[(f64, f64)]) -> (f64, f64, f64) {
     let n = points.len() as f64;
@@ -1656,6 +1750,10 @@ async fn main() {
     // Needs three members (kind/up.sh --members 3): only when asked for.
     if named("rollout") {
         results.insert("rollout", rollout(&a).await);
+    }
+    // Release records installed by helm itself: only when asked for.
+    if named("records") {
+        results.insert("records", records(&a).await);
     }
     // A wave of 1,000 installs: only when asked for.
     if named("fairness") {
