@@ -541,29 +541,18 @@ async fn controllers(a: &Args) -> Value {
         delete_every_controller(&lab, &hub).await;
         operator.stop();
     }
-    let mut out = serde_json::Map::new();
-    for figure in [
-        "rss_mib",
-        "all_cpu_seconds",
-        "cpu_ms_per_reconcile",
-        "hub_requests_to_start",
-        "hub_requests_per_minute_quiet",
-    ] {
-        let xy: Vec<(f64, f64)> = points
-            .iter()
-            .map(|p| {
-                (
-                    p["controllers"].as_f64().unwrap(),
-                    p[figure].as_f64().unwrap(),
-                )
-            })
-            .collect();
-        if xy.len() >= 2 {
-            fits(figure, &xy, 10_000.0, &mut out);
-        }
-    }
-    out.insert("points".into(), Value::Array(points));
-    Value::Object(out)
+    fitted(
+        points,
+        "controllers",
+        &[
+            "rss_mib",
+            "all_cpu_seconds",
+            "cpu_ms_per_reconcile",
+            "hub_requests_to_start",
+            "hub_requests_per_minute_quiet",
+        ],
+        10_000.0,
+    )
 }
 
 /// What one relist of a member's Helm release records downloads, with the selectors before and
@@ -618,42 +607,31 @@ async fn records(a: &Args) -> Value {
         .list(&ListParams::default().labels("owner=helm"))
         .await
         .unwrap();
-    let before = secrets
-        .list_metadata(&ListParams::default().labels("owner=helm"))
-        .await
-        .unwrap();
-    let ours = secrets
-        .list_metadata(&ListParams::default().labels(MANAGED_SELECTOR))
-        .await
-        .unwrap();
-    let others = secrets
-        .list_metadata(&ListParams::default().labels(FOREIGN_SELECTOR))
-        .await
-        .unwrap();
-    for (figure, items, len) in [
-        (
-            "full_secrets",
-            full.items.len(),
-            serde_json::to_vec(&full).unwrap().len(),
-        ),
-        (
-            "metadata_owner_helm",
-            before.items.len(),
-            serde_json::to_vec(&before).unwrap().len(),
-        ),
-        (
-            "metadata_ours_newest",
-            ours.items.len(),
-            serde_json::to_vec(&ours).unwrap().len(),
-        ),
-        (
-            "metadata_others_newest",
-            others.items.len(),
-            serde_json::to_vec(&others).unwrap().len(),
-        ),
-    ] {
+    let record = |figure: &str, items: usize, json: Vec<u8>, out: &mut serde_json::Map<_, _>| {
         out.insert(format!("{figure}_items"), json!(items));
-        out.insert(format!("{figure}_bytes"), json!(len));
+        out.insert(format!("{figure}_bytes"), json!(json.len()));
+    };
+    record(
+        "full_secrets",
+        full.items.len(),
+        serde_json::to_vec(&full).unwrap(),
+        &mut out,
+    );
+    for (figure, selector) in [
+        ("metadata_owner_helm", "owner=helm"),
+        ("metadata_ours_newest", MANAGED_SELECTOR),
+        ("metadata_others_newest", FOREIGN_SELECTOR),
+    ] {
+        let list = secrets
+            .list_metadata(&ListParams::default().labels(selector))
+            .await
+            .unwrap();
+        record(
+            figure,
+            list.items.len(),
+            serde_json::to_vec(&list).unwrap(),
+            &mut out,
+        );
     }
     lab.kubectl("member-1", &["delete", "namespace", "--wait=false", &ns]);
     progress(&format!("records: {}", Value::Object(out.clone())));
@@ -698,6 +676,23 @@ fn fits(figure: &str, points: &[(f64, f64)], at: f64, out: &mut serde_json::Map<
             json!(ln_c.exp() * at.powf(p)),
         );
     }
+}
+
+/// The points of a growth scenario and the fits (see [`fits`]) of each of `figures` against `x`,
+/// extrapolated to `at`.
+fn fitted(points: Vec<Value>, x: &str, figures: &[&str], at: f64) -> Value {
+    let mut out = serde_json::Map::new();
+    for figure in figures {
+        let xy: Vec<(f64, f64)> = points
+            .iter()
+            .map(|p| (p[x].as_f64().unwrap(), p[*figure].as_f64().unwrap()))
+            .collect();
+        if xy.len() >= 2 {
+            fits(figure, &xy, at, &mut out);
+        }
+    }
+    out.insert("points".into(), Value::Array(points));
+    Value::Object(out)
 }
 
 /// CPU seconds used by the reaped children of a process (helm, for the operator), from /proc.
@@ -894,26 +889,20 @@ async fn clusters(a: &Args) -> Value {
         operator.stop();
         std::fs::remove_file(&file).unwrap();
     }
-    let mut out = serde_json::Map::new();
-    for figure in [
-        "rss_mib",
-        "converge_cpu_seconds",
-        "helm_cpu_seconds",
-        "quiet_cpu_cores",
-        "watch_streams",
-        "hub_requests_to_converge",
-        "hub_requests_per_minute_quiet",
-    ] {
-        let xy: Vec<(f64, f64)> = points
-            .iter()
-            .map(|p| (p["clusters"].as_f64().unwrap(), p[figure].as_f64().unwrap()))
-            .collect();
-        if xy.len() >= 2 {
-            fits(figure, &xy, 1000.0, &mut out);
-        }
-    }
-    out.insert("points".into(), Value::Array(points));
-    Value::Object(out)
+    fitted(
+        points,
+        "clusters",
+        &[
+            "rss_mib",
+            "converge_cpu_seconds",
+            "helm_cpu_seconds",
+            "quiet_cpu_cores",
+            "watch_streams",
+            "hub_requests_to_converge",
+            "hub_requests_per_minute_quiet",
+        ],
+        1000.0,
+    )
 }
 
 /// The Lease base name of the `shards` scenario's replicas.
