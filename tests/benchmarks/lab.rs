@@ -1169,7 +1169,10 @@ async fn pod_count(api: &Api<Pod>) -> usize {
 /// then the relist a new namespace costs in a member holding many unrelated pods.
 async fn namespaces(a: &Args) -> Value {
     let lab = Lab::get();
-    let hub = Hub::with_args("bench-ns", &[]).await;
+    // The operator runs as the bench account, so the hub counts its requests apart.
+    let kubeconfig = bench_identity(&lab);
+    let admin = lab.client("hub").await;
+    let hub = Hub::with_args("bench-ns", &["--kubeconfig", kubeconfig.to_str().unwrap()]).await;
     let operator = hub.operator.as_ref().unwrap();
     let pid = operator.pid();
     let run = unique("ns");
@@ -1178,6 +1181,7 @@ async fn namespaces(a: &Args) -> Value {
         let names: Vec<String> = (0..n).map(|i| format!("{run}-{i}")).collect();
         progress(&format!("namespaces: {n} tenant namespaces on 2 members"));
         let cpu0 = usage(pid).2;
+        let requests0 = hub_requests(&admin).await;
         let started = Instant::now();
         hub.apply("ns", suspended_over(&names)).await;
         wait_until("every namespace listed", LONG, || async {
@@ -1186,12 +1190,19 @@ async fn namespaces(a: &Args) -> Value {
         .await;
         let seconds = started.elapsed().as_secs_f64();
         let cpu = usage(pid).2 - cpu0;
+        let requests1 = hub_requests(&admin).await;
+        let quiet = Duration::from_secs(a.quiet_seconds);
+        let quiet_cpu = cpu_over(pid, quiet).await;
+        let requests2 = hub_requests(&admin).await;
         let (rss, _, _) = usage(pid);
         points.push(json!({
             "namespaces": n, "watched": 2 * n,
             "workload_streams": operator.metric("tenancy_hub_watch_streams{source=\"workloads\"}"),
             "record_streams": operator.metric("tenancy_hub_watch_streams{source=\"release_records\"}"),
             "seconds_to_listed": seconds, "cpu_seconds": cpu, "rss_mib": rss as f64 / 1024.0,
+            "hub_requests_to_listed": requests1 - requests0,
+            "hub_requests_per_minute_quiet": (requests2 - requests1) * 60.0 / quiet.as_secs_f64(),
+            "quiet_cpu_cores": quiet_cpu,
         }));
     }
     let widest = *a.namespaces.iter().max().unwrap_or(&10);
