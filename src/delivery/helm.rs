@@ -1081,13 +1081,19 @@ pub(crate) mod tests {
         ))
     }
 
-    #[test]
-    fn a_template_renders_the_chart_with_exactly_the_upgrades_chart_arguments() {
+    /// Chart `web` 1.2.3 from a Helm repository.
+    fn repository_release() -> Release {
         let mut r = release(ChartSource::Repository {
             url: "https://charts.example/x".into(),
             chart: "web".into(),
         });
         r.version = Some("1.2.3".into());
+        r
+    }
+
+    #[test]
+    fn a_template_renders_the_chart_with_exactly_the_upgrades_chart_arguments() {
+        let mut r = repository_release();
         r.settings.push(("motd".into(), "a,b".into()));
         let file = Path::new("/tmp/v.yaml");
         let render = RenderFor {
@@ -1135,11 +1141,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_cached_archive_replaces_version_and_repository_in_upgrades_and_renders_alike() {
-        let mut r = release(ChartSource::Repository {
-            url: "https://charts.example/x".into(),
-            chart: "web".into(),
-        });
-        r.version = Some("1.2.3".into());
+        let r = repository_release();
         let archive = Path::new("/cache/ab12.tgz");
         let upgrade = strings(upgrade_args(
             &r,
