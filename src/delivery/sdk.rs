@@ -366,48 +366,6 @@ struct Pipe {
     ids: AtomicU64,
 }
 
-/// The executor the operator runs jobs with: the long-lived executor when `HelmOptions::sdk`
-/// names one, with [`HelmCli`] for charts that are not on disk; else one helm process per job.
-pub struct HelmExecutor {
-    cli: HelmCli,
-    options: HelmOptions,
-    pipe: Option<Pipe>,
-}
-
-impl HelmExecutor {
-    /// The executor `options` ask for; the long-lived one starts on the first job (and again
-    /// after it died).
-    pub fn new(cli: HelmCli, options: &HelmOptions) -> Self {
-        Self {
-            cli,
-            pipe: options
-                .sdk
-                .clone()
-                .map(|binary| Pipe::new(options.clone(), binary)),
-            options: options.clone(),
-        }
-    }
-
-    fn cluster(&self, member: &Member, identity: Option<&Impersonation>) -> ClusterRef {
-        let kubeconfig = self.cli.kubeconfig_for(member);
-        let in_cluster = kubeconfig.as_os_str().is_empty();
-        ClusterRef {
-            kubeconfig: kubeconfig.to_string_lossy().into_owned(),
-            context: if in_cluster {
-                String::new()
-            } else {
-                member.entry.context.clone()
-            },
-            digest: member
-                .kubeconfig_digest
-                .map(|d| d.iter().map(|b| format!("{b:02x}")).collect())
-                .unwrap_or_default(),
-            user: identity.map(|w| w.user.clone()).unwrap_or_default(),
-            groups: identity.map(|w| w.groups.clone()).unwrap_or_default(),
-        }
-    }
-}
-
 impl Pipe {
     fn new(options: HelmOptions, binary: PathBuf) -> Self {
         Self {
@@ -511,7 +469,47 @@ impl Pipe {
     }
 }
 
+/// The executor the operator runs jobs with: the long-lived executor when `HelmOptions::sdk`
+/// names one, with [`HelmCli`] for charts that are not on disk; else one helm process per job.
+pub struct HelmExecutor {
+    cli: HelmCli,
+    options: HelmOptions,
+    pipe: Option<Pipe>,
+}
+
 impl HelmExecutor {
+    /// The executor `options` ask for; the long-lived one starts on the first job (and again
+    /// after it died).
+    pub fn new(cli: HelmCli, options: &HelmOptions) -> Self {
+        Self {
+            cli,
+            pipe: options
+                .sdk
+                .clone()
+                .map(|binary| Pipe::new(options.clone(), binary)),
+            options: options.clone(),
+        }
+    }
+
+    fn cluster(&self, member: &Member, identity: Option<&Impersonation>) -> ClusterRef {
+        let kubeconfig = self.cli.kubeconfig_for(member);
+        let in_cluster = kubeconfig.as_os_str().is_empty();
+        ClusterRef {
+            kubeconfig: kubeconfig.to_string_lossy().into_owned(),
+            context: if in_cluster {
+                String::new()
+            } else {
+                member.entry.context.clone()
+            },
+            digest: member
+                .kubeconfig_digest
+                .map(|d| d.iter().map(|b| format!("{b:02x}")).collect())
+                .unwrap_or_default(),
+            user: identity.map(|w| w.user.clone()).unwrap_or_default(),
+            groups: identity.map(|w| w.groups.clone()).unwrap_or_default(),
+        }
+    }
+
     async fn apply(
         &self,
         release: Release,
