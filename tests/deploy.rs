@@ -621,6 +621,7 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
         clusters: vec!["hub".into(), "member-1".into()],
         namespaces: vec![hub_ns.clone(), member_ns.clone()],
         chart_sources: vec!["chart-home".into()],
+        trusted: true,
         ..Default::default()
     };
     policies

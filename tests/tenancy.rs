@@ -105,6 +105,7 @@ fn policy(hub_namespace: &str, clusters: &[&str], namespaces: &[&str]) -> Tenanc
         clusters: clusters.iter().map(|c| c.to_string()).collect(),
         namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
         chart_sources: vec!["chart-home".into()],
+        trusted: true,
         ..Default::default()
     }
 }
@@ -317,6 +318,7 @@ async fn impersonation_lets_the_target_clusters_rbac_decide_what_a_chart_may_do(
         &["hub", "member-1"],
         &[&format!("{team}-*")],
     );
+    allowed.trusted = false;
     allowed.impersonate = Some(Impersonation {
         user: deployer.clone(),
         groups: vec![format!("{team}-group")],

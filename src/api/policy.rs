@@ -36,7 +36,9 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     validation = Rule::new("has(self.clusters) || has(self.clusterSelector)")
-        .message("name the allowed clusters, select them by label, or both: a policy without either allows no cluster")
+        .message("name the allowed clusters, select them by label, or both: a policy without either allows no cluster"),
+    validation = Rule::new("has(self.impersonate) != (has(self.trusted) && self.trusted)")
+        .message("say as whom Helm acts for this policy's releases: impersonate an identity of the tenants' own, or set trusted: true to let Helm act with the operator's own credentials (not both)")
 )]
 pub struct TenancyPolicySpec {
     /// Hub namespaces whose `Controller` resources this policy governs, by exact name.
@@ -87,10 +89,35 @@ pub struct TenancyPolicySpec {
     pub chart_sources: Vec<String>,
 
     /// The identity Helm acts as in the target clusters for releases this policy allows, so the
-    /// cluster's own RBAC decides what a chart may create. Without it, Helm uses the operator's
-    /// credentials for the cluster.
+    /// cluster's own RBAC decides what a chart may create. Exactly one of `impersonate` and
+    /// `trusted: true` must be given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub impersonate: Option<Impersonation>,
+
+    /// Lets Helm act with the operator's own credentials for releases this policy allows: the
+    /// platform admin's explicit choice to trust these hub namespaces with every right the
+    /// operator holds in the allowed clusters. Exactly one of `impersonate` and `trusted: true`
+    /// must be given; a policy with neither allows nothing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub trusted: bool,
+}
+
+impl TenancyPolicySpec {
+    /// Whom Helm acts as for this policy's releases: `Ok(None)` for the operator's own
+    /// credentials (`trusted: true`), `Ok(Some(..))` for an impersonated identity, or the reason
+    /// the policy names no identity (neither field, or both).
+    pub fn identity(&self) -> Result<Option<&Impersonation>, &'static str> {
+        match (&self.impersonate, self.trusted) {
+            (Some(who), false) => Ok(Some(who)),
+            (None, true) => Ok(None),
+            (None, false) => Err(
+                "it names no identity: set impersonate, or trusted: true to let Helm act with the operator's own credentials",
+            ),
+            (Some(_), true) => Err(
+                "it sets both impersonate and trusted: keep one, so the identity Helm acts as is unambiguous",
+            ),
+        }
+    }
 }
 
 /// Selects registered member clusters by label.
@@ -145,6 +172,7 @@ mod tests {
             "a policy without either allows no cluster",
             "pattern: ^([*]|",
             "pattern: ^(chart-home|",
+            "set trusted: true to let Helm act",
         ] {
             assert!(yaml.contains(needle), "CRD lacks {needle:?}");
         }

@@ -471,7 +471,7 @@ pub async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
         .map(|c| {
             let owner = owner_id(c);
             let age = created.get(&owner).copied().unwrap_or(now);
-            plan::claimant(owner, age, &c.spec, &clusters, &args.chart_home)
+            plan::claimant(owner, age, &c.spec, &clusters, &args.chart_home, &admission)
         })
         .collect::<Vec<_>>();
     let claims = plan::claims(claimants, &applied);

@@ -257,6 +257,7 @@ impl RunArgs {
                 cache_dir: self.helm_cache_dir.clone(),
                 sdk: self.sdk(),
                 executor_idle: Duration::from_secs(self.executor_idle),
+                seal: None,
             },
             queue: QueueConfig {
                 workers: self.workers.into(),

@@ -5,6 +5,11 @@
 //! K Controllers O(K²). Here each Controller's claimant is computed when its spec changes (its
 //! uid, generation or deletion), or for all of them once when the cluster labels change, and held
 //! in an inverted index key -> claimants and cluster -> claimants.
+//!
+//! A key claims only once admitted: a release the Controller's tenancy policies do not allow
+//! holds nothing, so a Controller in another hub namespace cannot squat a key it may not deliver.
+//! When a claimant lets a key go (deleted, its spec or a policy changed), the other claimants of
+//! that key are handed to [`Claims::take_wakes`], so they are planned again at once.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -19,10 +24,21 @@ use crate::{
     api::key::{ClusterName, ReleaseKey},
     controller::reconcile::{created_secs, owner_id},
     delivery::plan::{self, Applied, OwnerId},
+    delivery::policy::Admission,
 };
 
 /// Cluster names and their labels, as the registry holds them.
 pub type Labels = BTreeMap<ClusterName, BTreeMap<String, String>>;
+
+/// What every claimant is computed from besides its own spec: the cluster labels and the
+/// tenancy policies.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Basis {
+    /// Cluster names and their labels.
+    pub labels: Labels,
+    /// The tenancy policies and their mode.
+    pub admission: Admission,
+}
 
 /// What a claimant was computed from, besides the cluster labels.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,39 +62,66 @@ struct Entry {
     stamp: Stamp,
     object: Arc<Controller>,
     created: i64,
+    /// Every key the spec names.
     keys: Vec<ReleaseKey>,
+    /// The keys it claims: those its policies allow.
+    claimed: BTreeSet<ReleaseKey>,
 }
 
 #[derive(Default)]
 struct Inner {
-    labels: Labels,
+    basis: Basis,
     entries: HashMap<OwnerId, Entry>,
     by_key: HashMap<ReleaseKey, BTreeSet<OwnerId>>,
     by_cluster: HashMap<ClusterName, BTreeSet<OwnerId>>,
+    /// Claimants of keys another claimant let go, to be planned again.
+    wakes: BTreeSet<OwnerId>,
 }
 
 impl Inner {
     fn unindex(&mut self, owner: &OwnerId) -> Option<Entry> {
         let entry = self.entries.remove(owner)?;
-        for key in &entry.keys {
+        for key in &entry.claimed {
             remove_from(&mut self.by_key, key, owner);
+        }
+        for key in &entry.keys {
             remove_from(&mut self.by_cluster, &key.scope.cluster, owner);
         }
         Some(entry)
     }
 
     fn index(&mut self, owner: OwnerId, entry: Entry) {
-        for key in &entry.keys {
+        for key in &entry.claimed {
             self.by_key
                 .entry(key.clone())
                 .or_default()
                 .insert(owner.clone());
+        }
+        for key in &entry.keys {
             self.by_cluster
                 .entry(key.scope.cluster.clone())
                 .or_default()
                 .insert(owner.clone());
         }
         self.entries.insert(owner, entry);
+    }
+
+    /// Replaces `owner`'s entry (None: forgets it) and wakes the other claimants of every key it
+    /// no longer claims.
+    fn replace(&mut self, owner: &OwnerId, entry: Option<Entry>) {
+        let before = self.unindex(owner).map(|e| e.claimed).unwrap_or_default();
+        let after = entry.as_ref().map(|e| &e.claimed);
+        for key in before
+            .iter()
+            .filter(|k| after.is_none_or(|a| !a.contains(*k)))
+        {
+            if let Some(others) = self.by_key.get(key) {
+                self.wakes.extend(others.iter().cloned());
+            }
+        }
+        if let Some(entry) = entry {
+            self.index(owner.clone(), entry);
+        }
     }
 }
 
@@ -104,6 +147,7 @@ pub fn named_charts(c: &Controller) -> usize {
 pub struct Claims {
     inner: RwLock<Inner>,
     chart_home: PathBuf,
+    woken: tokio::sync::Notify,
 }
 
 impl Claims {
@@ -112,16 +156,35 @@ impl Claims {
         Self {
             inner: RwLock::default(),
             chart_home,
+            woken: tokio::sync::Notify::new(),
         }
     }
 
-    fn claimant(&self, c: &Controller, labels: &Labels) -> Entry {
+    fn claimant(&self, c: &Controller, basis: &Basis) -> Entry {
         let stamp = Stamp::of(c);
         // A resource being deleted claims nothing: its keys are free for others.
-        let keys = if stamp.deleting {
-            Vec::new()
+        let (keys, claimed) = if stamp.deleting {
+            (Vec::new(), BTreeSet::new())
         } else {
-            let named = || plan::claimant(owner_id(c), 0, &c.spec, labels, &self.chart_home).2;
+            let named = || {
+                let (_, _, keys) = plan::claimant(
+                    owner_id(c),
+                    0,
+                    &c.spec,
+                    &basis.labels,
+                    &self.chart_home,
+                    &Admission::permissive(),
+                );
+                let (_, _, claimed) = plan::claimant(
+                    owner_id(c),
+                    0,
+                    &c.spec,
+                    &basis.labels,
+                    &self.chart_home,
+                    &basis.admission,
+                );
+                (keys, claimed.into_iter().collect())
+            };
             crate::controller::offload(named_charts(c), named)
         };
         Entry {
@@ -129,16 +192,18 @@ impl Claims {
             object: Arc::new(c.clone()),
             created: created_secs(c),
             keys,
+            claimed,
         }
     }
 
-    /// Computes every claimant afresh when the cluster labels are not those they were computed with.
-    fn relabel(&self, labels: &Labels) {
-        if self.inner.read().expect("claims lock").labels == *labels {
+    /// Computes every claimant afresh when the cluster labels or the policies are not those
+    /// they were computed with.
+    fn rebase(&self, basis: &Basis) {
+        if self.inner.read().expect("claims lock").basis == *basis {
             return;
         }
         let mut inner = self.inner.write().expect("claims lock");
-        if inner.labels == *labels {
+        if inner.basis == *basis {
             return;
         }
         let objects: Vec<Arc<Controller>> =
@@ -146,22 +211,27 @@ impl Claims {
         let fresh: Vec<(OwnerId, Entry)> = crate::controller::offload(objects.len(), || {
             objects
                 .iter()
-                .map(|c| (owner_id(c), self.claimant(c, labels)))
+                .map(|c| (owner_id(c), self.claimant(c, basis)))
                 .collect()
         });
-        *inner = Inner {
-            labels: labels.clone(),
-            ..Inner::default()
-        };
+        inner.basis = basis.clone();
         for (owner, entry) in fresh {
-            inner.index(owner, entry);
+            inner.replace(&owner, Some(entry));
+        }
+        self.notify(&inner);
+    }
+
+    fn notify(&self, inner: &Inner) {
+        if !inner.wakes.is_empty() {
+            self.woken.notify_one();
         }
     }
 
     /// Takes in a Controller as it is now (created, changed or being deleted), with the cluster
-    /// labels as they are now; nothing is computed when neither its spec nor the labels changed.
-    pub fn update(&self, c: &Controller, labels: &Labels) {
-        self.relabel(labels);
+    /// labels and policies as they are now; nothing is computed when neither its spec nor the
+    /// basis changed.
+    pub fn update(&self, c: &Controller, basis: &Basis) {
+        self.rebase(basis);
         let owner = owner_id(c);
         let stamp = Stamp::of(c);
         let held = self.inner.read().expect("claims lock");
@@ -169,15 +239,33 @@ impl Claims {
             return;
         }
         drop(held);
-        let entry = self.claimant(c, labels);
+        let entry = self.claimant(c, basis);
         let mut inner = self.inner.write().expect("claims lock");
-        inner.unindex(&owner);
-        inner.index(owner, entry);
+        inner.replace(&owner, Some(entry));
+        self.notify(&inner);
     }
 
     /// Forgets a Controller that is gone.
     pub fn remove(&self, owner: &OwnerId) {
-        self.inner.write().expect("claims lock").unindex(owner);
+        let mut inner = self.inner.write().expect("claims lock");
+        inner.replace(owner, None);
+        self.notify(&inner);
+    }
+
+    /// The Controllers waiting on keys a claimant let go since the last call: plan them again.
+    pub fn take_wakes(&self) -> BTreeSet<OwnerId> {
+        std::mem::take(&mut self.inner.write().expect("claims lock").wakes)
+    }
+
+    /// Waits until some claimant let a key go, then takes the Controllers waiting on it.
+    pub async fn woken(&self) -> BTreeSet<OwnerId> {
+        loop {
+            let wakes = self.take_wakes();
+            if !wakes.is_empty() {
+                return wakes;
+            }
+            self.woken.notified().await;
+        }
     }
 
     /// Keeps only the Controllers in `present` (after the hub's Controllers were listed afresh).
@@ -190,8 +278,9 @@ impl Claims {
             .cloned()
             .collect();
         for owner in gone {
-            inner.unindex(&owner);
+            inner.replace(&owner, None);
         }
+        self.notify(&inner);
     }
 
     /// The release keys a Controller's spec names.
@@ -252,7 +341,7 @@ impl Claims {
 /// deleted one forgotten, and after a complete listing only those listed are kept.
 pub fn follow(
     claims: &Claims,
-    labels: &dyn Fn() -> Labels,
+    labels: &dyn Fn() -> Basis,
     listing: &mut BTreeSet<OwnerId>,
     event: &kube::runtime::watcher::Event<Controller>,
 ) {
@@ -277,8 +366,11 @@ mod tests {
     const WEB: &str = "tenancies:\n  - namespace: foo\n    charts:\n      - {chartName: deployment-example, releaseName: web}\n";
     const DB: &str = "tenancies:\n  - namespace: foo\n    charts:\n      - {chartName: deployment-example, releaseName: db}\n";
 
-    fn labels() -> Labels {
-        BTreeMap::from([("hub".parse().unwrap(), BTreeMap::new())])
+    fn labels() -> Basis {
+        Basis {
+            labels: BTreeMap::from([("hub".parse().unwrap(), BTreeMap::new())]),
+            admission: Admission::permissive(),
+        }
     }
 
     fn claims() -> Claims {
@@ -333,7 +425,7 @@ mod tests {
         claims.update(&c, &labels());
         assert!(claims.keys_of(&owner_id(&c)).is_empty());
         let mut relabelled = labels();
-        relabelled.insert(
+        relabelled.labels.insert(
             "member-1".parse().unwrap(),
             BTreeMap::from([("tier".into(), "edge".into())]),
         );
@@ -370,5 +462,66 @@ mod tests {
         assert_eq!(claims.len(), 1);
         follow(&claims, &labels, &mut listing, &Event::Delete(a));
         assert!(claims.is_empty());
+    }
+
+    /// Hub namespace `default` may deliver to `hub/foo` only, as a trusted policy.
+    fn foo_only() -> Basis {
+        let policy = crate::delivery::policy::NamedPolicy {
+            name: "foo".into(),
+            spec: crate::api::policy::TenancyPolicySpec {
+                hub_namespaces: vec!["default".into()],
+                clusters: vec!["hub".into()],
+                namespaces: vec!["foo".into()],
+                chart_sources: vec!["chart-home".into()],
+                trusted: true,
+                ..Default::default()
+            },
+        };
+        Basis {
+            admission: Admission {
+                policies: vec![policy],
+                ..Admission::default()
+            },
+            ..labels()
+        }
+    }
+
+    #[test]
+    fn a_key_the_policies_refuse_claims_nothing() {
+        let claims = claims();
+        let bar = "tenancies:\n  - namespace: bar\n    charts:\n      - {chartName: deployment-example, releaseName: web}\n";
+        let squatter = controller("squatter", "2026-01-01T00:00:00Z", bar);
+        let owner = controller("owner", "2026-02-01T00:00:00Z", WEB);
+        claims.update(&squatter, &foo_only());
+        claims.update(&owner, &foo_only());
+        assert!(
+            claims
+                .holders(&[key("hub/bar/web")], &HashMap::new())
+                .is_empty(),
+            "a refused key must not be held"
+        );
+        assert_eq!(
+            claims.holders(&[key("hub/foo/web")], &HashMap::new())[&key("hub/foo/web")].name,
+            "owner"
+        );
+        // Still named, for planning and status.
+        assert_eq!(claims.keys_of(&owner_id(&squatter)), [key("hub/bar/web")]);
+    }
+
+    #[tokio::test]
+    async fn the_claimants_waiting_on_a_key_are_woken_when_its_holder_lets_it_go() {
+        let claims = claims();
+        let older = controller("older", "2026-01-01T00:00:00Z", WEB);
+        let newer = controller("newer", "2026-02-01T00:00:00Z", WEB);
+        claims.update(&older, &labels());
+        claims.update(&newer, &labels());
+        assert!(claims.take_wakes().is_empty(), "nothing was let go yet");
+        claims.remove(&owner_id(&older));
+        assert_eq!(claims.woken().await, BTreeSet::from([owner_id(&newer)]));
+        // Being deleted, a holder frees its keys too.
+        claims.update(&older, &labels());
+        assert!(claims.take_wakes().is_empty());
+        claims.update(&deleted(older), &labels());
+        assert_eq!(claims.take_wakes(), BTreeSet::from([owner_id(&newer)]));
     }
 }

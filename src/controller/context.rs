@@ -79,21 +79,37 @@ impl Context {
     /// What the tenancy policies allow now: the mode, every policy in name order, and the
     /// operator's own namespace.
     pub fn admission(&self) -> crate::delivery::policy::Admission {
-        use kube::ResourceExt;
-        let mut policies: Vec<crate::delivery::policy::NamedPolicy> = self
-            .policies
-            .state()
-            .iter()
-            .map(|p| crate::delivery::policy::NamedPolicy {
-                name: p.name_any(),
-                spec: p.spec.clone(),
-            })
-            .collect();
-        policies.sort_by(|a, b| a.name.cmp(&b.name));
-        crate::delivery::policy::Admission {
-            mode: self.settings.policy_mode,
-            policies,
-            operator_namespace: self.settings.operator_namespace.clone(),
+        admission_of(&self.policies, &self.settings)
+    }
+
+    /// What claims are computed from now: the registry's cluster labels and the policies.
+    pub fn claim_basis(&self) -> crate::controller::claims::Basis {
+        crate::controller::claims::Basis {
+            labels: self.registry.load().labels(),
+            admission: self.admission(),
         }
+    }
+}
+
+/// The admission the policies in `store` make under `settings`: the mode, every policy in name
+/// order, and the operator's own namespace.
+pub fn admission_of(
+    store: &Store<crate::api::policy::TenancyPolicy>,
+    settings: &Settings,
+) -> crate::delivery::policy::Admission {
+    use kube::ResourceExt;
+    let mut policies: Vec<crate::delivery::policy::NamedPolicy> = store
+        .state()
+        .iter()
+        .map(|p| crate::delivery::policy::NamedPolicy {
+            name: p.name_any(),
+            spec: p.spec.clone(),
+        })
+        .collect();
+    policies.sort_by(|a, b| a.name.cmp(&b.name));
+    crate::delivery::policy::Admission {
+        mode: settings.policy_mode,
+        policies,
+        operator_namespace: settings.operator_namespace.clone(),
     }
 }

@@ -156,11 +156,11 @@ impl Fixture {
 
     /// Puts resources in the reflector store, as the hub's watch would.
     pub fn store(&mut self, objects: &[&Controller]) {
-        let labels = self.ctx.registry.load().labels();
+        let basis = self.ctx.claim_basis();
         for object in objects {
             self.controllers
                 .apply_watcher_event(&watcher::Event::Apply((*object).clone()));
-            self.ctx.claims.update(object, &labels);
+            self.ctx.claims.update(object, &basis);
         }
     }
 

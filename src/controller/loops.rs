@@ -60,6 +60,20 @@ pub async fn forward_record_changes(
     }
 }
 
+/// Plans again, at once, the Controllers waiting on a release key that its claimant let go (it
+/// was deleted, its spec or a policy changed), so none stays in `Conflict` behind a holder that
+/// is gone.
+pub async fn wake_freed_claims(ctx: Arc<Context>, trigger: Sender<ObjectRef<Controller>>) {
+    loop {
+        for o in ctx.claims.woken().await {
+            tracing::debug!(controller = %o, "a release key it asks for was let go; reconciling");
+            let _ = trigger
+                .send(ObjectRef::new(&o.name).within(&o.namespace))
+                .await;
+        }
+    }
+}
+
 async fn wake(
     ctx: &Context,
     key: &ReleaseKey,

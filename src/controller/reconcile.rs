@@ -22,6 +22,7 @@ use crate::controller::events::publish;
 use crate::{
     api::crd::{Controller, DeletionPolicy},
     api::key::{ClusterName, ReleaseKey},
+    api::policy::Impersonation,
     controller::context::Context,
     delivery::drift::RepairVerdict,
     delivery::plan::{self, Applied, Inputs, Job, OwnerId},
@@ -176,15 +177,16 @@ fn just_applied(
 
 async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
     let owner = owner_id(c);
-    let clusters = ctx.registry.load().labels();
+    let basis = ctx.claim_basis();
+    let clusters = basis.labels.clone();
     // Only the keys this spec names and the releases it holds are read: the cost of a reconcile
     // does not grow with the number of other resources.
-    ctx.claims.update(c, &clusters);
+    ctx.claims.update(c, &basis);
     let named = ctx.claims.keys_of(&owner);
     let applied = ctx.releases.applied_for(&owner, &named);
     let synced = ctx.releases.synced();
     let claims = ctx.claims.holders(&named, &applied);
-    let admission = ctx.admission();
+    let admission = basis.admission;
     ctx.charts
         .prepare(&c.spec, &ctx.settings.chart_home, &|chart| {
             admission.may_fetch(&owner.namespace, chart)
@@ -516,7 +518,7 @@ async fn report_new_problems(
 /// leaves them), waiting only for clusters that hold or may hold them, and for its running jobs.
 async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
     let owner = owner_id(c);
-    ctx.claims.update(c, &ctx.registry.load().labels());
+    ctx.claims.update(c, &ctx.claim_basis());
     // A resource created again under this name starts its rollouts afresh.
     ctx.rollouts.remove(&owner);
     let object = ObjectRef::from_obj(c);
@@ -551,6 +553,43 @@ async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
         .map(ToString::to_string)
         .collect();
     owned.retain(|k| !plan::suspended(&c.spec, &registered, k));
+    // A release no governing policy allows acting on now is never removed with the operator's
+    // own rights on the tenant's behalf: it is reported and left in place.
+    let admission = ctx.admission();
+    let mut removal: HashMap<ReleaseKey, Option<Impersonation>> = HashMap::new();
+    let mut refused: Vec<String> = Vec::new();
+    owned.retain(|key| {
+        match admission.identity_for_removal(
+            &owner.namespace,
+            key,
+            registered.get(&key.scope.cluster),
+        ) {
+            Ok(identity) => {
+                removal.insert(key.clone(), identity);
+                true
+            }
+            Err(why) => {
+                refused.push(format!("{key}: {why}"));
+                false
+            }
+        }
+    });
+    if !refused.is_empty() && c.spec.deletion_policy == DeletionPolicy::Delete && !c.spec.suspend {
+        let note = format!("releases left in place: {}", refused.join("; "));
+        if ctx.reported.get(&owner).is_none_or(|r| !r.contains(&note)) {
+            tracing::warn!(controller = %owner, releases = ?refused, "deleted, but no policy allows removing these releases; they are left in place");
+            publish(
+                ctx,
+                c,
+                EventType::Warning,
+                "RemovalForbidden",
+                "Delete",
+                note.clone(),
+            )
+            .await;
+            ctx.reported.entry(owner.clone()).or_default().insert(note);
+        }
+    }
     let orphan = c.spec.deletion_policy == DeletionPolicy::Orphan || c.spec.suspend;
     if orphan {
         // Nothing queued for it may run any more, uninstalls included.
@@ -589,16 +628,11 @@ async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
         return Ok(Action::await_change());
     }
     if c.spec.deletion_policy == DeletionPolicy::Delete {
-        let admission = ctx.admission();
         for key in owned.iter().filter(|k| !running.contains(k)) {
             ctx.queue.enqueue(Job::Uninstall {
                 key: key.clone(),
                 owner: owner.clone(),
-                identity: admission.identity_for_removal(
-                    &owner.namespace,
-                    key,
-                    registered.get(&key.scope.cluster),
-                ),
+                identity: removal.get(key).cloned().flatten(),
             });
         }
     }

@@ -47,6 +47,9 @@ pub struct HelmOptions {
     pub sdk: Option<PathBuf>,
     /// How long the long-lived executor may sit without work before it exits (zero: never).
     pub executor_idle: Duration,
+    /// The operator's sealing key: release records are sealed with it and acted on only when
+    /// they verify (see `delivery::seal`). None only where nothing is written (previews, tests).
+    pub seal: Option<crate::delivery::seal::SealKey>,
 }
 
 impl Default for HelmOptions {
@@ -58,6 +61,7 @@ impl Default for HelmOptions {
             cache_dir: None,
             sdk: None,
             executor_idle: Duration::from_secs(30),
+            seal: None,
         }
     }
 }
@@ -366,6 +370,8 @@ pub fn uninstall_args(
 ) -> Vec<OsString> {
     let mut args: Vec<OsString> = vec!["uninstall".into()];
     common(&mut args, key, target, options);
+    // Removing a release deletes what it installed and runs nothing its record asks for.
+    args.push("--no-hooks".into());
     args.push("--".into());
     args.push(key.release.clone().into());
     args
@@ -690,6 +696,36 @@ impl HelmCli {
         Ok(member)
     }
 
+    /// Before a helm process acts on a release: its records must all be sealed by the operator
+    /// (`delivery::seal`), or nothing runs.
+    async fn check_records(&self, member: &Member, key: &ReleaseKey) -> Result<(), Outcome> {
+        let Some(seal) = &self.options.seal else {
+            return Ok(());
+        };
+        crate::delivery::seal::check_release(seal, member.client.clone(), key)
+            .await
+            .map_err(|e| Outcome::failed(e, FailureKind::Permanent))
+    }
+
+    /// After a helm process wrote `revision`: seals it, so the operator acts on it later.
+    async fn seal_written(
+        &self,
+        member: &Member,
+        key: &ReleaseKey,
+        owner: &crate::delivery::plan::OwnerId,
+        revision: i64,
+    ) {
+        let Some(seal) = &self.options.seal else {
+            return;
+        };
+        if let Err(e) =
+            crate::delivery::seal::seal_revision(seal, member.client.clone(), key, owner, revision)
+                .await
+        {
+            tracing::warn!(release = %key, revision, error = %e, "a revision helm wrote could not be sealed; it is held as foreign until the release is applied again");
+        }
+    }
+
     /// The registered member a release key names.
     pub(crate) fn member(&self, key: &ReleaseKey) -> Option<Arc<Member>> {
         self.registry.load().get(&key.scope.cluster).cloned()
@@ -741,12 +777,19 @@ impl HelmCli {
         if let Some(summary) = &repair {
             args = with_repair(args, summary);
         }
+        if let Err(refused) = self.check_records(&member, &release.key).await {
+            return refused;
+        }
         match self.run(args).await {
             Ok(stdout) => match parse_release_json(&stdout) {
-                Some((revision, chart_version)) => Outcome::Applied {
-                    revision,
-                    chart_version,
-                },
+                Some((revision, chart_version)) => {
+                    self.seal_written(&member, &release.key, &release.owner, revision)
+                        .await;
+                    Outcome::Applied {
+                        revision,
+                        chart_version,
+                    }
+                }
                 None => {
                     // Never run a successful helm again: the release records tell the revision.
                     tracing::warn!(
@@ -767,6 +810,7 @@ impl HelmCli {
         key: ReleaseKey,
         from: i64,
         identity: Option<Impersonation>,
+        owner: &crate::delivery::plan::OwnerId,
     ) -> Outcome {
         let Some(member) = self.registry.load().get(&key.scope.cluster).cloned() else {
             return unregistered(&key);
@@ -778,12 +822,18 @@ impl HelmCli {
             identity: identity.as_ref(),
         };
         let args = rollback_args(&key, from - 1, target, &self.options);
+        if let Err(refused) = self.check_records(&member, &key).await {
+            return refused;
+        }
         match self.run(args).await {
             // A rollback writes the revision after the newest one.
-            Ok(_) => Outcome::Applied {
-                revision: from + 1,
-                chart_version: String::new(),
-            },
+            Ok(_) => {
+                self.seal_written(&member, &key, owner, from + 1).await;
+                Outcome::Applied {
+                    revision: from + 1,
+                    chart_version: String::new(),
+                }
+            }
             Err((message, kind)) => Outcome::failed(message, kind),
         }
     }
@@ -802,6 +852,9 @@ impl HelmCli {
             context: &member.entry.context,
             identity: identity.as_ref(),
         };
+        if let Err(refused) = self.check_records(&member, &key).await {
+            return refused;
+        }
         match self.run(uninstall_args(&key, target, &self.options)).await {
             Ok(_) => Outcome::Uninstalled,
             // Helm's words do not say whether the release is gone (its "not found" may be a
@@ -1282,7 +1335,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn uninstall_targets_one_release_in_one_cluster() {
+    fn uninstall_targets_one_release_in_one_cluster_and_runs_none_of_its_hooks() {
         let key: ReleaseKey = "member-2/team/db".parse().unwrap();
         let args = strings(uninstall_args(&key, target(), &HelmOptions::default()));
         assert_eq!(
@@ -1293,6 +1346,7 @@ pub(crate) mod tests {
                 "--kubeconfig=/lab/kubeconfig",
                 "--kube-context=member-1",
                 "--timeout=300s",
+                "--no-hooks",
                 "--",
                 "db"
             ]

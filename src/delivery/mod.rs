@@ -11,3 +11,4 @@ pub mod queue;
 pub mod releases;
 pub mod rollout;
 pub mod sdk;
+pub mod seal;

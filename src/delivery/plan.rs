@@ -673,29 +673,41 @@ pub fn spec_hash(release: &Release) -> String {
 /// A resource asking for release keys: who, when it was created, and the keys.
 pub type Claimant = (OwnerId, i64, Vec<ReleaseKey>);
 
-/// A resource as a claimant: every release key its spec names, whatever its charts and the
-/// policies say (so a refused or unresolved release still holds its key).
+/// A resource as a claimant: the release keys its spec names that `admission` lets it claim,
+/// whatever its charts say (so an unresolved release still holds its key). A key the policies
+/// refuse claims nothing: refused for its source, or no governing policy allows its cluster and
+/// namespace. With [`Admission::permissive`], every key the spec names.
 pub fn claimant(
     owner: OwnerId,
     created: i64,
     spec: &ControllerSpec,
     clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
     chart_home: &Path,
+    admission: &Admission,
 ) -> Claimant {
     let any_chart = |_: &ChartSource, _: Option<&str>| ChartLookup::Found {
         version: None,
         digest: None,
     };
-    let named = desired(
-        &owner,
-        spec,
-        clusters,
-        chart_home,
-        &any_chart,
-        &Admission::permissive(),
-    )
-    .named;
-    (owner, created, named.into_iter().collect())
+    let desired = desired(&owner, spec, clusters, chart_home, &any_chart, admission);
+    let refused: BTreeSet<&ReleaseKey> = desired
+        .problems
+        .iter()
+        .filter(|p| matches!(p, Problem::Forbidden { .. }))
+        .filter_map(Problem::release)
+        .collect();
+    let claimed = desired
+        .named
+        .iter()
+        .filter(|k| !refused.contains(k))
+        .filter(|k| {
+            admission
+                .identity_for_removal(&owner.namespace, k, clusters.get(&k.scope.cluster))
+                .is_ok()
+        })
+        .cloned()
+        .collect();
+    (owner, created, claimed)
 }
 
 /// Who holds each release key asked for by several resources: one rule, used by every planner.
@@ -820,16 +832,25 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
         removals.into_iter().partition(|a| held(&a.key));
     plan.suspended
         .extend(kept.into_iter().map(|a| a.key.clone()));
-    plan.jobs
-        .extend(removals.into_iter().map(|a| Job::Uninstall {
-            key: a.key.clone(),
-            owner: inputs.owner.clone(),
-            identity: inputs.admission.identity_for_removal(
-                &inputs.owner.namespace,
-                &a.key,
-                inputs.clusters.get(&a.key.scope.cluster),
-            ),
-        }));
+    for a in removals {
+        match inputs.admission.identity_for_removal(
+            &inputs.owner.namespace,
+            &a.key,
+            inputs.clusters.get(&a.key.scope.cluster),
+        ) {
+            Ok(identity) => plan.jobs.push(Job::Uninstall {
+                key: a.key.clone(),
+                owner: inputs.owner.clone(),
+                identity,
+            }),
+            // Nothing runs with the operator's rights on the tenant's behalf: left in place.
+            Err(rule) => problems.push(Problem::Forbidden {
+                key: a.key.clone(),
+                chart: a.key.release.clone(),
+                rule,
+            }),
+        }
+    }
     plan.problems = problems;
     plan
 }

@@ -36,7 +36,7 @@ pub struct NamedPolicy {
 
 /// Everything admission needs: the mode, the policies (in name order) and the namespaces no
 /// pattern may match.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Admission {
     /// Enforce or permissive.
     pub mode: Mode,
@@ -235,6 +235,9 @@ impl Admission {
         labels: Option<&BTreeMap<String, String>>,
         chart: Option<&Chart>,
     ) -> Option<String> {
+        if let Err(why) = policy.identity() {
+            return Some(why.to_owned());
+        }
         let cluster = &key.scope.cluster;
         if !Self::cluster_allowed(policy, cluster, labels) {
             return Some(if cluster.as_str() == HUB_CLUSTER {
@@ -280,10 +283,10 @@ impl Admission {
             return Verdict::Refused(rule);
         }
         let governing = self.governing(hub_namespace);
-        if let Some(allowing) = governing.iter().find(|p| {
+        if let Some(allowing) = Self::chosen(governing.iter().copied().filter(|p| {
             self.broken_rule(&p.spec, key, labels, Some(chart))
                 .is_none()
-        }) {
+        })) {
             return Verdict::Allowed {
                 identity: allowing.spec.impersonate.clone(),
                 warning: None,
@@ -319,21 +322,84 @@ impl Admission {
         }
     }
 
-    /// Whom Helm acts as to uninstall a release: the first governing policy (by name) that allows
-    /// its cluster and namespace, else the first governing policy with an identity, else the
-    /// operator itself.
+    /// The policy whose identity Helm acts as, of those allowing a release: impersonating
+    /// policies before trusted ones (the narrower rights win), then the first by name. One rule
+    /// for every action, so the identity never depends on which policy the store lists first.
+    fn chosen<'a>(allowing: impl Iterator<Item = &'a NamedPolicy>) -> Option<&'a NamedPolicy> {
+        allowing.min_by(|a, b| (a.spec.trusted, &a.name).cmp(&(b.spec.trusted, &b.name)))
+    }
+
+    /// Whom Helm acts as to uninstall a release: the identity of a governing policy that allows
+    /// its cluster and namespace now, chosen by the same rule as for delivery. When none does,
+    /// nothing may run (`Err`, the reason): the release is reported and left in place. In
+    /// permissive mode such a release is removed with the operator's credentials, as it was
+    /// delivered.
     pub fn identity_for_removal(
         &self,
         hub_namespace: &str,
         key: &ReleaseKey,
         labels: Option<&BTreeMap<String, String>>,
-    ) -> Option<Impersonation> {
+    ) -> Result<Option<Impersonation>, String> {
         let governing = self.governing(hub_namespace);
-        governing
+        if let Some(p) = Self::chosen(
+            governing
+                .iter()
+                .copied()
+                .filter(|p| self.broken_rule(&p.spec, key, labels, None).is_none()),
+        ) {
+            return Ok(p.spec.impersonate.clone());
+        }
+        match self.mode {
+            Mode::Permissive => Ok(None),
+            Mode::Enforce => Err(format!(
+                "removing it is not allowed by the policies governing hub namespace {hub_namespace} ({}): nothing runs with the operator's own rights on a tenant's behalf; it is left in place until a policy allows its cluster and namespace again",
+                if governing.is_empty() {
+                    "none governs it".to_owned()
+                } else {
+                    governing
+                        .iter()
+                        .map(|p| {
+                            format!(
+                                "TenancyPolicy {}: {}",
+                                p.name,
+                                self.broken_rule(&p.spec, key, labels, None)
+                                    .unwrap_or_default()
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                }
+            )),
+        }
+    }
+
+    /// Hub namespaces whose governing policies disagree on the identity Helm acts as (trusted
+    /// against impersonated, or different users), each with a sentence for the log: which
+    /// identity a release both allow gets, by the rule of [`Self::chosen`].
+    pub fn disagreements(&self) -> Vec<String> {
+        let namespaces: BTreeSet<&str> = self
+            .policies
             .iter()
-            .find(|p| self.broken_rule(&p.spec, key, labels, None).is_none())
-            .or_else(|| governing.iter().find(|p| p.spec.impersonate.is_some()))
-            .and_then(|p| p.spec.impersonate.clone())
+            .flat_map(|p| p.spec.hub_namespaces.iter().map(String::as_str))
+            .collect();
+        namespaces
+            .into_iter()
+            .filter_map(|ns| {
+                let governing = self.governing(ns);
+                let identities: BTreeSet<String> =
+                    governing.iter().map(|p| describe_identity(&p.spec)).collect();
+                (identities.len() > 1).then(|| {
+                    let each: Vec<String> = governing
+                        .iter()
+                        .map(|p| format!("{} ({})", p.name, describe_identity(&p.spec)))
+                        .collect();
+                    format!(
+                        "the TenancyPolicies governing hub namespace {ns} disagree on the identity Helm acts as: {}; a release several of them allow goes as an impersonating one before a trusted one, then the first by name",
+                        each.join(", ")
+                    )
+                })
+            })
+            .collect()
     }
 
     /// Whether the hub may fetch a chart for a `Controller` of `hub_namespace` at all: the source
@@ -350,6 +416,15 @@ impl Admission {
     /// Names of every policy, for logs.
     pub fn names(&self) -> BTreeSet<&str> {
         self.policies.iter().map(|p| p.name.as_str()).collect()
+    }
+}
+
+/// A policy's identity in words: `trusted`, `as user U`, or why it names none.
+pub fn describe_identity(policy: &TenancyPolicySpec) -> String {
+    match policy.identity() {
+        Ok(None) => "trusted: the operator's credentials".to_owned(),
+        Ok(Some(who)) => format!("as user {}", who.user),
+        Err(_) => "no identity".to_owned(),
     }
 }
 
@@ -410,6 +485,7 @@ mod tests {
                     groups: vec!["team-a".into()],
                     namespace_role: None,
                 }),
+                trusted: false,
             },
         }
     }
@@ -542,6 +618,7 @@ mod tests {
         b.name = "team-a-extra".into();
         b.spec.namespaces = vec!["shared".into()];
         b.spec.impersonate = None;
+        b.spec.trusted = true;
         let a = enforce(vec![team_a(), b]);
         assert_eq!(
             a.admit("team-a", &key("member-1", "shared"), None, &home("web")),
@@ -673,21 +750,75 @@ mod tests {
     }
 
     #[test]
-    fn removals_act_as_the_identity_that_delivered_them() {
+    fn removals_act_only_as_a_policy_that_allows_the_release_now() {
         let a = enforce(vec![team_a()]);
         assert_eq!(
             a.identity_for_removal("team-a", &key("member-1", "team-a"), None),
-            team_a().spec.impersonate
+            Ok(team_a().spec.impersonate)
         );
-        // A tightened policy that no longer allows the cluster still names the identity.
+        // A tightened policy that no longer allows the cluster lends no identity: nothing runs.
+        let why = a
+            .identity_for_removal("team-a", &key("member-9", "team-a"), None)
+            .unwrap_err();
+        assert!(
+            why.contains("cluster member-9 is not allowed") && why.contains("left in place"),
+            "{why}"
+        );
+        let why = a
+            .identity_for_removal("team-x", &key("member-1", "team-a"), None)
+            .unwrap_err();
+        assert!(why.contains("none governs it"), "{why}");
         assert_eq!(
-            a.identity_for_removal("team-a", &key("member-9", "team-a"), None),
-            team_a().spec.impersonate
+            Admission::permissive().identity_for_removal("x", &key("member-1", "x"), None),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn impersonating_policies_win_over_trusted_ones_whatever_their_names() {
+        let mut trusted = team_a();
+        trusted.name = "a-first-by-name".into();
+        trusted.spec.impersonate = None;
+        trusted.spec.trusted = true;
+        let a = enforce(vec![trusted.clone(), team_a()]);
+        let k = key("member-1", "team-a");
+        assert_eq!(
+            a.admit("team-a", &k, None, &home("web")),
+            Verdict::Allowed {
+                identity: team_a().spec.impersonate,
+                warning: None
+            }
         );
         assert_eq!(
-            a.identity_for_removal("team-x", &key("member-1", "team-a"), None),
-            None
+            a.identity_for_removal("team-a", &k, None),
+            Ok(team_a().spec.impersonate)
         );
+        let said = a.disagreements();
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(
+            said[0].contains("hub namespace team-a")
+                && said[0].contains("a-first-by-name (trusted")
+                && said[0].contains("team-a (as user team-a-deployer)"),
+            "{said:?}"
+        );
+    }
+
+    #[test]
+    fn a_policy_naming_no_identity_allows_nothing() {
+        let mut none = team_a();
+        none.spec.impersonate = None;
+        let a = enforce(vec![none]);
+        let why = refused(a.admit("team-a", &key("member-1", "team-a"), None, &home("web")));
+        assert!(why.contains("names no identity"), "{why}");
+        let mut both = team_a();
+        both.spec.trusted = true;
+        let why = refused(enforce(vec![both]).admit(
+            "team-a",
+            &key("member-1", "team-a"),
+            None,
+            &home("web"),
+        ));
+        assert!(why.contains("sets both impersonate and trusted"), "{why}");
     }
 
     #[test]

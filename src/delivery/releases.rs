@@ -16,6 +16,11 @@
 //! marks the older one when a newer one is deployed), so history, up to ten records per release,
 //! is neither listed nor held. A release's applied state is its newest held revision; revisions
 //! are kept per release, so the newest stays right whichever record arrives or leaves first.
+//! A record counts as managed only when its seal verifies (`delivery::seal`): one whose labels
+//! name a Controller but that this operator did not seal (forged by whoever may write Secrets in
+//! the namespace, or written by another operator) is held as foreign, so it is never taken as
+//! anyone's, never uninstalled, upgraded or repaired, and logged once per revision.
+//!
 //! Holding compact records instead of a reflector store of `ObjectMeta` (labels, annotations,
 //! managed fields) and looking releases up by key and owner makes a reconcile read only the
 //! releases it concerns, not every release of every cluster.
@@ -43,6 +48,7 @@ use crate::{
         Applied, MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, OwnerId,
         SPEC_HASH_LABEL,
     },
+    delivery::seal::SealKey,
 };
 
 type Record = PartialObjectMeta<Secret>;
@@ -237,9 +243,14 @@ impl Records {
     }
 }
 
-/// One record as held: its release, revision, and managed details (when its labels name an owner).
-fn read(cluster: &ClusterName, record: &Record) -> Option<(ReleaseKey, i64, Held)> {
-    let applied = applied_from(cluster, record)?;
+/// One record as held: its release, revision, and managed details (when its labels name an owner
+/// and, with a key, its seal verifies).
+fn read(
+    cluster: &ClusterName,
+    record: &Record,
+    seal: Option<&SealKey>,
+) -> Option<(ReleaseKey, i64, Held)> {
+    let applied = applied_from(cluster, record, seal)?;
     let held = match applied.owner {
         Some(owner) => Held::Managed(Revision {
             owner,
@@ -258,8 +269,9 @@ fn read_as(
     source: Source,
     cluster: &ClusterName,
     record: &Record,
+    seal: Option<&SealKey>,
 ) -> Option<(ReleaseKey, i64, Held)> {
-    read(cluster, record).map(|(key, rev, held)| match (source, held) {
+    read(cluster, record, seal).map(|(key, rev, held)| match (source, held) {
         (Source::Managed, h @ Held::Managed(_)) => (key, rev, h),
         _ => (key, rev, Held::Foreign),
     })
@@ -278,6 +290,9 @@ fn news((key, before, after): Change) -> RecordChange {
 struct Feed {
     cluster: ClusterName,
     source: Source,
+    seal: Option<SealKey>,
+    /// Unsealed records claiming an owner, already logged (bounded).
+    warned: std::collections::HashSet<(ReleaseKey, i64)>,
     records: Arc<RwLock<Records>>,
     synced: Arc<[AtomicBool; 2]>,
     listing: Vec<(ReleaseKey, i64, Held)>,
@@ -290,7 +305,11 @@ impl Feed {
         event: Result<watcher::Event<Record>, watcher::Error>,
     ) -> Vec<RecordChange> {
         let source = self.source;
-        let read = |cluster: &ClusterName, r: &Record| read_as(source, cluster, r);
+        if let Ok(watcher::Event::Apply(r) | watcher::Event::InitApply(r)) = &event {
+            self.warn_if_unsealed(r);
+        }
+        let seal = self.seal.clone();
+        let read = |cluster: &ClusterName, r: &Record| read_as(source, cluster, r, seal.as_ref());
         match event {
             Ok(watcher::Event::Apply(r)) => read(&self.cluster, &r)
                 .and_then(|(key, rev, held)| self.write().set(source, &key, rev, Some(held)))
@@ -338,6 +357,31 @@ impl Feed {
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Records> {
         self.records.write().expect("release records lock")
     }
+
+    /// Logs, once per release and revision, a record whose labels claim a Controller but whose
+    /// seal does not verify.
+    fn warn_if_unsealed(&mut self, record: &Record) {
+        const REMEMBERED: usize = 10_000;
+        let Some(seal) = &self.seal else { return };
+        let Some(claimed) = applied_from(&self.cluster, record, None) else {
+            return;
+        };
+        let Some(owner) = claimed.owner else { return };
+        let sealed = record.metadata.labels.as_ref().is_some_and(|labels| {
+            seal.verifies(&self.cluster, &claimed.key.scope.namespace, labels)
+        });
+        if sealed || self.warned.len() >= REMEMBERED {
+            return;
+        }
+        if self.warned.insert((claimed.key.clone(), claimed.revision)) {
+            tracing::warn!(
+                release = %claimed.key,
+                revision = claimed.revision,
+                claims = %owner,
+                "a release record claims a Controller but is not sealed by this operator (forged, or written by another operator or an earlier version); it is held as foreign and never acted on"
+            );
+        }
+    }
 }
 
 struct Watched {
@@ -361,14 +405,17 @@ impl Watched {
 pub struct ReleaseIndex {
     clusters: DashMap<ClusterName, Watched>,
     tasks: TaskTracker,
+    seal: Option<SealKey>,
 }
 
 impl ReleaseIndex {
-    /// An empty index whose watch tasks are tracked by `tasks`.
-    pub fn new(tasks: TaskTracker) -> Self {
+    /// An empty index whose watch tasks are tracked by `tasks`, taking a record as managed only
+    /// when `seal` verifies it (None: as its labels say, for read-only previews and tests).
+    pub fn new(tasks: TaskTracker, seal: Option<SealKey>) -> Self {
         Self {
             clusters: DashMap::new(),
             tasks,
+            seal,
         }
     }
 
@@ -394,6 +441,8 @@ impl ReleaseIndex {
             let mut feed = Feed {
                 cluster: cluster.clone(),
                 source,
+                seal: self.seal.clone(),
+                warned: Default::default(),
                 records: records.clone(),
                 synced: synced.clone(),
                 listing: Vec::new(),
@@ -434,7 +483,10 @@ impl ReleaseIndex {
     #[cfg(test)]
     pub(crate) fn seed(&self, cluster: ClusterName, records: Vec<Record>) {
         let mut held = Records::default();
-        for (key, revision, record) in records.iter().filter_map(|r| read(&cluster, r)) {
+        for (key, revision, record) in records
+            .iter()
+            .filter_map(|r| read(&cluster, r, self.seal.as_ref()))
+        {
             held.set(Source::Managed, &key, revision, Some(record));
         }
         let watched = Watched {
@@ -531,7 +583,8 @@ impl ReleaseIndex {
 }
 
 /// One cluster's releases, newest record per release, listed once with the selectors the
-/// watches of `ReleaseIndex` use: for a one-off look such as `tenancy-hub diff`.
+/// watches of `ReleaseIndex` use: for a one-off look such as `tenancy-hub diff`, which acts on
+/// nothing and so takes owners as the records' labels claim them.
 pub async fn list(
     cluster: &ClusterName,
     client: kube::Client,
@@ -544,7 +597,7 @@ pub async fn list(
         let held = listed
             .items
             .iter()
-            .filter_map(|r| read_as(source, cluster, r))
+            .filter_map(|r| read_as(source, cluster, r, None))
             .collect();
         records.relist(source, held);
     }
@@ -607,19 +660,33 @@ pub fn decode_manifest(release: &[u8]) -> Result<String, String> {
         .map_err(|e| format!("not a Helm release: {e}"))
 }
 
-fn owner_of(record: &Record) -> Option<OwnerId> {
+fn owner_of(cluster: &ClusterName, record: &Record, seal: Option<&SealKey>) -> Option<OwnerId> {
     let labels = record.metadata.labels.as_ref()?;
-    (labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY)).then(|| OwnerId {
-        namespace: labels
-            .get(OWNER_NAMESPACE_LABEL)
-            .cloned()
-            .unwrap_or_default(),
-        name: labels.get(OWNER_NAME_LABEL).cloned().unwrap_or_default(),
+    let sealed = seal.is_none_or(|seal| {
+        record
+            .metadata
+            .namespace
+            .as_deref()
+            .is_some_and(|ns| seal.verifies(cluster, ns, labels))
+    });
+    (sealed && labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY)).then(|| {
+        OwnerId {
+            namespace: labels
+                .get(OWNER_NAMESPACE_LABEL)
+                .cloned()
+                .unwrap_or_default(),
+            name: labels.get(OWNER_NAME_LABEL).cloned().unwrap_or_default(),
+        }
     })
 }
 
-/// Reads one Helm release record's labels; None for Secrets that are not release records.
-pub fn applied_from(cluster: &ClusterName, record: &Record) -> Option<Applied> {
+/// Reads one Helm release record's labels; None for Secrets that are not release records. With
+/// `seal`, the owner is taken only from a record whose seal verifies.
+pub fn applied_from(
+    cluster: &ClusterName,
+    record: &Record,
+    seal: Option<&SealKey>,
+) -> Option<Applied> {
     let labels = record.metadata.labels.as_ref()?;
     let namespace = record.metadata.namespace.as_deref()?;
     let scope = ClusterNamespace::new(cluster.clone(), namespace).ok()?;
@@ -628,7 +695,7 @@ pub fn applied_from(cluster: &ClusterName, record: &Record) -> Option<Applied> {
             scope,
             release: labels.get("name")?.clone(),
         },
-        owner: owner_of(record),
+        owner: owner_of(cluster, record, seal),
         spec_hash: labels.get(SPEC_HASH_LABEL).cloned(),
         revision: labels.get("version")?.parse().ok()?,
         status: labels.get("status").cloned().unwrap_or_default(),
@@ -672,7 +739,7 @@ mod tests {
                 (SPEC_HASH_LABEL, "abc"),
             ],
         );
-        let a = applied_from(&"member-1".parse().unwrap(), &r).unwrap();
+        let a = applied_from(&"member-1".parse().unwrap(), &r, None).unwrap();
         assert_eq!(a.key.to_string(), "member-1/team/web");
         assert_eq!(a.revision, 3);
         assert_eq!(a.status, "deployed");
@@ -743,6 +810,8 @@ mod tests {
         Feed {
             cluster: hub(),
             source,
+            seal: None,
+            warned: Default::default(),
             records: records.clone(),
             synced: synced.clone(),
             listing: Vec::new(),
@@ -805,7 +874,7 @@ mod tests {
     #[test]
     fn the_owner_index_follows_the_newest_record() {
         let mut held = Records::default();
-        let (key, revision, record) = read(&hub(), &managed("1", "a", "deployed")).unwrap();
+        let (key, revision, record) = read(&hub(), &managed("1", "a", "deployed"), None).unwrap();
         held.set(Source::Managed, &key, revision, Some(record));
         assert_eq!(held.by_owner.get(&owner("a")).map(|k| k.len()), Some(1));
         // A newer revision by hand: the release is no longer tenancy-hub's.
@@ -911,7 +980,7 @@ mod tests {
                 ("status", "deployed"),
             ],
         );
-        let a = applied_from(&"hub".parse().unwrap(), &r).unwrap();
+        let a = applied_from(&"hub".parse().unwrap(), &r, None).unwrap();
         assert_eq!(a.owner, None);
     }
 
@@ -920,9 +989,64 @@ mod tests {
         assert!(
             applied_from(
                 &"hub".parse().unwrap(),
-                &record("team", &[("owner", "helm")])
+                &record("team", &[("owner", "helm")]),
+                None
             )
             .is_none()
         );
+    }
+
+    #[test]
+    fn a_record_claiming_an_owner_counts_as_managed_only_when_its_seal_verifies() {
+        use crate::delivery::seal::{CONTENT_LABEL, SEAL_LABEL, SealKey, Sealed};
+        let key = SealKey::from_bytes(&[9u8; 32]).unwrap();
+        let content = "0123456789abcdef0123456789abcdef";
+        let seal = key.seal(&Sealed {
+            cluster: "member-1",
+            namespace: "team",
+            release: "web",
+            revision: 2,
+            owner_namespace: "team-a",
+            owner_name: "apps",
+            spec_hash: "abc",
+            content,
+        });
+        let labels = |owner: &'static str, seal: &str| {
+            record(
+                "team",
+                &[
+                    ("owner", "helm"),
+                    ("name", "web"),
+                    ("version", "2"),
+                    ("status", "deployed"),
+                    (MANAGED_BY_LABEL, MANAGED_BY),
+                    (OWNER_NAMESPACE_LABEL, "team-a"),
+                    (OWNER_NAME_LABEL, owner),
+                    (SPEC_HASH_LABEL, "abc"),
+                    (CONTENT_LABEL, content),
+                    (SEAL_LABEL, seal),
+                ],
+            )
+        };
+        let cluster: ClusterName = "member-1".parse().unwrap();
+        let genuine = applied_from(&cluster, &labels("apps", &seal), Some(&key)).unwrap();
+        assert_eq!(genuine.owner.unwrap().name, "apps");
+        // The genuine seal copied onto a record naming another owner, or on another cluster.
+        let forged = applied_from(&cluster, &labels("victim", &seal), Some(&key)).unwrap();
+        assert_eq!(forged.owner, None, "a forged owner is foreign");
+        let moved = applied_from(
+            &"member-2".parse().unwrap(),
+            &labels("apps", &seal),
+            Some(&key),
+        );
+        assert_eq!(moved.unwrap().owner, None);
+        let (_, _, held) = read_as(
+            Source::Managed,
+            &cluster,
+            &labels("victim", "00"),
+            Some(&key),
+        )
+        .unwrap();
+        assert_eq!(held, Held::Foreign, "the managed watch holds it as foreign");
     }
 }

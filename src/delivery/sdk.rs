@@ -67,6 +67,8 @@ pub struct ClusterRef {
     /// Impersonated groups.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<String>,
+    /// The registered cluster name, bound into every record's seal.
+    pub name: String,
 }
 
 /// One request line.
@@ -111,6 +113,9 @@ pub struct Request {
     /// The revision a rollback goes to.
     #[serde(skip_serializing_if = "is_zero")]
     pub revision: i64,
+    /// The operator's sealing key (hex on the pipe; `Debug` shows nothing of it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seal: Option<crate::delivery::seal::SealKey>,
 }
 
 fn is_zero(n: &i64) -> bool {
@@ -172,6 +177,7 @@ pub fn upgrade_request(
         force_conflicts: repair.is_some(),
         description: repair.map(helm::repair_description).unwrap_or_default(),
         revision: 0,
+        seal: options.seal.clone(),
     }
 }
 
@@ -207,6 +213,7 @@ pub fn release_request(
             String::new()
         },
         revision: to.unwrap_or(0),
+        seal: options.seal.clone(),
     }
 }
 
@@ -507,6 +514,7 @@ impl HelmExecutor {
                 .unwrap_or_default(),
             user: identity.map(|w| w.user.clone()).unwrap_or_default(),
             groups: identity.map(|w| w.groups.clone()).unwrap_or_default(),
+            name: member.entry.name.to_string(),
         }
     }
 
@@ -575,9 +583,10 @@ impl HelmExecutor {
         key: ReleaseKey,
         from: i64,
         identity: Option<Impersonation>,
+        owner: &crate::delivery::plan::OwnerId,
     ) -> Outcome {
         let Some(pipe) = &self.pipe else {
-            return self.cli.rollback(key, from, identity).await;
+            return self.cli.rollback(key, from, identity, owner).await;
         };
         let Some(member) = self.cli.member(&key) else {
             return helm::unregistered(&key);
@@ -620,8 +629,8 @@ impl Executor for HelmExecutor {
                 key,
                 from,
                 identity,
-                ..
-            } => self.rollback(key, from, identity).await,
+                owner,
+            } => self.rollback(key, from, identity, &owner).await,
         }
     }
 }
@@ -666,6 +675,7 @@ mod tests {
             digest: "ab12".into(),
             user: "tenant-a".into(),
             groups: vec!["tenants".into()],
+            name: "member-1".into(),
         }
     }
 
@@ -692,6 +702,7 @@ mod tests {
                     "digest": "ab12",
                     "user": "tenant-a",
                     "groups": ["tenants"],
+                    "name": "member-1",
                 },
                 "namespace": "team",
                 "release": "web",

@@ -23,8 +23,8 @@ use crate::{
     api::policy::TenancyPolicy,
     clusters::health::HealthBoard,
     clusters::registry::{self, ClusterRegistry, HubSource, RegistrationFile},
-    controller::context::Context,
     controller::context::Settings,
+    controller::context::{Context, admission_of},
     controller::reload::Reloader,
     controller::shard::{Shards, shard_of},
     controller::{claims, claims::Claims, drift, drift::DriftBoard, loops, reconcile},
@@ -34,6 +34,7 @@ use crate::{
     delivery::queue::{HelmQueue, QueueConfig},
     delivery::releases::ReleaseIndex,
     delivery::sdk::HelmExecutor,
+    delivery::seal::SealKey,
     metrics::Metrics,
     observe::model::Model,
     observe::watch::WatchSupervisor,
@@ -85,6 +86,9 @@ pub enum Error {
         "the Controller CRD is not installed on the hub ({0}); install it with `tenancy-hub crd | kubectl apply --server-side -f -`"
     )]
     NoCrd(kube::Error),
+    /// The sealing key of release records cannot be had.
+    #[error(transparent)]
+    Seal(#[from] crate::delivery::seal::Error),
     /// The `TenancyPolicy` CRD cannot be listed on the hub.
     #[error(
         "the TenancyPolicy CRD is not installed on the hub or not readable ({0}); install the CRDs with `tenancy-hub crd | kubectl apply --server-side -f -` and let the operator list tenancypolicies"
@@ -182,6 +186,11 @@ pub async fn run(
         .await
         .map_err(Error::NoPolicyCrd)?;
 
+    let seal = SealKey::load_or_create(hub.clone(), &config.settings.operator_namespace).await?;
+    tracing::info!(secret = %format!("{}/{}", config.settings.operator_namespace, crate::delivery::seal::KEY_SECRET), "release records are sealed with the key in this hub Secret; records it does not verify are never acted on");
+    let mut config = config;
+    config.helm.seal = Some(seal.clone());
+
     let cancel = CancellationToken::new();
     let tasks = TaskTracker::new();
     tasks.spawn({
@@ -195,7 +204,7 @@ pub async fn run(
     let (trigger_tx, trigger_rx) = mpsc::channel(TRIGGER_ROOM);
     let (everything_tx, everything_rx) = mpsc::channel::<()>(16);
     let (record_tx, record_rx) = mpsc::channel(RECORD_ROOM);
-    let releases = ReleaseIndex::new(tasks.clone());
+    let releases = ReleaseIndex::new(tasks.clone(), Some(seal));
     for member in registry.iter() {
         releases.watch(
             member.entry.name.clone(),
@@ -251,16 +260,22 @@ pub async fn run(
         rx.recv().await.map(|r| (r, rx))
     });
     let (store, writer) = reflector::store();
+    let (policy_store, policy_writer) = reflector::store();
     let claims = Arc::new(Claims::new(chart_home.clone()));
     let own = watcher(controllers, watcher::Config::default())
         .default_backoff()
         .reflect(writer)
         .inspect({
             let (claims, registry) = (claims.clone(), shared.clone());
+            let (policies, settings) = (policy_store.clone(), config.settings.clone());
             let mut listing = BTreeSet::new();
             move |event| {
                 if let Ok(event) = event {
-                    claims::follow(&claims, &|| registry.load().labels(), &mut listing, event);
+                    let basis = || claims::Basis {
+                        labels: registry.load().labels(),
+                        admission: admission_of(&policies, &settings),
+                    };
+                    claims::follow(&claims, &basis, &mut listing, event);
                 }
             }
         })
@@ -336,10 +351,14 @@ pub async fn run(
     } else {
         Shards::default()
     });
-    let (policy_store, policy_writer) = reflector::store();
     tasks.spawn(until(
         &cancel,
-        watch_policies(policies, policy_writer, everything_tx.clone()),
+        watch_policies(
+            policies,
+            policy_writer,
+            (policy_store.clone(), config.settings.clone()),
+            everything_tx.clone(),
+        ),
     ));
     let (drift, drift_rx) = DriftBoard::new(config.settings.drift_interval);
     let ctx = Arc::new(Context {
@@ -407,6 +426,10 @@ pub async fn run(
         loops::forward_record_changes(ctx.clone(), record_rx, trigger_tx.clone()),
     ));
     tasks.spawn(until(&cancel, loops::aggregate(ctx.clone(), changes_rx)));
+    tasks.spawn(until(
+        &cancel,
+        loops::wake_freed_claims(ctx.clone(), trigger_tx.clone()),
+    ));
     tasks.spawn(
         drift::detect(ctx.clone(), drift_rx, trigger_tx.clone(), cancel.clone())
             .instrument(tracing::info_span!("drift")),
@@ -647,6 +670,7 @@ where
 async fn watch_policies(
     api: Api<TenancyPolicy>,
     writer: reflector::store::Writer<TenancyPolicy>,
+    (store, settings): (reflector::Store<TenancyPolicy>, Settings),
     everything: mpsc::Sender<()>,
 ) {
     let mut events = std::pin::pin!(
@@ -654,19 +678,40 @@ async fn watch_policies(
             .default_backoff()
             .reflect(writer)
     );
+    let mut said = BTreeSet::new();
     while let Some(event) = events.next().await {
         match event {
             Ok(watcher::Event::Apply(p) | watcher::Event::Delete(p)) => {
                 tracing::info!(policy = %kube::ResourceExt::name_any(&p), "a TenancyPolicy changed; planning every Controller again");
+                said = warn_of_policies(&admission_of(&store, &settings), said);
                 let _ = everything.send(()).await;
             }
             Ok(watcher::Event::InitDone) => {
+                said = warn_of_policies(&admission_of(&store, &settings), said);
                 let _ = everything.send(()).await;
             }
             Ok(_) => {}
             Err(error) => tracing::warn!(%error, "watching TenancyPolicies failed; retrying"),
         }
     }
+}
+
+/// Logs, once per change, policies that name no identity and hub namespaces whose policies
+/// disagree on the identity Helm acts as; returns what is said now.
+fn warn_of_policies(
+    admission: &crate::delivery::policy::Admission,
+    before: BTreeSet<String>,
+) -> BTreeSet<String> {
+    let mut now: BTreeSet<String> = admission.disagreements().into_iter().collect();
+    for p in &admission.policies {
+        if let Err(why) = p.spec.identity() {
+            now.insert(format!("TenancyPolicy {} allows nothing: {why}", p.name));
+        }
+    }
+    for warning in now.difference(&before) {
+        tracing::warn!(%warning, "tenancy policies");
+    }
+    now
 }
 
 /// Runs `task` until it ends or `cancel` fires.

@@ -64,6 +64,7 @@ pub fn allow_all(namespace: &str, sources: &[&str]) -> TenancyPolicySpec {
             .map(String::from)
             .collect(),
         impersonate: None,
+        trusted: true,
     }
 }
 

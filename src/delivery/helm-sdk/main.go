@@ -17,6 +17,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,6 +71,8 @@ type cluster struct {
 	// Impersonated user and groups; empty: the context's own credentials.
 	User   string   `json:"user,omitempty"`
 	Groups []string `json:"groups,omitempty"`
+	// The registered cluster name, bound into every record's seal.
+	Name string `json:"name"`
 }
 
 // request is one line on stdin.
@@ -94,6 +97,9 @@ type request struct {
 	Description    string `json:"description,omitempty"`
 	// The revision a rollback goes to.
 	Revision int `json:"revision,omitempty"`
+	// The operator's sealing key, hex: records are sealed with it and read back only when they
+	// verify (seal.go). Required.
+	Seal string `json:"seal"`
 }
 
 // response is one line on stdout.
@@ -167,16 +173,17 @@ func (e *executor) clientsFor(c cluster) (*clients, error) {
 	return cl, nil
 }
 
-// configuration is a fresh action configuration for one request, on the kept clients.
-func (e *executor) configuration(cl *clients, namespace string) *action.Configuration {
+// configuration is a fresh action configuration for one request, on the kept clients, whose
+// release storage seals what it writes and reads back only what it sealed.
+func (e *executor) configuration(cl *clients, namespace string, key []byte, cluster string) *action.Configuration {
 	handler := e.logger.Handler()
 	cfg := action.NewConfiguration(action.ConfigurationSetLogger(handler))
 	cfg.RESTClientGetter = cl.flags
 	kc := &kube.Client{Factory: cl.factory, Namespace: namespace}
 	kc.SetLogger(handler)
 	cfg.KubeClient = kc
-	secrets := driver.NewSecrets(cl.clientset.CoreV1().Secrets(namespace))
-	secrets.SetLogger(handler)
+	secrets := newSealedSecrets(cl.clientset.CoreV1().Secrets(namespace), key, cluster, namespace)
+	secrets.inner.SetLogger(handler)
 	cfg.Releases = storage.Init(secrets)
 	cfg.HookOutputFunc = func(_, _, _ string) io.Writer { return io.Discard }
 	return cfg
@@ -210,12 +217,17 @@ func waitOptions() []kube.WaitOption {
 
 func (e *executor) run(ctx context.Context, req request) response {
 	out := response{ID: req.ID}
+	key, err := hex.DecodeString(req.Seal)
+	if err != nil || len(key) < 32 || req.Cluster.Name == "" {
+		out.Error = "the request carries no sealing key or cluster name: the operator must send both"
+		return out
+	}
 	cl, err := e.clientsFor(req.Cluster)
 	if err != nil {
 		out.Error = err.Error()
 		return out
 	}
-	cfg := e.configuration(cl, req.Namespace)
+	cfg := e.configuration(cl, req.Namespace, key, req.Cluster.Name)
 	timeout := time.Duration(req.TimeoutSeconds) * time.Second
 	switch req.Op {
 	case "upgrade":
@@ -229,6 +241,8 @@ func (e *executor) run(ctx context.Context, req request) response {
 		uninstall := action.NewUninstall(cfg)
 		uninstall.Timeout, uninstall.DeletionPropagation = timeout, "background"
 		uninstall.WaitStrategy, uninstall.WaitOptions = kube.HookOnlyStrategy, waitOptions()
+		// Removing a release deletes what it installed and runs nothing it asks for.
+		uninstall.DisableHooks = true
 		if _, err := uninstall.Run(req.Release); err != nil {
 			out.Error = err.Error()
 		}
