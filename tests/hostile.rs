@@ -1,0 +1,345 @@
+//! Hostile tenants against the lab: forged release records, removals no policy allows, and keys let go by their holder.
+
+mod common;
+
+use std::io::Write as _;
+
+use common::{
+    fixtures::{DEADLINE, chart, entry, message, tenancy, unique, wait_until},
+    hub::{Hub, allow_all},
+};
+use k8s_openapi::api::{
+    core::v1::{ConfigMap, Secret},
+    rbac::v1::{ClusterRoleBinding, RoleBinding},
+};
+use kube::{
+    Api, Client,
+    api::{Patch, PatchParams, PostParams},
+};
+use tenancy_hub::api::crd::ControllerSpec;
+
+const MEMBER: &str = "member-1";
+
+/// Every hook event Helm knows.
+const EVENTS: &str = "pre-install,post-install,pre-delete,post-delete,pre-upgrade,post-upgrade,pre-rollback,post-rollback,test";
+
+/// A release record as Helm stores it (base64 of gzipped JSON), with `labels`, whose hooks of
+/// every event bind `user` to cluster-admin and whose manifest names an object in `elsewhere` and a
+/// cluster-scoped one.
+fn forged_record(
+    release: &str,
+    revision: i64,
+    namespace: &str,
+    elsewhere: &str,
+    user: &str,
+    labels: std::collections::BTreeMap<String, String>,
+) -> Secret {
+    use base64::Engine as _;
+    let escalate = format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: escalate-{user}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}}\nsubjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: {user}}}]\n"
+    );
+    let hooks: Vec<serde_json::Value> = EVENTS
+        .split(',')
+        .map(|event| {
+            serde_json::json!({
+                "name": format!("escalate-{user}"), "kind": "ClusterRoleBinding",
+                "path": "evil/templates/hook.yaml", "manifest": escalate,
+                "events": [event], "delete_policies": [],
+            })
+        })
+        .collect();
+    let manifest = format!(
+        "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: crown-jewel\n  namespace: {elsewhere}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: admin\n"
+    );
+    let json = serde_json::json!({
+        "name": release, "namespace": namespace, "version": revision, "manifest": manifest,
+        "hooks": hooks,
+        "info": {"status": "deployed"},
+        "chart": {"metadata": {"name": "evil", "version": "6.6.6", "apiVersion": "v2"}},
+    });
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(json.to_string().as_bytes()).unwrap();
+    let data = base64::engine::general_purpose::STANDARD.encode(gz.finish().unwrap());
+    let mut all = labels;
+    for (k, v) in [
+        ("owner", "helm".to_owned()),
+        ("name", release.to_owned()),
+        ("status", "deployed".to_owned()),
+        ("version", revision.to_string()),
+    ] {
+        all.insert(k.to_owned(), v);
+    }
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("sh.helm.release.v1.{release}.v{revision}"), "namespace": namespace, "labels": all},
+        "type": "helm.sh/release.v1",
+        "data": {"release": base64::engine::general_purpose::STANDARD.encode(data)},
+    }))
+    .unwrap()
+}
+
+/// Makes `user` admin of `namespace` on the member, and nothing else: a tenant's usual rights.
+async fn namespace_admin(admin: &Client, namespace: &str, user: &str) {
+    let binding: RoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "tenant-admin", "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(admin.clone(), namespace)
+        .patch(
+            "tenant-admin",
+            &PatchParams::apply("tenancy-hub-tests").force(),
+            &Patch::Apply(&binding),
+        )
+        .await
+        .unwrap();
+}
+
+fn platform(victim: &str, attacker: &str, replicas: &str) -> ControllerSpec {
+    ControllerSpec {
+        tenancies: vec![
+            tenancy(
+                victim,
+                &[MEMBER],
+                vec![chart(
+                    "deployment-example",
+                    "web",
+                    &[("replicaCount", replicas)],
+                )],
+            ),
+            tenancy(
+                attacker,
+                &[MEMBER],
+                vec![chart("deployment-example", "agent", &[])],
+            ),
+        ],
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn forged_release_records_are_never_acted_on() {
+    let hub = Hub::with_args("forged", &["--tenancy-policy", "enforce"]).await;
+    // The platform team is trusted: Helm acts with the operator's credentials for it.
+    hub.policy(&hub.namespace, allow_all(&hub.namespace, &[]))
+        .await;
+    let (victim, attacker, mallory) = (unique("victim"), unique("attacker"), unique("mallory"));
+    // The platform delivers an application, and an agent into the attacker's namespace.
+    hub.apply("platform", platform(&victim, &attacker, "1"))
+        .await;
+    hub.releases_become(MEMBER, &victim, &[("web", 1)]).await;
+    let member = hub.lab.client(MEMBER).await;
+    let jewel: ConfigMap =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "crown-jewel"}})).unwrap();
+    Api::<ConfigMap>::namespaced(member.clone(), &victim)
+        .create(&PostParams::default(), &jewel)
+        .await
+        .unwrap();
+    let agent_v1 = wait_until("the agent's first record", DEADLINE, || async {
+        Api::<Secret>::namespaced(member.clone(), &attacker)
+            .get_opt("sh.helm.release.v1.agent.v1")
+            .await
+            .ok()
+            .flatten()
+    })
+    .await;
+    namespace_admin(&member, &attacker, &mallory).await;
+
+    // Mallory, admin of her own namespace only, forges records there as herself.
+    let as_mallory = hub.lab.client_as(MEMBER, &mallory).await;
+    let secrets = Api::<Secret>::namespaced(as_mallory.clone(), &attacker);
+    let owner_labels: std::collections::BTreeMap<String, String> = [
+        ("multitenancy.dev/managed-by", "tenancy-hub"),
+        (
+            "multitenancy.dev/controller-namespace",
+            hub.namespace.as_str(),
+        ),
+        ("multitenancy.dev/controller-name", "platform"),
+        ("multitenancy.dev/spec-hash", "0123456789abcdef"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    // 1. A release the platform never named, labelled as the platform's: the old code planned
+    //    its uninstall with the operator's credentials and ran its pre-delete hook.
+    let ghost = forged_record("ghost", 1, &attacker, &victim, &mallory, owner_labels);
+    secrets
+        .create(&PostParams::default(), &ghost)
+        .await
+        .unwrap();
+    // 2. A newer revision of the agent the platform names, with the genuine record's labels
+    //    (seal included) copied onto content of her own.
+    let copied = agent_v1.metadata.labels.clone().unwrap_or_default();
+    let newer = forged_record("agent", 2, &attacker, &victim, &mallory, copied);
+    secrets
+        .create(&PostParams::default(), &newer)
+        .await
+        .unwrap();
+
+    wait_until(
+        "the operator to report both forged records",
+        DEADLINE,
+        || async {
+            let log = hub.log();
+            let forged = |release: &str| {
+                log.lines().any(|l| {
+                    l.contains("not sealed by this operator") && l.contains(&format!("/{release}"))
+                })
+            };
+            (forged("ghost") && forged("agent")).then_some(())
+        },
+    )
+    .await;
+    // The platform keeps delivering where it may: a change reaches its own namespace...
+    hub.apply("platform", platform(&victim, &attacker, "2"))
+        .await;
+    hub.releases_become(MEMBER, &victim, &[("web", 2)]).await;
+    // ...while the agent, whose newest record it did not write, is reported and left alone.
+    let status = hub
+        .status_until("platform", "the agent reported in conflict", |s| {
+            message(s, MEMBER, "agent").is_some_and(|m| m.phase == "Conflict")
+        })
+        .await;
+    let agent = message(&status, MEMBER, "agent").unwrap();
+    assert!(
+        agent.error_message.contains("not managed by tenancy-hub"),
+        "{agent:?}"
+    );
+    assert!(entry(&status, MEMBER, &victim).is_some());
+    // Deleting the platform removes what it installed and runs nothing a forged record asks for.
+    hub.delete_and_wait_gone("platform").await;
+    hub.releases_become(MEMBER, &victim, &[]).await;
+
+    let bindings = Api::<ClusterRoleBinding>::all(member.clone());
+    assert!(
+        bindings
+            .get_opt(&format!("escalate-{mallory}"))
+            .await
+            .unwrap()
+            .is_none(),
+        "a forged hook ran: {mallory} was bound to cluster-admin"
+    );
+    let elsewhere = Api::<Secret>::namespaced(as_mallory.clone(), "kube-system");
+    assert!(
+        elsewhere.list(&Default::default()).await.is_err(),
+        "{mallory} may read Secrets outside her namespace"
+    );
+    assert!(
+        Api::<ConfigMap>::namespaced(member.clone(), &victim)
+            .get_opt("crown-jewel")
+            .await
+            .unwrap()
+            .is_some(),
+        "an object a forged manifest names in another namespace was deleted"
+    );
+    assert!(
+        Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(member.clone())
+            .get_opt("admin")
+            .await
+            .unwrap()
+            .is_some(),
+        "a cluster-scoped object a forged manifest names was deleted"
+    );
+    for forged in ["sh.helm.release.v1.ghost.v1", "sh.helm.release.v1.agent.v2"] {
+        assert!(
+            secrets.get_opt(forged).await.unwrap().is_some(),
+            "the forged record {forged} is left alone, not acted on"
+        );
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_key_let_go_by_its_holder_goes_to_the_waiting_controller_at_once() {
+    let hub = Hub::new("let-go").await;
+    let ns = unique("shared");
+    // The older Controller holds the key, though nothing of it can be installed.
+    let holder = ControllerSpec {
+        tenancies: vec![tenancy(
+            &ns,
+            &[MEMBER],
+            vec![chart("no-such-chart", "shared", &[])],
+        )],
+        ..Default::default()
+    };
+    hub.apply("holder", holder).await;
+    hub.status_until("holder", "the holder's chart reported missing", |s| {
+        message(s, MEMBER, "shared").is_some_and(|m| m.phase == "Invalid")
+    })
+    .await;
+    let waiting = ControllerSpec {
+        tenancies: vec![tenancy(
+            &ns,
+            &[MEMBER],
+            vec![chart("deployment-example", "shared", &[])],
+        )],
+        ..Default::default()
+    };
+    hub.apply("waiting", waiting).await;
+    hub.status_until("waiting", "the newer Controller in conflict", |s| {
+        message(s, MEMBER, "shared").is_some_and(|m| m.phase == "Conflict")
+    })
+    .await;
+    hub.delete_and_wait_gone("holder").await;
+    // Planned again when the key is let go, not on some later resync.
+    let prompt = std::time::Duration::from_secs(30);
+    wait_until("the waiting Controller's release", prompt, || async {
+        (hub.lab.releases(MEMBER, &ns).get("shared").map(|r| r.0) == Some(1)).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_release_no_policy_allows_removing_is_left_in_place() {
+    let hub = Hub::with_args("no-removal", &["--tenancy-policy", "enforce"]).await;
+    let (kept, other) = (unique("kept"), unique("other"));
+    let mut policy = allow_all(&hub.namespace, &[]);
+    policy.namespaces = vec![kept.clone(), other.clone()];
+    hub.policy(&hub.namespace, policy.clone()).await;
+    let both = ControllerSpec {
+        tenancies: vec![
+            tenancy(
+                &kept,
+                &[MEMBER],
+                vec![chart("deployment-example", "web", &[])],
+            ),
+            tenancy(
+                &other,
+                &[MEMBER],
+                vec![chart("deployment-example", "web", &[])],
+            ),
+        ],
+        ..Default::default()
+    };
+    hub.apply("app", both.clone()).await;
+    hub.releases_become(MEMBER, &kept, &[("web", 1)]).await;
+    hub.releases_become(MEMBER, &other, &[("web", 1)]).await;
+    // The admin stops allowing `kept`; the tenant then drops it from its spec.
+    policy.namespaces = vec![other.clone()];
+    hub.policy(&hub.namespace, policy.clone()).await;
+    let mut dropped = both.clone();
+    dropped.tenancies.remove(0);
+    hub.apply("app", dropped).await;
+    let status = hub
+        .status_until("app", "the removal reported forbidden", |s| {
+            entry(s, MEMBER, &kept).is_some_and(|t| {
+                t.chart_messages
+                    .iter()
+                    .any(|m| m.phase == "Forbidden" && m.error_message.contains("left in place"))
+            })
+        })
+        .await;
+    assert!(entry(&status, MEMBER, &kept).is_some());
+    assert_eq!(
+        hub.lab.releases(MEMBER, &kept).get("web").map(|r| r.0),
+        Some(1),
+        "a release no policy allows acting on is not removed with the operator's rights"
+    );
+    // Allowed again, the removal goes ahead, as the policy's identity.
+    policy.namespaces = vec![kept.clone(), other.clone()];
+    hub.policy(&hub.namespace, policy).await;
+    hub.releases_become(MEMBER, &kept, &[]).await;
+    hub.releases_become(MEMBER, &other, &[("web", 1)]).await;
+}
