@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every test: formatting and lints, unit tests, then the end-to-end tests against a fresh lab.
+# Runs every test: formatting and lints, unit tests (Rust, then the Go executor's), then the end-to-end tests against a fresh lab.
 #
 #   tests/run.sh
 #
@@ -60,6 +60,9 @@ phase "lab binaries"
 
 phase "unit tests"
 cargo test --locked --lib --bins 2>&1 | tee -a "$RESULTS"
+
+phase "executor tests"
+(cd src/delivery/helm-sdk && GOTOOLCHAIN=local GOFLAGS=-buildvcs=false go test -count=1 ./...)
 
 phase "lab up"
 lab_started=true
