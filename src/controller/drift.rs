@@ -293,6 +293,7 @@ pub async fn detect(
             }
             () = cancel.cancelled() => return,
         }
+        tracing::debug!(releases = due.len(), "checking releases for drift");
         let checks = futures::stream::iter(due)
             .for_each_concurrent(CONCURRENT_CHECKS, |key| check(&ctx, key, &trigger));
         tokio::select! {
