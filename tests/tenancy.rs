@@ -5,7 +5,7 @@ mod common;
 use std::path::Path;
 
 use common::{
-    fixtures::{DEADLINE, chart, entry, message, tenancy, unique, wait_until},
+    fixtures::{chart, entry, message, tenancy, unique},
     hub::Hub,
 };
 use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding};

@@ -531,6 +531,11 @@ pub struct DriftedObject {
     /// True when the object does not exist at all.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub missing: bool,
+    /// The impersonated user the release's objects are read as, when that user may not read
+    /// this one (another namespace, a cluster-scoped kind, rights taken away): it was neither
+    /// compared nor found missing.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub not_readable_by: String,
     /// JSON pointers of the manifest's fields that the live object lacks or holds otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub paths: Vec<String>,

@@ -15,6 +15,7 @@ use tokio::sync::mpsc::{Sender, UnboundedReceiver, UnboundedSender, unbounded_ch
 use crate::{
     api::crd::{Controller, DriftDetection, DriftMode, DriftStatus},
     api::key::{ClusterName, ReleaseKey},
+    api::policy::Impersonation,
     controller::{context::Context, events::publish},
     delivery::drift::{self, Kinds, ObjectDrift, RepairLimiter, RepairVerdict},
     delivery::plan::{Applied, Drifted, OwnerId, Release},
@@ -48,6 +49,13 @@ struct Found {
     suppressed: bool,
 }
 
+impl Found {
+    /// True when an object was found changed or missing, not only not readable.
+    fn repairable(&self) -> bool {
+        self.objects.iter().any(|o| o.not_readable_by.is_none())
+    }
+}
+
 /// What changed in what is known of a release's drift.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum News {
@@ -56,11 +64,23 @@ enum News {
     Same,
 }
 
+/// A release compared with its manifest: who owns it, its drift settings, and whom Helm acts as
+/// for it (its objects are read as that identity too).
+#[derive(Clone, Debug)]
+struct Watched {
+    owner: OwnerId,
+    settings: DriftDetection,
+    identity: Option<Impersonation>,
+}
+
 /// Which releases are watched for drift and what was found, shared by the reconciler and the loop.
 pub struct DriftBoard {
-    /// Releases compared with their manifests, with their owner and settings.
-    watched: DashMap<ReleaseKey, (OwnerId, DriftDetection)>,
+    /// Releases compared with their manifests.
+    watched: DashMap<ReleaseKey, Watched>,
     found: DashMap<ReleaseKey, Found>,
+    /// The revision of each release whose record cannot be compared (it does not decode, expands
+    /// past the bound, names too many objects): reported once, not read again until it changes.
+    unusable: DashMap<ReleaseKey, i64>,
     limiter: Mutex<RepairLimiter>,
     kinds: Kinds,
     nudges: UnboundedSender<Nudge>,
@@ -74,6 +94,7 @@ impl DriftBoard {
         let board = Self {
             watched: DashMap::new(),
             found: DashMap::new(),
+            unusable: DashMap::new(),
             limiter: Mutex::new(RepairLimiter::new(REPAIRS_PER_WINDOW, REPAIR_WINDOW)),
             kinds: Kinds::default(),
             nudges,
@@ -87,15 +108,20 @@ impl DriftBoard {
     pub fn track(&self, owner: &OwnerId, releases: &[Release]) {
         let keep: BTreeSet<&ReleaseKey> = releases.iter().map(|r| &r.key).collect();
         self.watched
-            .retain(|k, (o, _)| o != owner || keep.contains(k));
+            .retain(|k, w| w.owner != *owner || keep.contains(k));
         for release in releases {
-            let entry = (owner.clone(), release.drift.clone());
+            let entry = Watched {
+                owner: owner.clone(),
+                settings: release.drift.clone(),
+                identity: release.identity.clone(),
+            };
             let before = self.watched.insert(release.key.clone(), entry);
             if before.is_none() {
                 self.nudge(Nudge::Release(release.key.clone()));
             }
         }
         self.found.retain(|k, _| self.watched.contains_key(k));
+        self.unusable.retain(|k, _| self.watched.contains_key(k));
     }
 
     /// Forgets every release of a resource that is gone.
@@ -116,12 +142,15 @@ impl DriftBoard {
     pub fn is_watched(&self, key: &ReleaseKey) -> bool {
         self.watched
             .get(key)
-            .is_some_and(|w| w.1.mode != DriftMode::Disabled)
+            .is_some_and(|w| w.settings.mode != DriftMode::Disabled)
     }
 
-    /// Drift found in the deployed revision of releases, for planning repairs.
+    /// Drift found in the deployed revision of releases, for planning repairs: only releases with
+    /// an object found changed or missing (a repair could not tell objects that are not readable
+    /// any better).
     pub fn drifted(&self, applied: &HashMap<ReleaseKey, Applied>) -> HashMap<ReleaseKey, Drifted> {
         self.current(applied)
+            .filter(|(_, found)| found.repairable())
             .map(|(key, found)| {
                 let summary = drift::summary(&found.objects);
                 (
@@ -142,8 +171,9 @@ impl DriftBoard {
     ) -> HashMap<ReleaseKey, DriftStatus> {
         self.current(applied)
             .map(|(key, found)| {
-                let mode = self.watched.get(&key).map(|w| w.1.mode);
+                let mode = self.watched.get(&key).map(|w| w.settings.mode);
                 let action = match mode {
+                    _ if !found.repairable() => "Reported",
                     Some(DriftMode::Enabled) if found.suppressed => "RepairSuppressed",
                     Some(DriftMode::Enabled) => "Repairing",
                     _ => "Reported",
@@ -263,6 +293,7 @@ pub async fn detect(
             }
             () = cancel.cancelled() => return,
         }
+        tracing::debug!(releases = due.len(), "checking releases for drift");
         let checks = futures::stream::iter(due)
             .for_each_concurrent(CONCURRENT_CHECKS, |key| check(&ctx, key, &trigger));
         tokio::select! {
@@ -274,69 +305,109 @@ pub async fn detect(
 
 /// Compares one release with the manifest of its deployed revision, and tells what is new.
 async fn check(ctx: &Context, key: ReleaseKey, trigger: &Sender<ObjectRef<Controller>>) {
-    let Some((owner, settings)) = ctx.drift.watched.get(&key).map(|w| w.clone()) else {
+    let Some(watched) = ctx.drift.watched.get(&key).map(|w| w.clone()) else {
         return;
     };
-    let object = ObjectRef::new(&owner.name).within(&owner.namespace);
-    if settings.mode == DriftMode::Disabled {
+    let object = ObjectRef::new(&watched.owner.name).within(&watched.owner.namespace);
+    if watched.settings.mode == DriftMode::Disabled {
         if ctx.drift.forget_found(&key) {
             let _ = trigger.send(object).await;
         }
         return;
     }
     // A release Helm is working on, or not deployed as its owner's, is not compared: the next
-    // nudge or interval does it.
+    // nudge or interval does it. Nor is a revision whose record could not be compared.
     let Some(applied) = ctx.releases.get(&key) else {
         return;
     };
     if applied.status != "deployed"
-        || applied.owner.as_ref() != Some(&owner)
+        || applied.owner.as_ref() != Some(&watched.owner)
         || ctx.queue.is_busy(&key)
         || ctx.health.unreachable(&key.scope.cluster).is_some()
+        || ctx
+            .drift
+            .unusable
+            .get(&key)
+            .is_some_and(|r| *r == applied.revision)
     {
         return;
     }
     let Some(member) = ctx.registry.load().get(&key.scope.cluster).cloned() else {
         return;
     };
-    let objects = match drift::check(
+    let checked = drift::check(
         &member.client,
+        watched.identity.as_ref(),
         &ctx.drift.kinds,
         &key,
         applied.revision,
-        &settings.ignore,
+        &watched.settings.ignore,
     )
-    .await
-    {
+    .await;
+    let objects = match checked {
         Ok(objects) => objects,
+        Err(error) if error.is_lasting() => {
+            ctx.drift.unusable.insert(key.clone(), applied.revision);
+            let note = format!(
+                "drift of release {key} (revision {}) is not checked: {error}; it is checked again when the release changes",
+                applied.revision
+            );
+            tracing::warn!(release = %key, revision = applied.revision, %error, "drift is not checked for this revision");
+            if let Some(c) = ctx.controllers.get(&object) {
+                publish(
+                    ctx,
+                    &c,
+                    EventType::Warning,
+                    "DriftCheckFailed",
+                    "Drift",
+                    note,
+                )
+                .await;
+            }
+            return;
+        }
         Err(error) => {
             tracing::warn!(release = %key, %error, "drift check failed; it is tried again at the next change or interval");
             return;
         }
     };
+    if tell(ctx, &key, &watched, applied.revision, objects, &object).await {
+        let _ = trigger.send(object).await;
+    }
+}
+
+/// Records what a check found and tells what is new: a log line, and for drift found, the
+/// metric and a `DriftDetected` Event. False when nothing is new.
+async fn tell(
+    ctx: &Context,
+    key: &ReleaseKey,
+    watched: &Watched,
+    revision: i64,
+    objects: Vec<ObjectDrift>,
+    object: &ObjectRef<Controller>,
+) -> bool {
     let summary = drift::summary(&objects);
-    match ctx.drift.record(&key, applied.revision, objects) {
-        News::Same => return,
+    match ctx.drift.record(key, revision, objects) {
+        News::Same => return false,
         News::Gone => {
             tracing::info!(release = %key, "no drift any more");
         }
         News::Found => {
             ctx.metrics.drift(key.scope.cluster.as_str(), "found");
-            let what = match settings.mode {
+            let what = match watched.settings.mode {
                 DriftMode::Enabled => "repairing it",
                 _ => "reported only (driftDetection.mode warn)",
             };
             let note = format!(
-                "release {key} (revision {}) differs from its manifest: {summary}; {what}",
-                applied.revision
+                "release {key} (revision {revision}) differs from its manifest: {summary}; {what}"
             );
-            tracing::warn!(release = %key, revision = applied.revision, drift = %summary, "drift found");
-            if let Some(c) = ctx.controllers.get(&object) {
+            tracing::warn!(release = %key, revision, drift = %summary, "drift found");
+            if let Some(c) = ctx.controllers.get(object) {
                 publish(ctx, &c, EventType::Warning, "DriftDetected", "Drift", note).await;
             }
         }
     }
-    let _ = trigger.send(object).await;
+    true
 }
 
 #[cfg(test)]
@@ -354,6 +425,7 @@ mod tests {
             },
             missing: false,
             paths: vec![path.into()],
+            not_readable_by: None,
         }]
     }
 
@@ -439,6 +511,25 @@ mod tests {
             board.statuses(&applied(&key, 4))[&key].action,
             "RepairSuppressed"
         );
+    }
+
+    #[test]
+    fn objects_the_identity_may_not_read_are_reported_but_never_repaired() {
+        let (board, _nudges) = DriftBoard::new(Duration::from_secs(300));
+        let key: ReleaseKey = "member-1/team/web".parse().unwrap();
+        board.track(&owner(), &[release(&key, DriftMode::Enabled)]);
+        let mut unreadable = drift("/spec/replicas");
+        unreadable[0].paths.clear();
+        unreadable[0].not_readable_by = Some("team-a-deployer".into());
+        board.record(&key, 2, unreadable.clone());
+        assert!(board.drifted(&applied(&key, 2)).is_empty());
+        let status = &board.statuses(&applied(&key, 2))[&key];
+        assert_eq!(status.action, "Reported");
+        assert_eq!(status.objects[0].not_readable_by, "team-a-deployer");
+        unreadable.extend(drift("/spec/replicas"));
+        board.record(&key, 2, unreadable);
+        assert_eq!(board.drifted(&applied(&key, 2))[&key].revision, 2);
+        assert_eq!(board.statuses(&applied(&key, 2))[&key].action, "Repairing");
     }
 
     #[test]

@@ -25,15 +25,28 @@ use serde_json::Value;
 use crate::{
     api::crd::{DriftIgnore, DriftStatus, DriftedObject},
     api::key::{ClusterName, ReleaseKey},
+    api::policy::Impersonation,
+    clusters::identity::acting_as,
+    delivery::releases::decode_manifest,
 };
 
 /// Objects listed in a release's drift status; the rest are counted.
 pub const MAX_OBJECTS: usize = 10;
 /// Paths listed per object in a release's drift status; the rest are counted.
 pub const MAX_PATHS: usize = 5;
+/// Objects of one manifest a check reads at most; a manifest naming more is not compared.
+pub const MAX_MANIFEST_OBJECTS: usize = 1_000;
 
 /// Result alias for this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// True when trying again cannot help until the release changes: its record cannot be
+    /// compared, or its identity cannot be acted as.
+    pub fn is_lasting(&self) -> bool {
+        matches!(self, Error::Undecodable { .. } | Error::Identity { .. })
+    }
+}
 
 /// What kept a release from being compared with its manifest.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +68,14 @@ pub enum Error {
         key: ReleaseKey,
         /// The record's Secret name.
         record: String,
+        /// Why.
+        reason: String,
+    },
+    /// The release's identity cannot be acted as.
+    #[error("release {key}: {reason}")]
+    Identity {
+        /// The release.
+        key: ReleaseKey,
         /// Why.
         reason: String,
     },
@@ -105,39 +126,36 @@ pub struct ObjectDrift {
     pub missing: bool,
     /// JSON pointers of the manifest's fields the live object lacks or holds otherwise.
     pub paths: Vec<String>,
+    /// The impersonated user the object was read as, when that user may not read it: it was
+    /// neither compared nor found missing, so whether it exists is not told either.
+    pub not_readable_by: Option<String>,
 }
 
-/// The manifest of a Helm release record: `data.release` of `sh.helm.release.v1.NAME.vN` is
-/// base64 of (usually gzipped) JSON whose `manifest` field holds the rendered YAML.
-pub fn decode_manifest(release: &[u8]) -> Result<String, String> {
-    #[derive(serde::Deserialize)]
-    struct Record {
-        #[serde(default)]
-        manifest: String,
+impl ObjectDrift {
+    /// An object `user` may not read.
+    fn not_readable(id: ObjectId, user: &str) -> Self {
+        Self {
+            id,
+            missing: false,
+            paths: Vec::new(),
+            not_readable_by: Some(user.to_owned()),
+        }
     }
-    let raw = base64::engine::general_purpose::STANDARD
-        .decode(release.trim_ascii())
-        .map_err(|e| format!("not base64: {e}"))?;
-    let json = if raw.starts_with(&[0x1f, 0x8b]) {
-        let mut out = Vec::new();
-        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(raw.as_slice()), &mut out)
-            .map_err(|e| format!("not gzip: {e}"))?;
-        out
-    } else {
-        raw
-    };
-    serde_json::from_slice::<Record>(&json)
-        .map(|r| r.manifest)
-        .map_err(|e| format!("not a release: {e}"))
 }
 
-/// The objects of a rendered manifest: every YAML document with a kind and a name.
+/// The objects of a rendered manifest: every YAML document with a kind and a name, at most
+/// [`MAX_MANIFEST_OBJECTS`] (a manifest naming more is refused, so a check's reads are bounded).
 pub fn manifest_objects(manifest: &str) -> Result<Vec<Value>, String> {
     use serde::Deserialize as _;
     let mut out = Vec::new();
     for document in serde_yaml::Deserializer::from_str(manifest) {
         let value = Value::deserialize(document).map_err(|e| format!("manifest YAML: {e}"))?;
         if ObjectId::of(&value).is_some() {
+            if out.len() == MAX_MANIFEST_OBJECTS {
+                return Err(format!(
+                    "its manifest names more than {MAX_MANIFEST_OBJECTS} objects, more than a drift check reads"
+                ));
+            }
             out.push(value);
         }
     }
@@ -321,6 +339,7 @@ pub fn object_drift(
             id,
             missing: true,
             paths: Vec::new(),
+            not_readable_by: None,
         });
     };
     let paths: Vec<String> = differences(desired, live)
@@ -331,12 +350,15 @@ pub fn object_drift(
         id,
         missing: false,
         paths,
+        not_readable_by: None,
     })
 }
 
 fn describe(object: &ObjectDrift) -> String {
     let name = format!("{}/{}", object.id.kind, object.id.name);
-    if object.missing {
+    if let Some(user) = &object.not_readable_by {
+        format!("{name} not readable by {user}")
+    } else if object.missing {
         format!("{name} missing")
     } else {
         let shown: Vec<&str> = object
@@ -385,6 +407,7 @@ pub fn status(
                 name: o.id.name.clone(),
                 namespace: o.id.namespace.clone().unwrap_or_default(),
                 missing: o.missing,
+                not_readable_by: o.not_readable_by.clone().unwrap_or_default(),
                 paths: o.paths.iter().take(MAX_PATHS).cloned().collect(),
                 more_paths: count(o.paths.len().saturating_sub(MAX_PATHS)),
             })
@@ -484,27 +507,38 @@ impl Kinds {
     }
 }
 
-/// Compares the live objects of release `key` with the manifest of its `revision`, read from
-/// the member with `client`. Secret values are compared, never returned: only paths are.
+/// Compares the live objects of release `key` with the manifest of its `revision`. The record
+/// and the objects are read as `identity` (the user and groups Helm acts as for the release) when
+/// it has one, so a check reads nothing that identity may not read: an object it may not read is
+/// reported as such, never fetched with the operator's rights; kinds are discovered with the
+/// operator's own `member` client. Secret values are compared, never returned: only paths are.
 pub async fn check(
-    client: &Client,
+    member: &Client,
+    identity: Option<&Impersonation>,
     kinds: &Kinds,
     key: &ReleaseKey,
     revision: i64,
     rules: &[DriftIgnore],
 ) -> Result<Vec<ObjectDrift>> {
     let record = format!("sh.helm.release.v1.{}.v{revision}", key.release);
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &key.scope.namespace);
-    let secret = secrets.get(&record).await.map_err(|e| Error::Record {
-        key: key.clone(),
-        record: record.clone(),
-        source: Box::new(e),
-    })?;
     let undecodable = |reason: String| Error::Undecodable {
         key: key.clone(),
         record: record.clone(),
         reason,
     };
+    let reader = match identity {
+        Some(who) => acting_as(member, who).map_err(|reason| Error::Identity {
+            key: key.clone(),
+            reason,
+        })?,
+        None => member.clone(),
+    };
+    let secrets: Api<Secret> = Api::namespaced(reader.clone(), &key.scope.namespace);
+    let secret = secrets.get(&record).await.map_err(|e| Error::Record {
+        key: key.clone(),
+        record: record.clone(),
+        source: Box::new(e),
+    })?;
     let data = secret
         .data
         .as_ref()
@@ -512,6 +546,7 @@ pub async fn check(
         .ok_or_else(|| undecodable("no data.release".into()))?;
     let manifest = decode_manifest(&data.0).map_err(undecodable)?;
     let objects = manifest_objects(&manifest).map_err(undecodable)?;
+    drop(manifest);
     let mut out = Vec::new();
     for desired in objects {
         let Some(mut id) = ObjectId::of(&desired) else {
@@ -523,7 +558,7 @@ pub async fn check(
             source: Box::new(e),
         };
         let (resource, namespaced) = kinds
-            .resolve(client, &key.scope.cluster, &id)
+            .resolve(member, &key.scope.cluster, &id)
             .await
             .map_err(|e| live_error(e, &id))?;
         let api: Api<DynamicObject> = if namespaced {
@@ -531,15 +566,19 @@ pub async fn check(
                 .namespace
                 .get_or_insert_with(|| key.scope.namespace.clone())
                 .clone();
-            Api::namespaced_with(client.clone(), &namespace, &resource)
+            Api::namespaced_with(reader.clone(), &namespace, &resource)
         } else {
             id.namespace = None;
-            Api::all_with(client.clone(), &resource)
+            Api::all_with(reader.clone(), &resource)
         };
-        let live = api
-            .get_opt(&id.name)
-            .await
-            .map_err(|e| live_error(e, &id))?;
+        let live = match (api.get_opt(&id.name).await, identity) {
+            (Ok(live), _) => live,
+            (Err(kube::Error::Api(s)), Some(who)) if s.code == 403 => {
+                out.push(ObjectDrift::not_readable(id, &who.user));
+                continue;
+            }
+            (Err(e), _) => return Err(live_error(e, &id)),
+        };
         let live = live.map(|l| serde_json::to_value(l).unwrap_or(Value::Null));
         if let Some(drift) = object_drift(id, &desired, live.as_ref(), rules) {
             out.push(drift);
@@ -615,27 +654,159 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_release_record_decodes_to_its_manifest_gzipped_or_not() {
+    /// A Helm release record's `release` field holding `manifest`, as Helm writes it.
+    fn record_of(manifest: &str) -> String {
         use std::io::Write as _;
-        let json = br#"{"name":"web","manifest":"---\nkind: Service\n","version":1}"#;
-        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-        gz.write_all(json).unwrap();
-        let zipped = base64::engine::general_purpose::STANDARD.encode(gz.finish().unwrap());
+        let json = json!({"name": "web", "version": 3, "manifest": manifest}).to_string();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(json.as_bytes()).unwrap();
+        base64::engine::general_purpose::STANDARD.encode(gz.finish().unwrap())
+    }
+
+    type Handle = tower_test::mock::Handle<
+        http::Request<kube::client::Body>,
+        http::Response<kube::client::Body>,
+    >;
+
+    /// Awaits the next request, checks its path and as whom it is made, and answers it.
+    async fn answer(handle: &mut Handle, path: &str, user: Option<&str>, code: u16, body: Value) {
+        let (request, send) = handle.next_request().await.expect("a request");
+        assert_eq!(request.uri().path(), path);
+        let asked_as = request
+            .headers()
+            .get("impersonate-user")
+            .map(|v| v.to_str().unwrap());
+        assert_eq!(asked_as, user, "as whom {path} is read");
+        send.send_response(
+            http::Response::builder()
+                .status(code)
+                .body(kube::client::Body::from(body.to_string().into_bytes()))
+                .unwrap(),
+        );
+    }
+
+    fn resources(group_version: &str, list: &[(&str, &str, bool)]) -> Value {
+        let resources: Vec<Value> = list
+            .iter()
+            .map(|(name, kind, namespaced)| {
+                json!({"name": name, "singularName": "", "kind": kind, "namespaced": namespaced,
+                       "verbs": ["get", "list"]})
+            })
+            .collect();
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
+               "resources": resources})
+    }
+
+    fn forbidden(what: &str) -> Value {
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden",
+               "code": 403, "message": format!("{what} is forbidden: User \"team-a-deployer\" cannot get it")})
+    }
+
+    #[tokio::test]
+    async fn an_impersonated_release_is_read_as_its_identity_and_what_it_may_not_read_is_not_looked_at()
+     {
+        let (service, mut handle) = tower_test::mock::pair();
+        let member = Client::new(service, "default");
+        let who = crate::api::policy::Impersonation {
+            user: "team-a-deployer".into(),
+            ..Default::default()
+        };
+        let key: ReleaseKey = "member-1/team/web".parse().unwrap();
+        let kinds = Kinds::default();
+        let checked =
+            tokio::spawn(async move { check(&member, Some(&who), &kinds, &key, 3, &[]).await });
+        let me = Some("team-a-deployer");
+        // The manifest names an object of the release's namespace, a Secret of another
+        // namespace and a cluster-scoped object, as a forged record would.
+        let manifest = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web}\ndata: {a: b}\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: treasure, namespace: vault}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: admin}\n";
+        let record = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "sh.helm.release.v1.web.v3", "namespace": "team"},
+            "data": {"release": base64::engine::general_purpose::STANDARD.encode(record_of(manifest))}});
+        answer(
+            &mut handle,
+            "/api/v1/namespaces/team/secrets/sh.helm.release.v1.web.v3",
+            me,
+            200,
+            record,
+        )
+        .await;
+        let core = resources(
+            "v1",
+            &[
+                ("configmaps", "ConfigMap", true),
+                ("secrets", "Secret", true),
+            ],
+        );
+        answer(&mut handle, "/api/v1", None, 200, core.clone()).await;
+        let live = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "web", "namespace": "team"}, "data": {"a": "b"}});
+        answer(
+            &mut handle,
+            "/api/v1/namespaces/team/configmaps/web",
+            me,
+            200,
+            live,
+        )
+        .await;
+        answer(&mut handle, "/api/v1", None, 200, core).await;
+        answer(
+            &mut handle,
+            "/api/v1/namespaces/vault/secrets/treasure",
+            me,
+            403,
+            forbidden("secrets \"treasure\""),
+        )
+        .await;
+        let rbac = resources(
+            "rbac.authorization.k8s.io/v1",
+            &[("clusterroles", "ClusterRole", false)],
+        );
+        answer(
+            &mut handle,
+            "/apis/rbac.authorization.k8s.io/v1",
+            None,
+            200,
+            rbac,
+        )
+        .await;
+        answer(
+            &mut handle,
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles/admin",
+            me,
+            403,
+            forbidden("clusterroles.rbac.authorization.k8s.io \"admin\""),
+        )
+        .await;
+        let found = checked.await.unwrap().unwrap();
+        let said: Vec<(String, bool, Option<&str>)> = found
+            .iter()
+            .map(|o| (o.id.name.clone(), o.missing, o.not_readable_by.as_deref()))
+            .collect();
         assert_eq!(
-            decode_manifest(zipped.as_bytes()).unwrap(),
-            "---\nkind: Service\n"
+            said,
+            [
+                ("admin".to_owned(), false, me),
+                ("treasure".to_owned(), false, me),
+            ],
+            "neither found nor missing: not readable by the identity"
         );
-        let plain = base64::engine::general_purpose::STANDARD.encode(json);
         assert_eq!(
-            decode_manifest(plain.as_bytes()).unwrap(),
-            "---\nkind: Service\n"
+            summary(&found),
+            "ClusterRole/admin not readable by team-a-deployer; Secret/treasure not readable by team-a-deployer"
         );
-        assert!(
-            decode_manifest(b"not base64!")
-                .unwrap_err()
-                .contains("base64")
+    }
+
+    #[test]
+    fn a_manifest_naming_more_objects_than_a_check_reads_is_refused() {
+        let one = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\n";
+        assert_eq!(
+            manifest_objects(&one.repeat(MAX_MANIFEST_OBJECTS))
+                .unwrap()
+                .len(),
+            1000
         );
+        let error = manifest_objects(&one.repeat(MAX_MANIFEST_OBJECTS + 1)).unwrap_err();
+        assert!(error.contains("more than 1000 objects"), "{error}");
     }
 
     #[test]
@@ -758,6 +929,7 @@ mod tests {
                 id: id("ConfigMap", &format!("c{i:02}")),
                 missing: false,
                 paths: (0..7).map(|p| format!("/data/k{p}")).collect(),
+                not_readable_by: None,
             })
             .collect();
         let s = status(3, "now".into(), "Reported", &objects);

@@ -23,6 +23,7 @@ use crate::{
     clusters::health::HealthBoard,
     clusters::registry::{Digest, Member, SharedRegistry},
     delivery::cache::ChartCache,
+    delivery::namespace::Namespaces,
     delivery::plan::{
         ChartSource, MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL,
         Release, SPEC_HASH_LABEL,
@@ -594,6 +595,16 @@ pub struct HelmCli {
     scratch: Arc<tempfile::TempDir>,
     /// One-context kubeconfig files written for helm, by cluster: (the source's digest, the file).
     narrowed: Arc<std::sync::Mutex<HashMap<ClusterName, (Digest, PathBuf)>>>,
+    /// Target namespaces made ready, identities bound and unbound.
+    namespaces: Namespaces,
+}
+
+/// A member made ready for an install or upgrade: its client, and why the identity's
+/// `namespaceRole` was not bound in the target namespace, when it was not.
+pub(crate) struct Prepared {
+    /// The member.
+    pub(crate) member: Arc<Member>,
+    unbound: Option<String>,
 }
 
 impl HelmCli {
@@ -613,6 +624,7 @@ impl HelmCli {
             charts,
             scratch: Arc::new(scratch),
             narrowed: Arc::default(),
+            namespaces: Namespaces::new(),
         })
     }
 
@@ -660,12 +672,13 @@ impl HelmCli {
 
     /// The member a release goes to, made ready for an install or upgrade by any executor: a
     /// revision left pending past its timeout cleared, the target namespace created (and the
-    /// impersonated identity bound in it). Err: the job's outcome without a helm call.
+    /// impersonated identity bound in it, where `delivery::namespace` allows). Err: the job's
+    /// outcome without a helm call.
     pub(crate) async fn prepare(
         &self,
         release: &Release,
         stale_pending: Option<i64>,
-    ) -> Result<Arc<Member>, Outcome> {
+    ) -> Result<Prepared, Outcome> {
         let Some(member) = self.member(&release.key) else {
             return Err(unregistered(&release.key));
         };
@@ -686,14 +699,59 @@ impl HelmCli {
                 "cleared a release revision left pending past its timeout"
             );
         }
-        prepare_namespace(
-            member.client.clone(),
-            &release.key.scope.namespace,
-            release.identity.as_ref(),
-        )
-        .await
-        .map_err(|e| Outcome::failed(e, FailureKind::Transient))?;
-        Ok(member)
+        let unbound = self
+            .namespaces
+            .prepare(&member.client, &release.key, release.identity.as_ref())
+            .await
+            .map_err(|e| Outcome::failed(e, FailureKind::Transient))?;
+        Ok(Prepared { member, unbound })
+    }
+
+    /// The outcome of an install or upgrade, finished by any executor: a failure tells why the
+    /// identity was not bound, if it was not; a release that failed leaving no record is
+    /// forgotten in its namespace (see `delivery::namespace`).
+    pub(crate) async fn applied(
+        &self,
+        prepared: &Prepared,
+        key: &ReleaseKey,
+        outcome: Outcome,
+    ) -> Outcome {
+        let Outcome::Failed { message, kind } = outcome else {
+            return outcome;
+        };
+        if let Ok(0) = records_left(prepared.member.client.clone(), key).await
+            && let Err(e) = self
+                .namespaces
+                .release_gone(&prepared.member.client, key)
+                .await
+        {
+            tracing::warn!(release = %key, error = %e, "forgetting a release that left no record failed");
+        }
+        match &prepared.unbound {
+            Some(why) => Outcome::failed(format!("{message}; {why}"), kind),
+            None => Outcome::failed(message, kind),
+        }
+    }
+
+    /// The outcome of an uninstall, finished by any executor: once the release is gone, its
+    /// identity's RoleBinding goes with the identity's last release in the namespace. Should
+    /// that fail, the uninstall is tried again, and finds the release gone.
+    pub(crate) async fn uninstalled(
+        &self,
+        member: &Member,
+        key: &ReleaseKey,
+        outcome: Outcome,
+    ) -> Outcome {
+        if outcome != Outcome::Uninstalled {
+            return outcome;
+        }
+        match self.namespaces.release_gone(&member.client, key).await {
+            Ok(()) => Outcome::Uninstalled,
+            Err(e) => Outcome::failed(
+                format!("release {key} is uninstalled, but {e}"),
+                FailureKind::Transient,
+            ),
+        }
     }
 
     /// Before a helm process acts on a release: its records must all be sealed by the operator
@@ -743,10 +801,11 @@ impl HelmCli {
         stale_pending: Option<i64>,
         repair: Option<String>,
     ) -> Outcome {
-        let member = match self.prepare(&release, stale_pending).await {
-            Ok(member) => member,
+        let prepared = match self.prepare(&release, stale_pending).await {
+            Ok(prepared) => prepared,
             Err(outcome) => return outcome,
         };
+        let member = &prepared.member;
         let values = match release
             .values
             .as_ref()
@@ -759,7 +818,7 @@ impl HelmCli {
                 return Outcome::failed(message, FailureKind::Transient);
             }
         };
-        let kubeconfig = self.kubeconfig_for(&member);
+        let kubeconfig = self.kubeconfig_for(member);
         let target = Target {
             kubeconfig: &kubeconfig,
             context: &member.entry.context,
@@ -777,13 +836,13 @@ impl HelmCli {
         if let Some(summary) = &repair {
             args = with_repair(args, summary);
         }
-        if let Err(refused) = self.check_records(&member, &release.key).await {
+        if let Err(refused) = self.check_records(member, &release.key).await {
             return refused;
         }
-        match self.run(args).await {
+        let outcome = match self.run(args).await {
             Ok(stdout) => match parse_release_json(&stdout) {
                 Some((revision, chart_version)) => {
-                    self.seal_written(&member, &release.key, &release.owner, revision)
+                    self.seal_written(member, &release.key, &release.owner, revision)
                         .await;
                     Outcome::Applied {
                         revision,
@@ -802,7 +861,8 @@ impl HelmCli {
                 }
             },
             Err((message, kind)) => Outcome::failed(message, kind),
-        }
+        };
+        self.applied(&prepared, &release.key, outcome).await
     }
 
     pub(crate) async fn rollback(
@@ -855,7 +915,7 @@ impl HelmCli {
         if let Err(refused) = self.check_records(&member, &key).await {
             return refused;
         }
-        match self.run(uninstall_args(&key, target, &self.options)).await {
+        let outcome = match self.run(uninstall_args(&key, target, &self.options)).await {
             Ok(_) => Outcome::Uninstalled,
             // Helm's words do not say whether the release is gone (its "not found" may be a
             // context's or a plugin's); the release records left in the namespace do.
@@ -863,7 +923,8 @@ impl HelmCli {
                 let left = records_left(member.client.clone(), &key).await;
                 uninstall_outcome(left, message, kind)
             }
-        }
+        };
+        self.uninstalled(&member, &key, outcome).await
     }
 }
 
@@ -908,75 +969,6 @@ fn narrow_kubeconfig(source: &Path, context: &str, out: &Path) -> Result<(), Str
     tmp.write_all(yaml.as_bytes()).map_err(|e| e.to_string())?;
     tmp.persist(out).map_err(|e| e.to_string())?;
     Ok(())
-}
-
-/// Name of the RoleBinding that gives an impersonated identity its `namespaceRole` in a target
-/// namespace: one per user, so two policies delivering into one namespace do not fight over it.
-pub fn role_binding_name(who: &Impersonation) -> String {
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(who.user.as_bytes());
-    let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
-    format!("tenancy-hub-deployer-{short}")
-}
-
-/// The target namespace of a release, made ready by the operator itself: created when missing
-/// (so tenants need no right to create namespaces) and, for an impersonated identity with a
-/// `namespaceRole`, a RoleBinding there giving it that ClusterRole in this namespace only.
-async fn prepare_namespace(
-    client: kube::Client,
-    namespace: &str,
-    who: Option<&Impersonation>,
-) -> Result<(), String> {
-    use k8s_openapi::api::{core::v1::Namespace, rbac::v1::RoleBinding};
-    use kube::api::{Patch, PatchParams, PostParams};
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let wanted: Namespace = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": namespace, "labels": {MANAGED_BY_LABEL: MANAGED_BY}}
-    }))
-    .expect("a valid Namespace");
-    match namespaces.create(&PostParams::default(), &wanted).await {
-        Ok(_) => tracing::info!(%namespace, "created the target namespace"),
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        // The operator may not create namespaces here (the hub, by default): an existing one is
-        // fine, and for a missing one helm's own error says so.
-        Err(kube::Error::Api(s)) if s.code == 403 => {
-            tracing::debug!(%namespace, "may not create namespaces here; helm finds whether it exists");
-        }
-        Err(e) => return Err(format!("creating namespace {namespace}: {e}")),
-    }
-    let Some((who, role)) = who.and_then(|w| Some((w, w.namespace_role.as_ref()?))) else {
-        return Ok(());
-    };
-    let mut subjects = vec![serde_json::json!({
-        "kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": who.user
-    })];
-    subjects.extend(who.groups.iter().map(|g| {
-        serde_json::json!({"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": g})
-    }));
-    let name = role_binding_name(who);
-    let binding: RoleBinding = serde_json::from_value(serde_json::json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": {"name": name, "namespace": namespace, "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-        "subjects": subjects,
-    }))
-    .expect("a valid RoleBinding");
-    let bindings: Api<RoleBinding> = Api::namespaced(client, namespace);
-    bindings
-        .patch(
-            &name,
-            &PatchParams::apply("tenancy-hub").force(),
-            &Patch::Apply(&binding),
-        )
-        .await
-        .map(|_| ())
-        .map_err(|e| {
-            format!(
-                "binding ClusterRole {role} to {} in namespace {namespace}: {e}",
-                who.user
-            )
-        })
 }
 
 /// How many of a release's records (helm's Secrets, `owner=helm,name=RELEASE`) its namespace holds.
@@ -1437,20 +1429,6 @@ pub(crate) mod tests {
         let mode = std::fs::metadata(&out).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600, "only the operator reads it");
         assert!(narrow_kubeconfig(&source, "member-9", &out).is_err());
-    }
-
-    #[test]
-    fn each_impersonated_user_gets_its_own_role_binding() {
-        let a = Impersonation {
-            user: "a".into(),
-            ..Impersonation::default()
-        };
-        let b = Impersonation {
-            user: "b".into(),
-            ..Impersonation::default()
-        };
-        assert_ne!(role_binding_name(&a), role_binding_name(&b));
-        assert!(role_binding_name(&a).starts_with("tenancy-hub-deployer-"));
     }
 
     #[test]

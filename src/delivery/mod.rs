@@ -5,6 +5,7 @@ pub mod charts;
 pub mod constraint;
 pub mod drift;
 pub mod helm;
+pub mod namespace;
 pub mod plan;
 pub mod policy;
 pub mod queue;

@@ -639,17 +639,41 @@ pub async fn manifest(
         .map_err(|e| format!("release record {name} of {key}: {e}"))
 }
 
-/// The `manifest` of a Helm release record's `release` field: base64 of gzipped JSON.
+/// The most a release record's `release` field may expand to when it is decoded: 32 MiB. A
+/// record is a Secret (at most 1 MiB), and Helm's own records, gzipped JSON of a chart and its
+/// manifest, expand to a few MiB at most; anyone who may write in a release's namespace may write
+/// a record that expands to gigabytes, so decoding stops at this bound instead.
+pub const MAX_RECORD_BYTES: usize = 32 << 20;
+
+/// The `manifest` of a Helm release record's `release` field: base64 of (gzipped, as Helm writes
+/// it) JSON, decoded up to [`MAX_RECORD_BYTES`]; beyond that, an error and nothing more is read.
 pub fn decode_manifest(release: &[u8]) -> Result<String, String> {
     use base64::Engine as _;
     use std::io::Read as _;
-    let zipped = base64::engine::general_purpose::STANDARD
-        .decode(release)
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(release.trim_ascii())
         .map_err(|e| format!("not base64: {e}"))?;
-    let mut json = Vec::new();
-    flate2::read::GzDecoder::new(&zipped[..])
-        .read_to_end(&mut json)
-        .map_err(|e| format!("not gzip: {e}"))?;
+    let json = if raw.starts_with(&[0x1f, 0x8b]) {
+        let mut decoder = flate2::read::GzDecoder::new(&raw[..]);
+        let mut json = Vec::new();
+        (&mut decoder)
+            .take(MAX_RECORD_BYTES as u64)
+            .read_to_end(&mut json)
+            .map_err(|e| format!("not gzip: {e}"))?;
+        if decoder
+            .read(&mut [0u8])
+            .map_err(|e| format!("not gzip: {e}"))?
+            > 0
+        {
+            return Err(format!(
+                "it expands past {} MiB, the bound of a release record (Helm's own stay far below): not a record Helm wrote",
+                MAX_RECORD_BYTES >> 20
+            ));
+        }
+        json
+    } else {
+        raw
+    };
     #[derive(serde::Deserialize)]
     struct HelmRelease {
         #[serde(default)]
@@ -759,7 +783,29 @@ mod tests {
             decode_manifest(field.as_bytes()).unwrap(),
             "---\nkind: ConfigMap\n"
         );
+        let plain = base64::engine::general_purpose::STANDARD.encode(json);
+        assert_eq!(
+            decode_manifest(plain.as_bytes()).unwrap(),
+            "---\nkind: ConfigMap\n"
+        );
         assert!(decode_manifest(b"%%").unwrap_err().contains("not base64"));
+    }
+
+    #[test]
+    fn a_record_that_expands_past_the_bound_is_refused_without_expanding_it() {
+        use base64::Engine as _;
+        use std::io::Write as _;
+        // 256 MiB of zeros: about 250 KiB gzipped, a record any tenant may write.
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..256 {
+            gz.write_all(&zeros).unwrap();
+        }
+        let bomb = gz.finish().unwrap();
+        assert!(bomb.len() < 1 << 20, "fits in a Secret: {}", bomb.len());
+        let field = base64::engine::general_purpose::STANDARD.encode(bomb);
+        let error = decode_manifest(field.as_bytes()).unwrap_err();
+        assert!(error.contains("expands past 32 MiB"), "{error}");
     }
 
     fn managed(rev: &str, owner: &str, status: &str) -> Record {

@@ -531,11 +531,11 @@ impl HelmExecutor {
             (Some(pipe), None, ChartSource::Directory(path)) => (pipe, path.clone()),
             _ => return self.cli.apply(release, stale_pending, repair).await,
         };
-        let member = match self.cli.prepare(&release, stale_pending).await {
-            Ok(member) => member,
+        let prepared = match self.cli.prepare(&release, stale_pending).await {
+            Ok(prepared) => prepared,
             Err(outcome) => return outcome,
         };
-        let cluster = self.cluster(&member, release.identity.as_ref());
+        let cluster = self.cluster(&prepared.member, release.identity.as_ref());
         let request = upgrade_request(
             0,
             &release,
@@ -544,14 +544,15 @@ impl HelmExecutor {
             repair.as_deref(),
             &self.options,
         );
-        match pipe.call(request).await {
+        let outcome = match pipe.call(request).await {
             Ok(Answer { error: Some(e), .. }) => failure(&e),
             Ok(answer) => Outcome::Applied {
                 revision: answer.revision,
                 chart_version: answer.chart_version,
             },
             Err(message) => Outcome::failed(message, FailureKind::Transient),
-        }
+        };
+        self.cli.applied(&prepared, &release.key, outcome).await
     }
 
     async fn uninstall(&self, key: ReleaseKey, identity: Option<Impersonation>) -> Outcome {
@@ -562,20 +563,24 @@ impl HelmExecutor {
             return helm::unregistered(&key);
         };
         let cluster = self.cluster(&member, identity.as_ref());
-        let (message, kind) = match pipe
+        let failed = match pipe
             .call(release_request(0, &key, cluster, None, &self.options))
             .await
         {
-            Ok(Answer { error: None, .. }) => return Outcome::Uninstalled,
-            Ok(Answer { error: Some(e), .. }) => match failure(&e) {
-                Outcome::Failed { message, kind } => (message, kind),
-                other => return other,
-            },
-            Err(message) => (message, FailureKind::Transient),
+            Ok(Answer { error: None, .. }) => None,
+            Ok(Answer { error: Some(e), .. }) => Some(failure(&e)),
+            Err(message) => Some(Outcome::failed(message, FailureKind::Transient)),
         };
-        // As with the CLI: the release records left say whether the release is gone.
-        let left = helm::records_left(member.client.clone(), &key).await;
-        helm::uninstall_outcome(left, message, kind)
+        let outcome = match failed {
+            None => Outcome::Uninstalled,
+            // As with the CLI: the release records left say whether the release is gone.
+            Some(Outcome::Failed { message, kind }) => {
+                let left = helm::records_left(member.client.clone(), &key).await;
+                helm::uninstall_outcome(left, message, kind)
+            }
+            Some(other) => other,
+        };
+        self.cli.uninstalled(&member, &key, outcome).await
     }
 
     async fn rollback(

@@ -12,7 +12,9 @@ use kube::{
     api::{DeleteParams, Patch, PatchParams, PostParams},
 };
 use tenancy_hub::api::crd::{Controller, ControllerSpec, ControllerStatus};
-use tenancy_hub::api::policy::{PolicyClusterSelector, TenancyPolicy, TenancyPolicySpec};
+use tenancy_hub::api::policy::{
+    Impersonation, PolicyClusterSelector, TenancyPolicy, TenancyPolicySpec,
+};
 
 use super::{
     fixtures::{DEADLINE, unique, wait_until},
@@ -276,5 +278,23 @@ pub async fn create_namespace(client: &Client, name: &str) {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => panic!("creating namespace {name}: {e}"),
+    }
+}
+
+/// A policy letting the Controllers of hub namespace `namespace` deliver to every member, into
+/// the target namespaces `namespaces` allows, from the chart home, as the identity `who`.
+#[allow(dead_code)] // used by some test crates only
+pub fn impersonating(
+    namespace: &str,
+    namespaces: &[&str],
+    who: Impersonation,
+) -> TenancyPolicySpec {
+    TenancyPolicySpec {
+        hub_namespaces: vec![namespace.to_owned()],
+        cluster_selector: Some(PolicyClusterSelector::default()),
+        namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
+        chart_sources: vec!["chart-home".into()],
+        impersonate: Some(who),
+        ..Default::default()
     }
 }
