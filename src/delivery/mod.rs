@@ -5,6 +5,9 @@ pub mod charts;
 pub mod constraint;
 pub mod drift;
 pub mod helm;
+#[cfg(test)]
+mod hostile;
+pub mod limits;
 pub mod plan;
 pub mod policy;
 pub mod queue;
