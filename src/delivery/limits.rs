@@ -79,9 +79,10 @@ pub fn refused_setting(settings: &[Setting]) -> Option<(String, String)> {
 }
 
 /// The list indexes of a setting key, each with the path of the list it indexes (the key up to
-/// its `[`), as Helm's `--set` parser reads them: a backslash takes the next character
-/// literally; brackets holding anything but digits are left to Helm, which refuses them. An
-/// index too long to count is `usize::MAX`.
+/// its `[`), read as Helm's `--set` parser reads them: a backslash takes the next character
+/// literally, inside the brackets too, and the index is a decimal number with an optional sign.
+/// What Helm refuses itself (a negative or non-numeric index) is left out; an index too large to
+/// count is `usize::MAX`.
 fn list_indexes(key: &str) -> Vec<(&str, usize)> {
     let mut out = Vec::new();
     let mut chars = key.char_indices();
@@ -91,11 +92,16 @@ fn list_indexes(key: &str) -> Vec<(&str, usize)> {
                 chars.next();
             }
             '[' => {
-                let digits = key[at + 1..]
-                    .split(']')
-                    .next()
-                    .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()));
-                if let Some(digits) = digits {
+                let mut index = String::new();
+                while let Some((_, c)) = chars.next() {
+                    match c {
+                        ']' => break,
+                        '\\' => index.extend(chars.next().map(|(_, c)| c)),
+                        c => index.push(c),
+                    }
+                }
+                let digits = index.strip_prefix('+').unwrap_or(&index);
+                if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
                     out.push((&key[..at], digits.parse().unwrap_or(usize::MAX)));
                 }
             }
@@ -134,6 +140,17 @@ mod tests {
         assert_eq!(list_indexes("a[x]"), [], "helm refuses it itself");
         assert_eq!(list_indexes("a[]"), []);
         assert_eq!(list_indexes("a[99999999999999999999999]")[0].1, usize::MAX);
+        assert_eq!(
+            list_indexes("a[+65535]"),
+            [("a", 65535)],
+            "a sign is allowed"
+        );
+        assert_eq!(
+            list_indexes(r"a[\6\5535]"),
+            [("a", 65535)],
+            "escapes inside"
+        );
+        assert_eq!(list_indexes("a[-1]"), [], "helm refuses it itself");
         assert_eq!(list_indexes("plain.key"), []);
     }
 
