@@ -502,6 +502,7 @@ pub async fn run(
         workers = config.queue.workers,
         per_cluster = config.queue.per_cluster,
         per_owner = config.queue.per_owner,
+        per_tenant = config.queue.per_tenant,
         policies = policy_store.state().len(),
         mode = ?ctx.settings.policy_mode,
         "tenancy-hub is running"
