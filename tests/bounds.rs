@@ -6,9 +6,14 @@ use std::time::{Duration, Instant};
 
 use common::{
     fixtures::{chart, tenancy, unique, wait_until},
-    hub::Hub,
+    hub::{Hub, create_namespace},
+    lab::Lab,
+    operator::Operator,
 };
-use kube::api::{Patch, PatchParams};
+use kube::{
+    Api,
+    api::{Patch, PatchParams},
+};
 use tenancy_hub::api::crd::{Chart, Controller, ControllerSpec, ControllerStatus};
 
 /// `tenancies` tenancies of `namespace` on the hub, each with releases r0 … r(charts-1): every
@@ -156,4 +161,131 @@ async fn hundreds_of_duplicates_are_invalid_quickly_within_bounded_memory_while_
 /// The namespace of the first entry of a status.
 fn unique_namespace(status: &ControllerStatus) -> String {
     status.updated_tenancies[0].namespace.clone()
+}
+
+/// The label the slow-tenant test selects its Controllers by.
+const TEST_LABEL: &str = "multitenancy.dev/test";
+
+/// Server-side applies Controller `namespace/name` with `spec`, labelled `TEST_LABEL=id`.
+async fn apply_labelled(hub: &Hub, namespace: &str, name: &str, id: &str, spec: ControllerSpec) {
+    let mut c = Controller::new(name, spec);
+    c.metadata.labels = Some([(TEST_LABEL.to_owned(), id.to_owned())].into());
+    hub.apply_in(namespace, &c).await;
+}
+
+/// How long each helm call of the slow-tenant test may take: its stuck releases hold a worker
+/// this long.
+const SLOW_HELM: Duration = Duration::from_secs(30);
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_slow_tenant_with_several_controllers_does_not_hold_back_another_tenants_release() {
+    // Two tenants (hub namespaces) on one operator of two workers: by default each tenant may
+    // run one job at a time, so the slow tenant's three Controllers hold one worker, not both.
+    let id = unique("fair");
+    let (slow, fast) = (format!("{id}-slow"), format!("{id}-fast"));
+    let mut hub = Hub::without_operator(Lab::get(), slow.clone()).await;
+    create_namespace(&hub.client, &fast).await;
+    let selector = format!("{TEST_LABEL}={id}");
+    let timeout = SLOW_HELM.as_secs().to_string();
+    hub.operator = Some(Operator::start_with(
+        &hub.lab,
+        &slow,
+        &[
+            "--selector",
+            &selector,
+            "--lease-name",
+            &id,
+            "--workers",
+            "2",
+            "--helm-timeout",
+            &timeout,
+        ],
+    ));
+    // Pods that are never scheduled, with rollbackOnFailure: helm waits the whole timeout.
+    let mut stuck = chart(
+        "deployment-example",
+        "stuck",
+        &[("nodeSelector.nowhere", "yes")],
+    );
+    stuck.rollback_on_failure = true;
+    let slow_namespaces: Vec<String> = (0..3).map(|i| format!("{id}-s{i}")).collect();
+    for (i, ns) in slow_namespaces.iter().enumerate() {
+        let spec = ControllerSpec {
+            tenancies: vec![tenancy(ns, &["member-1"], vec![stuck.clone()])],
+            ..Default::default()
+        };
+        apply_labelled(&hub, &slow, &format!("slow-{i}"), &id, spec).await;
+    }
+    wait_until(
+        "a slow release to be installing",
+        Duration::from_secs(30),
+        || async {
+            slow_namespaces
+                .iter()
+                .any(|ns| {
+                    hub.lab
+                        .releases("member-1", ns)
+                        .values()
+                        .any(|r| r.1 == "pending-install")
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    let web_ns = format!("{id}-web");
+    let spec = ControllerSpec {
+        tenancies: vec![tenancy(
+            &web_ns,
+            &["member-1"],
+            vec![chart("deployment-example", "web", &[])],
+        )],
+        ..Default::default()
+    };
+    let asked = Instant::now();
+    apply_labelled(&hub, &fast, "fast", &id, spec).await;
+    hub.releases_become("member-1", &web_ns, &[("web", 1)])
+        .await;
+    let delivered = asked.elapsed();
+    eprintln!("the other tenant's release was delivered {delivered:?} after it was asked for");
+    assert!(
+        delivered < SLOW_HELM,
+        "delivered after {delivered:?}, not before a slow job ended"
+    );
+    let pending = slow_namespaces
+        .iter()
+        .filter(|ns| {
+            hub.lab
+                .releases("member-1", ns)
+                .values()
+                .any(|r| r.1 == "pending-install")
+        })
+        .count();
+    assert_eq!(
+        pending, 1,
+        "the slow tenant runs one job at a time, and one still waits on helm"
+    );
+    for (namespace, name) in [(&fast, "fast".to_owned())]
+        .into_iter()
+        .chain((0..3).map(|i| (&slow, format!("slow-{i}"))))
+    {
+        let api = Api::<Controller>::namespaced(hub.client.clone(), namespace);
+        api.delete(&name, &Default::default()).await.unwrap();
+    }
+    for namespace in [&fast, &slow] {
+        let api = Api::<Controller>::namespaced(hub.client.clone(), namespace);
+        wait_until(
+            "the Controllers to be deleted",
+            Duration::from_secs(90),
+            || async {
+                api.list(&Default::default())
+                    .await
+                    .ok()?
+                    .items
+                    .is_empty()
+                    .then_some(())
+            },
+        )
+        .await;
+    }
 }

@@ -103,6 +103,11 @@ pub struct RunArgs {
     /// Reconcile only the Controller resources in this hub namespace (default: all namespaces).
     #[arg(long, short = 'n')]
     pub namespace: Option<String>,
+    /// Reconcile only the Controller resources with these labels (a label selector such as
+    /// `team=a`), so several operators can share a hub; give each its own --lease-name. Releases
+    /// of Controllers the selector leaves out are not reported as ownerless.
+    #[arg(long, short = 'l')]
+    pub selector: Option<String>,
     /// Directory of local charts, looked up by chartName.
     #[arg(long, env = "CHART_HOME", default_value = "charts")]
     pub chart_home: PathBuf,
@@ -251,6 +256,7 @@ impl RunArgs {
                     .pending_timeout
                     .map_or(helm_timeout + Duration::from_secs(60), Duration::from_secs),
                 scope: self.namespace.clone(),
+                selector: self.selector.clone(),
                 chart_interval: Duration::from_secs(self.chart_interval),
                 drift_interval: Duration::from_secs(self.drift_interval),
                 policy_mode: self.tenancy_policy.mode(),

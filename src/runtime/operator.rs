@@ -252,7 +252,11 @@ pub async fn run(
     });
     let (store, writer) = reflector::store();
     let claims = Arc::new(Claims::new(chart_home.clone()));
-    let own = watcher(controllers, watcher::Config::default())
+    let selected = match &config.settings.selector {
+        Some(selector) => watcher::Config::default().labels(selector),
+        None => watcher::Config::default(),
+    };
+    let own = watcher(controllers, selected)
         .default_backoff()
         .reflect(writer)
         .inspect({
