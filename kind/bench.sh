@@ -2,18 +2,19 @@
 # Benchmarks: convergence, status propagation latency, write load, footprint, breadth, growth
 # (namespaces, Controllers, clusters), shards, rollout, fairness and a peer (Flux), on the lab.
 #
-#   kind/bench.sh [--dir DIR] [--only convergence,latency,breadth,footprint,namespaces,controllers,clusters,shards,rollout,fairness,peer]
+#   kind/bench.sh [--dir DIR] [--only convergence,latency,breadth,footprint,namespaces,controllers,clusters,shards,rollout,fairness,size,peer]
 #                 [--pods P] [--namespaces 10,100,500] [--unrelated-pods N] [--controllers 10,100,1000]
 #                 [--clusters 1,5,10,20] [--quiet-seconds S] [--runs 3] [--shard-controllers 10]
-#                 [--wave N] [--samples K] [--peer flux] [--json FILE]
+#                 [--wave N] [--samples K] [--sizes 100,1000,10000] [--peer flux] [--json FILE]
 #
 # Brings the lab up in DIR if it is not running (default: .lab), builds tenancy-hub in release mode,
 # runs the scenarios (each with an operator of its own), prints a table and writes the figures as
 # JSON (default: DIR/bench.json). Figures are reported, never asserted; see BENCHMARKS.md.
 # The rollout scenario needs three members: start the lab with kind/up.sh --members 3 --dir DIR first;
 # the clusters scenario as many members as its largest count (kind/up.sh --members 20 --dir DIR).
-# The rollout, namespaces, controllers, clusters, shards and fairness (a small change's latency while
-# another owner's wave of N installs runs, 1,000 by default) scenarios run only when named in --only.
+# The rollout, namespaces, controllers, clusters, shards, fairness (a small change's latency while
+# another owner's wave of N installs runs, 1,000 by default) and size (plan time and operator memory
+# against one Controller of --sizes charts) scenarios run only when named in --only.
 # So does peer: `--only peer --peer flux` builds Flux's helm-controller and source-controller once
 # (kind/peer-flux.sh, cached) and runs them against the operator on the same releases, --runs times.
 set -euo pipefail
@@ -30,7 +31,7 @@ while (($#)); do
         --peer)
             [[ ${2:-} == flux ]] || die "--peer takes flux (the only peer)"
             PEER=flux; PASS+=(--peer flux); shift 2 ;;
-        -h | --help) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) PASS+=("$1"); shift ;;
     esac
 done

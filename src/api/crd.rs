@@ -65,8 +65,14 @@ pub const HUB_CLUSTER: &str = "hub";
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("!has(self.tenancies) || self.tenancies.map(t, has(t.charts) ? size(t.charts) : 0).sum() <= 10000")
+        .message("a Controller names at most 10000 charts over all its tenancies: split it into several Controllers")
+)]
 pub struct ControllerSpec {
-    /// Tenancies to deliver: each is a namespace, the clusters it goes to, and its charts.
+    /// Tenancies to deliver: each is a namespace, the clusters it goes to, and its charts; at
+    /// most 1,000 tenancies and 10,000 charts in all, and 20,000 releases once `clusters` and
+    /// `clusterSelector` are resolved (each chart once per cluster).
     #[serde(default)]
     #[schemars(length(max = 1000))]
     pub tenancies: Vec<Tenancy>,
@@ -660,6 +666,7 @@ mod tests {
             "limited to 53 characters",
             "maxLength: 53",
             "x-kubernetes-preserve-unknown-fields: true",
+            "at most 10000 charts over all its tenancies",
         ] {
             assert!(yaml.contains(needle), "CRD lacks {needle:?}");
         }

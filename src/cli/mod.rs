@@ -103,6 +103,11 @@ pub struct RunArgs {
     /// Reconcile only the Controller resources in this hub namespace (default: all namespaces).
     #[arg(long, short = 'n')]
     pub namespace: Option<String>,
+    /// Reconcile only the Controller resources with these labels (a label selector such as
+    /// `team=a`), so several operators can share a hub; give each its own --lease-name. Releases
+    /// of Controllers the selector leaves out are not reported as ownerless.
+    #[arg(long, short = 'l')]
+    pub selector: Option<String>,
     /// Directory of local charts, looked up by chartName.
     #[arg(long, env = "CHART_HOME", default_value = "charts")]
     pub chart_home: PathBuf,
@@ -147,6 +152,12 @@ pub struct RunArgs {
     /// as workers free up).
     #[arg(long)]
     pub max_jobs_per_owner: Option<u16>,
+    /// Helm jobs of one tenant (the Controllers of one hub namespace, however many) run at once.
+    /// Default: --workers minus one (at least 1), so one tenant's slow helm calls always leave a
+    /// worker to the other tenants. Tenants take turns first, then the Controllers of a tenant.
+    /// 0: no cap.
+    #[arg(long)]
+    pub max_jobs_per_tenant: Option<u16>,
     /// The helm binary.
     #[arg(long, env = "TENANCY_HUB_HELM", default_value = "helm")]
     pub helm: PathBuf,
@@ -245,6 +256,7 @@ impl RunArgs {
                     .pending_timeout
                     .map_or(helm_timeout + Duration::from_secs(60), Duration::from_secs),
                 scope: self.namespace.clone(),
+                selector: self.selector.clone(),
                 chart_interval: Duration::from_secs(self.chart_interval),
                 drift_interval: Duration::from_secs(self.drift_interval),
                 policy_mode: self.tenancy_policy.mode(),
@@ -264,6 +276,9 @@ impl RunArgs {
                 per_cluster: self.per_cluster.into(),
                 per_owner: self
                     .max_jobs_per_owner
+                    .map_or_else(|| default_per_owner(self.workers.into()), usize::from),
+                per_tenant: self
+                    .max_jobs_per_tenant
                     .map_or_else(|| default_per_owner(self.workers.into()), usize::from),
                 max_attempts: self.max_attempts,
                 ..QueueConfig::default()
@@ -631,13 +646,27 @@ mod tests {
         assert_eq!(lease_of(&["--leader-elect=true"]), lease_of(&[]));
     }
 
-    /// The queue's cap on one owner's running jobs for `tenancy-hub run ARGS`.
-    fn per_owner_of(args: &[&str]) -> usize {
+    /// The queue's configuration for `tenancy-hub run ARGS`.
+    fn queue_of(args: &[&str]) -> QueueConfig {
         let line = ["tenancy-hub", "run"].iter().chain(args);
         let Command::Run(run) = Cli::try_parse_from(line).unwrap().command else {
             panic!("not run");
         };
-        run.config().queue.per_owner
+        run.config().queue
+    }
+
+    /// The queue's cap on one owner's running jobs for `tenancy-hub run ARGS`.
+    fn per_owner_of(args: &[&str]) -> usize {
+        queue_of(args).per_owner
+    }
+
+    #[test]
+    fn one_tenant_may_use_all_workers_but_one_unless_told_otherwise() {
+        let per_tenant = |args: &[&str]| queue_of(args).per_tenant;
+        assert_eq!(per_tenant(&[]), 3);
+        assert_eq!(per_tenant(&["--workers", "8"]), 7);
+        assert_eq!(per_tenant(&["--max-jobs-per-tenant", "2"]), 2);
+        assert_eq!(per_tenant(&["--max-jobs-per-tenant", "0"]), 0);
     }
 
     #[test]

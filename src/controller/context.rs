@@ -14,6 +14,8 @@ pub struct Settings {
     pub pending_timeout: Duration,
     /// The one hub namespace reconciled (`--namespace`); every namespace when None.
     pub scope: Option<String>,
+    /// The label selector of the Controllers reconciled (`--selector`); every one when None.
+    pub selector: Option<String>,
     /// How often charts are looked at again: chart-home directories re-read, repository and OCI
     /// versions resolved again (`--chart-interval`).
     pub chart_interval: Duration,

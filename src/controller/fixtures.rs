@@ -131,6 +131,7 @@ impl Fixture {
                 chart_home: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/charts"),
                 pending_timeout: Duration::from_secs(300),
                 scope: None,
+                selector: None,
                 chart_interval: Duration::from_secs(300),
                 drift_interval: Duration::from_secs(300),
                 policy_mode: mode,

@@ -119,10 +119,13 @@ pub async fn report_ownerless(ctx: Arc<Context>, cancel: tokio_util::sync::Cance
             .managed(None)
             .into_iter()
             .filter(|(_, o)| {
-                ctx.settings
-                    .scope
-                    .as_ref()
-                    .is_none_or(|ns| *ns == o.namespace)
+                // With a selector, a Controller not listed may be another operator's.
+                ctx.settings.selector.is_none()
+                    && ctx
+                        .settings
+                        .scope
+                        .as_ref()
+                        .is_none_or(|ns| *ns == o.namespace)
                     && !present.contains(o)
             })
             .collect();

@@ -17,7 +17,7 @@ use kube::{
     },
 };
 
-use crate::controller::events::publish;
+use crate::controller::events::{EVENT_BURST, publish};
 
 use crate::{
     api::crd::{Controller, DeletionPolicy},
@@ -491,26 +491,38 @@ async fn report_new_problems(
     warnings: &[String],
 ) {
     let owner = owner_id(c);
-    let notes: BTreeSet<String> = problems
-        .iter()
-        .map(ToString::to_string)
-        .chain(warnings.iter().cloned())
-        .collect();
+    let told: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    let notes: BTreeSet<String> = told.iter().chain(warnings).cloned().collect();
     let before = ctx
         .reported
         .insert(owner.clone(), notes)
         .unwrap_or_default();
-    for problem in problems {
-        let note = problem.to_string();
-        if before.contains(&note) {
+    // Told one by one up to the Events a resource may get in a burst, then counted: a spec with
+    // thousands of problems makes a few log lines and Events, not thousands.
+    let limit = EVENT_BURST as usize;
+    let new = problems
+        .iter()
+        .zip(told)
+        .filter(|(_, note)| !before.contains(note));
+    let mut untold = 0;
+    for (i, (problem, note)) in new.enumerate() {
+        if i >= limit {
+            untold += 1;
             continue;
         }
         tracing::warn!(controller = %owner, problem = %note, "spec cannot be carried out as written");
         publish(ctx, c, EventType::Warning, problem.reason(), "Plan", note).await;
     }
     // Logged only: a hub migrating to policies would otherwise get an Event on every Controller.
-    for warning in warnings.iter().filter(|w| !before.contains(*w)) {
+    for (i, warning) in warnings.iter().filter(|w| !before.contains(*w)).enumerate() {
+        if i >= limit {
+            untold += 1;
+            continue;
+        }
         tracing::warn!(controller = %owner, %warning, "no tenancy policy allows this release (permissive mode: delivered anyway)");
+    }
+    if untold > 0 {
+        tracing::warn!(controller = %owner, untold, "more new problems of this spec than are logged one by one; its status counts them");
     }
 }
 
@@ -547,12 +559,13 @@ async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
     owned.extend(just_applied(ctx, &owner, &applied));
     // Suspended releases get no Helm call, uninstall included: they are left in place.
     let registered = ctx.registry.load().labels();
+    let held = plan::Held::of(&c.spec, &registered);
     let left: Vec<String> = owned
         .iter()
-        .filter(|k| plan::suspended(&c.spec, &registered, k))
+        .filter(|k| held.holds(k))
         .map(ToString::to_string)
         .collect();
-    owned.retain(|k| !plan::suspended(&c.spec, &registered, k));
+    owned.retain(|k| !held.holds(k));
     // A release no governing policy allows acting on now is never removed with the operator's
     // own rights on the tenant's behalf: it is reported and left in place.
     let admission = ctx.admission();

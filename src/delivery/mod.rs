@@ -6,6 +6,9 @@ pub mod constraint;
 pub mod drift;
 pub mod helm;
 pub mod namespace;
+#[cfg(test)]
+mod hostile;
+pub mod limits;
 pub mod plan;
 pub mod policy;
 pub mod queue;

@@ -1,7 +1,7 @@
 //! Planning: the releases a spec asks for, compared with those applied in the clusters, become Helm jobs (pure).
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet, hash_map},
     fmt,
     path::{Path, PathBuf},
 };
@@ -13,6 +13,7 @@ use crate::{
     api::crd::{Chart, ControllerSpec, DriftDetection, DriftMode, HUB_CLUSTER, Tenancy},
     api::key::{ClusterName, ClusterNamespace, ReleaseKey},
     api::policy::Impersonation,
+    delivery::limits,
     delivery::policy::{Admission, Verdict},
 };
 
@@ -193,8 +194,8 @@ pub enum Problem {
         namespace: String,
         /// The unknown name.
         cluster: String,
-        /// Registered names.
-        known: Vec<String>,
+        /// Registered names: a few, and how many more.
+        known: String,
     },
     /// A tenancy's cluster selector matches no registered cluster.
     NoClusterSelected {
@@ -210,16 +211,16 @@ pub enum Problem {
         /// Where it was looked for and why it is not there.
         reason: String,
     },
-    /// One resource asks for the same release key more than once.
+    /// One resource asks for the same release key more than once: one problem per key.
     Duplicate {
         /// The release.
         key: ReleaseKey,
-        /// The chart of this entry.
+        /// The chart of the first entry asking for it.
         chart: String,
-        /// This entry, as `tenancies[i] chart NAME`.
-        this: String,
-        /// The other entries asking for the key.
-        others: Vec<String>,
+        /// The first few entries asking for it, as `tenancies[i] chart NAME`.
+        entries: Vec<String>,
+        /// How many entries ask for it in all.
+        count: usize,
     },
     /// Another resource, or something outside tenancy-hub, holds the release.
     Conflict {
@@ -228,12 +229,25 @@ pub enum Problem {
         /// Who holds it.
         holder: String,
     },
-    /// A setting key Helm cannot take literally.
+    /// A setting key Helm cannot take literally, or would build too large a list for.
     InvalidSetting {
         /// The release.
         key: ReleaseKey,
         /// The setting key.
         setting: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The resource asks for more than one resource may; nothing of it is planned.
+    TooLarge {
+        /// The resource.
+        owner: OwnerId,
+        /// What is counted: `charts` or `releases`.
+        what: &'static str,
+        /// How many it asks for.
+        count: usize,
+        /// How many it may.
+        limit: usize,
     },
     /// The tenancy policies do not allow the release, or its chart source breaks a source rule.
     Forbidden {
@@ -255,7 +269,9 @@ impl Problem {
             | Problem::Conflict { key, .. }
             | Problem::InvalidSetting { key, .. }
             | Problem::Forbidden { key, .. } => Some(key),
-            Problem::UnknownCluster { .. } | Problem::NoClusterSelected { .. } => None,
+            Problem::UnknownCluster { .. }
+            | Problem::NoClusterSelected { .. }
+            | Problem::TooLarge { .. } => None,
         }
     }
 
@@ -269,6 +285,7 @@ impl Problem {
             Problem::Conflict { .. } => "Conflict",
             Problem::InvalidSetting { .. } => "InvalidSetting",
             Problem::Forbidden { .. } => "Forbidden",
+            Problem::TooLarge { .. } => "SpecTooLarge",
         }
     }
 }
@@ -282,8 +299,7 @@ impl fmt::Display for Problem {
                 known,
             } => write!(
                 f,
-                "tenancy {namespace}: cluster {cluster:?} is not registered (registered: {}); register it in the clusters file or fix spec.tenancies[].clusters",
-                known.join(", ")
+                "tenancy {namespace}: cluster {cluster:?} is not registered (registered: {known}); register it in the clusters file or fix spec.tenancies[].clusters"
             ),
             Problem::NoClusterSelected { namespace } => write!(
                 f,
@@ -294,19 +310,31 @@ impl fmt::Display for Problem {
                 "release {key}: chart {chart:?} not found: {reason}; what runs is left as it is until the chart is found or the spec changes"
             ),
             Problem::Duplicate {
-                key, this, others, ..
+                key,
+                entries,
+                count,
+                ..
             } => write!(
                 f,
-                "release {key} is asked for more than once in this Controller ({this}, and {}); none of them is applied until one gets another releaseName, namespace or cluster",
-                others.join(", ")
+                "release {key} is asked for more than once in this Controller, by {count} entries ({}); none of them is applied until all but one get another releaseName, namespace or cluster",
+                limits::few(entries, *count)
             ),
             Problem::Conflict { key, holder } => write!(
                 f,
                 "release {key} is already held by {holder}; it is left to its holder: rename the release or remove it from one of them"
             ),
-            Problem::InvalidSetting { key, setting } => write!(
+            Problem::InvalidSetting { key, setting, why } => write!(
                 f,
-                "release {key}: setting key {setting:?} contains ',' or '=', which Helm cannot take in a key; use values instead"
+                "release {key}: setting key {setting:?} {why}; use values instead"
+            ),
+            Problem::TooLarge {
+                owner,
+                what,
+                count,
+                limit,
+            } => write!(
+                f,
+                "Controller {owner} asks for {count} {what}, more than the {limit} one Controller may; nothing of it is planned and what runs stays as it is: split it into several Controllers"
             ),
             Problem::Forbidden { key, rule, .. } => write!(
                 f,
@@ -393,12 +421,43 @@ pub fn suspended(
     clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
     key: &ReleaseKey,
 ) -> bool {
-    spec.suspend
-        || spec.tenancies.iter().any(|t| {
-            t.suspend
-                && t.namespace == key.scope.namespace
-                && targets(t, clusters).0.contains(&key.scope.cluster)
-        })
+    Held::of(spec, clusters).holds(key)
+}
+
+/// What `suspend` holds back in a spec, worked out once and asked for each release (asking
+/// [`suspended`] for each would go over every tenancy every time).
+pub struct Held {
+    all: bool,
+    scopes: HashSet<ClusterNamespace>,
+}
+
+impl Held {
+    /// What `spec` holds back with the clusters registered now.
+    pub fn of(
+        spec: &ControllerSpec,
+        clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
+    ) -> Self {
+        let scopes = spec
+            .tenancies
+            .iter()
+            .filter(|t| t.suspend && !spec.suspend)
+            .flat_map(|t| {
+                targets(t, clusters)
+                    .0
+                    .into_iter()
+                    .filter_map(|c| ClusterNamespace::new(c, &t.namespace).ok())
+            })
+            .collect();
+        Self {
+            all: spec.suspend,
+            scopes,
+        }
+    }
+
+    /// True when no Helm call may be made for `key`.
+    pub fn holds(&self, key: &ReleaseKey) -> bool {
+        self.all || self.scopes.contains(&key.scope)
+    }
 }
 
 /// What a spec suspends, in words; None when it suspends nothing.
@@ -427,7 +486,7 @@ pub fn targets(
 ) -> (BTreeSet<ClusterName>, Vec<Problem>) {
     let mut out = BTreeSet::new();
     let mut problems = Vec::new();
-    let known = || clusters.keys().map(ToString::to_string).collect::<Vec<_>>();
+    let known = || limits::few(clusters.keys().map(ClusterName::as_str), clusters.len());
     for name in &tenancy.clusters {
         match name
             .parse::<ClusterName>()
@@ -496,25 +555,90 @@ pub struct Desired {
     pub named: BTreeSet<ReleaseKey>,
     /// What enforcing the tenancy policies would refuse, in permissive mode.
     pub warnings: Vec<String>,
+    /// True when the spec asks for more than one resource may: nothing of it is resolved, and
+    /// nothing it holds is uninstalled either (its keys are not even listed in `named`).
+    pub too_large: bool,
 }
 
-/// The releases a spec asks for, resolved, with the problems found on the way. A key asked for
-/// twice is a problem on every entry that asks for it, and none of them is planned; a release the
-/// tenancy policies do not allow is `Forbidden` and its chart is not even looked up.
-pub fn desired(
+/// One chart entry of the spec for one release key: the key, the tenancy's index, the chart.
+type Asked<'a> = (ReleaseKey, usize, &'a Chart);
+
+/// The entries asking for one key more than once: the first, a few named, and how many in all.
+struct Repeated {
+    entries: Vec<String>,
+    count: usize,
+}
+
+fn describe(asked: &Asked<'_>) -> String {
+    format!("tenancies[{}] chart {}", asked.1, asked.2.chart_name)
+}
+
+/// The keys asked for more than once, by the position of their first entry, found in one pass
+/// with a map from each key to its first entry; and that map.
+fn repeats<'a>(
+    asked: &'a [Asked<'_>],
+) -> (HashMap<&'a ReleaseKey, usize>, HashMap<usize, Repeated>) {
+    let mut first: HashMap<&ReleaseKey, usize> = HashMap::with_capacity(asked.len());
+    let mut repeated: HashMap<usize, Repeated> = HashMap::new();
+    for (i, entry) in asked.iter().enumerate() {
+        match first.entry(&entry.0) {
+            hash_map::Entry::Vacant(v) => {
+                v.insert(i);
+            }
+            hash_map::Entry::Occupied(o) => {
+                let at = *o.get();
+                let r = repeated.entry(at).or_insert_with(|| Repeated {
+                    entries: vec![describe(&asked[at])],
+                    count: 1,
+                });
+                if r.entries.len() < limits::NAMED {
+                    r.entries.push(describe(entry));
+                }
+                r.count += 1;
+            }
+        }
+    }
+    (first, repeated)
+}
+
+/// Every (key, tenancy, chart) a spec asks for, or the problem of a spec asking for more than one
+/// resource may, counted before any key is made.
+fn asked<'a>(
     owner: &OwnerId,
-    spec: &ControllerSpec,
+    spec: &'a ControllerSpec,
     clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
-    chart_home: &Path,
-    lookup: &dyn Fn(&ChartSource, Option<&str>) -> ChartLookup,
-    admission: &Admission,
-) -> Desired {
-    let mut out = Desired::default();
-    // Every (key, where in the spec) first, so duplicates are known before anything is resolved.
-    let mut asked: Vec<(ReleaseKey, usize, &Chart)> = Vec::new();
-    for (index, tenancy) in spec.tenancies.iter().enumerate() {
+    problems: &mut Vec<Problem>,
+) -> Result<Vec<Asked<'a>>, Box<Problem>> {
+    let too_large = |what, count, limit| {
+        Box::new(Problem::TooLarge {
+            owner: owner.clone(),
+            what,
+            count,
+            limit,
+        })
+    };
+    let charts = limits::charts_named(spec);
+    if charts > limits::MAX_CHARTS {
+        return Err(too_large("charts", charts, limits::MAX_CHARTS));
+    }
+    let mut targeted = Vec::with_capacity(spec.tenancies.len());
+    for tenancy in &spec.tenancies {
         let (targets, mut found) = targets(tenancy, clusters);
-        out.problems.append(&mut found);
+        problems.append(&mut found);
+        targeted.push(targets);
+    }
+    let releases: usize = spec
+        .tenancies
+        .iter()
+        .zip(&targeted)
+        .map(|(t, clusters)| t.charts.len().saturating_mul(clusters.len()))
+        .fold(0, usize::saturating_add);
+    if releases > limits::MAX_RELEASES {
+        let what = "releases (each chart once per cluster its tenancy goes to)";
+        return Err(too_large(what, releases, limits::MAX_RELEASES));
+    }
+    let mut asked = Vec::with_capacity(releases);
+    for (index, (tenancy, targets)) in spec.tenancies.iter().zip(targeted).enumerate() {
         for cluster in targets {
             let Ok(scope) = ClusterNamespace::new(cluster, &tenancy.namespace) else {
                 continue; // the schema only admits DNS-1123 labels
@@ -524,40 +648,53 @@ pub fn desired(
                     .release_name
                     .clone()
                     .unwrap_or_else(|| tenancy.namespace.clone());
-                asked.push((
-                    ReleaseKey {
-                        scope: scope.clone(),
-                        release,
-                    },
-                    index,
-                    chart,
-                ));
+                let key = ReleaseKey {
+                    scope: scope.clone(),
+                    release,
+                };
+                asked.push((key, index, chart));
             }
         }
     }
-    let mut by_key: BTreeMap<&ReleaseKey, Vec<String>> = BTreeMap::new();
-    for (key, index, chart) in &asked {
-        by_key
-            .entry(key)
-            .or_default()
-            .push(format!("tenancies[{index}] chart {}", chart.chart_name));
-    }
-    for (key, index, chart) in &asked {
+    Ok(asked)
+}
+
+/// The releases a spec asks for, resolved, with the problems found on the way. A key asked for
+/// twice is one problem naming a few of the entries that ask for it, and none of them is planned;
+/// a release the tenancy policies do not allow is `Forbidden` and its chart is not even looked
+/// up. A spec asking for more than one resource may (see [`limits`]) is one problem and nothing
+/// else. The work is linear in the number of releases asked for.
+pub fn desired(
+    owner: &OwnerId,
+    spec: &ControllerSpec,
+    clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
+    chart_home: &Path,
+    lookup: &dyn Fn(&ChartSource, Option<&str>) -> ChartLookup,
+    admission: &Admission,
+) -> Desired {
+    let mut out = Desired::default();
+    let asked = match asked(owner, spec, clusters, &mut out.problems) {
+        Ok(asked) => asked,
+        Err(problem) => {
+            out.problems = vec![*problem];
+            out.too_large = true;
+            return out;
+        }
+    };
+    let (first, mut repeated) = repeats(&asked);
+    for (i, (key, _, chart)) in asked.iter().enumerate() {
         out.named.insert(key.clone());
-        let askers = &by_key[key];
-        if askers.len() > 1 {
-            let this = format!("tenancies[{index}] chart {}", chart.chart_name);
-            let mut others = askers.clone();
-            if let Some(i) = others.iter().position(|o| *o == this) {
-                others.remove(i);
-            }
+        if let Some(r) = repeated.remove(&i) {
             out.problems.push(Problem::Duplicate {
                 key: key.clone(),
                 chart: chart.chart_name.clone(),
-                this,
-                others,
+                entries: r.entries,
+                count: r.count,
             });
             continue;
+        }
+        if first[key] != i {
+            continue; // a later entry of a key asked for more than once, told with the first
         }
         let identity = match admission.admit(
             &owner.namespace,
@@ -600,11 +737,8 @@ fn resolve(
     lookup: &dyn Fn(&ChartSource, Option<&str>) -> ChartLookup,
 ) -> Result<Release, Box<Problem>> {
     let source = source_of(chart, chart_home);
-    if let Some(bad) = chart.settings.iter().find(|s| s.key.contains([',', '='])) {
-        return Err(Box::new(Problem::InvalidSetting {
-            key,
-            setting: bad.key.clone(),
-        }));
+    if let Some((setting, why)) = limits::refused_setting(&chart.settings) {
+        return Err(Box::new(Problem::InvalidSetting { key, setting, why }));
     }
     let (version, chart_digest) = match lookup(&source, chart.version.as_deref()) {
         ChartLookup::Found { version, digest } => {
@@ -747,6 +881,7 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
         mut problems,
         named,
         warnings,
+        too_large,
     } = desired(
         inputs.owner,
         inputs.spec,
@@ -760,7 +895,8 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
         suspension: suspension(inputs.spec),
         ..Plan::default()
     };
-    let held = |key: &ReleaseKey| suspended(inputs.spec, inputs.clusters, key);
+    let held = Held::of(inputs.spec, inputs.clusters);
+    let held = |key: &ReleaseKey| held.holds(key);
     for release in &releases {
         let applied = inputs.applied.get(&release.key);
         let holder = match inputs.claims.get(&release.key) {
@@ -820,10 +956,11 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
             });
         }
     }
+    // A spec too large to plan names no key, and uninstalls nothing either.
     let mut removals: Vec<&Applied> = inputs
         .applied
         .values()
-        .filter(|a| a.owner.as_ref() == Some(inputs.owner))
+        .filter(|a| !too_large && a.owner.as_ref() == Some(inputs.owner))
         .filter(|a| !named.contains(&a.key) && inputs.synced.contains(&a.key.scope.cluster))
         .filter(|a| a.status != "uninstalling")
         .collect();

@@ -1,14 +1,17 @@
-//! The queue of Helm jobs for all clusters: keyed, coalescing, per-key exclusive, fair across owners and clusters, capped, with backoff.
+//! The queue of Helm jobs for all clusters: keyed, coalescing, per-key exclusive, fair across tenants, owners and clusters, capped, with backoff.
 //!
 //! Hand-written because no crate combines what it needs: one job per release key (a newer job
-//! replaces a queued one, waits behind a running one), round-robin between owners (the
-//! `Controller` a job is for) with a cap on each owner's running jobs, uninstalls before the
+//! replaces a queued one, waits behind a running one), round-robin between tenants (the hub
+//! namespace of the `Controller` a job is for), then between the owners (`Controller`s) of one
+//! tenant, with a cap on each tenant's and each owner's running jobs, uninstalls before the
 //! owner's other jobs, clusters taking turns within an owner under a per-cluster cap, and
-//! backoff timers a recovered cluster can cut short. Everything is indexed; with n waiting jobs:
+//! backoff timers a recovered cluster can cut short. A tenant with fifty Controllers gets one
+//! turn, like a tenant with one. Everything is indexed; with n waiting jobs:
 //! - enqueue, replace, a job finishing, a retry: O(log n); `is_busy`, `depth`, `running`: O(1);
-//! - starting the next job: O(log n) when the owner first in turn can start one; at worst
-//!   O(owners × workers), passing over owners at their cap and, within an owner, clusters at
-//!   their cap (at most `workers` clusters can be), so O(owners) for a given worker count;
+//! - starting the next job: O(log n) when the tenant and owner first in turn can start one; at
+//!   worst O(owners × workers), passing over tenants and owners at their cap and, within an
+//!   owner, clusters at their cap (at most `workers` of each can be), so O(owners) for a given
+//!   worker count;
 //! - a backing-off job becoming due: O(log n); `expedite`: O(log n) per job of the cluster;
 //! - `retain_planned` and `drop_applies`: O(log n) per waiting job of that owner;
 //! - `next_wake`: O(log n); `running_for`: O(workers).
@@ -45,6 +48,9 @@ pub struct QueueConfig {
     pub per_cluster: usize,
     /// Jobs of one owner (`Controller`) running at once; 0: no cap beyond `workers`.
     pub per_owner: usize,
+    /// Jobs of one tenant (the hub namespace of the owners) running at once; 0: no cap beyond
+    /// `workers`.
+    pub per_tenant: usize,
     /// Delay before the first retry of a failed job.
     pub backoff_base: Duration,
     /// Longest delay between retries.
@@ -61,6 +67,7 @@ impl Default for QueueConfig {
             workers: 4,
             per_cluster: 2,
             per_owner: default_per_owner(4),
+            per_tenant: default_per_owner(4),
             backoff_base: Duration::from_secs(1),
             backoff_max: Duration::from_secs(300),
             shutdown_grace: Duration::from_secs(30),
@@ -69,8 +76,9 @@ impl Default for QueueConfig {
     }
 }
 
-/// The default cap of one owner's running jobs: all workers but one (at least one), so one
-/// worker always stays free for other owners while one owner's wave keeps most of the throughput.
+/// The default cap of one owner's, and of one tenant's, running jobs: all workers but one (at
+/// least one), so one worker always stays free for other owners and tenants while one wave keeps
+/// most of the throughput.
 pub fn default_per_owner(workers: usize) -> usize {
     workers.saturating_sub(1).max(1)
 }
@@ -292,6 +300,62 @@ impl OwnerQueue {
     }
 }
 
+/// One tenant's share of the queue: the hub namespace's owners with ready jobs, taking turns.
+#[derive(Debug, Default)]
+struct TenantQueue {
+    /// Its owners with ready jobs, in turn order.
+    turns: Turns<OwnerId>,
+    /// Its jobs running now.
+    running: usize,
+    /// Whether it is in `State::turns`.
+    in_turn: bool,
+}
+
+impl TenantQueue {
+    fn idle(&self) -> bool {
+        self.turns.is_empty() && self.running == 0 && !self.in_turn
+    }
+
+    /// Takes the next job of the first owner in turn that is under its cap and has a job `room`
+    /// admits; that owner goes to the back. Owners met on the way with nothing ready are
+    /// dropped from the turns (and forgotten when idle).
+    fn pick(
+        &mut self,
+        owners: &mut HashMap<OwnerId, OwnerQueue>,
+        per_owner: usize,
+        room: impl Fn(&ClusterName) -> bool,
+    ) -> Option<ReleaseKey> {
+        let mut i = 0;
+        loop {
+            let id = self.turns.get(i)?;
+            let owner = owners.get_mut(id).expect("an owner in turn is known");
+            if owner.ready() == 0 {
+                owner.in_turn = false;
+                let id = self.turns.remove(i).expect("in range");
+                if owners.get(&id).is_some_and(OwnerQueue::idle) {
+                    owners.remove(&id);
+                }
+                continue;
+            }
+            if per_owner > 0 && owner.running >= per_owner {
+                i += 1;
+                continue;
+            }
+            let Some(key) = owner.lanes.iter_mut().find_map(|lane| lane.pick(&room)) else {
+                i += 1;
+                continue;
+            };
+            let id = self.turns.remove(i).expect("in range");
+            if owner.ready() > 0 {
+                self.turns.served.push_back(id);
+            } else {
+                owner.in_turn = false;
+            }
+            return Some(key);
+        }
+    }
+}
+
 /// The queue's bookkeeping, free of any runtime so it is tested with explicit instants.
 #[derive(Debug)]
 struct State {
@@ -300,8 +364,10 @@ struct State {
     waiting: HashMap<ReleaseKey, Waiting>,
     /// The owners with jobs waiting or running.
     owners: HashMap<OwnerId, OwnerQueue>,
-    /// Owners with ready jobs, in turn order.
-    turns: Turns,
+    /// The tenants (hub namespaces) with owners in turn or jobs running.
+    tenants: HashMap<String, TenantQueue>,
+    /// Tenants with ready jobs, in turn order.
+    turns: Turns<String>,
     /// Backing-off jobs by the instant they become eligible (and their `seq`).
     timers: BTreeMap<(Instant, u64), ReleaseKey>,
     /// Backing-off jobs by cluster, for `expedite`.
@@ -314,25 +380,34 @@ struct State {
     last_seq: u64,
 }
 
-/// The owners with ready jobs in turn order: those that just got some (they have had no turn
-/// since), then those served before. An owner served goes to the back of the second list. A
-/// newly active owner thus starts its first job on the next free worker, as a new flow goes
-/// first in FQ-CoDel, and then takes its turn like the others; it can jump the line again only
-/// after all its ready jobs have started.
-#[derive(Debug, Default)]
-struct Turns {
-    fresh: VecDeque<OwnerId>,
-    served: VecDeque<OwnerId>,
+/// Tenants, or the owners of one tenant, with ready jobs in turn order: those that just got
+/// some (they have had no turn since), then those served before. One served goes to the back of
+/// the second list. A newly active tenant or owner thus starts its first job on the next free
+/// worker, as a new flow goes first in FQ-CoDel, and then takes its turn like the others; it can
+/// jump the line again only after all its ready jobs have started.
+#[derive(Debug)]
+struct Turns<T> {
+    fresh: VecDeque<T>,
+    served: VecDeque<T>,
 }
 
-impl Turns {
-    fn get(&self, i: usize) -> Option<&OwnerId> {
+impl<T> Default for Turns<T> {
+    fn default() -> Self {
+        Self {
+            fresh: VecDeque::new(),
+            served: VecDeque::new(),
+        }
+    }
+}
+
+impl<T: PartialEq> Turns<T> {
+    fn get(&self, i: usize) -> Option<&T> {
         self.fresh
             .get(i)
             .or_else(|| self.served.get(i - self.fresh.len()))
     }
 
-    fn remove(&mut self, i: usize) -> Option<OwnerId> {
+    fn remove(&mut self, i: usize) -> Option<T> {
         if i < self.fresh.len() {
             self.fresh.remove(i)
         } else {
@@ -340,24 +415,37 @@ impl Turns {
         }
     }
 
-    #[cfg(test)]
-    fn contains(&self, owner: &OwnerId) -> bool {
-        self.fresh.contains(owner) || self.served.contains(owner)
-    }
-
-    #[cfg(test)]
     fn is_empty(&self) -> bool {
         self.fresh.is_empty() && self.served.is_empty()
     }
+
+    #[cfg(test)]
+    fn contains(&self, item: &T) -> bool {
+        self.fresh.contains(item) || self.served.contains(item)
+    }
 }
 
-/// Adds a ready job to its owner's lane, and the owner to the turns unless it is there.
-fn enter_lane(owners: &mut HashMap<OwnerId, OwnerQueue>, turns: &mut Turns, job: &Job, seq: u64) {
+/// Adds a ready job to its owner's lane, the owner to its tenant's turns and the tenant to the
+/// turns, each unless it is there.
+fn enter_lane(
+    owners: &mut HashMap<OwnerId, OwnerQueue>,
+    tenants: &mut HashMap<String, TenantQueue>,
+    turns: &mut Turns<String>,
+    job: &Job,
+    seq: u64,
+) {
     let owner = owners.entry(job.owner().clone()).or_default();
     owner.lanes[lane_of(job)].insert(seq, job.key().clone());
-    if !owner.in_turn {
-        owner.in_turn = true;
-        turns.fresh.push_back(job.owner().clone());
+    if owner.in_turn {
+        return;
+    }
+    owner.in_turn = true;
+    let name = &job.owner().namespace;
+    let tenant = tenants.entry(name.clone()).or_default();
+    tenant.turns.fresh.push_back(job.owner().clone());
+    if !tenant.in_turn {
+        tenant.in_turn = true;
+        turns.fresh.push_back(name.clone());
     }
 }
 
@@ -367,6 +455,7 @@ impl State {
             config,
             waiting: HashMap::new(),
             owners: HashMap::new(),
+            tenants: HashMap::new(),
             turns: Turns::default(),
             timers: BTreeMap::new(),
             backing_off: HashMap::new(),
@@ -406,7 +495,13 @@ impl State {
                     .or_default()
                     .insert(key.clone());
             }
-            Slot::Ready => enter_lane(&mut self.owners, &mut self.turns, &w.job, w.seq),
+            Slot::Ready => enter_lane(
+                &mut self.owners,
+                &mut self.tenants,
+                &mut self.turns,
+                &w.job,
+                w.seq,
+            ),
         }
         self.waiting.insert(key, w);
     }
@@ -448,6 +543,14 @@ impl State {
         if self.owners.get(owner).is_some_and(OwnerQueue::idle) {
             self.owners.remove(owner);
         }
+        self.tidy_tenant(&owner.namespace);
+    }
+
+    /// Forgets a tenant with no owner in turn and nothing running.
+    fn tidy_tenant(&mut self, tenant: &str) {
+        if self.tenants.get(tenant).is_some_and(TenantQueue::idle) {
+            self.tenants.remove(tenant);
+        }
     }
 
     /// Moves the backing-off jobs due at `now` into their lanes.
@@ -458,13 +561,24 @@ impl State {
             }
             let key = timer.remove();
             self.stop_backing_off(&key);
-            let w = self
-                .waiting
-                .get_mut(&key)
-                .expect("a timer has its waiting job");
-            w.slot = Slot::Ready;
-            enter_lane(&mut self.owners, &mut self.turns, &w.job, w.seq);
+            self.make_ready(&key);
         }
+    }
+
+    /// Files the waiting job of `key`, out of its backoff, among the ready jobs.
+    fn make_ready(&mut self, key: &ReleaseKey) {
+        let w = self
+            .waiting
+            .get_mut(key)
+            .expect("a backing-off key has its waiting job");
+        w.slot = Slot::Ready;
+        enter_lane(
+            &mut self.owners,
+            &mut self.tenants,
+            &mut self.turns,
+            &w.job,
+            w.seq,
+        );
     }
 
     /// Makes every waiting job of `cluster` eligible at once.
@@ -480,8 +594,7 @@ impl State {
                 w.not_before = now;
                 count += 1;
             }
-            w.slot = Slot::Ready;
-            enter_lane(&mut self.owners, &mut self.turns, &w.job, w.seq);
+            self.make_ready(&key);
         }
         count
     }
@@ -513,44 +626,50 @@ impl State {
     }
 
     /// Starts the next job by turn, and marks it running: the job, its try number, and how long it
-    /// waited once eligible. Owners with ready jobs take turns, one job each (see [`Turns`]); an
-    /// owner at its cap is passed over; within an owner, uninstalls go first and its clusters take turns; a cluster at
-    /// its cap is passed over.
+    /// waited once eligible. Tenants with ready jobs take turns, one job each (see [`Turns`]); a
+    /// tenant at its cap is passed over; within a tenant its owners take turns the same way, an
+    /// owner at its cap passed over; within an owner, uninstalls go first and its clusters take
+    /// turns; a cluster at its cap is passed over.
     fn start_next(&mut self, now: Instant) -> Option<(Job, u32, Duration)> {
         self.promote_due(now);
         if self.running.len() >= self.config.workers {
             return None;
         }
-        let (per_cluster, per_owner) = (self.config.per_cluster, self.config.per_owner);
+        let config = &self.config;
         let running_per_cluster = &self.running_per_cluster;
-        let room = |c: &ClusterName| running_per_cluster.get(c).copied().unwrap_or(0) < per_cluster;
+        let room =
+            |c: &ClusterName| running_per_cluster.get(c).copied().unwrap_or(0) < config.per_cluster;
         let mut i = 0;
         let key = loop {
-            let id = self.turns.get(i)?;
-            let owner = self.owners.get_mut(id).expect("an owner in turn is known");
-            if owner.ready() == 0 {
-                owner.in_turn = false;
-                let id = self.turns.remove(i).expect("in range");
-                if self.owners.get(&id).is_some_and(OwnerQueue::idle) {
-                    self.owners.remove(&id);
+            let name = self.turns.get(i)?;
+            let tenant = self
+                .tenants
+                .get_mut(name)
+                .expect("a tenant in turn is known");
+            if config.per_tenant > 0 && tenant.running >= config.per_tenant {
+                i += 1;
+                continue;
+            }
+            let picked = tenant.pick(&mut self.owners, config.per_owner, room);
+            if picked.is_some() {
+                tenant.running += 1;
+            } else if !tenant.turns.is_empty() {
+                i += 1;
+                continue;
+            }
+            let name = self.turns.remove(i).expect("in range");
+            let tenant = self.tenants.get_mut(&name).expect("known");
+            if tenant.turns.is_empty() {
+                tenant.in_turn = false;
+                if tenant.idle() {
+                    self.tenants.remove(&name);
                 }
-                continue;
-            }
-            if per_owner > 0 && owner.running >= per_owner {
-                i += 1;
-                continue;
-            }
-            let Some(key) = owner.lanes.iter_mut().find_map(|lane| lane.pick(room)) else {
-                i += 1;
-                continue;
-            };
-            let id = self.turns.remove(i).expect("in range");
-            if owner.ready() > 0 {
-                self.turns.served.push_back(id);
             } else {
-                owner.in_turn = false;
+                self.turns.served.push_back(name);
             }
-            break key;
+            if let Some(key) = picked {
+                break key;
+            }
         };
         let w = self.waiting.remove(&key).expect("a ready key has its job");
         let owner = self
@@ -584,6 +703,9 @@ impl State {
             }
             if let Some(q) = self.owners.get_mut(&owner) {
                 q.running -= 1;
+            }
+            if let Some(t) = self.tenants.get_mut(&owner.namespace) {
+                t.running -= 1;
             }
             self.tidy(&owner);
         }
@@ -944,14 +1066,9 @@ mod tests {
         }
     }
 
-    /// A queue of `workers` and `per_cluster` whose owners are not capped.
+    /// A queue of `workers` and `per_cluster` whose owners and tenants are not capped.
     fn state(workers: usize, per_cluster: usize) -> State {
-        State::new(QueueConfig {
-            workers,
-            per_cluster,
-            per_owner: 0,
-            ..QueueConfig::default()
-        })
+        capped(workers, per_cluster, 0)
     }
 
     /// Starts every job allowed at `now`, naming each by its key.
@@ -981,13 +1098,18 @@ mod tests {
 
     /// `job` as if `owner` had asked for it.
     fn by(owner: &str, job: Job) -> Job {
+        of(named(owner), job)
+    }
+
+    /// `job` as if Controller `owner` (of any hub namespace) had asked for it.
+    fn of(owner: OwnerId, job: Job) -> Job {
         match job {
             Job::Apply {
                 mut release,
                 stale_pending,
                 repair,
             } => {
-                release.owner = named(owner);
+                release.owner = owner;
                 Job::Apply {
                     release,
                     stale_pending,
@@ -996,7 +1118,7 @@ mod tests {
             }
             Job::Uninstall { key, identity, .. } => Job::Uninstall {
                 key,
-                owner: named(owner),
+                owner,
                 identity,
             },
             Job::Rollback {
@@ -1006,19 +1128,25 @@ mod tests {
                 ..
             } => Job::Rollback {
                 key,
-                owner: named(owner),
+                owner,
                 from,
                 identity,
             },
         }
     }
 
-    /// A queue of `workers`, `per_cluster` and `per_owner`.
+    /// A queue of `workers`, `per_cluster` and `per_owner`, whose tenants are not capped.
     fn capped(workers: usize, per_cluster: usize, per_owner: usize) -> State {
+        tenanted(workers, per_cluster, per_owner, 0)
+    }
+
+    /// A queue of `workers`, `per_cluster`, `per_owner` and `per_tenant`.
+    fn tenanted(workers: usize, per_cluster: usize, per_owner: usize, per_tenant: usize) -> State {
         State::new(QueueConfig {
             workers,
             per_cluster,
             per_owner,
+            per_tenant,
             ..QueueConfig::default()
         })
     }
@@ -1040,9 +1168,18 @@ mod tests {
         assert!(s.running.len() <= c.workers, "workers exceeded");
         let mut per_cluster: HashMap<ClusterName, usize> = HashMap::new();
         let mut per_owner: HashMap<OwnerId, usize> = HashMap::new();
+        let mut per_tenant: HashMap<String, usize> = HashMap::new();
         for (key, (_, owner)) in &s.running {
             *per_cluster.entry(key.scope.cluster.clone()).or_default() += 1;
             *per_owner.entry(owner.clone()).or_default() += 1;
+            *per_tenant.entry(owner.namespace.clone()).or_default() += 1;
+        }
+        for (tenant, n) in &per_tenant {
+            assert_eq!(s.tenants[tenant].running, *n, "{tenant} running");
+            assert!(
+                c.per_tenant == 0 || *n <= c.per_tenant,
+                "{tenant} over its cap"
+            );
         }
         assert_eq!(per_cluster, s.running_per_cluster);
         assert!(per_cluster.values().all(|n| *n <= c.per_cluster));
@@ -1062,7 +1199,9 @@ mod tests {
                     ready += 1;
                     let line = &q.lanes[lane_of(&w.job)].lines[&key.scope.cluster];
                     assert_eq!(line.get(&w.seq), Some(key), "{key} in its line");
-                    assert!(q.in_turn && s.turns.contains(w.job.owner()));
+                    let tenant = &w.job.owner().namespace;
+                    assert!(q.in_turn && s.tenants[tenant].turns.contains(w.job.owner()));
+                    assert!(s.tenants[tenant].in_turn && s.turns.contains(tenant));
                 }
                 Slot::Backoff => {
                     assert_eq!(s.timers.get(&(w.not_before, w.seq)), Some(key));
@@ -1104,9 +1243,20 @@ mod tests {
         let mut s = State::new(QueueConfig::default());
         let now = Instant::now();
         wave(&mut s, "a", 1000, now);
-        assert_eq!(start_all(&mut s, now).len(), default_per_owner(4));
-        s.enqueue(by("b", uninstall("c-1/b/app")), now);
+        let first = start_all(&mut s, now);
+        assert_eq!(first.len(), default_per_owner(4));
+        // Another tenant's: the wave's tenant is at its cap too.
+        s.enqueue(of(in_tenant("other", "b"), uninstall("c-1/b/app")), now);
         assert_eq!(start_all(&mut s, now), ["c-1/b/app"]);
+        // Another owner of the wave's tenant goes first once one of the tenant's jobs ends.
+        s.enqueue(by("b", uninstall("c-2/b/app")), now);
+        s.finish(
+            &by("a", apply(&first[0], "h1")),
+            1,
+            &Outcome::Uninstalled,
+            now,
+        );
+        assert_eq!(start_all(&mut s, now), ["c-2/b/app"]);
         assert_consistent(&s);
     }
 
@@ -1125,9 +1275,72 @@ mod tests {
         }
         assert_eq!(order, ["a", "b", "c", "a", "b", "a"]);
         assert!(
-            s.owners.is_empty() && s.turns.is_empty(),
+            s.owners.is_empty() && s.tenants.is_empty() && s.turns.is_empty(),
             "idle owners are forgotten"
         );
+    }
+
+    /// Controller `name` of hub namespace `tenant`.
+    fn in_tenant(tenant: &str, name: &str) -> OwnerId {
+        OwnerId {
+            namespace: tenant.into(),
+            name: name.into(),
+        }
+    }
+
+    /// Enqueues `per_owner` installs for each of `owners` Controllers of hub namespace `tenant`.
+    fn tenant_wave(s: &mut State, tenant: &str, owners: usize, per_owner: usize, now: Instant) {
+        for o in 0..owners {
+            for i in 0..per_owner {
+                let key = format!("c-{}/{tenant}-{o}/app-{i}", i % 4);
+                let job = of(in_tenant(tenant, &format!("c{o}")), apply(&key, "h1"));
+                assert_eq!(s.enqueue(job, now), Enqueued::Added);
+            }
+        }
+    }
+
+    #[test]
+    fn a_tenant_with_fifty_controllers_gets_one_turn_like_a_tenant_with_one() {
+        let mut s = tenanted(4, 4, 0, 0);
+        let now = Instant::now();
+        tenant_wave(&mut s, "many", 50, 2, now);
+        tenant_wave(&mut s, "one", 1, 2, now);
+        let started: Vec<String> = start_all(&mut s, now)
+            .into_iter()
+            .map(|key| key.split('/').nth(1).unwrap().to_owned())
+            .collect();
+        // Tenants take turns, and the Controllers of one take turns within its turns.
+        assert_eq!(started, ["many-0", "one-0", "many-1", "one-0"]);
+        assert_consistent(&s);
+    }
+
+    #[test]
+    fn a_tenants_cap_holds_across_its_controllers_and_a_worker_stays_free() {
+        let mut s = tenanted(4, 4, 3, 3);
+        let now = Instant::now();
+        tenant_wave(&mut s, "slow", 5, 5, now);
+        let first = start_all(&mut s, now);
+        assert_eq!(first.len(), 3, "the tenant's cap, whatever its Controllers");
+        assert_consistent(&s);
+        s.enqueue(
+            of(in_tenant("other", "c"), apply("c-0/other/web", "h1")),
+            now,
+        );
+        assert_eq!(start_all(&mut s, now), ["c-0/other/web"]);
+        // The slow tenant's jobs never finish: its later jobs wait, the other tenant's do not.
+        s.enqueue(
+            of(in_tenant("other", "c"), apply("c-1/other/db", "h1")),
+            now,
+        );
+        assert!(start_all(&mut s, now).is_empty(), "every worker busy");
+        s.finish(
+            &of(in_tenant("other", "c"), apply("c-0/other/web", "h1")),
+            1,
+            &Outcome::Uninstalled,
+            now,
+        );
+        assert_eq!(start_all(&mut s, now), ["c-1/other/db"]);
+        assert_consistent(&s);
     }
 
     #[test]
@@ -1257,7 +1470,8 @@ mod tests {
             }
             assert_eq!(succeeded.len(), jobs.len(), "round {round}");
             assert!(succeeded.values().all(|n| *n == 1), "round {round}");
-            assert!(s.owners.is_empty() && s.turns.is_empty() && s.timers.is_empty());
+            assert!(s.owners.is_empty() && s.tenants.is_empty() && s.turns.is_empty());
+            assert!(s.timers.is_empty());
         }
     }
 

@@ -1,10 +1,16 @@
-//! Who calls the status API: bearer tokens reviewed by the hub (TokenReview), the hub namespaces each caller may read (SubjectAccessReview), answers cached briefly.
+//! Who calls the status API: bearer tokens reviewed by the hub (TokenReview), the hub namespaces each caller may read (SubjectAccessReview), answers cached briefly, reviews of new tokens rate-limited.
+//!
+//! A token the operator has not seen costs a TokenReview on the hub. Answers are remembered (a
+//! bounded cache), and reviews of new tokens are budgeted per remote address and in all (token
+//! buckets): a flood of random tokens costs the hub at most the budget's reviews, and its callers
+//! get 429 with `Retry-After`, while tokens already reviewed keep being answered from the cache.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
     fmt,
     future::Future,
     hash::Hash,
+    net::IpAddr,
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
@@ -35,6 +41,18 @@ const TOKEN_ENTRIES: usize = 1024;
 const ACCESS_ENTRIES: usize = 8192;
 /// Access reviews one request asks the hub at once.
 const PARALLEL_REVIEWS: usize = 8;
+/// Reviews of new tokens one remote address may cause: a burst, then so many per second.
+pub const NEW_TOKENS_PER_ADDRESS: Rate = Rate {
+    burst: 10,
+    per_second: 1,
+};
+/// Reviews of new tokens all callers together may cause: a burst, then so many per second.
+pub const NEW_TOKENS_IN_ALL: Rate = Rate {
+    burst: 100,
+    per_second: 10,
+};
+/// Remote addresses whose budgets are remembered at most.
+const ADDRESSES: usize = 4096;
 
 /// Why a request to the status API has no identity to answer for.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +68,15 @@ pub enum AuthError {
     /// The hub's TokenReview did not accept the token.
     #[error("the hub did not accept the bearer token")]
     Rejected,
+    /// Too many new tokens from this address, or from every caller together, were reviewed lately.
+    #[error(
+        "too many new bearer tokens lately; try again in {}s (tokens already accepted keep working)",
+        retry_after.as_secs()
+    )]
+    Busy {
+        /// How long until a review of a new token is allowed again.
+        retry_after: Duration,
+    },
     /// The hub failed a review or did not answer in time.
     #[error("cannot check the caller with the hub ({review}): {reason}; try again later")]
     Hub {
@@ -65,6 +92,12 @@ impl IntoResponse for AuthError {
         let body = Json(serde_json::json!({ "error": self.to_string() }));
         match self {
             Self::Hub { .. } => (StatusCode::SERVICE_UNAVAILABLE, body).into_response(),
+            Self::Busy { retry_after } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                [(header::RETRY_AFTER, retry_after.as_secs().to_string())],
+                body,
+            )
+                .into_response(),
             Self::NoToken | Self::NotBearer | Self::Rejected => (
                 StatusCode::UNAUTHORIZED,
                 [(header::WWW_AUTHENTICATE, "Bearer")],
@@ -196,14 +229,116 @@ impl<K: Eq + Hash + Clone, V: Clone> Expiring<K, V> {
     }
 }
 
+/// A token bucket's size: how many at once, and how many more each second.
+#[derive(Clone, Copy, Debug)]
+pub struct Rate {
+    /// Taken at once from a full bucket.
+    pub burst: u32,
+    /// Added back each second, up to the burst.
+    pub per_second: u32,
+}
+
+/// One token bucket: what is left, as of when.
+#[derive(Clone, Copy, Debug)]
+struct Bucket {
+    left: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn full(rate: Rate, now: Instant) -> Self {
+        Self {
+            left: f64::from(rate.burst),
+            at: now,
+        }
+    }
+
+    /// Refills for the time since it was last looked at; returns what is left.
+    fn refill(&mut self, rate: Rate, now: Instant) -> f64 {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.left = (self.left + elapsed * f64::from(rate.per_second)).min(f64::from(rate.burst));
+        self.at = now;
+        self.left
+    }
+
+    /// How long until one can be taken (zero when one can be now).
+    fn wait(&self, rate: Rate) -> Duration {
+        if self.left >= 1.0 {
+            return Duration::ZERO;
+        }
+        Duration::from_secs_f64((1.0 - self.left) / f64::from(rate.per_second.max(1)))
+    }
+}
+
+/// The budgets of reviews of new tokens: one bucket per remote address (at most [`ADDRESSES`]
+/// remembered) and one for every caller together.
+struct Budgets {
+    per_address: (Rate, HashMap<IpAddr, Bucket>),
+    all: (Rate, Bucket),
+}
+
+impl Budgets {
+    fn new(per_address: Rate, all: Rate, now: Instant) -> Self {
+        Self {
+            per_address: (per_address, HashMap::new()),
+            all: (all, Bucket::full(all, now)),
+        }
+    }
+
+    /// Takes one review from the budget of `from` (when known) and from the common one; when
+    /// either is spent, takes nothing and says how long until both allow one.
+    fn take(&mut self, from: Option<IpAddr>, now: Instant) -> Result<(), Duration> {
+        let (rate, buckets) = &mut self.per_address;
+        if let Some(address) = from
+            && !buckets.contains_key(&address)
+            && buckets.len() >= ADDRESSES
+        {
+            // Full buckets tell nothing: forget them first, then the fullest.
+            let rate = *rate;
+            buckets.retain(|_, b| b.refill(rate, now) < f64::from(rate.burst));
+            if buckets.len() >= ADDRESSES
+                && let Some(fullest) = buckets
+                    .iter()
+                    .max_by(|a, b| a.1.left.total_cmp(&b.1.left))
+                    .map(|(a, _)| *a)
+            {
+                buckets.remove(&fullest);
+            }
+        }
+        let mine = from.map(|a| buckets.entry(a).or_insert_with(|| Bucket::full(*rate, now)));
+        let (all_rate, all) = &mut self.all;
+        all.refill(*all_rate, now);
+        let wait = match mine {
+            Some(bucket) => {
+                bucket.refill(*rate, now);
+                let wait = bucket.wait(*rate).max(all.wait(*all_rate));
+                if wait.is_zero() {
+                    bucket.left -= 1.0;
+                }
+                wait
+            }
+            None => all.wait(*all_rate),
+        };
+        if !wait.is_zero() {
+            // Whole seconds, rounded up, as `Retry-After` says them.
+            return Err(Duration::from_secs(wait.as_secs_f64().ceil() as u64));
+        }
+        all.left -= 1.0;
+        Ok(())
+    }
+}
+
 /// Checks callers with the hub, remembering each answer for [`REVIEW_TTL`], so a dashboard that
-/// polls does not cost the hub a review per request.
+/// polls does not cost the hub a review per request; reviews of new tokens are budgeted per remote
+/// address and in all.
 pub struct Reviewer {
     hub: Client,
     /// Token digest → who it belongs to, or None when the hub rejected it.
     tokens: Mutex<Expiring<[u8; 32], Option<Arc<Identity>>>>,
     /// Whether an identity may get Controllers in a hub namespace (or cluster-wide).
     access: Mutex<Expiring<AccessKey, bool>>,
+    /// What reviews of new tokens are left, per remote address and in all.
+    budgets: Mutex<Budgets>,
 }
 
 /// Who, and in which hub namespace (None: cluster-wide).
@@ -212,24 +347,41 @@ type AccessKey = (Arc<Identity>, Option<String>);
 impl Reviewer {
     /// A reviewer asking `hub`, with nothing remembered yet.
     pub fn new(hub: Client) -> Self {
+        Self::with_budgets(hub, NEW_TOKENS_PER_ADDRESS, NEW_TOKENS_IN_ALL)
+    }
+
+    /// A reviewer asking `hub`, whose reviews of new tokens are budgeted at `per_address` for
+    /// each remote address and `in_all` for every caller together.
+    pub fn with_budgets(hub: Client, per_address: Rate, in_all: Rate) -> Self {
         Self {
             hub,
             tokens: Mutex::new(Expiring::new(REVIEW_TTL, TOKEN_ENTRIES)),
             access: Mutex::new(Expiring::new(REVIEW_TTL, ACCESS_ENTRIES)),
+            budgets: Mutex::new(Budgets::new(per_address, in_all, Instant::now())),
         }
     }
 
-    /// Who `token` belongs to, per the hub's TokenReview.
+    /// Who `token`, sent from remote address `from` (when known), belongs to, per the hub's
+    /// TokenReview.
     ///
     /// # Errors
-    /// [`AuthError::Rejected`] when the review does not accept the token, [`AuthError::Hub`] when
-    /// the hub fails it or does not answer within [`REVIEW_TIMEOUT`] (not remembered).
-    pub async fn authenticate(&self, token: &Token) -> Result<Arc<Identity>, AuthError> {
+    /// [`AuthError::Rejected`] when the review does not accept the token, [`AuthError::Busy`] when
+    /// the token is new and the budget of reviews of new tokens (of `from` or of everyone) is
+    /// spent, [`AuthError::Hub`] when the hub fails the review or does not answer within
+    /// [`REVIEW_TIMEOUT`] (not remembered).
+    pub async fn authenticate(
+        &self,
+        token: &Token,
+        from: Option<IpAddr>,
+    ) -> Result<Arc<Identity>, AuthError> {
         let key = token.digest();
         let known = lock(&self.tokens).get(&key, Instant::now());
         let identity = match known {
             Some(identity) => identity,
             None => {
+                lock(&self.budgets)
+                    .take(from, Instant::now())
+                    .map_err(|retry_after| AuthError::Busy { retry_after })?;
                 let reviewed = self.review_token(token).await?;
                 lock(&self.tokens).insert(key, reviewed.clone(), Instant::now());
                 reviewed
@@ -587,7 +739,7 @@ mod tests {
         let token = header("Bearer t0k3n").unwrap();
         let caller = {
             let reviewer = reviewer.clone();
-            tokio::spawn(async move { reviewer.authenticate(&token).await })
+            tokio::spawn(async move { reviewer.authenticate(&token, None).await })
         };
         let user = json!({"username": "system:serviceaccount:a:viewer", "uid": "u-1",
             "groups": ["system:serviceaccounts", "system:authenticated"],
@@ -603,7 +755,7 @@ mod tests {
         assert_eq!(who.username, "system:serviceaccount:a:viewer");
         assert_eq!(
             *reviewer
-                .authenticate(&header("Bearer t0k3n").unwrap())
+                .authenticate(&header("Bearer t0k3n").unwrap(), None)
                 .await
                 .unwrap(),
             *who
@@ -657,7 +809,7 @@ mod tests {
         let (hub, asked) = fake::hub();
         let reviewer = Reviewer::new(hub);
         let admin = reviewer
-            .authenticate(&header(&format!("Bearer {}", fake::ADMIN)).unwrap())
+            .authenticate(&header(&format!("Bearer {}", fake::ADMIN)).unwrap(), None)
             .await
             .unwrap();
         let access = reviewer
@@ -675,7 +827,7 @@ mod tests {
         let reviewer = Reviewer::new(hub);
         for _ in 0..3 {
             let err = reviewer
-                .authenticate(&header("Bearer garbage").unwrap())
+                .authenticate(&header("Bearer garbage").unwrap(), None)
                 .await
                 .unwrap_err();
             assert!(matches!(err, AuthError::Rejected), "{err}");
@@ -689,7 +841,7 @@ mod tests {
         let reviewer = Reviewer::new(hub);
         let broken = header(&format!("Bearer {}", fake::BROKEN)).unwrap();
         for _ in 0..2 {
-            let err = reviewer.authenticate(&broken).await.unwrap_err();
+            let err = reviewer.authenticate(&broken, None).await.unwrap_err();
             assert!(
                 matches!(
                     err,
@@ -714,7 +866,7 @@ mod tests {
         let (reviewer, _hub) = reviewer();
         let started = Instant::now();
         let err = reviewer
-            .authenticate(&header("Bearer t").unwrap())
+            .authenticate(&header("Bearer t").unwrap(), None)
             .await
             .unwrap_err();
         assert_eq!(started.elapsed(), REVIEW_TIMEOUT);
@@ -725,20 +877,106 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_flood_of_new_tokens_costs_the_hub_its_budget_and_then_429_while_known_tokens_work() {
+        let (hub, asked) = fake::hub();
+        let per_address = Rate {
+            burst: 3,
+            per_second: 1,
+        };
+        let in_all = Rate {
+            burst: 5,
+            per_second: 2,
+        };
+        let reviewer = Reviewer::with_budgets(hub, per_address, in_all);
+        let (a, b) = (Some([10, 0, 0, 1].into()), Some([10, 0, 0, 2].into()));
+        let admin = header(&format!("Bearer {}", fake::ADMIN)).unwrap();
+        reviewer.authenticate(&admin, a).await.unwrap();
+        let mut answers = Vec::new();
+        for i in 0..100 {
+            let random = header(&format!("Bearer random-{i}")).unwrap();
+            answers.push(reviewer.authenticate(&random, a).await.unwrap_err());
+        }
+        assert!(
+            answers[..2]
+                .iter()
+                .all(|e| matches!(e, AuthError::Rejected))
+        );
+        assert!(
+            answers[2..].iter().all(
+                |e| matches!(e, AuthError::Busy { retry_after } if retry_after.as_secs() == 1)
+            ),
+            "{:?}",
+            answers[2]
+        );
+        assert_eq!(
+            asked.load(Ordering::SeqCst),
+            3,
+            "the address's burst, no more"
+        );
+        reviewer
+            .authenticate(&admin, a)
+            .await
+            .expect("a known token is answered from the cache");
+        // Another address has its own budget, within the common one (5, of which 3 are spent).
+        for i in 0..5 {
+            let random = header(&format!("Bearer other-{i}")).unwrap();
+            let err = reviewer.authenticate(&random, b).await.unwrap_err();
+            assert_eq!(matches!(err, AuthError::Busy { .. }), i >= 2, "{i}: {err}");
+        }
+        assert_eq!(asked.load(Ordering::SeqCst), 5);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let random = header("Bearer later").unwrap();
+        assert!(matches!(
+            reviewer.authenticate(&random, a).await.unwrap_err(),
+            AuthError::Rejected
+        ));
+        assert_eq!(asked.load(Ordering::SeqCst), 6, "refilled after a second");
+    }
+
+    #[test]
+    fn too_many_new_tokens_answer_429_with_retry_after() {
+        let response = AuthError::Busy {
+            retry_after: Duration::from_secs(3),
+        }
+        .into_response();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "3");
+    }
+
+    #[test]
+    fn the_budgets_remember_a_bounded_number_of_addresses() {
+        let now = Instant::now();
+        let mut budgets = Budgets::new(
+            NEW_TOKENS_PER_ADDRESS,
+            Rate {
+                burst: 100_000,
+                per_second: 1,
+            },
+            now,
+        );
+        for i in 0..3 * ADDRESSES as u32 {
+            let address = std::net::Ipv4Addr::from(i);
+            assert!(budgets.take(Some(address.into()), now).is_ok());
+        }
+        assert!(budgets.per_address.1.len() <= ADDRESSES);
+        assert!(budgets.take(None, now).is_ok(), "the common budget alone");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn answers_are_asked_for_again_once_their_time_to_live_is_over() {
         let (hub, asked) = fake::hub();
         let reviewer = Reviewer::new(hub);
         let token = header(&format!("Bearer {}", fake::TEAM_A)).unwrap();
-        let who = reviewer.authenticate(&token).await.unwrap();
+        let who = reviewer.authenticate(&token, None).await.unwrap();
         let namespaces = || BTreeSet::from(["team-a".to_owned()]);
         reviewer.access(&who, namespaces()).await.unwrap();
         assert_eq!(asked.load(Ordering::SeqCst), 3);
         tokio::time::advance(REVIEW_TTL - Duration::from_secs(1)).await;
-        reviewer.authenticate(&token).await.unwrap();
+        reviewer.authenticate(&token, None).await.unwrap();
         reviewer.access(&who, namespaces()).await.unwrap();
         assert_eq!(asked.load(Ordering::SeqCst), 3);
         tokio::time::advance(Duration::from_secs(1)).await;
-        let who = reviewer.authenticate(&token).await.unwrap();
+        let who = reviewer.authenticate(&token, None).await.unwrap();
         let access = reviewer.access(&who, namespaces()).await.unwrap();
         assert_eq!(access, Access::Namespaces(namespaces()));
         assert_eq!(asked.load(Ordering::SeqCst), 6);

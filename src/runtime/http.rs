@@ -9,7 +9,7 @@ use std::{
 use arc_swap::ArcSwap;
 use axum::{
     Json, Router,
-    extract::{FromRequestParts, Path, State},
+    extract::{ConnectInfo, FromRequestParts, Path, State},
     http::{StatusCode, header, request::Parts},
     response::{IntoResponse, Response},
     routing::get,
@@ -180,7 +180,12 @@ impl FromRequestParts<ApiState> for Caller {
 
     async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, AuthError> {
         let token = Token::from_header(parts.headers.get(header::AUTHORIZATION))?;
-        state.reviewer.authenticate(&token).await.map(Self)
+        // Known when served by `serve`: reviews of new tokens are budgeted per address.
+        let from = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(addr)| addr.ip());
+        state.reviewer.authenticate(&token, from).await.map(Self)
     }
 }
 
@@ -303,8 +308,8 @@ pub async fn serve(
     })?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, "serving health, metrics and the status API");
-    let server =
-        axum::serve(listener, router(state)).with_graceful_shutdown(cancel.cancelled_owned());
+    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
+    let server = axum::serve(listener, app).with_graceful_shutdown(cancel.cancelled_owned());
     tasks.spawn(
         async move {
             if let Err(error) = server.await {

@@ -262,7 +262,11 @@ pub async fn run(
     let (store, writer) = reflector::store();
     let (policy_store, policy_writer) = reflector::store();
     let claims = Arc::new(Claims::new(chart_home.clone()));
-    let own = watcher(controllers, watcher::Config::default())
+    let selected = match &config.settings.selector {
+        Some(selector) => watcher::Config::default().labels(selector),
+        None => watcher::Config::default(),
+    };
+    let own = watcher(controllers, selected)
         .default_backoff()
         .reflect(writer)
         .inspect({
@@ -525,6 +529,7 @@ pub async fn run(
         workers = config.queue.workers,
         per_cluster = config.queue.per_cluster,
         per_owner = config.queue.per_owner,
+        per_tenant = config.queue.per_tenant,
         policies = policy_store.state().len(),
         mode = ?ctx.settings.policy_mode,
         "tenancy-hub is running"

@@ -1,6 +1,6 @@
 //! Status model: plan, applied releases and job outcomes become the hub resource's bounded status (pure).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::{Condition, Time},
@@ -115,14 +115,34 @@ fn message(
     }
 }
 
-fn release_message(release: &Release, view: &ReleaseView<'_>) -> ChartMessage {
-    ChartMessage {
-        drift: view.drift.get(&release.key).cloned(),
-        ..plain_release_message(release, view)
+/// The releases of a plan whose Helm work is held back, by `suspend` or by the rollout, as sets:
+/// asked once per release.
+struct HeldBack<'a> {
+    suspended: HashSet<&'a ReleaseKey>,
+    rollout: HashSet<&'a ReleaseKey>,
+}
+
+impl<'a> HeldBack<'a> {
+    fn of(plan: &'a Plan) -> Self {
+        Self {
+            suspended: plan.suspended.iter().collect(),
+            rollout: plan.rollout_held.iter().collect(),
+        }
     }
 }
 
-fn plain_release_message(release: &Release, view: &ReleaseView<'_>) -> ChartMessage {
+fn release_message(release: &Release, view: &ReleaseView<'_>, held: &HeldBack<'_>) -> ChartMessage {
+    ChartMessage {
+        drift: view.drift.get(&release.key).cloned(),
+        ..plain_release_message(release, view, held)
+    }
+}
+
+fn plain_release_message(
+    release: &Release,
+    view: &ReleaseView<'_>,
+    held: &HeldBack<'_>,
+) -> ChartMessage {
     let applied = view.applied.get(&release.key);
     // Only the outcome of a job for the current spec counts: after a revert to a good spec, an
     // old failure says nothing about the release.
@@ -143,7 +163,7 @@ fn plain_release_message(release: &Release, view: &ReleaseView<'_>) -> ChartMess
         .unwrap_or_default();
     let current = applied
         .filter(|a| a.status == "deployed" && a.spec_hash.as_deref() == Some(&release.spec_hash));
-    if view.plan.suspended.contains(&release.key) {
+    if held.suspended.contains(&release.key) {
         return message(
             release,
             phase::SUSPENDED,
@@ -152,7 +172,7 @@ fn plain_release_message(release: &Release, view: &ReleaseView<'_>) -> ChartMess
             chart_version,
         );
     }
-    if view.plan.rollout_held.contains(&release.key) {
+    if held.rollout.contains(&release.key) {
         return message(
             release,
             phase::PENDING,
@@ -228,11 +248,12 @@ fn problem_message(problem: &Problem, key: &ReleaseKey) -> ChartMessage {
 pub fn releases(view: &ReleaseView<'_>) -> ReleaseReport {
     let mut tenancies: BTreeMap<(String, String), TenancyStatus> = BTreeMap::new();
     let mut general = Vec::new();
+    let held = HeldBack::of(view.plan);
     for release in &view.plan.desired {
         let scope = &release.key.scope;
         entry(&mut tenancies, scope.cluster.as_str(), &scope.namespace)
             .chart_messages
-            .push(release_message(release, view));
+            .push(release_message(release, view, &held));
     }
     let desired: BTreeSet<&ReleaseKey> = view.plan.desired.iter().map(|r| &r.key).collect();
     for key in view.plan.suspended.iter().filter(|k| !desired.contains(k)) {
@@ -735,17 +756,16 @@ fn condition(type_: &str, ok: bool, reason: &str, message: String, clock: &Clock
 
 /// Names a few items and counts the rest: "a, b, c and 4 more".
 fn some(items: &[String]) -> String {
-    const SHOWN: usize = 3;
-    let mut out = items
-        .iter()
-        .take(SHOWN)
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(", ");
-    if items.len() > SHOWN {
-        out.push_str(&format!(" and {} more", items.len() - SHOWN));
+    crate::delivery::limits::few(items, items.len())
+}
+
+/// The first of `problems` and how many more, so a condition stays short whatever the spec.
+fn first_of(problems: &[String]) -> String {
+    match problems {
+        [] => String::new(),
+        [one] => one.clone(),
+        [first, rest @ ..] => format!("{first} (and {} more)", rest.len()),
     }
-    out
 }
 
 /// What the conditions are made of: everything that stands between the spec and "it runs".
@@ -872,7 +892,7 @@ fn conditions(f: &Findings<'_>, previous: &[Condition], now: Timestamp) -> Vec<C
                 "{} part(s) of the spec cannot be carried out ({}); what runs is left as it is. {}",
                 invalid.len() + f.general.len(),
                 some(invalid),
-                f.general.join("; ")
+                first_of(f.general)
             )
             .trim_end()
             .to_owned(),
@@ -1287,7 +1307,7 @@ mod tests {
         f.plan.problems.push(Problem::UnknownCluster {
             namespace: "team".into(),
             cluster: "member-9".into(),
-            known: vec!["hub".into(), "member-1".into()],
+            known: "hub, member-1".into(),
         });
         let s = f.build();
         let bad = s
@@ -1308,6 +1328,47 @@ mod tests {
             .unwrap();
         assert_eq!(good.chart_messages[0].phase, "Deployed");
         assert_eq!(ready(&s), ("False", "InvalidSpec"));
+    }
+
+    #[test]
+    fn a_hostile_plan_makes_a_status_and_conditions_within_their_bounds() {
+        // 20,000 releases, all suspended, 1,000 tenancies selecting nothing, 16 keys asked
+        // for 400 times each: the status stays within its budget and every condition short.
+        let keys: Vec<String> = (0..20_000)
+            .map(|i| format!("member-1/t{}/r{}", i % 1000, i / 1000))
+            .collect();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let mut f = Fixture::new(&keys);
+        f.plan.suspended = f.plan.desired.iter().map(|r| r.key.clone()).collect();
+        f.plan.suspension = Some("spec.suspend is true".into());
+        f.plan
+            .problems
+            .extend((0..1000).map(|i| Problem::NoClusterSelected {
+                namespace: format!("t{i}"),
+            }));
+        f.plan.problems.extend((0..16).map(|i| Problem::Duplicate {
+            key: format!("hub/foo/r{i}").parse().unwrap(),
+            chart: "web".into(),
+            entries: vec!["tenancies[0] chart web".into(); 3],
+            count: 400,
+        }));
+        let started = std::time::Instant::now();
+        let s = f.build();
+        assert!(serde_json::to_vec(&s).unwrap().len() <= STATUS_BUDGET);
+        for c in &s.conditions {
+            assert!(
+                c.message.len() <= 2048,
+                "{}: {} bytes",
+                c.type_,
+                c.message.len()
+            );
+        }
+        assert!(
+            condition_of(&s, "Stalled")
+                .message
+                .contains("(and 999 more)")
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
     }
 
     #[test]

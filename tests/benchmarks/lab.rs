@@ -1,21 +1,23 @@
-//! Benchmarks on the lab: convergence, status latency, write load, footprint, breadth, growth (namespaces, Controllers, clusters), shards, rollout, queue fairness and a peer (Flux), as a table and JSON.
+//! Benchmarks on the lab: convergence, status latency, write load, footprint, breadth, growth (namespaces, Controllers, clusters), shards, rollout, queue fairness, Controller size and a peer (Flux), as a table and JSON.
 //!
 //! Run with `kind/bench.sh` (it brings the lab up and builds in release mode), or on a running lab:
 //! `TENANCY_HUB_LAB_DIR=.lab cargo bench --bench lab -- [--only NAME] [--json FILE] [--pods P]
 //! [--namespaces 10,100,500] [--unrelated-pods N] [--controllers 10,100,1000]
 //! [--clusters 1,5,10,20] [--quiet-seconds S] [--runs 3] [--shard-controllers 10] [--wave N] [--samples K]
-//! [--peer flux]`.
+//! [--sizes 100,1000,10000] [--peer flux]`.
 //! `TENANCY_HUB_OPERATOR=PATH` runs another build of the operator (a baseline) in every scenario.
 //! The `rollout` scenario needs three members, `clusters` as many as its largest count
 //! (`kind/up.sh --members 20`); they, the other growth scenarios, `shards` and `fairness`
-//! (`--wave N` installs, 1,000 by default, `--samples K` small changes, 5 by default) run only when
-//! named in `--only`. So does `peer` (`--only peer --peer flux`, the convergence scenario's releases
+//! (`--wave N` installs, 1,000 by default, `--samples K` small changes, 5 by default) and `size`
+//! (plan time and operator memory against one Controller of `--sizes` charts, with and without
+//! duplicates) run only when named in `--only`. So does `peer` (`--only peer --peer flux`, the convergence scenario's releases
 //! from a loopback Helm repository, `--runs` times each side): it needs Flux's controllers, built by
 //! kind/peer-flux.sh into the directory named by `TENANCY_HUB_FLUX_DIR` (kind/bench.sh does both).
 
 #[path = "../common/mod.rs"]
 mod common;
 mod flux;
+mod size;
 
 use std::{
     collections::BTreeMap,
@@ -58,6 +60,7 @@ struct Args {
     quiet_seconds: u64,
     runs: usize,
     shard_controllers: usize,
+    sizes: Vec<usize>,
     peer: Option<String>,
 }
 
@@ -78,6 +81,7 @@ fn args() -> Args {
         quiet_seconds: 20,
         runs: 3,
         shard_controllers: 10,
+        sizes: vec![100, 1000, 10_000],
         peer: None,
     };
     let mut it = std::env::args().skip(1);
@@ -101,6 +105,7 @@ fn args() -> Args {
             "--shard-controllers" => {
                 a.shard_controllers = value().parse().expect("--shard-controllers N")
             }
+            "--sizes" => a.sizes = counts(&flag, &value()),
             "--peer" => a.peer = Some(value()),
             "--bench" => {}
             other => panic!("unknown argument {other}; see the top of tests/benchmarks/lab.rs"),
@@ -1758,6 +1763,10 @@ async fn main() {
     // A wave of 1,000 installs: only when asked for.
     if named("fairness") {
         results.insert("fairness", fairness(&a).await);
+    }
+    // Controllers of up to 10,000 charts: only when asked for.
+    if named("size") {
+        results.insert("size", size::size(&a).await);
     }
     // Flux against the operator, alternating runs: only when asked for.
     if named("peer") {

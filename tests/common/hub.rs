@@ -127,12 +127,18 @@ impl Hub {
 
     /// Server-side applies Controller `name` with `spec`.
     pub async fn apply(&self, name: &str, spec: ControllerSpec) {
-        let c = Controller::new(name, spec);
-        self.api()
+        self.apply_in(&self.namespace, &Controller::new(name, spec))
+            .await;
+    }
+
+    /// Server-side applies Controller `c` (its name, labels and spec) in hub namespace `namespace`.
+    pub async fn apply_in(&self, namespace: &str, c: &Controller) {
+        let name = c.metadata.name.as_deref().expect("a named Controller");
+        Api::<Controller>::namespaced(self.client.clone(), namespace)
             .patch(
                 name,
                 &PatchParams::apply("tenancy-hub-tests").force(),
-                &Patch::Apply(&c),
+                &Patch::Apply(c),
             )
             .await
             .expect("the Controller applies");

@@ -273,6 +273,9 @@ func values(req request) (map[string]any, error) {
 			base = map[string]any{}
 		}
 	}
+	if err := checkListIndexes(req.Set); err != nil {
+		return nil, fmt.Errorf("failed parsing --set data: %w", err)
+	}
 	for _, set := range req.Set {
 		if err := strvals.ParseInto(set, base); err != nil {
 			return nil, fmt.Errorf("failed parsing --set data: %w", err)
