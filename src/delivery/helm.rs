@@ -604,6 +604,8 @@ pub struct HelmCli {
 pub(crate) struct Prepared {
     /// The member.
     pub(crate) member: Arc<Member>,
+    /// The identity has a `namespaceRole`, so the release may be marked in its namespace.
+    role: bool,
     unbound: Option<String>,
 }
 
@@ -704,13 +706,21 @@ impl HelmCli {
             .prepare(&member.client, &release.key, release.identity.as_ref())
             .await
             .map_err(|e| Outcome::failed(e, FailureKind::Transient))?;
-        Ok(Prepared { member, unbound })
+        let role = release
+            .identity
+            .as_ref()
+            .is_some_and(|w| w.namespace_role.is_some());
+        Ok(Prepared {
+            member,
+            role,
+            unbound,
+        })
     }
 
     /// The outcome of an install or upgrade, finished by any executor: a failure tells why the
     /// identity was not bound, if it was not; a release that failed leaving no record is
     /// forgotten in its namespace (see `delivery::namespace`).
-    pub(crate) async fn applied(
+    pub(crate) async fn finish_apply(
         &self,
         prepared: &Prepared,
         key: &ReleaseKey,
@@ -719,7 +729,8 @@ impl HelmCli {
         let Outcome::Failed { message, kind } = outcome else {
             return outcome;
         };
-        if let Ok(0) = records_left(prepared.member.client.clone(), key).await
+        if prepared.role
+            && let Ok(0) = records_left(prepared.member.client.clone(), key).await
             && let Err(e) = self
                 .namespaces
                 .release_gone(&prepared.member.client, key)
@@ -736,7 +747,7 @@ impl HelmCli {
     /// The outcome of an uninstall, finished by any executor: once the release is gone, its
     /// identity's RoleBinding goes with the identity's last release in the namespace. Should
     /// that fail, the uninstall is tried again, and finds the release gone.
-    pub(crate) async fn uninstalled(
+    pub(crate) async fn finish_uninstall(
         &self,
         member: &Member,
         key: &ReleaseKey,
@@ -862,7 +873,7 @@ impl HelmCli {
             },
             Err((message, kind)) => Outcome::failed(message, kind),
         };
-        self.applied(&prepared, &release.key, outcome).await
+        self.finish_apply(&prepared, &release.key, outcome).await
     }
 
     pub(crate) async fn rollback(
@@ -924,7 +935,7 @@ impl HelmCli {
                 uninstall_outcome(left, message, kind)
             }
         };
-        self.uninstalled(&member, &key, outcome).await
+        self.finish_uninstall(&member, &key, outcome).await
     }
 }
 

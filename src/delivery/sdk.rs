@@ -552,7 +552,9 @@ impl HelmExecutor {
             },
             Err(message) => Outcome::failed(message, FailureKind::Transient),
         };
-        self.cli.applied(&prepared, &release.key, outcome).await
+        self.cli
+            .finish_apply(&prepared, &release.key, outcome)
+            .await
     }
 
     async fn uninstall(&self, key: ReleaseKey, identity: Option<Impersonation>) -> Outcome {
@@ -580,7 +582,7 @@ impl HelmExecutor {
             }
             Some(other) => other,
         };
-        self.cli.uninstalled(&member, &key, outcome).await
+        self.cli.finish_uninstall(&member, &key, outcome).await
     }
 
     async fn rollback(
