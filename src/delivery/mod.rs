@@ -5,10 +5,10 @@ pub mod charts;
 pub mod constraint;
 pub mod drift;
 pub mod helm;
-pub mod namespace;
 #[cfg(test)]
 mod hostile;
 pub mod limits;
+pub mod namespace;
 pub mod plan;
 pub mod policy;
 pub mod queue;
