@@ -21,12 +21,11 @@ use crate::{
     api::policy::TenancyPolicy,
     cli::{ClusterArgs, PolicyMode},
     clusters::registry::ClusterRegistry,
-    controller::reconcile::{created_secs, owner_id},
     delivery::{
         cache::{self, ChartCache},
         charts::ChartCatalog,
         helm::{self, HelmOptions, RenderFor},
-        plan::{self, Applied, Inputs, Job, Plan, Problem},
+        plan::{self, Applied, Inputs, Job, Plan, Problem, created_secs, owner_id},
         policy::{Admission, NamedPolicy},
         releases,
     },

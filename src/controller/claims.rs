@@ -22,8 +22,7 @@ use kube::Resource;
 use crate::{
     api::crd::Controller,
     api::key::{ClusterName, ReleaseKey},
-    controller::reconcile::{created_secs, owner_id},
-    delivery::plan::{self, Applied, OwnerId},
+    delivery::plan::{self, Applied, OwnerId, created_secs, owner_id},
     delivery::policy::Admission,
 };
 

@@ -3,7 +3,7 @@
 use std::{path::PathBuf, time::Duration};
 
 use dashmap::DashMap;
-use kube::runtime::{events::Recorder, reflector::Store};
+use kube::runtime::reflector::Store;
 
 /// Settings the reconciler plans with.
 #[derive(Clone, Debug)]
@@ -53,10 +53,8 @@ pub struct Context {
     pub controllers: Store<crate::api::crd::Controller>,
     /// Every `TenancyPolicy` on the hub.
     pub policies: Store<crate::api::policy::TenancyPolicy>,
-    /// Publishes Kubernetes Events on `Controller` resources.
-    pub recorder: Recorder,
-    /// Keeps Events from flooding the hub.
-    pub events: crate::controller::events::EventLimiter,
+    /// Publishes Kubernetes Events on `Controller` resources, rate-limited.
+    pub events: crate::controller::events::Events,
     /// What runs, per cluster/namespace.
     pub model: std::sync::Arc<crate::observe::model::Model>,
     /// The pod and workload watchers.

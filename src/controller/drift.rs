@@ -1,22 +1,19 @@
-//! Drift detection: which releases are compared with their manifests, what was found, repair limits, and the loop that looks.
+//! Drift detection's board: which releases are compared with their manifests, what was found, and repair limits (the loop that looks is `controller::drift_checks`).
 
 use std::{
     collections::{BTreeSet, HashMap},
-    sync::{Arc, Mutex},
+    sync::Mutex,
     time::{Duration, Instant},
 };
 
 use dashmap::DashMap;
-use futures::StreamExt as _;
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::{events::EventType, reflector::ObjectRef};
-use tokio::sync::mpsc::{Sender, UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::{
-    api::crd::{Controller, DriftDetection, DriftMode, DriftStatus},
+    api::crd::{DriftDetection, DriftMode, DriftStatus},
     api::key::{ClusterName, ReleaseKey},
     api::policy::Impersonation,
-    controller::{context::Context, events::publish},
     delivery::drift::{self, Kinds, ObjectDrift, RepairLimiter, RepairVerdict},
     delivery::plan::{Applied, Drifted, OwnerId, Release},
 };
@@ -26,9 +23,9 @@ pub const REPAIRS_PER_WINDOW: usize = 3;
 /// The window repairs are counted in.
 pub const REPAIR_WINDOW: Duration = Duration::from_secs(600);
 /// How long nudges are gathered before the releases they name are checked together.
-const GATHER: Duration = Duration::from_millis(500);
+pub(crate) const GATHER: Duration = Duration::from_millis(500);
 /// Releases checked at once.
-const CONCURRENT_CHECKS: usize = 4;
+pub(crate) const CONCURRENT_CHECKS: usize = 4;
 
 /// What asks for a drift check.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,7 +55,7 @@ impl Found {
 
 /// What changed in what is known of a release's drift.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum News {
+pub(crate) enum News {
     Found,
     Gone,
     Same,
@@ -67,28 +64,28 @@ enum News {
 /// A release compared with its manifest: who owns it, its drift settings, and whom Helm acts as
 /// for it (its objects are read as that identity too).
 #[derive(Clone, Debug)]
-struct Watched {
-    owner: OwnerId,
-    settings: DriftDetection,
-    identity: Option<Impersonation>,
+pub(crate) struct Watched {
+    pub(crate) owner: OwnerId,
+    pub(crate) settings: DriftDetection,
+    pub(crate) identity: Option<Impersonation>,
 }
 
 /// Which releases are watched for drift and what was found, shared by the reconciler and the loop.
 pub struct DriftBoard {
     /// Releases compared with their manifests.
-    watched: DashMap<ReleaseKey, Watched>,
+    pub(crate) watched: DashMap<ReleaseKey, Watched>,
     found: DashMap<ReleaseKey, Found>,
     /// The revision of each release whose record cannot be compared (it does not decode, expands
     /// past the bound, names too many objects): reported once, not read again until it changes.
-    unusable: DashMap<ReleaseKey, i64>,
+    pub(crate) unusable: DashMap<ReleaseKey, i64>,
     limiter: Mutex<RepairLimiter>,
-    kinds: Kinds,
+    pub(crate) kinds: Kinds,
     nudges: UnboundedSender<Nudge>,
-    interval: Duration,
+    pub(crate) interval: Duration,
 }
 
 impl DriftBoard {
-    /// A board checking every release at least every `interval`; the receiver goes to [`detect`].
+    /// A board checking every release at least every `interval`; the receiver goes to `drift_checks::detect`.
     pub fn new(interval: Duration) -> (Self, UnboundedReceiver<Nudge>) {
         let (nudges, receiver) = unbounded_channel();
         let board = Self {
@@ -220,7 +217,12 @@ impl DriftBoard {
     }
 
     /// Records the outcome of a check; says whether drift appeared, changed or went away.
-    fn record(&self, key: &ReleaseKey, revision: i64, objects: Vec<ObjectDrift>) -> News {
+    pub(crate) fn record(
+        &self,
+        key: &ReleaseKey,
+        revision: i64,
+        objects: Vec<ObjectDrift>,
+    ) -> News {
         if objects.is_empty() {
             return match self.found.remove(key) {
                 Some(_) => News::Gone,
@@ -251,163 +253,9 @@ impl DriftBoard {
         News::Found
     }
 
-    fn forget_found(&self, key: &ReleaseKey) -> bool {
+    pub(crate) fn forget_found(&self, key: &ReleaseKey) -> bool {
         self.found.remove(key).is_some()
     }
-}
-
-/// Checks releases for drift: every watched release each `--drift-interval`, and the releases
-/// nudged (a workload changed, a cluster is reachable again, Helm applied) within a second.
-pub async fn detect(
-    ctx: Arc<Context>,
-    mut nudges: UnboundedReceiver<Nudge>,
-    trigger: Sender<ObjectRef<Controller>>,
-    cancel: tokio_util::sync::CancellationToken,
-) {
-    let interval = ctx.drift.interval;
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        let mut due: BTreeSet<ReleaseKey> = BTreeSet::new();
-        let add = |nudge: Nudge, due: &mut BTreeSet<ReleaseKey>| match nudge {
-            Nudge::Release(key) => {
-                due.insert(key);
-            }
-            Nudge::Cluster(cluster) => due.extend(
-                ctx.drift
-                    .watched
-                    .iter()
-                    .filter(|w| w.key().scope.cluster == cluster)
-                    .map(|w| w.key().clone()),
-            ),
-        };
-        tokio::select! {
-            _ = tick.tick() => due.extend(ctx.drift.watched.iter().map(|w| w.key().clone())),
-            nudge = nudges.recv() => {
-                let Some(nudge) = nudge else { return };
-                add(nudge, &mut due);
-                let until = tokio::time::Instant::now() + GATHER;
-                while let Ok(Some(more)) = tokio::time::timeout_at(until, nudges.recv()).await {
-                    add(more, &mut due);
-                }
-            }
-            () = cancel.cancelled() => return,
-        }
-        tracing::debug!(releases = due.len(), "checking releases for drift");
-        let checks = futures::stream::iter(due)
-            .for_each_concurrent(CONCURRENT_CHECKS, |key| check(&ctx, key, &trigger));
-        tokio::select! {
-            () = checks => {}
-            () = cancel.cancelled() => return,
-        }
-    }
-}
-
-/// Compares one release with the manifest of its deployed revision, and tells what is new.
-async fn check(ctx: &Context, key: ReleaseKey, trigger: &Sender<ObjectRef<Controller>>) {
-    let Some(watched) = ctx.drift.watched.get(&key).map(|w| w.clone()) else {
-        return;
-    };
-    let object = ObjectRef::new(&watched.owner.name).within(&watched.owner.namespace);
-    if watched.settings.mode == DriftMode::Disabled {
-        if ctx.drift.forget_found(&key) {
-            let _ = trigger.send(object).await;
-        }
-        return;
-    }
-    // A release Helm is working on, or not deployed as its owner's, is not compared: the next
-    // nudge or interval does it. Nor is a revision whose record could not be compared.
-    let Some(applied) = ctx.releases.get(&key) else {
-        return;
-    };
-    if applied.status != "deployed"
-        || applied.owner.as_ref() != Some(&watched.owner)
-        || ctx.queue.is_busy(&key)
-        || ctx.health.unreachable(&key.scope.cluster).is_some()
-        || ctx
-            .drift
-            .unusable
-            .get(&key)
-            .is_some_and(|r| *r == applied.revision)
-    {
-        return;
-    }
-    let Some(member) = ctx.registry.load().get(&key.scope.cluster).cloned() else {
-        return;
-    };
-    let checked = drift::check(
-        &member.client,
-        watched.identity.as_ref(),
-        &ctx.drift.kinds,
-        &key,
-        applied.revision,
-        &watched.settings.ignore,
-    )
-    .await;
-    let objects = match checked {
-        Ok(objects) => objects,
-        Err(error) if error.is_lasting() => {
-            ctx.drift.unusable.insert(key.clone(), applied.revision);
-            let note = format!(
-                "drift of release {key} (revision {}) is not checked: {error}; it is checked again when the release changes",
-                applied.revision
-            );
-            tracing::warn!(release = %key, revision = applied.revision, %error, "drift is not checked for this revision");
-            if let Some(c) = ctx.controllers.get(&object) {
-                publish(
-                    ctx,
-                    &c,
-                    EventType::Warning,
-                    "DriftCheckFailed",
-                    "Drift",
-                    note,
-                )
-                .await;
-            }
-            return;
-        }
-        Err(error) => {
-            tracing::warn!(release = %key, %error, "drift check failed; it is tried again at the next change or interval");
-            return;
-        }
-    };
-    if tell(ctx, &key, &watched, applied.revision, objects, &object).await {
-        let _ = trigger.send(object).await;
-    }
-}
-
-/// Records what a check found and tells what is new: a log line, and for drift found, the
-/// metric and a `DriftDetected` Event. False when nothing is new.
-async fn tell(
-    ctx: &Context,
-    key: &ReleaseKey,
-    watched: &Watched,
-    revision: i64,
-    objects: Vec<ObjectDrift>,
-    object: &ObjectRef<Controller>,
-) -> bool {
-    let summary = drift::summary(&objects);
-    match ctx.drift.record(key, revision, objects) {
-        News::Same => return false,
-        News::Gone => {
-            tracing::info!(release = %key, "no drift any more");
-        }
-        News::Found => {
-            ctx.metrics.drift(key.scope.cluster.as_str(), "found");
-            let what = match watched.settings.mode {
-                DriftMode::Enabled => "repairing it",
-                _ => "reported only (driftDetection.mode warn)",
-            };
-            let note = format!(
-                "release {key} (revision {revision}) differs from its manifest: {summary}; {what}"
-            );
-            tracing::warn!(release = %key, revision, drift = %summary, "drift found");
-            if let Some(c) = ctx.controllers.get(object) {
-                publish(ctx, &c, EventType::Warning, "DriftDetected", "Drift", note).await;
-            }
-        }
-    }
-    true
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use kube::{
     },
 };
 
-use crate::{api::crd::Controller, controller::context::Context};
+use crate::api::crd::Controller;
 
 /// A repeat of one reason and note on one resource within this time is not published again.
 pub const EVENT_REPEAT: Duration = Duration::from_secs(300);
@@ -62,16 +62,34 @@ impl EventLimiter {
     }
 }
 
+/// What publishing Events needs: the hub's recorder and the limiter.
+pub struct Events {
+    /// Publishes Kubernetes Events on `Controller` resources.
+    pub recorder: kube::runtime::events::Recorder,
+    /// Keeps Events from flooding the hub.
+    pub limiter: EventLimiter,
+}
+
+impl Events {
+    /// Events published by `recorder`, limited afresh.
+    pub fn new(recorder: kube::runtime::events::Recorder) -> Self {
+        Self {
+            recorder,
+            limiter: EventLimiter::default(),
+        }
+    }
+}
+
 /// Publishes an Event on a `Controller`, within the limiter's bounds; failures are logged, never fatal.
 pub async fn publish(
-    ctx: &Context,
+    events: &Events,
     c: &Controller,
     type_: EventType,
     reason: &str,
     action: &str,
     note: String,
 ) {
-    if !ctx.events.allow(
+    if !events.limiter.allow(
         &ObjectRef::from_obj(c),
         reason,
         &note,
@@ -88,7 +106,7 @@ pub async fn publish(
         secondary: None,
     };
     let reference = c.object_ref(&());
-    let publish = ctx.recorder.publish(&event, &reference);
+    let publish = events.recorder.publish(&event, &reference);
     match tokio::time::timeout(crate::api::HUB_WRITE_TIMEOUT, publish).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::warn!(error = %e, "could not publish an event"),

@@ -27,13 +27,13 @@ use crate::{
     clusters::registry::ClusterRegistry,
     controller::{
         context::{Context, Settings},
-        reconcile::{FINALIZER, owner_id},
+        reconcile::FINALIZER,
     },
     delivery::{
         charts::ChartCatalog,
         plan::{
             self, MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL,
-            SPEC_HASH_LABEL,
+            SPEC_HASH_LABEL, owner_id,
         },
         queue::{HelmQueue, QueueConfig},
         releases::ReleaseIndex,
@@ -117,8 +117,10 @@ impl Fixture {
             reported: Default::default(),
             controllers: store,
             policies: policy_store,
-            recorder: Recorder::new(hub_client, Reporter::from("tenancy-hub")),
-            events: Default::default(),
+            events: crate::controller::events::Events::new(Recorder::new(
+                hub_client,
+                Reporter::from("tenancy-hub"),
+            )),
             model: Default::default(),
             watches: WatchSupervisor::new(changes, cancel.clone(), Default::default()),
             writer: StatusWriter::default(),

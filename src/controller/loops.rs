@@ -13,7 +13,8 @@ use kube::{
 };
 use tokio::sync::mpsc::{Receiver, Sender};
 
-use crate::controller::{events::publish, reconcile::owner_id};
+use crate::controller::events::publish;
+use crate::delivery::plan::owner_id;
 
 use crate::delivery::charts;
 use crate::{
@@ -222,7 +223,7 @@ pub async fn record_outcomes(
         );
         let object = ObjectRef::new(&owner.name).within(&owner.namespace);
         if let Some(c) = ctx.controllers.get(&object) {
-            publish(&ctx, &c, type_, reason, "Helm", note).await;
+            publish(&ctx.events, &c, type_, reason, "Helm", note).await;
         }
         wake(&ctx, &key, Some(&owner), &trigger).await;
     }

@@ -3,6 +3,7 @@
 pub mod claims;
 pub mod context;
 pub mod drift;
+pub mod drift_checks;
 pub mod events;
 #[cfg(test)]
 mod fixtures;

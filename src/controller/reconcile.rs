@@ -25,7 +25,7 @@ use crate::{
     api::policy::Impersonation,
     controller::context::Context,
     delivery::drift::RepairVerdict,
-    delivery::plan::{self, Applied, Inputs, Job, OwnerId},
+    delivery::plan::{self, Applied, Inputs, Job, OwnerId, owner_id},
     delivery::queue::Outcome,
     delivery::rollout,
     status::build::{self as status, LastOutcome, ReleaseView},
@@ -79,14 +79,6 @@ impl Error {
     }
 }
 
-/// The owner id of a resource.
-pub fn owner_id(c: &Controller) -> OwnerId {
-    OwnerId {
-        namespace: c.namespace().unwrap_or_default(),
-        name: c.name_any(),
-    }
-}
-
 /// Reconciles one `Controller`.
 pub async fn reconcile(obj: Arc<Controller>, ctx: Arc<Context>) -> Result<Action> {
     let namespace = obj.namespace().unwrap_or_default();
@@ -130,14 +122,6 @@ pub fn error_policy(_obj: Arc<Controller>, error: &Error, _ctx: Arc<Context>) ->
             Action::requeue(Duration::from_secs(15))
         }
     }
-}
-
-/// When a resource was created, in Unix seconds; the end of time when not known.
-pub fn created_secs(c: &Controller) -> i64 {
-    c.meta()
-        .creation_timestamp
-        .as_ref()
-        .map_or(i64::MAX, |t| t.0.as_second())
 }
 
 /// True when enqueueing this job would repeat work: it already failed in a way retrying cannot
@@ -392,7 +376,7 @@ async fn gate_rollout(
             _ => EventType::Normal,
         };
         tracing::info!(controller = %owner, reason, "{note}");
-        publish(ctx, c, kind, reason, "Rollout", note).await;
+        publish(&ctx.events, c, kind, reason, "Rollout", note).await;
         if let rollout::Happened::Finished { duration_ms, .. } = happened {
             ctx.metrics.rollout(*duration_ms as f64 / 1000.0);
         }
@@ -439,7 +423,7 @@ async fn limit_repairs(
         );
         tracing::warn!(release = %key, "{note}");
         publish(
-            ctx,
+            &ctx.events,
             c,
             EventType::Warning,
             "DriftRepairSuppressed",
@@ -511,7 +495,15 @@ async fn report_new_problems(
             continue;
         }
         tracing::warn!(controller = %owner, problem = %note, "spec cannot be carried out as written");
-        publish(ctx, c, EventType::Warning, problem.reason(), "Plan", note).await;
+        publish(
+            &ctx.events,
+            c,
+            EventType::Warning,
+            problem.reason(),
+            "Plan",
+            note,
+        )
+        .await;
     }
     // Logged only: a hub migrating to policies would otherwise get an Event on every Controller.
     for (i, warning) in warnings.iter().filter(|w| !before.contains(*w)).enumerate() {
@@ -592,7 +584,7 @@ async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
         if ctx.reported.get(&owner).is_none_or(|r| !r.contains(&note)) {
             tracing::warn!(controller = %owner, releases = ?refused, "deleted, but no policy allows removing these releases; they are left in place");
             publish(
-                ctx,
+                &ctx.events,
                 c,
                 EventType::Warning,
                 "RemovalForbidden",
@@ -621,7 +613,15 @@ async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
             }
         );
         tracing::warn!(controller = %owner, releases = ?left, "deleted while suspended; its releases are left in place");
-        publish(ctx, c, EventType::Warning, "Suspended", "Delete", note).await;
+        publish(
+            &ctx.events,
+            c,
+            EventType::Warning,
+            "Suspended",
+            "Delete",
+            note,
+        )
+        .await;
         forget(ctx, &object);
         return Ok(Action::await_change());
     }
@@ -636,7 +636,15 @@ async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
             )
         };
         tracing::warn!(controller = %owner, releases = ?left, "deleted with deletionPolicy Orphan; its releases are left in place");
-        publish(ctx, c, EventType::Warning, "Orphaned", "Delete", note).await;
+        publish(
+            &ctx.events,
+            c,
+            EventType::Warning,
+            "Orphaned",
+            "Delete",
+            note,
+        )
+        .await;
         forget(ctx, &object);
         return Ok(Action::await_change());
     }
@@ -675,7 +683,15 @@ async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
                 left.join(", ")
             );
             tracing::warn!(controller = %owner, releases = ?left, "releases of suspended tenancies are left in place");
-            publish(ctx, c, EventType::Warning, "Suspended", "Delete", note).await;
+            publish(
+                &ctx.events,
+                c,
+                EventType::Warning,
+                "Suspended",
+                "Delete",
+                note,
+            )
+            .await;
         }
         forget(ctx, &object);
         tracing::info!(controller = %owner, "every release uninstalled; removing the finalizer");

@@ -158,7 +158,7 @@ impl Reloader {
     async fn report(&self, ctx: &Context, note: String) {
         for c in ctx.controllers.state() {
             crate::controller::events::publish(
-                ctx,
+                &ctx.events,
                 &c,
                 EventType::Warning,
                 "RegistrationRejected",

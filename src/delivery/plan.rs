@@ -10,7 +10,9 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::{
-    api::crd::{Chart, ControllerSpec, DriftDetection, DriftMode, HUB_CLUSTER, Tenancy},
+    api::crd::{
+        Chart, Controller, ControllerSpec, DriftDetection, DriftMode, HUB_CLUSTER, Tenancy,
+    },
     api::key::{ClusterName, ClusterNamespace, ReleaseKey},
     api::policy::Impersonation,
     delivery::limits,
@@ -41,6 +43,22 @@ impl fmt::Display for OwnerId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.namespace, self.name)
     }
+}
+
+/// The owner id of a resource.
+pub fn owner_id(c: &Controller) -> OwnerId {
+    OwnerId {
+        namespace: kube::ResourceExt::namespace(c).unwrap_or_default(),
+        name: kube::ResourceExt::name_any(c),
+    }
+}
+
+/// When a resource was created, in Unix seconds; the end of time when not known.
+pub fn created_secs(c: &Controller) -> i64 {
+    kube::Resource::meta(c)
+        .creation_timestamp
+        .as_ref()
+        .map_or(i64::MAX, |t| t.0.as_second())
 }
 
 /// Where a chart comes from.

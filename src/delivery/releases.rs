@@ -103,6 +103,16 @@ enum Held {
     Foreign,
 }
 
+/// Drops one revision of a release from `map`, and the release when none is left.
+fn drop_revision(map: &mut HashMap<ReleaseKey, BTreeSet<i64>>, key: &ReleaseKey, revision: i64) {
+    if let Some(revs) = map.get_mut(key) {
+        revs.remove(&revision);
+        if revs.is_empty() {
+            map.remove(key);
+        }
+    }
+}
+
 /// A release's newest record before and after a change.
 type Change = (ReleaseKey, Option<Applied>, Option<Applied>);
 
@@ -111,6 +121,9 @@ type Change = (ReleaseKey, Option<Applied>, Option<Applied>);
 struct Records {
     managed: HashMap<ReleaseKey, BTreeMap<i64, Revision>>,
     foreign: HashMap<ReleaseKey, BTreeSet<i64>>,
+    /// Records of the managed watch whose seal does not verify (yet: the `helm` binary's are
+    /// sealed right after it wrote them), held as foreign until a change seals them.
+    unsealed: HashMap<ReleaseKey, BTreeSet<i64>>,
     by_owner: HashMap<OwnerId, BTreeSet<ReleaseKey>>,
 }
 
@@ -118,7 +131,10 @@ impl Records {
     /// The newest record of a release, managed or not; a foreign one carries its revision only.
     fn newest(&self, key: &ReleaseKey) -> Option<Applied> {
         let managed = self.managed.get(key).and_then(|revs| revs.last_key_value());
-        let foreign = self.foreign.get(key).and_then(|revs| revs.last().copied());
+        let foreign = [&self.foreign, &self.unsealed]
+            .iter()
+            .filter_map(|m| m.get(key).and_then(|revs| revs.last().copied()))
+            .max();
         // On a tie (a record moving between the watches) the foreign one wins: never taken over.
         if let Some((rev, r)) = managed
             && foreign.is_none_or(|f| f < *rev)
@@ -142,12 +158,22 @@ impl Records {
         })
     }
 
-    fn insert(&mut self, key: ReleaseKey, revision: i64, held: Held) {
-        match held {
-            Held::Managed(r) => {
+    fn insert(&mut self, source: Source, key: ReleaseKey, revision: i64, held: Held) {
+        match (source, held) {
+            (_, Held::Managed(r)) => {
+                drop_revision(&mut self.unsealed, &key, revision);
                 self.managed.entry(key).or_default().insert(revision, r);
             }
-            Held::Foreign => {
+            (Source::Managed, Held::Foreign) => {
+                if let Some(revs) = self.managed.get_mut(&key) {
+                    revs.remove(&revision);
+                    if revs.is_empty() {
+                        self.managed.remove(&key);
+                    }
+                }
+                self.unsealed.entry(key).or_default().insert(revision);
+            }
+            (Source::Foreign, Held::Foreign) => {
                 self.foreign.entry(key).or_default().insert(revision);
             }
         }
@@ -162,15 +188,9 @@ impl Records {
                         self.managed.remove(key);
                     }
                 }
+                drop_revision(&mut self.unsealed, key, revision);
             }
-            Source::Foreign => {
-                if let Some(revs) = self.foreign.get_mut(key) {
-                    revs.remove(&revision);
-                    if revs.is_empty() {
-                        self.foreign.remove(key);
-                    }
-                }
-            }
+            Source::Foreign => drop_revision(&mut self.foreign, key, revision),
         }
     }
 
@@ -185,7 +205,7 @@ impl Records {
     ) -> Option<Change> {
         let before = self.newest(key);
         match held {
-            Some(held) => self.insert(key.clone(), revision, held),
+            Some(held) => self.insert(source, key.clone(), revision, held),
             None => self.remove(source, key, revision),
         }
         let after = self.newest(key);
@@ -219,17 +239,25 @@ impl Records {
     /// newest record changed.
     fn relist(&mut self, source: Source, listed: Vec<(ReleaseKey, i64, Held)>) -> Vec<Change> {
         let mut touched: BTreeSet<ReleaseKey> = match source {
-            Source::Managed => self.managed.keys().cloned().collect(),
+            Source::Managed => self
+                .managed
+                .keys()
+                .chain(self.unsealed.keys())
+                .cloned()
+                .collect(),
             Source::Foreign => self.foreign.keys().cloned().collect(),
         };
         touched.extend(listed.iter().map(|(k, _, _)| k.clone()));
         let before: Vec<Option<Applied>> = touched.iter().map(|k| self.newest(k)).collect();
         match source {
-            Source::Managed => self.managed.clear(),
+            Source::Managed => {
+                self.managed.clear();
+                self.unsealed.clear();
+            }
             Source::Foreign => self.foreign.clear(),
         }
         for (key, revision, held) in listed {
-            self.insert(key, revision, held);
+            self.insert(source, key, revision, held);
         }
         let mut changed = Vec::new();
         for (key, before) in touched.into_iter().zip(before) {
@@ -929,6 +957,23 @@ mod tests {
         assert_eq!(held.newest(&key).unwrap().owner, None);
         held.set(Source::Foreign, &key, 2, None);
         assert_eq!(held.by_owner.get(&owner("a")).map(|k| k.len()), Some(1));
+    }
+
+    #[test]
+    fn a_record_written_by_helm_is_foreign_until_sealed_then_its_owners() {
+        let mut held = Records::default();
+        let (key, revision, record) = read(&hub(), &managed("1", "a", "deployed"), None).unwrap();
+        // First seen unsealed (the helm binary wrote it a moment before the operator sealed it).
+        held.set(Source::Managed, &key, revision, Some(Held::Foreign));
+        assert_eq!(held.newest(&key).unwrap().owner, None);
+        // Sealed: the same revision, now the owner's; nothing of the unsealed sighting is left.
+        held.set(Source::Managed, &key, revision, Some(record));
+        assert_eq!(held.newest(&key).unwrap().owner, Some(owner("a")));
+        assert!(held.unsealed.is_empty());
+        // A relist of the managed watch forgets unsealed sightings too.
+        held.set(Source::Managed, &key, 2, Some(Held::Foreign));
+        held.relist(Source::Managed, Vec::new());
+        assert!(held.newest(&key).is_none() && held.unsealed.is_empty());
     }
 
     #[test]

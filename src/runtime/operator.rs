@@ -25,9 +25,10 @@ use crate::{
     clusters::registry::{self, ClusterRegistry, HubSource, RegistrationFile},
     controller::context::Settings,
     controller::context::{Context, admission_of},
+    controller::events::Events,
     controller::reload::Reloader,
     controller::shard::{Shards, shard_of},
-    controller::{claims, claims::Claims, drift, drift::DriftBoard, loops, reconcile},
+    controller::{claims, claims::Claims, drift::DriftBoard, drift_checks, loops, reconcile},
     delivery::cache::{self, ChartCache},
     delivery::charts::ChartCatalog,
     delivery::helm::{HelmCli, HelmOptions},
@@ -378,8 +379,7 @@ pub async fn run(
         reported: Default::default(),
         controllers: runtime.store(),
         policies: policy_store.clone(),
-        recorder: Recorder::new(hub.clone(), Reporter::from("tenancy-hub")),
-        events: Default::default(),
+        events: Events::new(Recorder::new(hub.clone(), Reporter::from("tenancy-hub"))),
         model,
         watches: WatchSupervisor::new(changes_tx, cancel.clone(), tasks.clone()),
         writer: StatusWriter::default(),
@@ -435,7 +435,7 @@ pub async fn run(
         loops::wake_freed_claims(ctx.clone(), trigger_tx.clone()),
     ));
     tasks.spawn(
-        drift::detect(ctx.clone(), drift_rx, trigger_tx.clone(), cancel.clone())
+        drift_checks::detect(ctx.clone(), drift_rx, trigger_tx.clone(), cancel.clone())
             .instrument(tracing::info_span!("drift")),
     );
     tasks.spawn(loops::report_ownerless(ctx.clone(), cancel.clone()));
@@ -631,7 +631,12 @@ impl Steward for ShardSteward {
                 let ns = c.metadata.namespace.as_deref().unwrap_or_default();
                 shard_of(ns, &kube::ResourceExt::name_any(c.as_ref()), total) == shard
             })
-            .map(|c| (reconcile::owner_id(c), ObjectRef::from_obj(c.as_ref())))
+            .map(|c| {
+                (
+                    crate::delivery::plan::owner_id(c),
+                    ObjectRef::from_obj(c.as_ref()),
+                )
+            })
             .collect();
         for (owner, object) in &owners {
             ctx.queue

@@ -1,0 +1,180 @@
+//! The drift checks: the loop that compares watched releases with their manifests (every `--drift-interval`, and within a second of a nudge), reports what it finds and asks for repairs.
+
+use std::{collections::BTreeSet, sync::Arc};
+
+use futures::StreamExt as _;
+use kube::runtime::{events::EventType, reflector::ObjectRef};
+use tokio::sync::mpsc::{Sender, UnboundedReceiver};
+
+use crate::{
+    api::crd::{Controller, DriftMode},
+    api::key::ReleaseKey,
+    controller::{
+        context::Context,
+        drift::{CONCURRENT_CHECKS, GATHER, News, Nudge, Watched},
+        events::publish,
+    },
+    delivery::drift::{self, ObjectDrift},
+};
+
+/// Checks releases for drift: every watched release each `--drift-interval`, and the releases
+/// nudged (a workload changed, a cluster is reachable again, Helm applied) within a second.
+pub async fn detect(
+    ctx: Arc<Context>,
+    mut nudges: UnboundedReceiver<Nudge>,
+    trigger: Sender<ObjectRef<Controller>>,
+    cancel: tokio_util::sync::CancellationToken,
+) {
+    let interval = ctx.drift.interval;
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let mut due: BTreeSet<ReleaseKey> = BTreeSet::new();
+        let add = |nudge: Nudge, due: &mut BTreeSet<ReleaseKey>| match nudge {
+            Nudge::Release(key) => {
+                due.insert(key);
+            }
+            Nudge::Cluster(cluster) => due.extend(
+                ctx.drift
+                    .watched
+                    .iter()
+                    .filter(|w| w.key().scope.cluster == cluster)
+                    .map(|w| w.key().clone()),
+            ),
+        };
+        tokio::select! {
+            _ = tick.tick() => due.extend(ctx.drift.watched.iter().map(|w| w.key().clone())),
+            nudge = nudges.recv() => {
+                let Some(nudge) = nudge else { return };
+                add(nudge, &mut due);
+                let until = tokio::time::Instant::now() + GATHER;
+                while let Ok(Some(more)) = tokio::time::timeout_at(until, nudges.recv()).await {
+                    add(more, &mut due);
+                }
+            }
+            () = cancel.cancelled() => return,
+        }
+        tracing::debug!(releases = due.len(), "checking releases for drift");
+        let checks = futures::stream::iter(due)
+            .for_each_concurrent(CONCURRENT_CHECKS, |key| check(&ctx, key, &trigger));
+        tokio::select! {
+            () = checks => {}
+            () = cancel.cancelled() => return,
+        }
+    }
+}
+
+/// Compares one release with the manifest of its deployed revision, and tells what is new.
+async fn check(ctx: &Context, key: ReleaseKey, trigger: &Sender<ObjectRef<Controller>>) {
+    let Some(watched) = ctx.drift.watched.get(&key).map(|w| w.clone()) else {
+        return;
+    };
+    let object = ObjectRef::new(&watched.owner.name).within(&watched.owner.namespace);
+    if watched.settings.mode == DriftMode::Disabled {
+        if ctx.drift.forget_found(&key) {
+            let _ = trigger.send(object).await;
+        }
+        return;
+    }
+    // A release Helm is working on, or not deployed as its owner's, is not compared: the next
+    // nudge or interval does it. Nor is a revision whose record could not be compared.
+    let Some(applied) = ctx.releases.get(&key) else {
+        return;
+    };
+    if applied.status != "deployed"
+        || applied.owner.as_ref() != Some(&watched.owner)
+        || ctx.queue.is_busy(&key)
+        || ctx.health.unreachable(&key.scope.cluster).is_some()
+        || ctx
+            .drift
+            .unusable
+            .get(&key)
+            .is_some_and(|r| *r == applied.revision)
+    {
+        return;
+    }
+    let Some(member) = ctx.registry.load().get(&key.scope.cluster).cloned() else {
+        return;
+    };
+    let checked = drift::check(
+        &member.client,
+        watched.identity.as_ref(),
+        &ctx.drift.kinds,
+        &key,
+        applied.revision,
+        &watched.settings.ignore,
+    )
+    .await;
+    let objects = match checked {
+        Ok(objects) => objects,
+        Err(error) if error.is_lasting() => {
+            ctx.drift.unusable.insert(key.clone(), applied.revision);
+            let note = format!(
+                "drift of release {key} (revision {}) is not checked: {error}; it is checked again when the release changes",
+                applied.revision
+            );
+            tracing::warn!(release = %key, revision = applied.revision, %error, "drift is not checked for this revision");
+            if let Some(c) = ctx.controllers.get(&object) {
+                publish(
+                    &ctx.events,
+                    &c,
+                    EventType::Warning,
+                    "DriftCheckFailed",
+                    "Drift",
+                    note,
+                )
+                .await;
+            }
+            return;
+        }
+        Err(error) => {
+            tracing::warn!(release = %key, %error, "drift check failed; it is tried again at the next change or interval");
+            return;
+        }
+    };
+    if tell(ctx, &key, &watched, applied.revision, objects, &object).await {
+        let _ = trigger.send(object).await;
+    }
+}
+
+/// Records what a check found and tells what is new: a log line, and for drift found, the
+/// metric and a `DriftDetected` Event. False when nothing is new.
+async fn tell(
+    ctx: &Context,
+    key: &ReleaseKey,
+    watched: &Watched,
+    revision: i64,
+    objects: Vec<ObjectDrift>,
+    object: &ObjectRef<Controller>,
+) -> bool {
+    let summary = drift::summary(&objects);
+    match ctx.drift.record(key, revision, objects) {
+        News::Same => return false,
+        News::Gone => {
+            tracing::info!(release = %key, "no drift any more");
+        }
+        News::Found => {
+            ctx.metrics.drift(key.scope.cluster.as_str(), "found");
+            let what = match watched.settings.mode {
+                DriftMode::Enabled => "repairing it",
+                _ => "reported only (driftDetection.mode warn)",
+            };
+            let note = format!(
+                "release {key} (revision {revision}) differs from its manifest: {summary}; {what}"
+            );
+            tracing::warn!(release = %key, revision, drift = %summary, "drift found");
+            if let Some(c) = ctx.controllers.get(object) {
+                publish(
+                    &ctx.events,
+                    &c,
+                    EventType::Warning,
+                    "DriftDetected",
+                    "Drift",
+                    note,
+                )
+                .await;
+            }
+        }
+    }
+    true
+}
