@@ -180,7 +180,8 @@ async fn one_release_asked_for_twice_is_one_invalid_entry_naming_both_and_never_
         "tenancies[1] chart statefulset-example",
     ] {
         assert!(
-            m.error_message.contains("more than once, by 2 entries")
+            m.error_message
+                .contains("more than once in this Controller, by 2 entries")
                 && m.error_message.contains(entry),
             "the one message names both entries: {}",
             m.error_message

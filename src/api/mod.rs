@@ -20,3 +20,15 @@ pub fn policy_crd_yaml() -> String {
     serde_yaml::to_string(&policy::TenancyPolicy::crd())
         .expect("a CustomResourceDefinition always serializes")
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_deployed_crds_match_the_code() {
+        let deployed = include_str!("../../deploy/crd.yaml");
+        assert!(
+            deployed == super::crds_yaml(),
+            "deploy/crd.yaml is stale: run kind/crds.sh"
+        );
+    }
+}
