@@ -306,7 +306,7 @@ impl Metrics {
         );
         r.register(
             "chart_cache_misses",
-            "Chart archives wanted and not in the chart cache: fetched, or left to helm to fetch",
+            "Chart archives wanted and not in the chart cache: fetched into it",
             m.chart_cache_misses.clone(),
         );
         r.register_with_unit(

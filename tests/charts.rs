@@ -239,6 +239,12 @@ async fn an_oci_chart_with_a_range_follows_new_versions_and_new_digests() {
         &[("SSL_CERT_FILE", registry.ca.as_str())],
     )
     .await;
+    // A registry on loopback is used only under a prefix a policy lists.
+    hub.policy(
+        &hub.namespace,
+        allow_all(&hub.namespace, &[&registry.prefix()]),
+    )
+    .await;
     let ns = unique("charts-oci-tenant");
     let mut c = chart(&registry.reference("deployment-example"), "web", &[]);
     c.version = Some(">=0.1.0 <1.0.0".into());

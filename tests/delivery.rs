@@ -589,6 +589,12 @@ async fn a_chart_from_an_oci_registry_is_delivered_at_its_pinned_version() {
         &[],
         &[("SSL_CERT_FILE", ca.as_str())],
     ));
+    // A registry on loopback is used only under a prefix a policy lists.
+    hub.policy(
+        &hub.namespace,
+        allow_all(&hub.namespace, &[&registry.prefix()]),
+    )
+    .await;
     let ns = unique("oci-tenant");
     let spec = |version: &str| {
         let mut c = chart(&registry.reference("deployment-example"), "web", &[]);

@@ -498,7 +498,7 @@ pub async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
         eprintln!("Planning Controller {owner}…");
         charts
             .prepare(&c.spec, &args.chart_home, &|chart| {
-                admission.may_fetch(&owner.namespace, chart)
+                admission.fetch_scope(&owner.namespace, chart)
             })
             .await;
         let lookup =

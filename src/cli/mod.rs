@@ -115,7 +115,8 @@ pub struct RunArgs {
     /// Controller's hub namespace allows gets no helm call and is reported Forbidden. `permissive`:
     /// it is delivered, and what enforce would refuse is logged, once per change (for migrating
     /// an existing hub). In both modes chart names are plain names, repositories
-    /// https (or http under a prefix a policy lists) and repository URLs carry no credentials.
+    /// https (or http under a prefix a policy lists), repository URLs carry no credentials, and
+    /// loopback, link-local and metadata hosts are used only under a prefix a policy lists.
     #[arg(long, value_enum, default_value_t = PolicyMode::Enforce, env = "TENANCY_HUB_TENANCY_POLICY")]
     pub tenancy_policy: PolicyMode,
     /// Seconds between looks at the charts: chart-home directories are read again and repository
@@ -133,6 +134,10 @@ pub struct RunArgs {
     /// used are removed beyond it, never one a running helm call uses.
     #[arg(long, default_value = "1Gi", value_parser = parse_size)]
     pub chart_cache_size: u64,
+    /// Bytes a repository's index.yaml may have at most (suffixes Ki, Mi, Gi); a larger one is
+    /// refused and its charts reported unresolved. Each index is held in memory while parsed.
+    #[arg(long, default_value = "32Mi", value_parser = parse_size)]
+    pub chart_index_limit: u64,
     /// Seconds between drift checks of every release: its live objects compared with its
     /// manifest (Services, ConfigMaps, RBAC, deleted objects). Deployments, StatefulSets and
     /// DaemonSets are checked within seconds of a change anyway, and every release of a cluster
@@ -292,6 +297,7 @@ impl RunArgs {
                 .clone()
                 .unwrap_or_else(cache::default_dir),
             chart_cache_size: self.chart_cache_size,
+            chart_index_limit: self.chart_index_limit,
         }
     }
 

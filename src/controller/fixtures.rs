@@ -175,22 +175,19 @@ impl Fixture {
     /// The spec hash the planner gives the release `key` of `c`, with the charts as they are.
     pub async fn spec_hash(&self, c: &Controller, key: &ReleaseKey) -> String {
         let home = &self.ctx.settings.chart_home;
-        self.ctx.charts.prepare(&c.spec, home, &|_| true).await;
+        let admission = crate::delivery::policy::Admission::permissive();
+        self.ctx
+            .charts
+            .prepare(&c.spec, home, &|chart| admission.fetch_scope("", chart))
+            .await;
         let lookup = |s: &plan::ChartSource, v: Option<&str>| self.ctx.charts.lookup(s, v);
         let clusters = self.ctx.registry.load().labels();
-        plan::desired(
-            &owner_id(c),
-            &c.spec,
-            &clusters,
-            home,
-            &lookup,
-            &crate::delivery::policy::Admission::permissive(),
-        )
-        .releases
-        .into_iter()
-        .find(|r| r.key == *key)
-        .expect("the spec asks for the release")
-        .spec_hash
+        plan::desired(&owner_id(c), &c.spec, &clusters, home, &lookup, &admission)
+            .releases
+            .into_iter()
+            .find(|r| r.key == *key)
+            .expect("the spec asks for the release")
+            .spec_hash
     }
 }
 

@@ -360,7 +360,7 @@ pub async fn keep_fresh(
         let wanted = |c: &Controller| {
             let namespace = c.namespace().unwrap_or_default();
             charts::wanted_by(&c.spec, home, &|chart| {
-                admission.may_fetch(&namespace, chart)
+                admission.fetch_scope(&namespace, chart)
             })
         };
         let all: HashSet<charts::Wanted> = controllers.iter().flat_map(|c| wanted(c)).collect();

@@ -173,7 +173,7 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
     let admission = basis.admission;
     ctx.charts
         .prepare(&c.spec, &ctx.settings.chart_home, &|chart| {
-            admission.may_fetch(&owner.namespace, chart)
+            admission.fetch_scope(&owner.namespace, chart)
         })
         .await;
     let lookup =

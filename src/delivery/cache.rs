@@ -1,4 +1,11 @@
 //! The chart cache: repository indexes fetched once per interval, chart archives fetched once and verified by sha256, kept on disk within a size bound.
+//!
+//! Every fetch stays under the `chartSources` prefix that allows the repository (its scope):
+//! the index, the archive URLs it lists (taken relative to it, as helm does) and each redirect,
+//! followed here one hop at a time rather than by the HTTP client. Names are resolved by a
+//! resolver that drops loopback, link-local and unspecified addresses unless the scope itself
+//! names such a host (a policy listed it). What a repository sends is never shown: errors say
+//! what failed (status, size, where the YAML breaks), not what the body holds.
 
 use std::{
     collections::HashMap,
@@ -18,26 +25,25 @@ use tokio::time::Instant;
 
 use crate::{
     delivery::{
-        charts::{Resolved, redact},
+        charts::Resolved,
         constraint,
+        fetch::{self, Fetcher},
         helm::trim_error,
         plan::ChartSource,
+        source::{self, Refused, SourceUrl, redact},
     },
     metrics::Metrics,
 };
 
-/// Largest repository index fetched.
-pub const INDEX_LIMIT: u64 = 256 << 20;
+/// Largest repository index fetched, unless set otherwise (`run --chart-index-limit`).
+pub const DEFAULT_INDEX_LIMIT: u64 = 32 << 20;
+/// Longest version an index may list; longer ones are passed over, so an index cannot fill a
+/// status with text of its own.
+const MAX_VERSION: usize = 128;
 /// Largest chart archive fetched.
 pub const ARCHIVE_LIMIT: u64 = 64 << 20;
 /// Default bound of the archives kept.
 pub const DEFAULT_SIZE: u64 = 1 << 30;
-/// How long connecting to a repository may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a repository may stay silent in the middle of an answer.
-const READ_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long one fetch may take in all.
-const FETCH_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long one `helm pull` may take before it is stopped.
 const PULL_TIMEOUT: Duration = Duration::from_secs(120);
 /// Prefix of the files and directories being written; removed at start.
@@ -46,30 +52,20 @@ const PARTIAL: &str = ".partial-";
 /// Why a chart could not be fetched or kept. URLs in it carry no credentials.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The HTTP client could not be built.
-    #[error("building the HTTP client of the chart cache: {0}")]
-    Client(#[source] reqwest::Error),
+    /// The HTTP fetch failed or was refused.
+    #[error(transparent)]
+    Fetch(fetch::Error),
     /// A URL that does not parse.
     #[error("{url} is not a valid URL: {reason}")]
     Url { url: String, reason: String },
-    /// The request failed: connection, TLS, timeout.
-    #[error("fetching {url}: {source}")]
-    Fetch {
-        url: String,
-        #[source]
-        source: reqwest::Error,
-    },
-    /// The server answered with an error status.
-    #[error("{url} answered {status}")]
-    Status {
-        url: String,
-        status: reqwest::StatusCode,
-    },
-    /// The answer was larger than allowed.
-    #[error("{url} is larger than {limit} MiB; refused")]
-    TooLarge { url: String, limit: u64 },
-    /// The index does not parse.
-    #[error("the repository index {url} does not parse: {reason}")]
+    /// A repository URL the chart sources rules refuse.
+    #[error("the repository {url} {reason}")]
+    Source { url: String, reason: Refused },
+    /// A repository outside the prefix its fetches must stay under.
+    #[error("the repository {url} is outside the chartSources prefix {scope}; refused")]
+    Outside { url: String, scope: SourceUrl },
+    /// The index does not parse; where, never what it holds.
+    #[error("{url} is not a Helm repository index: {reason}")]
     Index { url: String, reason: String },
     /// The index has no such chart.
     #[error("chart {chart} not found in the repository {url}")]
@@ -87,6 +83,25 @@ pub enum Error {
     /// The index lists no archive for the version.
     #[error("chart {chart} version {version} in the repository {url} lists no archive URL")]
     NoArchive {
+        chart: String,
+        version: String,
+        url: String,
+    },
+    /// The index lists the archive outside the prefix, or at a URL that does not parse.
+    #[error(
+        "chart {chart} version {version}: the index of {url} lists its archive at {reason}; refused: archives are fetched only under the chartSources prefix that allows the repository"
+    )]
+    ArchiveRefused {
+        chart: String,
+        version: String,
+        url: String,
+        reason: String,
+    },
+    /// The index lists a digest that is no sha256.
+    #[error(
+        "chart {chart} version {version} in the repository {url}: the index's digest is not a sha256 (64 hex digits); refused"
+    )]
+    BadDigest {
         chart: String,
         version: String,
         url: String,
@@ -137,37 +152,80 @@ struct Index {
     entries: HashMap<String, Vec<IndexEntry>>,
 }
 
-/// Parses an index (YAML or JSON), keeping only what the cache reads.
+/// Parses an index (YAML or JSON), keeping only what the cache reads. A failure says where
+/// the YAML breaks, never what it holds (serde's messages quote the offending value).
 fn parse_index(url: &Url, bytes: &[u8]) -> Result<Index> {
     serde_yaml::from_slice(bytes).map_err(|e| Error::Index {
         url: redact(url.as_str()),
-        reason: e.to_string(),
+        reason: yaml_error(&e),
     })
 }
 
-/// The index URL of a repository: `URL/index.yaml`, its query kept.
-fn index_url(repository: &str) -> Result<Url> {
-    let mut url = parse_url(repository)?;
+/// Where a YAML document breaks, without its content.
+fn yaml_error(error: &serde_yaml::Error) -> String {
+    match error.location() {
+        Some(at) => format!("YAML error at line {}, column {}", at.line(), at.column()),
+        None => "YAML error".to_owned(),
+    }
+}
+
+/// The index URL of a repository (in normal form): `URL/index.yaml`.
+fn index_url(repository: &SourceUrl) -> Result<Url> {
+    let mut url = parse_url(repository.as_str())?;
     let path = format!("{}/index.yaml", url.path().trim_end_matches('/'));
     url.set_path(&path);
     Ok(url)
 }
 
-/// Where an index entry's archive is: its first URL, taken relative to the repository URL (as
-/// a directory, its query kept) when it is not absolute, as helm does.
-fn archive_url(repository: &str, reference: &str) -> Result<Url> {
-    if let Ok(absolute) = Url::parse(reference) {
-        return Ok(absolute);
-    }
-    let mut base = parse_url(repository)?;
+/// The repository as a directory, against which an index's relative archive URLs are taken,
+/// as helm takes them.
+fn archive_base(repository: &SourceUrl) -> Result<Url> {
+    let mut base = parse_url(repository.as_str())?;
     let path = format!("{}/", base.path().trim_end_matches('/'));
     base.set_path(&path);
-    let mut url = base.join(reference).map_err(|e| Error::Url {
-        url: redact(reference),
-        reason: e.to_string(),
-    })?;
-    url.set_query(base.query());
-    Ok(url)
+    Ok(base)
+}
+
+/// Where an index entry's archive is (its first URL, taken relative to the repository, which
+/// must lie under `scope`) and the sha256 it must have, when the index gives one.
+fn archive_of(
+    repository: &SourceUrl,
+    chart: &str,
+    entry: &IndexEntry,
+    scope: &SourceUrl,
+) -> Result<(Url, Option<String>)> {
+    let (chart, version, url) = (
+        chart.to_owned(),
+        entry.version.clone(),
+        repository.to_string(),
+    );
+    let expected = match entry.digest.as_deref().map(normal_digest) {
+        Some(None) => {
+            return Err(Error::BadDigest {
+                chart,
+                version,
+                url,
+            });
+        }
+        Some(Some(digest)) => Some(digest),
+        None => None,
+    };
+    let Some(reference) = entry.urls.first() else {
+        return Err(Error::NoArchive {
+            chart,
+            version,
+            url,
+        });
+    };
+    match source::follow(&archive_base(repository)?, reference, scope) {
+        Ok(location) => Ok((location, expected)),
+        Err(reason) => Err(Error::ArchiveRefused {
+            chart,
+            version,
+            url,
+            reason,
+        }),
+    }
 }
 
 fn parse_url(url: &str) -> Result<Url> {
@@ -177,13 +235,14 @@ fn parse_url(url: &str) -> Result<Url> {
     })
 }
 
-/// An index digest as lowercase hex, without a `sha256:` prefix.
-fn normal_digest(digest: &str) -> String {
+/// An index digest as lowercase hex, without a `sha256:` prefix; None unless 64 hex digits.
+fn normal_digest(digest: &str) -> Option<String> {
     let digest = digest.trim();
-    digest
+    let hex = digest
         .strip_prefix("sha256:")
         .unwrap_or(digest)
-        .to_ascii_lowercase()
+        .to_ascii_lowercase();
+    (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())).then_some(hex)
 }
 
 /// Whether a file name is a cached archive's: 64 lowercase hex digits and `.tgz`.
@@ -225,7 +284,13 @@ fn archive_version(path: &Path) -> std::result::Result<String, String> {
                 .take(1 << 20)
                 .read_to_string(&mut text)
                 .map_err(|e| e.to_string())?;
-            let chart: ChartYaml = serde_yaml::from_str(&text).map_err(|e| e.to_string())?;
+            let chart: ChartYaml = serde_yaml::from_str(&text)
+                .map_err(|e| format!("Chart.yaml: {}", yaml_error(&e)))?;
+            if chart.version.len() > MAX_VERSION {
+                return Err(format!(
+                    "Chart.yaml's version is longer than {MAX_VERSION} characters"
+                ));
+            }
             return Ok(chart.version);
         }
     }
@@ -419,8 +484,10 @@ struct IndexSlot {
 pub struct ChartCache {
     shelf: Arc<Shelf>,
     helm: PathBuf,
-    client: reqwest::Client,
-    indexes: DashMap<String, Arc<IndexSlot>>,
+    fetcher: Fetcher,
+    index_limit: u64,
+    /// By repository and scope, both in normal form.
+    indexes: DashMap<(SourceUrl, SourceUrl), Arc<IndexSlot>>,
     /// Held while an archive is fetched, by its URL, so it is fetched once at a time.
     downloads: DashMap<String, Arc<tokio::sync::Mutex<()>>>,
 }
@@ -470,6 +537,7 @@ impl ChartCache {
             );
             state.clock = used;
         }
+        let fetcher = Fetcher::new(metrics.clone()).map_err(Error::Fetch)?;
         let shelf = Shelf {
             dir: dir.to_owned(),
             limit,
@@ -478,20 +546,20 @@ impl ChartCache {
         };
         shelf.evict(&mut state);
         *shelf.state() = state;
-        let client = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .read_timeout(READ_TIMEOUT)
-            .timeout(FETCH_TIMEOUT)
-            .user_agent(concat!("tenancy-hub/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(Error::Client)?;
         Ok(Self {
             shelf: Arc::new(shelf),
             helm,
-            client,
+            fetcher,
+            index_limit: DEFAULT_INDEX_LIMIT,
             indexes: DashMap::new(),
             downloads: DashMap::new(),
         })
+    }
+
+    /// Refuses repository indexes larger than `bytes` (default [`DEFAULT_INDEX_LIMIT`]).
+    pub fn with_index_limit(mut self, bytes: u64) -> Self {
+        self.index_limit = bytes;
+        self
     }
 
     /// Where the archives are kept.
@@ -499,53 +567,78 @@ impl ChartCache {
         &self.shelf.dir
     }
 
-    /// Resolves a repository chart: the repository's index (fetched again only when it was
-    /// fetched before `since`; None: any fetched index will do), the newest version matching
-    /// `constraint`, and its archive fetched into the cache unless there already. An archive
-    /// whose digest differs from the index's is refused; one that cannot be fetched is left to
-    /// helm to fetch when it installs.
+    /// Resolves a repository chart, every fetch staying under `scope`: the repository's index
+    /// (fetched again only when it was fetched before `since`; None: any fetched index will do),
+    /// the newest version matching `constraint`, and its archive fetched into the cache unless
+    /// there already. An archive whose digest differs from the index's, that lies outside the
+    /// scope or that cannot be fetched fails the resolution: helm never fetches a repository
+    /// chart itself.
     pub async fn repository(
         &self,
         url: &str,
         chart: &str,
         constraint: Option<&str>,
+        scope: &SourceUrl,
         since: Option<Instant>,
     ) -> Result<Resolved> {
-        let index = self.index(url, since).await?;
+        let repository = SourceUrl::parse(url)
+            .and_then(|r| match r.scheme() {
+                "http" | "https" => Ok(r),
+                other => Err(Refused::Scheme(other.to_owned())),
+            })
+            .map_err(|reason| Error::Source {
+                url: redact(url),
+                reason,
+            })?;
+        if !scope.holds(&repository) {
+            return Err(Error::Outside {
+                url: repository.to_string(),
+                scope: scope.clone(),
+            });
+        }
+        let index = self.index(&repository, scope, since).await?;
+        let shown = repository.to_string();
         let versions = index
             .entries
             .get(chart)
             .filter(|v| !v.is_empty())
             .ok_or_else(|| Error::NoChart {
                 chart: chart.to_owned(),
-                url: redact(url),
+                url: shown.clone(),
             })?;
-        let version = constraint::select(versions.iter().map(|e| e.version.as_str()), constraint)?
-            .ok_or_else(|| Error::NoVersion {
-                chart: chart.to_owned(),
-                url: redact(url),
-                constraint: constraint.unwrap_or("*").to_owned(),
-            })?;
+        let listed = versions
+            .iter()
+            .map(|e| e.version.as_str())
+            .filter(|v| v.len() <= MAX_VERSION);
+        let version = constraint::select(listed, constraint)?.ok_or_else(|| Error::NoVersion {
+            chart: chart.to_owned(),
+            url: shown.clone(),
+            constraint: constraint.unwrap_or("*").to_owned(),
+        })?;
         let entry = versions
             .iter()
             .find(|e| e.version == version)
             .expect("selected from these");
-        match self.archive(url, chart, entry).await {
-            Ok(()) => {}
-            Err(e @ Error::Mismatch { .. }) => return Err(e),
-            Err(e) => {
-                tracing::warn!(chart, version, error = %e, "cannot keep the chart archive in the cache; helm fetches it itself");
-            }
-        }
+        self.archive(url, &repository, chart, entry, scope).await?;
         Ok(Resolved {
             version: version.to_owned(),
             digest: None,
         })
     }
 
-    /// The repository's index: the one fetched at or after `since`, or a new fetch.
-    async fn index(&self, url: &str, since: Option<Instant>) -> Result<Arc<Index>> {
-        let slot = self.indexes.entry(url.to_owned()).or_default().clone();
+    /// The repository's index: the one fetched at or after `since` under the same scope, or a
+    /// new fetch.
+    async fn index(
+        &self,
+        repository: &SourceUrl,
+        scope: &SourceUrl,
+        since: Option<Instant>,
+    ) -> Result<Arc<Index>> {
+        let slot = self
+            .indexes
+            .entry((repository.clone(), scope.clone()))
+            .or_default()
+            .clone();
         *slot.used.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
         let mut fetched = slot.fetched.lock().await;
         if let Some((at, index)) = fetched.as_ref()
@@ -554,15 +647,15 @@ impl ChartCache {
             return Ok(index.clone());
         }
         let at = Instant::now();
-        let location = index_url(url)?;
+        let location = index_url(repository)?;
         let mut bytes = Vec::new();
-        self.fetch(&location, INDEX_LIMIT, "index", |chunk| {
+        self.get(&location, scope, self.index_limit, "index", |chunk| {
             bytes.extend_from_slice(chunk);
             Ok(())
         })
         .await?;
         let index = Arc::new(parse_index(&location, &bytes)?);
-        tracing::debug!(repository = %redact(url), bytes = bytes.len(), "fetched the repository index");
+        tracing::debug!(repository = %repository, bytes = bytes.len(), "fetched the repository index");
         *fetched = Some((at, index.clone()));
         Ok(index)
     }
@@ -578,8 +671,16 @@ impl ChartCache {
     }
 
     /// Fetches an index entry's archive into the cache unless it is there, verifying it against
-    /// the entry's digest.
-    async fn archive(&self, url: &str, chart: &str, entry: &IndexEntry) -> Result<()> {
+    /// the entry's digest, and pins it to the chart of `url` (as the spec writes it) at the
+    /// entry's version; its URL, taken relative to the repository, must lie under `scope`.
+    async fn archive(
+        &self,
+        url: &str,
+        repository: &SourceUrl,
+        chart: &str,
+        entry: &IndexEntry,
+        scope: &SourceUrl,
+    ) -> Result<()> {
         let pin = (
             ChartSource::Repository {
                 url: url.to_owned(),
@@ -587,13 +688,7 @@ impl ChartCache {
             },
             entry.version.clone(),
         );
-        let expected = entry.digest.as_deref().map(normal_digest);
-        let reference = entry.urls.first().ok_or_else(|| Error::NoArchive {
-            chart: chart.to_owned(),
-            version: entry.version.clone(),
-            url: redact(url),
-        })?;
-        let location = archive_url(url, reference)?;
+        let (location, expected) = archive_of(repository, chart, entry, scope)?;
         let flight = self
             .downloads
             .entry(location.to_string())
@@ -614,11 +709,11 @@ impl ChartCache {
             let mismatch = |expected, got| Error::Mismatch {
                 chart: chart.to_owned(),
                 version: entry.version.clone(),
-                url: redact(url),
+                url: repository.to_string(),
                 expected,
                 got,
             };
-            self.download(&location, expected.as_deref(), mismatch)
+            self.download(&location, scope, expected.as_deref(), mismatch)
                 .await
         }
         .await;
@@ -633,6 +728,7 @@ impl ChartCache {
     async fn download(
         &self,
         location: &Url,
+        scope: &SourceUrl,
         expected: Option<&str>,
         mismatch: impl FnOnce(String, String) -> Error,
     ) -> Result<String> {
@@ -643,7 +739,7 @@ impl ChartCache {
         let mut file = partial.as_file();
         let mut hasher = Sha256::new();
         let size = self
-            .fetch(location, ARCHIVE_LIMIT, "archive", |chunk| {
+            .get(location, scope, ARCHIVE_LIMIT, "archive", |chunk| {
                 hasher.update(chunk);
                 file.write_all(chunk)
             })
@@ -664,44 +760,23 @@ impl ChartCache {
         Ok(got)
     }
 
-    /// GETs `url`, handing each chunk to `sink`; refuses answers over `limit` bytes. Counts the
-    /// bytes as `kind`. Returns the size.
-    async fn fetch(
+    /// GETs `url` under `scope` (see [`Fetcher::get`]); a chunk the sink cannot keep is the
+    /// cache directory's failure.
+    async fn get(
         &self,
         url: &Url,
+        scope: &SourceUrl,
         limit: u64,
         kind: &'static str,
-        mut sink: impl FnMut(&[u8]) -> std::io::Result<()>,
+        sink: impl FnMut(&[u8]) -> std::io::Result<()>,
     ) -> Result<u64> {
-        let shown = || redact(url.as_str());
-        let failed = |source: reqwest::Error| Error::Fetch {
-            url: shown(),
-            source: source.without_url(),
-        };
-        let too_large = || Error::TooLarge {
-            url: shown(),
-            limit: limit >> 20,
-        };
-        let mut response = self.client.get(url.clone()).send().await.map_err(failed)?;
-        if !response.status().is_success() {
-            return Err(Error::Status {
-                url: shown(),
-                status: response.status(),
-            });
-        }
-        if response.content_length().is_some_and(|n| n > limit) {
-            return Err(too_large());
-        }
-        let mut size = 0u64;
-        while let Some(chunk) = response.chunk().await.map_err(failed)? {
-            size += chunk.len() as u64;
-            self.shelf.metrics.chart_fetched(kind, chunk.len() as u64);
-            if size > limit {
-                return Err(too_large());
-            }
-            sink(&chunk).map_err(|e| self.shelf.io(e))?;
-        }
-        Ok(size)
+        self.fetcher
+            .get(url, scope, limit, kind, sink)
+            .await
+            .map_err(|e| match e {
+                fetch::Error::Sink { source, .. } => self.shelf.io(source),
+                other => Error::Fetch(other),
+            })
     }
 
     /// Resolves an OCI chart: `helm pull` of the newest version matching `constraint`, kept in
@@ -832,42 +907,50 @@ pub fn default_dir() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use crate::delivery::fetch::testing::{Answer, Server};
 
-    /// A loopback repository serving fixed files, counting the requests of each path.
+    /// A loopback repository at `/repo`, counting the requests of each path.
     struct Repo {
+        server: Server,
         url: String,
-        hits: Arc<Mutex<HashMap<String, usize>>>,
+        /// The repository itself, as the prefix its fetches stay under.
+        scope: SourceUrl,
     }
 
     impl Repo {
         async fn serve(files: Vec<(&str, Vec<u8>)>) -> Self {
-            let files: Arc<HashMap<String, Vec<u8>>> =
-                Arc::new(files.into_iter().map(|(p, b)| (p.to_owned(), b)).collect());
-            let hits = Arc::new(Mutex::new(HashMap::new()));
-            let counted = hits.clone();
-            let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
-                let (files, hits) = (files.clone(), counted.clone());
-                async move {
-                    let path = uri.path().to_owned();
-                    *hits.lock().unwrap().entry(path.clone()).or_insert(0) += 1;
-                    match files.get(&path) {
-                        Some(body) => (axum::http::StatusCode::OK, body.clone()),
-                        None => (axum::http::StatusCode::NOT_FOUND, Vec::new()),
-                    }
-                }
-            });
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let address = listener.local_addr().unwrap();
-            tokio::spawn(async move { axum::serve(listener, app).await });
-            Self {
-                url: format!("http://{address}/repo"),
-                hits,
-            }
+            let answers = files
+                .into_iter()
+                .map(|(p, b)| (p.to_owned(), Answer::Body(b)));
+            Self::answering(|_| answers.collect()).await
+        }
+
+        /// An index of chart `web` 1.0.0 whose archive `missing.tgz` is not served.
+        async fn without_archives() -> Self {
+            let index = index(&[("1.0.0", "missing.tgz", b"x")]);
+            Self::serve(vec![("/repo/index.yaml", index)]).await
+        }
+
+        /// Serves what `answers` gives for the server's origin (`http://127.0.0.1:PORT`).
+        async fn answering(answers: impl FnOnce(&str) -> Vec<(String, Answer)>) -> Self {
+            let server = Server::serve_with(answers).await;
+            let url = format!("{}/repo", server.origin);
+            let scope = SourceUrl::parse(&url).unwrap();
+            Self { server, url, scope }
         }
 
         fn hits(&self, path: &str) -> usize {
-            self.hits.lock().unwrap().get(path).copied().unwrap_or(0)
+            self.server.hits(path)
+        }
+
+        /// Why resolving its chart `web` from `url` (`/repo` itself when None), under the
+        /// repository's scope, fails.
+        async fn failure(&self, cache: &ChartCache, url: Option<&str>) -> Error {
+            let url = url.unwrap_or(&self.url);
+            cache
+                .repository(url, "web", None, &self.scope, None)
+                .await
+                .expect_err("the resolution fails")
         }
     }
 
@@ -880,7 +963,7 @@ mod tests {
         let mut text = String::from("apiVersion: v1\nentries:\n  web:\n");
         for (version, url, content) in versions {
             text.push_str(&format!(
-                "  - apiVersion: v2\n    name: web\n    description: a chart\n    created: \"2026-01-01T00:00:00Z\"\n    version: {version}\n    digest: {}\n    urls:\n    - {url}\n",
+                "  - apiVersion: v2\n    name: web\n    description: a chart\n    created: \"2026-01-01T00:00:00Z\"\n    version: {version}\n    digest: {}\n    urls:\n    - \"{url}\"\n",
                 sha(content)
             ));
         }
@@ -892,6 +975,13 @@ mod tests {
         let metrics = Arc::new(Metrics::new());
         let cache = ChartCache::open(dir, limit, "helm".into(), metrics.clone()).unwrap();
         (cache, metrics)
+    }
+
+    /// An empty cache in a directory of its own, kept while the directory lives.
+    fn fresh() -> (tempfile::TempDir, ChartCache) {
+        let dir = tempfile::tempdir().unwrap();
+        let (cache, _) = open(dir.path(), DEFAULT_SIZE);
+        (dir, cache)
     }
 
     fn metric(metrics: &Metrics, series: &str) -> f64 {
@@ -936,7 +1026,7 @@ mod tests {
         let (cache, metrics) = open(dir.path(), DEFAULT_SIZE);
         for constraint in [None, Some("^1"), Some(">=1.1.0 <2")] {
             let resolved = cache
-                .repository(&repo.url, "web", constraint, None)
+                .repository(&repo.url, "web", constraint, &repo.scope, None)
                 .await
                 .unwrap();
             assert_eq!(resolved.version, "1.1.0");
@@ -995,16 +1085,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (cache, _) = open(dir.path(), DEFAULT_SIZE);
         cache
-            .repository(&repo.url, "web", None, None)
+            .repository(&repo.url, "web", None, &repo.scope, None)
             .await
             .unwrap();
         let since = Instant::now();
         cache
-            .repository(&repo.url, "web", None, Some(since))
+            .repository(&repo.url, "web", None, &repo.scope, Some(since))
             .await
             .unwrap();
         cache
-            .repository(&repo.url, "web", None, Some(since))
+            .repository(&repo.url, "web", None, &repo.scope, Some(since))
             .await
             .unwrap();
         assert_eq!(repo.hits("/repo/index.yaml"), 2, "once per `since`");
@@ -1012,7 +1102,7 @@ mod tests {
 
         let (reopened, metrics) = open(dir.path(), DEFAULT_SIZE);
         reopened
-            .repository(&repo.url, "web", None, None)
+            .repository(&repo.url, "web", None, &repo.scope, None)
             .await
             .unwrap();
         assert_eq!(
@@ -1035,12 +1125,8 @@ mod tests {
         .await;
         let dir = tempfile::tempdir().unwrap();
         let (cache, _) = open(dir.path(), DEFAULT_SIZE);
-        let error = cache
-            .repository(&repo.url, "web", None, None)
-            .await
-            .unwrap_err();
         assert_eq!(
-            error.to_string(),
+            repo.failure(&cache, None).await.to_string(),
             format!(
                 "chart web version 1.0.0 from {}: digest mismatch, expected {}, got {}; the repository changed the archive",
                 repo.url,
@@ -1057,16 +1143,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_archive_that_cannot_be_fetched_is_left_to_helm() {
-        let repo = Repo::serve(vec![(
-            "/repo/index.yaml",
-            index(&[("1.0.0", "missing.tgz", b"x")]),
-        )])
-        .await;
+    async fn an_archive_that_cannot_be_fetched_fails_the_resolution_for_helm_never_fetches_one() {
+        let repo = Repo::without_archives().await;
         let dir = tempfile::tempdir().unwrap();
         let (cache, metrics) = open(dir.path(), DEFAULT_SIZE);
-        let resolved = cache.repository(&repo.url, "web", None, None).await;
-        assert_eq!(resolved.unwrap().version, "1.0.0");
+        assert_eq!(
+            repo.failure(&cache, None).await.to_string(),
+            format!("{}/missing.tgz answered 404 Not Found", repo.url)
+        );
         assert!(
             cache
                 .checkout(&repository_source(&repo), Some("1.0.0"))
@@ -1080,19 +1164,109 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_archive_the_index_puts_outside_the_scope_is_refused_and_never_requested() {
+        let outside: [fn(&str) -> String; 4] = [
+            |origin| format!("{origin}/team-x/web-1.0.0.tgz"),
+            |_| "../team-x/web-1.0.0.tgz".into(),
+            |_| "%2e%2e/team-x/web-1.0.0.tgz".into(),
+            |_| "http://169.254.169.254/latest/meta-data/".into(),
+        ];
+        for archive in outside {
+            let repo = Repo::answering(|origin| {
+                let index = index(&[("1.0.0", &archive(origin), b"x")]);
+                vec![
+                    ("/repo/index.yaml".into(), Answer::Body(index)),
+                    ("/team-x/web-1.0.0.tgz".into(), Answer::Body(b"x".to_vec())),
+                ]
+            })
+            .await;
+            let (_dir, cache) = fresh();
+            let error = repo.failure(&cache, None).await.to_string();
+            let starts = format!(
+                "chart web version 1.0.0: the index of {} lists its archive at ",
+                repo.url
+            );
+            assert!(error.starts_with(&starts), "{error}");
+            let outside = format!(", outside the chartSources prefix {}", repo.url);
+            assert!(error.contains(&outside), "{error}");
+            assert_eq!(repo.hits("/repo/index.yaml"), 1);
+            assert_eq!(repo.hits("/team-x/web-1.0.0.tgz"), 0, "{error}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_index_that_does_not_parse_says_where_and_never_what_it_holds() {
+        let bad_digest = String::from_utf8(index(&[("1.0.0", "web.tgz", b"x")]))
+            .unwrap()
+            .replace(&sha(b"x"), "the-body-text");
+        let repo = Repo::serve(vec![
+            (
+                "/repo/index.yaml",
+                b"entries:\n  web: the-body-text".to_vec(),
+            ),
+            ("/repo/bad-digest/index.yaml", bad_digest.into_bytes()),
+        ])
+        .await;
+        let (_dir, cache) = fresh();
+        assert_eq!(
+            repo.failure(&cache, None).await.to_string(),
+            format!(
+                "{}/index.yaml is not a Helm repository index: YAML error at line 2, column 8",
+                repo.url
+            )
+        );
+        let bad_digest = format!("{}/bad-digest", repo.url);
+        let error = repo.failure(&cache, Some(&bad_digest)).await.to_string();
+        assert!(error.contains("is not a sha256"), "{error}");
+        assert!(!error.contains("the-body-text"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn an_index_is_kept_by_its_normal_url_and_a_query_makes_no_new_one() {
+        let repo = Repo::without_archives().await;
+        let (_dir, cache) = fresh();
+        let origin = repo.url.trim_end_matches("/repo").to_uppercase();
+        for url in [
+            repo.url.clone(),
+            format!("{}/", repo.url),
+            format!("{origin}/./repo"),
+            format!("{origin}/x/../repo/"),
+        ] {
+            let _ = cache.repository(&url, "web", None, &repo.scope, None).await;
+        }
+        for query in ["?x=1", "?x=2", "#x"] {
+            let url = format!("{}{query}", repo.url);
+            let error = repo.failure(&cache, Some(&url)).await;
+            assert!(matches!(error, Error::Source { .. }), "{error}");
+        }
+        assert_eq!(repo.hits("/repo/index.yaml"), 1);
+        assert_eq!(cache.indexes.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_index_over_the_limit_is_refused() {
+        let repo = Repo::serve(vec![("/repo/index.yaml", vec![b'#'; 4096])]).await;
+        let (_dir, cache) = fresh();
+        let error = repo.failure(&cache.with_index_limit(1024), None).await;
+        assert!(
+            matches!(error, Error::Fetch(fetch::Error::TooLarge { .. })),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
     async fn missing_charts_versions_and_repositories_say_which() {
         let repo = Repo::serve(vec![(
             "/repo/index.yaml",
             index(&[("1.0.0", "web.tgz", b"x")]),
         )])
         .await;
-        let dir = tempfile::tempdir().unwrap();
-        let (cache, _) = open(dir.path(), DEFAULT_SIZE);
+        let (_dir, cache) = fresh();
         let error = |chart: &'static str, constraint: Option<&'static str>| {
-            let (cache, url) = (&cache, repo.url.clone());
+            let (cache, url, scope) = (&cache, repo.url.clone(), repo.scope.clone());
             async move {
                 cache
-                    .repository(&url, chart, constraint, None)
+                    .repository(&url, chart, constraint, &scope, None)
                     .await
                     .unwrap_err()
                     .to_string()
@@ -1116,34 +1290,11 @@ mod tests {
         );
         let gone = format!("{}/elsewhere", repo.url);
         let message = cache
-            .repository(&gone, "web", None, None)
+            .repository(&gone, "web", None, &repo.scope, None)
             .await
             .unwrap_err()
             .to_string();
         assert_eq!(message, format!("{gone}/index.yaml answered 404 Not Found"));
-    }
-
-    #[tokio::test]
-    async fn an_answer_over_the_limit_is_refused() {
-        let repo = Repo::serve(vec![("/repo/big", vec![b'x'; 4096])]).await;
-        let dir = tempfile::tempdir().unwrap();
-        let (cache, _) = open(dir.path(), DEFAULT_SIZE);
-        let url = Url::parse(&format!("{}/big", repo.url)).unwrap();
-        let error = cache
-            .fetch(&url, 1024, "index", |_| Ok(()))
-            .await
-            .unwrap_err();
-        assert!(matches!(error, Error::TooLarge { .. }), "{error}");
-        assert!(error.to_string().ends_with("is larger than 0 MiB; refused"));
-        let taken = AtomicUsize::new(0);
-        cache
-            .fetch(&url, 4096, "index", |chunk| {
-                taken.fetch_add(chunk.len(), Ordering::SeqCst);
-                Ok(())
-            })
-            .await
-            .unwrap();
-        assert_eq!(taken.load(Ordering::SeqCst), 4096);
     }
 
     /// Puts `content` in the cache as an archive of chart `web` from `url` at `version`.
@@ -1237,42 +1388,43 @@ mod tests {
 
     #[test]
     fn archive_urls_are_joined_to_the_repository_as_helm_joins_them() {
-        let join = |repo: &str, reference: &str| archive_url(repo, reference).unwrap().to_string();
+        let join = |repo: &str, reference: &str| {
+            let repo = SourceUrl::parse(repo).unwrap();
+            source::follow(&archive_base(&repo).unwrap(), reference, &repo).map(String::from)
+        };
         assert_eq!(
-            join("https://charts.example.com/stable", "web-1.0.0.tgz"),
+            join("https://charts.example.com/stable", "web-1.0.0.tgz").unwrap(),
             "https://charts.example.com/stable/web-1.0.0.tgz"
         );
         assert_eq!(
-            join("https://charts.example.com/stable/", "charts/web-1.0.0.tgz"),
+            join("https://charts.example.com/stable/", "charts/web-1.0.0.tgz").unwrap(),
             "https://charts.example.com/stable/charts/web-1.0.0.tgz"
-        );
-        assert_eq!(
-            join("https://charts.example.com/stable?token=t", "web-1.0.0.tgz"),
-            "https://charts.example.com/stable/web-1.0.0.tgz?token=t",
-            "the repository's query goes along"
-        );
-        assert_eq!(
-            join("https://charts.example.com/stable", "/other/web.tgz"),
-            "https://charts.example.com/other/web.tgz"
         );
         assert_eq!(
             join(
                 "https://charts.example.com",
-                "https://cdn.example.net/web.tgz"
-            ),
-            "https://cdn.example.net/web.tgz"
+                "https://CHARTS.example.com/web.tgz"
+            )
+            .unwrap(),
+            "https://charts.example.com/web.tgz"
         );
+        assert!(join("https://charts.example.com/stable", "/other/web.tgz").is_err());
+        assert!(
+            join(
+                "https://charts.example.com",
+                "https://cdn.example.net/web.tgz"
+            )
+            .is_err()
+        );
+        let index = |repo: &str| index_url(&SourceUrl::parse(repo).unwrap()).unwrap();
         assert_eq!(
-            index_url("https://charts.example.com/stable/")
-                .unwrap()
-                .as_str(),
+            index("https://charts.example.com/stable/").as_str(),
             "https://charts.example.com/stable/index.yaml"
         );
         assert_eq!(
-            index_url("http://127.0.0.1:8080").unwrap().as_str(),
+            index("http://127.0.0.1:8080").as_str(),
             "http://127.0.0.1:8080/index.yaml"
         );
-        assert!(index_url("not a url").is_err());
     }
 
     #[test]
@@ -1283,10 +1435,9 @@ mod tests {
         let web = &index.entries["web"][0];
         assert_eq!(web.version, "1.0.0");
         assert_eq!(web.urls[0], "web-1.0.0.tgz");
-        assert_eq!(
-            web.digest.as_deref().map(normal_digest).as_deref(),
-            Some("abc")
-        );
+        assert_eq!(web.digest.as_deref().and_then(normal_digest), None);
+        let digest = format!("sha256:{}", "AB".repeat(32));
+        assert_eq!(normal_digest(&digest), Some("ab".repeat(32)));
         assert!(index.entries["db"][0].urls.is_empty());
         let json =
             r#"{"apiVersion":"v1","entries":{"web":[{"version":"2.0.0","urls":["w.tgz"]}]}}"#;
@@ -1297,7 +1448,7 @@ mod tests {
         let error = parse_index(&url, b"entries: [").unwrap_err().to_string();
         assert!(
             error.starts_with(
-                "the repository index https://charts.example.com/index.yaml does not parse"
+                "https://charts.example.com/index.yaml is not a Helm repository index: YAML error at line"
             ),
             "{error}"
         );

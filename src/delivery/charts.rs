@@ -16,6 +16,8 @@ use crate::{
     api::crd::{Chart, ControllerSpec},
     delivery::cache::ChartCache,
     delivery::plan::{self, ChartLookup, ChartSource},
+    delivery::policy::Scope,
+    delivery::source::{SourceUrl, redact},
 };
 
 /// Resolutions run at once by one refresh.
@@ -41,6 +43,22 @@ pub struct RemoteKey {
 }
 
 impl RemoteKey {
+    /// The key of a repository or OCI chart; a chart-home directory's path otherwise.
+    fn of<'a>(source: &'a ChartSource, constraint: Option<&str>) -> Result<Self, &'a Path> {
+        let remote = match source {
+            ChartSource::Directory(path) => return Err(path),
+            ChartSource::Repository { url, chart } => Remote::Repository {
+                url: url.clone(),
+                chart: chart.clone(),
+            },
+            ChartSource::Oci(reference) => Remote::Oci(reference.clone()),
+        };
+        Ok(Self {
+            remote,
+            constraint: constraint.map(str::to_owned),
+        })
+    }
+
     /// The chart in words, for messages: name, constraint and where it is looked for, without
     /// credentials.
     fn describe(&self) -> String {
@@ -72,40 +90,33 @@ impl RemoteKey {
 pub enum Wanted {
     /// A chart-home directory.
     Directory(PathBuf),
-    /// A repository or OCI chart with its constraint.
-    Remote(RemoteKey),
-}
-
-impl Wanted {
-    fn of(source: &ChartSource, constraint: Option<&str>) -> Self {
-        let remote = match source {
-            ChartSource::Directory(path) => return Self::Directory(path.clone()),
-            ChartSource::Repository { url, chart } => Remote::Repository {
-                url: url.clone(),
-                chart: chart.clone(),
-            },
-            ChartSource::Oci(reference) => Remote::Oci(reference.clone()),
-        };
-        Self::Remote(RemoteKey {
-            remote,
-            constraint: constraint.map(str::to_owned),
-        })
-    }
+    /// A repository or OCI chart with its constraint, and the prefix its fetches stay under.
+    Remote(RemoteKey, SourceUrl),
 }
 
 /// Every chart a spec names that `allowed` lets the hub fetch (the tenancy policies' and the
-/// chart-source rules' say: a refused chart is never read or fetched).
+/// chart-source rules' say: a refused chart is never read or fetched), with where its fetches
+/// must stay.
 pub fn wanted_by(
     spec: &ControllerSpec,
     chart_home: &Path,
-    allowed: &dyn Fn(&Chart) -> bool,
+    allowed: &dyn Fn(&Chart) -> Option<Scope>,
 ) -> HashSet<Wanted> {
     spec.tenancies
         .iter()
         .flat_map(|t| &t.charts)
-        .filter(|c| allowed(c))
-        .map(|c| Wanted::of(&plan::source_of(c, chart_home), c.version.as_deref()))
-        .filter(|w| !matches!(w, Wanted::Directory(p) if p.components().any(|c| c == std::path::Component::ParentDir)))
+        .filter_map(|c| {
+            let scope = allowed(c)?;
+            let source = plan::source_of(c, chart_home);
+            match (RemoteKey::of(&source, c.version.as_deref()), scope) {
+                (Err(path), _) => (!path
+                    .components()
+                    .any(|c| c == std::path::Component::ParentDir))
+                .then(|| Wanted::Directory(path.to_owned())),
+                (Ok(key), Scope::Under(prefix)) => Some(Wanted::Remote(key, prefix)),
+                (Ok(_), Scope::ChartHome) => None,
+            }
+        })
         .collect()
 }
 
@@ -120,11 +131,12 @@ pub struct Resolved {
 
 /// Resolves remote charts: the chart cache in the operator, a script in tests.
 trait Resolve: Send + Sync {
-    /// Resolves `key`; a repository index fetched at or after `since` is used again (None: any
-    /// fetched one).
+    /// Resolves `key`, every fetch staying under `scope`; a repository index fetched at or
+    /// after `since` is used again (None: any fetched one).
     fn resolve<'a>(
         &'a self,
         key: &'a RemoteKey,
+        scope: &'a SourceUrl,
         since: Option<Instant>,
     ) -> BoxFuture<'a, Result<Resolved, String>>;
 
@@ -136,13 +148,14 @@ impl Resolve for Arc<ChartCache> {
     fn resolve<'a>(
         &'a self,
         key: &'a RemoteKey,
+        scope: &'a SourceUrl,
         since: Option<Instant>,
     ) -> BoxFuture<'a, Result<Resolved, String>> {
         Box::pin(async move {
             let constraint = key.constraint.as_deref();
             match &key.remote {
                 Remote::Repository { url, chart } => {
-                    self.repository(url, chart, constraint, since).await
+                    self.repository(url, chart, constraint, scope, since).await
                 }
                 Remote::Oci(reference) => self.oci(reference, constraint).await,
             }
@@ -153,29 +166,6 @@ impl Resolve for Arc<ChartCache> {
     fn forget(&self, before: Instant) {
         self.forget_indexes(before);
     }
-}
-
-/// Removes the user information (`user:password@`) of every URL in a text, so no message or log
-/// line shows credentials.
-pub fn redact(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(i) = rest.find("://") {
-        let (head, tail) = rest.split_at(i + 3);
-        out.push_str(head);
-        let end = tail
-            .find(|c: char| matches!(c, '/' | '?' | '#' | '"' | '\'') || c.is_whitespace())
-            .unwrap_or(tail.len());
-        let authority = &tail[..end];
-        out.push_str(
-            authority
-                .rfind('@')
-                .map_or(authority, |at| &authority[at + 1..]),
-        );
-        rest = &tail[end..];
-    }
-    out.push_str(rest);
-    out
 }
 
 /// A chart-home directory as last read.
@@ -200,6 +190,9 @@ struct Slot {
     failure: Option<String>,
     /// When it was last attempted.
     tried: Option<Instant>,
+    /// The prefix its fetches stayed under then: another one (the policies changed) makes the
+    /// attempt stale.
+    scope: Option<SourceUrl>,
     /// When a spec last named it.
     seen: Instant,
 }
@@ -212,6 +205,7 @@ impl Entry {
                 good: None,
                 failure: None,
                 tried: None,
+                scope: None,
                 seen: now,
             }),
         }
@@ -273,7 +267,7 @@ impl ChartCatalog {
         &self,
         spec: &ControllerSpec,
         chart_home: &Path,
-        allowed: &(dyn Fn(&Chart) -> bool + Sync),
+        allowed: &(dyn Fn(&Chart) -> Option<Scope> + Sync),
     ) {
         let now = Instant::now();
         let interval = self.interval;
@@ -285,8 +279,8 @@ impl ChartCatalog {
                     Wanted::Directory(path) => {
                         self.refresh_directory(&path, now);
                     }
-                    Wanted::Remote(key) => {
-                        self.resolve(&key, now, now.checked_sub(interval), fresh)
+                    Wanted::Remote(key, scope) => {
+                        self.resolve(&key, &scope, now, now.checked_sub(interval), fresh)
                             .await;
                     }
                 }
@@ -296,8 +290,8 @@ impl ChartCatalog {
 
     /// What is known of a chart now, for the planner.
     pub fn lookup(&self, source: &ChartSource, version: Option<&str>) -> ChartLookup {
-        match Wanted::of(source, version) {
-            Wanted::Directory(path) => match self.directories.get(&path) {
+        match RemoteKey::of(source, version) {
+            Err(path) => match self.directories.get(path) {
                 Some(entry) => ChartLookup::Found {
                     version: None,
                     digest: Some(entry.digest.clone()),
@@ -307,7 +301,7 @@ impl ChartCatalog {
                     path.display()
                 )),
             },
-            Wanted::Remote(key) => match self.remote.get(&key) {
+            Ok(key) => match self.remote.get(&key) {
                 Some(entry) => entry.lookup(&key),
                 None => ChartLookup::Missing(format!("{} is not resolved yet", key.describe())),
             },
@@ -324,8 +318,9 @@ impl ChartCatalog {
             .map(|w| async move {
                 let changed = match &w {
                     Wanted::Directory(path) => self.refresh_directory(path, now),
-                    Wanted::Remote(key) => {
-                        self.resolve(key, now, Some(now), |tried| tried > now).await
+                    Wanted::Remote(key, scope) => {
+                        self.resolve(key, scope, now, Some(now), |tried| tried > now)
+                            .await
                     }
                 };
                 changed.then_some(w)
@@ -340,20 +335,28 @@ impl ChartCatalog {
         let unused = |seen: Instant| now.duration_since(seen) >= self.interval;
         self.directories
             .retain(|path, d| wanted.contains(&Wanted::Directory(path.clone())) || !unused(d.seen));
-        self.remote.retain(|key, e| {
-            wanted.contains(&Wanted::Remote(key.clone())) || !unused(e.slot().seen)
-        });
+        let keys: HashSet<&RemoteKey> = wanted
+            .iter()
+            .filter_map(|w| match w {
+                Wanted::Remote(key, _) => Some(key),
+                Wanted::Directory(_) => None,
+            })
+            .collect();
+        self.remote
+            .retain(|key, e| keys.contains(key) || !unused(e.slot().seen));
         if let Some(before) = now.checked_sub(self.interval) {
             self.resolver.forget(before);
         }
     }
 
-    /// Resolves a remote chart unless its last attempt is `fresh`, with a repository index
-    /// fetched at or after `since`; one resolution of an entry runs at a time, and who waited
-    /// for it takes its result. Returns whether the lookup changed.
+    /// Resolves a remote chart unless its last attempt, under the same `scope`, is `fresh`,
+    /// with a repository index fetched at or after `since`; one resolution of an entry runs at
+    /// a time, and who waited for it takes its result. What was resolved under another scope
+    /// no longer counts. Returns whether the lookup changed.
     async fn resolve(
         &self,
         key: &RemoteKey,
+        scope: &SourceUrl,
         now: Instant,
         since: Option<Instant>,
         fresh: impl Fn(Instant) -> bool,
@@ -364,7 +367,10 @@ impl ChartCatalog {
             .or_insert_with(|| Arc::new(Entry::new(now)))
             .clone();
         entry.slot().seen = now;
-        let is_fresh = || entry.slot().tried.is_some_and(&fresh);
+        let is_fresh = || {
+            let slot = entry.slot();
+            slot.scope.as_ref() == Some(scope) && slot.tried.is_some_and(&fresh)
+        };
         if is_fresh() {
             return false;
         }
@@ -373,10 +379,17 @@ impl ChartCatalog {
             return false;
         }
         let before = entry.lookup(key);
-        let result = self.resolver.resolve(key, since).await;
+        let result = self.resolver.resolve(key, scope, since).await;
         {
             let mut slot = entry.slot();
             slot.tried = Some(Instant::now());
+            if slot
+                .scope
+                .replace(scope.clone())
+                .is_some_and(|old| old != *scope)
+            {
+                slot.good = None;
+            }
             match result {
                 Ok(resolved) => {
                     if slot.good.as_ref() != Some(&resolved) {
@@ -486,6 +499,14 @@ mod tests {
 
     const HOUR: Duration = Duration::from_secs(3600);
 
+    /// The prefix every test chart is fetched under.
+    const SCOPE: &str = "https://charts.example.com/";
+
+    /// Lets the hub fetch every chart, under [`SCOPE`].
+    fn anywhere(_: &Chart) -> Option<Scope> {
+        Some(Scope::Under(SourceUrl::parse(SCOPE).unwrap()))
+    }
+
     /// Answers resolutions from a script, after a pause, counting the calls.
     #[derive(Default)]
     struct Script {
@@ -524,6 +545,7 @@ mod tests {
         fn resolve<'a>(
             &'a self,
             _: &'a RemoteKey,
+            _: &'a SourceUrl,
             since: Option<Instant>,
         ) -> BoxFuture<'a, Result<Resolved, String>> {
             Box::pin(async move {
@@ -544,6 +566,7 @@ mod tests {
         fn resolve<'a>(
             &'a self,
             _: &'a RemoteKey,
+            _: &'a SourceUrl,
             _: Option<Instant>,
         ) -> BoxFuture<'a, Result<Resolved, String>> {
             Box::pin(async { Err("no resolver in this test".to_owned()) })
@@ -587,7 +610,7 @@ mod tests {
         std::fs::write(chart.join("Chart.yaml"), "name: web\nversion: 0.1.0\n").unwrap();
         std::fs::write(chart.join("templates/cm.yaml"), "kind: ConfigMap\n").unwrap();
         let catalog = ChartCatalog::with_resolver(Box::new(Script::default()), HOUR);
-        catalog.prepare(&spec("web"), home.path(), &|_| true).await;
+        catalog.prepare(&spec("web"), home.path(), &anywhere).await;
         let first = digest_of(&catalog, &chart).expect("found");
 
         std::fs::write(
@@ -595,7 +618,7 @@ mod tests {
             "kind: ConfigMap # changed\n",
         )
         .unwrap();
-        catalog.prepare(&spec("web"), home.path(), &|_| true).await;
+        catalog.prepare(&spec("web"), home.path(), &anywhere).await;
         let changed = digest_of(&catalog, &chart).expect("found");
         assert_ne!(first, changed, "same name and version, new content");
 
@@ -605,7 +628,7 @@ mod tests {
         for f in ["Chart.yaml", "templates/cm.yaml"] {
             std::fs::copy(chart.join(f), copy.join(f)).unwrap();
         }
-        catalog.prepare(&spec("web"), other.path(), &|_| true).await;
+        catalog.prepare(&spec("web"), other.path(), &anywhere).await;
         assert_eq!(digest_of(&catalog, &copy), Some(changed));
     }
 
@@ -614,7 +637,7 @@ mod tests {
         let home = tempfile::tempdir().unwrap();
         let catalog = ChartCatalog::with_resolver(Box::new(Script::default()), HOUR);
         catalog
-            .prepare(&spec("nothing"), home.path(), &|_| true)
+            .prepare(&spec("nothing"), home.path(), &anywhere)
             .await;
         let ChartLookup::Missing(reason) =
             catalog.lookup(&ChartSource::Directory(home.path().join("nothing")), None)
@@ -627,37 +650,49 @@ mod tests {
         );
     }
 
-    #[test]
-    fn credentials_in_urls_never_reach_a_message() {
-        assert_eq!(
-            redact(
-                "Error: looks like \"https://user:p%40ss@charts.example.com/x\" is not valid; see http://other:1/y"
-            ),
-            "Error: looks like \"https://charts.example.com/x\" is not valid; see http://other:1/y"
-        );
-        assert_eq!(redact("oci://u:p@host"), "oci://host");
-        assert_eq!(redact("no url here"), "no url here");
-    }
-
     #[tokio::test(start_paused = true)]
     async fn a_resolution_is_reused_within_the_interval_and_renewed_after_it() {
         let script = Script::answering(&[Ok("1.0.0"), Ok("1.1.0")]);
         let catalog = ChartCatalog::with_resolver(Box::new(script.clone()), HOUR);
         catalog
-            .prepare(&repo_spec(None), Path::new("/charts"), &|_| true)
+            .prepare(&repo_spec(None), Path::new("/charts"), &anywhere)
             .await;
         assert_eq!(version_of(&catalog, None), Ok("1.0.0".into()));
         tokio::time::advance(HOUR / 2).await;
         catalog
-            .prepare(&repo_spec(None), Path::new("/charts"), &|_| true)
+            .prepare(&repo_spec(None), Path::new("/charts"), &anywhere)
             .await;
         assert_eq!(script.calls(), 1, "a fresh resolution is not repeated");
         tokio::time::advance(HOUR).await;
         catalog
-            .prepare(&repo_spec(None), Path::new("/charts"), &|_| true)
+            .prepare(&repo_spec(None), Path::new("/charts"), &anywhere)
             .await;
         assert_eq!(script.calls(), 2);
         assert_eq!(version_of(&catalog, None), Ok("1.1.0".into()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_scope_resolves_again_and_what_the_old_one_resolved_no_longer_counts() {
+        let script = Script::answering(&[Ok("1.0.0"), Err("outside the chartSources prefix")]);
+        let catalog = ChartCatalog::with_resolver(Box::new(script.clone()), HOUR);
+        let home = Path::new("/charts");
+        catalog.prepare(&repo_spec(None), home, &anywhere).await;
+        assert_eq!(version_of(&catalog, None), Ok("1.0.0".into()));
+        let narrower = |_: &Chart| {
+            let prefix = SourceUrl::parse("https://charts.example.com/stable").unwrap();
+            Some(Scope::Under(prefix))
+        };
+        catalog.prepare(&repo_spec(None), home, &narrower).await;
+        assert_eq!(
+            script.calls(),
+            2,
+            "within the interval, but under another scope"
+        );
+        let reason = version_of(&catalog, None).unwrap_err();
+        assert!(
+            reason.contains("outside the chartSources prefix"),
+            "{reason}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -667,9 +702,9 @@ mod tests {
         let spec = repo_spec(Some("^1"));
         let home = Path::new("/charts");
         tokio::join!(
-            catalog.prepare(&spec, home, &|_| true),
-            catalog.prepare(&spec, home, &|_| true),
-            catalog.prepare(&spec, home, &|_| true)
+            catalog.prepare(&spec, home, &anywhere),
+            catalog.prepare(&spec, home, &anywhere),
+            catalog.prepare(&spec, home, &anywhere)
         );
         assert_eq!(script.calls(), 1);
         assert_eq!(version_of(&catalog, Some("^1")), Ok("1.0.0".into()));
@@ -685,11 +720,11 @@ mod tests {
         let catalog = ChartCatalog::with_resolver(Box::new(script.clone()), HOUR);
         let home = Path::new("/charts");
         catalog
-            .prepare(&repo_spec(Some(">=1")), home, &|_| true)
+            .prepare(&repo_spec(Some(">=1")), home, &anywhere)
             .await;
         tokio::time::advance(HOUR).await;
         catalog
-            .prepare(&repo_spec(Some(">=1")), home, &|_| true)
+            .prepare(&repo_spec(Some(">=1")), home, &anywhere)
             .await;
         assert_eq!(script.calls(), 2);
         assert_eq!(version_of(&catalog, Some(">=1")), Ok("1.0.0".into()));
@@ -699,7 +734,7 @@ mod tests {
         )]);
         let catalog = ChartCatalog::with_resolver(Box::new(failing), HOUR);
         catalog
-            .prepare(&repo_spec(Some(">=1")), home, &|_| true)
+            .prepare(&repo_spec(Some(">=1")), home, &anywhere)
             .await;
         let reason = version_of(&catalog, Some(">=1")).unwrap_err();
         assert_eq!(
@@ -713,8 +748,8 @@ mod tests {
         let script = Script::answering(&[Ok("1.0.0"), Ok("1.0.0"), Ok("1.1.0")]);
         let catalog = ChartCatalog::with_resolver(Box::new(script.clone()), HOUR);
         let home = Path::new("/charts");
-        catalog.prepare(&repo_spec(None), home, &|_| true).await;
-        let wanted = wanted_by(&repo_spec(None), home, &|_| true);
+        catalog.prepare(&repo_spec(None), home, &anywhere).await;
+        let wanted = wanted_by(&repo_spec(None), home, &anywhere);
         assert!(
             catalog.refresh(&wanted).await.is_empty(),
             "the same version is no change"
@@ -744,8 +779,8 @@ mod tests {
         std::fs::write(chart.join("Chart.yaml"), "name: web\nversion: 0.1.0\n").unwrap();
         std::fs::write(chart.join("templates/cm.yaml"), "kind: ConfigMap\n").unwrap();
         let catalog = ChartCatalog::with_resolver(Box::new(Script::default()), HOUR);
-        catalog.prepare(&spec("web"), home.path(), &|_| true).await;
-        let wanted = wanted_by(&spec("web"), home.path(), &|_| true);
+        catalog.prepare(&spec("web"), home.path(), &anywhere).await;
+        let wanted = wanted_by(&spec("web"), home.path(), &anywhere);
         assert!(catalog.refresh(&wanted).await.is_empty());
         std::fs::write(chart.join("templates/cm.yaml"), "kind: ConfigMap # v2\n").unwrap();
         assert_eq!(catalog.refresh(&wanted).await, wanted);
@@ -759,10 +794,10 @@ mod tests {
         let home = Path::new("/charts");
         tokio::time::advance(2 * HOUR).await;
         let prepared = Instant::now();
-        catalog.prepare(&repo_spec(None), home, &|_| true).await;
+        catalog.prepare(&repo_spec(None), home, &anywhere).await;
         let refreshed = Instant::now();
         catalog
-            .refresh(&wanted_by(&repo_spec(None), home, &|_| true))
+            .refresh(&wanted_by(&repo_spec(None), home, &anywhere))
             .await;
         assert_eq!(
             *script.sinces.lock().unwrap(),

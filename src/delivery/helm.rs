@@ -29,6 +29,7 @@ use crate::{
         Release, SPEC_HASH_LABEL,
     },
     delivery::queue::{FailureKind, Outcome},
+    delivery::source::redact,
 };
 
 /// How Helm is called.
@@ -243,6 +244,9 @@ pub async fn template(
     archive: Option<&Path>,
     render: &RenderFor,
 ) -> Result<String, String> {
+    if let Some(why) = uncached(release, archive) {
+        return Err(why);
+    }
     let values = release
         .values
         .as_ref()
@@ -253,6 +257,24 @@ pub async fn template(
     run_helm(options, args)
         .await
         .map_err(|(message, _)| message)
+}
+
+/// Why a release cannot be rendered or installed without its cached archive, or None: a
+/// repository chart runs only from the archive the chart cache fetched under its source's
+/// rules (prefix, redirects, addresses, digest), never from a `--repo` fetch of helm's own,
+/// which would follow whatever the repository answers then. The cache fetches a missing one
+/// again at the next look at the charts (`--chart-interval`).
+pub(crate) fn uncached(release: &Release, archive: Option<&Path>) -> Option<String> {
+    let ChartSource::Repository { url, chart } = &release.source else {
+        return None;
+    };
+    archive.is_none().then(|| {
+        format!(
+            "chart {chart} {} from {} is not in the chart cache (not fetched yet, or removed to keep --chart-cache-size); it is fetched again within --chart-interval, as helm never fetches a repository chart itself",
+            release.version.as_deref().unwrap_or("(newest version)"),
+            redact(url)
+        )
+    })
 }
 
 /// A private (0600) values file in `dir`, removed when dropped.
@@ -812,6 +834,11 @@ impl HelmCli {
         stale_pending: Option<i64>,
         repair: Option<String>,
     ) -> Outcome {
+        // Held until helm is done, so the cache keeps the archive meanwhile.
+        let archive = self.checkout(&release);
+        if let Some(why) = uncached(&release, archive.as_ref().map(|a| a.path())) {
+            return Outcome::failed(why, FailureKind::Unavailable);
+        }
         let prepared = match self.prepare(&release, stale_pending).await {
             Ok(prepared) => prepared,
             Err(outcome) => return outcome,
@@ -835,8 +862,6 @@ impl HelmCli {
             context: &member.entry.context,
             identity: release.identity.as_ref(),
         };
-        // Held until helm is done, so the cache keeps the archive meanwhile.
-        let archive = self.checkout(&release);
         let mut args = upgrade_args(
             &release,
             target,
@@ -1226,6 +1251,25 @@ pub(crate) mod tests {
         let fallback = plain_upgrade(&r);
         assert!(fallback.contains(&"--repo=https://charts.example/x".to_string()));
         assert!(fallback.contains(&"--version=1.2.3".to_string()));
+    }
+
+    #[test]
+    fn a_repository_chart_runs_only_from_the_chart_cache() {
+        let r = repository_release();
+        let why = uncached(&r, None).expect("refused without its archive");
+        assert!(
+            why.starts_with(
+                "chart web 1.2.3 from https://charts.example/x is not in the chart cache"
+            ),
+            "{why}"
+        );
+        assert_eq!(uncached(&r, Some(Path::new("/cache/ab12.tgz"))), None);
+        let home = release(ChartSource::Directory("/charts/web".into()));
+        assert_eq!(uncached(&home, None), None);
+        assert_eq!(
+            uncached(&release(ChartSource::Oci("oci://r/web".into())), None),
+            None
+        );
     }
 
     #[test]

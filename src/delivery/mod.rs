@@ -1,9 +1,10 @@
-//! From desired releases to helm runs: planning (pure), the queue, the helm executors (one `helm` process per job, or the long-lived one on Helm's Go SDK), release records, charts (with their cache and version constraints) and drift.
+//! From desired releases to helm runs: planning (pure), the queue, the helm executors (one `helm` process per job, or the long-lived one on Helm's Go SDK), release records, charts (their sources, cache, fetches and version constraints) and drift.
 
 pub mod cache;
 pub mod charts;
 pub mod constraint;
 pub mod drift;
+pub mod fetch;
 pub mod helm;
 #[cfg(test)]
 mod hostile;
@@ -16,3 +17,4 @@ pub mod releases;
 pub mod rollout;
 pub mod sdk;
 pub mod seal;
+pub mod source;

@@ -6,6 +6,7 @@ use crate::{
     api::crd::{Chart, HUB_CLUSTER},
     api::key::{ClusterName, ReleaseKey},
     api::policy::{Impersonation, TenancyPolicySpec},
+    delivery::source::{SourceUrl, redact},
 };
 
 /// Namespaces matched by a policy only when it names them exactly, never by a pattern.
@@ -60,6 +61,15 @@ pub enum Verdict {
     Refused(String),
 }
 
+/// Where the hub's fetches for one chart must stay (see [`Admission::fetch_scope`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// A chart-home chart: nothing is fetched.
+    ChartHome,
+    /// Under this prefix: the repository's index, the archives it lists, every redirect.
+    Under(SourceUrl),
+}
+
 /// Where a chart comes from, as admission sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Source<'a> {
@@ -78,13 +88,13 @@ fn source_of(chart: &Chart) -> Source<'_> {
     }
 }
 
-/// True when `url` lies under `prefix`, matching whole path segments:
-/// `https://charts.example.com/` and `https://charts.example.com` both hold
-/// `https://charts.example.com/team`, but not `https://charts.example.com.evil/`.
-pub fn under_prefix(url: &str, prefix: &str) -> bool {
-    let url = format!("{}/", url.trim_end_matches('/'));
-    let prefix = format!("{}/", prefix.trim_end_matches('/'));
-    url.starts_with(&prefix)
+/// The URL prefixes of a policy's `chartSources`, in normal form (one that does not parse
+/// holds nothing).
+fn prefixes(policy: &TenancyPolicySpec) -> impl Iterator<Item = SourceUrl> + '_ {
+    policy
+        .chart_sources
+        .iter()
+        .filter_map(|s| SourceUrl::parse(s).ok())
 }
 
 /// True when `pattern` (an exact name, `prefix*` or `*`) allows `namespace`; protected namespaces
@@ -128,17 +138,25 @@ impl Admission {
 
     /// The rules every mode keeps, whatever the policies list: a chart-home or repository chart
     /// is a plain name; a repository is `https://` (or `http://` under a prefix some governing
-    /// policy lists), never `file://`, and carries no credentials; an OCI reference names a host.
+    /// policy lists), never `file://`, and carries no credentials, query or fragment; an OCI
+    /// reference names a host; a source on a loopback, link-local or metadata host needs a
+    /// governing policy listing its prefix. URLs are compared in normal form (see
+    /// [`SourceUrl`]), so `..`, `%2e%2e`, letter case and default ports cannot leave a prefix.
     pub fn check_source(&self, hub_namespace: &str, chart: &Chart) -> Result<(), String> {
         let name = &chart.chart_name;
+        let plain = || {
+            if name.contains(['/', '\\']) || name.contains("..") || name.starts_with(['.', '-']) {
+                return Err(format!(
+                    "chartName {name:?} must be a plain chart name (no '/', no '..', not absolute): a chart-home or repository chart is named, never given as a path"
+                ));
+            }
+            Ok(())
+        };
         match source_of(chart) {
-            Source::ChartHome | Source::Repository(_) => {
-                if name.contains(['/', '\\']) || name.contains("..") || name.starts_with(['.', '-'])
-                {
-                    return Err(format!(
-                        "chartName {name:?} must be a plain chart name (no '/', no '..', not absolute): a chart-home or repository chart is named, never given as a path"
-                    ));
-                }
+            Source::ChartHome => plain(),
+            Source::Repository(url) => {
+                plain()?;
+                self.check_url(hub_namespace, "repo", url)
             }
             Source::Oci(reference) => {
                 let rest = &reference["oci://".len()..];
@@ -147,66 +165,53 @@ impl Admission {
                         "OCI reference {reference:?} must name a registry host and a repository"
                     ));
                 }
-                if rest
-                    .split('/')
-                    .next()
-                    .is_some_and(|host| host.contains('@'))
-                {
-                    return Err(format!(
-                        "OCI reference {reference:?} must not carry credentials: give the registry's credentials to helm's registry configuration"
-                    ));
-                }
+                self.check_url(hub_namespace, "OCI reference", reference)
             }
         }
-        if let Source::Repository(url) = source_of(chart) {
-            let Some((scheme, rest)) = url.split_once("://") else {
-                return Err(format!("repo {url:?} is not a URL: use https://HOST/PATH"));
-            };
-            if rest
-                .split('/')
-                .next()
-                .is_some_and(|host| host.contains('@'))
-            {
-                return Err(
-                    "repo URLs must not carry credentials (user:password@): they would show in process lists and status"
-                        .into(),
-                );
-            }
-            match scheme {
-                "https" => {}
-                "http" => {
-                    let listed = self
-                        .governing(hub_namespace)
-                        .iter()
-                        .flat_map(|p| &p.spec.chart_sources)
-                        .any(|s| s.starts_with("http://") && under_prefix(url, s));
-                    if !listed {
-                        return Err(format!(
-                            "repo {url:?} is plain http: use https, or have a TenancyPolicy governing hub namespace {hub_namespace} list its prefix in chartSources"
-                        ));
-                    }
-                }
-                other => {
-                    return Err(format!(
-                        "repo {url:?}: scheme {other}:// is not allowed; use https://"
-                    ));
-                }
-            }
+    }
+
+    /// The URL rules of [`Admission::check_source`], on the URL's normal form: `http`, `https`
+    /// (`oci` for an OCI reference), no credentials, query, fragment or encoded separator; plain
+    /// http and hosts that lead back into the hub (loopback, link-local, metadata) only under a
+    /// prefix a governing policy lists.
+    fn check_url(&self, hub_namespace: &str, what: &str, text: &str) -> Result<(), String> {
+        let shown = redact(text);
+        let url =
+            SourceUrl::parse(text).map_err(|refused| format!("{what} {shown:?} {refused}"))?;
+        let named = if url.as_str() == shown {
+            format!("{what} {shown:?}")
+        } else {
+            format!("{what} {shown:?} (normalised: {url})")
+        };
+        let listed = || {
+            self.governing(hub_namespace)
+                .iter()
+                .flat_map(|p| prefixes(&p.spec))
+                .any(|p| p.holds(&url))
+        };
+        if let Some(why) = url.internal()
+            && !listed()
+        {
+            return Err(format!(
+                "{named}: its host is {why}, which the hub does not fetch from unless a TenancyPolicy governing hub namespace {hub_namespace} lists its prefix in chartSources"
+            ));
+        }
+        if url.scheme() == "http" && !listed() {
+            return Err(format!(
+                "{named} is plain http and under no chartSources prefix of a TenancyPolicy governing hub namespace {hub_namespace}: use https, or have such a policy list its prefix"
+            ));
         }
         Ok(())
     }
 
-    /// Whether a policy's `chartSources` allow a chart.
+    /// Whether a policy's `chartSources` allow a chart (compared in normal form; a prefix's
+    /// scheme is its own, so `https://` prefixes hold repositories and `oci://` ones references).
     fn source_allowed(policy: &TenancyPolicySpec, chart: &Chart) -> bool {
         match source_of(chart) {
             Source::ChartHome => policy.chart_sources.iter().any(|s| s == CHART_HOME_SOURCE),
-            Source::Repository(url) => policy.chart_sources.iter().any(|s| {
-                (s.starts_with("https://") || s.starts_with("http://")) && under_prefix(url, s)
-            }),
-            Source::Oci(reference) => policy
-                .chart_sources
-                .iter()
-                .any(|s| s.starts_with("oci://") && under_prefix(reference, s)),
+            Source::Repository(url) | Source::Oci(url) => {
+                SourceUrl::parse(url).is_ok_and(|url| prefixes(policy).any(|p| p.holds(&url)))
+            }
         }
     }
 
@@ -402,15 +407,35 @@ impl Admission {
             .collect()
     }
 
-    /// Whether the hub may fetch a chart for a `Controller` of `hub_namespace` at all: the source
-    /// rules hold and, when enforcing, some governing policy lists the source.
-    pub fn may_fetch(&self, hub_namespace: &str, chart: &Chart) -> bool {
-        self.check_source(hub_namespace, chart).is_ok()
-            && (self.mode == Mode::Permissive
-                || self
-                    .governing(hub_namespace)
+    /// Whether the hub may fetch a chart for a `Controller` of `hub_namespace` at all (the source
+    /// rules hold and, when enforcing, some governing policy lists the source), and where every
+    /// fetch for it must stay: under the narrowest `chartSources` prefix of any policy that holds
+    /// the source (the prefixes that hold one URL nest, so it lies within each of them, and it is
+    /// the same for every hub namespace), else, in permissive mode, under the source itself.
+    pub fn fetch_scope(&self, hub_namespace: &str, chart: &Chart) -> Option<Scope> {
+        let listed = || {
+            self.governing(hub_namespace)
+                .iter()
+                .any(|p| Self::source_allowed(&p.spec, chart))
+        };
+        if self.check_source(hub_namespace, chart).is_err()
+            || (self.mode == Mode::Enforce && !listed())
+        {
+            return None;
+        }
+        match source_of(chart) {
+            Source::ChartHome => Some(Scope::ChartHome),
+            Source::Repository(url) | Source::Oci(url) => {
+                let url = SourceUrl::parse(url).ok()?;
+                let narrowest = self
+                    .policies
                     .iter()
-                    .any(|p| Self::source_allowed(&p.spec, chart)))
+                    .flat_map(|p| prefixes(&p.spec))
+                    .filter(|p| p.holds(&url))
+                    .max_by_key(|p| p.as_str().trim_end_matches('/').len());
+                Some(Scope::Under(narrowest.unwrap_or(url)))
+            }
+        }
     }
 
     /// Names of every policy, for logs.
@@ -705,24 +730,17 @@ mod tests {
             let why = a.check_source("team-a", &repo(bad)).unwrap_err();
             assert!(!why.contains("secret"), "the credentials leak: {why}");
         }
-        let why = a
-            .check_source("team-a", &repo("http://127.0.0.1:8080"))
-            .unwrap_err();
+        let plain = "http://charts.example.com:8080";
+        let why = a.check_source("team-a", &repo(plain)).unwrap_err();
         assert!(why.contains("plain http"), "{why}");
         let mut listed = team_a();
-        listed.spec.chart_sources = vec!["http://127.0.0.1:8080/".into()];
+        listed.spec.chart_sources = vec!["HTTP://Charts.Example.com:8080/".into()];
         let a = Admission {
             policies: vec![listed],
             ..Admission::permissive()
         };
-        assert!(
-            a.check_source("team-a", &repo("http://127.0.0.1:8080"))
-                .is_ok()
-        );
-        assert!(
-            a.check_source("team-b", &repo("http://127.0.0.1:8080"))
-                .is_err()
-        );
+        assert!(a.check_source("team-a", &repo(plain)).is_ok());
+        assert!(a.check_source("team-b", &repo(plain)).is_err());
     }
 
     #[test]
@@ -821,13 +839,155 @@ mod tests {
         assert!(why.contains("sets both impersonate and trusted"), "{why}");
     }
 
+    /// A policy of hub namespace team-e listing one plain-http prefix on loopback, as the lab's
+    /// repositories are.
+    fn team_e() -> NamedPolicy {
+        let mut p = team_a();
+        p.name = "team-e".into();
+        p.spec.hub_namespaces = vec!["team-e".into()];
+        p.spec.chart_sources = vec!["http://127.0.0.1:8080/team-e/".into()];
+        p
+    }
+
+    #[test]
+    fn a_repository_that_climbs_out_of_its_prefix_is_refused_however_it_is_written() {
+        for a in [
+            enforce(vec![team_e()]),
+            Admission {
+                policies: vec![team_e()],
+                ..Admission::permissive()
+            },
+        ] {
+            let k = key("member-1", "team-a");
+            for climb in [
+                "http://127.0.0.1:8080/team-e/../team-x",
+                "http://127.0.0.1:8080/team-e/%2e%2e/team-x",
+                "http://127.0.0.1:8080/team-e/.%2E/team-x",
+                "http://127.0.0.1:8080/team-e/..%2fteam-x",
+                "http://127.0.0.1:8080/team-e\\..\\team-x",
+                "http://127.0.0.1:8080/team-e/?x=1",
+                "http://127.0.0.1:8080/team-e/#x",
+            ] {
+                let why = refused(a.admit("team-e", &k, None, &repo(climb)));
+                assert!(why.starts_with("repo "), "{climb}: {why}");
+                assert_eq!(a.fetch_scope("team-e", &repo(climb)), None, "{climb}");
+            }
+            for fine in [
+                "http://127.0.0.1:8080/team-e",
+                "HTTP://127.0.0.1:8080/team-e/stable/",
+                "http://127.0.0.1:8080/team-e/sub/../stable",
+                "http://2130706433:8080/team-e/",
+            ] {
+                assert!(
+                    matches!(
+                        a.admit("team-e", &k, None, &repo(fine)),
+                        Verdict::Allowed { .. }
+                    ),
+                    "{fine}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn loopback_link_local_and_metadata_sources_are_refused_unless_a_governing_policy_lists_them() {
+        let mut listed = team_a();
+        listed.spec.chart_sources = vec![
+            "https://127.0.0.1:8443/".into(),
+            "oci://127.0.0.1:5000/charts/".into(),
+        ];
+        let a = Admission {
+            policies: vec![listed],
+            ..Admission::permissive()
+        };
+        for (inside, url) in [
+            (false, "https://127.0.0.1/"),
+            (false, "https://2130706433/"),
+            (true, "https://0x7f.0.0.1:8443/"),
+            (false, "https://[::1]/"),
+            (false, "https://[::ffff:127.0.0.1]/"),
+            (false, "https://169.254.169.254/latest/"),
+            (false, "https://[fe80::1]/"),
+            (false, "https://0.0.0.0/"),
+            (false, "https://localhost/"),
+            (false, "https://metadata.google.internal/"),
+            (true, "https://127.0.0.1:8443/charts"),
+            (true, "https://2130706433:8443/charts"),
+        ] {
+            let chart = repo(url);
+            assert_eq!(a.check_source("team-a", &chart).is_ok(), inside, "{url}");
+            let why = a.check_source("team-b", &chart).unwrap_err();
+            assert!(why.contains("chartSources"), "{url}: {why}");
+        }
+        let oci = |reference: &str| Chart {
+            chart_name: reference.into(),
+            ..Chart::default()
+        };
+        assert!(
+            a.check_source("team-a", &oci("oci://127.0.0.1:5000/charts/web"))
+                .is_ok()
+        );
+        for bad in [
+            "oci://127.0.0.1:5000/other/web",
+            "oci://localhost:5000/charts/web",
+            "oci://169.254.169.254/charts/web",
+        ] {
+            assert!(a.check_source("team-a", &oci(bad)).is_err(), "{bad}");
+        }
+    }
+
     #[test]
     fn the_hub_fetches_only_sources_a_governing_policy_lists() {
         let a = enforce(vec![team_a()]);
-        assert!(a.may_fetch("team-a", &repo("https://charts.example.com/")));
-        assert!(!a.may_fetch("team-a", &repo("https://evil.example.com/")));
-        assert!(!a.may_fetch("team-x", &repo("https://charts.example.com/")));
-        assert!(Admission::permissive().may_fetch("x", &repo("https://evil.example.com/")));
-        assert!(!Admission::permissive().may_fetch("x", &repo("file:///etc")));
+        let may = |a: &Admission, ns: &str, url: &str| a.fetch_scope(ns, &repo(url)).is_some();
+        assert!(may(&a, "team-a", "https://charts.example.com/"));
+        assert!(!may(&a, "team-a", "https://evil.example.com/"));
+        assert!(!may(&a, "team-x", "https://charts.example.com/"));
+        assert!(may(
+            &Admission::permissive(),
+            "x",
+            "https://evil.example.com/"
+        ));
+        assert!(!may(&Admission::permissive(), "x", "file:///etc"));
+        assert_eq!(
+            a.fetch_scope("team-a", &home("web")),
+            Some(Scope::ChartHome)
+        );
+    }
+
+    #[test]
+    fn fetches_stay_under_the_narrowest_prefix_that_holds_the_source_or_the_source_itself() {
+        let mut wide = team_a();
+        wide.name = "wide".into();
+        wide.spec.chart_sources = vec!["https://charts.example.com/".into()];
+        let mut narrow = team_a();
+        narrow.name = "narrow".into();
+        narrow.spec.hub_namespaces = vec!["team-e".into()];
+        narrow.spec.chart_sources = vec!["https://Charts.Example.com:443/team-e".into()];
+        let a = enforce(vec![narrow, wide]);
+        let scope = |ns: &str, url: &str| match a.fetch_scope(ns, &repo(url)) {
+            Some(Scope::Under(prefix)) => prefix.to_string(),
+            other => panic!("{url}: {other:?}"),
+        };
+        assert_eq!(
+            scope("team-a", "https://charts.example.com/team-e/stable"),
+            "https://charts.example.com/team-e",
+            "whichever hub namespace asks"
+        );
+        assert_eq!(
+            scope("team-e", "https://charts.example.com/team-e/stable"),
+            "https://charts.example.com/team-e"
+        );
+        assert_eq!(
+            scope("team-a", "https://charts.example.com/other"),
+            "https://charts.example.com/"
+        );
+        let permissive = Admission::permissive();
+        assert_eq!(
+            permissive.fetch_scope("x", &repo("https://CDN.example.net/a/../b")),
+            Some(Scope::Under(
+                SourceUrl::parse("https://cdn.example.net/b").unwrap()
+            ))
+        );
     }
 }

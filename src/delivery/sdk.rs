@@ -7,8 +7,9 @@
 //! CLI path does around the call stays here and in [`HelmCli`]: the namespace made ready, a
 //! pending revision cleared, impersonation, values reset, labels, history, rollback on failure,
 //! drift repair, the uninstall checked against the records left, failures read by
-//! [`helm::classify`]. A job whose chart is neither a chart directory nor a cached archive (the
-//! cache could not fetch it yet) runs through the CLI, which fetches it itself.
+//! [`helm::classify`]. A job whose chart is neither a chart directory nor a cached archive runs
+//! through the CLI: an OCI chart, which helm pulls; a repository chart the cache does not hold
+//! waits for it there (helm never fetches a repository chart itself).
 //!
 //! Fencing: a job's future dropped before its answer (leadership lost, the shutdown grace run
 //! out) kills the executor, with every Helm action in it, as dropping a `helm` child kills it;

@@ -74,6 +74,8 @@ pub struct RunConfig {
     pub chart_cache_dir: PathBuf,
     /// Bytes of chart archives the chart cache keeps at most.
     pub chart_cache_size: u64,
+    /// Bytes a repository index may have at most.
+    pub chart_index_limit: u64,
 }
 
 /// Why the operator could not start.
@@ -226,6 +228,7 @@ pub async fn run(
         tokio::task::spawn_blocking(move || ChartCache::open(&dir, size, helm, metrics))
             .await
             .expect("opening the chart cache does not panic")?
+            .with_index_limit(config.chart_index_limit)
     };
     tracing::info!(dir = %chart_cache.dir().display(), bytes = config.chart_cache_size, "chart cache opened");
     let chart_cache = Arc::new(chart_cache);

@@ -33,6 +33,28 @@ pub fn package(lab: &Lab, chart: &Path, version: &str, dir: &Path) -> PathBuf {
     PathBuf::from(path)
 }
 
+/// Python's `http.server` with redirects: a GET of a path named in the JSON object in the file
+/// `argv[3]` (read at each request) answers 302 to its value; any other path is served from the
+/// directory `argv[2]`. Each request is logged on stderr as `http.server` logs it.
+const SERVER: &str = r#"
+import functools, http.server, json, sys
+port, root, redirects = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+class Handler(http.server.SimpleHTTPRequestHandler):
+    def do_GET(self):
+        try:
+            to = json.load(open(redirects)).get(self.path)
+        except (OSError, ValueError):
+            to = None
+        if to is None:
+            return super().do_GET()
+        self.send_response(302)
+        self.send_header("Location", to)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+handler = functools.partial(Handler, directory=root)
+http.server.ThreadingHTTPServer(("127.0.0.1", port), handler).serve_forever()
+"#;
+
 /// A Helm repository served over loopback HTTP from a temporary directory, stopped when dropped.
 #[allow(dead_code)] // used by some test crates only
 pub struct ChartRepo {
@@ -43,6 +65,8 @@ pub struct ChartRepo {
     dir: tempfile::TempDir,
     /// The server's request log, one line per request.
     log: tempfile::NamedTempFile,
+    /// The redirects it answers, a JSON object of path to location.
+    redirects: tempfile::NamedTempFile,
 }
 
 #[allow(dead_code)] // used by some test crates only
@@ -58,16 +82,11 @@ impl ChartRepo {
         drop(listener);
         let url = format!("http://127.0.0.1:{port}");
         let log = tempfile::NamedTempFile::new().unwrap();
+        let redirects = tempfile::NamedTempFile::new().unwrap();
         let server = Command::new("python3")
-            .args([
-                "-m",
-                "http.server",
-                "--bind",
-                "127.0.0.1",
-                &port.to_string(),
-                "--directory",
-            ])
+            .args(["-c", SERVER, &port.to_string()])
             .arg(dir.path())
+            .arg(redirects.path())
             .stdout(Stdio::null())
             // It logs each request on stderr, a line as it is answered.
             .stderr(log.reopen().unwrap())
@@ -79,15 +98,18 @@ impl ChartRepo {
             helm: lab.bin_dir().join("helm"),
             dir,
             log,
+            redirects,
         };
-        repo.index();
+        repo.index("");
         repo
     }
 
-    fn index(&self) {
+    /// Indexes the repository in the directory `sub` (`""`: the top one).
+    fn index(&self, sub: &str) {
+        let url = format!("{}/{sub}", self.url);
         let index = Command::new(&self.helm)
-            .args(["repo", "index", "--url", &self.url])
-            .arg(self.dir.path())
+            .args(["repo", "index", "--url", url.trim_end_matches('/')])
+            .arg(self.dir.path().join(sub))
             .status()
             .unwrap();
         assert!(index.success());
@@ -95,8 +117,26 @@ impl ChartRepo {
 
     /// Adds the example chart at `version` and indexes the repository again.
     pub fn publish(&self, lab: &Lab, version: &str) {
-        package(lab, &example_chart(), version, self.dir.path());
-        self.index();
+        self.publish_in(lab, "", version);
+    }
+
+    /// Adds the example chart at `version` to a repository of its own in the directory `sub`
+    /// (served at `URL/sub`), and indexes it.
+    pub fn publish_in(&self, lab: &Lab, sub: &str, version: &str) {
+        let dir = self.dir.path().join(sub);
+        std::fs::create_dir_all(&dir).unwrap();
+        package(lab, &example_chart(), version, &dir);
+        self.index(sub);
+    }
+
+    /// Answers a GET of `path` with a redirect (302) to `location`, from now on.
+    pub fn redirect(&self, path: &str, location: &str) {
+        let mut redirects: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&std::fs::read_to_string(self.redirects.path()).unwrap())
+                .unwrap_or_default();
+        redirects.insert(path.into(), location.into());
+        let text = serde_json::to_string(&redirects).unwrap();
+        std::fs::write(self.redirects.path(), text).unwrap();
     }
 
     /// A file the repository serves, such as `index.yaml`.
@@ -106,12 +146,17 @@ impl ChartRepo {
 
     /// How many GET requests of `path` (such as `/index.yaml`) the repository has answered.
     pub fn requests(&self, path: &str) -> usize {
-        let needle = format!("\"GET {path} HTTP/");
+        self.requested().iter().filter(|p| *p == path).count()
+    }
+
+    /// The path of every GET request the repository has answered, in order, as sent.
+    pub fn requested(&self) -> Vec<String> {
         std::fs::read_to_string(self.log.path())
             .unwrap_or_default()
             .lines()
-            .filter(|l| l.contains(&needle))
-            .count()
+            .filter_map(|l| l.split_once("\"GET ")?.1.split_once(" HTTP/"))
+            .map(|(path, _)| path.to_owned())
+            .collect()
     }
 
     /// Waits until the repository serves its index.
@@ -206,6 +251,11 @@ impl OciRegistry {
             ca,
             dir,
         }
+    }
+
+    /// The `oci://` prefix of the registry's `charts` repository, for a policy's chartSources.
+    pub fn prefix(&self) -> String {
+        format!("oci://{}/charts/", self.host)
     }
 
     /// The `oci://` reference of a chart in the registry's `charts` repository.

@@ -1,0 +1,423 @@
+//! HTTP fetches of chart sources for the chart cache: redirects followed one hop at a time under the scope, names resolved without the hub's own addresses, answers bounded in size.
+//!
+//! The HTTP client follows no redirect itself: its policy cannot know the `chartSources`
+//! prefix a fetch must stay under (its scope), so [`Fetcher::get`] follows each `Location` only
+//! when it lies under the scope ([`source::follow`]), [`MAX_REDIRECTS`] in a row at most, and
+//! refuses the rest without requesting them. Names are resolved by [`PublicResolver`], which
+//! drops loopback, link-local and unspecified addresses, unless the scope's own host is such a
+//! host (a policy listed it, as the lab's loopback repositories are). With a proxy
+//! (`HTTPS_PROXY`), the proxy resolves the names and this check does not apply.
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use reqwest::Url;
+
+use crate::{
+    delivery::source::{self, SourceUrl, redact},
+    metrics::Metrics,
+};
+
+/// How long connecting to a repository may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a repository may stay silent in the middle of an answer.
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long one fetch may take in all.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(300);
+/// Redirects followed in a row, each under the scope.
+pub const MAX_REDIRECTS: usize = 5;
+
+/// Why a fetch failed. URLs in it carry no credentials; nothing of what was answered shows.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The HTTP client could not be built.
+    #[error("building the HTTP client of the chart cache: {0}")]
+    Client(#[source] reqwest::Error),
+    /// The request failed: connection, TLS, timeout, a name resolving only to refused addresses.
+    #[error("fetching {url}: {}", causes(source))]
+    Request {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    /// A redirect that is not followed.
+    #[error(
+        "{url} redirects to {reason}; refused: redirects are followed only under the chartSources prefix that allows the repository, {MAX_REDIRECTS} at most"
+    )]
+    Redirect { url: String, reason: String },
+    /// The server answered with an error status.
+    #[error("{url} answered {status}")]
+    Status {
+        url: String,
+        status: reqwest::StatusCode,
+    },
+    /// The answer was larger than allowed.
+    #[error("{url} is larger than {limit} MiB; refused")]
+    TooLarge { url: String, limit: u64 },
+    /// The sink refused a chunk (the cache could not write it).
+    #[error("keeping what {url} answered: {source}")]
+    Sink {
+        url: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// An error and its causes, one after the other (reqwest shows only the outermost).
+fn causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        cause = inner.source();
+    }
+    text
+}
+
+/// Resolves names as the system does and drops the addresses that lead back into the hub
+/// (loopback, link-local where cloud metadata answers, unspecified), so a repository's name
+/// (its DNS answer, which a tenant may control) cannot turn a fetch onto the hub itself.
+/// Literal addresses never reach a resolver: admission checks them.
+struct PublicResolver;
+
+impl reqwest::dns::Resolve for PublicResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let name = name.as_str().to_owned();
+        Box::pin(async move {
+            let all: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
+            let (kept, dropped): (Vec<SocketAddr>, Vec<SocketAddr>) = all
+                .into_iter()
+                .partition(|a| source::internal_ip(a.ip()).is_none());
+            if let (true, Some(first)) = (kept.is_empty(), dropped.first()) {
+                let why = source::internal_ip(first.ip()).unwrap_or_default();
+                return Err(format!(
+                    "{name} resolves to {} ({why}); refused: name such a repository by its address in a TenancyPolicy's chartSources",
+                    first.ip()
+                )
+                .into());
+            }
+            Ok(Box::new(kept.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+/// An HTTP client that follows no redirect, resolving names through `resolver` when given.
+fn http_client(resolver: Option<PublicResolver>) -> Result<reqwest::Client, Error> {
+    let builder = reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .read_timeout(READ_TIMEOUT)
+        .timeout(FETCH_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("tenancy-hub/", env!("CARGO_PKG_VERSION")));
+    match resolver {
+        Some(resolver) => builder.dns_resolver(Arc::new(resolver)),
+        None => builder,
+    }
+    .build()
+    .map_err(Error::Client)
+}
+
+/// Fetches chart sources over HTTP, counting the bytes.
+pub struct Fetcher {
+    /// Resolves names through [`PublicResolver`].
+    client: reqwest::Client,
+    /// Resolves names as the system does: for scopes whose own host leads back into the hub
+    /// (a policy listed `http://localhost:8080/`).
+    listed_client: reqwest::Client,
+    metrics: Arc<Metrics>,
+}
+
+impl Fetcher {
+    /// A fetcher counting into `metrics` (rustls, the system's roots, `SSL_CERT_FILE` honoured).
+    pub fn new(metrics: Arc<Metrics>) -> Result<Self, Error> {
+        Ok(Self {
+            client: http_client(Some(PublicResolver))?,
+            listed_client: http_client(None)?,
+            metrics,
+        })
+    }
+
+    /// GETs `url`, handing each chunk to `sink`; follows redirects that stay under `scope`
+    /// ([`MAX_REDIRECTS`] at most) and refuses the others without requesting them, and answers
+    /// over `limit` bytes. Counts the bytes as `kind`. Returns the size.
+    pub async fn get(
+        &self,
+        url: &Url,
+        scope: &SourceUrl,
+        limit: u64,
+        kind: &'static str,
+        mut sink: impl FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> Result<u64, Error> {
+        let client = match scope.internal() {
+            Some(_) => &self.listed_client,
+            None => &self.client,
+        };
+        let mut at = url.clone();
+        let mut redirects = 0;
+        let mut response = loop {
+            let shown = redact(at.as_str());
+            let response =
+                client
+                    .get(at.clone())
+                    .send()
+                    .await
+                    .map_err(|source| Error::Request {
+                        url: shown.clone(),
+                        source: source.without_url(),
+                    })?;
+            let location = response
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .map(|l| String::from_utf8_lossy(l.as_bytes()).into_owned());
+            let Some(location) = location.filter(|_| response.status().is_redirection()) else {
+                break response;
+            };
+            redirects += 1;
+            let next = match redirects > MAX_REDIRECTS {
+                true => Err(format!("more places than {MAX_REDIRECTS} in a row")),
+                false => source::follow(&at, &location, scope),
+            };
+            at = next.map_err(|reason| Error::Redirect { url: shown, reason })?;
+        };
+        let shown = || redact(at.as_str());
+        if !response.status().is_success() {
+            return Err(Error::Status {
+                url: shown(),
+                status: response.status(),
+            });
+        }
+        let too_large = || Error::TooLarge {
+            url: shown(),
+            limit: limit >> 20,
+        };
+        if response.content_length().is_some_and(|n| n > limit) {
+            return Err(too_large());
+        }
+        let mut size = 0u64;
+        while let Some(chunk) = response.chunk().await.map_err(|source| Error::Request {
+            url: shown(),
+            source: source.without_url(),
+        })? {
+            size += chunk.len() as u64;
+            self.metrics.chart_fetched(kind, chunk.len() as u64);
+            if size > limit {
+                return Err(too_large());
+            }
+            sink(&chunk).map_err(|source| Error::Sink {
+                url: shown(),
+                source,
+            })?;
+        }
+        Ok(size)
+    }
+}
+
+/// A loopback HTTP server for the tests of the chart cache: fixed files and redirects,
+/// counting the requests of each path.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::{
+        collections::HashMap,
+        sync::{Arc, Mutex},
+    };
+
+    use axum::http::{StatusCode, Uri, header::LOCATION};
+    use axum::response::IntoResponse;
+
+    /// What a path answers.
+    #[derive(Clone)]
+    pub enum Answer {
+        /// 200 with this body.
+        Body(Vec<u8>),
+        /// 302 to this location.
+        Redirect(String),
+    }
+
+    /// A running server.
+    pub struct Server {
+        /// `http://127.0.0.1:PORT`.
+        pub origin: String,
+        hits: Arc<Mutex<HashMap<String, usize>>>,
+    }
+
+    impl Server {
+        /// Serves `answers` by path; every other path answers 404.
+        pub async fn serve(answers: Vec<(&str, Answer)>) -> Self {
+            let answers = answers.into_iter().map(|(p, a)| (p.to_owned(), a));
+            Self::serve_with(|_| answers.collect()).await
+        }
+
+        /// Serves what `answers` gives for the server's origin (`http://127.0.0.1:PORT`).
+        pub async fn serve_with(answers: impl FnOnce(&str) -> Vec<(String, Answer)>) -> Self {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let origin = format!("http://{}", listener.local_addr().unwrap());
+            let answers: Arc<HashMap<String, Answer>> =
+                Arc::new(answers(&origin).into_iter().collect());
+            let hits = Arc::new(Mutex::new(HashMap::new()));
+            let counted = hits.clone();
+            let app = axum::Router::new().fallback(move |uri: Uri| {
+                let (answers, hits) = (answers.clone(), counted.clone());
+                async move {
+                    let path = uri.path().to_owned();
+                    *hits.lock().unwrap().entry(path.clone()).or_insert(0) += 1;
+                    match answers.get(&path) {
+                        Some(Answer::Body(body)) => (StatusCode::OK, body.clone()).into_response(),
+                        Some(Answer::Redirect(to)) => {
+                            (StatusCode::FOUND, [(LOCATION, to.clone())]).into_response()
+                        }
+                        None => StatusCode::NOT_FOUND.into_response(),
+                    }
+                }
+            });
+            tokio::spawn(async move { axum::serve(listener, app).await });
+            Self { origin, hits }
+        }
+
+        /// How many requests of `path` it answered.
+        pub fn hits(&self, path: &str) -> usize {
+            self.hits.lock().unwrap().get(path).copied().unwrap_or(0)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{Answer, Server};
+    use super::*;
+
+    fn fetcher() -> Fetcher {
+        Fetcher::new(Arc::new(Metrics::new())).unwrap()
+    }
+
+    async fn get(
+        fetcher: &Fetcher,
+        server: &Server,
+        path: &str,
+        scope: &str,
+    ) -> Result<Vec<u8>, Error> {
+        let url = Url::parse(&format!("{}{path}", server.origin)).unwrap();
+        let scope = SourceUrl::parse(&format!("{}{scope}", server.origin)).unwrap();
+        let mut body = Vec::new();
+        fetcher
+            .get(&url, &scope, 1 << 20, "index", |chunk| {
+                body.extend_from_slice(chunk);
+                Ok(())
+            })
+            .await?;
+        Ok(body)
+    }
+
+    #[tokio::test]
+    async fn redirects_under_the_scope_are_followed_and_the_others_never_requested() {
+        let redirect = |to: &str| Answer::Redirect(to.to_owned());
+        let server = Server::serve(vec![
+            ("/team-e/index.yaml", redirect("v2/index.yaml")),
+            (
+                "/team-e/v2/index.yaml",
+                Answer::Body(b"entries: {}".to_vec()),
+            ),
+            ("/team-e/up", redirect("../team-x/index.yaml")),
+            ("/team-e/encoded", redirect("%2e%2e/team-x/index.yaml")),
+            (
+                "/team-e/away",
+                redirect("http://169.254.169.254/latest/meta-data/"),
+            ),
+            (
+                "/team-e/creds",
+                redirect("http://u:secret@127.0.0.1/team-e/x"),
+            ),
+            ("/team-e/loop", redirect("/team-e/loop")),
+            ("/team-x/index.yaml", Answer::Body(b"team x".to_vec())),
+        ])
+        .await;
+        let fetcher = fetcher();
+        let body = get(&fetcher, &server, "/team-e/index.yaml", "/team-e/").await;
+        assert_eq!(body.unwrap(), b"entries: {}");
+        for (path, says) in [
+            (
+                "/team-e/up",
+                "/team-x/index.yaml, outside the chartSources prefix",
+            ),
+            (
+                "/team-e/encoded",
+                "/team-x/index.yaml, outside the chartSources prefix",
+            ),
+            (
+                "/team-e/away",
+                "http://169.254.169.254/latest/meta-data/, outside",
+            ),
+            ("/team-e/creds", "must not carry credentials"),
+            ("/team-e/loop", "more places than 5 in a row"),
+        ] {
+            let error = get(&fetcher, &server, path, "/team-e/").await.unwrap_err();
+            let message = error.to_string();
+            assert!(matches!(error, Error::Redirect { .. }), "{message}");
+            assert!(message.contains(says), "{path}: {message}");
+            assert!(!message.contains("secret"), "{message}");
+        }
+        assert_eq!(server.hits("/team-x/index.yaml"), 0);
+        assert_eq!(server.hits("/team-e/loop"), 1 + MAX_REDIRECTS);
+    }
+
+    #[tokio::test]
+    async fn an_answer_over_the_limit_or_an_error_status_says_so_and_nothing_of_the_body() {
+        let server = Server::serve(vec![("/big", Answer::Body(vec![b'x'; 4096]))]).await;
+        let fetcher = fetcher();
+        let url = Url::parse(&format!("{}/big", server.origin)).unwrap();
+        let scope = SourceUrl::parse(&server.origin).unwrap();
+        let error = fetcher
+            .get(&url, &scope, 1024, "index", |_| Ok(()))
+            .await
+            .unwrap_err();
+        assert!(matches!(error, Error::TooLarge { .. }), "{error}");
+        assert!(error.to_string().ends_with("is larger than 0 MiB; refused"));
+        let mut taken = 0;
+        fetcher
+            .get(&url, &scope, 4096, "index", |chunk| {
+                taken += chunk.len();
+                Ok(())
+            })
+            .await
+            .unwrap();
+        assert_eq!(taken, 4096);
+        let missing = get(&fetcher, &server, "/nothing", "/").await.unwrap_err();
+        assert_eq!(
+            missing.to_string(),
+            format!("{}/nothing answered 404 Not Found", server.origin)
+        );
+    }
+
+    #[tokio::test]
+    async fn names_that_resolve_to_the_hub_itself_are_refused_unless_the_scope_names_them() {
+        use reqwest::dns::Resolve as _;
+        let refused = PublicResolver
+            .resolve("localhost".parse().unwrap())
+            .await
+            .err()
+            .expect("localhost resolves to loopback only")
+            .to_string();
+        assert!(refused.starts_with("localhost resolves to "), "{refused}");
+        assert!(refused.contains("a loopback address"), "{refused}");
+
+        let server = Server::serve(vec![("/x", Answer::Body(b"x".to_vec()))]).await;
+        let port = server.origin.rsplit(':').next().unwrap();
+        let by_name = Url::parse(&format!("http://localhost:{port}/x")).unwrap();
+        let fetcher = fetcher();
+        let error = fetcher
+            .client
+            .get(by_name.clone())
+            .send()
+            .await
+            .unwrap_err();
+        assert!(
+            causes(&error).contains("a loopback address"),
+            "{}",
+            causes(&error)
+        );
+        let listed = SourceUrl::parse(&format!("http://localhost:{port}/")).unwrap();
+        fetcher
+            .get(&by_name, &listed, 1024, "index", |_| Ok(()))
+            .await
+            .expect("a scope a policy listed by its loopback name");
+    }
+}

@@ -1,0 +1,529 @@
+//! Chart source URLs in normal form: compared with `chartSources` prefixes by whole path segments, and hosts that lead back into the hub told apart (pure).
+//!
+//! Every URL a tenant writes (`repo`, an `oci://` chartName) and every URL a repository answers
+//! with (an archive URL in its index, a redirect's `Location`) is brought to one form by the
+//! `url` crate (WHATWG parsing, as browsers do) before it is compared: scheme and host
+//! lower-cased, a default port dropped, IPv4 written any way (`2130706433`, `0x7f.1`) spelled
+//! out, `.` and `..` segments resolved, `%2e` included. What could still mean one thing here and
+//! another on a server is refused: credentials, a query or fragment in a repository, an encoded
+//! `/` or `\` in a path.
+
+use std::net::{IpAddr, Ipv6Addr};
+
+use url::{Host, Url};
+
+/// Why a chart source URL is refused; the caller names the URL.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    /// The text does not parse as a URL.
+    #[error("is not a URL ({0}): use https://HOST/PATH")]
+    NotUrl(String),
+    /// Another scheme than http, https (and oci for OCI references).
+    #[error("uses scheme {0}://, which is not allowed; use https://")]
+    Scheme(String),
+    /// `user:password@` in the URL.
+    #[error(
+        "must not carry credentials (user:password@): they would show in process lists and status"
+    )]
+    Credentials,
+    /// A query or a fragment in a repository URL or a prefix.
+    #[error("must not carry a query or fragment (?…, #…): a repository is named by its path alone")]
+    Query,
+    /// `%2F` or `%5C` in the path.
+    #[error(
+        "must not carry an encoded '/' or '\\' (%2F, %5C): a server that decodes it could serve another path than the one checked"
+    )]
+    EncodedSeparator,
+    /// A `%` in an OCI reference, which never needs one.
+    #[error("must not carry a '%': an OCI reference is plain text")]
+    Percent,
+}
+
+/// A chart source URL or a `chartSources` prefix in normal form (see the module doc): `http`,
+/// `https` or `oci`, with a host, without credentials, query, fragment or trailing `/` (but
+/// the root's).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SourceUrl(String);
+
+impl SourceUrl {
+    /// Brings a repository URL, an `oci://` reference or a prefix to normal form.
+    pub fn parse(text: &str) -> Result<Self, Refused> {
+        let Some((scheme, rest)) = text.split_once("://") else {
+            return Err(Refused::NotUrl("no scheme".into()));
+        };
+        let oci = scheme.eq_ignore_ascii_case("oci");
+        if oci && rest.contains('%') {
+            return Err(Refused::Percent);
+        }
+        // An OCI reference is parsed as the https URL of its registry, so its host is
+        // normalised as a web host's is (the url crate leaves the host of `oci:` alone).
+        let web = if oci {
+            Url::parse(&format!("https://{rest}"))
+        } else {
+            Url::parse(text)
+        }
+        .map_err(|e| Refused::NotUrl(e.to_string()))?;
+        if web.query().is_some() || web.fragment().is_some() {
+            return Err(Refused::Query);
+        }
+        let normal = Self::of(&web)?;
+        Ok(match oci {
+            true => Self(format!("oci://{}", &normal.0["https://".len()..])),
+            false => normal,
+        })
+    }
+
+    /// The normal form of a URL the hub is about to fetch, its query and fragment left out
+    /// (they name no other place).
+    pub fn of(url: &Url) -> Result<Self, Refused> {
+        match url.scheme() {
+            "http" | "https" => {}
+            other => return Err(Refused::Scheme(other.to_owned())),
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(Refused::Credentials);
+        }
+        let Some(host) = url.host_str() else {
+            return Err(Refused::NotUrl("no host".into()));
+        };
+        let path = url.path().to_ascii_lowercase();
+        if path.contains("%2f") || path.contains("%5c") {
+            return Err(Refused::EncodedSeparator);
+        }
+        let mut normal = url.clone();
+        normal.set_query(None);
+        normal.set_fragment(None);
+        // `/team-e/` and `/team-e` name one repository, one prefix.
+        let trimmed = normal.path().trim_end_matches('/').to_owned();
+        normal.set_path(if trimmed.is_empty() { "/" } else { &trimmed });
+        // `charts.example.com.` is `charts.example.com` to DNS.
+        if let Some(bare) = host.strip_suffix('.').filter(|b| !b.is_empty()) {
+            normal
+                .set_host(Some(bare))
+                .map_err(|e| Refused::NotUrl(e.to_string()))?;
+        }
+        Ok(Self(normal.into()))
+    }
+
+    /// The URL as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The scheme: `http`, `https` or `oci`.
+    pub fn scheme(&self) -> &str {
+        self.0.split_once("://").map_or("", |(scheme, _)| scheme)
+    }
+
+    /// True when `other` lies under this prefix, matching whole path segments:
+    /// `https://charts.example.com/team-a/` (or without the slash) holds
+    /// `https://charts.example.com/team-a/web` but not `https://charts.example.com/team-a-x/`,
+    /// nor `https://charts.example.com.evil.io/`.
+    pub fn holds(&self, other: &SourceUrl) -> bool {
+        let base = self.0.trim_end_matches('/');
+        other.0.trim_end_matches('/') == base || other.0.starts_with(&format!("{base}/"))
+    }
+
+    /// Why the host leads back into the hub (its loopback, its link-local network, a cloud
+    /// metadata service), or None.
+    pub fn internal(&self) -> Option<&'static str> {
+        let web = match self.scheme() {
+            "oci" => Url::parse(&format!("https{}", &self.0["oci".len()..])).ok()?,
+            _ => Url::parse(&self.0).ok()?,
+        };
+        internal_host(&web.host()?)
+    }
+}
+
+impl std::fmt::Display for SourceUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Why a host leads back into the hub, or None: loopback, link-local (where cloud metadata
+/// services answer), unspecified addresses, and names such as `localhost` and
+/// `metadata.google.internal`. Other names are checked when they are resolved (see the chart
+/// cache's resolver).
+pub fn internal_host(host: &Host<&str>) -> Option<&'static str> {
+    match host {
+        Host::Ipv4(ip) => internal_ip(IpAddr::V4(*ip)),
+        Host::Ipv6(ip) => internal_ip(IpAddr::V6(*ip)),
+        Host::Domain(name) => internal_name(name),
+    }
+}
+
+/// Why an address leads back into the hub, or None.
+pub fn internal_ip(ip: IpAddr) -> Option<&'static str> {
+    /// AWS's instance metadata service over IPv6.
+    const AWS_METADATA: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
+    match ip {
+        IpAddr::V4(v4) if v4.is_loopback() => Some("a loopback address"),
+        IpAddr::V4(v4) if v4.is_link_local() => {
+            Some("a link-local address (where cloud metadata services answer)")
+        }
+        IpAddr::V4(v4) if v4.octets()[0] == 0 => Some("an unspecified address"),
+        IpAddr::V4(_) => None,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => internal_ip(IpAddr::V4(v4)),
+            None if v6.is_loopback() => Some("a loopback address"),
+            None if v6.is_unspecified() => Some("an unspecified address"),
+            None if v6.segments()[0] & 0xffc0 == 0xfe80 => {
+                Some("a link-local address (where cloud metadata services answer)")
+            }
+            None if v6 == AWS_METADATA => Some("a cloud metadata address"),
+            None => None,
+        },
+    }
+}
+
+/// Why a host name leads back into the hub, or None.
+pub fn internal_name(name: &str) -> Option<&'static str> {
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    if name == "localhost" || name.ends_with(".localhost") {
+        Some("a loopback name")
+    } else if name == "metadata" || name == "metadata.goog" || name.ends_with(".internal") {
+        Some("a cloud metadata name")
+    } else {
+        None
+    }
+}
+
+/// Where a repository says to go next, `location` (an archive URL in its index, a redirect's
+/// `Location`) taken relative to `base`, checked to lie under `scope`. On refusal, what to
+/// say of the location (never more than [`SHOWN`] characters of it).
+pub fn follow(base: &Url, location: &str, scope: &SourceUrl) -> Result<Url, String> {
+    let url = base
+        .join(location)
+        .map_err(|e| format!("{} ({e})", shown(location)))?;
+    let normal =
+        SourceUrl::of(&url).map_err(|refused| format!("{}: {refused}", shown_url(&url)))?;
+    if scope.holds(&normal) {
+        Ok(url)
+    } else {
+        Err(format!(
+            "{}, outside the chartSources prefix {scope}",
+            shown_url(&url)
+        ))
+    }
+}
+
+/// The most of a URL a repository gave that a message shows.
+pub const SHOWN: usize = 200;
+
+/// A URL a repository gave, for a message: without credentials, query or fragment, cut at
+/// [`SHOWN`] characters.
+pub fn shown_url(url: &Url) -> String {
+    let mut bare = url.clone();
+    let _ = bare.set_username("");
+    let _ = bare.set_password(None);
+    bare.set_query(None);
+    bare.set_fragment(None);
+    shown(bare.as_str())
+}
+
+/// Text a repository gave, for a message: printable ASCII only, cut at [`SHOWN`] characters.
+fn shown(text: &str) -> String {
+    let mut out: String = text
+        .chars()
+        .take(SHOWN)
+        .map(|c| if c.is_ascii_graphic() { c } else { '?' })
+        .collect();
+    if text.chars().count() > SHOWN {
+        out.push('…');
+    }
+    out
+}
+
+/// Removes the user information (`user:password@`) of every URL in a text, so no message or log
+/// line shows credentials.
+pub fn redact(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let (head, tail) = rest.split_at(i + 3);
+        out.push_str(head);
+        let end = tail
+            .find(|c: char| matches!(c, '/' | '?' | '#' | '"' | '\'') || c.is_whitespace())
+            .unwrap_or(tail.len());
+        let authority = &tail[..end];
+        out.push_str(
+            authority
+                .rfind('@')
+                .map_or(authority, |at| &authority[at + 1..]),
+        );
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn normal(text: &str) -> String {
+        SourceUrl::parse(text).unwrap().0
+    }
+
+    fn prefix(text: &str) -> SourceUrl {
+        SourceUrl::parse(text).unwrap()
+    }
+
+    fn holds(prefix_text: &str, url: &str) -> bool {
+        prefix(prefix_text).holds(&prefix(url))
+    }
+
+    #[test]
+    fn dot_segments_are_resolved_before_the_prefix_check_even_when_percent_encoded() {
+        for climb in [
+            "http://127.0.0.1:8080/team-e/../team-x",
+            "http://127.0.0.1:8080/team-e/%2e%2e/team-x",
+            "http://127.0.0.1:8080/team-e/%2E%2e/team-x",
+            "http://127.0.0.1:8080/team-e/.%2e/team-x",
+            "http://127.0.0.1:8080/team-e/./../team-x",
+            "http://127.0.0.1:8080/team-e\\..\\team-x",
+        ] {
+            assert_eq!(normal(climb), "http://127.0.0.1:8080/team-x", "{climb}");
+            assert!(!holds("http://127.0.0.1:8080/team-e/", climb), "{climb}");
+        }
+        assert!(holds(
+            "http://127.0.0.1:8080/team-e/",
+            "http://127.0.0.1:8080/team-e/sub/../stable"
+        ));
+    }
+
+    #[test]
+    fn an_encoded_slash_or_backslash_is_refused() {
+        for bad in [
+            "http://h/team-e/..%2fteam-x",
+            "http://h/team-e/..%2Fteam-x",
+            "http://h/team-e/..%5cteam-x",
+        ] {
+            assert_eq!(
+                SourceUrl::parse(bad),
+                Err(Refused::EncodedSeparator),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn scheme_host_case_default_ports_and_a_trailing_dot_do_not_matter() {
+        assert_eq!(
+            normal("HTTPS://Charts.EXAMPLE.com:443/Stable/"),
+            "https://charts.example.com/Stable"
+        );
+        assert_eq!(normal("https://h/a//"), "https://h/a");
+        assert_eq!(normal("http://h:80"), "http://h/");
+        assert_eq!(
+            normal("http://h.example.:8080/x"),
+            "http://h.example:8080/x"
+        );
+        assert!(holds(
+            "https://charts.example.com/",
+            "https://CHARTS.example.com:443/a"
+        ));
+        assert!(!holds("http://h:8080/", "http://h:8081/"));
+        assert!(!holds("http://h/", "https://h/"), "a scheme is a prefix's");
+    }
+
+    #[test]
+    fn a_prefix_matches_whole_segments_with_or_without_its_trailing_slash() {
+        for (p, url, expected) in [
+            (
+                "https://c.example.com/team-a/",
+                "https://c.example.com/team-a",
+                true,
+            ),
+            (
+                "https://c.example.com/team-a",
+                "https://c.example.com/team-a/web",
+                true,
+            ),
+            (
+                "https://c.example.com/team-a/",
+                "https://c.example.com/team-a-x/",
+                false,
+            ),
+            (
+                "https://c.example.com",
+                "https://c.example.com.evil.io/",
+                false,
+            ),
+            ("https://c.example.com/", "https://c.example.com/", true),
+            (
+                "oci://reg.example.com/team-a/",
+                "oci://reg.example.com/team-a/web",
+                true,
+            ),
+            (
+                "oci://reg.example.com/team-a/",
+                "oci://reg.example.com/team-ab/web",
+                false,
+            ),
+        ] {
+            assert_eq!(holds(p, url), expected, "{p} holds {url}");
+        }
+    }
+
+    #[test]
+    fn queries_fragments_and_credentials_are_refused_in_a_repository() {
+        assert_eq!(SourceUrl::parse("http://h/x?x=1"), Err(Refused::Query));
+        assert_eq!(SourceUrl::parse("http://h/x#top"), Err(Refused::Query));
+        for bad in ["https://u:secret@h/", "https://u@h/", "oci://u:p@reg/x"] {
+            assert_eq!(SourceUrl::parse(bad), Err(Refused::Credentials), "{bad}");
+        }
+        for (bad, says) in [
+            ("file:///etc", "uses scheme file://, which is not allowed"),
+            ("ftp://x/", "uses scheme ftp://, which is not allowed"),
+            ("charts.example.com", "is not a URL"),
+            ("http://", "is not a URL"),
+        ] {
+            let refused = SourceUrl::parse(bad).unwrap_err().to_string();
+            assert!(refused.contains(says), "{bad}: {refused}");
+        }
+    }
+
+    #[test]
+    fn oci_references_are_normalised_as_their_registrys_url() {
+        assert_eq!(
+            normal("oci://Reg.Example.COM:443/team-a/web"),
+            "oci://reg.example.com/team-a/web"
+        );
+        assert_eq!(
+            normal("oci://reg.example.com:5000/team-a/web@sha256:ab"),
+            "oci://reg.example.com:5000/team-a/web@sha256:ab"
+        );
+        assert_eq!(
+            SourceUrl::parse("oci://reg/team-a/%2e%2e/x"),
+            Err(Refused::Percent)
+        );
+        assert!(!holds(
+            "oci://reg/team-a/",
+            "oci://reg/team-a/../team-b/web"
+        ));
+        assert_eq!(
+            normal("oci://2130706433/charts/web"),
+            "oci://127.0.0.1/charts/web"
+        );
+    }
+
+    #[test]
+    fn loopback_link_local_and_metadata_hosts_are_internal_however_written() {
+        for url in [
+            "http://127.0.0.1:8080/",
+            "http://127.1.2.3/",
+            "http://2130706433/",
+            "http://0x7f.1/",
+            "http://0177.0.0.1/",
+            "http://[::1]/",
+            "http://[0:0:0:0:0:0:0:1]/",
+            "http://[::ffff:127.0.0.1]/",
+            "http://169.254.169.254/latest/meta-data/",
+            "http://[fe80::1]/",
+            "http://[fd00:ec2::254]/",
+            "http://0.0.0.0/",
+            "http://[::]/",
+            "http://localhost:8080/",
+            "http://LOCALHOST./",
+            "http://charts.localhost/",
+            "http://metadata.google.internal/computeMetadata/v1/",
+            "http://metadata/",
+            "oci://127.0.0.1:5000/charts",
+            "oci://localhost/charts",
+        ] {
+            assert!(prefix(url).internal().is_some(), "{url}");
+        }
+        for url in [
+            "https://charts.example.com/",
+            "http://10.0.0.1/",
+            "http://192.168.1.1/",
+            "http://[2001:db8::1]/",
+            "http://128.0.0.1/",
+            "oci://registry.example.com/x",
+        ] {
+            assert_eq!(prefix(url).internal(), None, "{url}");
+        }
+    }
+
+    #[test]
+    fn a_location_is_taken_relative_to_where_it_was_found_and_kept_under_the_scope() {
+        let scope = prefix("http://h:8080/team-e/");
+        let index = Url::parse("http://h:8080/team-e/stable/index.yaml").unwrap();
+        let go = |location: &str| follow(&index, location, &scope);
+        assert_eq!(
+            go("web-1.0.0.tgz").unwrap().as_str(),
+            "http://h:8080/team-e/stable/web-1.0.0.tgz"
+        );
+        assert_eq!(
+            go("../charts/web.tgz").unwrap().as_str(),
+            "http://h:8080/team-e/charts/web.tgz"
+        );
+        assert_eq!(
+            go("/team-e/web.tgz?sig=1").unwrap().as_str(),
+            "http://h:8080/team-e/web.tgz?sig=1",
+            "a query names no other place"
+        );
+        for (location, says) in [
+            (
+                "../../team-x/web.tgz",
+                "http://h:8080/team-x/web.tgz, outside",
+            ),
+            (
+                "%2e%2e/%2e%2e/team-x/web.tgz",
+                "http://h:8080/team-x/web.tgz, outside",
+            ),
+            (
+                "http://h:8080/team-x/web.tgz",
+                "http://h:8080/team-x/web.tgz, outside",
+            ),
+            (
+                "http://169.254.169.254/latest",
+                "http://169.254.169.254/latest, outside",
+            ),
+            (
+                "//evil.example/team-e/web.tgz",
+                "http://evil.example/team-e/web.tgz, outside",
+            ),
+            (
+                "HTTP://H:8080/team-e/..%2f../x",
+                "must not carry an encoded",
+            ),
+            ("file:///etc/passwd", "scheme file://"),
+            (
+                "http://u:secret@h:8080/team-e/x",
+                "must not carry credentials",
+            ),
+        ] {
+            let why = go(location).unwrap_err();
+            assert!(why.contains(says), "{location}: {why}");
+            assert!(!why.contains("secret"), "{why}");
+        }
+    }
+
+    #[test]
+    fn what_a_repository_says_is_shown_short_and_printable() {
+        let long = format!("http://h/{}", "a".repeat(1000));
+        let why = follow(
+            &Url::parse("http://h/x/index.yaml").unwrap(),
+            &long,
+            &prefix("http://h/x/"),
+        )
+        .unwrap_err();
+        assert!(why.len() < SHOWN + 100, "{why}");
+        assert_eq!(shown("a\nb\u{1b}c"), "a?b?c");
+    }
+
+    #[test]
+    fn credentials_in_urls_never_reach_a_message() {
+        assert_eq!(
+            redact(
+                "Error: looks like \"https://user:p%40ss@charts.example.com/x\" is not valid; see http://other:1/y"
+            ),
+            "Error: looks like \"https://charts.example.com/x\" is not valid; see http://other:1/y"
+        );
+        assert_eq!(redact("oci://u:p@host"), "oci://host");
+        assert_eq!(redact("no url here"), "no url here");
+    }
+}
