@@ -25,15 +25,23 @@ use tokio::time::Instant;
 
 use crate::{
     delivery::{
-        charts::Resolved,
         constraint,
         fetch::{self, Fetcher},
-        helm::trim_error,
+        helm_errors::trim_error,
         plan::ChartSource,
         source::{self, Refused, SourceUrl, redact},
     },
     metrics::Metrics,
 };
+
+/// The exact version a remote chart resolved to, and its OCI manifest digest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    /// The chart's version, passed to helm as `--version`.
+    pub version: String,
+    /// The OCI manifest digest (`sha256:…`); None for repository charts.
+    pub digest: Option<String>,
+}
 
 /// Largest repository index fetched, unless set otherwise (`run --chart-index-limit`).
 pub const DEFAULT_INDEX_LIMIT: u64 = 32 << 20;

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::{
     api::crd::{Chart, ControllerSpec},
-    delivery::cache::ChartCache,
+    delivery::cache::{ChartCache, Resolved},
     delivery::plan::{self, ChartLookup, ChartSource},
     delivery::policy::Scope,
     delivery::source::{SourceUrl, redact},
@@ -118,15 +118,6 @@ pub fn wanted_by(
             }
         })
         .collect()
-}
-
-/// The exact version a remote chart resolved to, and its OCI manifest digest.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Resolved {
-    /// The chart's version, passed to helm as `--version`.
-    pub version: String,
-    /// The OCI manifest digest (`sha256:…`); None for repository charts.
-    pub digest: Option<String>,
 }
 
 /// Resolves remote charts: the chart cache in the operator, a script in tests.

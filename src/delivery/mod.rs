@@ -6,6 +6,7 @@ pub mod constraint;
 pub mod drift;
 pub mod fetch;
 pub mod helm;
+pub mod helm_errors;
 #[cfg(test)]
 mod hostile;
 pub mod limits;
