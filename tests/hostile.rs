@@ -6,7 +6,9 @@ use std::io::Write as _;
 
 use common::{
     fixtures::{DEADLINE, chart, entry, message, tenancy, unique, wait_until},
-    hub::{Hub, allow_all},
+    hub::{Hub, allow_all, create_namespace},
+    lab::Lab,
+    operator::Operator,
 };
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Secret},
@@ -16,7 +18,7 @@ use kube::{
     Api, Client,
     api::{Patch, PatchParams, PostParams},
 };
-use tenancy_hub::api::crd::ControllerSpec;
+use tenancy_hub::api::crd::{Controller, ControllerSpec};
 
 const MEMBER: &str = "member-1";
 
@@ -342,4 +344,67 @@ async fn a_release_no_policy_allows_removing_is_left_in_place() {
     hub.policy(&hub.namespace, policy).await;
     hub.releases_become(MEMBER, &kept, &[]).await;
     hub.releases_become(MEMBER, &other, &[("web", 1)]).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_controller_cannot_squat_a_key_its_policy_refuses() {
+    // Two teams, each with a hub namespace and a policy of its own, on one operator.
+    let id = unique("squat");
+    let (team_a, team_b, ns_a) = (format!("{id}-a"), format!("{id}-b"), format!("{id}-apps"));
+    let mut hub = Hub::without_operator(Lab::get(), team_a.clone()).await;
+    create_namespace(&hub.client, &team_b).await;
+    let selector = format!("hostile.tenancy-hub.test/run={id}");
+    hub.operator = Some(Operator::start_with(
+        &hub.lab,
+        &team_a,
+        &[
+            "--selector",
+            &selector,
+            "--lease-name",
+            &id,
+            "--tenancy-policy",
+            "enforce",
+        ],
+    ));
+    let mut a = allow_all(&team_a, &[]);
+    a.namespaces = vec![ns_a.clone()];
+    hub.policy(&team_a, a).await;
+    let mut b = allow_all(&team_b, &[]);
+    b.namespaces = vec![format!("{id}-other")];
+    hub.policy(&team_b, b).await;
+    let apply = |namespace: String, name: &'static str| {
+        let mut c = Controller::new(
+            name,
+            ControllerSpec {
+                tenancies: vec![tenancy(
+                    &ns_a,
+                    &[MEMBER],
+                    vec![chart("deployment-example", "web", &[])],
+                )],
+                ..Default::default()
+            },
+        );
+        c.metadata.labels = Some([("hostile.tenancy-hub.test/run".to_owned(), id.clone())].into());
+        (namespace, c)
+    };
+    // Team B names team A's release first: refused, and holding nothing.
+    let (ns, squatter) = apply(team_b.clone(), "squatter");
+    hub.apply_in(&ns, &squatter).await;
+    let b_api = Api::<Controller>::namespaced(hub.client.clone(), &team_b);
+    wait_until("the squatter refused", DEADLINE, || async {
+        let s = b_api.get("squatter").await.ok()?.status?;
+        (message(&s, MEMBER, "web")?.phase == "Forbidden").then_some(())
+    })
+    .await;
+    // Team A, later, gets its release: no Conflict with a claim that was never admitted.
+    let (ns, owner) = apply(team_a.clone(), "owner");
+    hub.apply_in(&ns, &owner).await;
+    hub.releases_become(MEMBER, &ns_a, &[("web", 1)]).await;
+    let status = hub
+        .status_until("owner", "the owner deployed", |s| {
+            message(s, MEMBER, "web").is_some_and(|m| m.phase == "Deployed")
+        })
+        .await;
+    assert!(entry(&status, MEMBER, &ns_a).is_some());
 }
