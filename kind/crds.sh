@@ -15,6 +15,7 @@ text = open(sys.argv[1]).read()
 controllers, policies = text.split("---\n", 1)
 open("deploy/crd.yaml", "w").write(text)
 open("crds/controllers.multitenancy.dev.yaml", "w").write(controllers)
-open("crds/tenancypolicies.multitenancy.dev.yaml", "w").write(policies)
+# The second file keeps its document marker, so `cat crds/*.yaml` is exactly `tenancy-hub crd`.
+open("crds/tenancypolicies.multitenancy.dev.yaml", "w").write("---\n" + policies)
 PY
 echo "wrote deploy/crd.yaml, crds/controllers.multitenancy.dev.yaml, crds/tenancypolicies.multitenancy.dev.yaml"

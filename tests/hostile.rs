@@ -97,6 +97,18 @@ async fn namespace_admin(admin: &Client, namespace: &str, user: &str) {
         .unwrap();
 }
 
+/// One release of `chart` named `release` in `namespace` of the member.
+fn one_release(namespace: &str, chart_name: &str, release: &str) -> ControllerSpec {
+    ControllerSpec {
+        tenancies: vec![tenancy(
+            namespace,
+            &[MEMBER],
+            vec![chart(chart_name, release, &[])],
+        )],
+        ..Default::default()
+    }
+}
+
 fn platform(victim: &str, attacker: &str, replicas: &str) -> ControllerSpec {
     ControllerSpec {
         tenancies: vec![
@@ -257,28 +269,14 @@ async fn a_key_let_go_by_its_holder_goes_to_the_waiting_controller_at_once() {
     let hub = Hub::new("let-go").await;
     let ns = unique("shared");
     // The older Controller holds the key, though nothing of it can be installed.
-    let holder = ControllerSpec {
-        tenancies: vec![tenancy(
-            &ns,
-            &[MEMBER],
-            vec![chart("no-such-chart", "shared", &[])],
-        )],
-        ..Default::default()
-    };
-    hub.apply("holder", holder).await;
+    hub.apply("holder", one_release(&ns, "no-such-chart", "shared"))
+        .await;
     hub.status_until("holder", "the holder's chart reported missing", |s| {
         message(s, MEMBER, "shared").is_some_and(|m| m.phase == "Invalid")
     })
     .await;
-    let waiting = ControllerSpec {
-        tenancies: vec![tenancy(
-            &ns,
-            &[MEMBER],
-            vec![chart("deployment-example", "shared", &[])],
-        )],
-        ..Default::default()
-    };
-    hub.apply("waiting", waiting).await;
+    hub.apply("waiting", one_release(&ns, "deployment-example", "shared"))
+        .await;
     hub.status_until("waiting", "the newer Controller in conflict", |s| {
         message(s, MEMBER, "shared").is_some_and(|m| m.phase == "Conflict")
     })
@@ -374,17 +372,7 @@ async fn a_controller_cannot_squat_a_key_its_policy_refuses() {
     b.namespaces = vec![format!("{id}-other")];
     hub.policy(&team_b, b).await;
     let apply = |namespace: String, name: &'static str| {
-        let mut c = Controller::new(
-            name,
-            ControllerSpec {
-                tenancies: vec![tenancy(
-                    &ns_a,
-                    &[MEMBER],
-                    vec![chart("deployment-example", "web", &[])],
-                )],
-                ..Default::default()
-            },
-        );
+        let mut c = Controller::new(name, one_release(&ns_a, "deployment-example", "web"));
         c.metadata.labels = Some([("hostile.tenancy-hub.test/run".to_owned(), id.clone())].into());
         (namespace, c)
     };

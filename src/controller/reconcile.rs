@@ -518,6 +518,11 @@ async fn report_new_problems(
     }
 }
 
+/// A Warning Event of a deletion: what it leaves, and why.
+async fn deletion_warning(ctx: &Context, c: &Controller, reason: &str, note: String) {
+    publish(&ctx.events, c, EventType::Warning, reason, "Delete", note).await;
+}
+
 /// Deletion: uninstalls the resource's releases everywhere (or, with `deletionPolicy: Orphan`,
 /// leaves them), waiting only for clusters that hold or may hold them, and for its running jobs.
 async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
@@ -583,15 +588,7 @@ async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
         let note = format!("releases left in place: {}", refused.join("; "));
         if ctx.reported.get(&owner).is_none_or(|r| !r.contains(&note)) {
             tracing::warn!(controller = %owner, releases = ?refused, "deleted, but no policy allows removing these releases; they are left in place");
-            publish(
-                &ctx.events,
-                c,
-                EventType::Warning,
-                "RemovalForbidden",
-                "Delete",
-                note.clone(),
-            )
-            .await;
+            deletion_warning(ctx, c, "RemovalForbidden", note.clone()).await;
             ctx.reported.entry(owner.clone()).or_default().insert(note);
         }
     }
@@ -613,15 +610,7 @@ async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
             }
         );
         tracing::warn!(controller = %owner, releases = ?left, "deleted while suspended; its releases are left in place");
-        publish(
-            &ctx.events,
-            c,
-            EventType::Warning,
-            "Suspended",
-            "Delete",
-            note,
-        )
-        .await;
+        deletion_warning(ctx, c, "Suspended", note).await;
         forget(ctx, &object);
         return Ok(Action::await_change());
     }
@@ -636,15 +625,7 @@ async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
             )
         };
         tracing::warn!(controller = %owner, releases = ?left, "deleted with deletionPolicy Orphan; its releases are left in place");
-        publish(
-            &ctx.events,
-            c,
-            EventType::Warning,
-            "Orphaned",
-            "Delete",
-            note,
-        )
-        .await;
+        deletion_warning(ctx, c, "Orphaned", note).await;
         forget(ctx, &object);
         return Ok(Action::await_change());
     }
@@ -683,15 +664,7 @@ async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
                 left.join(", ")
             );
             tracing::warn!(controller = %owner, releases = ?left, "releases of suspended tenancies are left in place");
-            publish(
-                &ctx.events,
-                c,
-                EventType::Warning,
-                "Suspended",
-                "Delete",
-                note,
-            )
-            .await;
+            deletion_warning(ctx, c, "Suspended", note).await;
         }
         forget(ctx, &object);
         tracing::info!(controller = %owner, "every release uninstalled; removing the finalizer");
