@@ -7,12 +7,16 @@
 //! and `cli`.
 
 pub mod api;
+pub mod charts;
 pub mod cli;
 pub mod clusters;
 pub mod controller;
-pub mod delivery;
+pub mod helm;
 pub mod metrics;
 pub mod observe;
+pub mod plan;
+pub mod policy;
+pub mod queue;
 pub mod runtime;
 pub mod status;
 
@@ -22,11 +26,16 @@ mod tests {
 
     /// The folders from the pure core up to the binary's edge; a module may use only its own
     /// folder and those before it (`metrics` is used by every layer).
-    const LAYERS: [&str; 8] = [
+    const LAYERS: [&str; 13] = [
         "api",
         "clusters",
+        "policy",
+        "plan",
+        "queue",
+        "charts",
+        "helm",
         "observe",
-        "delivery",
+        "member",
         "status",
         "controller",
         "runtime",
@@ -75,7 +84,7 @@ mod tests {
         let mut checked = 0;
         for (rank, folder) in LAYERS.iter().enumerate() {
             for entry in std::fs::read_dir(src.join(folder)).unwrap().flatten() {
-                // Rust modules only: `delivery/helm-sdk` is the Go executor's module.
+                // Rust modules only: `helm/helm-sdk` is the Go executor's module.
                 if entry.path().extension().is_none_or(|e| e != "rs") {
                     continue;
                 }

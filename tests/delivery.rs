@@ -511,26 +511,18 @@ async fn a_release_left_pending_by_a_killed_helm_is_recovered() {
     helm.wait().unwrap();
     // The operator's executor seals every record it writes, a pending one too: the stand-in's
     // record is sealed with the operator's key as the executor would have sealed it.
-    let key = tenancy_hub::delivery::seal::SealKey::load_or_create(
-        lab.client("hub").await,
-        "tenancy-hub",
-    )
-    .await
-    .unwrap();
+    let key =
+        tenancy_hub::helm::seal::SealKey::load_or_create(lab.client("hub").await, "tenancy-hub")
+            .await
+            .unwrap();
     let release: tenancy_hub::api::key::ReleaseKey = format!("member-1/{ns}/web").parse().unwrap();
-    let owner = tenancy_hub::delivery::plan::OwnerId {
+    let owner = tenancy_hub::plan::OwnerId {
         namespace: hub_ns.clone(),
         name: "recover".into(),
     };
-    tenancy_hub::delivery::seal::seal_revision(
-        &key,
-        lab.client("member-1").await,
-        &release,
-        &owner,
-        1,
-    )
-    .await
-    .unwrap();
+    tenancy_hub::helm::seal::seal_revision(&key, lab.client("member-1").await, &release, &owner, 1)
+        .await
+        .unwrap();
 
     let mut hub = Hub::without_operator(lab, hub_ns).await;
     hub.operator = Some(Operator::start_with(

@@ -62,7 +62,7 @@ phase "unit tests"
 cargo test --locked --lib --bins 2>&1 | tee -a "$RESULTS"
 
 phase "executor tests"
-(cd src/delivery/helm-sdk && GOTOOLCHAIN=local GOFLAGS=-buildvcs=false go test -count=1 ./...)
+(cd src/helm/helm-sdk && GOTOOLCHAIN=local GOFLAGS=-buildvcs=false go test -count=1 ./...)
 
 phase "lab up"
 lab_started=true

@@ -19,16 +19,16 @@ use crate::{
     api::crd::{Controller, HUB_CLUSTER},
     api::key::{ClusterName, ReleaseKey},
     api::policy::TenancyPolicy,
+    charts::{
+        cache::{self, ChartCache},
+        catalog::ChartCatalog,
+    },
     cli::{ClusterArgs, PolicyMode},
     clusters::registry::ClusterRegistry,
-    delivery::{
-        cache::{self, ChartCache},
-        charts::ChartCatalog,
-        helm::{self, HelmOptions, RenderFor},
-        plan::{self, Applied, Inputs, Job, Plan, Problem, created_secs, owner_id},
-        policy::{Admission, NamedPolicy},
-        releases,
-    },
+    helm::cli::{self as helm, HelmOptions, RenderFor},
+    observe::releases,
+    plan::{self, Applied, Inputs, Job, Plan, Problem, created_secs, owner_id},
+    policy::{Admission, NamedPolicy},
 };
 
 /// Options of `diff`.
@@ -628,7 +628,7 @@ async fn read_releases(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::delivery::plan::{ChartSource, OwnerId, Release};
+    use crate::plan::{ChartSource, OwnerId, Release};
 
     fn key(k: &str) -> ReleaseKey {
         k.parse().unwrap()

@@ -274,7 +274,7 @@ fn rollout_lines(r: &crate::api::crd::RolloutStatus) -> String {
         out += &format!("    {}\n", clusters.join(", "));
     }
     if let Some(h) = &r.halted {
-        out += &format!("    {}\n", crate::delivery::rollout::halt_message(h));
+        out += &format!("    {}\n", crate::plan::rollout::halt_message(h));
     }
     out
 }

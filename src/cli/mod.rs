@@ -13,11 +13,11 @@ use anyhow::Context as _;
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum, builder::BoolishValueParser};
 
 use crate::{
+    charts::cache,
     clusters::registry::{self, ClusterRegistry, HubSource, RegistrationFile},
     controller::context::Settings,
-    delivery::cache,
-    delivery::helm::HelmOptions,
-    delivery::queue::{QueueConfig, default_per_owner},
+    helm::cli::HelmOptions,
+    queue::{QueueConfig, default_per_owner},
     runtime::leader::LeaseConfig,
     runtime::operator::{self, RunConfig},
 };
@@ -240,11 +240,11 @@ impl RunArgs {
     /// The long-lived executor to run jobs with, by `--executor` and `--helm-executor`; with
     /// `sdk`, the path is kept even when missing, so starting it fails with its own error.
     fn sdk(&self) -> Option<PathBuf> {
-        let found = crate::delivery::sdk::locate(self.helm_executor.as_deref(), &self.helm);
+        let found = crate::helm::sdk::locate(self.helm_executor.as_deref(), &self.helm);
         match self.executor {
             ExecutorKind::Cli => None,
             ExecutorKind::Auto => found.filter(|p| p.is_file()),
-            ExecutorKind::Sdk => Some(found.unwrap_or_else(|| crate::delivery::sdk::BINARY.into())),
+            ExecutorKind::Sdk => Some(found.unwrap_or_else(|| crate::helm::sdk::BINARY.into())),
         }
     }
 
@@ -350,10 +350,10 @@ pub enum PolicyMode {
 
 impl PolicyMode {
     /// The admission mode it stands for.
-    pub fn mode(self) -> crate::delivery::policy::Mode {
+    pub fn mode(self) -> crate::policy::Mode {
         match self {
-            PolicyMode::Enforce => crate::delivery::policy::Mode::Enforce,
-            PolicyMode::Permissive => crate::delivery::policy::Mode::Permissive,
+            PolicyMode::Enforce => crate::policy::Mode::Enforce,
+            PolicyMode::Permissive => crate::policy::Mode::Permissive,
         }
     }
 }

@@ -12,7 +12,7 @@ use kube::{
 use crate::{
     api::crd::Controller,
     clusters::registry::{ClusterRegistry, HubSource, RegistrationFile},
-    delivery::rollout::ROLLOUT_ANNOTATION,
+    plan::rollout::ROLLOUT_ANNOTATION,
 };
 
 /// What to ask of a rollout.
@@ -87,7 +87,7 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::delivery::rollout::Command;
+    use crate::plan::rollout::Command;
 
     #[test]
     fn the_annotation_asks_for_what_the_gate_understands_and_is_new_each_time() {

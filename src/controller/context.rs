@@ -22,7 +22,7 @@ pub struct Settings {
     /// How often every release is compared with its manifest (`--drift-interval`).
     pub drift_interval: Duration,
     /// Whether the tenancy policies refuse or only warn (`--tenancy-policy`).
-    pub policy_mode: crate::delivery::policy::Mode,
+    pub policy_mode: crate::policy::Mode,
     /// The operator's own namespace, which no policy pattern matches.
     pub operator_namespace: String,
 }
@@ -34,21 +34,21 @@ pub struct Context {
     /// The registered clusters, swapped whole on change.
     pub registry: crate::clusters::registry::SharedRegistry,
     /// Helm's release records per cluster.
-    pub releases: crate::delivery::releases::ReleaseIndex,
+    pub releases: crate::observe::releases::ReleaseIndex,
     /// The queue of Helm jobs, fair across owners and clusters.
-    pub queue: crate::delivery::queue::HelmQueue,
+    pub queue: crate::queue::HelmQueue,
     /// Which release keys each resource's spec names, kept from the hub's Controller events.
-    pub claims: std::sync::Arc<crate::controller::claims::Claims>,
+    pub claims: std::sync::Arc<crate::plan::claims::Claims>,
     /// Which resources ask for each release.
     pub interest: crate::controller::interest::Interest,
     /// Releases left in clusters removed from the registration file, with their owners.
-    pub orphans: DashMap<crate::api::key::ReleaseKey, crate::delivery::plan::OwnerId>,
+    pub orphans: DashMap<crate::api::key::ReleaseKey, crate::plan::OwnerId>,
     /// The last outcome of each release's Helm job.
     pub outcomes: DashMap<crate::api::key::ReleaseKey, crate::status::build::LastOutcome>,
     /// What is known of each chart: directory digests, resolved versions.
-    pub charts: crate::delivery::charts::ChartCatalog,
+    pub charts: crate::charts::catalog::ChartCatalog,
     /// The problems last reported per resource, so each is logged once per change.
-    pub reported: DashMap<crate::delivery::plan::OwnerId, std::collections::BTreeSet<String>>,
+    pub reported: DashMap<crate::plan::OwnerId, std::collections::BTreeSet<String>>,
     /// Every `Controller` on the hub, as the reconciler sees them.
     pub controllers: Store<crate::api::crd::Controller>,
     /// Every `TenancyPolicy` on the hub.
@@ -68,7 +68,7 @@ pub struct Context {
     /// Releases watched for drift, what was found, and the repair limiter.
     pub drift: crate::controller::drift::DriftBoard,
     /// The rollout state of each resource with `spec.rollout`, mirrored into `status.rollout`.
-    pub rollouts: DashMap<crate::delivery::plan::OwnerId, crate::api::crd::RolloutStatus>,
+    pub rollouts: DashMap<crate::plan::OwnerId, crate::api::crd::RolloutStatus>,
     /// The shards led here: only their Controllers are worked (planned, delivered, reported).
     pub shards: std::sync::Arc<crate::controller::shard::Shards>,
     /// Planning settings.
@@ -78,13 +78,13 @@ pub struct Context {
 impl Context {
     /// What the tenancy policies allow now: the mode, every policy in name order, and the
     /// operator's own namespace.
-    pub fn admission(&self) -> crate::delivery::policy::Admission {
+    pub fn admission(&self) -> crate::policy::Admission {
         admission_of(&self.policies, &self.settings)
     }
 
     /// What claims are computed from now: the registry's cluster labels and the policies.
-    pub fn claim_basis(&self) -> crate::controller::claims::Basis {
-        crate::controller::claims::Basis {
+    pub fn claim_basis(&self) -> crate::plan::claims::Basis {
+        crate::plan::claims::Basis {
             labels: self.registry.load().labels(),
             admission: self.admission(),
         }
@@ -96,18 +96,18 @@ impl Context {
 pub fn admission_of(
     store: &Store<crate::api::policy::TenancyPolicy>,
     settings: &Settings,
-) -> crate::delivery::policy::Admission {
+) -> crate::policy::Admission {
     use kube::ResourceExt;
-    let mut policies: Vec<crate::delivery::policy::NamedPolicy> = store
+    let mut policies: Vec<crate::policy::NamedPolicy> = store
         .state()
         .iter()
-        .map(|p| crate::delivery::policy::NamedPolicy {
+        .map(|p| crate::policy::NamedPolicy {
             name: p.name_any(),
             spec: p.spec.clone(),
         })
         .collect();
     policies.sort_by(|a, b| a.name.cmp(&b.name));
-    crate::delivery::policy::Admission {
+    crate::policy::Admission {
         mode: settings.policy_mode,
         policies,
         operator_namespace: settings.operator_namespace.clone(),

@@ -14,8 +14,8 @@ use crate::{
     api::crd::{DriftDetection, DriftMode, DriftStatus},
     api::key::{ClusterName, ReleaseKey},
     api::policy::Impersonation,
-    delivery::drift::{self, Kinds, ObjectDrift, RepairLimiter, RepairVerdict},
-    delivery::plan::{Applied, Drifted, OwnerId, Release},
+    observe::drift::{self, Kinds, ObjectDrift, RepairLimiter, RepairVerdict},
+    plan::{Applied, Drifted, OwnerId, Release},
 };
 
 /// Repairs allowed per release within [`REPAIR_WINDOW`].
@@ -261,7 +261,7 @@ impl DriftBoard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::delivery::drift::ObjectId;
+    use crate::observe::drift::ObjectId;
 
     fn drift(path: &str) -> Vec<ObjectDrift> {
         vec![ObjectDrift {
@@ -296,7 +296,7 @@ mod tests {
             key: key.clone(),
             owner: owner(),
             chart_name: "web".into(),
-            source: crate::delivery::plan::ChartSource::Directory("web".into()),
+            source: crate::plan::ChartSource::Directory("web".into()),
             version: None,
             chart_digest: None,
             settings: vec![],

@@ -14,7 +14,7 @@ use crate::{
         drift::{CONCURRENT_CHECKS, GATHER, News, Nudge, Watched},
         events::publish,
     },
-    delivery::drift::{self, ObjectDrift},
+    observe::drift::{self, ObjectDrift},
 };
 
 /// Checks releases for drift: every watched release each `--drift-interval`, and the releases

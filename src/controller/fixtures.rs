@@ -24,21 +24,19 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     api::crd::{Controller, ControllerSpec, HUB_CLUSTER},
     api::key::ReleaseKey,
+    charts::catalog::ChartCatalog,
     clusters::registry::ClusterRegistry,
     controller::{
         context::{Context, Settings},
         reconcile::FINALIZER,
     },
-    delivery::{
-        charts::ChartCatalog,
-        plan::{
-            self, MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL,
-            SPEC_HASH_LABEL, owner_id,
-        },
-        queue::{HelmQueue, QueueConfig},
-        releases::ReleaseIndex,
-    },
+    observe::releases::ReleaseIndex,
     observe::watch::WatchSupervisor,
+    plan::{
+        self, MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL,
+        SPEC_HASH_LABEL, owner_id,
+    },
+    queue::{HelmQueue, QueueConfig},
     status::writer::StatusWriter,
 };
 
@@ -80,11 +78,11 @@ impl Fixture {
     /// A context with an empty registry (the hub only), the hub's release records listed and
     /// empty, an idle queue and writer, and the repository's `config/charts` as chart home.
     pub fn new() -> Self {
-        Self::with_policy_mode(crate::delivery::policy::Mode::Permissive)
+        Self::with_policy_mode(crate::policy::Mode::Permissive)
     }
 
     /// Like [`Fixture::new`], applying the tenancy policies in `mode`.
-    pub fn with_policy_mode(mode: crate::delivery::policy::Mode) -> Self {
+    pub fn with_policy_mode(mode: crate::policy::Mode) -> Self {
         let (hub_client, hub) = mock_client();
         let (member_client, member) = mock_client();
         let (store, controllers) = reflector::store();
@@ -95,9 +93,9 @@ impl Fixture {
         releases.seed(hub_cluster(), Vec::new());
         let registry = ClusterRegistry::hub_only(member_client);
         let chart_cache = tempfile::tempdir().expect("a temporary directory");
-        let charts = crate::delivery::cache::ChartCache::open(
+        let charts = crate::charts::cache::ChartCache::open(
             chart_cache.path(),
-            crate::delivery::cache::DEFAULT_SIZE,
+            crate::charts::cache::DEFAULT_SIZE,
             PathBuf::from("helm"),
             Default::default(),
         )
@@ -107,7 +105,7 @@ impl Fixture {
             registry: Arc::new(arc_swap::ArcSwap::from_pointee(registry)),
             releases,
             queue: HelmQueue::new(QueueConfig::default()),
-            claims: Arc::new(crate::controller::claims::Claims::new(
+            claims: Arc::new(crate::plan::claims::Claims::new(
                 PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/charts"),
             )),
             interest: Default::default(),
@@ -175,7 +173,7 @@ impl Fixture {
     /// The spec hash the planner gives the release `key` of `c`, with the charts as they are.
     pub async fn spec_hash(&self, c: &Controller, key: &ReleaseKey) -> String {
         let home = &self.ctx.settings.chart_home;
-        let admission = crate::delivery::policy::Admission::permissive();
+        let admission = crate::policy::Admission::permissive();
         self.ctx
             .charts
             .prepare(&c.spec, home, &|chart| admission.fetch_scope("", chart))

@@ -14,19 +14,19 @@ use kube::{
 use tokio::sync::mpsc::{Receiver, Sender};
 
 use crate::controller::events::publish;
-use crate::delivery::plan::owner_id;
+use crate::plan::owner_id;
 
-use crate::delivery::charts;
+use crate::charts::catalog as charts;
 use crate::{
     api::crd::Controller,
     api::key::{ClusterNamespace, ReleaseKey},
     controller::context::Context,
     controller::drift::Nudge,
-    delivery::plan::{Job, OwnerId},
-    delivery::queue::{Completed, FailureKind, Outcome},
-    delivery::releases::RecordChange,
     metrics::Metrics,
     observe::model::{Change, Tagged},
+    observe::releases::RecordChange,
+    plan::{Job, OwnerId},
+    queue::{Completed, FailureKind, Outcome},
     status::build::LastOutcome,
 };
 
@@ -383,7 +383,7 @@ pub async fn keep_fresh(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{delivery::plan::Job, metrics::Gauges};
+    use crate::{metrics::Gauges, plan::Job};
 
     #[test]
     fn a_finished_helm_job_is_counted_and_timed_exactly_once() {

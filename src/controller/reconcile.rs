@@ -24,10 +24,10 @@ use crate::{
     api::key::{ClusterName, ReleaseKey},
     api::policy::Impersonation,
     controller::context::Context,
-    delivery::drift::RepairVerdict,
-    delivery::plan::{self, Applied, Inputs, Job, OwnerId, owner_id},
-    delivery::queue::Outcome,
-    delivery::rollout,
+    observe::drift::RepairVerdict,
+    plan::rollout,
+    plan::{self, Applied, Inputs, Job, OwnerId, owner_id},
+    queue::Outcome,
     status::build::{self as status, LastOutcome, ReleaseView},
 };
 
@@ -179,7 +179,7 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
     let lookup =
         |source: &plan::ChartSource, version: Option<&str>| ctx.charts.lookup(source, version);
     let drifted = ctx.drift.drifted(&applied);
-    let mut plan = crate::controller::offload(crate::controller::claims::named_charts(c), || {
+    let mut plan = crate::plan::offload(crate::plan::claims::named_charts(c), || {
         plan::plan(&Inputs {
             owner: &owner,
             spec: &c.spec,
@@ -828,7 +828,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn under_enforce_an_ungoverned_release_is_forbidden_and_a_policy_lets_it_through() {
-        let mut f = Fixture::with_policy_mode(crate::delivery::policy::Mode::Enforce);
+        let mut f = Fixture::with_policy_mode(crate::policy::Mode::Enforce);
         let c = finalized(controller("app", "2026-01-01T00:00:00Z", SPEC));
         f.store(&[&c]);
 

@@ -104,7 +104,7 @@ pub struct Reloader {
     /// Where the hub is.
     pub hub: HubSource,
     /// Where release-record watches send their changes.
-    pub records: Sender<crate::delivery::releases::RecordChange>,
+    pub records: Sender<crate::observe::releases::RecordChange>,
     /// Where resources are woken for a reconcile.
     pub everything: Sender<()>,
 }

@@ -23,9 +23,9 @@ use crate::{
     api::crd::Controller,
     api::key::{ClusterName, ClusterNamespace, KeyError},
     clusters::registry::{ClusterEntry, ClusterRegistry, SharedRegistry},
-    delivery::queue::HelmQueue,
     metrics::{Gauges, Metrics},
     observe::model::{Model, PodInfo, ScopeState, WorkloadInfo},
+    queue::HelmQueue,
     runtime::auth::{Access, AuthError, Identity, Reviewer, Token},
 };
 
@@ -618,8 +618,8 @@ mod tests {
     use super::*;
     use crate::{
         clusters::registry::{HubSource, RegistrationFile},
-        delivery::queue::QueueConfig,
         observe::model::{Change, WorkloadKind, WorkloadRef},
+        queue::QueueConfig,
         runtime::auth::fake,
     };
 

@@ -21,6 +21,8 @@ use tracing::Instrument as _;
 use crate::{
     api::crd::{Controller, HUB_CLUSTER},
     api::policy::TenancyPolicy,
+    charts::cache::{self, ChartCache},
+    charts::catalog::ChartCatalog,
     clusters::health::HealthBoard,
     clusters::registry::{self, ClusterRegistry, HubSource, RegistrationFile},
     controller::context::Settings,
@@ -28,17 +30,16 @@ use crate::{
     controller::events::Events,
     controller::reload::Reloader,
     controller::shard::{Shards, shard_of},
-    controller::{claims, claims::Claims, drift::DriftBoard, drift_checks, loops, reconcile},
-    delivery::cache::{self, ChartCache},
-    delivery::charts::ChartCatalog,
-    delivery::helm::{HelmCli, HelmOptions},
-    delivery::queue::{HelmQueue, QueueConfig},
-    delivery::releases::ReleaseIndex,
-    delivery::sdk::HelmExecutor,
-    delivery::seal::SealKey,
+    controller::{drift::DriftBoard, drift_checks, loops, reconcile},
+    helm::cli::{HelmCli, HelmOptions},
+    helm::sdk::HelmExecutor,
+    helm::seal::SealKey,
     metrics::Metrics,
     observe::model::Model,
+    observe::releases::ReleaseIndex,
     observe::watch::WatchSupervisor,
+    plan::{claims, claims::Claims},
+    queue::{HelmQueue, QueueConfig},
     runtime::auth::Reviewer,
     runtime::http::{self, ApiState, ChannelDepths, Readiness, ScopeOwners, StreamCounts},
     runtime::leader::{Leadership, LeaseConfig},
@@ -91,7 +92,7 @@ pub enum Error {
     NoCrd(kube::Error),
     /// The sealing key of release records cannot be had.
     #[error(transparent)]
-    Seal(#[from] crate::delivery::seal::Error),
+    Seal(#[from] crate::helm::seal::Error),
     /// The `TenancyPolicy` CRD cannot be listed on the hub.
     #[error(
         "the TenancyPolicy CRD is not installed on the hub or not readable ({0}); install the CRDs with `tenancy-hub crd | kubectl apply --server-side -f -` and let the operator list tenancypolicies"
@@ -190,7 +191,7 @@ pub async fn run(
         .map_err(Error::NoPolicyCrd)?;
 
     let seal = SealKey::load_or_create(hub.clone(), &config.settings.operator_namespace).await?;
-    tracing::info!(secret = %format!("{}/{}", config.settings.operator_namespace, crate::delivery::seal::KEY_SECRET), "release records are sealed with the key in this hub Secret; records it does not verify are never acted on");
+    tracing::info!(secret = %format!("{}/{}", config.settings.operator_namespace, crate::helm::seal::KEY_SECRET), "release records are sealed with the key in this hub Secret; records it does not verify are never acted on");
     let mut config = config;
     config.helm.seal = Some(seal.clone());
 
@@ -634,12 +635,7 @@ impl Steward for ShardSteward {
                 let ns = c.metadata.namespace.as_deref().unwrap_or_default();
                 shard_of(ns, &kube::ResourceExt::name_any(c.as_ref()), total) == shard
             })
-            .map(|c| {
-                (
-                    crate::delivery::plan::owner_id(c),
-                    ObjectRef::from_obj(c.as_ref()),
-                )
-            })
+            .map(|c| (crate::plan::owner_id(c), ObjectRef::from_obj(c.as_ref())))
             .collect();
         for (owner, object) in &owners {
             ctx.queue
@@ -712,7 +708,7 @@ async fn watch_policies(
 /// Logs, once per change, policies that name no identity and hub namespaces whose policies
 /// disagree on the identity Helm acts as; returns what is said now.
 fn warn_of_policies(
-    admission: &crate::delivery::policy::Admission,
+    admission: &crate::policy::Admission,
     before: BTreeSet<String>,
 ) -> BTreeSet<String> {
     let mut now: BTreeSet<String> = admission.disagreements().into_iter().collect();

@@ -13,9 +13,9 @@ use crate::{
         TenancyStatus, WorkloadStatus,
     },
     api::key::{ClusterName, ReleaseKey},
-    delivery::plan::{Applied, Plan, Problem, Release},
-    delivery::queue::Outcome,
     observe::model::{PodInfo, ScopeState},
+    plan::{Applied, Plan, Problem, Release},
+    queue::Outcome,
 };
 
 /// Release phases shown in `chartMessages[].phase`.
@@ -48,7 +48,7 @@ pub struct LastOutcome {
     /// What it came to.
     pub outcome: Outcome,
     /// The resource the job was done for.
-    pub owner: crate::delivery::plan::OwnerId,
+    pub owner: crate::plan::OwnerId,
     /// True when nothing more happens without a spec change (a permanent or stalled failure).
     pub settled: bool,
 }
@@ -621,7 +621,7 @@ pub fn bound(status: &mut ControllerStatus, budget: usize) {
     {
         // Counts stay; a restarted operator finds these clusters healthy again in one step.
         r.clusters
-            .retain(|c| c.state != crate::delivery::rollout::state::HEALTHY);
+            .retain(|c| c.state != crate::plan::rollout::state::HEALTHY);
     }
     if size(status) <= budget {
         return;
@@ -756,7 +756,7 @@ fn condition(type_: &str, ok: bool, reason: &str, message: String, clock: &Clock
 
 /// Names a few items and counts the rest: "a, b, c and 4 more".
 fn some(items: &[String]) -> String {
-    crate::delivery::limits::few(items, items.len())
+    crate::plan::limits::few(items, items.len())
 }
 
 /// The first of `problems` and how many more, so a condition stays short whatever the spec.
@@ -883,7 +883,7 @@ fn conditions(f: &Findings<'_>, previous: &[Condition], now: Timestamp) -> Vec<C
         _ if f.halted.is_some() => Some((
             "RolloutHalted",
             f.halted
-                .map(crate::delivery::rollout::halt_message)
+                .map(crate::plan::rollout::halt_message)
                 .unwrap_or_default(),
         )),
         _ if !invalid.is_empty() || !f.general.is_empty() => Some((
@@ -1063,7 +1063,7 @@ fn conditions(f: &Findings<'_>, previous: &[Condition], now: Timestamp) -> Vec<C
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::delivery::plan::{ChartSource, OwnerId};
+    use crate::plan::{ChartSource, OwnerId};
 
     fn release(key: &str) -> Release {
         Release {
@@ -1223,7 +1223,7 @@ mod tests {
             LastOutcome {
                 fingerprint: "apply:h1".into(),
                 outcome: Outcome::Failed {
-                    kind: crate::delivery::queue::FailureKind::Permanent,
+                    kind: crate::queue::FailureKind::Permanent,
                     message: "template: boom".into(),
                 },
                 owner: release("hub/foo/nginx").owner,
@@ -1497,11 +1497,8 @@ mod tests {
             "member-1/team/web".parse().unwrap(),
             LastOutcome {
                 fingerprint: "apply:h1".into(),
-                outcome: Outcome::failed(
-                    "template: boom",
-                    crate::delivery::queue::FailureKind::Permanent,
-                ),
-                owner: crate::delivery::plan::OwnerId {
+                outcome: Outcome::failed("template: boom", crate::queue::FailureKind::Permanent),
+                owner: crate::plan::OwnerId {
                     namespace: "default".into(),
                     name: "example".into(),
                 },
@@ -1690,7 +1687,7 @@ mod tests {
             last.clone(),
             LastOutcome {
                 fingerprint: "apply:h1".into(),
-                outcome: Outcome::failed("boom", crate::delivery::queue::FailureKind::Permanent),
+                outcome: Outcome::failed("boom", crate::queue::FailureKind::Permanent),
                 owner: release(keys[0]).owner,
                 settled: true,
             },

@@ -9,10 +9,8 @@ use std::{
 use serde_json::{Value, json};
 use tenancy_hub::{
     api::crd::ControllerSpec,
-    delivery::{
-        plan::{ChartLookup, ChartSource, Inputs, OwnerId, plan},
-        policy::Admission,
-    },
+    plan::{ChartLookup, ChartSource, Inputs, OwnerId, plan},
+    policy::Admission,
 };
 
 use super::{

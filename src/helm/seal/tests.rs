@@ -1,6 +1,6 @@
 use super::*;
 
-/// The vectors the Go executor's tests check too (`src/delivery/helm-sdk/seal_test.go`).
+/// The vectors the Go executor's tests check too (`src/helm/helm-sdk/seal_test.go`).
 const VECTORS: &str = include_str!("../helm-sdk/testdata/seal-vectors.json");
 
 #[derive(serde::Deserialize)]

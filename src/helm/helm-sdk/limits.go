@@ -7,7 +7,7 @@ import (
 	"strconv"
 )
 
-// The bounds the operator's planner keeps on setting keys (src/delivery/limits.rs), checked again
+// The bounds the operator's planner keeps on setting keys (src/plan/limits.rs), checked again
 // here before Helm's strvals parser reads them: strvals takes a list index up to 65536 and
 // allocates the whole list at once, so `k[65535]=x` alone would build 65,536 elements.
 const (

@@ -11,12 +11,12 @@ use crate::{
     api::crd::{Chart, ClusterSelector, ControllerSpec, Setting, Tenancy},
     api::key::{ClusterName, ReleaseKey},
     api::policy::{Impersonation, PolicyClusterSelector, TenancyPolicySpec},
-    delivery::limits::{MAX_CHARTS, MAX_RELEASES},
-    delivery::plan::{
+    plan::limits::{MAX_CHARTS, MAX_RELEASES},
+    plan::{
         Applied, ChartLookup, ChartSource, Desired, Inputs, Job, OwnerId, Plan, Problem, desired,
         plan,
     },
-    delivery::policy::{Admission, Mode, NamedPolicy},
+    policy::{Admission, Mode, NamedPolicy},
 };
 
 type Registry = BTreeMap<ClusterName, BTreeMap<String, String>>;
@@ -398,7 +398,7 @@ fn allows(
 fn askers(spec: &ControllerSpec, clusters: &Registry) -> BTreeMap<ReleaseKey, usize> {
     let mut out = BTreeMap::new();
     for t in &spec.tenancies {
-        for cluster in crate::delivery::plan::targets(t, clusters).0 {
+        for cluster in crate::plan::targets(t, clusters).0 {
             for c in &t.charts {
                 let release = c
                     .release_name
@@ -473,7 +473,7 @@ proptest! {
                 "{} acts as {:?}", release.key, release.identity
             );
             let settings = spec_settings(&spec, &clusters, &release.key, &release.chart_name);
-            prop_assert!(crate::delivery::limits::refused_setting(&settings).is_none());
+            prop_assert!(crate::plan::limits::refused_setting(&settings).is_none());
         }
         prop_assert!(!suspend || p.jobs.is_empty());
     }
@@ -490,7 +490,7 @@ fn spec_settings(
         .iter()
         .filter(|t| t.namespace == key.scope.namespace)
         .filter(|t| {
-            crate::delivery::plan::targets(t, clusters)
+            crate::plan::targets(t, clusters)
                 .0
                 .contains(&key.scope.cluster)
         })

@@ -36,14 +36,12 @@ use tokio::{
 use crate::{
     api::{key::ReleaseKey, policy::Impersonation},
     clusters::registry::Member,
-    delivery::{
-        helm::{self, HelmCli, HelmOptions},
-        plan::{
-            ChartSource, Job, MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL,
-            OWNER_NAMESPACE_LABEL, Release, SPEC_HASH_LABEL,
-        },
-        queue::{Executor, FailureKind, Outcome},
+    helm::cli::{self as helm, HelmCli, HelmOptions},
+    plan::{
+        ChartSource, Job, MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL,
+        Release, SPEC_HASH_LABEL,
     },
+    queue::{Executor, FailureKind, Outcome},
 };
 
 /// The executor's file name, looked for beside `helm` and on `PATH` when not given.
@@ -116,7 +114,7 @@ pub struct Request {
     pub revision: i64,
     /// The operator's sealing key (hex on the pipe; `Debug` shows nothing of it).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub seal: Option<crate::delivery::seal::SealKey>,
+    pub seal: Option<crate::helm::seal::SealKey>,
 }
 
 fn is_zero(n: &i64) -> bool {
@@ -221,7 +219,10 @@ pub fn release_request(
 /// A failed answer read as the CLI's stderr would be: trimmed, and classified alike.
 pub fn failure(error: &str) -> Outcome {
     let stderr = format!("Error: {error}");
-    Outcome::failed(helm::trim_error(&stderr), helm::classify(&stderr))
+    Outcome::failed(
+        crate::queue::failure::trim_error(&stderr),
+        crate::queue::failure::classify(&stderr),
+    )
 }
 
 /// A running executor process.
@@ -591,7 +592,7 @@ impl HelmExecutor {
         key: ReleaseKey,
         from: i64,
         identity: Option<Impersonation>,
-        owner: &crate::delivery::plan::OwnerId,
+        owner: &crate::plan::OwnerId,
     ) -> Outcome {
         let Some(pipe) = &self.pipe else {
             return self.cli.rollback(key, from, identity, owner).await;
@@ -823,7 +824,7 @@ mod tests {
             let stderr = format!("Error: {error}\n");
             assert_eq!(
                 failure(error),
-                Outcome::failed(helm::trim_error(&stderr), kind),
+                Outcome::failed(crate::queue::failure::trim_error(&stderr), kind),
                 "{error}"
             );
         }

@@ -1,12 +1,14 @@
 //! Admission: which releases the tenancy policies allow, as whom Helm acts for them, and the chart-source rules every mode keeps (pure).
 
+pub mod source;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::{
     api::crd::{Chart, HUB_CLUSTER},
     api::key::{ClusterName, ReleaseKey},
     api::policy::{Impersonation, TenancyPolicySpec},
-    delivery::source::{SourceUrl, redact},
+    policy::source::{SourceUrl, redact},
 };
 
 /// Namespaces matched by a policy only when it names them exactly, never by a pattern.

@@ -24,14 +24,14 @@ use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
 use crate::{
-    delivery::{
+    charts::{
         constraint,
         fetch::{self, Fetcher},
-        helm_errors::trim_error,
-        plan::ChartSource,
-        source::{self, Refused, SourceUrl, redact},
     },
     metrics::Metrics,
+    plan::ChartSource,
+    policy::source::{self, Refused, SourceUrl, redact},
+    queue::failure::trim_error,
 };
 
 /// The exact version a remote chart resolved to, and its OCI manifest digest.
@@ -915,7 +915,7 @@ pub fn default_dir() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::delivery::fetch::testing::{Answer, Server};
+    use crate::charts::fetch::testing::{Answer, Server};
 
     /// A loopback repository at `/repo`, counting the requests of each path.
     struct Repo {

@@ -13,7 +13,7 @@ package main
 // bounded: a record's data may hold at most maxRecordBytes, and decompress to at most
 // maxReleaseBytes.
 //
-// The exact bytes hashed are those of the operator's src/delivery/seal.rs; testdata/seal-vectors.json
+// The exact bytes hashed are those of the operator's src/helm/seal.rs; testdata/seal-vectors.json
 // holds vectors both test suites check.
 
 import (

@@ -16,10 +16,10 @@
 //! them and, reading them back, hides every record whose seal or content digest does not verify,
 //! so Helm never uninstalls, upgrades from or rolls back to content the operator did not write.
 //! The CLI executor checks the records of a release before each helm call and seals what the
-//! call wrote after it (see `delivery::helm`).
+//! call wrote after it (see `helm::cli`).
 //!
 //! The exact bytes hashed are in [`message`] and [`content_digest`]; the Go executor computes
-//! the same (`src/delivery/helm-sdk/seal.go`), checked by shared vectors in both test suites.
+//! the same (`src/helm/helm-sdk/seal.go`), checked by shared vectors in both test suites.
 
 use std::{collections::BTreeMap, fmt, sync::Arc};
 
@@ -30,7 +30,7 @@ use kube::{Api, api::PostParams};
 use sha2::{Digest, Sha256};
 
 use crate::api::key::ClusterName;
-use crate::delivery::plan::{OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, SPEC_HASH_LABEL};
+use crate::plan::{OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, SPEC_HASH_LABEL};
 
 /// Label holding the record's seal: 32 hex digits of an HMAC-SHA256.
 pub const SEAL_LABEL: &str = "multitenancy.dev/seal";
@@ -394,7 +394,7 @@ pub async fn seal_revision(
     key: &SealKey,
     client: kube::Client,
     release: &crate::api::key::ReleaseKey,
-    owner: &crate::delivery::plan::OwnerId,
+    owner: &crate::plan::OwnerId,
     revision: i64,
 ) -> Result<(), String> {
     use kube::api::{Patch, PatchParams};

@@ -16,7 +16,7 @@
 //! marks the older one when a newer one is deployed), so history, up to ten records per release,
 //! is neither listed nor held. A release's applied state is its newest held revision; revisions
 //! are kept per release, so the newest stays right whichever record arrives or leaves first.
-//! A record counts as managed only when its seal verifies (`delivery::seal`): one whose labels
+//! A record counts as managed only when its seal verifies (`helm::seal`): one whose labels
 //! name a Controller but that this operator did not seal (forged by whoever may write Secrets in
 //! the namespace, or written by another operator) is held as foreign, so it is never taken as
 //! anyone's, never uninstalled, upgraded or repaired, and logged once per revision.
@@ -44,11 +44,11 @@ use tracing::Instrument;
 
 use crate::{
     api::key::{ClusterName, ClusterNamespace, ReleaseKey},
-    delivery::plan::{
+    helm::seal::SealKey,
+    plan::{
         Applied, MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, OwnerId,
         SPEC_HASH_LABEL,
     },
-    delivery::seal::SealKey,
 };
 
 type Record = PartialObjectMeta<Secret>;
@@ -1089,7 +1089,7 @@ mod tests {
 
     #[test]
     fn a_record_claiming_an_owner_counts_as_managed_only_when_its_seal_verifies() {
-        use crate::delivery::seal::{CONTENT_LABEL, SEAL_LABEL, SealKey, Sealed};
+        use crate::helm::seal::{CONTENT_LABEL, SEAL_LABEL, SealKey, Sealed};
         let key = SealKey::from_bytes(&[9u8; 32]).unwrap();
         let content = "0123456789abcdef0123456789abcdef";
         let seal = key.seal(&Sealed {

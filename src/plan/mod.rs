@@ -1,5 +1,11 @@
 //! Planning: the releases a spec asks for, compared with those applied in the clusters, become Helm jobs (pure).
 
+pub mod claims;
+#[cfg(test)]
+mod hostile;
+pub mod limits;
+pub mod rollout;
+
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet, hash_map},
     fmt,
@@ -15,8 +21,7 @@ use crate::{
     },
     api::key::{ClusterName, ClusterNamespace, ReleaseKey},
     api::policy::Impersonation,
-    delivery::limits,
-    delivery::policy::{Admission, Verdict},
+    policy::{Admission, Verdict},
 };
 
 /// Label on every release tenancy-hub manages.
@@ -1010,6 +1015,21 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
     plan
 }
 
+/// Runs CPU-heavy work of `size` units (charts named, Controllers) with `block_in_place` when it
+/// is big and the runtime is multi-threaded, so the worker's other tasks (lease renewal among
+/// them) move to another thread meanwhile; in place otherwise (tests use current-thread runtimes,
+/// where `block_in_place` is not allowed).
+pub fn offload<T>(size: usize, work: impl FnOnce() -> T) -> T {
+    const BIG: usize = 64;
+    let multi = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if size >= BIG && multi {
+        tokio::task::block_in_place(work)
+    } else {
+        work()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1161,8 +1181,8 @@ mod tests {
             .collect()
     }
 
-    fn policy(namespaces: &[&str], clusters: &[&str]) -> crate::delivery::policy::NamedPolicy {
-        crate::delivery::policy::NamedPolicy {
+    fn policy(namespaces: &[&str], clusters: &[&str]) -> crate::policy::NamedPolicy {
+        crate::policy::NamedPolicy {
             name: "team".into(),
             spec: crate::api::policy::TenancyPolicySpec {
                 hub_namespaces: vec!["default".into()],
@@ -1178,9 +1198,9 @@ mod tests {
         }
     }
 
-    fn enforcing(policies: Vec<crate::delivery::policy::NamedPolicy>) -> Admission {
+    fn enforcing(policies: Vec<crate::policy::NamedPolicy>) -> Admission {
         Admission {
-            mode: crate::delivery::policy::Mode::Enforce,
+            mode: crate::policy::Mode::Enforce,
             policies,
             operator_namespace: "tenancy-hub".into(),
         }

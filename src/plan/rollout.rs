@@ -8,7 +8,7 @@ use crate::{
     api::crd::{Rollout, RolloutCluster, RolloutHalt, RolloutStatus},
     api::key::ClusterName,
     api::key::ReleaseKey,
-    delivery::plan::{Applied, Job, Plan, Release},
+    plan::{Applied, Job, Plan, Release},
 };
 use std::collections::HashMap;
 
@@ -1145,7 +1145,7 @@ mod tests {
 
     #[test]
     fn jobs_of_clusters_not_reached_are_held_and_the_others_kept() {
-        use crate::delivery::plan::OwnerId;
+        use crate::plan::OwnerId;
         let job = |key: &str| Job::Uninstall {
             key: key.parse().unwrap(),
             owner: OwnerId {
@@ -1173,7 +1173,7 @@ mod tests {
 
     #[test]
     fn with_rollback_on_halt_the_failed_cluster_is_rolled_back_and_then_held() {
-        use crate::delivery::plan::{ChartSource, OwnerId};
+        use crate::plan::{ChartSource, OwnerId};
         let mut w = World::new(&[&["m1", "m2"]]);
         w.settings.rollback_on_halt = true;
         w.step(0);

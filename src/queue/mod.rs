@@ -16,6 +16,8 @@
 //! - `retain_planned` and `drop_applies`: O(log n) per waiting job of that owner;
 //! - `next_wake`: O(log n); `running_for`: O(workers).
 
+pub mod failure;
+
 use std::{
     collections::{BTreeMap, HashMap, HashSet, VecDeque},
     hash::{DefaultHasher, Hash, Hasher},
@@ -36,7 +38,7 @@ use tracing::Instrument;
 
 use crate::{
     api::key::{ClusterName, ReleaseKey},
-    delivery::plan::{Job, OwnerId},
+    plan::{Job, OwnerId},
 };
 
 /// How the queue runs.
@@ -1012,7 +1014,7 @@ mod tests {
     use tokio::sync::{mpsc, oneshot};
 
     use super::*;
-    use crate::delivery::plan::{ChartSource, OwnerId, Release};
+    use crate::plan::{ChartSource, OwnerId, Release};
 
     fn owner() -> OwnerId {
         OwnerId {

@@ -1,4 +1,4 @@
-//! Helm: the pure argument builder and the CLI executor (one helm process per job), run by `delivery::sdk::HelmExecutor`.
+//! Helm: the pure argument builder and the CLI executor (one helm process per job), run by `helm::sdk::HelmExecutor`.
 
 use std::{
     collections::HashMap,
@@ -20,16 +20,16 @@ use tokio::process::Command;
 use crate::{
     api::key::{ClusterName, ReleaseKey},
     api::policy::Impersonation,
+    charts::cache::ChartCache,
     clusters::health::HealthBoard,
     clusters::registry::{Digest, Member, SharedRegistry},
-    delivery::cache::ChartCache,
-    delivery::namespace::Namespaces,
-    delivery::plan::{
+    helm::namespace::Namespaces,
+    plan::{
         ChartSource, MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL,
         Release, SPEC_HASH_LABEL,
     },
-    delivery::queue::{FailureKind, Outcome},
-    delivery::source::redact,
+    policy::source::redact,
+    queue::{FailureKind, Outcome},
 };
 
 /// How Helm is called.
@@ -44,14 +44,14 @@ pub struct HelmOptions {
     /// Where helm keeps its discovery and HTTP caches (`KUBECACHEDIR`, `HELM_CACHE_HOME`) across
     /// calls; helm's own default (under `$HOME`) when None.
     pub cache_dir: Option<PathBuf>,
-    /// The long-lived executor on Helm's Go SDK (`tenancy-hub-helm`, see `delivery::sdk`) that
+    /// The long-lived executor on Helm's Go SDK (`tenancy-hub-helm`, see `helm::sdk`) that
     /// runs the jobs; None: one `helm` process per job.
     pub sdk: Option<PathBuf>,
     /// How long the long-lived executor may sit without work before it exits (zero: never).
     pub executor_idle: Duration,
     /// The operator's sealing key: release records are sealed with it and acted on only when
-    /// they verify (see `delivery::seal`). None only where nothing is written (previews, tests).
-    pub seal: Option<crate::delivery::seal::SealKey>,
+    /// they verify (see `helm::seal`). None only where nothing is written (previews, tests).
+    pub seal: Option<crate::helm::seal::SealKey>,
 }
 
 impl Default for HelmOptions {
@@ -420,7 +420,7 @@ pub fn rollback_args(
     args
 }
 
-pub use crate::delivery::helm_errors::{classify, trim_error};
+pub use crate::queue::failure::{classify, trim_error};
 
 /// Revision and chart version from `helm upgrade --output json`.
 pub fn parse_release_json(stdout: &str) -> Option<(i64, String)> {
@@ -531,7 +531,7 @@ impl HelmCli {
 
     /// The member a release goes to, made ready for an install or upgrade by any executor: a
     /// revision left pending past its timeout cleared, the target namespace created (and the
-    /// impersonated identity bound in it, where `delivery::namespace` allows). Err: the job's
+    /// impersonated identity bound in it, where `helm::namespace` allows). Err: the job's
     /// outcome without a helm call.
     pub(crate) async fn prepare(
         &self,
@@ -576,7 +576,7 @@ impl HelmCli {
 
     /// The outcome of an install or upgrade, finished by any executor: a failure tells why the
     /// identity was not bound, if it was not; a release that failed leaving no record is
-    /// forgotten in its namespace (see `delivery::namespace`).
+    /// forgotten in its namespace (see `helm::namespace`).
     pub(crate) async fn finish_apply(
         &self,
         prepared: &Prepared,
@@ -623,12 +623,12 @@ impl HelmCli {
     }
 
     /// Before a helm process acts on a release: its records must all be sealed by the operator
-    /// (`delivery::seal`), or nothing runs.
+    /// (`helm::seal`), or nothing runs.
     async fn check_records(&self, member: &Member, key: &ReleaseKey) -> Result<(), Outcome> {
         let Some(seal) = &self.options.seal else {
             return Ok(());
         };
-        crate::delivery::seal::check_release(seal, member.client.clone(), key)
+        crate::helm::seal::check_release(seal, member.client.clone(), key)
             .await
             .map_err(|e| Outcome::failed(e, FailureKind::Permanent))
     }
@@ -638,14 +638,14 @@ impl HelmCli {
         &self,
         member: &Member,
         key: &ReleaseKey,
-        owner: &crate::delivery::plan::OwnerId,
+        owner: &crate::plan::OwnerId,
         revision: i64,
     ) {
         let Some(seal) = &self.options.seal else {
             return;
         };
         if let Err(e) =
-            crate::delivery::seal::seal_revision(seal, member.client.clone(), key, owner, revision)
+            crate::helm::seal::seal_revision(seal, member.client.clone(), key, owner, revision)
                 .await
         {
             tracing::warn!(release = %key, revision, error = %e, "a revision helm wrote could not be sealed; it is held as foreign until the release is applied again");
@@ -658,7 +658,7 @@ impl HelmCli {
     }
 
     /// The archive of a chart in the cache, held (not evicted) while the checkout lives.
-    pub(crate) fn checkout(&self, release: &Release) -> Option<crate::delivery::cache::Checkout> {
+    pub(crate) fn checkout(&self, release: &Release) -> Option<crate::charts::cache::Checkout> {
         self.charts
             .checkout(&release.source, release.version.as_deref())
     }
@@ -741,7 +741,7 @@ impl HelmCli {
         key: ReleaseKey,
         from: i64,
         identity: Option<Impersonation>,
-        owner: &crate::delivery::plan::OwnerId,
+        owner: &crate::plan::OwnerId,
     ) -> Outcome {
         let Some(member) = self.registry.load().get(&key.scope.cluster).cloned() else {
             return unregistered(&key);
@@ -921,7 +921,7 @@ impl HelmCli {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::delivery::plan::OwnerId;
+    use crate::plan::OwnerId;
 
     /// A release of the example chart from `source`, with one setting.
     pub(crate) fn release(source: ChartSource) -> Release {

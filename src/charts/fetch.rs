@@ -13,8 +13,8 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 use reqwest::Url;
 
 use crate::{
-    delivery::source::{self, SourceUrl, redact},
     metrics::Metrics,
+    policy::source::{self, SourceUrl, redact},
 };
 
 /// How long connecting to a repository may take.

@@ -14,10 +14,10 @@ use tokio::time::Instant;
 
 use crate::{
     api::crd::{Chart, ControllerSpec},
-    delivery::cache::{ChartCache, Resolved},
-    delivery::plan::{self, ChartLookup, ChartSource},
-    delivery::policy::Scope,
-    delivery::source::{SourceUrl, redact},
+    charts::cache::{ChartCache, Resolved},
+    plan::{self, ChartLookup, ChartSource},
+    policy::Scope,
+    policy::source::{SourceUrl, redact},
 };
 
 /// Resolutions run at once by one refresh.

@@ -1,6 +1,6 @@
 //! Helm's error text, read the same whichever executor ran the job: trimmed for status and Events, and classified as a failure to report, to retry, or to wait on (pure).
 
-use crate::delivery::queue::FailureKind;
+use crate::queue::FailureKind;
 
 /// Helm's error: from its `Error: ` line (it prints one, after any log lines) to the end, without
 /// the `Error: ` prefix.

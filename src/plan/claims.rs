@@ -22,8 +22,8 @@ use kube::Resource;
 use crate::{
     api::crd::Controller,
     api::key::{ClusterName, ReleaseKey},
-    delivery::plan::{self, Applied, OwnerId, created_secs, owner_id},
-    delivery::policy::Admission,
+    plan::{self, Applied, OwnerId, created_secs, owner_id},
+    policy::Admission,
 };
 
 /// Cluster names and their labels, as the registry holds them.
@@ -184,7 +184,7 @@ impl Claims {
                 );
                 (keys, claimed.into_iter().collect())
             };
-            crate::controller::offload(named_charts(c), named)
+            crate::plan::offload(named_charts(c), named)
         };
         Entry {
             stamp,
@@ -207,7 +207,7 @@ impl Claims {
         }
         let objects: Vec<Arc<Controller>> =
             inner.entries.values().map(|e| e.object.clone()).collect();
-        let fresh: Vec<(OwnerId, Entry)> = crate::controller::offload(objects.len(), || {
+        let fresh: Vec<(OwnerId, Entry)> = crate::plan::offload(objects.len(), || {
             objects
                 .iter()
                 .map(|c| (owner_id(c), self.claimant(c, basis)))
@@ -465,7 +465,7 @@ mod tests {
 
     /// Hub namespace `default` may deliver to `hub/foo` only, as a trusted policy.
     fn foo_only() -> Basis {
-        let policy = crate::delivery::policy::NamedPolicy {
+        let policy = crate::policy::NamedPolicy {
             name: "foo".into(),
             spec: crate::api::policy::TenancyPolicySpec {
                 hub_namespaces: vec!["default".into()],

@@ -33,7 +33,7 @@ use kube::{
 use crate::{
     api::key::{ClusterNamespace, ReleaseKey},
     api::policy::Impersonation,
-    delivery::plan::{MANAGED_BY, MANAGED_BY_LABEL},
+    plan::{MANAGED_BY, MANAGED_BY_LABEL},
 };
 
 /// Annotation of a Namespace the operator created: [`MANAGED_BY`].
