@@ -12,6 +12,7 @@ pub mod cli;
 pub mod clusters;
 pub mod controller;
 pub mod helm;
+pub mod member;
 pub mod metrics;
 pub mod observe;
 pub mod plan;

@@ -78,12 +78,14 @@ impl HealthBoard {
 
 /// Probes every registered cluster every [`PROBE_EVERY`] until cancelled, recording each probe on
 /// `board`; on a change it logs and tells `changed` (the cluster, and whether it is reachable now).
-pub async fn monitor(
-    registry: registry::SharedRegistry,
+pub async fn monitor<P>(
+    probe_all: impl Fn() -> P + Send + 'static,
     board: Arc<HealthBoard>,
     changed: impl Fn(&ClusterName, bool) + Send + 'static,
     cancel: CancellationToken,
-) {
+) where
+    P: std::future::Future<Output = Vec<registry::Health>> + Send,
+{
     let mut tick = tokio::time::interval(PROBE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -91,8 +93,7 @@ pub async fn monitor(
             _ = tick.tick() => {}
             () = cancel.cancelled() => return,
         }
-        let members = registry.load_full();
-        let probes = futures::future::join_all(members.iter().map(|m| registry::probe(m))).await;
+        let probes = probe_all().await;
         for probe in probes {
             let Ok(cluster) = probe.cluster.parse::<ClusterName>() else {
                 continue;

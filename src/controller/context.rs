@@ -57,6 +57,8 @@ pub struct Context {
     pub events: crate::controller::events::Events,
     /// What runs, per cluster/namespace.
     pub model: std::sync::Arc<crate::observe::model::Model>,
+    /// The member links: how each cluster is worked and observed.
+    pub links: crate::member::Links,
     /// The pod and workload watchers.
     pub watches: crate::observe::watch::WatchSupervisor,
     /// Paced status writes.

@@ -14,7 +14,7 @@ use crate::{
     api::crd::{DriftDetection, DriftMode, DriftStatus},
     api::key::{ClusterName, ReleaseKey},
     api::policy::Impersonation,
-    observe::drift::{self, Kinds, ObjectDrift, RepairLimiter, RepairVerdict},
+    observe::drift::{self, ObjectDrift, RepairLimiter, RepairVerdict},
     plan::{Applied, Drifted, OwnerId, Release},
 };
 
@@ -79,7 +79,6 @@ pub struct DriftBoard {
     /// past the bound, names too many objects): reported once, not read again until it changes.
     pub(crate) unusable: DashMap<ReleaseKey, i64>,
     limiter: Mutex<RepairLimiter>,
-    pub(crate) kinds: Kinds,
     nudges: UnboundedSender<Nudge>,
     pub(crate) interval: Duration,
 }
@@ -93,7 +92,6 @@ impl DriftBoard {
             found: DashMap::new(),
             unusable: DashMap::new(),
             limiter: Mutex::new(RepairLimiter::new(REPAIRS_PER_WINDOW, REPAIR_WINDOW)),
-            kinds: Kinds::default(),
             nudges,
             interval,
         };

@@ -14,6 +14,7 @@ use crate::{
         drift::{CONCURRENT_CHECKS, GATHER, News, Nudge, Watched},
         events::publish,
     },
+    member::DriftCheck,
     observe::drift::{self, ObjectDrift},
 };
 
@@ -93,18 +94,17 @@ async fn check(ctx: &Context, key: ReleaseKey, trigger: &Sender<ObjectRef<Contro
     {
         return;
     }
-    let Some(member) = ctx.registry.load().get(&key.scope.cluster).cloned() else {
+    let Some(link) = ctx.links.get(&key.scope.cluster) else {
         return;
     };
-    let checked = drift::check(
-        &member.client,
-        watched.identity.as_ref(),
-        &ctx.drift.kinds,
-        &key,
-        applied.revision,
-        &watched.settings.ignore,
-    )
-    .await;
+    let checked = link
+        .check_drift(DriftCheck {
+            key: key.clone(),
+            revision: applied.revision,
+            identity: watched.identity.clone(),
+            ignore: watched.settings.ignore.clone(),
+        })
+        .await;
     let objects = match checked {
         Ok(objects) => objects,
         Err(error) if error.is_lasting() => {

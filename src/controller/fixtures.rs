@@ -100,9 +100,20 @@ impl Fixture {
             Default::default(),
         )
         .expect("an empty chart cache opens");
+        let registry = Arc::new(arc_swap::ArcSwap::from_pointee(registry));
+        let charts = Arc::new(charts);
+        let cli = crate::helm::cli::HelmCli::new(
+            Default::default(),
+            registry.clone(),
+            Default::default(),
+            charts.clone(),
+        )
+        .expect("a scratch directory");
+        let executor = crate::helm::sdk::HelmExecutor::new(cli, &Default::default());
         let ctx = Context {
             hub: hub_client.clone(),
-            registry: Arc::new(arc_swap::ArcSwap::from_pointee(registry)),
+            links: crate::member::Links::new(registry.clone(), Arc::new(executor)),
+            registry,
             releases,
             queue: HelmQueue::new(QueueConfig::default()),
             claims: Arc::new(crate::plan::claims::Claims::new(
@@ -111,7 +122,7 @@ impl Fixture {
             interest: Default::default(),
             orphans: Default::default(),
             outcomes: Default::default(),
-            charts: ChartCatalog::new(Arc::new(charts), Duration::from_secs(300)),
+            charts: ChartCatalog::new(charts, Duration::from_secs(300)),
             reported: Default::default(),
             controllers: store,
             policies: policy_store,

@@ -248,7 +248,7 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
         )
         .filter(|s| clusters.contains_key(&s.cluster))
         .collect();
-    for gone in ctx.watches.set(&object, scopes, &ctx.registry.load()) {
+    for gone in ctx.watches.set(&object, scopes, &ctx.links) {
         ctx.model.forget(&gone);
     }
     let claimed = plan.desired.iter().map(|r| r.key.clone());
@@ -717,10 +717,7 @@ fn describe_wait(
 
 /// Forgets everything kept for a resource that is gone, or worked by another replica now.
 pub fn forget(ctx: &Context, object: &ObjectRef<Controller>) {
-    for gone in ctx
-        .watches
-        .set(object, BTreeSet::new(), &ctx.registry.load())
-    {
+    for gone in ctx.watches.set(object, BTreeSet::new(), &ctx.links) {
         ctx.model.forget(&gone);
     }
     ctx.interest.set(object, std::iter::empty());

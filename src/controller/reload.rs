@@ -194,15 +194,15 @@ impl Reloader {
             ctx.health.forget(cluster);
         }
         for cluster in d.added.iter().chain(&d.changed) {
-            let member = new.get(cluster).expect("in the new registry");
+            let link = ctx.links.get(cluster).expect("in the new registry");
             ctx.releases.watch(
                 cluster.clone(),
-                member.client.clone(),
+                |selector| link.release_records(selector),
                 self.records.clone(),
                 cancel,
             );
         }
-        for gone in ctx.watches.refresh(&new, &d.changed) {
+        for gone in ctx.watches.refresh(&ctx.links, &d.changed) {
             ctx.model.forget(&gone);
         }
         let _ = self.everything.send(()).await;

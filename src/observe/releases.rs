@@ -51,7 +51,20 @@ use crate::{
     },
 };
 
-type Record = PartialObjectMeta<Secret>;
+/// A release record as watched: the metadata of one of Helm's release Secrets.
+pub type Record = PartialObjectMeta<Secret>;
+
+/// The events of one watch of release records (one label selector, every namespace).
+pub type RecordEvents =
+    futures::stream::BoxStream<'static, Result<watcher::Event<Record>, watcher::Error>>;
+
+/// Watches the release records `selector` matches in every namespace of the cluster `client`
+/// reaches, metadata only, listing again after any error.
+pub fn record_events(client: kube::Client, selector: &str) -> RecordEvents {
+    let api: Api<Record> = Api::all(client);
+    let config = watcher::Config::default().labels(selector);
+    crate::observe::watch::relisting_watcher(api, config).boxed()
+}
 
 /// Label selector of the newest release records tenancy-hub manages.
 pub const MANAGED_SELECTOR: &str =
@@ -447,13 +460,14 @@ impl ReleaseIndex {
         }
     }
 
-    /// Starts watching one cluster's release records; each change is sent on `changes`. The
+    /// Starts watching one cluster's release records, from the watches `events` opens for a label
+    /// selector (its member link); each change is sent on `changes`. The
     /// cluster counts as synced once both its watches have listed in full, until either fails,
     /// and again after it has relisted. Replaces any earlier watch of that cluster.
     pub fn watch(
         &self,
         cluster: ClusterName,
-        client: kube::Client,
+        events: impl Fn(&str) -> RecordEvents,
         changes: Sender<RecordChange>,
         parent: &CancellationToken,
     ) {
@@ -461,9 +475,7 @@ impl ReleaseIndex {
         let synced = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
         let stop = parent.child_token();
         for source in [Source::Managed, Source::Foreign] {
-            let api: Api<Record> = Api::all(client.clone());
-            let config = watcher::Config::default().labels(source.selector());
-            let stream = crate::observe::watch::relisting_watcher(api, config);
+            let stream = events(source.selector());
             let span =
                 tracing::info_span!("release_records", cluster = %cluster, records = ?source);
             let mut feed = Feed {

@@ -6,7 +6,7 @@ use std::{
     sync::{Arc, Mutex, RwLock},
 };
 
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, future::BoxFuture};
 use k8s_openapi::api::{
     apps::v1::{DaemonSet, Deployment, StatefulSet},
     core::v1::Pod,
@@ -24,7 +24,6 @@ use tracing::Instrument;
 use crate::{
     api::crd::Controller,
     api::key::{ClusterName, ClusterNamespace},
-    clusters::registry::ClusterRegistry,
     observe::model::{Change, PodInfo, Tagged, WorkloadInfo, WorkloadKind, WorkloadRef},
 };
 
@@ -275,7 +274,31 @@ watched_workload!(DaemonSet, WorkloadKind::DaemonSet, daemon_set_state);
 const RELIST_COALESCE: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// The namespaces of one cluster whose changes are wanted, shared with that cluster's streams.
-type Namespaces = Arc<RwLock<BTreeSet<String>>>;
+pub type Namespaces = Arc<RwLock<BTreeSet<String>>>;
+
+/// What watching one cluster's pods and workloads is asked for: the namespaces wanted (they
+/// change while it runs), a tick each time some are added (a relist), where the tagged changes go,
+/// and when to stop. A member link carries it out, wherever the watches run.
+pub struct ClusterWatch {
+    /// The cluster watched.
+    pub cluster: ClusterName,
+    /// The namespaces whose changes are wanted.
+    pub namespaces: Namespaces,
+    /// Ticks when namespaces are added.
+    pub grown: watch::Receiver<u64>,
+    /// Where the tagged changes go; a full channel makes the watches wait.
+    pub events: Sender<Tagged>,
+    /// Stops the watches.
+    pub stop: CancellationToken,
+}
+
+/// The clusters whose pods and workloads can be watched, and how: the member links.
+pub trait Observers {
+    /// True when `cluster` is registered (its scopes are watched).
+    fn knows(&self, cluster: &ClusterName) -> bool;
+    /// The task that carries out `watch`, or None when its cluster is not registered.
+    fn watch(&self, watch: ClusterWatch) -> Option<BoxFuture<'static, ()>>;
+}
 
 /// Turns the events of one cluster-wide watch of one kind into changes tagged with their
 /// cluster/namespace, for the wanted namespaces only. A namespace counts from the list that
@@ -386,14 +409,14 @@ fn changes<K: Watched>(
 
 /// Runs the four watches of one cluster until cancelled, listing again (after a short pause that
 /// gathers a burst) whenever namespaces are added.
-async fn watch_cluster(
-    cluster: ClusterName,
-    client: Client,
-    wanted: Namespaces,
-    mut grown: watch::Receiver<u64>,
-    events: Sender<Tagged>,
-    stop: CancellationToken,
-) {
+pub async fn watch_cluster(client: Client, watch: ClusterWatch) {
+    let ClusterWatch {
+        cluster,
+        namespaces: wanted,
+        mut grown,
+        events,
+        stop,
+    } = watch;
     loop {
         tokio::select! {
             () = tokio::time::sleep(RELIST_COALESCE) => {}
@@ -513,13 +536,13 @@ impl WatchSupervisor {
     }
 
     /// Sets the namespaces one resource targets, then starts, narrows, widens and stops watches
-    /// to match every resource's targets, for clusters in `registry`. Returns the namespaces no
+    /// to match every resource's targets, for the clusters `observers` knows. Returns the namespaces no
     /// longer watched.
     pub fn set(
         &self,
         owner: &ObjectRef<Controller>,
         scopes: BTreeSet<ClusterNamespace>,
-        registry: &ClusterRegistry,
+        observers: &dyn Observers,
     ) -> Vec<ClusterNamespace> {
         let mut state = self.lock();
         let old = if scopes.is_empty() {
@@ -541,13 +564,13 @@ impl WatchSupervisor {
         for scope in scopes {
             state.owners.entry(scope).or_default().insert(owner.clone());
         }
-        self.converge(&mut state, registry)
+        self.converge(&mut state, observers)
     }
 
-    fn converge(&self, state: &mut State, registry: &ClusterRegistry) -> Vec<ClusterNamespace> {
+    fn converge(&self, state: &mut State, observers: &dyn Observers) -> Vec<ClusterNamespace> {
         let mut target: BTreeMap<ClusterName, BTreeSet<String>> = BTreeMap::new();
         for scope in state.owners.keys() {
-            if registry.get(&scope.cluster).is_some() {
+            if observers.knows(&scope.cluster) {
                 target
                     .entry(scope.cluster.clone())
                     .or_default()
@@ -583,7 +606,6 @@ impl WatchSupervisor {
             tracing::debug!(%cluster, namespaces = count, "watched namespaces changed");
         }
         for (cluster, namespaces) in step.start {
-            let member = registry.get(&cluster).expect("filtered above");
             let count = namespaces.len();
             let running = Running {
                 namespaces: Arc::new(RwLock::new(namespaces)),
@@ -591,17 +613,16 @@ impl WatchSupervisor {
                 stop: self.parent.child_token(),
             };
             let span = tracing::info_span!("watch", %cluster);
-            self.tasks.spawn(
-                watch_cluster(
-                    cluster.clone(),
-                    member.client.clone(),
-                    running.namespaces.clone(),
-                    running.grown.subscribe(),
-                    self.events.clone(),
-                    running.stop.clone(),
-                )
-                .instrument(span),
-            );
+            let Some(task) = observers.watch(ClusterWatch {
+                cluster: cluster.clone(),
+                namespaces: running.namespaces.clone(),
+                grown: running.grown.subscribe(),
+                events: self.events.clone(),
+                stop: running.stop.clone(),
+            }) else {
+                continue;
+            };
+            self.tasks.spawn(task.instrument(span));
             tracing::info!(%cluster, namespaces = count, "watching pods and workloads cluster-wide");
             state.running.insert(cluster, running);
         }
@@ -615,7 +636,7 @@ impl WatchSupervisor {
     /// restart with their new clients. Returns the namespaces no longer watched.
     pub fn refresh(
         &self,
-        registry: &ClusterRegistry,
+        observers: &dyn Observers,
         changed: &BTreeSet<ClusterName>,
     ) -> Vec<ClusterNamespace> {
         let mut state = self.lock();
@@ -624,7 +645,7 @@ impl WatchSupervisor {
                 r.stop.cancel();
             }
         }
-        self.converge(&mut state, registry)
+        self.converge(&mut state, observers)
     }
 
     /// True while this namespace is watched.

@@ -34,6 +34,7 @@ use crate::{
     helm::cli::{HelmCli, HelmOptions},
     helm::sdk::HelmExecutor,
     helm::seal::SealKey,
+    member::Links,
     metrics::Metrics,
     observe::model::Model,
     observe::releases::ReleaseIndex,
@@ -208,16 +209,6 @@ pub async fn run(
     let (trigger_tx, trigger_rx) = mpsc::channel(TRIGGER_ROOM);
     let (everything_tx, everything_rx) = mpsc::channel::<()>(16);
     let (record_tx, record_rx) = mpsc::channel(RECORD_ROOM);
-    let releases = ReleaseIndex::new(tasks.clone(), Some(seal));
-    for member in registry.iter() {
-        releases.watch(
-            member.entry.name.clone(),
-            member.client.clone(),
-            record_tx.clone(),
-            &cancel,
-        );
-        tracing::info!(cluster = %member.entry.name, context = %member.entry.context, "watching release records");
-    }
     let shared: registry::SharedRegistry = Arc::new(arc_swap::ArcSwap::from_pointee(registry));
     let queue = HelmQueue::new(config.queue.clone());
     let health = Arc::new(HealthBoard::default());
@@ -249,6 +240,17 @@ pub async fn run(
         }
     }
     let executor = Arc::new(HelmExecutor::new(cli, &config.helm));
+    let links = Links::new(shared.clone(), executor);
+    let releases = ReleaseIndex::new(tasks.clone(), Some(seal));
+    for link in links.all() {
+        releases.watch(
+            link.cluster().clone(),
+            |selector| link.release_records(selector),
+            record_tx.clone(),
+            &cancel,
+        );
+        tracing::info!(cluster = %link.cluster(), "watching release records");
+    }
 
     let scope = config.namespace.clone();
     let triggers = futures::stream::unfold(trigger_rx, |mut rx| async move {
@@ -385,6 +387,7 @@ pub async fn run(
         policies: policy_store.clone(),
         events: Events::new(Recorder::new(hub.clone(), Reporter::from("tenancy-hub"))),
         model,
+        links: links.clone(),
         watches: WatchSupervisor::new(changes_tx, cancel.clone(), tasks.clone()),
         writer: StatusWriter::default(),
         health,
@@ -423,7 +426,8 @@ pub async fn run(
 
     let workers = tokio::spawn({
         let (queue, cancel) = (queue.clone(), cancel.clone());
-        async move { queue.run(executor, done_tx, cancel).await }
+        let links = Arc::new(links.clone());
+        async move { queue.run(links, done_tx, cancel).await }
     });
     tasks.spawn(until(
         &cancel,
@@ -448,7 +452,13 @@ pub async fn run(
             .instrument(tracing::info_span!("charts")),
     );
     tasks.spawn(crate::clusters::health::monitor(
-        ctx.registry.clone(),
+        {
+            let links = links.clone();
+            move || {
+                let links = links.clone();
+                async move { links.probe_all().await }
+            }
+        },
         ctx.health.clone(),
         {
             let ctx = ctx.clone();
