@@ -39,16 +39,10 @@ pub struct Context {
     pub queue: crate::queue::HelmQueue,
     /// Which release keys each resource's spec names, kept from the hub's Controller events.
     pub claims: std::sync::Arc<crate::plan::claims::Claims>,
-    /// Which resources ask for each release.
-    pub interest: crate::controller::interest::Interest,
     /// Releases left in clusters removed from the registration file, with their owners.
     pub orphans: DashMap<crate::api::key::ReleaseKey, crate::plan::OwnerId>,
-    /// The last outcome of each release's Helm job.
-    pub outcomes: DashMap<crate::api::key::ReleaseKey, crate::status::build::LastOutcome>,
     /// What is known of each chart: directory digests, resolved versions.
     pub charts: crate::charts::catalog::ChartCatalog,
-    /// The problems last reported per resource, so each is logged once per change.
-    pub reported: DashMap<crate::plan::OwnerId, std::collections::BTreeSet<String>>,
     /// Every `Controller` on the hub, as the reconciler sees them.
     pub controllers: Store<crate::api::crd::Controller>,
     /// Every `TenancyPolicy` on the hub.
@@ -67,10 +61,9 @@ pub struct Context {
     pub health: std::sync::Arc<crate::clusters::health::HealthBoard>,
     /// Operator metrics.
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
-    /// Releases watched for drift, what was found, and the repair limiter.
-    pub drift: crate::controller::drift::DriftBoard,
-    /// The rollout state of each resource with `spec.rollout`, mirrored into `status.rollout`.
-    pub rollouts: DashMap<crate::plan::OwnerId, crate::api::crd::RolloutStatus>,
+    /// What is kept per Controller: asked-for keys, told problems, rollouts, last outcomes,
+    /// drift tracking.
+    pub index: crate::controller::index::ControllerIndex,
     /// The shards led here: only their Controllers are worked (planned, delivered, reported).
     pub shards: std::sync::Arc<crate::controller::shard::Shards>,
     /// Planning settings.

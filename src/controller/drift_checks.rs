@@ -26,7 +26,7 @@ pub async fn detect(
     trigger: Sender<ObjectRef<Controller>>,
     cancel: tokio_util::sync::CancellationToken,
 ) {
-    let interval = ctx.drift.interval;
+    let interval = ctx.index.drift.interval;
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -36,7 +36,8 @@ pub async fn detect(
                 due.insert(key);
             }
             Nudge::Cluster(cluster) => due.extend(
-                ctx.drift
+                ctx.index
+                    .drift
                     .watched
                     .iter()
                     .filter(|w| w.key().scope.cluster == cluster)
@@ -44,7 +45,7 @@ pub async fn detect(
             ),
         };
         tokio::select! {
-            _ = tick.tick() => due.extend(ctx.drift.watched.iter().map(|w| w.key().clone())),
+            _ = tick.tick() => due.extend(ctx.index.drift.watched.iter().map(|w| w.key().clone())),
             nudge = nudges.recv() => {
                 let Some(nudge) = nudge else { return };
                 add(nudge, &mut due);
@@ -67,12 +68,12 @@ pub async fn detect(
 
 /// Compares one release with the manifest of its deployed revision, and tells what is new.
 async fn check(ctx: &Context, key: ReleaseKey, trigger: &Sender<ObjectRef<Controller>>) {
-    let Some(watched) = ctx.drift.watched.get(&key).map(|w| w.clone()) else {
+    let Some(watched) = ctx.index.drift.watched.get(&key).map(|w| w.clone()) else {
         return;
     };
     let object = ObjectRef::new(&watched.owner.name).within(&watched.owner.namespace);
     if watched.settings.mode == DriftMode::Disabled {
-        if ctx.drift.forget_found(&key) {
+        if ctx.index.drift.forget_found(&key) {
             let _ = trigger.send(object).await;
         }
         return;
@@ -87,6 +88,7 @@ async fn check(ctx: &Context, key: ReleaseKey, trigger: &Sender<ObjectRef<Contro
         || ctx.queue.is_busy(&key)
         || ctx.health.unreachable(&key.scope.cluster).is_some()
         || ctx
+            .index
             .drift
             .unusable
             .get(&key)
@@ -108,7 +110,10 @@ async fn check(ctx: &Context, key: ReleaseKey, trigger: &Sender<ObjectRef<Contro
     let objects = match checked {
         Ok(objects) => objects,
         Err(error) if error.is_lasting() => {
-            ctx.drift.unusable.insert(key.clone(), applied.revision);
+            ctx.index
+                .drift
+                .unusable
+                .insert(key.clone(), applied.revision);
             let note = format!(
                 "drift of release {key} (revision {}) is not checked: {error}; it is checked again when the release changes",
                 applied.revision
@@ -148,7 +153,7 @@ async fn tell(
     object: &ObjectRef<Controller>,
 ) -> bool {
     let summary = drift::summary(&objects);
-    match ctx.drift.record(key, revision, objects) {
+    match ctx.index.drift.record(key, revision, objects) {
         News::Same => return false,
         News::Gone => {
             tracing::info!(release = %key, "no drift any more");

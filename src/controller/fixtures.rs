@@ -119,11 +119,8 @@ impl Fixture {
             claims: Arc::new(crate::plan::claims::Claims::new(
                 PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/charts"),
             )),
-            interest: Default::default(),
             orphans: Default::default(),
-            outcomes: Default::default(),
             charts: ChartCatalog::new(charts, Duration::from_secs(300)),
-            reported: Default::default(),
             controllers: store,
             policies: policy_store,
             events: crate::controller::events::Events::new(Recorder::new(
@@ -135,8 +132,9 @@ impl Fixture {
             writer: StatusWriter::default(),
             health: Default::default(),
             metrics: Default::default(),
-            drift: crate::controller::drift::DriftBoard::new(Duration::from_secs(300)).0,
-            rollouts: Default::default(),
+            index: crate::controller::index::ControllerIndex::new(
+                crate::controller::drift::DriftBoard::new(Duration::from_secs(300)).0,
+            ),
             shards: Default::default(),
             settings: Settings {
                 chart_home: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/charts"),

@@ -82,7 +82,7 @@ async fn wake(
     trigger: &Sender<ObjectRef<Controller>>,
 ) {
     let owner = owner.map(|o| ObjectRef::new(&o.name).within(&o.namespace));
-    for object in owner.into_iter().chain(ctx.interest.of(key)) {
+    for object in owner.into_iter().chain(ctx.index.asking(key)) {
         let _ = trigger.send(object).await;
     }
 }
@@ -175,8 +175,8 @@ fn nudge_drift(ctx: &Context, scope: &ClusterNamespace, change: &Change) {
             scope: scope.clone(),
             release,
         };
-        if ctx.drift.is_watched(&key) {
-            ctx.drift.nudge(Nudge::Release(key));
+        if ctx.index.drift.is_watched(&key) {
+            ctx.index.drift.nudge(Nudge::Release(key));
         }
     }
 }
@@ -194,7 +194,7 @@ pub async fn record_outcomes(
         account(&ctx.metrics, &completed);
         if let Outcome::Applied { .. } = completed.outcome {
             // What Helm just applied is compared with its manifest at once.
-            ctx.drift.nudge(Nudge::Release(key.clone()));
+            ctx.index.drift.nudge(Nudge::Release(key.clone()));
         }
         match type_ {
             EventType::Normal => {
@@ -212,7 +212,7 @@ pub async fn record_outcomes(
                     ..
                 }
             );
-        ctx.outcomes.insert(
+        ctx.index.record_outcome(
             key.clone(),
             LastOutcome {
                 fingerprint: completed.job.fingerprint(),
@@ -332,7 +332,7 @@ pub fn cluster_health_changed(
         let expedited = ctx.queue.expedite(cluster);
         tracing::debug!(%cluster, expedited, "jobs waiting for the cluster run now");
         // Whatever happened while it was away is looked for now.
-        ctx.drift.nudge(Nudge::Cluster(cluster.clone()));
+        ctx.index.drift.nudge(Nudge::Cluster(cluster.clone()));
     }
     for c in ctx.controllers.state() {
         ctx.writer.touch(ObjectRef::from_obj(&*c));

@@ -6,6 +6,7 @@ pub mod drift_checks;
 pub mod events;
 #[cfg(test)]
 pub(crate) mod fixtures;
+pub mod index;
 pub mod interest;
 pub mod loops;
 pub mod reconcile;

@@ -128,7 +128,7 @@ pub fn error_policy(_obj: Arc<Controller>, error: &Error, _ctx: Arc<Context>) ->
 /// fix (or as often as allowed), or it was just applied and the release records have not caught
 /// up with it yet.
 fn redundant(ctx: &Context, job: &Job, applied: &HashMap<ReleaseKey, Applied>) -> bool {
-    ctx.outcomes.get(job.key()).is_some_and(|last| {
+    ctx.index.outcome(job.key()).is_some_and(|last| {
         last.fingerprint == job.fingerprint()
             && match last.outcome {
                 Outcome::Failed { .. } => last.settled,
@@ -146,16 +146,16 @@ fn just_applied(
     owner: &OwnerId,
     applied: &HashMap<ReleaseKey, Applied>,
 ) -> Vec<ReleaseKey> {
-    ctx.outcomes
-        .iter()
-        .filter(|o| o.owner == *owner)
-        .filter(|o| match o.outcome {
+    ctx.index
+        .outcomes_of(owner)
+        .into_iter()
+        .filter(|(key, o)| match o.outcome {
             Outcome::Applied { revision, .. } => applied
-                .get(o.key())
+                .get(key)
                 .is_none_or(|a| a.owner.as_ref() != Some(owner) || a.revision < revision),
             _ => false,
         })
-        .map(|o| o.key().clone())
+        .map(|(key, _)| key)
         .collect()
 }
 
@@ -178,7 +178,7 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
         .await;
     let lookup =
         |source: &plan::ChartSource, version: Option<&str>| ctx.charts.lookup(source, version);
-    let drifted = ctx.drift.drifted(&applied);
+    let drifted = ctx.index.drift.drifted(&applied);
     let mut plan = crate::plan::offload(crate::plan::claims::named_charts(c), || {
         plan::plan(&Inputs {
             owner: &owner,
@@ -195,7 +195,7 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
             drifted: &drifted,
         })
     });
-    ctx.drift.track(&owner, &plan.desired);
+    ctx.index.drift.track(&owner, &plan.desired);
     limit_repairs(ctx, c, &mut plan.jobs, &drifted).await;
     let rollout = gate_rollout(ctx, c, &mut plan, &applied, &synced).await;
     let planned: HashSet<&ReleaseKey> = plan.jobs.iter().map(Job::key).collect();
@@ -214,7 +214,7 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
         busy: &busy,
         synced: &synced,
         generation: c.meta().generation,
-        drift: &ctx.drift.statuses(&applied),
+        drift: &ctx.index.drift.statuses(&applied),
     });
     let orphans: Vec<ReleaseKey> = ctx
         .orphans
@@ -252,7 +252,7 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
         ctx.model.forget(&gone);
     }
     let claimed = plan.desired.iter().map(|r| r.key.clone());
-    ctx.interest.set(
+    ctx.index.ask(
         &ObjectRef::from_obj(c),
         claimed.chain(conflicts(&plan.problems)),
     );
@@ -284,7 +284,7 @@ async fn gate_rollout(
 ) -> Option<rollout::Step> {
     let owner = owner_id(c);
     let Some(spec) = c.spec.rollout.as_ref() else {
-        ctx.rollouts.remove(&owner);
+        ctx.index.set_rollout(&owner, None);
         return None;
     };
     let settings = match rollout::Settings::of(spec) {
@@ -344,9 +344,8 @@ async fn gate_rollout(
         })
         .collect();
     let previous = ctx
-        .rollouts
-        .get(&owner)
-        .map(|r| r.clone())
+        .index
+        .rollout(&owner)
         .or_else(|| c.status.as_ref().and_then(|s| s.rollout.clone()));
     let command = c
         .annotations()
@@ -361,7 +360,7 @@ async fn gate_rollout(
         settings: &settings,
         now: Timestamp::now(),
     });
-    ctx.rollouts.insert(owner.clone(), step.state.clone());
+    ctx.index.set_rollout(&owner, Some(step.state.clone()));
     rollout::hold(plan, &step.allowed, rollout::note(&step.state));
     plan.jobs.extend(rollout::rollbacks(
         &step.state,
@@ -404,7 +403,7 @@ async fn limit_repairs(
         let Some(found) = drifted.get(&release.key) else {
             return true;
         };
-        match ctx.drift.allow_repair(&release.key, found.revision) {
+        match ctx.index.drift.allow_repair(&release.key, found.revision) {
             (RepairVerdict::Allowed, _) => true,
             (RepairVerdict::Suppressed(wait), first) => {
                 if first {
@@ -453,7 +452,7 @@ fn jobs_of(
         .collect();
     let outcomes = keys
         .iter()
-        .filter_map(|k| ctx.outcomes.get(*k).map(|o| ((*k).clone(), o.clone())))
+        .filter_map(|k| ctx.index.outcome(k).map(|o| ((*k).clone(), o)))
         .collect();
     (busy, outcomes)
 }
@@ -477,10 +476,7 @@ async fn report_new_problems(
     let owner = owner_id(c);
     let told: Vec<String> = problems.iter().map(ToString::to_string).collect();
     let notes: BTreeSet<String> = told.iter().chain(warnings).cloned().collect();
-    let before = ctx
-        .reported
-        .insert(owner.clone(), notes)
-        .unwrap_or_default();
+    let before = ctx.index.told(&owner, notes);
     // Told one by one up to the Events a resource may get in a burst, then counted: a spec with
     // thousands of problems makes a few log lines and Events, not thousands.
     let limit = EVENT_BURST as usize;
@@ -529,7 +525,7 @@ async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
     let owner = owner_id(c);
     ctx.claims.update(c, &ctx.claim_basis());
     // A resource created again under this name starts its rollouts afresh.
-    ctx.rollouts.remove(&owner);
+    ctx.index.set_rollout(&owner, None);
     let object = ObjectRef::from_obj(c);
     let dropped = ctx.queue.drop_applies(&owner);
     if dropped > 0 {
@@ -543,12 +539,7 @@ async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
         .map(|a| (a.key.clone(), a))
         .collect();
     let mut owned: BTreeSet<ReleaseKey> = applied.keys().cloned().collect();
-    for key in ctx
-        .outcomes
-        .iter()
-        .filter(|o| o.owner == owner)
-        .map(|o| o.key().clone())
-    {
+    for (key, _) in ctx.index.outcomes_of(&owner) {
         if let Some(a) = ctx.releases.get(&key) {
             applied.entry(key).or_insert(a);
         }
@@ -586,10 +577,9 @@ async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
     });
     if !refused.is_empty() && c.spec.deletion_policy == DeletionPolicy::Delete && !c.spec.suspend {
         let note = format!("releases left in place: {}", refused.join("; "));
-        if ctx.reported.get(&owner).is_none_or(|r| !r.contains(&note)) {
+        if ctx.index.tell_once(&owner, &note) {
             tracing::warn!(controller = %owner, releases = ?refused, "deleted, but no policy allows removing these releases; they are left in place");
             deletion_warning(ctx, c, "RemovalForbidden", note.clone()).await;
-            ctx.reported.entry(owner.clone()).or_default().insert(note);
         }
     }
     let orphan = c.spec.deletion_policy == DeletionPolicy::Orphan || c.spec.suspend;
@@ -720,15 +710,8 @@ pub fn forget(ctx: &Context, object: &ObjectRef<Controller>) {
     for gone in ctx.watches.set(object, BTreeSet::new(), &ctx.links) {
         ctx.model.forget(&gone);
     }
-    ctx.interest.set(object, std::iter::empty());
     ctx.writer.forget(object);
-    let owner = OwnerId {
-        namespace: object.namespace.clone().unwrap_or_default(),
-        name: object.name.clone(),
-    };
-    ctx.drift.forget(&owner);
-    ctx.reported.remove(&owner);
-    ctx.outcomes.retain(|_, o| o.owner != owner);
+    ctx.index.forget(object);
 }
 
 #[cfg(test)]

@@ -1,0 +1,161 @@
+//! What the hub keeps per Controller between reconciles, in one index with one `forget`: the release keys it asks for, the problems it was told, its rollout, the last outcome of each of its releases, and its releases watched for drift.
+
+use std::collections::BTreeSet;
+
+use dashmap::DashMap;
+use kube::runtime::reflector::ObjectRef;
+
+use crate::{
+    api::crd::{Controller, RolloutStatus},
+    api::key::ReleaseKey,
+    controller::{drift::DriftBoard, interest::Interest},
+    plan::OwnerId,
+    status::build::LastOutcome,
+};
+
+/// The per-Controller state of the reconciler and its loops. Service handles (queue, writer,
+/// watches) live beside it in the context; this holds only what is kept for a Controller.
+pub struct ControllerIndex {
+    interest: Interest,
+    reported: DashMap<OwnerId, BTreeSet<String>>,
+    outcomes: DashMap<ReleaseKey, LastOutcome>,
+    rollouts: DashMap<OwnerId, RolloutStatus>,
+    /// Releases watched for drift, what was found, and the repair limiter.
+    pub drift: DriftBoard,
+}
+
+impl ControllerIndex {
+    /// An empty index around the drift board.
+    pub fn new(drift: DriftBoard) -> Self {
+        Self {
+            interest: Interest::default(),
+            reported: DashMap::new(),
+            outcomes: DashMap::new(),
+            rollouts: DashMap::new(),
+            drift,
+        }
+    }
+
+    /// Records the release keys `object` asks for, replacing what it asked for before.
+    pub fn ask(&self, object: &ObjectRef<Controller>, keys: impl Iterator<Item = ReleaseKey>) {
+        self.interest.set(object, keys);
+    }
+
+    /// The Controllers asking for `key`.
+    pub fn asking(&self, key: &ReleaseKey) -> Vec<ObjectRef<Controller>> {
+        self.interest.of(key)
+    }
+
+    /// Replaces the notes told for `owner` with `notes`; returns those told before.
+    pub fn told(&self, owner: &OwnerId, notes: BTreeSet<String>) -> BTreeSet<String> {
+        self.reported
+            .insert(owner.clone(), notes)
+            .unwrap_or_default()
+    }
+
+    /// True the first time `note` is told for `owner` (it is recorded then).
+    pub fn tell_once(&self, owner: &OwnerId, note: &str) -> bool {
+        let mut told = self.reported.entry(owner.clone()).or_default();
+        told.insert(note.to_owned())
+    }
+
+    /// The last outcome of `key`'s Helm job.
+    pub fn outcome(&self, key: &ReleaseKey) -> Option<LastOutcome> {
+        self.outcomes.get(key).map(|o| o.clone())
+    }
+
+    /// Keeps the last outcome of `key`'s Helm job.
+    pub fn record_outcome(&self, key: ReleaseKey, outcome: LastOutcome) {
+        self.outcomes.insert(key, outcome);
+    }
+
+    /// The last outcome of every release of `owner`.
+    pub fn outcomes_of(&self, owner: &OwnerId) -> Vec<(ReleaseKey, LastOutcome)> {
+        self.outcomes
+            .iter()
+            .filter(|o| o.owner == *owner)
+            .map(|o| (o.key().clone(), o.value().clone()))
+            .collect()
+    }
+
+    /// The rollout state of `owner`, as last stepped here.
+    pub fn rollout(&self, owner: &OwnerId) -> Option<RolloutStatus> {
+        self.rollouts.get(owner).map(|r| r.clone())
+    }
+
+    /// Keeps `owner`'s rollout state; None forgets it (no rollout in the spec, or deleted).
+    pub fn set_rollout(&self, owner: &OwnerId, state: Option<RolloutStatus>) {
+        match state {
+            Some(state) => self.rollouts.insert(owner.clone(), state),
+            None => self.rollouts.remove(owner).map(|(_, r)| r),
+        };
+    }
+
+    /// Forgets everything kept for `object`: gone, or worked by another replica now.
+    pub fn forget(&self, object: &ObjectRef<Controller>) {
+        let owner = OwnerId {
+            namespace: object.namespace.clone().unwrap_or_default(),
+            name: object.name.clone(),
+        };
+        self.interest.set(object, std::iter::empty());
+        self.drift.forget(&owner);
+        self.reported.remove(&owner);
+        self.rollouts.remove(&owner);
+        self.outcomes.retain(|_, o| o.owner != owner);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::Outcome;
+    use std::time::Duration;
+
+    fn owner() -> (OwnerId, ObjectRef<Controller>) {
+        let owner = OwnerId {
+            namespace: "team-a".into(),
+            name: "web".into(),
+        };
+        (owner, ObjectRef::new("web").within("team-a"))
+    }
+
+    #[test]
+    fn forget_is_one_call_that_leaves_nothing_of_the_controller() {
+        let index = ControllerIndex::new(DriftBoard::new(Duration::from_secs(60)).0);
+        let (owner, object) = owner();
+        let key: ReleaseKey = "member-1/foo/web".parse().unwrap();
+        index.ask(&object, [key.clone()].into_iter());
+        assert!(index.tell_once(&owner, "a problem"));
+        assert!(!index.tell_once(&owner, "a problem"));
+        index.record_outcome(
+            key.clone(),
+            LastOutcome {
+                fingerprint: "apply:x".into(),
+                outcome: Outcome::Uninstalled,
+                owner: owner.clone(),
+                settled: false,
+            },
+        );
+        index.set_rollout(&owner, Some(RolloutStatus::default()));
+
+        index.forget(&object);
+
+        assert!(index.asking(&key).is_empty());
+        assert!(index.outcome(&key).is_none());
+        assert!(index.outcomes_of(&owner).is_empty());
+        assert!(index.rollout(&owner).is_none());
+        assert!(
+            index.tell_once(&owner, "a problem"),
+            "told notes are forgotten too"
+        );
+    }
+
+    #[test]
+    fn told_returns_what_was_told_before_and_replaces_it() {
+        let index = ControllerIndex::new(DriftBoard::new(Duration::from_secs(60)).0);
+        let (owner, _) = owner();
+        let first = BTreeSet::from(["one".to_owned()]);
+        assert!(index.told(&owner, first.clone()).is_empty());
+        assert_eq!(index.told(&owner, BTreeSet::new()), first);
+    }
+}
