@@ -197,7 +197,20 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
     });
     ctx.index.drift.track(&owner, &plan.desired);
     limit_repairs(ctx, c, &mut plan.jobs, &drifted).await;
-    let rollout = gate_rollout(ctx, c, &mut plan, &applied, &synced).await;
+    // The report is built once, from the plan before the gate (which judges the clusters by it),
+    // and brought up to the plan the gate lets through once its jobs are queued.
+    let drift = ctx.index.drift.statuses(&applied);
+    let (queued_before, outcomes) = jobs_of(ctx, &plan);
+    let report = status::releases(&ReleaseView {
+        plan: &plan,
+        applied: &applied,
+        outcomes: &outcomes,
+        busy: &queued_before,
+        synced: &synced,
+        generation: c.meta().generation,
+        drift: &drift,
+    });
+    let rollout = gate_rollout(ctx, c, &mut plan, &applied, &report, &queued_before).await;
     let planned: HashSet<&ReleaseKey> = plan.jobs.iter().map(Job::key).collect();
     let dropped = ctx.queue.retain_planned(&owner, &planned);
     if dropped > 0 {
@@ -207,15 +220,16 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
         ctx.queue.enqueue(job.clone());
     }
     let (busy, outcomes) = jobs_of(ctx, &plan);
-    let mut report = status::releases(&ReleaseView {
+    let view = ReleaseView {
         plan: &plan,
         applied: &applied,
         outcomes: &outcomes,
         busy: &busy,
         synced: &synced,
         generation: c.meta().generation,
-        drift: &ctx.index.drift.statuses(&applied),
-    });
+        drift: &drift,
+    };
+    let mut report = status::after_gate(report, &view, &queued_before);
     let orphans: Vec<ReleaseKey> = ctx
         .orphans
         .iter()
@@ -280,7 +294,8 @@ async fn gate_rollout(
     c: &Controller,
     plan: &mut plan::Plan,
     applied: &HashMap<ReleaseKey, Applied>,
-    synced: &BTreeSet<ClusterName>,
+    report: &status::ReleaseReport,
+    busy: &BTreeSet<ReleaseKey>,
 ) -> Option<rollout::Step> {
     let owner = owner_id(c);
     let Some(spec) = c.spec.rollout.as_ref() else {
@@ -304,17 +319,8 @@ async fn gate_rollout(
         .filter(|c| labels.contains_key(c))
         .collect();
     let waves = rollout::waves(spec, &targeted, &labels);
-    // What each cluster looks like with every job let through: the status rule judges it.
-    let (busy, outcomes) = jobs_of(ctx, plan);
-    let report = status::releases(&ReleaseView {
-        plan,
-        applied,
-        outcomes: &outcomes,
-        busy: &busy,
-        synced,
-        generation: c.meta().generation,
-        drift: &HashMap::new(),
-    });
+    // What each cluster looks like with every job let through (`report`): the status rule
+    // judges it.
     let lookup = |cluster: &str, namespace: &str| {
         let scope: crate::api::key::ClusterNamespace =
             format!("{cluster}/{namespace}").parse().ok()?;
@@ -329,7 +335,7 @@ async fn gate_rollout(
         .map(|cluster| {
             let work = plan.jobs.iter().any(|j| j.key().scope.cluster == *cluster)
                 || busy.iter().any(|k| k.scope.cluster == *cluster);
-            let judged = status::cluster_readiness(&report, cluster.as_str(), &lookup);
+            let judged = status::cluster_readiness(report, cluster.as_str(), &lookup);
             let updated = !work && judged.deployed;
             (
                 cluster.clone(),

@@ -224,6 +224,20 @@ fn plain_release_message(
     )
 }
 
+/// The message of a release no longer in the spec whose uninstall the rollout holds back.
+fn held_removal(key: &ReleaseKey, view: &ReleaseView<'_>) -> ChartMessage {
+    ChartMessage {
+        release_name: key.release.clone(),
+        phase: phase::PENDING.into(),
+        error_message: format!(
+            "no longer in the spec, uninstalled when the rollout reaches this cluster; {}",
+            view.plan.rollout_note.as_deref().unwrap_or_default()
+        ),
+        revision: view.applied.get(key).map(|a| a.revision),
+        ..Default::default()
+    }
+}
+
 fn problem_message(problem: &Problem, key: &ReleaseKey) -> ChartMessage {
     let phase = match problem {
         Problem::Conflict { .. } => phase::CONFLICT,
@@ -283,16 +297,7 @@ pub fn releases(view: &ReleaseView<'_>) -> ReleaseReport {
             &key.scope.namespace,
         )
         .chart_messages
-        .push(ChartMessage {
-            release_name: key.release.clone(),
-            phase: phase::PENDING.into(),
-            error_message: format!(
-                "no longer in the spec, uninstalled when the rollout reaches this cluster; {}",
-                view.plan.rollout_note.as_deref().unwrap_or_default()
-            ),
-            revision: view.applied.get(key).map(|a| a.revision),
-            ..Default::default()
-        });
+        .push(held_removal(key, view));
     }
     for problem in &view.plan.problems {
         match (problem.release(), problem) {
@@ -329,6 +334,80 @@ pub fn releases(view: &ReleaseView<'_>) -> ReleaseReport {
         suspended: view.plan.suspension.clone(),
         rollout: None,
     }
+}
+
+/// The report the rollout gate judged (built from the plan before the gate, with the jobs queued
+/// before it), brought up to `view`: the plan the gate let through and the jobs queued now. Only
+/// the releases the gate held back or this round queued get their message again, and the held
+/// releases no longer in the spec are added where a build puts them; the result equals
+/// `releases(view)`, so a reconcile builds its report once.
+pub fn after_gate(
+    mut report: ReleaseReport,
+    view: &ReleaseView<'_>,
+    queued_before: &BTreeSet<ReleaseKey>,
+) -> ReleaseReport {
+    let held = HeldBack::of(view.plan);
+    let changed = |key: &ReleaseKey| {
+        held.rollout.contains(key) || (view.busy.contains(key) && !queued_before.contains(key))
+    };
+    let mut at: HashMap<(&str, &str), usize> = HashMap::new();
+    for (i, t) in report.tenancies.iter().enumerate() {
+        at.insert((t.cluster.as_str(), t.namespace.as_str()), i);
+    }
+    let mut fresh: Vec<(usize, usize, ChartMessage)> = Vec::new();
+    let mut seen: HashMap<(&str, &str), usize> = HashMap::new();
+    for release in &view.plan.desired {
+        let scope = &release.key.scope;
+        let place = (scope.cluster.as_str(), scope.namespace.as_str());
+        // The n-th desired release of a cluster/namespace is its n-th message, as built.
+        let nth = seen.entry(place).or_default();
+        let slot = *nth;
+        *nth += 1;
+        if changed(&release.key)
+            && let Some(&t) = at.get(&place)
+        {
+            fresh.push((t, slot, release_message(release, view, &held)));
+        }
+    }
+    for (t, slot, message) in fresh {
+        report.tenancies[t].chart_messages[slot] = message;
+    }
+    let desired: BTreeSet<&ReleaseKey> = view.plan.desired.iter().map(|r| &r.key).collect();
+    for key in view
+        .plan
+        .rollout_held
+        .iter()
+        .filter(|k| !desired.contains(k))
+    {
+        let message = held_removal(key, view);
+        let (cluster, namespace) = (key.scope.cluster.as_str(), key.scope.namespace.as_str());
+        let t = match report.tenancies.binary_search_by(|t| {
+            (t.cluster.as_str(), t.namespace.as_str()).cmp(&(cluster, namespace))
+        }) {
+            Ok(t) => t,
+            Err(t) => {
+                report.tenancies.insert(
+                    t,
+                    TenancyStatus {
+                        cluster: cluster.to_owned(),
+                        namespace: namespace.to_owned(),
+                        ..Default::default()
+                    },
+                );
+                t
+            }
+        };
+        let messages = &mut report.tenancies[t].chart_messages;
+        // After the releases and the suspended ones, before the problems.
+        let before = messages
+            .iter()
+            .position(|m| {
+                [phase::CONFLICT, phase::FORBIDDEN, phase::INVALID].contains(&m.phase.as_str())
+            })
+            .unwrap_or(messages.len());
+        messages.insert(before, message);
+    }
+    report
 }
 
 /// The release side of a resource being deleted: what its status last said of its releases, and
@@ -1508,6 +1587,60 @@ mod tests {
         let judged = cluster_readiness(&f.report(), "member-1", &|_, _| Some(running_scope(0, 0)));
         assert_eq!(judged.failed, Some(("web".into(), "template: boom".into())));
         assert!(!judged.ready);
+    }
+
+    #[test]
+    fn the_report_brought_past_the_gate_equals_one_built_from_the_gated_plan() {
+        let mut f = Fixture::new(&[
+            "member-1/team/web",
+            "member-1/team/api",
+            "member-2/team/web",
+        ]);
+        f.applied.extend([
+            deployed("member-2/team/web", 3),
+            deployed("member-2/team/old", 2),
+        ]);
+        f.outcomes.insert(
+            "member-1/team/api".parse().unwrap(),
+            LastOutcome {
+                fingerprint: "apply:h1".into(),
+                outcome: Outcome::failed("timed out", crate::queue::FailureKind::Transient),
+                owner: OwnerId {
+                    namespace: "default".into(),
+                    name: "x".into(),
+                },
+                settled: false,
+            },
+        );
+        f.plan.problems.push(Problem::Conflict {
+            key: "member-2/team/taken".parse().unwrap(),
+            holder: "default/other".into(),
+        });
+        let before = f.report();
+
+        // The gate holds member-2 back (its upgrade and an uninstall), the retry of api is queued.
+        f.plan.rollout_held = vec![
+            "member-2/team/web".parse().unwrap(),
+            "member-2/team/old".parse().unwrap(),
+            "member-3/team/gone".parse().unwrap(),
+        ];
+        f.plan.rollout_note = Some("waiting for rollout wave 2/2".into());
+        let queued_before = std::mem::replace(
+            &mut f.busy,
+            BTreeSet::from(["member-1/team/api".parse().unwrap()]),
+        );
+        let view = ReleaseView {
+            plan: &f.plan,
+            applied: &f.applied,
+            outcomes: &f.outcomes,
+            busy: &f.busy,
+            synced: &f.synced,
+            generation: Some(4),
+            drift: &f.drift,
+        };
+
+        assert_ne!(before, f.report(), "the gate changed what the report says");
+        assert_eq!(after_gate(before, &view, &queued_before), f.report());
     }
 
     #[test]
