@@ -11,13 +11,19 @@
 //! through the CLI: an OCI chart, which helm pulls; a repository chart the cache does not hold
 //! waits for it there (helm never fetches a repository chart itself).
 //!
+//! The protocol: the executor's first line is its [`Hello`], with its [`PROTOCOL_VERSION`] and the
+//! version of Helm's Go SDK it is built with; the operator checks it, within [`HELLO_TIMEOUT`],
+//! before it sends any work, and refuses an executor that speaks another version or none, saying
+//! to rebuild it. Then each [`Request`] gets one [`Answer`]. `helm-sdk/testdata/protocol` holds an
+//! example of every message, which the tests here and the executor's `go test` both check.
+//!
 //! Fencing: a job's future dropped before its answer (leadership lost, the shutdown grace run
 //! out) kills the executor, with every Helm action in it, as dropping a `helm` child kills it;
 //! the next job starts a new one. The executor also dies with the operator (parent-death signal).
 
 use std::{
     collections::HashMap,
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::Stdio,
     sync::{
         Arc, Mutex,
@@ -28,8 +34,8 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 use tokio::{
-    io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
-    process::{Child, ChildStdin, Command},
+    io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines},
+    process::{Child, ChildStdin, ChildStdout, Command},
     sync::oneshot,
 };
 
@@ -50,6 +56,77 @@ pub const BINARY: &str = "tenancy-hub-helm";
 /// How long past helm's own timeout an answer is waited for before the executor is taken as hung
 /// and restarted (it stops an action itself 30 s past the timeout).
 const ANSWER_GRACE: Duration = Duration::from_secs(60);
+
+/// The version of the messages on the executor's pipe: [`Hello`], [`Request`] and [`Answer`].
+/// Bump it when a message changes, with the executor's `protocolVersion` (`helm-sdk/main.go`) and
+/// the shared fixtures in `helm-sdk/testdata/protocol`, which the tests of both sides check.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// How long a starting executor may take to say [`Hello`] (it says it at once; a Go program
+/// starts in about 0.1 s) before it is taken as speaking no protocol at all.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What to do about an executor that speaks another protocol, or none.
+const REBUILD: &str = "rebuild the executor from this operator's source with kind/executor.sh \
+    (the image from deploy/Dockerfile builds both from one source)";
+
+/// The executor's first line, written before it reads any request. Fields the operator does not
+/// know are ignored, so an executor of any version can say which protocol it speaks.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct Hello {
+    /// Its [`PROTOCOL_VERSION`].
+    pub protocol: u32,
+    /// The version of Helm's Go SDK it is built with (`v4.3.1`).
+    pub helm: String,
+}
+
+/// Why the long-lived executor did not answer a request.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutorError {
+    /// The binary could not be started.
+    #[error("cannot run the helm executor {}: {source}; install it or pass --executor cli", .path.display())]
+    Spawn {
+        /// The executor's path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It did not begin with a [`Hello`]: an executor older than protocol versions, or not one.
+    #[error(
+        "the helm executor {} did not say which protocol it speaks ({why}); this operator speaks \
+         protocol {}: {}", .path.display(), PROTOCOL_VERSION, REBUILD
+    )]
+    NoHello {
+        /// The executor's path.
+        path: PathBuf,
+        /// What it did instead.
+        why: String,
+    },
+    /// It speaks another protocol version.
+    #[error(
+        "the helm executor {} speaks protocol {executor} (Helm {helm}), this operator protocol \
+         {operator}: {}", .path.display(), REBUILD
+    )]
+    Mismatch {
+        /// The executor's path.
+        path: PathBuf,
+        /// The version it speaks.
+        executor: u32,
+        /// The version the operator speaks, [`PROTOCOL_VERSION`].
+        operator: u32,
+        /// The Helm it is built with.
+        helm: String,
+    },
+    /// Writing the request failed.
+    #[error("the helm executor stopped taking requests: {0}")]
+    InputClosed(#[source] std::io::Error),
+    /// It ended, or was stopped, before the answer.
+    #[error("the helm executor stopped before answering")]
+    Stopped,
+    /// No answer came within helm's timeout and the grace after it; the executor was stopped.
+    #[error("helm did not finish within {}s and was stopped", .0.as_secs())]
+    Overdue(Duration),
+}
 
 /// The cluster of a request, and as whom.
 #[derive(Debug, Serialize, PartialEq)]
@@ -121,9 +198,10 @@ fn is_zero(n: &i64) -> bool {
     *n == 0
 }
 
-/// One answer line.
+/// One answer line. A field the operator does not know makes it garbage (the executor is then
+/// stopped): it would be a message of another protocol version.
 #[derive(Debug, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Answer {
     /// The request's id.
     pub id: u64,
@@ -228,6 +306,8 @@ pub fn failure(error: &str) -> Outcome {
 /// A running executor process.
 struct Process {
     pid: u32,
+    /// What it said on starting.
+    hello: Hello,
     stdin: tokio::sync::Mutex<ChildStdin>,
     waiting: Mutex<HashMap<u64, oneshot::Sender<Answer>>>,
     dead: AtomicBool,
@@ -237,7 +317,8 @@ struct Process {
 }
 
 impl Process {
-    fn start(options: &HelmOptions, binary: &PathBuf) -> std::io::Result<Arc<Self>> {
+    /// Starts the executor at `binary` and checks its hello; on any failure it is killed.
+    async fn start(options: &HelmOptions, binary: &Path) -> Result<Arc<Self>, ExecutorError> {
         let mut command = Command::new(binary);
         if let Some(dir) = &options.cache_dir {
             command.env("KUBECACHEDIR", dir.join("kube"));
@@ -248,25 +329,43 @@ impl Process {
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         helm::die_with_parent(&mut command);
-        let mut child = command.spawn()?;
+        let mut child = command.spawn().map_err(|source| ExecutorError::Spawn {
+            path: binary.to_path_buf(),
+            source,
+        })?;
         let pid = child.id().unwrap_or_default();
         let (stdin, stdout, stderr) = (
             child.stdin.take().expect("piped"),
             child.stdout.take().expect("piped"),
             child.stderr.take().expect("piped"),
         );
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::warn!(target: "tenancy_hub::helm", pid, "{line}");
+            }
+        });
+        let mut lines = BufReader::new(stdout).lines();
+        // On an error the child is dropped, which kills it.
+        let hello = read_hello(&mut lines, binary).await?;
         let process = Arc::new(Self {
             pid,
+            hello,
             stdin: tokio::sync::Mutex::new(stdin),
             waiting: Mutex::default(),
             dead: AtomicBool::new(false),
             child: Mutex::new(Some(child)),
             active: Mutex::new(tokio::time::Instant::now()),
         });
-        tracing::info!(pid, executor = %binary.display(), "started the helm executor");
+        tracing::info!(
+            pid,
+            executor = %binary.display(),
+            protocol = process.hello.protocol,
+            helm = %process.hello.helm,
+            "started the helm executor"
+        );
         let reader = process.clone();
         tokio::spawn(async move {
-            let mut lines = BufReader::new(stdout).lines();
             loop {
                 match lines.next_line().await {
                     Ok(Some(line)) => match serde_json::from_str::<Answer>(&line) {
@@ -289,12 +388,6 @@ impl Process {
                 }
             }
             reader.kill("its output ended");
-        });
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                tracing::warn!(target: "tenancy_hub::helm", pid, "{line}");
-            }
         });
         Ok(process)
     }
@@ -349,6 +442,48 @@ impl Process {
     }
 }
 
+/// Reads the executor's first line, within [`HELLO_TIMEOUT`], as a [`Hello`] of this operator's
+/// [`PROTOCOL_VERSION`].
+async fn read_hello(
+    lines: &mut Lines<BufReader<ChildStdout>>,
+    binary: &Path,
+) -> Result<Hello, ExecutorError> {
+    let no_hello = |why: String| ExecutorError::NoHello {
+        path: binary.to_path_buf(),
+        why,
+    };
+    let line = match tokio::time::timeout(HELLO_TIMEOUT, lines.next_line()).await {
+        Ok(Ok(Some(line))) => line,
+        Ok(Ok(None)) => return Err(no_hello("it ended without a word".to_owned())),
+        Ok(Err(e)) => return Err(no_hello(format!("its output could not be read: {e}"))),
+        Err(_) => {
+            let waited = HELLO_TIMEOUT.as_secs();
+            return Err(no_hello(format!("nothing within {waited}s")));
+        }
+    };
+    let hello: Hello = serde_json::from_str(&line).map_err(|_| {
+        let start: String = line.chars().take(100).collect();
+        no_hello(format!("it began with {start:?}"))
+    })?;
+    if hello.protocol != PROTOCOL_VERSION {
+        return Err(ExecutorError::Mismatch {
+            path: binary.to_path_buf(),
+            executor: hello.protocol,
+            operator: PROTOCOL_VERSION,
+            helm: hello.helm,
+        });
+    }
+    Ok(hello)
+}
+
+/// The hello of the executor at `binary`: started, its protocol checked, stopped. What the
+/// operator's version report names besides its own.
+pub async fn probe(binary: &Path) -> Result<Hello, ExecutorError> {
+    let process = Process::start(&HelmOptions::default(), binary).await?;
+    process.end();
+    Ok(process.hello.clone())
+}
+
 /// Kills the executor when a request's future is dropped before its answer: the action must not
 /// go on after the job was abandoned (see the module's fencing note).
 struct InFlight {
@@ -387,17 +522,16 @@ impl Pipe {
 
     /// The running process, started when there is none, with `id` registered as waiting for
     /// `to`; under the lock that retiring an idle process takes, so none is retired with a request.
-    async fn register(&self, id: u64, to: oneshot::Sender<Answer>) -> Result<Arc<Process>, String> {
+    async fn register(
+        &self,
+        id: u64,
+        to: oneshot::Sender<Answer>,
+    ) -> Result<Arc<Process>, ExecutorError> {
         let mut slot = self.process.lock().await;
         let process = match slot.as_ref() {
             Some(process) if !process.dead.load(Ordering::SeqCst) => process.clone(),
             _ => {
-                let process = Process::start(&self.options, &self.binary).map_err(|e| {
-                    format!(
-                        "cannot run the helm executor {}: {e}; install it or pass --executor cli",
-                        self.binary.display()
-                    )
-                })?;
+                let process = Process::start(&self.options, &self.binary).await?;
                 self.retire_when_idle(&process);
                 *slot = Some(process.clone());
                 process
@@ -438,7 +572,7 @@ impl Pipe {
     }
 
     /// Sends a request and waits for its answer.
-    async fn call(&self, mut request: Request) -> Result<Answer, String> {
+    async fn call(&self, mut request: Request) -> Result<Answer, ExecutorError> {
         request.id = self.ids.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         let process = self.register(request.id, tx).await?;
@@ -459,20 +593,17 @@ impl Pipe {
         if let Err(e) = written {
             in_flight.answered = true;
             process.kill("its input closed");
-            return Err(format!("the helm executor stopped taking requests: {e}"));
+            return Err(ExecutorError::InputClosed(e));
         }
         let limit = self.options.timeout + ANSWER_GRACE;
         let answer = tokio::time::timeout(limit, rx).await;
         in_flight.answered = true;
         match answer {
             Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(_)) => Err("the helm executor stopped before answering".to_owned()),
+            Ok(Err(_)) => Err(ExecutorError::Stopped),
             Err(_) => {
                 process.kill("an answer is overdue");
-                Err(format!(
-                    "helm did not finish within {}s and was stopped",
-                    limit.as_secs()
-                ))
+                Err(ExecutorError::Overdue(limit))
             }
         }
     }
@@ -552,7 +683,7 @@ impl HelmExecutor {
                 revision: answer.revision,
                 chart_version: answer.chart_version,
             },
-            Err(message) => Outcome::failed(message, FailureKind::Transient),
+            Err(e) => Outcome::failed(e.to_string(), FailureKind::Transient),
         };
         self.cli
             .finish_apply(&prepared, &release.key, outcome)
@@ -573,7 +704,7 @@ impl HelmExecutor {
         {
             Ok(Answer { error: None, .. }) => None,
             Ok(Answer { error: Some(e), .. }) => Some(failure(&e)),
-            Err(message) => Some(Outcome::failed(message, FailureKind::Transient)),
+            Err(e) => Some(Outcome::failed(e.to_string(), FailureKind::Transient)),
         };
         let outcome = match failed {
             None => Outcome::Uninstalled,
@@ -617,7 +748,7 @@ impl HelmExecutor {
                 chart_version: String::new(),
             },
             Ok(Answer { error: Some(e), .. }) => failure(&e),
-            Err(message) => Outcome::failed(message, FailureKind::Transient),
+            Err(e) => Outcome::failed(e.to_string(), FailureKind::Transient),
         }
     }
 }
@@ -668,69 +799,202 @@ mod tests {
 
     use super::*;
 
+    /// The protocol's shared fixtures, which the executor's `go test` checks too
+    /// (`helm-sdk/protocol_test.go`): what the operator writes, and what the executor answers.
+    const FIXTURES: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src/helm/helm-sdk/testdata/protocol"
+    );
+
+    fn fixture(name: &str) -> serde_json::Value {
+        let path = Path::new(FIXTURES).join(format!("{name}.json"));
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("fixture {}: {e}", path.display()));
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("fixture {name}: {e}"))
+    }
+
+    /// Options with a test key, the seal vectors' (`helm-sdk/testdata/seal-vectors.json`).
+    fn options() -> HelmOptions {
+        let key: Vec<u8> = (0..32).collect();
+        HelmOptions {
+            seal: crate::helm::seal::SealKey::from_bytes(&key),
+            ..HelmOptions::default()
+        }
+    }
+
     fn release() -> Release {
         let mut release =
             helm::tests::release(ChartSource::Directory("/charts/deployment-example".into()));
         release.settings.push(("note".into(), "a,b{c}\\d".into()));
-        release.values = Some(serde_json::json!({"image": {"tag": "v2"}}));
+        release.values =
+            Some(serde_json::json!({"image": {"tag": "v2"}, "podAnnotations": {"replicas": "3"}}));
         release.rollback_on_failure = true;
         release
     }
 
+    /// A member, as an impersonated identity.
     fn cluster() -> ClusterRef {
         ClusterRef {
-            kubeconfig: "/run/kubeconfig-member-1".into(),
+            kubeconfig: "/tmp/tenancy-hub-scratch/kubeconfig-member-1".into(),
             context: "member-1".into(),
-            digest: "ab12".into(),
-            user: "tenant-a".into(),
-            groups: vec!["tenants".into()],
+            digest: "5b1f0c3e9a7d2486f0e1c9b3a5d7e2f4061c8b9a3d5e7f1029384756abcdef01".into(),
+            user: "system:serviceaccount:team-a:deployer".into(),
+            groups: vec!["team-a-deployers".into()],
             name: "member-1".into(),
         }
     }
 
+    /// Every kind of request the operator sends, by the name of its fixture.
+    fn requests() -> Vec<(&'static str, Request)> {
+        let options = options();
+        let key: ReleaseKey = "member-1/team/web".parse().unwrap();
+        // The hub itself, in-cluster, with the operator's own credentials.
+        let hub = ClusterRef {
+            kubeconfig: String::new(),
+            context: String::new(),
+            digest: String::new(),
+            user: String::new(),
+            groups: Vec::new(),
+            name: "hub".into(),
+        };
+        let as_operator = ClusterRef {
+            user: String::new(),
+            groups: Vec::new(),
+            ..cluster()
+        };
+        let plain =
+            helm::tests::release(ChartSource::Directory("/charts/deployment-example".into()));
+        let archive = "/var/cache/tenancy-hub/charts/deployment-example-0.1.0.tgz";
+        let repair = Some("Deployment/web /spec/replicas");
+        vec![
+            (
+                "request-upgrade",
+                upgrade_request(7, &release(), cluster(), archive.into(), None, &options),
+            ),
+            (
+                "request-repair",
+                upgrade_request(
+                    8,
+                    &plain,
+                    hub,
+                    "/charts/deployment-example".into(),
+                    repair,
+                    &options,
+                ),
+            ),
+            (
+                "request-uninstall",
+                release_request(9, &key, cluster(), None, &options),
+            ),
+            (
+                "request-rollback",
+                release_request(10, &key, as_operator, Some(4), &options),
+            ),
+        ]
+    }
+
+    /// Every kind of answer the executor gives, by the name of its fixture, with the kind of
+    /// failure the operator reads in it.
+    fn answers() -> Vec<(&'static str, Answer, Option<FailureKind>)> {
+        let answer = |id, error: Option<&str>| Answer {
+            id,
+            error: error.map(str::to_owned),
+            revision: 0,
+            chart_version: String::new(),
+        };
+        let applied = Answer {
+            revision: 3,
+            chart_version: "0.1.0".into(),
+            ..answer(7, None)
+        };
+        let render = "UPGRADE FAILED: execution error at \
+            (deployment-example/templates/deployment.yaml:21:20): image.tag is required";
+        let unreachable = "UPGRADE FAILED: Get \"https://127.0.0.1:36443/api/v1/namespaces/team/\
+            secrets?labelSelector=name%3Dweb%2Cowner%3Dhelm\": dial tcp 127.0.0.1:36443: \
+            connect: connection refused";
+        let unauthorized =
+            "uninstall: Release not loaded: web: query: failed to query with labels: Unauthorized";
+        let unsealed =
+            "the request carries no sealing key or cluster name: the operator must send both";
+        let failed = |name, id, error, kind| (name, answer(id, Some(error)), Some(kind));
+        let unknown = "unknown operation \"status\"";
+        use FailureKind::{Permanent, Transient, Unavailable};
+        vec![
+            ("response-applied", applied, None),
+            // An uninstall or a rollback done.
+            ("response-done", answer(9, None), None),
+            failed("response-failed-render", 7, render, Permanent),
+            failed("response-failed-unreachable", 8, unreachable, Transient),
+            failed("response-failed-unauthorized", 9, unauthorized, Unavailable),
+            failed("response-refused-unsealed", 11, unsealed, Permanent),
+            failed("response-refused-unknown-op", 12, unknown, Permanent),
+        ]
+    }
+
     #[test]
-    fn an_upgrade_asks_for_what_the_cli_upgrade_does_with_values_on_the_pipe() {
-        let options = HelmOptions::default();
-        let request = upgrade_request(
-            7,
-            &release(),
-            cluster(),
-            "/charts/deployment-example".into(),
-            None,
-            &options,
-        );
-        let line = serde_json::to_value(&request).unwrap();
-        assert_eq!(
-            line,
-            serde_json::json!({
-                "id": 7,
-                "op": "upgrade",
-                "cluster": {
-                    "kubeconfig": "/run/kubeconfig-member-1",
-                    "context": "member-1",
-                    "digest": "ab12",
-                    "user": "tenant-a",
-                    "groups": ["tenants"],
-                    "name": "member-1",
-                },
-                "namespace": "team",
-                "release": "web",
-                "chart": "/charts/deployment-example",
-                "values": {"image": {"tag": "v2"}},
-                // Escaped exactly as the CLI's --set arguments are.
-                "set": ["replicaCount=2", "note=a\\,b\\{c\\}\\\\d"],
-                "labels": {
-                    "multitenancy.dev/managed-by": "tenancy-hub",
-                    "multitenancy.dev/controller-name": "example",
-                    "multitenancy.dev/controller-namespace": "default",
-                    "multitenancy.dev/spec-hash": "0123456789abcdef",
-                },
-                "historyMax": 5,
-                "timeoutSeconds": 300,
-                "rollbackOnFailure": true,
+    fn every_request_is_written_as_its_shared_fixture() {
+        for (name, request) in requests() {
+            assert_eq!(
+                serde_json::to_value(&request).unwrap(),
+                fixture(name),
+                "{name}: the operator's request differs from the fixture the executor checks"
+            );
+        }
+    }
+
+    #[test]
+    fn every_answer_fixture_reads_as_the_answer_and_failure_it_stands_for() {
+        for (name, want, kind) in answers() {
+            let answer: Answer =
+                serde_json::from_value(fixture(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(answer, want, "{name}");
+            let outcome = answer.error.as_deref().map(failure);
+            assert_eq!(
+                outcome.map(|o| match o {
+                    Outcome::Failed { kind, .. } => kind,
+                    other => panic!("{name}: {other:?}"),
+                }),
+                kind,
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_hello_fixture_speaks_this_protocol_and_names_a_helm_4() {
+        let hello: Hello = serde_json::from_value(fixture("hello")).unwrap();
+        assert_eq!(hello.protocol, PROTOCOL_VERSION, "bump both sides together");
+        assert!(hello.helm.starts_with("v4."), "{hello:?}");
+    }
+
+    #[test]
+    fn the_fixture_folder_holds_exactly_the_messages_both_sides_check() {
+        let mut on_disk: Vec<String> = std::fs::read_dir(FIXTURES)
+            .unwrap()
+            .map(|entry| {
+                let name = entry.unwrap().file_name().into_string().unwrap();
+                name.strip_suffix(".json").unwrap_or(&name).to_owned()
             })
-        );
-        // The CLI gets the same labels.
+            .collect();
+        on_disk.sort();
+        let mut checked: Vec<String> = requests().into_iter().map(|(n, _)| n.into()).collect();
+        checked.extend(answers().into_iter().map(|(n, ..)| n.into()));
+        checked.push("hello".into());
+        checked.sort();
+        assert_eq!(on_disk, checked);
+    }
+
+    #[test]
+    fn an_answer_with_a_field_the_operator_does_not_know_is_refused() {
+        let mut answer = fixture("response-applied");
+        answer["warnings"] = serde_json::json!(["deprecated"]);
+        let error = serde_json::from_value::<Answer>(answer).unwrap_err();
+        assert!(error.to_string().contains("warnings"), "{error}");
+    }
+
+    #[test]
+    fn the_upgrade_labels_its_records_as_the_cli_does() {
+        let line = fixture("request-upgrade");
         let cli = helm::upgrade_args(
             &release(),
             helm::Target {
@@ -740,33 +1004,22 @@ mod tests {
             },
             None,
             None,
-            &options,
+            &options(),
         );
         let labels = cli
             .iter()
             .find_map(|a| a.to_str()?.strip_prefix("--labels="))
             .unwrap();
-        for pair in labels.split(',') {
+        let pairs: Vec<_> = labels.split(',').collect();
+        assert_eq!(pairs.len(), line["labels"].as_object().unwrap().len());
+        for pair in pairs {
             let (k, v) = pair.split_once('=').unwrap();
             assert_eq!(line["labels"][k], v, "label {k}");
         }
     }
 
     #[test]
-    fn a_repair_forces_conflicts_with_the_clis_description() {
-        let request = upgrade_request(
-            1,
-            &release(),
-            cluster(),
-            "/c".into(),
-            Some("Deployment/web /spec/replicas"),
-            &HelmOptions::default(),
-        );
-        assert!(request.force_conflicts);
-        assert_eq!(
-            request.description,
-            "drift repair: Deployment/web /spec/replicas"
-        );
+    fn a_long_repair_description_is_cut_as_the_clis() {
         let long = upgrade_request(
             1,
             &release(),
@@ -775,33 +1028,9 @@ mod tests {
             Some(&"é".repeat(500)),
             &HelmOptions::default(),
         );
+        assert!(long.force_conflicts);
         assert_eq!(long.description, helm::repair_description(&"é".repeat(500)));
         assert!(long.description.len() <= 200);
-    }
-
-    #[test]
-    fn rollbacks_go_one_revision_back_forcing_conflicts_and_uninstalls_ask_for_nothing_else() {
-        let key: ReleaseKey = "member-1/team/web".parse().unwrap();
-        let options = HelmOptions::default();
-        let rollback = release_request(3, &key, cluster(), Some(4), &options);
-        assert_eq!(
-            (rollback.op, rollback.revision, rollback.force_conflicts),
-            ("rollback", 4, true)
-        );
-        assert_eq!(rollback.description, helm::ROLLBACK_DESCRIPTION);
-        let uninstall =
-            serde_json::to_value(release_request(4, &key, cluster(), None, &options)).unwrap();
-        assert_eq!(uninstall["op"], "uninstall");
-        for absent in [
-            "revision",
-            "forceConflicts",
-            "description",
-            "chart",
-            "values",
-            "set",
-        ] {
-            assert!(uninstall.get(absent).is_none(), "{absent} in {uninstall}");
-        }
     }
 
     #[test]
@@ -842,18 +1071,27 @@ mod tests {
         assert_eq!(locate(None, &helm_path), Some(dir.path().join(BINARY)));
     }
 
-    /// A scripted executor: answers each request after `delay_ms` (from its `timeoutSeconds`
-    /// field, so requests pick their own delay), echoing the id and the revision asked for.
-    fn scripted(dir: &std::path::Path, body: &str) -> PathBuf {
+    /// A scripted executor: a Python program that notes its pid in `dir/pid`, writes `hello` as
+    /// its first line (when given), then runs `body`.
+    fn scripted(dir: &std::path::Path, hello: Option<&str>, body: &str) -> PathBuf {
         let path = dir.join("fake-executor");
         let mut file = std::fs::File::create(&path).unwrap();
-        writeln!(file, "#!/usr/bin/env python3\n{body}").unwrap();
+        let pid_file = dir.join("pid");
+        writeln!(file, "#!/usr/bin/env python3\nimport os").unwrap();
+        writeln!(file, "open({pid_file:?}, 'w').write(str(os.getpid()))").unwrap();
+        if let Some(hello) = hello {
+            // A Rust string's debug form is a Python string literal too.
+            writeln!(file, "print({hello:?}, flush=True)").unwrap();
+        }
+        writeln!(file, "{body}").unwrap();
         drop(file);
         use std::os::unix::fs::PermissionsExt as _;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
         path
     }
 
+    /// Answers each request after as many milliseconds as the revision it asks for (so requests
+    /// pick their own delay), echoing the id and the revision; `crash` exits at once.
     const ANSWERS_IN_ANY_ORDER: &str = r#"
 import json, os, sys, threading, time
 lock = threading.Lock()
@@ -868,9 +1106,26 @@ for line in sys.stdin:
     threading.Thread(target=answer, args=(req,)).start()
 "#;
 
-    /// A pipe to the scripted executor answering in any order.
+    /// The pid the scripted executor in `dir` noted last.
+    fn scripted_pid(dir: &std::path::Path) -> u32 {
+        std::fs::read_to_string(dir.join("pid"))
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+
+    /// Reads requests and never answers.
+    const SILENT: &str = "import sys\nsys.stdin.read()";
+
+    /// The shared hello fixture, on one line.
+    fn hello_line() -> String {
+        fixture("hello").to_string()
+    }
+
+    /// A pipe to the scripted executor saying the shared hello and answering in any order.
     fn fake(dir: &std::path::Path) -> Pipe {
-        Pipe::new(HelmOptions::default(), scripted(dir, ANSWERS_IN_ANY_ORDER))
+        let executor = scripted(dir, Some(&hello_line()), ANSWERS_IN_ANY_ORDER);
+        Pipe::new(HelmOptions::default(), executor)
     }
 
     fn request(revision: i64) -> Request {
@@ -938,9 +1193,9 @@ for line in sys.stdin:
             tokio::time::sleep(Duration::from_millis(100)).await;
             pipe.call(crash).await
         });
-        assert_eq!(
-            waiting.unwrap_err(),
-            "the helm executor stopped before answering"
+        assert!(
+            matches!(waiting, Err(ExecutorError::Stopped)),
+            "{waiting:?}"
         );
         assert!(crashed.is_err());
         assert_eq!(pipe.call(request(1)).await.unwrap().revision, 1);
@@ -953,7 +1208,8 @@ for line in sys.stdin:
             executor_idle: Duration::from_millis(300),
             ..HelmOptions::default()
         };
-        let pipe = Pipe::new(options, scripted(dir.path(), ANSWERS_IN_ANY_ORDER));
+        let executor = scripted(dir.path(), Some(&hello_line()), ANSWERS_IN_ANY_ORDER);
+        let pipe = Pipe::new(options, executor);
         // Busy past the idle time: a waiting request keeps it.
         assert_eq!(pipe.call(request(600)).await.unwrap().revision, 600);
         let first = pipe.process.lock().await.as_ref().unwrap().pid;
@@ -974,7 +1230,86 @@ for line in sys.stdin:
             "/nonexistent/tenancy-hub-helm".into(),
         );
         let error = pipe.call(request(1)).await.unwrap_err();
-        assert!(error.contains("/nonexistent/tenancy-hub-helm"), "{error}");
-        assert!(error.contains("--executor cli"), "{error}");
+        assert_says(&error, &["/nonexistent/tenancy-hub-helm", "--executor cli"]);
+    }
+
+    /// Fails unless the error's text holds every one of `parts`.
+    fn assert_says(error: &ExecutorError, parts: &[&str]) {
+        let text = error.to_string();
+        for part in parts {
+            assert!(text.contains(part), "{part:?} not in {text}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_executor_of_another_protocol_is_stopped_with_an_error_naming_both_versions() {
+        let dir = tempfile::tempdir().unwrap();
+        // A newer executor: its hello has a field this operator does not know, too.
+        let hello = r#"{"protocol": 99, "helm": "v4.9.0", "features": ["later"]}"#;
+        let executor = scripted(dir.path(), Some(hello), SILENT);
+        let pipe = Pipe::new(HelmOptions::default(), executor.clone());
+        let error = pipe.call(request(1)).await.unwrap_err();
+        assert!(
+            matches!(
+                error,
+                ExecutorError::Mismatch {
+                    executor: 99,
+                    operator: PROTOCOL_VERSION,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        assert_says(
+            &error,
+            &[
+                executor.to_str().unwrap(),
+                "speaks protocol 99 (Helm v4.9.0)",
+                &format!("this operator protocol {PROTOCOL_VERSION}"),
+                "kind/executor.sh",
+            ],
+        );
+        assert!(pipe.process.lock().await.is_none(), "it was kept");
+        wait_dead(scripted_pid(dir.path())).await;
+        let probed = probe(&executor).await.unwrap_err();
+        assert!(
+            matches!(probed, ExecutorError::Mismatch { .. }),
+            "{probed:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_executor_that_says_no_hello_is_refused_after_the_hello_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let executor = scripted(dir.path(), None, SILENT);
+        let pipe = Pipe::new(HelmOptions::default(), executor.clone());
+        let error = pipe.call(request(1)).await.unwrap_err();
+        assert!(matches!(error, ExecutorError::NoHello { .. }), "{error:?}");
+        assert_says(
+            &error,
+            &[
+                executor.to_str().unwrap(),
+                "nothing within 10s",
+                &format!("this operator speaks protocol {PROTOCOL_VERSION}"),
+                "kind/executor.sh",
+            ],
+        );
+    }
+
+    #[tokio::test]
+    async fn an_executor_that_begins_with_anything_else_is_refused_quoting_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let executor = scripted(dir.path(), Some("tenancy-hub-helm ready"), SILENT);
+        let error = probe(&executor).await.unwrap_err();
+        assert_says(&error, &[r#"it began with "tenancy-hub-helm ready""#]);
+    }
+
+    #[tokio::test]
+    async fn a_probe_tells_the_executors_helm_and_leaves_nothing_running() {
+        let dir = tempfile::tempdir().unwrap();
+        let executor = scripted(dir.path(), Some(&hello_line()), ANSWERS_IN_ANY_ORDER);
+        let hello = probe(&executor).await.unwrap();
+        assert_eq!(hello, serde_json::from_value(fixture("hello")).unwrap());
+        wait_dead(scripted_pid(dir.path())).await;
     }
 }

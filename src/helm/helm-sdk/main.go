@@ -3,11 +3,14 @@
 // kept per cluster and identity, so a release costs its render and its API calls instead of a
 // whole `helm` process (BENCHMARKS.md, "The helm call").
 //
-// The operator starts it and speaks JSON lines over its stdin and stdout: one request per line,
-// answered in any order, matched by id (see request and response below). Requests run at once,
-// as many as the operator sends; the operator's queue bounds them. Values travel on the pipe,
-// never in argv or a file. Log lines go to stderr. It exits when stdin closes, and dies with the
-// operator (the operator sets the parent-death signal), so no Helm work outlives it.
+// The operator starts it and speaks JSON lines over its stdin and stdout: first the executor's
+// hello (its protocol and Helm versions, checked by the operator before it sends any work), then
+// one request per line, answered in any order, matched by id (see request and response below).
+// testdata/protocol holds an example of every message, which the tests of both sides check.
+// Requests run at once, as many as the operator sends; the operator's queue bounds them. Values
+// travel on the pipe, never in argv or a file. Log lines go to stderr. It exits when stdin
+// closes, and dies with the operator (the operator sets the parent-death signal), so no Helm work
+// outlives it.
 //
 // Every action is the one `helm upgrade --install`, `helm uninstall` and `helm rollback` run, with
 // the same defaults and the same error texts, so the operator reads failures alike whichever
@@ -16,6 +19,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -61,6 +65,41 @@ const (
 // fresh (see run).
 const capabilitiesTTL = 30 * time.Second
 
+// protocolVersion is the version of the messages on the pipe: hello, request and response. Bump it
+// when a message changes, with the operator's PROTOCOL_VERSION (src/helm/sdk.rs) and the
+// shared fixtures in testdata/protocol, which the tests of both sides check.
+const protocolVersion = 1
+
+// hello is the first line the executor writes, before it reads any request. Its "protocol" field
+// keeps its name and type in every version, so an operator can always tell which one an executor
+// speaks.
+type hello struct {
+	Protocol int `json:"protocol"`
+	// The version of Helm's Go SDK (the helm.sh/helm/v4 module) the executor is built with.
+	Helm string `json:"helm"`
+}
+
+// sayHello writes the hello line.
+func sayHello(w io.Writer) error {
+	return json.NewEncoder(w).Encode(hello{Protocol: protocolVersion, Helm: helmVersion()})
+}
+
+// helmVersion is the version of the helm.sh/helm/v4 module built in, as the build recorded it.
+func helmVersion() string {
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, dep := range info.Deps {
+			if dep.Path != "helm.sh/helm/v4" {
+				continue
+			}
+			if dep.Replace != nil && dep.Replace.Version != "" {
+				return dep.Replace.Version
+			}
+			return dep.Version
+		}
+	}
+	return "unknown"
+}
+
 // cluster names the cluster a request goes to and as whom.
 type cluster struct {
 	// Kubeconfig file and context; both empty: the in-cluster configuration.
@@ -100,6 +139,21 @@ type request struct {
 	// The operator's sealing key, hex: records are sealed with it and read back only when they
 	// verify (seal.go). Required.
 	Seal string `json:"seal"`
+}
+
+// decodeRequest reads one request line. A field this executor does not know is refused, not
+// ignored: the operator that sent it speaks another protocol, whatever its version says.
+func decodeRequest(line []byte) (request, error) {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	var req request
+	if err := dec.Decode(&req); err != nil {
+		return request{}, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return request{}, errors.New("more than one JSON value on the line")
+	}
+	return req, nil
 }
 
 // response is one line on stdout.
@@ -215,13 +269,26 @@ func waitOptions() []kube.WaitOption {
 	return []kube.WaitOption{kube.WithStatusComputeWorkers(8)}
 }
 
+// refusal tells why a request cannot run at all, before any cluster is reached; "" when it can.
+func refusal(req request) string {
+	if key, err := hex.DecodeString(req.Seal); err != nil || len(key) < 32 || req.Cluster.Name == "" {
+		return "the request carries no sealing key or cluster name: the operator must send both"
+	}
+	switch req.Op {
+	case "upgrade", "uninstall", "rollback":
+		return ""
+	default:
+		return fmt.Sprintf("unknown operation %q", req.Op)
+	}
+}
+
 func (e *executor) run(ctx context.Context, req request) response {
 	out := response{ID: req.ID}
-	key, err := hex.DecodeString(req.Seal)
-	if err != nil || len(key) < 32 || req.Cluster.Name == "" {
-		out.Error = "the request carries no sealing key or cluster name: the operator must send both"
+	if why := refusal(req); why != "" {
+		out.Error = why
 		return out
 	}
+	key, _ := hex.DecodeString(req.Seal)
 	cl, err := e.clientsFor(req.Cluster)
 	if err != nil {
 		out.Error = err.Error()
@@ -255,8 +322,6 @@ func (e *executor) run(ctx context.Context, req request) response {
 		if err := rollback.Run(req.Release); err != nil {
 			out.Error = err.Error()
 		}
-	default:
-		out.Error = fmt.Sprintf("unknown operation %q", req.Op)
 	}
 	return out
 }
@@ -413,6 +478,11 @@ func main() {
 	slog.SetDefault(logger)
 	e := &executor{logger: logger, byKey: map[string]*clients{}, caps: map[string]capabilities{}}
 
+	// The hello goes first: the operator sends work only once it has checked the protocol.
+	if err := sayHello(os.Stdout); err != nil {
+		logger.Error("cannot greet the operator; exiting", "error", err)
+		os.Exit(1)
+	}
 	var write sync.Mutex
 	encoder := json.NewEncoder(os.Stdout)
 	reply := func(r response) {
@@ -458,9 +528,9 @@ func main() {
 		if len(strings.TrimSpace(lines.Text())) == 0 {
 			continue
 		}
-		var req request
-		if err := json.Unmarshal(lines.Bytes(), &req); err != nil {
-			logger.Error("a request that is not JSON; exiting", "error", err)
+		req, err := decodeRequest(lines.Bytes())
+		if err != nil {
+			logger.Error("a request this executor does not understand; exiting", "protocol", protocolVersion, "error", err)
 			os.Exit(1)
 		}
 		begin()
