@@ -355,14 +355,14 @@ struct State {
 
 /// The archives on disk and their bound, shared with every checkout.
 #[derive(Debug)]
-struct Shelf {
+struct ArchiveStore {
     dir: PathBuf,
     limit: u64,
     metrics: Arc<Metrics>,
     state: Mutex<State>,
 }
 
-impl Shelf {
+impl ArchiveStore {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -456,7 +456,7 @@ impl Shelf {
 /// A cached archive a helm call installs from; it stays on disk until this is dropped.
 #[derive(Debug)]
 pub struct Checkout {
-    shelf: Arc<Shelf>,
+    store: Arc<ArchiveStore>,
     digest: String,
     path: PathBuf,
 }
@@ -470,11 +470,11 @@ impl Checkout {
 
 impl Drop for Checkout {
     fn drop(&mut self) {
-        let mut state = self.shelf.state();
+        let mut state = self.store.state();
         if let Some(stored) = state.files.get_mut(&self.digest) {
             stored.users -= 1;
         }
-        self.shelf.evict(&mut state);
+        self.store.evict(&mut state);
     }
 }
 
@@ -490,7 +490,7 @@ struct IndexSlot {
 /// The chart cache: owned by the chart catalog (which resolves through it) and handed to the
 /// helm executor (which installs from it).
 pub struct ChartCache {
-    shelf: Arc<Shelf>,
+    store: Arc<ArchiveStore>,
     helm: PathBuf,
     fetcher: Fetcher,
     index_limit: u64,
@@ -546,16 +546,16 @@ impl ChartCache {
             state.clock = used;
         }
         let fetcher = Fetcher::new(metrics.clone()).map_err(Error::Fetch)?;
-        let shelf = Shelf {
+        let store = ArchiveStore {
             dir: dir.to_owned(),
             limit,
             metrics,
             state: Mutex::new(State::default()),
         };
-        shelf.evict(&mut state);
-        *shelf.state() = state;
+        store.evict(&mut state);
+        *store.state() = state;
         Ok(Self {
-            shelf: Arc::new(shelf),
+            store: Arc::new(store),
             helm,
             fetcher,
             index_limit: DEFAULT_INDEX_LIMIT,
@@ -572,7 +572,7 @@ impl ChartCache {
 
     /// Where the archives are kept.
     pub fn dir(&self) -> &Path {
-        &self.shelf.dir
+        &self.store.dir
     }
 
     /// Resolves a repository chart, every fetch staying under `scope`: the repository's index
@@ -706,14 +706,14 @@ impl ChartCache {
             let _flight = flight.lock().await;
             let known = expected
                 .clone()
-                .or_else(|| self.shelf.state().pins.get(&pin).cloned());
+                .or_else(|| self.store.state().pins.get(&pin).cloned());
             if let Some(digest) = known
-                && self.shelf.has(&digest)
+                && self.store.has(&digest)
             {
-                self.shelf.metrics.chart_cache(true);
+                self.store.metrics.chart_cache(true);
                 return Ok(digest);
             }
-            self.shelf.metrics.chart_cache(false);
+            self.store.metrics.chart_cache(false);
             let mismatch = |expected, got| Error::Mismatch {
                 chart: chart.to_owned(),
                 version: entry.version.clone(),
@@ -727,7 +727,7 @@ impl ChartCache {
         .await;
         self.downloads.remove(location.as_str());
         let digest = result?;
-        self.shelf.state().pins.insert(pin, digest);
+        self.store.state().pins.insert(pin, digest);
         Ok(())
     }
 
@@ -742,8 +742,8 @@ impl ChartCache {
     ) -> Result<String> {
         let partial = tempfile::Builder::new()
             .prefix(PARTIAL)
-            .tempfile_in(&self.shelf.dir)
-            .map_err(|e| self.shelf.io(e))?;
+            .tempfile_in(&self.store.dir)
+            .map_err(|e| self.store.io(e))?;
         let mut file = partial.as_file();
         let mut hasher = Sha256::new();
         let size = self
@@ -758,8 +758,8 @@ impl ChartCache {
         {
             return Err(mismatch(expected.to_owned(), got));
         }
-        let (_, path) = partial.keep().map_err(|e| self.shelf.io(e.error))?;
-        let kept = self.shelf.keep(&path, &got, size);
+        let (_, path) = partial.keep().map_err(|e| self.store.io(e.error))?;
+        let kept = self.store.keep(&path, &got, size);
         if kept.is_err() {
             let _ = std::fs::remove_file(&path);
         }
@@ -782,7 +782,7 @@ impl ChartCache {
             .get(url, scope, limit, kind, sink)
             .await
             .map_err(|e| match e {
-                fetch::Error::Sink { source, .. } => self.shelf.io(source),
+                fetch::Error::Sink { source, .. } => self.store.io(source),
                 other => Error::Fetch(other),
             })
     }
@@ -796,8 +796,8 @@ impl ChartCache {
         };
         let scratch = tempfile::Builder::new()
             .prefix(PARTIAL)
-            .tempdir_in(&self.shelf.dir)
-            .map_err(|e| self.shelf.io(e))?;
+            .tempdir_in(&self.store.dir)
+            .map_err(|e| self.store.io(e))?;
         let mut command = tokio::process::Command::new(&self.helm);
         command
             .args(pull_args(reference, constraint, scratch.path()))
@@ -829,7 +829,7 @@ impl ChartCache {
             &String::from_utf8_lossy(&out.stderr),
         );
         let pulled = std::fs::read_dir(scratch.path())
-            .map_err(|e| self.shelf.io(e))?
+            .map_err(|e| self.store.io(e))?
             .flatten()
             .map(|e| e.path())
             .find(|p| p.extension().is_some_and(|x| x == "tgz"))
@@ -842,18 +842,18 @@ impl ChartCache {
         })
         .await
         .expect("hashing does not panic")
-        .map_err(|e| self.shelf.io(e))?;
+        .map_err(|e| self.store.io(e))?;
         let version = version.map_err(|reason| Error::Archive {
             origin: redact(reference),
             reason,
         })?;
-        self.shelf.metrics.chart_fetched("archive", size);
-        let hit = self.shelf.has(&sha);
-        self.shelf.metrics.chart_cache(hit);
+        self.store.metrics.chart_fetched("archive", size);
+        let hit = self.store.has(&sha);
+        self.store.metrics.chart_cache(hit);
         if !hit {
-            self.shelf.keep(&pulled, &sha, size)?;
+            self.store.keep(&pulled, &sha, size)?;
         }
-        self.shelf.state().pins.insert(
+        self.store.state().pins.insert(
             (ChartSource::Oci(reference.to_owned()), version.clone()),
             sha,
         );
@@ -868,20 +868,20 @@ impl ChartCache {
             return None;
         }
         let found = version.and_then(|v| self.take(source, v));
-        self.shelf.metrics.chart_cache(found.is_some());
+        self.store.metrics.chart_cache(found.is_some());
         found
     }
 
     fn take(&self, source: &ChartSource, version: &str) -> Option<Checkout> {
-        let shelf = &self.shelf;
-        let mut state = shelf.state();
+        let store = &self.store;
+        let mut state = store.state();
         let digest = state
             .pins
             .get(&(source.clone(), version.to_owned()))?
             .clone();
-        let path = shelf.path_of(&digest);
+        let path = store.path_of(&digest);
         if !path.is_file() {
-            shelf.drop_file(&mut state, &digest);
+            store.drop_file(&mut state, &digest);
             return None;
         }
         state.clock += 1;
@@ -891,7 +891,7 @@ impl ChartCache {
         stored.used = used;
         Some(Checkout {
             path,
-            shelf: shelf.clone(),
+            store: store.clone(),
             digest,
         })
     }
@@ -1311,7 +1311,7 @@ mod tests {
         let partial = cache.dir().join(format!("{PARTIAL}{version}"));
         std::fs::write(&partial, content).unwrap();
         cache
-            .shelf
+            .store
             .keep(&partial, &digest, content.len() as u64)
             .unwrap();
         let source = ChartSource::Repository {
@@ -1319,7 +1319,7 @@ mod tests {
             chart: "web".into(),
         };
         cache
-            .shelf
+            .store
             .state()
             .pins
             .insert((source, version.into()), digest.clone());

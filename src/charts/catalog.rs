@@ -24,7 +24,7 @@ use crate::{
 const RESOLVE_CONCURRENCY: usize = 4;
 
 /// What a directory looked like when its digest was taken: every file's path, size and mtime.
-type Stamp = BTreeMap<PathBuf, (u64, Option<SystemTime>)>;
+type DirectoryListing = BTreeMap<PathBuf, (u64, Option<SystemTime>)>;
 
 /// A chart outside the chart home.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -161,7 +161,7 @@ impl Resolve for Arc<ChartCache> {
 
 /// A chart-home directory as last read.
 struct Directory {
-    stamp: Stamp,
+    stamp: DirectoryListing,
     digest: String,
     /// When a spec last named it.
     seen: Instant,
@@ -434,11 +434,11 @@ impl ChartCatalog {
 }
 
 /// Every file below a chart directory with its size and mtime; None when it holds no Chart.yaml.
-fn stamp(root: &Path) -> Option<Stamp> {
+fn stamp(root: &Path) -> Option<DirectoryListing> {
     if !root.join("Chart.yaml").is_file() {
         return None;
     }
-    let mut out = Stamp::new();
+    let mut out = DirectoryListing::new();
     let mut pending = vec![root.to_owned()];
     while let Some(dir) = pending.pop() {
         for entry in std::fs::read_dir(&dir).ok()?.flatten() {
@@ -456,7 +456,7 @@ fn stamp(root: &Path) -> Option<Stamp> {
 }
 
 /// A digest over every file's relative path and content, in path order: 16 hex digits.
-fn digest_directory(root: &Path, stamp: &Stamp) -> std::io::Result<String> {
+fn digest_directory(root: &Path, stamp: &DirectoryListing) -> std::io::Result<String> {
     let mut hasher = Sha256::new();
     for relative in stamp.keys() {
         let content = std::fs::read(root.join(relative))?;

@@ -29,7 +29,7 @@ pub(crate) const CONCURRENT_CHECKS: usize = 4;
 
 /// What asks for a drift check.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Nudge {
+pub enum DriftCheckRequest {
     /// One release: a workload of it changed, or Helm just applied it.
     Release(ReleaseKey),
     /// Every release in a cluster that is reachable again.
@@ -55,7 +55,7 @@ impl Found {
 
 /// What changed in what is known of a release's drift.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum News {
+pub(crate) enum DriftChange {
     Found,
     Gone,
     Same,
@@ -79,13 +79,13 @@ pub struct DriftBoard {
     /// past the bound, names too many objects): reported once, not read again until it changes.
     pub(crate) unusable: DashMap<ReleaseKey, i64>,
     limiter: Mutex<RepairLimiter>,
-    nudges: UnboundedSender<Nudge>,
+    nudges: UnboundedSender<DriftCheckRequest>,
     pub(crate) interval: Duration,
 }
 
 impl DriftBoard {
     /// A board checking every release at least every `interval`; the receiver goes to `drift_checks::detect`.
-    pub fn new(interval: Duration) -> (Self, UnboundedReceiver<Nudge>) {
+    pub fn new(interval: Duration) -> (Self, UnboundedReceiver<DriftCheckRequest>) {
         let (nudges, receiver) = unbounded_channel();
         let board = Self {
             watched: DashMap::new(),
@@ -112,7 +112,7 @@ impl DriftBoard {
             };
             let before = self.watched.insert(release.key.clone(), entry);
             if before.is_none() {
-                self.nudge(Nudge::Release(release.key.clone()));
+                self.nudge(DriftCheckRequest::Release(release.key.clone()));
             }
         }
         self.found.retain(|k, _| self.watched.contains_key(k));
@@ -129,7 +129,7 @@ impl DriftBoard {
     }
 
     /// Asks for a check soon.
-    pub fn nudge(&self, nudge: Nudge) {
+    pub fn nudge(&self, nudge: DriftCheckRequest) {
         let _ = self.nudges.send(nudge);
     }
 
@@ -220,16 +220,16 @@ impl DriftBoard {
         key: &ReleaseKey,
         revision: i64,
         objects: Vec<ObjectDrift>,
-    ) -> News {
+    ) -> DriftChange {
         if objects.is_empty() {
             return match self.found.remove(key) {
-                Some(_) => News::Gone,
-                None => News::Same,
+                Some(_) => DriftChange::Gone,
+                None => DriftChange::Same,
             };
         }
         if let Some(mut held) = self.found.get_mut(key) {
             if held.revision == revision && held.objects == objects {
-                return News::Same;
+                return DriftChange::Same;
             }
             if held.revision != revision {
                 held.suppressed = false;
@@ -237,7 +237,7 @@ impl DriftBoard {
             }
             held.revision = revision;
             held.objects = objects;
-            return News::Found;
+            return DriftChange::Found;
         }
         self.found.insert(
             key.clone(),
@@ -248,7 +248,7 @@ impl DriftBoard {
                 suppressed: false,
             },
         );
-        News::Found
+        DriftChange::Found
     }
 
     pub(crate) fn forget_found(&self, key: &ReleaseKey) -> bool {
@@ -321,14 +321,26 @@ mod tests {
         let (board, mut nudges) = DriftBoard::new(Duration::from_secs(300));
         let key: ReleaseKey = "member-1/team/web".parse().unwrap();
         board.track(&owner(), &[release(&key, DriftMode::Enabled)]);
-        assert_eq!(nudges.try_recv().unwrap(), Nudge::Release(key.clone()));
-        assert_eq!(board.record(&key, 2, drift("/spec/replicas")), News::Found);
-        assert_eq!(board.record(&key, 2, drift("/spec/replicas")), News::Same);
-        assert_eq!(board.record(&key, 2, drift("/spec/template")), News::Found);
+        assert_eq!(
+            nudges.try_recv().unwrap(),
+            DriftCheckRequest::Release(key.clone())
+        );
+        assert_eq!(
+            board.record(&key, 2, drift("/spec/replicas")),
+            DriftChange::Found
+        );
+        assert_eq!(
+            board.record(&key, 2, drift("/spec/replicas")),
+            DriftChange::Same
+        );
+        assert_eq!(
+            board.record(&key, 2, drift("/spec/template")),
+            DriftChange::Found
+        );
         assert_eq!(board.drifted(&applied(&key, 2))[&key].revision, 2);
         assert!(board.drifted(&applied(&key, 3)).is_empty());
         assert_eq!(board.statuses(&applied(&key, 2))[&key].action, "Repairing");
-        assert_eq!(board.record(&key, 2, vec![]), News::Gone);
+        assert_eq!(board.record(&key, 2, vec![]), DriftChange::Gone);
         assert!(board.statuses(&applied(&key, 2)).is_empty());
     }
 

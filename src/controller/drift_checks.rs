@@ -11,7 +11,7 @@ use crate::{
     api::key::ReleaseKey,
     controller::{
         context::Context,
-        drift::{CONCURRENT_CHECKS, GATHER, News, Nudge, Watched},
+        drift::{CONCURRENT_CHECKS, DriftChange, DriftCheckRequest, GATHER, Watched},
         events::publish,
     },
     member::DriftCheck,
@@ -22,7 +22,7 @@ use crate::{
 /// nudged (a workload changed, a cluster is reachable again, Helm applied) within a second.
 pub async fn detect(
     ctx: Arc<Context>,
-    mut nudges: UnboundedReceiver<Nudge>,
+    mut nudges: UnboundedReceiver<DriftCheckRequest>,
     trigger: Sender<ObjectRef<Controller>>,
     cancel: tokio_util::sync::CancellationToken,
 ) {
@@ -31,11 +31,11 @@ pub async fn detect(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let mut due: BTreeSet<ReleaseKey> = BTreeSet::new();
-        let add = |nudge: Nudge, due: &mut BTreeSet<ReleaseKey>| match nudge {
-            Nudge::Release(key) => {
+        let add = |nudge: DriftCheckRequest, due: &mut BTreeSet<ReleaseKey>| match nudge {
+            DriftCheckRequest::Release(key) => {
                 due.insert(key);
             }
-            Nudge::Cluster(cluster) => due.extend(
+            DriftCheckRequest::Cluster(cluster) => due.extend(
                 ctx.index
                     .drift
                     .watched
@@ -154,11 +154,11 @@ async fn tell(
 ) -> bool {
     let summary = drift::summary(&objects);
     match ctx.index.drift.record(key, revision, objects) {
-        News::Same => return false,
-        News::Gone => {
+        DriftChange::Same => return false,
+        DriftChange::Gone => {
             tracing::info!(release = %key, "no drift any more");
         }
-        News::Found => {
+        DriftChange::Found => {
             ctx.metrics.drift(key.scope.cluster.as_str(), "found");
             let what = match watched.settings.mode {
                 DriftMode::Enabled => "repairing it",

@@ -21,7 +21,7 @@ use crate::{
     api::crd::Controller,
     api::key::{ClusterNamespace, ReleaseKey},
     controller::context::Context,
-    controller::drift::Nudge,
+    controller::drift::DriftCheckRequest,
     metrics::Metrics,
     observe::model::{Change, Tagged},
     observe::releases::RecordChange,
@@ -176,7 +176,7 @@ fn nudge_drift(ctx: &Context, scope: &ClusterNamespace, change: &Change) {
             release,
         };
         if ctx.index.drift.is_watched(&key) {
-            ctx.index.drift.nudge(Nudge::Release(key));
+            ctx.index.drift.nudge(DriftCheckRequest::Release(key));
         }
     }
 }
@@ -194,7 +194,9 @@ pub async fn record_outcomes(
         account(&ctx.metrics, &completed);
         if let Outcome::Applied { .. } = completed.outcome {
             // What Helm just applied is compared with its manifest at once.
-            ctx.index.drift.nudge(Nudge::Release(key.clone()));
+            ctx.index
+                .drift
+                .nudge(DriftCheckRequest::Release(key.clone()));
         }
         match type_ {
             EventType::Normal => {
@@ -332,7 +334,9 @@ pub fn cluster_health_changed(
         let expedited = ctx.queue.expedite(cluster);
         tracing::debug!(%cluster, expedited, "jobs waiting for the cluster run now");
         // Whatever happened while it was away is looked for now.
-        ctx.index.drift.nudge(Nudge::Cluster(cluster.clone()));
+        ctx.index
+            .drift
+            .nudge(DriftCheckRequest::Cluster(cluster.clone()));
     }
     for c in ctx.controllers.state() {
         ctx.writer.touch(ObjectRef::from_obj(&*c));

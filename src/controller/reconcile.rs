@@ -377,12 +377,12 @@ async fn gate_rollout(
     for happened in &step.happened {
         let (reason, note) = rollout::describe(happened);
         let kind = match happened {
-            rollout::Happened::Halted(_) => EventType::Warning,
+            rollout::RolloutEvent::Halted(_) => EventType::Warning,
             _ => EventType::Normal,
         };
         tracing::info!(controller = %owner, reason, "{note}");
         publish(&ctx.events, c, kind, reason, "Rollout", note).await;
-        if let rollout::Happened::Finished { duration_ms, .. } = happened {
+        if let rollout::RolloutEvent::Finished { duration_ms, .. } = happened {
             ctx.metrics.rollout(*duration_ms as f64 / 1000.0);
         }
     }

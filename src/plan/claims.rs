@@ -41,13 +41,13 @@ pub struct Basis {
 
 /// What a claimant was computed from, besides the cluster labels.
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct Stamp {
+struct ClaimBasisVersion {
     uid: Option<String>,
     generation: Option<i64>,
     deleting: bool,
 }
 
-impl Stamp {
+impl ClaimBasisVersion {
     fn of(c: &Controller) -> Self {
         Self {
             uid: c.meta().uid.clone(),
@@ -58,7 +58,7 @@ impl Stamp {
 }
 
 struct Entry {
-    stamp: Stamp,
+    stamp: ClaimBasisVersion,
     object: Arc<Controller>,
     created: i64,
     /// Every key the spec names.
@@ -160,7 +160,7 @@ impl Claims {
     }
 
     fn claimant(&self, c: &Controller, basis: &Basis) -> Entry {
-        let stamp = Stamp::of(c);
+        let stamp = ClaimBasisVersion::of(c);
         // A resource being deleted claims nothing: its keys are free for others.
         let (keys, claimed) = if stamp.deleting {
             (Vec::new(), BTreeSet::new())
@@ -232,7 +232,7 @@ impl Claims {
     pub fn update(&self, c: &Controller, basis: &Basis) {
         self.rebase(basis);
         let owner = owner_id(c);
-        let stamp = Stamp::of(c);
+        let stamp = ClaimBasisVersion::of(c);
         let held = self.inner.read().expect("claims lock");
         if held.entries.get(&owner).is_some_and(|e| e.stamp == stamp) {
             return;

@@ -239,7 +239,7 @@ impl Command {
 
 /// Something worth an Event.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Happened {
+pub enum RolloutEvent {
     /// A rollout of a generation started.
     Started {
         /// The generation.
@@ -304,7 +304,7 @@ pub struct Step {
     /// The new state.
     pub state: RolloutStatus,
     /// What happened in this step.
-    pub happened: Vec<Happened>,
+    pub happened: Vec<RolloutEvent>,
 }
 
 impl Step {
@@ -368,7 +368,7 @@ pub fn step(input: &Input<'_>) -> Step {
     let mut s = match input.previous {
         Some(p) if p.generation == input.generation && !restart => p.clone(),
         _ => {
-            happened.push(Happened::Started {
+            happened.push(RolloutEvent::Started {
                 generation: input.generation,
                 waves: input.waves.len().max(1),
                 restarted: restart,
@@ -387,7 +387,7 @@ pub fn step(input: &Input<'_>) -> Step {
                     c.started_at = Some(stamp(input.now));
                 }
             }
-            happened.push(Happened::Resumed);
+            happened.push(RolloutEvent::Resumed);
         }
         s.command = command.token().to_owned();
     }
@@ -463,7 +463,7 @@ pub fn step(input: &Input<'_>) -> Step {
                     reason,
                     at: stamp(input.now),
                 };
-                happened.push(Happened::Halted(halt.clone()));
+                happened.push(RolloutEvent::Halted(halt.clone()));
                 s.halted = Some(halt);
             }
         }
@@ -498,7 +498,7 @@ fn advance(
     s: &mut RolloutStatus,
     input: &Input<'_>,
     facts: &dyn Fn(&str) -> Facts,
-    happened: &mut Vec<Happened>,
+    happened: &mut Vec<RolloutEvent>,
 ) {
     let now_ms = input.now.as_millisecond();
     let limit = input.settings.max_unavailable.of(s.clusters.len());
@@ -511,7 +511,7 @@ fn advance(
             .min()
         else {
             if s.wave >= 1 && s.clusters.iter().any(|c| c.wave == s.wave) {
-                happened.push(Happened::WaveCompleted {
+                happened.push(RolloutEvent::WaveCompleted {
                     wave: s.wave as usize,
                     of: s.waves as usize,
                 });
@@ -520,7 +520,7 @@ fn advance(
             s.wave_completed_at = None;
             s.phase = phase::COMPLETE.into();
             let started = millis(&s.started_at).unwrap_or(now_ms);
-            happened.push(Happened::Finished {
+            happened.push(RolloutEvent::Finished {
                 generation: s.generation,
                 duration_ms: now_ms - started,
             });
@@ -530,7 +530,7 @@ fn advance(
             // The wave in progress is healthy: note when, then wait out the pause.
             if s.wave_completed_at.is_none() {
                 if s.clusters.iter().any(|c| c.wave == s.wave) {
-                    happened.push(Happened::WaveCompleted {
+                    happened.push(RolloutEvent::WaveCompleted {
                         wave: s.wave as usize,
                         of: s.waves as usize,
                     });
@@ -579,7 +579,7 @@ fn advance(
             started.push(c.name.clone());
         }
         if !started.is_empty() {
-            happened.push(Happened::WaveStarted {
+            happened.push(RolloutEvent::WaveStarted {
                 wave: wave as usize,
                 of: s.waves as usize,
                 clusters: started,
@@ -684,9 +684,9 @@ pub fn note(state: &RolloutStatus) -> String {
 }
 
 /// The line an Event carries for what happened.
-pub fn describe(h: &Happened) -> (&'static str, String) {
+pub fn describe(h: &RolloutEvent) -> (&'static str, String) {
     match h {
-        Happened::Started {
+        RolloutEvent::Started {
             generation,
             waves,
             restarted,
@@ -697,23 +697,23 @@ pub fn describe(h: &Happened) -> (&'static str, String) {
                 if *restarted { "restarted" } else { "started" }
             ),
         ),
-        Happened::WaveStarted { wave, of, clusters } => (
+        RolloutEvent::WaveStarted { wave, of, clusters } => (
             "RolloutWaveStarted",
             format!(
                 "wave {wave}/{of}: generation given to {}",
                 clusters.join(", ")
             ),
         ),
-        Happened::WaveCompleted { wave, of } => (
+        RolloutEvent::WaveCompleted { wave, of } => (
             "RolloutWaveCompleted",
             format!("wave {wave}/{of}: every cluster healthy"),
         ),
-        Happened::Halted(h) => ("RolloutHalted", halt_message(h)),
-        Happened::Resumed => (
+        RolloutEvent::Halted(h) => ("RolloutHalted", halt_message(h)),
+        RolloutEvent::Resumed => (
             "RolloutResumed",
             "the halted rollout resumes: the failed clusters get a new deadline".into(),
         ),
-        Happened::Finished {
+        RolloutEvent::Finished {
             generation,
             duration_ms,
         } => (
@@ -891,7 +891,7 @@ mod tests {
         let mut w = World::new(&[&["m1", "m2", "m3"]]);
         let s = w.step(0);
         assert_eq!(World::allowed(&s), ["m1"]);
-        assert!(matches!(s.happened[0], Happened::Started { .. }));
+        assert!(matches!(s.happened[0], RolloutEvent::Started { .. }));
         assert_eq!(s.state.progress, "0/3");
         let s = w.step(1);
         assert_eq!(World::allowed(&s), ["m1"], "m1 is not healthy yet");
@@ -907,7 +907,7 @@ mod tests {
         assert_eq!(World::allowed(&s), ["m1", "m2", "m3"]);
         assert_eq!(s.state.phase, phase::COMPLETE);
         assert_eq!(s.state.progress, "3/3");
-        assert!(s.happened.contains(&Happened::Finished {
+        assert!(s.happened.contains(&RolloutEvent::Finished {
             generation: 2,
             duration_ms: 4000
         }));
@@ -937,9 +937,9 @@ mod tests {
         assert_eq!(World::allowed(&s), ["canary", "e1", "e2"]);
         assert!(
             s.happened
-                .contains(&Happened::WaveCompleted { wave: 1, of: 3 })
+                .contains(&RolloutEvent::WaveCompleted { wave: 1, of: 3 })
         );
-        assert!(s.happened.contains(&Happened::WaveStarted {
+        assert!(s.happened.contains(&RolloutEvent::WaveStarted {
             wave: 2,
             of: 3,
             clusters: vec!["e1".into(), "e2".into()]
@@ -982,7 +982,7 @@ mod tests {
         assert_eq!(s.state.phase, phase::HALTED);
         assert_eq!((s.state.failed, s.state.pending), (1, 2));
         assert_eq!(World::allowed(&s), ["m1"]);
-        assert!(matches!(s.happened[..], [Happened::Halted(_)]));
+        assert!(matches!(s.happened[..], [RolloutEvent::Halted(_)]));
         let s = w.step(100);
         assert_eq!(World::allowed(&s), ["m1"], "a halt stays until a change");
         assert!(s.happened.is_empty(), "a halt is told once");
@@ -1066,7 +1066,7 @@ mod tests {
         assert_eq!(s.state.generation, 3);
         assert!(matches!(
             s.happened[0],
-            Happened::Started { generation: 3, .. }
+            RolloutEvent::Started { generation: 3, .. }
         ));
     }
 
@@ -1091,12 +1091,12 @@ mod tests {
         w.command = Some(Command::Resume("resume-1".into()));
         let s = w.step(2);
         assert!(s.state.halted.is_none());
-        assert!(s.happened.contains(&Happened::Resumed));
+        assert!(s.happened.contains(&RolloutEvent::Resumed));
         assert_eq!(s.state.clusters[0].state, state::PROGRESSING);
         w.healthy("m1");
         assert_eq!(World::allowed(&w.step(3)), ["m1", "m2"]);
         // The same annotation value acts once.
-        assert!(!w.step(4).happened.contains(&Happened::Resumed));
+        assert!(!w.step(4).happened.contains(&RolloutEvent::Resumed));
     }
 
     #[test]
@@ -1110,7 +1110,7 @@ mod tests {
         let s = w.step(2);
         assert!(matches!(
             s.happened[0],
-            Happened::Started {
+            RolloutEvent::Started {
                 restarted: true,
                 ..
             }
@@ -1245,7 +1245,7 @@ mod tests {
         assert!(
             !s.happened
                 .iter()
-                .any(|h| matches!(h, Happened::Started { .. }))
+                .any(|h| matches!(h, RolloutEvent::Started { .. }))
         );
         assert_eq!(World::allowed(&s), ["m1", "m2"]);
     }

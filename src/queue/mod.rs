@@ -182,8 +182,8 @@ enum Finished {
     Stalled,
 }
 
-/// Which lane of its owner a job waits in: 0 for uninstalls, which go before the owner's other jobs.
-fn lane_of(job: &Job) -> usize {
+/// The priority class a job waits in within its owner: 0 for uninstalls, which go before the owner's other jobs.
+fn priority_of(job: &Job) -> usize {
     match job {
         Job::Uninstall { .. } => 0,
         Job::Apply { .. } | Job::Rollback { .. } => 1,
@@ -193,7 +193,7 @@ fn lane_of(job: &Job) -> usize {
 /// Where a waiting job is kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Slot {
-    /// Eligible: in its owner's lane, in its cluster's line.
+    /// Eligible: in its owner's priority class, in its cluster's line.
     Ready,
     /// Waiting out a backoff, in the timers.
     Backoff,
@@ -209,14 +209,14 @@ struct Waiting {
     /// Tries made so far.
     attempts: u32,
     not_before: Instant,
-    /// Its place in line: among the ready jobs of one lane and cluster, the smallest starts first.
+    /// Its place in line: among the ready jobs of one priority and cluster, the smallest starts first.
     seq: u64,
     slot: Slot,
 }
 
-/// The ready jobs of one owner and lane, in one line per cluster, the clusters taking turns.
+/// The ready jobs of one owner and priority, in one line per cluster, the clusters taking turns.
 #[derive(Debug, Default)]
-struct Lane {
+struct ClusterTurns {
     /// Ready keys per cluster, in line order; a cluster has a line (maybe emptied) while it is in `turns`.
     lines: HashMap<ClusterName, BTreeMap<u64, ReleaseKey>>,
     /// Clusters in turn order; the one served goes to the back.
@@ -225,7 +225,7 @@ struct Lane {
     ready: usize,
 }
 
-impl Lane {
+impl ClusterTurns {
     fn insert(&mut self, seq: u64, key: ReleaseKey) {
         let cluster = &key.scope.cluster;
         if !self.lines.contains_key(cluster) {
@@ -283,7 +283,7 @@ impl Lane {
 #[derive(Debug, Default)]
 struct OwnerQueue {
     /// Uninstalls, then installs, upgrades and rollbacks.
-    lanes: [Lane; 2],
+    priorities: [ClusterTurns; 2],
     /// Every waiting key of the owner, in any slot.
     waiting: HashSet<ReleaseKey>,
     /// Its jobs running now.
@@ -294,7 +294,7 @@ struct OwnerQueue {
 
 impl OwnerQueue {
     fn ready(&self) -> usize {
-        self.lanes.iter().map(|l| l.ready).sum()
+        self.priorities.iter().map(|l| l.ready).sum()
     }
 
     fn idle(&self) -> bool {
@@ -343,7 +343,11 @@ impl TenantQueue {
                 i += 1;
                 continue;
             }
-            let Some(key) = owner.lanes.iter_mut().find_map(|lane| lane.pick(&room)) else {
+            let Some(key) = owner
+                .priorities
+                .iter_mut()
+                .find_map(|priority| priority.pick(&room))
+            else {
                 i += 1;
                 continue;
             };
@@ -427,9 +431,9 @@ impl<T: PartialEq> Turns<T> {
     }
 }
 
-/// Adds a ready job to its owner's lane, the owner to its tenant's turns and the tenant to the
+/// Adds a ready job to its owner's priority class, the owner to its tenant's turns and the tenant to the
 /// turns, each unless it is there.
-fn enter_lane(
+fn make_ready(
     owners: &mut HashMap<OwnerId, OwnerQueue>,
     tenants: &mut HashMap<String, TenantQueue>,
     turns: &mut Turns<String>,
@@ -437,7 +441,7 @@ fn enter_lane(
     seq: u64,
 ) {
     let owner = owners.entry(job.owner().clone()).or_default();
-    owner.lanes[lane_of(job)].insert(seq, job.key().clone());
+    owner.priorities[priority_of(job)].insert(seq, job.key().clone());
     if owner.in_turn {
         return;
     }
@@ -473,7 +477,7 @@ impl State {
     }
 
     /// Files `w` where it belongs at `now`: behind a running job of its key, among the backing-off
-    /// jobs, or in its owner's lane.
+    /// jobs, or in its owner's priority.
     fn place(&mut self, mut w: Waiting, now: Instant) {
         let key = w.job.key().clone();
         self.owners
@@ -497,7 +501,7 @@ impl State {
                     .or_default()
                     .insert(key.clone());
             }
-            Slot::Ready => enter_lane(
+            Slot::Ready => make_ready(
                 &mut self.owners,
                 &mut self.tenants,
                 &mut self.turns,
@@ -514,7 +518,7 @@ impl State {
         match w.slot {
             Slot::Ready => {
                 if let Some(owner) = self.owners.get_mut(w.job.owner()) {
-                    owner.lanes[lane_of(&w.job)].remove(w.seq, key);
+                    owner.priorities[priority_of(&w.job)].remove(w.seq, key);
                 }
             }
             Slot::Backoff => {
@@ -555,7 +559,7 @@ impl State {
         }
     }
 
-    /// Moves the backing-off jobs due at `now` into their lanes.
+    /// Moves the backing-off jobs due at `now` into their priorities.
     fn promote_due(&mut self, now: Instant) {
         while let Some(timer) = self.timers.first_entry() {
             if timer.key().0 > now {
@@ -574,7 +578,7 @@ impl State {
             .get_mut(key)
             .expect("a backing-off key has its waiting job");
         w.slot = Slot::Ready;
-        enter_lane(
+        make_ready(
             &mut self.owners,
             &mut self.tenants,
             &mut self.turns,
@@ -1199,7 +1203,7 @@ mod tests {
             match w.slot {
                 Slot::Ready => {
                     ready += 1;
-                    let line = &q.lanes[lane_of(&w.job)].lines[&key.scope.cluster];
+                    let line = &q.priorities[priority_of(&w.job)].lines[&key.scope.cluster];
                     assert_eq!(line.get(&w.seq), Some(key), "{key} in its line");
                     let tenant = &w.job.owner().namespace;
                     assert!(q.in_turn && s.tenants[tenant].turns.contains(w.job.owner()));
@@ -1212,8 +1216,8 @@ mod tests {
                 Slot::Parked => assert!(s.running.contains_key(key), "{key} parked"),
             }
         }
-        let lanes: usize = s.owners.values().map(OwnerQueue::ready).sum();
-        assert_eq!(lanes, ready, "ready jobs in lanes");
+        let priorities: usize = s.owners.values().map(OwnerQueue::ready).sum();
+        assert_eq!(priorities, ready, "ready jobs in priorities");
         let owned: usize = s.owners.values().map(|q| q.waiting.len()).sum();
         assert_eq!(owned, s.waiting.len(), "waiting jobs by owner");
         let backing_off: usize = s.backing_off.values().map(HashSet::len).sum();
