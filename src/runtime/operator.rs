@@ -160,43 +160,13 @@ fn plan_relevant(c: &Controller) -> Option<u64> {
 }
 
 /// Runs the operator until `shutdown` completes, then stops within the queue's shutdown grace.
+/// Four phases: check the hub and build every part, lead, start the work, shut down.
 pub async fn run(
     config: RunConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    let chart_home = std::fs::canonicalize(&config.settings.chart_home)
-        .ok()
-        .filter(|p| p.is_dir())
-        .ok_or_else(|| Error::ChartHome(config.settings.chart_home.clone()))?;
-    let file = match &config.clusters_file {
-        Some(path) => RegistrationFile::load(path)?,
-        None => RegistrationFile::default(),
-    };
-    let registry = ClusterRegistry::connect(&config.hub, &file).await?;
-    let hub = registry
-        .get(&HUB_CLUSTER.parse().expect("valid"))
-        .expect("the registry always holds the hub")
-        .client
-        .clone();
-    let controllers: Api<Controller> = match &config.namespace {
-        Some(ns) => Api::namespaced(hub.clone(), ns),
-        None => Api::all(hub.clone()),
-    };
-    controllers
-        .list(&ListParams::default().limit(1))
-        .await
-        .map_err(Error::NoCrd)?;
-    let policies: Api<TenancyPolicy> = Api::all(hub.clone());
-    policies
-        .list(&ListParams::default().limit(1))
-        .await
-        .map_err(Error::NoPolicyCrd)?;
-
-    let seal = SealKey::load_or_create(hub.clone(), &config.settings.operator_namespace).await?;
-    tracing::info!(secret = %format!("{}/{}", config.settings.operator_namespace, crate::helm::seal::KEY_SECRET), "release records are sealed with the key in this hub Secret; records it does not verify are never acted on");
     let mut config = config;
-    config.helm.seal = Some(seal.clone());
-
+    let hub = preflight(&mut config).await?;
     let cancel = CancellationToken::new();
     let tasks = TaskTracker::new();
     tasks.spawn({
@@ -207,29 +177,241 @@ pub async fn run(
             cancel.cancel();
         }
     });
-    let (trigger_tx, trigger_rx) = mpsc::channel(TRIGGER_ROOM);
-    let (everything_tx, everything_rx) = mpsc::channel::<()>(16);
-    let (record_tx, record_rx) = mpsc::channel(RECORD_ROOM);
-    let shared: registry::SharedRegistry = Arc::new(arc_swap::ArcSwap::from_pointee(registry));
-    let queue = HelmQueue::new(config.queue.clone());
+    let parts = build(&config, hub, &cancel, &tasks).await?;
+    let Some(leadership) = lead(&config, &parts, &cancel).await? else {
+        return Ok(());
+    };
+    let mut work = start(&config, parts, &cancel, &tasks).await;
+    let result = work.serve(leadership.is_some(), &cancel).await;
+    shut_down(work, leadership, &config, &cancel, &tasks).await?;
+    result
+}
+
+/// What the checks before anything starts found: the hub with its CRDs, the registered clusters
+/// and the key release records are sealed with.
+struct Hub {
+    chart_home: PathBuf,
+    registry: ClusterRegistry,
+    client: kube::Client,
+    controllers: Api<Controller>,
+    policies: Api<TenancyPolicy>,
+    seal: SealKey,
+}
+
+/// Checks the chart home, the registration file and the hub's CRDs, and loads (or makes) the
+/// sealing key, which the Helm options take.
+async fn preflight(config: &mut RunConfig) -> Result<Hub, Error> {
+    let chart_home = std::fs::canonicalize(&config.settings.chart_home)
+        .ok()
+        .filter(|p| p.is_dir())
+        .ok_or_else(|| Error::ChartHome(config.settings.chart_home.clone()))?;
+    let file = match &config.clusters_file {
+        Some(path) => RegistrationFile::load(path)?,
+        None => RegistrationFile::default(),
+    };
+    let registry = ClusterRegistry::connect(&config.hub, &file).await?;
+    let client = registry
+        .get(&HUB_CLUSTER.parse().expect("valid"))
+        .expect("the registry always holds the hub")
+        .client
+        .clone();
+    let controllers: Api<Controller> = match &config.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    controllers
+        .list(&ListParams::default().limit(1))
+        .await
+        .map_err(Error::NoCrd)?;
+    let policies: Api<TenancyPolicy> = Api::all(client.clone());
+    policies
+        .list(&ListParams::default().limit(1))
+        .await
+        .map_err(Error::NoPolicyCrd)?;
+    let seal = SealKey::load_or_create(client.clone(), &config.settings.operator_namespace).await?;
+    tracing::info!(secret = %format!("{}/{}", config.settings.operator_namespace, crate::helm::seal::KEY_SECRET), "release records are sealed with the key in this hub Secret; records it does not verify are never acted on");
+    config.helm.seal = Some(seal.clone());
+    Ok(Hub {
+        chart_home,
+        registry,
+        client,
+        controllers,
+        policies,
+        seal,
+    })
+}
+
+/// The receiving ends of the channels between the components, each bounded.
+struct Inboxes {
+    triggers: mpsc::Receiver<ObjectRef<Controller>>,
+    everything: mpsc::Receiver<()>,
+    records: mpsc::Receiver<crate::observe::releases::RecordChange>,
+    changes: mpsc::Receiver<crate::observe::model::Tagged>,
+    outcomes: mpsc::Receiver<crate::queue::Completed>,
+}
+
+/// The sending ends.
+#[derive(Clone)]
+struct Outboxes {
+    triggers: mpsc::Sender<ObjectRef<Controller>>,
+    everything: mpsc::Sender<()>,
+    records: mpsc::Sender<crate::observe::releases::RecordChange>,
+    changes: mpsc::Sender<crate::observe::model::Tagged>,
+    outcomes: mpsc::Sender<crate::queue::Completed>,
+}
+
+fn channels() -> (Outboxes, Inboxes) {
+    let (triggers, triggers_rx) = mpsc::channel(TRIGGER_ROOM);
+    let (everything, everything_rx) = mpsc::channel(16);
+    let (records, records_rx) = mpsc::channel(RECORD_ROOM);
+    let (changes, changes_rx) = mpsc::channel(CHANGE_ROOM);
+    let (outcomes, outcomes_rx) = mpsc::channel(OUTCOME_ROOM);
+    (
+        Outboxes {
+            triggers,
+            everything,
+            records,
+            changes,
+            outcomes,
+        },
+        Inboxes {
+            triggers: triggers_rx,
+            everything: everything_rx,
+            records: records_rx,
+            changes: changes_rx,
+            outcomes: outcomes_rx,
+        },
+    )
+}
+
+/// Every part, built and not yet working (the HTTP endpoints excepted: a standby answers them).
+struct Parts {
+    ctx: Arc<Context>,
+    runtime: Runtime<Controller>,
+    links: Links,
+    policies: (Api<TenancyPolicy>, reflector::store::Writer<TenancyPolicy>),
+    outboxes: Outboxes,
+    inboxes: (
+        mpsc::Receiver<crate::observe::releases::RecordChange>,
+        mpsc::Receiver<crate::queue::Completed>,
+        mpsc::Receiver<crate::observe::model::Tagged>,
+    ),
+    drift: mpsc::UnboundedReceiver<crate::controller::drift::DriftCheckRequest>,
+    ready: Arc<arc_swap::ArcSwap<Readiness>>,
+    address: std::net::SocketAddr,
+    sharded: bool,
+}
+
+/// Builds the parts: the member links and the release-record watches, the queue, the chart
+/// cache, the reconciler's runtime, the context, and serves the HTTP endpoints.
+async fn build(
+    config: &RunConfig,
+    hub: Hub,
+    cancel: &CancellationToken,
+    tasks: &TaskTracker,
+) -> Result<Parts, Error> {
+    let (outboxes, inboxes) = channels();
+    let shared: registry::SharedRegistry = Arc::new(arc_swap::ArcSwap::from_pointee(hub.registry));
     let health = Arc::new(HealthBoard::default());
     let metrics = Arc::new(Metrics::new());
-    let chart_cache = {
-        let (dir, size) = (config.chart_cache_dir.clone(), config.chart_cache_size);
-        let (helm, metrics) = (config.helm.binary.clone(), metrics.clone());
-        // Verifying every archive kept reads them all: off the async workers.
-        tokio::task::spawn_blocking(move || ChartCache::open(&dir, size, helm, metrics))
-            .await
-            .expect("opening the chart cache does not panic")?
-            .with_index_limit(config.chart_index_limit)
-    };
-    tracing::info!(dir = %chart_cache.dir().display(), bytes = config.chart_cache_size, "chart cache opened");
-    let chart_cache = Arc::new(chart_cache);
+    let chart_cache = open_chart_cache(config, &metrics).await?;
+    let links = Links::new(
+        shared.clone(),
+        executor(config, &shared, &health, &chart_cache)?,
+    );
+    let releases = ReleaseIndex::new(tasks.clone(), Some(hub.seal));
+    for link in links.all() {
+        releases.watch(
+            link.cluster().clone(),
+            |selector| link.release_records(selector),
+            outboxes.records.clone(),
+            cancel,
+        );
+        tracing::info!(cluster = %link.cluster(), "watching release records");
+    }
+    let (policy_store, policy_writer) = reflector::store();
+    let claims = Arc::new(Claims::new(hub.chart_home.clone()));
+    let runtime = reconciler(
+        config,
+        hub.controllers,
+        inboxes.triggers,
+        inboxes.everything,
+        (&claims, &shared, &policy_store),
+        cancel,
+    );
+    let sharded = config.shards > 1 && config.leader.is_some();
+    let (drift, drift_rx) = DriftBoard::new(config.settings.drift_interval);
+    let ctx = Arc::new(Context {
+        hub: hub.client.clone(),
+        registry: shared,
+        releases,
+        queue: HelmQueue::new(config.queue.clone()),
+        claims,
+        orphans: Default::default(),
+        charts: ChartCatalog::new(chart_cache, config.settings.chart_interval),
+        controllers: runtime.store(),
+        policies: policy_store,
+        events: Events::new(Recorder::new(hub.client, Reporter::from("tenancy-hub"))),
+        model: Arc::new(Model::default()),
+        links: links.clone(),
+        watches: WatchSupervisor::new(outboxes.changes.clone(), cancel.clone(), tasks.clone()),
+        writer: StatusWriter::default(),
+        health,
+        metrics,
+        index: ControllerIndex::new(drift),
+        shards: Arc::new(if sharded {
+            Shards::none_of(config.shards)
+        } else {
+            Shards::default()
+        }),
+        settings: Settings {
+            chart_home: hub.chart_home,
+            ..config.settings.clone()
+        },
+    });
+    let ready = Arc::new(arc_swap::ArcSwap::from_pointee(Readiness::Starting));
+    let address = serve_http(config, &ctx, &outboxes, &ready, cancel, tasks).await?;
+    Ok(Parts {
+        ctx,
+        runtime,
+        links,
+        policies: (hub.policies, policy_writer),
+        outboxes,
+        inboxes: (inboxes.records, inboxes.outcomes, inboxes.changes),
+        drift: drift_rx,
+        ready,
+        address,
+        sharded,
+    })
+}
+
+/// Opens the chart cache, verifying every archive kept (off the async workers).
+async fn open_chart_cache(
+    config: &RunConfig,
+    metrics: &Arc<Metrics>,
+) -> Result<Arc<ChartCache>, Error> {
+    let (dir, size) = (config.chart_cache_dir.clone(), config.chart_cache_size);
+    let (helm, metrics) = (config.helm.binary.clone(), metrics.clone());
+    let cache = tokio::task::spawn_blocking(move || ChartCache::open(&dir, size, helm, metrics))
+        .await
+        .expect("opening the chart cache does not panic")?
+        .with_index_limit(config.chart_index_limit);
+    tracing::info!(dir = %cache.dir().display(), bytes = config.chart_cache_size, "chart cache opened");
+    Ok(Arc::new(cache))
+}
+
+/// The Helm executor `config` asks for.
+fn executor(
+    config: &RunConfig,
+    registry: &registry::SharedRegistry,
+    health: &Arc<HealthBoard>,
+    charts: &Arc<ChartCache>,
+) -> Result<Arc<HelmExecutor>, Error> {
     let cli = HelmCli::new(
         config.helm.clone(),
-        shared.clone(),
+        registry.clone(),
         health.clone(),
-        chart_cache.clone(),
+        charts.clone(),
     )
     .map_err(Error::Scratch)?;
     match &config.helm.sdk {
@@ -240,21 +422,25 @@ pub async fn run(
             tracing::info!(helm = %config.helm.binary.display(), "helm runs one process per job")
         }
     }
-    let executor = Arc::new(HelmExecutor::new(cli, &config.helm));
-    let links = Links::new(shared.clone(), executor);
-    let releases = ReleaseIndex::new(tasks.clone(), Some(seal));
-    for link in links.all() {
-        releases.watch(
-            link.cluster().clone(),
-            |selector| link.release_records(selector),
-            record_tx.clone(),
-            &cancel,
-        );
-        tracing::info!(cluster = %link.cluster(), "watching release records");
-    }
+    Ok(Arc::new(HelmExecutor::new(cli, &config.helm)))
+}
 
+/// The reconciler's runtime: the selected Controllers of the scope, claims followed from every
+/// event, reconciled on what is worth a new plan, on triggers and all at once on `everything`.
+fn reconciler(
+    config: &RunConfig,
+    controllers: Api<Controller>,
+    triggers: mpsc::Receiver<ObjectRef<Controller>>,
+    everything: mpsc::Receiver<()>,
+    (claims, registry, policies): (
+        &Arc<Claims>,
+        &registry::SharedRegistry,
+        &reflector::Store<TenancyPolicy>,
+    ),
+    cancel: &CancellationToken,
+) -> Runtime<Controller> {
     let scope = config.namespace.clone();
-    let triggers = futures::stream::unfold(trigger_rx, |mut rx| async move {
+    let triggers = futures::stream::unfold(triggers, |mut rx| async move {
         rx.recv().await.map(|r| (r, rx))
     })
     .filter(move |r: &ObjectRef<Controller>| {
@@ -264,12 +450,10 @@ pub async fn run(
                 .is_none_or(|ns| r.namespace.as_ref() == Some(ns)),
         )
     });
-    let everything = futures::stream::unfold(everything_rx, |mut rx| async move {
+    let everything = futures::stream::unfold(everything, |mut rx| async move {
         rx.recv().await.map(|r| (r, rx))
     });
     let (store, writer) = reflector::store();
-    let (policy_store, policy_writer) = reflector::store();
-    let claims = Arc::new(Claims::new(chart_home.clone()));
     let selected = match &config.settings.selector {
         Some(selector) => watcher::Config::default().labels(selector),
         None => watcher::Config::default(),
@@ -278,8 +462,8 @@ pub async fn run(
         .default_backoff()
         .reflect(writer)
         .inspect({
-            let (claims, registry) = (claims.clone(), shared.clone());
-            let (policies, settings) = (policy_store.clone(), config.settings.clone());
+            let (claims, registry) = (claims.clone(), registry.clone());
+            let (policies, settings) = (policies.clone(), config.settings.clone());
             let mut listing = BTreeSet::new();
             move |event| {
                 if let Ok(event) = event {
@@ -293,7 +477,7 @@ pub async fn run(
         })
         .applied_objects()
         .predicate_filter(plan_relevant, PredicateConfig::default());
-    let runtime = Runtime::for_stream(own, store)
+    Runtime::for_stream(own, store)
         .with_config(
             RuntimeConfig::default()
                 .debounce(DEBOUNCE)
@@ -301,114 +485,57 @@ pub async fn run(
         )
         .reconcile_on(triggers)
         .reconcile_all_on(everything)
-        .graceful_shutdown_on(cancel.clone().cancelled_owned());
-    let (changes_tx, changes_rx) = mpsc::channel(CHANGE_ROOM);
-    let model = Arc::new(Model::default());
-    let ready = Arc::new(arc_swap::ArcSwap::from_pointee(Readiness::Starting));
-    let (done_tx, done_rx) = mpsc::channel(OUTCOME_ROOM);
+        .graceful_shutdown_on(cancel.clone().cancelled_owned())
+}
+
+/// Serves health, readiness, metrics and the status API; the API learns which Controllers watch
+/// a scope and the streams open, and nothing else of the context.
+async fn serve_http(
+    config: &RunConfig,
+    ctx: &Arc<Context>,
+    outboxes: &Outboxes,
+    ready: &Arc<arc_swap::ArcSwap<Readiness>>,
+    cancel: &CancellationToken,
+    tasks: &TaskTracker,
+) -> Result<std::net::SocketAddr, Error> {
     let owners = ScopeOwners::default();
     let streams = StreamCounts::default();
     let http = ApiState {
-        model: model.clone(),
-        registry: shared.clone(),
-        metrics: metrics.clone(),
-        queue: queue.clone(),
+        model: ctx.model.clone(),
+        registry: ctx.registry.clone(),
+        metrics: ctx.metrics.clone(),
+        queue: ctx.queue.clone(),
         ready: ready.clone(),
-        channels: ChannelDepths::of(vec![("triggers", trigger_tx.downgrade())])
+        channels: ChannelDepths::of(vec![("triggers", outboxes.triggers.downgrade())])
             .join(ChannelDepths::of(vec![(
                 "record_changes",
-                record_tx.downgrade(),
+                outboxes.records.downgrade(),
             )]))
             .join(ChannelDepths::of(vec![(
                 "model_changes",
-                changes_tx.downgrade(),
+                outboxes.changes.downgrade(),
             )]))
-            .join(ChannelDepths::of(vec![("outcomes", done_tx.downgrade())])),
-        reviewer: Arc::new(Reviewer::new(hub.clone())),
+            .join(ChannelDepths::of(vec![(
+                "outcomes",
+                outboxes.outcomes.downgrade(),
+            )])),
+        reviewer: Arc::new(Reviewer::new(ctx.hub.clone())),
         owners: owners.clone(),
         streams: streams.clone(),
     };
-    let address = http::serve(config.http_addr, http, cancel.clone(), &tasks)
+    let address = http::serve(config.http_addr, http, cancel.clone(), tasks)
         .await
         .map_err(Error::Http)?;
-    let sharded = config.shards > 1 && config.leader.is_some();
-    let leadership = match config.leader.clone() {
-        None => None,
-        Some(_) if sharded => None,
-        Some(lease) => {
-            let name = format!("{}/{}", lease.namespace, lease.name);
-            tracing::info!(lease = %name, identity = %lease.identity, "waiting for leadership");
-            // A standby is healthy and ready, so a rollout proceeds; /readyz says what it waits for.
-            let standby = |holder: &str| {
-                ready.store(Arc::new(Readiness::Standby {
-                    lease: name.clone(),
-                    holder: holder.to_owned(),
-                }));
-            };
-            match Leadership::acquire(hub.clone(), lease, &cancel, standby).await? {
-                Some(l) => {
-                    ready.store(Arc::new(Readiness::Starting));
-                    tracing::info!("acquired leadership; starting work");
-                    Some(l)
-                }
-                None => return Ok(()),
-            }
-        }
-    };
-    let lost = leadership
-        .as_ref()
-        .map_or_else(CancellationToken::new, Leadership::lost);
-    let shards = Arc::new(if sharded {
-        Shards::none_of(config.shards)
-    } else {
-        Shards::default()
-    });
-    tasks.spawn(until(
-        &cancel,
-        watch_policies(
-            policies,
-            policy_writer,
-            (policy_store.clone(), config.settings.clone()),
-            everything_tx.clone(),
-        ),
-    ));
-    let (drift, drift_rx) = DriftBoard::new(config.settings.drift_interval);
-    let ctx = Arc::new(Context {
-        hub: hub.clone(),
-        registry: shared,
-        releases,
-        queue: queue.clone(),
-        claims,
-        orphans: Default::default(),
-        charts: ChartCatalog::new(chart_cache, config.settings.chart_interval),
-        controllers: runtime.store(),
-        policies: policy_store.clone(),
-        events: Events::new(Recorder::new(hub.clone(), Reporter::from("tenancy-hub"))),
-        model,
-        links: links.clone(),
-        watches: WatchSupervisor::new(changes_tx, cancel.clone(), tasks.clone()),
-        writer: StatusWriter::default(),
-        health,
-        metrics,
-        index: ControllerIndex::new(drift),
-        shards: shards.clone(),
-        settings: Settings {
-            chart_home,
-            ..config.settings
-        },
-    });
-    // The status API learns which Controllers watch a scope, and nothing else of the context.
     owners.set({
-        let ctx = Arc::downgrade(&ctx);
+        let ctx = Arc::downgrade(ctx);
         move |scope| {
             ctx.upgrade()
                 .map(|ctx| ctx.watches.owners_of(scope))
                 .unwrap_or_default()
         }
     });
-
     streams.set({
-        let ctx = Arc::downgrade(&ctx);
+        let ctx = Arc::downgrade(ctx);
         move || {
             ctx.upgrade()
                 .map(|ctx| {
@@ -420,32 +547,170 @@ pub async fn run(
                 .unwrap_or_default()
         }
     });
+    Ok(address)
+}
 
+/// Waits for leadership when one Lease elects a single leader. `None` when shutdown came first;
+/// `Some(None)` without election (or with shards, each led through its own Lease).
+async fn lead(
+    config: &RunConfig,
+    parts: &Parts,
+    cancel: &CancellationToken,
+) -> Result<Option<Option<Leadership>>, Error> {
+    let Some(lease) = config.leader.clone().filter(|_| !parts.sharded) else {
+        return Ok(Some(None));
+    };
+    let name = format!("{}/{}", lease.namespace, lease.name);
+    tracing::info!(lease = %name, identity = %lease.identity, "waiting for leadership");
+    // A standby is healthy and ready, so a rollout proceeds; /readyz says what it waits for.
+    let ready = parts.ready.clone();
+    let standby = |holder: &str| {
+        ready.store(Arc::new(Readiness::Standby {
+            lease: name.clone(),
+            holder: holder.to_owned(),
+        }));
+    };
+    match Leadership::acquire(parts.ctx.hub.clone(), lease, cancel, standby).await? {
+        Some(l) => {
+            parts.ready.store(Arc::new(Readiness::Starting));
+            tracing::info!("acquired leadership; starting work");
+            Ok(Some(Some(l)))
+        }
+        None => Ok(None),
+    }
+}
+
+/// What runs once led: the reconciler, the Helm workers and the shard campaign.
+struct Work {
+    ctx: Arc<Context>,
+    /// Taken when it starts.
+    runtime: Option<Runtime<Controller>>,
+    workers: tokio::task::JoinHandle<()>,
+    campaign: Option<tokio::task::JoinHandle<Result<(), crate::runtime::leader::Error>>>,
+    stop_campaign: CancellationToken,
+    lost: CancellationToken,
+    sharded: bool,
+}
+
+/// Starts the Helm workers and the background loops, campaigns for shards, and waits until the
+/// policies are known (an empty store would make every release Forbidden).
+async fn start(
+    config: &RunConfig,
+    parts: Parts,
+    cancel: &CancellationToken,
+    tasks: &TaskTracker,
+) -> Work {
+    let Parts {
+        ctx,
+        runtime,
+        links,
+        policies: (policies, policy_writer),
+        outboxes,
+        inboxes: (records, outcomes, changes),
+        drift,
+        ready,
+        address,
+        sharded,
+    } = parts;
+    tasks.spawn(until(
+        cancel,
+        watch_policies(
+            policies,
+            policy_writer,
+            (ctx.policies.clone(), ctx.settings.clone()),
+            outboxes.everything.clone(),
+        ),
+    ));
     let workers = tokio::spawn({
-        let (queue, cancel) = (queue.clone(), cancel.clone());
+        let (queue, cancel, done) = (ctx.queue.clone(), cancel.clone(), outboxes.outcomes.clone());
         let links = Arc::new(links.clone());
-        async move { queue.run(links, done_tx, cancel).await }
+        async move { queue.run(links, done, cancel).await }
     });
+    spawn_loops(
+        config,
+        &ctx,
+        &links,
+        &outboxes,
+        (records, outcomes, changes),
+        drift,
+        cancel,
+        tasks,
+    );
+    tasks.spawn(until(cancel, {
+        let (store, ready) = (ctx.controllers.clone(), ready.clone());
+        async move {
+            ready_store(&store).await;
+            if !sharded {
+                ready.store(Arc::new(Readiness::Ready));
+            }
+            tracing::info!(%address, "ready: the hub's Controllers are listed");
+        }
+    }));
+    let lost = CancellationToken::new();
+    let stop_campaign = CancellationToken::new();
+    let campaign = campaign_for_shards(config, &ctx, &outboxes, &ready, &stop_campaign, &lost);
+    tokio::select! {
+        () = ready_store(&ctx.policies) => {}
+        () = cancel.cancelled() => {}
+    }
+    tracing::info!(
+        workers = config.queue.workers,
+        per_cluster = config.queue.per_cluster,
+        per_owner = config.queue.per_owner,
+        per_tenant = config.queue.per_tenant,
+        policies = ctx.policies.state().len(),
+        mode = ?ctx.settings.policy_mode,
+        "tenancy-hub is running"
+    );
+    Work {
+        ctx,
+        runtime: Some(runtime),
+        workers,
+        campaign,
+        stop_campaign,
+        lost,
+        sharded,
+    }
+}
+
+/// The loops that follow outcomes, records, workload changes, freed claims, drift, ownerless
+/// releases, charts, cluster health, the registration file and status writes.
+#[allow(clippy::too_many_arguments)]
+fn spawn_loops(
+    config: &RunConfig,
+    ctx: &Arc<Context>,
+    links: &Links,
+    outboxes: &Outboxes,
+    (records, outcomes, changes): (
+        mpsc::Receiver<crate::observe::releases::RecordChange>,
+        mpsc::Receiver<crate::queue::Completed>,
+        mpsc::Receiver<crate::observe::model::Tagged>,
+    ),
+    drift: mpsc::UnboundedReceiver<crate::controller::drift::DriftCheckRequest>,
+    cancel: &CancellationToken,
+    tasks: &TaskTracker,
+) {
+    let trigger = &outboxes.triggers;
     tasks.spawn(until(
-        &cancel,
-        loops::record_outcomes(ctx.clone(), done_rx, trigger_tx.clone()),
+        cancel,
+        loops::record_outcomes(ctx.clone(), outcomes, trigger.clone()),
     ));
     tasks.spawn(until(
-        &cancel,
-        loops::forward_record_changes(ctx.clone(), record_rx, trigger_tx.clone()),
+        cancel,
+        loops::forward_record_changes(ctx.clone(), records, trigger.clone()),
     ));
-    tasks.spawn(until(&cancel, loops::aggregate(ctx.clone(), changes_rx)));
+    tasks.spawn(until(cancel, loops::aggregate(ctx.clone(), changes)));
     tasks.spawn(until(
-        &cancel,
-        loops::wake_freed_claims(ctx.clone(), trigger_tx.clone()),
+        cancel,
+        loops::wake_freed_claims(ctx.clone(), trigger.clone()),
     ));
     tasks.spawn(
-        drift_checks::detect(ctx.clone(), drift_rx, trigger_tx.clone(), cancel.clone())
+        drift_checks::detect(ctx.clone(), drift, trigger.clone(), cancel.clone())
             .instrument(tracing::info_span!("drift")),
     );
     tasks.spawn(loops::report_ownerless(ctx.clone(), cancel.clone()));
     tasks.spawn(
-        loops::keep_fresh(ctx.clone(), trigger_tx.clone(), cancel.clone())
+        loops::keep_fresh(ctx.clone(), trigger.clone(), cancel.clone())
             .instrument(tracing::info_span!("charts")),
     );
     tasks.spawn(crate::clusters::health::monitor(
@@ -467,8 +732,8 @@ pub async fn run(
         let reloader = Reloader {
             path,
             hub: config.hub.clone(),
-            records: record_tx.clone(),
-            everything: everything_tx.clone(),
+            records: outboxes.records.clone(),
+            everything: outboxes.everything.clone(),
         };
         tasks.spawn(reloader.run(ctx.clone(), cancel.clone()));
     }
@@ -484,104 +749,108 @@ pub async fn run(
         };
         async move { ctx.writer.run(&sources, interval, cancel).await }
     });
-    tasks.spawn(until(&cancel, {
-        let (store, ready) = (ctx.controllers.clone(), ready.clone());
+}
+
+/// With shards: once the Controllers are listed, leads a fair share of the shards. Stopped only
+/// after the Helm workers, so a shard is never given up while its jobs run.
+fn campaign_for_shards(
+    config: &RunConfig,
+    ctx: &Arc<Context>,
+    outboxes: &Outboxes,
+    ready: &Arc<arc_swap::ArcSwap<Readiness>>,
+    stop: &CancellationToken,
+    lost: &CancellationToken,
+) -> Option<tokio::task::JoinHandle<Result<(), crate::runtime::leader::Error>>> {
+    let base = config.leader.clone().filter(|_| config.shards > 1)?;
+    let lease = format!(
+        "{}/{}-shard-*-of-{}",
+        base.namespace, base.name, config.shards
+    );
+    ready.store(Arc::new(Readiness::Standby {
+        lease: lease.clone(),
+        holder: "other replicas (none is led here yet)".into(),
+    }));
+    let steward = ShardSteward {
+        ctx: ctx.clone(),
+        everything: outboxes.everything.clone(),
+        ready: ready.clone(),
+        lease,
+        drain_limit: config.helm.timeout + config.queue.shutdown_grace,
+    };
+    let (hub, shards, stop, lost) = (
+        ctx.hub.clone(),
+        ctx.shards.clone(),
+        stop.clone(),
+        lost.clone(),
+    );
+    let store = ctx.controllers.clone();
+    Some(tokio::spawn(
         async move {
             ready_store(&store).await;
-            if !sharded {
-                ready.store(Arc::new(Readiness::Ready));
-            }
-            tracing::info!(%address, "ready: the hub's Controllers are listed");
+            campaign(hub, base, shards, steward, stop, lost).await
         }
-    }));
-    // With shards: once the Controllers are listed, lead a fair share of the shards. Stopped only
-    // after the Helm workers, so a shard is never given up while its jobs run.
-    let stop_campaign = CancellationToken::new();
-    let mut campaigning = match config.leader.clone().filter(|_| sharded) {
-        None => None,
-        Some(base) => {
-            let lease = format!(
-                "{}/{}-shard-*-of-{}",
-                base.namespace, base.name, config.shards
-            );
-            ready.store(Arc::new(Readiness::Standby {
-                lease: lease.clone(),
-                holder: "other replicas (none is led here yet)".into(),
-            }));
-            let steward = ShardSteward {
-                ctx: ctx.clone(),
-                everything: everything_tx.clone(),
-                ready: ready.clone(),
-                lease,
-                drain_limit: config.helm.timeout + config.queue.shutdown_grace,
-            };
-            let (hub, shards, stop, lost) = (
-                hub.clone(),
-                shards.clone(),
-                stop_campaign.clone(),
-                lost.clone(),
-            );
-            let store = ctx.controllers.clone();
-            Some(tokio::spawn(
-                async move {
-                    ready_store(&store).await;
-                    campaign(hub, base, shards, steward, stop, lost).await
+        .instrument(tracing::info_span!("shards")),
+    ))
+}
+
+impl Work {
+    /// Reconciles until shutdown, or until leadership (or a shard) is lost, when every Helm
+    /// process is stopped at once so another replica may take over.
+    async fn serve(&mut self, led: bool, cancel: &CancellationToken) -> Result<(), Error> {
+        let runtime = self.runtime.take().expect("the reconciler runs once");
+        let run = runtime
+            .run(
+                reconcile::reconcile,
+                reconcile::error_policy,
+                self.ctx.clone(),
+            )
+            .for_each(|result| async move {
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "reconcile ended with an error");
                 }
-                .instrument(tracing::info_span!("shards")),
-            ))
-        }
-    };
-    // No plan before the policies are known: an empty store would make every release Forbidden.
-    tokio::select! {
-        () = ready_store(&policy_store) => {}
-        () = cancel.cancelled() => {}
-    }
-    tracing::info!(
-        workers = config.queue.workers,
-        per_cluster = config.queue.per_cluster,
-        per_owner = config.queue.per_owner,
-        per_tenant = config.queue.per_tenant,
-        policies = policy_store.state().len(),
-        mode = ?ctx.settings.policy_mode,
-        "tenancy-hub is running"
-    );
-    let run = runtime
-        .run(reconcile::reconcile, reconcile::error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "reconcile ended with an error");
+            });
+        let campaign_ended = async {
+            match self.campaign.as_mut() {
+                Some(handle) => handle.await,
+                None => std::future::pending().await,
             }
-        });
-    let campaign_ended = async {
-        match campaigning.as_mut() {
-            Some(handle) => handle.await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        () = run => {}
-        () = lost.cancelled(), if (leadership.is_some() || sharded) && !cancel.is_cancelled() => {
-            // Another replica may take over soon: stop every Helm process now, not after a grace.
-            workers.abort();
-            cancel.cancel();
-            return Err(Error::LostLeadership);
-        }
-        ended = campaign_ended => {
-            workers.abort();
-            cancel.cancel();
-            return match ended {
-                Ok(Err(e)) => Err(Error::Leader(e)),
-                _ => Err(Error::LostLeadership),
-            };
+        };
+        tokio::select! {
+            () = run => Ok(()),
+            () = self.lost.cancelled(), if (led || self.sharded) && !cancel.is_cancelled() => {
+                // Another replica may take over soon: stop every Helm process now, not after a grace.
+                self.workers.abort();
+                cancel.cancel();
+                Err(Error::LostLeadership)
+            }
+            ended = campaign_ended => {
+                self.workers.abort();
+                cancel.cancel();
+                match ended {
+                    Ok(Err(e)) => Err(Error::Leader(e)),
+                    _ => Err(Error::LostLeadership),
+                }
+            }
         }
     }
+}
+
+/// Stops in order: the Helm workers (within the queue's grace), then the shard Leases, the
+/// background tasks, and the leadership Lease.
+async fn shut_down(
+    work: Work,
+    leadership: Option<Leadership>,
+    config: &RunConfig,
+    cancel: &CancellationToken,
+    tasks: &TaskTracker,
+) -> Result<(), Error> {
     let grace = config.queue.shutdown_grace + Duration::from_secs(5);
-    if tokio::time::timeout(grace, workers).await.is_err() {
+    if tokio::time::timeout(grace, work.workers).await.is_err() {
         tracing::warn!("Helm workers did not stop in time");
     }
     // Helm has stopped: the shards can go to other replicas.
-    stop_campaign.cancel();
-    if let Some(handle) = campaigning.take()
+    work.stop_campaign.cancel();
+    if let Some(handle) = work.campaign
         && tokio::time::timeout(crate::api::HUB_WRITE_TIMEOUT, handle)
             .await
             .is_err()
