@@ -28,7 +28,7 @@ use crate::{
 #[command(after_help = "Examples:\n  \
     tenancy-hub crd | kubectl apply --server-side -f -\n  \
     tenancy-hub run --clusters clusters.yaml --chart-home config/charts\n  \
-    tenancy-hub clusters --clusters clusters.yaml --kubeconfig lab/kubeconfig --context hub")]
+    tenancy-hub clusters --clusters clusters.yaml --kubeconfig .lab/kubeconfig --context hub")]
 pub struct Cli {
     /// Logging options.
     #[command(flatten)]
@@ -365,7 +365,7 @@ pub enum Command {
     ///
     /// Stops cleanly on SIGINT or SIGTERM, letting running Helm jobs finish within a bound.
     #[command(
-        after_help = "Example:\n  tenancy-hub run --kubeconfig lab/kubeconfig --context hub --clusters lab/clusters.yaml --chart-home config/charts"
+        after_help = "Example:\n  tenancy-hub run --kubeconfig .lab/kubeconfig --context hub --clusters .lab/clusters.yaml --chart-home config/charts"
     )]
     Run(RunArgs),
     /// Print the Controller and TenancyPolicy CustomResourceDefinitions as YAML.
@@ -390,7 +390,7 @@ pub enum Command {
     /// Reads the resources' status from the hub. Exits non-zero when any listed resource is not
     /// Ready (or its status does not yet describe its latest spec), so scripts can wait on it.
     #[command(
-        after_help = "Examples:\n  tenancy-hub status example-controller --kubeconfig lab/kubeconfig --context hub\n  tenancy-hub status -A --cluster member-1 -o json\n  until tenancy-hub status example-controller >/dev/null; do sleep 2; done"
+        after_help = "Examples:\n  tenancy-hub status example-controller --kubeconfig .lab/kubeconfig --context hub\n  tenancy-hub status -A --cluster member-1 -o json\n  until tenancy-hub status example-controller >/dev/null; do sleep 2; done"
     )]
     Status {
         /// Name of one Controller resource; default: every one in the namespace.
@@ -423,13 +423,13 @@ pub enum Command {
     /// template`; changes nothing anywhere. Secrets' values are masked. Exits 0 when nothing
     /// would change, 1 when something would (or is refused), 2 on error.
     #[command(
-        after_help = "Examples:\n  tenancy-hub diff -f controller.yaml --clusters lab/clusters.yaml --kubeconfig lab/kubeconfig --context hub --chart-home config/charts\n  tenancy-hub diff -f controller.yaml --cluster member-1 -o json\n  kubectl kustomize team-a/ | tenancy-hub diff -f -"
+        after_help = "Examples:\n  tenancy-hub diff -f controller.yaml --clusters .lab/clusters.yaml --kubeconfig .lab/kubeconfig --context hub --chart-home config/charts\n  tenancy-hub diff -f controller.yaml --cluster member-1 -o json\n  kubectl kustomize team-a/ | tenancy-hub diff -f -"
     )]
     Diff(diff::DiffArgs),
     /// Resumes a halted rollout, or restarts the newest generation's rollout from the first wave,
     /// by setting the `multitenancy.dev/rollout` annotation the operator acts on.
     #[command(
-        after_help = "Examples:\n  tenancy-hub rollout resume app -n team-a --kubeconfig lab/kubeconfig --context hub\n  tenancy-hub rollout restart app -n team-a\n  kubectl annotate controller app multitenancy.dev/rollout=resume-$(date +%s) --overwrite"
+        after_help = "Examples:\n  tenancy-hub rollout resume app -n team-a --kubeconfig .lab/kubeconfig --context hub\n  tenancy-hub rollout restart app -n team-a\n  kubectl annotate controller app multitenancy.dev/rollout=resume-$(date +%s) --overwrite"
     )]
     Rollout(rollout::RolloutArgs),
 }
