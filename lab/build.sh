@@ -13,34 +13,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 BIN_DIR="$(lab_cache_dir)/bin"
 mkdir -p "$BIN_DIR"
 
-# build_one NAME STEP TOTAL COMMAND...: runs COMMAND (which writes $out) with progress, then installs it.
-build_one() {
-    local name=$1 step=$2 total=$3; shift 3
-    if [[ -x "$BIN_DIR/$name" ]]; then
-        log "($step/$total) $name: cached"
-        return
-    fi
-    log "($step/$total) building $name (the first build of the Kubernetes binaries takes several minutes)"
-    local start=$SECONDS tmp
-    tmp=$(mktemp -d "$BIN_DIR/.build-XXXXXX")
-    out="$tmp/$name" "$@" >"$tmp/build.log" 2>&1 &
-    local pid=$!
-    while kill -0 "$pid" 2>/dev/null; do
-        sleep 1
-        if (((SECONDS - start) % 30 == 0)); then
-            log "    $name: still building ($((SECONDS - start))s)"
-        fi
-    done
-    if ! wait "$pid"; then
-        tail -n 40 "$tmp/build.log" >&2
-        rm -rf "$tmp"
-        die "building $name failed (log above); check Go ($(go version)) and access to the Go module proxy"
-    fi
-    mv "$tmp/$name" "$BIN_DIR/$name"
-    rm -rf "$tmp"
-    log "    $name built in $((SECONDS - start))s"
-}
-
+# The build commands: each writes one binary to $out (build_with_progress in lib.sh sets it).
+# shellcheck disable=SC2154 # $out is set by build_with_progress
 k8s_build() {
     local v=k8s.io/component-base/version minor=${KUBERNETES_VERSION#*.}
     minor=${minor%%.*}
@@ -56,16 +30,18 @@ go_install() {
     [[ -x "$out" ]] || mv "$gobin/$(basename "${1%@*}")" "$out"
 }
 
-build_one etcd 1 8 etcd_build
-build_one kube-apiserver 2 8 k8s_build k8s.io/kubernetes/cmd/kube-apiserver
-build_one kube-controller-manager 3 8 k8s_build k8s.io/kubernetes/cmd/kube-controller-manager
-build_one kube-scheduler 4 8 k8s_build k8s.io/kubernetes/cmd/kube-scheduler
-build_one kubectl 5 8 k8s_build k8s.io/kubernetes/cmd/kubectl
-build_one kwok 6 8 go_install "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION" \
+build_with_progress "$BIN_DIR/etcd" "(1/8) etcd" etcd_build
+build_with_progress "$BIN_DIR/kube-apiserver" "(2/8) kube-apiserver" k8s_build k8s.io/kubernetes/cmd/kube-apiserver
+build_with_progress "$BIN_DIR/kube-controller-manager" "(3/8) kube-controller-manager" \
+    k8s_build k8s.io/kubernetes/cmd/kube-controller-manager
+build_with_progress "$BIN_DIR/kube-scheduler" "(4/8) kube-scheduler" k8s_build k8s.io/kubernetes/cmd/kube-scheduler
+build_with_progress "$BIN_DIR/kubectl" "(5/8) kubectl" k8s_build k8s.io/kubernetes/cmd/kubectl
+build_with_progress "$BIN_DIR/kwok" "(6/8) kwok" go_install "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION" \
     "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION"
-build_one helm 7 8 go_install "helm.sh/helm/v4/cmd/helm@v$HELM_VERSION" \
+build_with_progress "$BIN_DIR/helm" "(7/8) helm" go_install "helm.sh/helm/v4/cmd/helm@v$HELM_VERSION" \
     "-X helm.sh/helm/v4/internal/version.version=v$HELM_VERSION"
-build_one registry 8 8 go_install "github.com/distribution/distribution/v3/cmd/registry@v$REGISTRY_VERSION" ""
+build_with_progress "$BIN_DIR/registry" "(8/8) registry" \
+    go_install "github.com/distribution/distribution/v3/cmd/registry@v$REGISTRY_VERSION" ""
 
 # kwok's stage definitions (fake node and pod lifecycles) ship in its module.
 STAGES="$BIN_DIR/kwok-stages.yaml"

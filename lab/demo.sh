@@ -38,7 +38,9 @@ source "$LAB_DIR/env"
 
 step "2/6 building tenancy-hub"
 (cd "$REPO_ROOT" && cargo build --locked --quiet)
-TH="$REPO_ROOT/target/debug/tenancy-hub"
+# Wherever cargo puts it (CARGO_TARGET_DIR or its configuration may move the target directory).
+TH="$(cd "$REPO_ROOT" && cargo metadata --locked --format-version 1 --no-deps |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug/tenancy-hub"
 
 step "3/6 installing the CRDs on the hub, the admin's TenancyPolicy for the examples (and namespace tenancy-hub for the operator's Lease)"
 kubectl --context hub create namespace tenancy-hub --dry-run=client -o yaml | kubectl --context hub apply -f - >/dev/null

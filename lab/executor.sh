@@ -13,19 +13,7 @@ grep -q "^	helm.sh/helm/v4 v$HELM_VERSION\$" "$SRC/go.mod" ||
 go_version=$(go env GOVERSION 2>/dev/null) || die "Go is required to build tenancy-hub-helm (https://go.dev/doc/install)"
 sum=$(cat "$SRC/go.mod" "$SRC/go.sum" "$SRC"/*.go | sha256sum | cut -c1-12)
 DIR="$(cache_root)/helm-sdk-$go_version-$sum"
-OUT="$DIR/tenancy-hub-helm"
-if [[ ! -x $OUT ]]; then
-    log "building tenancy-hub-helm (Helm v$HELM_VERSION's Go SDK; the first build takes a minute or two)"
-    start=$SECONDS
-    mkdir -p "$DIR"
-    tmp=$(mktemp -d "$DIR/.build-XXXXXX")
-    if ! (cd "$SRC" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/tenancy-hub-helm" .) >"$tmp/build.log" 2>&1; then
-        tail -n 40 "$tmp/build.log" >&2
-        rm -rf "$tmp"
-        die "building tenancy-hub-helm failed (log above); check Go ($(go version)) and access to the Go module proxy"
-    fi
-    mv "$tmp/tenancy-hub-helm" "$OUT"
-    rm -rf "$tmp"
-    log "    tenancy-hub-helm built in $((SECONDS - start))s"
-fi
-echo "$OUT"
+# shellcheck disable=SC2154 # $out is set by build_with_progress
+executor_build() { (cd "$SRC" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out" .); }
+build_with_progress "$DIR/tenancy-hub-helm" "tenancy-hub-helm (Helm v$HELM_VERSION's Go SDK)" executor_build
+echo "$DIR/tenancy-hub-helm"

@@ -12,49 +12,29 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 WRAPPERS="$LAB_ROOT/peer/flux"
 
-# The cache directory for these versions, wrapper modules and this script.
+# The cache directory for these versions, wrapper modules and build command.
 flux_cache_dir() {
-    local root="${TENANCY_HUB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tenancy-hub}"
     local go_version sum
     go_version=$(go env GOVERSION 2>/dev/null) || die "Go is required to build Flux (https://go.dev/doc/install)"
-    sum=$(cat "$LAB_ROOT/versions.env" "$WRAPPERS"/*/go.mod "$WRAPPERS"/*/go.sum "${BASH_SOURCE[0]}" |
-        sha256sum | cut -c1-12)
-    printf '%s/flux-helm-controller-%s-source-controller-%s-%s-%s' "$root" \
+    sum=$(recipe_digest "$LAB_ROOT/versions.env" "$WRAPPERS"/*/go.mod "$WRAPPERS"/*/go.sum "${BASH_SOURCE[0]}")
+    printf '%s/flux-helm-controller-%s-source-controller-%s-%s-%s' "$(cache_root)" \
         "$FLUX_HELM_CONTROLLER_VERSION" "$FLUX_SOURCE_CONTROLLER_VERSION" "$go_version" "$sum"
 }
 
 DIR=$(flux_cache_dir)
 mkdir -p "$DIR/bin" "$DIR/crds"
 
-# build_controller NAME VERSION STEP: builds github.com/fluxcd/NAME at VERSION through its wrapper
-# module into $DIR/bin, with progress, unless it is there.
+# flux_build NAME: builds github.com/fluxcd/NAME through its wrapper module into $out.
+# shellcheck disable=SC2154 # $out is set by build_with_progress
+flux_build() { (cd "$WRAPPERS/$1" && go build -o "$out" -ldflags "-s -w" "github.com/fluxcd/$1"); }
+
+# build_controller NAME VERSION STEP: builds github.com/fluxcd/NAME at VERSION into $DIR/bin, with
+# progress, unless it is there.
 build_controller() {
     local name=$1 version=$2 step=$3 module="github.com/fluxcd/$1"
     grep -q "^require $module v$version\$" "$WRAPPERS/$name/go.mod" ||
         die "lab/peer/flux/$name/go.mod does not require $module v$version (lab/versions.env); update the wrapper"
-    if [[ -x "$DIR/bin/$name" ]]; then
-        log "($step/2) $name $version: cached"
-        return
-    fi
-    log "($step/2) building $name $version (a few minutes the first time)"
-    local start=$SECONDS tmp
-    tmp=$(mktemp -d "$DIR/bin/.build-XXXXXX")
-    (cd "$WRAPPERS/$name" && go build -o "$tmp/$name" -ldflags "-s -w" "$module") >"$tmp/build.log" 2>&1 &
-    local pid=$!
-    while kill -0 "$pid" 2>/dev/null; do
-        sleep 1
-        if (((SECONDS - start) % 30 == 0)); then
-            log "    $name: still building ($((SECONDS - start))s)"
-        fi
-    done
-    if ! wait "$pid"; then
-        tail -n 40 "$tmp/build.log" >&2
-        rm -rf "$tmp"
-        die "building $name failed (log above); check Go ($(go version)) and access to the Go module proxy"
-    fi
-    mv "$tmp/$name" "$DIR/bin/$name"
-    rm -rf "$tmp"
-    log "    $name built in $((SECONDS - start))s"
+    build_with_progress "$DIR/bin/$name" "($step/2) $name $version" flux_build "$name"
 }
 
 # copy_crds NAME VERSION: copies the CRDs of github.com/fluxcd/NAME at VERSION into $DIR/crds.
