@@ -377,7 +377,6 @@ impl Process {
             .env_remove("KUBECONFIG")
             .env_remove("POD_NAMESPACE")
             .env("RUST_LOG", "info,tenancy_hub=debug")
-            .env("NO_COLOR", "1")
             .stdout(out.try_clone().unwrap())
             .stderr(out)
             .spawn()
