@@ -4,7 +4,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{fixtures::unique, lab::Lab};
+use common::{fixtures::unique, hub::Hub, lab::Lab};
 
 fn tenancy_hub(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_tenancy-hub"))
@@ -80,4 +80,41 @@ fn a_registration_with_an_unknown_context_is_refused_naming_the_entry() {
             && stderr.contains("member-1"),
         "the error names the entry, the context and what is available: {stderr}"
     );
+}
+
+/// Stops the test hub's operator and returns what it logged, failing when it logged nothing.
+fn logged_until_stopped(mut hub: Hub) -> String {
+    let operator = hub.operator.take().expect("the hub's operator");
+    let log = operator.log.clone();
+    operator.stop();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        !text.trim().is_empty(),
+        "nothing logged in {}",
+        log.display()
+    );
+    text
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn an_operator_logging_to_a_file_writes_plain_lines_without_colour_codes() {
+    // NO_COLOR set but empty counts as unset: only the file may keep colours out.
+    let text = logged_until_stopped(Hub::with_env("plain-log", &[], &[("NO_COLOR", "")]).await);
+    assert!(text.contains(" INFO "), "no plain INFO line in:\n{text}");
+    assert!(!text.contains("\x1b["), "colour codes in:\n{text}");
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn an_operator_asked_for_json_logs_writes_one_json_object_a_line() {
+    let text = logged_until_stopped(Hub::with_args("json-log", &["--log-format", "json"]).await);
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let entry: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+        assert!(
+            entry["level"].is_string() && entry["fields"].is_object(),
+            "{line}"
+        );
+    }
 }

@@ -179,7 +179,7 @@ fn the_deployed_crd_is_the_generated_one() {
     let shipped = std::fs::read_to_string(deploy_dir().join("crd.yaml")).unwrap();
     assert!(
         shipped == tenancy_hub::api::crds_yaml(),
-        "deploy/crd.yaml is stale: run kind/crds.sh"
+        "deploy/crd.yaml is stale: run lab/crds.sh"
     );
 }
 
@@ -377,7 +377,6 @@ impl Process {
             .env_remove("KUBECONFIG")
             .env_remove("POD_NAMESPACE")
             .env("RUST_LOG", "info,tenancy_hub=debug")
-            .env("NO_COLOR", "1")
             .stdout(out.try_clone().unwrap())
             .stderr(out)
             .spawn()

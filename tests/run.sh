@@ -44,7 +44,7 @@ cleanup() {
             done
         fi
         phase "lab down"
-        "$REPO/kind/down.sh" --dir "$LAB_DIR" || true
+        "$REPO/lab/down.sh" --dir "$LAB_DIR" || true
     fi
     report
     exit $rc
@@ -56,7 +56,7 @@ cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 
 phase "lab binaries"
-"$REPO/kind/build.sh" >/dev/null
+"$REPO/lab/build.sh" >/dev/null
 
 phase "unit tests"
 cargo test --locked --lib --bins 2>&1 | tee -a "$RESULTS"
@@ -66,7 +66,7 @@ phase "executor tests"
 
 phase "lab up"
 lab_started=true
-"$REPO/kind/up.sh" --members "${TEST_MEMBERS:-3}" --dir "$LAB_DIR"
+"$REPO/lab/up.sh" --members "${TEST_MEMBERS:-3}" --dir "$LAB_DIR"
 
 phase "end-to-end tests"
 TENANCY_HUB_LAB_DIR=$LAB_DIR cargo test --locked --test '*' -- --include-ignored 2>&1 | tee -a "$RESULTS"

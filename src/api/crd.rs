@@ -677,7 +677,7 @@ mod tests {
         let committed = include_str!("../../crds/controllers.multitenancy.dev.yaml");
         assert!(
             committed == crd_yaml(),
-            "crds/controllers.multitenancy.dev.yaml is stale: run kind/crds.sh"
+            "crds/controllers.multitenancy.dev.yaml is stale: run lab/crds.sh"
         );
     }
 }

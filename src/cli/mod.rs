@@ -28,7 +28,7 @@ use crate::{
 #[command(after_help = "Examples:\n  \
     tenancy-hub crd | kubectl apply --server-side -f -\n  \
     tenancy-hub run --clusters clusters.yaml --chart-home config/charts\n  \
-    tenancy-hub clusters --clusters clusters.yaml --kubeconfig lab/kubeconfig --context hub")]
+    tenancy-hub clusters --clusters clusters.yaml --kubeconfig .lab/kubeconfig --context hub")]
 pub struct Cli {
     /// Logging options.
     #[command(flatten)]
@@ -365,7 +365,7 @@ pub enum Command {
     ///
     /// Stops cleanly on SIGINT or SIGTERM, letting running Helm jobs finish within a bound.
     #[command(
-        after_help = "Example:\n  tenancy-hub run --kubeconfig lab/kubeconfig --context hub --clusters lab/clusters.yaml --chart-home config/charts"
+        after_help = "Example:\n  tenancy-hub run --kubeconfig .lab/kubeconfig --context hub --clusters .lab/clusters.yaml --chart-home config/charts"
     )]
     Run(RunArgs),
     /// Print the Controller and TenancyPolicy CustomResourceDefinitions as YAML.
@@ -390,7 +390,7 @@ pub enum Command {
     /// Reads the resources' status from the hub. Exits non-zero when any listed resource is not
     /// Ready (or its status does not yet describe its latest spec), so scripts can wait on it.
     #[command(
-        after_help = "Examples:\n  tenancy-hub status example-controller --kubeconfig lab/kubeconfig --context hub\n  tenancy-hub status -A --cluster member-1 -o json\n  until tenancy-hub status example-controller >/dev/null; do sleep 2; done"
+        after_help = "Examples:\n  tenancy-hub status example-controller --kubeconfig .lab/kubeconfig --context hub\n  tenancy-hub status -A --cluster member-1 -o json\n  until tenancy-hub status example-controller >/dev/null; do sleep 2; done"
     )]
     Status {
         /// Name of one Controller resource; default: every one in the namespace.
@@ -423,13 +423,13 @@ pub enum Command {
     /// template`; changes nothing anywhere. Secrets' values are masked. Exits 0 when nothing
     /// would change, 1 when something would (or is refused), 2 on error.
     #[command(
-        after_help = "Examples:\n  tenancy-hub diff -f controller.yaml --clusters lab/clusters.yaml --kubeconfig lab/kubeconfig --context hub --chart-home config/charts\n  tenancy-hub diff -f controller.yaml --cluster member-1 -o json\n  kubectl kustomize team-a/ | tenancy-hub diff -f -"
+        after_help = "Examples:\n  tenancy-hub diff -f controller.yaml --clusters .lab/clusters.yaml --kubeconfig .lab/kubeconfig --context hub --chart-home config/charts\n  tenancy-hub diff -f controller.yaml --cluster member-1 -o json\n  kubectl kustomize team-a/ | tenancy-hub diff -f -"
     )]
     Diff(diff::DiffArgs),
     /// Resumes a halted rollout, or restarts the newest generation's rollout from the first wave,
     /// by setting the `multitenancy.dev/rollout` annotation the operator acts on.
     #[command(
-        after_help = "Examples:\n  tenancy-hub rollout resume app -n team-a --kubeconfig lab/kubeconfig --context hub\n  tenancy-hub rollout restart app -n team-a\n  kubectl annotate controller app multitenancy.dev/rollout=resume-$(date +%s) --overwrite"
+        after_help = "Examples:\n  tenancy-hub rollout resume app -n team-a --kubeconfig .lab/kubeconfig --context hub\n  tenancy-hub rollout restart app -n team-a\n  kubectl annotate controller app multitenancy.dev/rollout=resume-$(date +%s) --overwrite"
     )]
     Rollout(rollout::RolloutArgs),
 }
@@ -546,17 +546,30 @@ fn render_health(health: &[registry::Health], output: Output) -> anyhow::Result<
     })
 }
 
-/// Sets up tracing to stderr in the chosen format.
+/// Sets up tracing to stderr in the chosen format, with ANSI colours only on a terminal.
 pub fn init_logging(args: &LogArgs) {
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let ansi = log_colors(
+        args.log_format,
+        std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     match args.log_format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
     }
+}
+
+/// Whether log lines carry ANSI colours: text lines written to a terminal (`is_terminal`, of the
+/// stream the log goes to), unless `NO_COLOR` is set to something. A log redirected to a file or a
+/// pipe, and JSON lines, stay plain.
+fn log_colors(format: LogFormat, is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    format == LogFormat::Text && is_terminal && no_color.is_none_or(std::ffi::OsStr::is_empty)
 }
 
 /// A size in bytes: a number, optionally followed by `Ki`, `Mi` or `Gi` (powers of 1024) or
@@ -588,6 +601,35 @@ fn parse_size(text: &str) -> Result<u64, String> {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn log_lines_are_plain_when_they_do_not_go_to_a_terminal() {
+        assert!(!log_colors(LogFormat::Text, false, None));
+        assert!(!log_colors(LogFormat::Json, false, None));
+    }
+
+    #[test]
+    fn log_lines_to_a_terminal_are_coloured_unless_no_color_is_set() {
+        assert!(log_colors(LogFormat::Text, true, None));
+        assert!(log_colors(LogFormat::Text, true, Some("".as_ref())));
+        assert!(!log_colors(LogFormat::Text, true, Some("1".as_ref())));
+    }
+
+    #[test]
+    fn json_log_lines_are_never_coloured() {
+        assert!(!log_colors(LogFormat::Json, true, None));
+    }
+
+    #[test]
+    fn the_log_format_is_text_unless_json_is_asked_for() {
+        let format = |args: &[&str]| {
+            let line = ["tenancy-hub"].iter().chain(args).chain(&["crd"]);
+            Cli::try_parse_from(line).unwrap().log.log_format
+        };
+        assert_eq!(format(&[]), LogFormat::Text);
+        assert_eq!(format(&["--log-format", "json"]), LogFormat::Json);
+        assert!(Cli::try_parse_from(["tenancy-hub", "--log-format", "xml", "crd"]).is_err());
+    }
 
     #[test]
     fn sizes_are_read_in_bytes_with_binary_and_decimal_units() {

@@ -67,7 +67,7 @@ pub const PROTOCOL_VERSION: u32 = 1;
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What to do about an executor that speaks another protocol, or none.
-const REBUILD: &str = "rebuild the executor from this operator's source with kind/executor.sh \
+const REBUILD: &str = "rebuild the executor from this operator's source with lab/executor.sh \
     (the image from deploy/Dockerfile builds both from one source)";
 
 /// The executor's first line, written before it reads any request. Fields the operator does not
@@ -1266,7 +1266,7 @@ for line in sys.stdin:
                 executor.to_str().unwrap(),
                 "speaks protocol 99 (Helm v4.9.0)",
                 &format!("this operator protocol {PROTOCOL_VERSION}"),
-                "kind/executor.sh",
+                "lab/executor.sh",
             ],
         );
         assert!(pipe.process.lock().await.is_none(), "it was kept");
@@ -1291,7 +1291,7 @@ for line in sys.stdin:
                 executor.to_str().unwrap(),
                 "nothing within 10s",
                 &format!("this operator speaks protocol {PROTOCOL_VERSION}"),
-                "kind/executor.sh",
+                "lab/executor.sh",
             ],
         );
     }

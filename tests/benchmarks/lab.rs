@@ -1,18 +1,18 @@
 //! Benchmarks on the lab: convergence, status latency, write load, footprint, breadth, growth (namespaces, Controllers, clusters), shards, rollout, queue fairness, Controller size and a peer (Flux), as a table and JSON.
 //!
-//! Run with `kind/bench.sh` (it brings the lab up and builds in release mode), or on a running lab:
+//! Run with `lab/bench.sh` (it brings the lab up and builds in release mode), or on a running lab:
 //! `TENANCY_HUB_LAB_DIR=.lab cargo bench --bench lab -- [--only NAME] [--json FILE] [--pods P]
 //! [--namespaces 10,100,500] [--unrelated-pods N] [--controllers 10,100,1000]
 //! [--clusters 1,5,10,20] [--quiet-seconds S] [--runs 3] [--shard-controllers 10] [--wave N] [--samples K]
 //! [--sizes 100,1000,10000] [--peer flux]`.
 //! `TENANCY_HUB_OPERATOR=PATH` runs another build of the operator (a baseline) in every scenario.
 //! The `rollout` scenario needs three members, `clusters` as many as its largest count
-//! (`kind/up.sh --members 20`); they, the other growth scenarios, `shards` and `fairness`
+//! (`lab/up.sh --members 20`); they, the other growth scenarios, `shards` and `fairness`
 //! (`--wave N` installs, 1,000 by default, `--samples K` small changes, 5 by default) and `size`
 //! (plan time and operator memory against one Controller of `--sizes` charts, with and without
 //! duplicates) run only when named in `--only`. So does `peer` (`--only peer --peer flux`, the convergence scenario's releases
 //! from a loopback Helm repository, `--runs` times each side): it needs Flux's controllers, built by
-//! kind/peer-flux.sh into the directory named by `TENANCY_HUB_FLUX_DIR` (kind/bench.sh does both).
+//! lab/peer-flux.sh into the directory named by `TENANCY_HUB_FLUX_DIR` (lab/bench.sh does both).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -821,7 +821,7 @@ async fn clusters(a: &Args) -> Value {
         .collect();
     assert!(
         !counts.is_empty(),
-        "the lab has {} members; start one with kind/up.sh --members N",
+        "the lab has {} members; start one with lab/up.sh --members N",
         members.len()
     );
     let kubeconfig = bench_identity(&lab);
@@ -1390,7 +1390,7 @@ async fn rollout(_a: &Args) -> Value {
         .collect();
     assert!(
         members.len() == 3,
-        "the rollout scenario needs 3 members: kind/up.sh --members 3"
+        "the rollout scenario needs 3 members: lab/up.sh --members 3"
     );
     progress("rollout: three health-gated steps by hand (the floor)");
     let steps = gated_steps_by_hand(&lab, &members, &unique("floor")).await;
@@ -1745,14 +1745,14 @@ async fn main() {
     if named("controllers") {
         results.insert("controllers", controllers(&a).await);
     }
-    // Needs a lab of many members (kind/up.sh --members 20): only when asked for.
+    // Needs a lab of many members (lab/up.sh --members 20): only when asked for.
     if named("clusters") {
         results.insert("clusters", clusters(&a).await);
     }
     if named("shards") {
         results.insert("shards", shards(&a).await);
     }
-    // Needs three members (kind/up.sh --members 3): only when asked for.
+    // Needs three members (lab/up.sh --members 3): only when asked for.
     if named("rollout") {
         results.insert("rollout", rollout(&a).await);
     }

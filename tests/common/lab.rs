@@ -8,10 +8,10 @@ use kube::{
 };
 
 /// What to tell someone who runs the end-to-end tests without a lab.
-pub const NEEDS_LAB: &str = "needs the lab: run tests/run.sh, or kind/up.sh and then \
+pub const NEEDS_LAB: &str = "needs the lab: run tests/run.sh, or lab/up.sh and then \
     `cargo test -- --ignored` with TENANCY_HUB_LAB_DIR set to the lab's directory";
 
-/// A running lab, as left by kind/up.sh.
+/// A running lab, as left by lab/up.sh.
 #[allow(dead_code)] // used by some test crates only
 pub struct Lab {
     /// The lab's directory.
@@ -112,7 +112,7 @@ impl Lab {
             .to_owned()
     }
 
-    /// The lab's long-lived Helm executor (tenancy-hub-helm), built by `kind/executor.sh`.
+    /// The lab's long-lived Helm executor (tenancy-hub-helm), built by `lab/executor.sh`.
     pub fn executor(&self) -> PathBuf {
         self.exported("TENANCY_HUB_HELM_EXECUTOR").into()
     }
@@ -208,17 +208,17 @@ impl Lab {
     }
 }
 
-/// Runs a lab control command (kind/ctl.sh) on the test's lab.
+/// Runs a lab control command (lab/ctl.sh) on the test's lab.
 #[allow(dead_code)] // used by some test crates only
 pub fn lab_ctl(lab: &Lab, args: &[&str]) {
     let status =
-        std::process::Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("kind/ctl.sh"))
+        std::process::Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("lab/ctl.sh"))
             .args(args)
             .arg("--dir")
             .arg(&lab.dir)
             .status()
-            .expect("kind/ctl.sh runs");
-    assert!(status.success(), "kind/ctl.sh {args:?} failed");
+            .expect("lab/ctl.sh runs");
+    assert!(status.success(), "lab/ctl.sh {args:?} failed");
 }
 
 /// A member's control-plane processes, in the order they start.

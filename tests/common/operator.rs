@@ -120,7 +120,6 @@ impl Operator {
             .arg("--http-addr")
             .arg(http.to_string())
             .env("RUST_LOG", "info,tenancy_hub=debug")
-            .env("NO_COLOR", "1")
             .envs(env.iter().copied())
             .stdout(file.try_clone().unwrap())
             .stderr(file)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the CRDs from the types: deploy/crd.yaml (both) and one file per CRD in crds/.
 #
-#   kind/crds.sh
+#   lab/crds.sh
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"

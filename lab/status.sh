@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reports whether every process of a lab is alive and every API server is ready; exits 1 if not.
 #
-#   kind/status.sh [--dir DIR]
+#   lab/status.sh [--dir DIR]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 

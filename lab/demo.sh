@@ -3,9 +3,9 @@
 # CRD on the hub, shows every registered cluster reachable, runs the operator, and delivers the seed's
 # example Controller to the hub and a second tenancy to both members.
 #
-#   kind/demo.sh [--members N] [--dir DIR]
+#   lab/demo.sh [--members N] [--dir DIR]
 #
-# The lab stays up afterwards so you can explore it; kind/down.sh --dir DIR stops it.
+# The lab stays up afterwards so you can explore it; lab/down.sh --dir DIR stops it.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -38,7 +38,9 @@ source "$LAB_DIR/env"
 
 step "2/6 building tenancy-hub"
 (cd "$REPO_ROOT" && cargo build --locked --quiet)
-TH="$REPO_ROOT/target/debug/tenancy-hub"
+# Wherever cargo puts it (CARGO_TARGET_DIR or its configuration may move the target directory).
+TH="$(cd "$REPO_ROOT" && cargo metadata --locked --format-version 1 --no-deps |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug/tenancy-hub"
 
 step "3/6 installing the CRDs on the hub, the admin's TenancyPolicy for the examples (and namespace tenancy-hub for the operator's Lease)"
 kubectl --context hub create namespace tenancy-hub --dry-run=client -o yaml | kubectl --context hub apply -f - >/dev/null
@@ -84,5 +86,5 @@ The operator stops as this script ends; the lab and the releases stay. Try:
   source $LAB_DIR/env
   kubectl --context hub get controllers -o yaml
   $TH run --kubeconfig \$KUBECONFIG --context hub --clusters $LAB_DIR/clusters.yaml --chart-home config/charts
-Stop the lab with: kind/down.sh --dir $LAB_DIR
+Stop the lab with: lab/down.sh --dir $LAB_DIR
 MSG

@@ -2,7 +2,7 @@
 # Benchmarks: convergence, status propagation latency, write load, footprint, breadth, growth
 # (namespaces, Controllers, clusters), shards, rollout, fairness and a peer (Flux), on the lab.
 #
-#   kind/bench.sh [--dir DIR] [--only convergence,latency,breadth,footprint,namespaces,controllers,clusters,shards,rollout,fairness,size,peer]
+#   lab/bench.sh [--dir DIR] [--only convergence,latency,breadth,footprint,namespaces,controllers,clusters,shards,rollout,fairness,size,peer]
 #                 [--pods P] [--namespaces 10,100,500] [--unrelated-pods N] [--controllers 10,100,1000]
 #                 [--clusters 1,5,10,20] [--quiet-seconds S] [--runs 3] [--shard-controllers 10]
 #                 [--wave N] [--samples K] [--sizes 100,1000,10000] [--peer flux] [--json FILE]
@@ -10,13 +10,13 @@
 # Brings the lab up in DIR if it is not running (default: .lab), builds tenancy-hub in release mode,
 # runs the scenarios (each with an operator of its own), prints a table and writes the figures as
 # JSON (default: DIR/bench.json). Figures are reported, never asserted; see BENCHMARKS.md.
-# The rollout scenario needs three members: start the lab with kind/up.sh --members 3 --dir DIR first;
-# the clusters scenario as many members as its largest count (kind/up.sh --members 20 --dir DIR).
+# The rollout scenario needs three members: start the lab with lab/up.sh --members 3 --dir DIR first;
+# the clusters scenario as many members as its largest count (lab/up.sh --members 20 --dir DIR).
 # The rollout, namespaces, controllers, clusters, shards, fairness (a small change's latency while
 # another owner's wave of N installs runs, 1,000 by default) and size (plan time and operator memory
 # against one Controller of --sizes charts) scenarios run only when named in --only.
 # So does peer: `--only peer --peer flux` builds Flux's helm-controller and source-controller once
-# (kind/peer-flux.sh, cached) and runs them against the operator on the same releases, --runs times.
+# (lab/peer-flux.sh, cached) and runs them against the operator on the same releases, --runs times.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
