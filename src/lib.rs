@@ -105,6 +105,155 @@ mod tests {
         assert!(checked > 20, "only {checked} files found");
     }
 
+    /// The sibling files of `folder` that one of its files (module `module`, `mod` for the
+    /// folder's own) uses outside its tests: through `crate::folder::x`, `super::x`, or (in
+    /// `mod.rs`) a child module's path `x::`; an item of `mod.rs` used by a child counts as `mod`.
+    fn used_siblings(
+        folder: &str,
+        module: &str,
+        source: &str,
+        siblings: &BTreeSet<String>,
+    ) -> BTreeSet<String> {
+        let code = source.split("#[cfg(test)]").next().unwrap_or_default();
+        let mut used = BTreeSet::new();
+        let ident = |rest: &str| -> String {
+            rest.chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect()
+        };
+        let mut note = |name: String| {
+            if siblings.contains(&name) {
+                used.insert(name);
+            } else if module != "mod" && !name.is_empty() {
+                used.insert("mod".to_owned());
+            }
+        };
+        let prefix = format!("crate::{folder}::");
+        for (at, _) in code.match_indices(&prefix) {
+            let rest = &code[at + prefix.len()..];
+            match rest.strip_prefix('{') {
+                Some(group) => {
+                    let mut depth = 0;
+                    let mut item = String::new();
+                    for c in group.chars() {
+                        match c {
+                            '{' => depth += 1,
+                            '}' if depth == 0 => break,
+                            '}' => depth -= 1,
+                            ',' if depth == 0 => {
+                                note(ident(item.trim()));
+                                item.clear();
+                                continue;
+                            }
+                            _ => {}
+                        }
+                        item.push(c);
+                    }
+                    note(ident(item.trim()));
+                }
+                None => note(ident(rest)),
+            }
+        }
+        if module != "mod" {
+            for (at, _) in code.match_indices("super::") {
+                let name = ident(&code[at + "super::".len()..]);
+                if siblings.contains(&name) {
+                    used.insert(name);
+                }
+            }
+        } else {
+            for name in siblings {
+                let path = format!("{name}::");
+                let bare = code.match_indices(&path).any(|(at, _)| {
+                    !code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == ':')
+                });
+                if bare {
+                    used.insert(name.clone());
+                }
+            }
+        }
+        used.remove(module);
+        used
+    }
+
+    #[test]
+    fn no_files_of_one_folder_use_each_other_in_a_circle() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut folders = 0;
+        for folder in LAYERS {
+            let files: Vec<(String, String)> = std::fs::read_dir(src.join(folder))
+                .unwrap()
+                .flatten()
+                .filter(|e| e.path().extension().is_some_and(|x| x == "rs"))
+                .map(|e| {
+                    let stem = e.path().file_stem().unwrap().to_string_lossy().into_owned();
+                    (stem, std::fs::read_to_string(e.path()).unwrap())
+                })
+                .collect();
+            let siblings: BTreeSet<String> = files
+                .iter()
+                .map(|(m, _)| m.clone())
+                .filter(|m| m != "mod")
+                .collect();
+            let edges: std::collections::BTreeMap<String, BTreeSet<String>> = files
+                .iter()
+                .map(|(m, source)| (m.clone(), used_siblings(folder, m, source, &siblings)))
+                .collect();
+            // Depth-first search; a file met again on the current path closes a circle.
+            fn visit(
+                node: &str,
+                edges: &std::collections::BTreeMap<String, BTreeSet<String>>,
+                path: &mut Vec<String>,
+                done: &mut BTreeSet<String>,
+            ) -> Option<Vec<String>> {
+                if let Some(at) = path.iter().position(|p| p == node) {
+                    let mut circle = path[at..].to_vec();
+                    circle.push(node.to_owned());
+                    return Some(circle);
+                }
+                if !done.insert(node.to_owned()) {
+                    return None;
+                }
+                path.push(node.to_owned());
+                for next in edges.get(node).into_iter().flatten() {
+                    if let Some(circle) = visit(next, edges, path, done) {
+                        return Some(circle);
+                    }
+                }
+                path.pop();
+                None
+            }
+            let mut done = BTreeSet::new();
+            for start in edges.keys() {
+                let circle = visit(start, &edges, &mut Vec::new(), &mut done);
+                assert!(
+                    circle.is_none(),
+                    "src/{folder}/: {}",
+                    circle.unwrap().join(" → ")
+                );
+            }
+            folders += 1;
+        }
+        assert_eq!(folders, LAYERS.len());
+    }
+
+    #[test]
+    fn the_circle_check_sees_a_circle_through_mod_rs() {
+        let siblings = BTreeSet::from(["a".to_owned()]);
+        let child = "use crate::q::{Thing, a::X};\nfn f() {}";
+        assert_eq!(
+            used_siblings("q", "a", child, &siblings),
+            BTreeSet::from(["mod".to_owned()])
+        );
+        let root = "pub mod a;\nfn g() { a::X::new(); }";
+        assert_eq!(
+            used_siblings("q", "mod", root, &siblings),
+            BTreeSet::from(["a".to_owned()])
+        );
+        let tests_only = "fn g() {}\n#[cfg(test)]\nmod tests { use super::a::X; }";
+        assert!(used_siblings("q", "b", tests_only, &siblings).is_empty());
+    }
+
     #[test]
     fn the_source_tree_holds_only_the_crate_root_metrics_and_the_folders() {
         let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
