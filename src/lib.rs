@@ -1,10 +1,14 @@
 //! tenancy-hub: delivers Helm charts into tenant namespaces across clusters and reports what runs there.
 //!
-//! The modules, from the pure core up to the binary's edge: `api` (the resources and typed keys),
-//! `delivery` (planning, the queue, helm, release records, charts), `observe` (what runs in the
-//! members), `status` (the hub resource's status), `clusters` (who the members are and whether they
-//! answer), `controller` (the reconciler and its loops), `runtime` (wiring, leader election, HTTP)
-//! and `cli`.
+//! The folders, from the pure core up to the binary's edge, cut at the hub/member seam: `api` (the
+//! resources and typed keys), `clusters` (registration, clients, health), `policy` (admission),
+//! `plan` (planner, rollout gates, claims), `queue` (the fair queue), `charts` (sources, cache,
+//! versions), `helm` (the executors, release-record seals), `observe` (release records, pod and
+//! workload watches, drift comparison), `member` (the seam: one link per member cluster), `status`,
+//! `controller` (the reconciler, its per-Controller index and loops), `runtime` (operator phases,
+//! leader election, shards, HTTP) and `cli`. Only what the binary and the tests use is public.
+
+#![warn(missing_docs)]
 
 pub mod api;
 pub mod charts;

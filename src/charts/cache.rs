@@ -36,22 +36,22 @@ use crate::{
 
 /// The exact version a remote chart resolved to, and its OCI manifest digest.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Resolved {
+pub(crate) struct Resolved {
     /// The chart's version, passed to helm as `--version`.
-    pub version: String,
+    pub(crate) version: String,
     /// The OCI manifest digest (`sha256:…`); None for repository charts.
-    pub digest: Option<String>,
+    pub(crate) digest: Option<String>,
 }
 
 /// Largest repository index fetched, unless set otherwise (`run --chart-index-limit`).
-pub const DEFAULT_INDEX_LIMIT: u64 = 32 << 20;
+pub(crate) const DEFAULT_INDEX_LIMIT: u64 = 32 << 20;
 /// Longest version an index may list; longer ones are passed over, so an index cannot fill a
 /// status with text of its own.
 const MAX_VERSION: usize = 128;
 /// Largest chart archive fetched.
-pub const ARCHIVE_LIMIT: u64 = 64 << 20;
+pub(crate) const ARCHIVE_LIMIT: u64 = 64 << 20;
 /// Default bound of the archives kept.
-pub const DEFAULT_SIZE: u64 = 1 << 30;
+pub(crate) const DEFAULT_SIZE: u64 = 1 << 30;
 /// How long one `helm pull` may take before it is stopped.
 const PULL_TIMEOUT: Duration = Duration::from_secs(120);
 /// Prefix of the files and directories being written; removed at start.
@@ -59,7 +59,7 @@ const PARTIAL: &str = ".partial-";
 
 /// Why a chart could not be fetched or kept. URLs in it carry no credentials.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// The HTTP fetch failed or was refused.
     #[error(transparent)]
     Fetch(fetch::Error),
@@ -141,7 +141,7 @@ pub enum Error {
 }
 
 /// The chart cache's result.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// One version of a chart as a repository index lists it.
 #[derive(Clone, Debug, Deserialize)]
@@ -306,7 +306,7 @@ fn archive_version(path: &Path) -> std::result::Result<String, String> {
 }
 
 /// The digest helm prints on a `Digest:` line (OCI pulls; helm 4 prints it on stderr).
-pub fn parse_digest(stdout: &str, stderr: &str) -> Option<String> {
+pub(crate) fn parse_digest(stdout: &str, stderr: &str) -> Option<String> {
     stdout
         .lines()
         .chain(stderr.lines())
@@ -455,7 +455,7 @@ impl ArchiveStore {
 
 /// A cached archive a helm call installs from; it stays on disk until this is dropped.
 #[derive(Debug)]
-pub struct Checkout {
+pub(crate) struct Checkout {
     store: Arc<ArchiveStore>,
     digest: String,
     path: PathBuf,
@@ -463,7 +463,7 @@ pub struct Checkout {
 
 impl Checkout {
     /// The archive's path.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 }
@@ -489,7 +489,7 @@ struct IndexSlot {
 
 /// The chart cache: owned by the chart catalog (which resolves through it) and handed to the
 /// helm executor (which installs from it).
-pub struct ChartCache {
+pub(crate) struct ChartCache {
     store: Arc<ArchiveStore>,
     helm: PathBuf,
     fetcher: Fetcher,
@@ -504,7 +504,12 @@ impl ChartCache {
     /// Opens the cache in `dir` (created when missing), keeping at most `limit` bytes of
     /// archives; `helm` pulls OCI charts. Every archive found is verified against its name
     /// (its sha256) and removed when it differs, as are partial files a crash left.
-    pub fn open(dir: &Path, limit: u64, helm: PathBuf, metrics: Arc<Metrics>) -> Result<Self> {
+    pub(crate) fn open(
+        dir: &Path,
+        limit: u64,
+        helm: PathBuf,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self> {
         let io = |source| Error::Io {
             dir: dir.to_owned(),
             source,
@@ -565,13 +570,13 @@ impl ChartCache {
     }
 
     /// Refuses repository indexes larger than `bytes` (default [`DEFAULT_INDEX_LIMIT`]).
-    pub fn with_index_limit(mut self, bytes: u64) -> Self {
+    pub(crate) fn with_index_limit(mut self, bytes: u64) -> Self {
         self.index_limit = bytes;
         self
     }
 
     /// Where the archives are kept.
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.store.dir
     }
 
@@ -581,7 +586,7 @@ impl ChartCache {
     /// there already. An archive whose digest differs from the index's, that lies outside the
     /// scope or that cannot be fetched fails the resolution: helm never fetches a repository
     /// chart itself.
-    pub async fn repository(
+    pub(crate) async fn repository(
         &self,
         url: &str,
         chart: &str,
@@ -669,7 +674,7 @@ impl ChartCache {
     }
 
     /// Forgets the indexes no resolution used since `before`.
-    pub fn forget_indexes(&self, before: Instant) {
+    pub(crate) fn forget_indexes(&self, before: Instant) {
         self.indexes.retain(|_, slot| {
             slot.used
                 .lock()
@@ -789,7 +794,7 @@ impl ChartCache {
 
     /// Resolves an OCI chart: `helm pull` of the newest version matching `constraint`, kept in
     /// the cache under its sha256. The digest is the manifest's, as helm prints it.
-    pub async fn oci(&self, reference: &str, constraint: Option<&str>) -> Result<Resolved> {
+    pub(crate) async fn oci(&self, reference: &str, constraint: Option<&str>) -> Result<Resolved> {
         let failed = |message: String| Error::Pull {
             reference: redact(reference),
             message: redact(&message),
@@ -863,7 +868,7 @@ impl ChartCache {
     /// The cached archive of a remote chart's exact version, held on disk until the checkout
     /// is dropped; None for chart-home charts and charts the cache does not hold (helm then
     /// fetches them itself). Counted as a hit or a miss.
-    pub fn checkout(&self, source: &ChartSource, version: Option<&str>) -> Option<Checkout> {
+    pub(crate) fn checkout(&self, source: &ChartSource, version: Option<&str>) -> Option<Checkout> {
         if matches!(source, ChartSource::Directory(_)) {
             return None;
         }
@@ -899,7 +904,7 @@ impl ChartCache {
 
 /// The default cache directory: `$XDG_CACHE_HOME/tenancy-hub/charts`, else
 /// `~/.cache/tenancy-hub/charts`, else one under the temporary directory.
-pub fn default_dir() -> PathBuf {
+pub(crate) fn default_dir() -> PathBuf {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .filter(|d| !d.is_empty())
         .map(PathBuf::from)

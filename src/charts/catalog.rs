@@ -37,7 +37,7 @@ enum Remote {
 
 /// A remote chart with the version constraint it is asked for with.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct RemoteKey {
+pub(crate) struct RemoteKey {
     remote: Remote,
     constraint: Option<String>,
 }
@@ -87,7 +87,7 @@ impl RemoteKey {
 
 /// A chart the planner may ask about.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Wanted {
+pub(crate) enum Wanted {
     /// A chart-home directory.
     Directory(PathBuf),
     /// A repository or OCI chart with its constraint, and the prefix its fetches stay under.
@@ -97,7 +97,7 @@ pub enum Wanted {
 /// Every chart a spec names that `allowed` lets the hub fetch (the tenancy policies' and the
 /// chart-source rules' say: a refused chart is never read or fetched), with where its fetches
 /// must stay.
-pub fn wanted_by(
+pub(crate) fn wanted_by(
     spec: &ControllerSpec,
     chart_home: &Path,
     allowed: &dyn Fn(&Chart) -> Option<Scope>,
@@ -223,7 +223,7 @@ impl Entry {
 
 /// The chart catalog: looked up by the planner, filled before each plan and refreshed every
 /// interval.
-pub struct ChartCatalog {
+pub(crate) struct ChartCatalog {
     resolver: Box<dyn Resolve>,
     interval: Duration,
     directories: DashMap<PathBuf, Directory>,
@@ -233,7 +233,7 @@ pub struct ChartCatalog {
 impl ChartCatalog {
     /// A catalog resolving repository and OCI charts through `cache`, again when a resolution
     /// is older than `interval`.
-    pub fn new(cache: Arc<ChartCache>, interval: Duration) -> Self {
+    pub(crate) fn new(cache: Arc<ChartCache>, interval: Duration) -> Self {
         Self::with_resolver(Box::new(cache), interval)
     }
 
@@ -247,14 +247,14 @@ impl ChartCatalog {
     }
 
     /// How often charts are looked at again.
-    pub fn interval(&self) -> Duration {
+    pub(crate) fn interval(&self) -> Duration {
         self.interval
     }
 
     /// Brings what is known of every chart `spec` names up to date: directories are read again
     /// when their files changed, remote charts resolved when never resolved or resolved longer
     /// than the interval ago.
-    pub async fn prepare(
+    pub(crate) async fn prepare(
         &self,
         spec: &ControllerSpec,
         chart_home: &Path,
@@ -280,7 +280,7 @@ impl ChartCatalog {
     }
 
     /// What is known of a chart now, for the planner.
-    pub fn lookup(&self, source: &ChartSource, version: Option<&str>) -> ChartLookup {
+    pub(crate) fn lookup(&self, source: &ChartSource, version: Option<&str>) -> ChartLookup {
         match RemoteKey::of(source, version) {
             Err(path) => match self.directories.get(path) {
                 Some(entry) => ChartLookup::Found {
@@ -302,7 +302,7 @@ impl ChartCatalog {
     /// Reads every wanted directory again and resolves every wanted remote chart again (one
     /// resolved while this waited counts); forgets charts no spec named for an interval.
     /// Returns the charts whose lookup changed.
-    pub async fn refresh(&self, wanted: &HashSet<Wanted>) -> HashSet<Wanted> {
+    pub(crate) async fn refresh(&self, wanted: &HashSet<Wanted>) -> HashSet<Wanted> {
         let now = Instant::now();
         self.forget_unwanted(wanted, now);
         futures::stream::iter(wanted.clone())

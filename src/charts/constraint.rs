@@ -7,7 +7,7 @@ use semver::{Prerelease, Version};
 /// A version constraint that does not parse.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("invalid version constraint {constraint:?}: {reason}")]
-pub struct Invalid {
+pub(crate) struct Invalid {
     constraint: String,
     reason: String,
 }
@@ -178,7 +178,7 @@ impl Comparator {
 /// A parsed constraint: any of its `||` groups, each allowing a version when all its
 /// comparators do.
 #[derive(Clone, Debug)]
-pub struct Constraint {
+pub(crate) struct Constraint {
     any: Vec<Vec<Comparator>>,
 }
 
@@ -186,7 +186,7 @@ impl Constraint {
     /// Parses Helm's syntax: `1.2.3` or `=1.2.3` (exact), `!=`, `>`, `<`, `>=`, `<=`, `~`, `^`,
     /// `x`/`*` wildcards and partial versions (`1.2.x`, `1.2`), hyphen ranges `1.2 - 1.4`,
     /// comparators joined by spaces or commas (all must hold) and groups joined by `||` (any).
-    pub fn parse(text: &str) -> Result<Self, Invalid> {
+    pub(crate) fn parse(text: &str) -> Result<Self, Invalid> {
         let invalid = |reason: String| Invalid {
             constraint: text.to_owned(),
             reason,
@@ -199,7 +199,7 @@ impl Constraint {
     }
 
     /// Whether `version` satisfies the constraint.
-    pub fn matches(&self, version: &Version) -> bool {
+    pub(crate) fn matches(&self, version: &Version) -> bool {
         self.any
             .iter()
             .any(|all| all.iter().all(|c| c.allows(version)))
@@ -241,7 +241,7 @@ fn group_of(group: &str) -> Result<Vec<Comparator>, String> {
 
 /// A version as Helm reads one from an index: an optional `v`, a missing minor or patch taken
 /// as 0. None when it is no version.
-pub fn parse_version(text: &str) -> Option<Version> {
+pub(crate) fn parse_version(text: &str) -> Option<Version> {
     let text = text.trim();
     let text = text.strip_prefix('v').unwrap_or(text);
     if let Ok(v) = Version::parse(text) {
@@ -260,7 +260,7 @@ pub fn parse_version(text: &str) -> Option<Version> {
 /// Of `versions` (as an index lists them), the one Helm installs for `constraint`: one equal to
 /// the constraint's text first, otherwise the newest the constraint allows; with no constraint,
 /// the newest that is no prerelease. None when no version fits.
-pub fn select<'a>(
+pub(crate) fn select<'a>(
     versions: impl IntoIterator<Item = &'a str>,
     constraint: Option<&str>,
 ) -> Result<Option<&'a str>, Invalid> {

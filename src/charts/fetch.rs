@@ -24,11 +24,11 @@ const READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long one fetch may take in all.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(300);
 /// Redirects followed in a row, each under the scope.
-pub const MAX_REDIRECTS: usize = 5;
+pub(crate) const MAX_REDIRECTS: usize = 5;
 
 /// Why a fetch failed. URLs in it carry no credentials; nothing of what was answered shows.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// The HTTP client could not be built.
     #[error("building the HTTP client of the chart cache: {0}")]
     Client(#[source] reqwest::Error),
@@ -118,7 +118,7 @@ fn http_client(resolver: Option<PublicResolver>) -> Result<reqwest::Client, Erro
 }
 
 /// Fetches chart sources over HTTP, counting the bytes.
-pub struct Fetcher {
+pub(crate) struct Fetcher {
     /// Resolves names through [`PublicResolver`].
     client: reqwest::Client,
     /// Resolves names as the system does: for scopes whose own host leads back into the hub
@@ -129,7 +129,7 @@ pub struct Fetcher {
 
 impl Fetcher {
     /// A fetcher counting into `metrics` (rustls, the system's roots, `SSL_CERT_FILE` honoured).
-    pub fn new(metrics: Arc<Metrics>) -> Result<Self, Error> {
+    pub(crate) fn new(metrics: Arc<Metrics>) -> Result<Self, Error> {
         Ok(Self {
             client: http_client(Some(PublicResolver))?,
             listed_client: http_client(None)?,
@@ -140,7 +140,7 @@ impl Fetcher {
     /// GETs `url`, handing each chunk to `sink`; follows redirects that stay under `scope`
     /// ([`MAX_REDIRECTS`] at most) and refuses the others without requesting them, and answers
     /// over `limit` bytes. Counts the bytes as `kind`. Returns the size.
-    pub async fn get(
+    pub(crate) async fn get(
         &self,
         url: &Url,
         scope: &SourceUrl,
@@ -226,7 +226,7 @@ pub(crate) mod testing {
 
     /// What a path answers.
     #[derive(Clone)]
-    pub enum Answer {
+    pub(crate) enum Answer {
         /// 200 with this body.
         Body(Vec<u8>),
         /// 302 to this location.
@@ -234,21 +234,23 @@ pub(crate) mod testing {
     }
 
     /// A running server.
-    pub struct Server {
+    pub(crate) struct Server {
         /// `http://127.0.0.1:PORT`.
-        pub origin: String,
+        pub(crate) origin: String,
         hits: Arc<Mutex<HashMap<String, usize>>>,
     }
 
     impl Server {
         /// Serves `answers` by path; every other path answers 404.
-        pub async fn serve(answers: Vec<(&str, Answer)>) -> Self {
+        pub(crate) async fn serve(answers: Vec<(&str, Answer)>) -> Self {
             let answers = answers.into_iter().map(|(p, a)| (p.to_owned(), a));
             Self::serve_with(|_| answers.collect()).await
         }
 
         /// Serves what `answers` gives for the server's origin (`http://127.0.0.1:PORT`).
-        pub async fn serve_with(answers: impl FnOnce(&str) -> Vec<(String, Answer)>) -> Self {
+        pub(crate) async fn serve_with(
+            answers: impl FnOnce(&str) -> Vec<(String, Answer)>,
+        ) -> Self {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let origin = format!("http://{}", listener.local_addr().unwrap());
             let answers: Arc<HashMap<String, Answer>> =
@@ -274,7 +276,7 @@ pub(crate) mod testing {
         }
 
         /// How many requests of `path` it answered.
-        pub fn hits(&self, path: &str) -> usize {
+        pub(crate) fn hits(&self, path: &str) -> usize {
             self.hits.lock().unwrap().get(path).copied().unwrap_or(0)
         }
     }

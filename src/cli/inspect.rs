@@ -12,14 +12,14 @@ use crate::{
 };
 
 /// Longest release message shown in a table, in characters.
-pub const MESSAGE_WIDTH: usize = 80;
+pub(crate) const MESSAGE_WIDTH: usize = 80;
 
 /// Result alias for this module.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// What went wrong reading or rendering Controller status.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// The named resource does not exist.
     #[error(
         "no Controller {name:?} in namespace {namespace:?}; list them with `kubectl get controllers -A`"
@@ -53,7 +53,7 @@ pub enum Error {
 
 /// Which Controller resources to read from the hub.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Selection {
+pub(crate) enum Selection {
     /// One resource, by namespace and name.
     One {
         /// Its namespace.
@@ -78,7 +78,7 @@ impl std::fmt::Display for Selection {
 }
 
 /// Reads the selected resources from the hub, ordered by namespace and name.
-pub async fn fetch(hub: Client, selection: &Selection) -> Result<Vec<Controller>> {
+pub(crate) async fn fetch(hub: Client, selection: &Selection) -> Result<Vec<Controller>> {
     let failed = |source: kube::Error| match source {
         kube::Error::Api(s) if s.code == 404 => Error::NoCrd,
         source => Error::Hub {
@@ -115,12 +115,12 @@ pub async fn fetch(hub: Client, selection: &Selection) -> Result<Vec<Controller>
 }
 
 /// Whether to color a table: only on a terminal, and not when `NO_COLOR` is set to something.
-pub fn color_wanted(output: Output, is_terminal: bool, no_color: Option<&OsStr>) -> bool {
+pub(crate) fn color_wanted(output: Output, is_terminal: bool, no_color: Option<&OsStr>) -> bool {
     output == Output::Table && is_terminal && no_color.is_none_or(OsStr::is_empty)
 }
 
 /// True when the resource's Ready condition is True and its status describes the current spec.
-pub fn is_ready(controller: &Controller) -> bool {
+pub(crate) fn is_ready(controller: &Controller) -> bool {
     controller.status.as_ref().is_some_and(|status| {
         observed_current(controller, status)
             && ready_condition(status).is_some_and(|c| c.status == "True")
@@ -131,7 +131,7 @@ pub fn is_ready(controller: &Controller) -> bool {
 ///
 /// JSON and YAML give, per resource, `namespace`, `name`, `summary` (the resource's totals),
 /// `conditions`, `clusters` and `tenancies`, the last two filtered by `cluster`.
-pub fn render(
+pub(crate) fn render(
     controllers: &[Controller],
     cluster: Option<&str>,
     output: Output,

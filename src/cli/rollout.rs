@@ -17,7 +17,7 @@ use crate::{
 
 /// What to ask of a rollout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Action {
+pub(crate) enum Action {
     /// Clear a halt: the failed clusters get a new progress deadline and the rollout goes on.
     Resume,
     /// Start the newest generation's rollout again from the first wave.
@@ -29,23 +29,23 @@ pub enum Action {
 pub struct RolloutArgs {
     /// What to do.
     #[arg(value_enum)]
-    pub action: Action,
+    pub(crate) action: Action,
     /// The Controller.
-    pub name: String,
+    pub(crate) name: String,
     /// Its hub namespace; default: the context's namespace.
     #[arg(short, long)]
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
     /// Kubeconfig for the hub cluster; default: KUBECONFIG, ~/.kube/config, or the in-cluster config.
     #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
+    pub(crate) kubeconfig: Option<PathBuf>,
     /// Context of the hub cluster in that kubeconfig; default: its current context.
     #[arg(long)]
-    pub context: Option<String>,
+    pub(crate) context: Option<String>,
 }
 
 /// The annotation value asking for `action`; `stamp` makes each request new, since the operator
 /// acts once per value.
-pub fn annotation_value(action: Action, stamp: i64) -> String {
+pub(crate) fn annotation_value(action: Action, stamp: i64) -> String {
     match action {
         Action::Resume => format!("resume-{stamp}"),
         Action::Restart => format!("restart-{stamp}"),
@@ -53,7 +53,7 @@ pub fn annotation_value(action: Action, stamp: i64) -> String {
 }
 
 /// Sets the annotation on the Controller and says what it asked for.
-pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: RolloutArgs) -> anyhow::Result<()> {
     let hub = HubSource {
         kubeconfig: args.kubeconfig,
         context: args.context,

@@ -14,7 +14,7 @@ pub enum Output {
 }
 
 /// Renders rows as left-aligned columns under a header.
-pub fn table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) -> String {
+pub(crate) fn table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) -> String {
     let mut widths = header.map(str::len);
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {

@@ -9,28 +9,28 @@ use tokio_util::sync::CancellationToken;
 use crate::{api::key::ClusterName, clusters::registry};
 
 /// How often every cluster is probed.
-pub const PROBE_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const PROBE_EVERY: Duration = Duration::from_secs(5);
 
 /// What the last probe of one cluster found.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ClusterHealth {
+pub(crate) struct ClusterHealth {
     /// Whether its API server answered.
-    pub reachable: bool,
+    pub(crate) reachable: bool,
     /// Why not, when it did not.
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     /// When it last answered.
-    pub last_seen: Option<Timestamp>,
+    pub(crate) last_seen: Option<Timestamp>,
 }
 
 /// The health of every probed cluster, shared between the prober, the status writer and the executor.
 #[derive(Default)]
-pub struct HealthBoard {
+pub(crate) struct HealthBoard {
     clusters: DashMap<ClusterName, ClusterHealth>,
 }
 
 impl HealthBoard {
     /// Records a probe; returns the new reachability when it changed (a first probe that fails counts as a change).
-    pub fn record(
+    pub(crate) fn record(
         &self,
         cluster: &ClusterName,
         outcome: Result<(), String>,
@@ -60,25 +60,25 @@ impl HealthBoard {
     }
 
     /// Why a cluster is unreachable, if its last probe failed.
-    pub fn unreachable(&self, cluster: &ClusterName) -> Option<String> {
+    pub(crate) fn unreachable(&self, cluster: &ClusterName) -> Option<String> {
         let h = self.clusters.get(cluster)?;
         (!h.reachable).then(|| h.error.clone().unwrap_or_default())
     }
 
     /// What the last probe of a cluster found.
-    pub fn get(&self, cluster: &ClusterName) -> Option<ClusterHealth> {
+    pub(crate) fn get(&self, cluster: &ClusterName) -> Option<ClusterHealth> {
         self.clusters.get(cluster).map(|h| h.clone())
     }
 
     /// Forgets a cluster no longer registered.
-    pub fn forget(&self, cluster: &ClusterName) {
+    pub(crate) fn forget(&self, cluster: &ClusterName) {
         self.clusters.remove(cluster);
     }
 }
 
 /// Probes every registered cluster every [`PROBE_EVERY`] until cancelled, recording each probe on
 /// `board`; on a change it logs and tells `changed` (the cluster, and whether it is reachable now).
-pub async fn monitor<P>(
+pub(crate) async fn monitor<P>(
     probe_all: impl Fn() -> P + Send + 'static,
     board: Arc<HealthBoard>,
     changed: impl Fn(&ClusterName, bool) + Send + 'static,

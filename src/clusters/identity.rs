@@ -12,7 +12,7 @@ use crate::api::policy::Impersonation;
 
 /// A client of the same API server as `client` whose every request is made as `who`. Err: a user
 /// or group name that cannot travel in an HTTP header (a control character), naming it.
-pub fn acting_as(client: &Client, who: &Impersonation) -> Result<Client, String> {
+pub(crate) fn acting_as(client: &Client, who: &Impersonation) -> Result<Client, String> {
     let header = |name: &'static str, value: &str| {
         HeaderValue::from_str(value)
             .map(|v| (HeaderName::from_static(name), v))

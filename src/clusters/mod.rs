@@ -1,5 +1,5 @@
 //! Who the member clusters are, their clients, and whether they answer.
 
-pub mod health;
-pub mod identity;
+pub(crate) mod health;
+pub(crate) mod identity;
 pub mod registry;

@@ -17,13 +17,13 @@ use sha2::{Digest as _, Sha256};
 use crate::{api::crd::HUB_CLUSTER, api::key::ClusterName};
 
 /// How long to wait for a cluster's API server to accept a connection.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(4);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// How long a health probe may take in all.
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(6);
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(6);
 
 /// Result alias for this module.
-pub type Result<T, E = RegistryError> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = RegistryError> = std::result::Result<T, E>;
 
 /// What went wrong loading the registration file or building a cluster's client.
 #[derive(Debug, thiserror::Error)]
@@ -140,7 +140,7 @@ pub struct ClusterEntry {
 
 impl RegistrationFile {
     /// Reads and checks a registration file.
-    pub fn load(path: &Path) -> Result<Self> {
+    pub(crate) fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|source| RegistryError::Read {
             path: path.to_owned(),
             source,
@@ -176,10 +176,10 @@ impl RegistrationFile {
 }
 
 /// The SHA-256 of a kubeconfig file's bytes.
-pub type Digest = [u8; 32];
+pub(crate) type Digest = [u8; 32];
 
 /// The digest of a file's content, or `None` when it cannot be read.
-pub fn digest_file(path: &Path) -> Option<Digest> {
+pub(crate) fn digest_file(path: &Path) -> Option<Digest> {
     std::fs::read(path)
         .ok()
         .map(|bytes| Sha256::digest(bytes).into())
@@ -187,39 +187,39 @@ pub fn digest_file(path: &Path) -> Option<Digest> {
 
 /// A registered cluster with its client.
 #[derive(Clone)]
-pub struct Member {
+pub(crate) struct Member {
     /// Its registration entry.
-    pub entry: ClusterEntry,
+    pub(crate) entry: ClusterEntry,
     /// The kubeconfig actually used.
-    pub kubeconfig: PathBuf,
+    pub(crate) kubeconfig: PathBuf,
     /// The digest of that kubeconfig's content when the client was built from it (`None` for the
     /// in-cluster hub), so a change of its credentials is noticed even when its path is unchanged.
-    pub kubeconfig_digest: Option<Digest>,
+    pub(crate) kubeconfig_digest: Option<Digest>,
     /// A client for its API server.
-    pub client: Client,
+    pub(crate) client: Client,
 }
 
 /// The registry in force, swapped whole when the registration file changes.
-pub type SharedRegistry = Arc<arc_swap::ArcSwap<ClusterRegistry>>;
+pub(crate) type SharedRegistry = Arc<arc_swap::ArcSwap<ClusterRegistry>>;
 
 /// Every cluster tenancy-hub can reach, the hub included, keyed by name.
 #[derive(Clone)]
-pub struct ClusterRegistry {
+pub(crate) struct ClusterRegistry {
     members: BTreeMap<ClusterName, Arc<Member>>,
 }
 
 /// Where the hub's own client comes from.
 #[derive(Debug, Clone, Default)]
-pub struct HubSource {
+pub(crate) struct HubSource {
     /// Kubeconfig file; default: KUBECONFIG, ~/.kube/config, or the in-cluster config.
-    pub kubeconfig: Option<PathBuf>,
+    pub(crate) kubeconfig: Option<PathBuf>,
     /// Context in that kubeconfig; default: its current context.
-    pub context: Option<String>,
+    pub(crate) context: Option<String>,
 }
 
 impl ClusterRegistry {
     /// Builds a client for the hub and for every registered member.
-    pub async fn connect(hub: &HubSource, file: &RegistrationFile) -> Result<Self> {
+    pub(crate) async fn connect(hub: &HubSource, file: &RegistrationFile) -> Result<Self> {
         let mut kubeconfigs = HashMap::new();
         let mut members = BTreeMap::new();
         let hub_member = connect_hub(hub, &mut kubeconfigs).await?;
@@ -245,7 +245,11 @@ impl ClusterRegistry {
 
     /// This registry, with the members of `old` that `fresh` does not name kept as they were
     /// (same client): a reload reconnects only the clusters that changed.
-    pub fn keeping(mut self, old: &ClusterRegistry, fresh: impl Fn(&ClusterName) -> bool) -> Self {
+    pub(crate) fn keeping(
+        mut self,
+        old: &ClusterRegistry,
+        fresh: impl Fn(&ClusterName) -> bool,
+    ) -> Self {
         for (name, member) in &mut self.members {
             if !fresh(name)
                 && let Some(kept) = old.members.get(name)
@@ -277,12 +281,12 @@ impl ClusterRegistry {
     }
 
     /// The cluster registered under `name`, if any.
-    pub fn get(&self, name: &ClusterName) -> Option<&Arc<Member>> {
+    pub(crate) fn get(&self, name: &ClusterName) -> Option<&Arc<Member>> {
         self.members.get(name)
     }
 
     /// Every cluster's name and registration labels (the hub has none).
-    pub fn labels(&self) -> BTreeMap<ClusterName, BTreeMap<String, String>> {
+    pub(crate) fn labels(&self) -> BTreeMap<ClusterName, BTreeMap<String, String>> {
         self.members
             .iter()
             .map(|(name, m)| (name.clone(), m.entry.labels.clone()))
@@ -290,7 +294,7 @@ impl ClusterRegistry {
     }
 
     /// Every cluster, the hub first, then members by name.
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<Member>> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<Member>> {
         let hub = self
             .members
             .values()
@@ -305,21 +309,21 @@ impl ClusterRegistry {
 
 /// What a probe of one cluster found.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Health {
+pub(crate) struct Health {
     /// Cluster name.
-    pub cluster: String,
+    pub(crate) cluster: String,
     /// Context used.
-    pub context: String,
+    pub(crate) context: String,
     /// Whether `/version` answered in time.
-    pub reachable: bool,
+    pub(crate) reachable: bool,
     /// The API server's version, when reachable.
-    pub version: Option<String>,
+    pub(crate) version: Option<String>,
     /// Why it is unreachable.
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 /// Asks one cluster's API server for its version, within [`PROBE_TIMEOUT`].
-pub async fn probe(member: &Member) -> Health {
+pub(crate) async fn probe(member: &Member) -> Health {
     let outcome = tokio::time::timeout(PROBE_TIMEOUT, member.client.apiserver_version()).await;
     let (version, error) = match outcome {
         Ok(Ok(info)) => (Some(info.git_version), None),
@@ -339,7 +343,7 @@ pub async fn probe(member: &Member) -> Health {
 }
 
 /// Every kubeconfig file the hub (unless in-cluster) and the entries of `file` use.
-pub fn kubeconfig_paths(hub: &HubSource, file: &RegistrationFile) -> BTreeSet<PathBuf> {
+pub(crate) fn kubeconfig_paths(hub: &HubSource, file: &RegistrationFile) -> BTreeSet<PathBuf> {
     let (kubeconfig, in_cluster) = hub_kubeconfig(hub);
     kubeconfig
         .filter(|_| !in_cluster)

@@ -7,78 +7,78 @@ use kube::runtime::reflector::Store;
 
 /// Settings the reconciler plans with.
 #[derive(Clone, Debug)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Directory of local charts (`--chart-home`, `CHART_HOME`).
-    pub chart_home: PathBuf,
+    pub(crate) chart_home: PathBuf,
     /// How long a release may stay `pending-*` before it is cleared.
-    pub pending_timeout: Duration,
+    pub(crate) pending_timeout: Duration,
     /// The one hub namespace reconciled (`--namespace`); every namespace when None.
-    pub scope: Option<String>,
+    pub(crate) scope: Option<String>,
     /// The label selector of the Controllers reconciled (`--selector`); every one when None.
-    pub selector: Option<String>,
+    pub(crate) selector: Option<String>,
     /// How often charts are looked at again: chart-home directories re-read, repository and OCI
     /// versions resolved again (`--chart-interval`).
-    pub chart_interval: Duration,
+    pub(crate) chart_interval: Duration,
     /// How often every release is compared with its manifest (`--drift-interval`).
-    pub drift_interval: Duration,
+    pub(crate) drift_interval: Duration,
     /// Whether the tenancy policies refuse or only warn (`--tenancy-policy`).
-    pub policy_mode: crate::policy::Mode,
+    pub(crate) policy_mode: crate::policy::Mode,
     /// The operator's own namespace, which no policy pattern matches.
-    pub operator_namespace: String,
+    pub(crate) operator_namespace: String,
 }
 
 /// Everything the reconciler and the workers share, passed as one `Arc`.
-pub struct Context {
+pub(crate) struct Context {
     /// Client of the hub cluster.
-    pub hub: kube::Client,
+    pub(crate) hub: kube::Client,
     /// The registered clusters, swapped whole on change.
-    pub registry: crate::clusters::registry::SharedRegistry,
+    pub(crate) registry: crate::clusters::registry::SharedRegistry,
     /// Helm's release records per cluster.
-    pub releases: crate::observe::releases::ReleaseIndex,
+    pub(crate) releases: crate::observe::releases::ReleaseIndex,
     /// The queue of Helm jobs, fair across owners and clusters.
-    pub queue: crate::queue::HelmQueue,
+    pub(crate) queue: crate::queue::HelmQueue,
     /// Which release keys each resource's spec names, kept from the hub's Controller events.
-    pub claims: std::sync::Arc<crate::plan::claims::Claims>,
+    pub(crate) claims: std::sync::Arc<crate::plan::claims::Claims>,
     /// Releases left in clusters removed from the registration file, with their owners.
-    pub orphans: DashMap<crate::api::key::ReleaseKey, crate::plan::OwnerId>,
+    pub(crate) orphans: DashMap<crate::api::key::ReleaseKey, crate::plan::OwnerId>,
     /// What is known of each chart: directory digests, resolved versions.
-    pub charts: crate::charts::catalog::ChartCatalog,
+    pub(crate) charts: crate::charts::catalog::ChartCatalog,
     /// Every `Controller` on the hub, as the reconciler sees them.
-    pub controllers: Store<crate::api::crd::Controller>,
+    pub(crate) controllers: Store<crate::api::crd::Controller>,
     /// Every `TenancyPolicy` on the hub.
-    pub policies: Store<crate::api::policy::TenancyPolicy>,
+    pub(crate) policies: Store<crate::api::policy::TenancyPolicy>,
     /// Publishes Kubernetes Events on `Controller` resources, rate-limited.
-    pub events: crate::controller::events::Events,
+    pub(crate) events: crate::controller::events::Events,
     /// What runs, per cluster/namespace.
-    pub model: std::sync::Arc<crate::observe::model::Model>,
+    pub(crate) model: std::sync::Arc<crate::observe::model::Model>,
     /// The member links: how each cluster is worked and observed.
-    pub links: crate::member::Links,
+    pub(crate) links: crate::member::Links,
     /// The pod and workload watchers.
-    pub watches: crate::observe::watch::WatchSupervisor,
+    pub(crate) watches: crate::observe::watch::WatchSupervisor,
     /// Paced status writes.
-    pub writer: crate::status::writer::StatusWriter,
+    pub(crate) writer: crate::status::writer::StatusWriter,
     /// Reachability of every cluster, from periodic probes.
-    pub health: std::sync::Arc<crate::clusters::health::HealthBoard>,
+    pub(crate) health: std::sync::Arc<crate::clusters::health::HealthBoard>,
     /// Operator metrics.
-    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+    pub(crate) metrics: std::sync::Arc<crate::metrics::Metrics>,
     /// What is kept per Controller: asked-for keys, told problems, rollouts, last outcomes,
     /// drift tracking.
-    pub index: crate::controller::index::ControllerIndex,
+    pub(crate) index: crate::controller::index::ControllerIndex,
     /// The shards led here: only their Controllers are worked (planned, delivered, reported).
-    pub shards: std::sync::Arc<crate::controller::shard::Shards>,
+    pub(crate) shards: std::sync::Arc<crate::controller::shard::Shards>,
     /// Planning settings.
-    pub settings: Settings,
+    pub(crate) settings: Settings,
 }
 
 impl Context {
     /// What the tenancy policies allow now: the mode, every policy in name order, and the
     /// operator's own namespace.
-    pub fn admission(&self) -> crate::policy::Admission {
+    pub(crate) fn admission(&self) -> crate::policy::Admission {
         admission_of(&self.policies, &self.settings)
     }
 
     /// What claims are computed from now: the registry's cluster labels and the policies.
-    pub fn claim_basis(&self) -> crate::plan::claims::Basis {
+    pub(crate) fn claim_basis(&self) -> crate::plan::claims::Basis {
         crate::plan::claims::Basis {
             labels: self.registry.load().labels(),
             admission: self.admission(),
@@ -88,7 +88,7 @@ impl Context {
 
 /// The admission the policies in `store` make under `settings`: the mode, every policy in name
 /// order, and the operator's own namespace.
-pub fn admission_of(
+pub(crate) fn admission_of(
     store: &Store<crate::api::policy::TenancyPolicy>,
     settings: &Settings,
 ) -> crate::policy::Admission {

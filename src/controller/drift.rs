@@ -19,9 +19,9 @@ use crate::{
 };
 
 /// Repairs allowed per release within [`REPAIR_WINDOW`].
-pub const REPAIRS_PER_WINDOW: usize = 3;
+pub(crate) const REPAIRS_PER_WINDOW: usize = 3;
 /// The window repairs are counted in.
-pub const REPAIR_WINDOW: Duration = Duration::from_secs(600);
+pub(crate) const REPAIR_WINDOW: Duration = Duration::from_secs(600);
 /// How long nudges are gathered before the releases they name are checked together.
 pub(crate) const GATHER: Duration = Duration::from_millis(500);
 /// Releases checked at once.
@@ -29,7 +29,7 @@ pub(crate) const CONCURRENT_CHECKS: usize = 4;
 
 /// What asks for a drift check.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DriftCheckRequest {
+pub(crate) enum DriftCheckRequest {
     /// One release: a workload of it changed, or Helm just applied it.
     Release(ReleaseKey),
     /// Every release in a cluster that is reachable again.
@@ -71,7 +71,7 @@ pub(crate) struct Watched {
 }
 
 /// Which releases are watched for drift and what was found, shared by the reconciler and the loop.
-pub struct DriftBoard {
+pub(crate) struct DriftBoard {
     /// Releases compared with their manifests.
     pub(crate) watched: DashMap<ReleaseKey, Watched>,
     found: DashMap<ReleaseKey, Found>,
@@ -85,7 +85,7 @@ pub struct DriftBoard {
 
 impl DriftBoard {
     /// A board checking every release at least every `interval`; the receiver goes to `drift_checks::detect`.
-    pub fn new(interval: Duration) -> (Self, UnboundedReceiver<DriftCheckRequest>) {
+    pub(crate) fn new(interval: Duration) -> (Self, UnboundedReceiver<DriftCheckRequest>) {
         let (nudges, receiver) = unbounded_channel();
         let board = Self {
             watched: DashMap::new(),
@@ -100,7 +100,7 @@ impl DriftBoard {
 
     /// The releases `owner` now holds: they replace what it held before. A release newly watched
     /// is checked at once.
-    pub fn track(&self, owner: &OwnerId, releases: &[Release]) {
+    pub(crate) fn track(&self, owner: &OwnerId, releases: &[Release]) {
         let keep: BTreeSet<&ReleaseKey> = releases.iter().map(|r| &r.key).collect();
         self.watched
             .retain(|k, w| w.owner != *owner || keep.contains(k));
@@ -120,7 +120,7 @@ impl DriftBoard {
     }
 
     /// Forgets every release of a resource that is gone.
-    pub fn forget(&self, owner: &OwnerId) {
+    pub(crate) fn forget(&self, owner: &OwnerId) {
         self.track(owner, &[]);
         self.limiter
             .lock()
@@ -129,12 +129,12 @@ impl DriftBoard {
     }
 
     /// Asks for a check soon.
-    pub fn nudge(&self, nudge: DriftCheckRequest) {
+    pub(crate) fn nudge(&self, nudge: DriftCheckRequest) {
         let _ = self.nudges.send(nudge);
     }
 
     /// True when `key` is watched for drift (in mode warn or enabled).
-    pub fn is_watched(&self, key: &ReleaseKey) -> bool {
+    pub(crate) fn is_watched(&self, key: &ReleaseKey) -> bool {
         self.watched
             .get(key)
             .is_some_and(|w| w.settings.mode != DriftMode::Disabled)
@@ -143,7 +143,10 @@ impl DriftBoard {
     /// Drift found in the deployed revision of releases, for planning repairs: only releases with
     /// an object found changed or missing (a repair could not tell objects that are not readable
     /// any better).
-    pub fn drifted(&self, applied: &HashMap<ReleaseKey, Applied>) -> HashMap<ReleaseKey, Drifted> {
+    pub(crate) fn drifted(
+        &self,
+        applied: &HashMap<ReleaseKey, Applied>,
+    ) -> HashMap<ReleaseKey, Drifted> {
         self.current(applied)
             .filter(|(_, found)| found.repairable())
             .map(|(key, found)| {
@@ -160,7 +163,7 @@ impl DriftBoard {
     }
 
     /// The drift status of releases whose deployed revision drifted.
-    pub fn statuses(
+    pub(crate) fn statuses(
         &self,
         applied: &HashMap<ReleaseKey, Applied>,
     ) -> HashMap<ReleaseKey, DriftStatus> {
@@ -199,7 +202,7 @@ impl DriftBoard {
 
     /// Whether a repair of `key`'s drift in `revision` may go ahead; when it may not, the first
     /// refusal per drifted revision is told (true in the second field).
-    pub fn allow_repair(&self, key: &ReleaseKey, revision: i64) -> (RepairVerdict, bool) {
+    pub(crate) fn allow_repair(&self, key: &ReleaseKey, revision: i64) -> (RepairVerdict, bool) {
         let verdict = self
             .limiter
             .lock()

@@ -20,7 +20,7 @@ use crate::{
 
 /// Checks releases for drift: every watched release each `--drift-interval`, and the releases
 /// nudged (a workload changed, a cluster is reachable again, Helm applied) within a second.
-pub async fn detect(
+pub(crate) async fn detect(
     ctx: Arc<Context>,
     mut nudges: UnboundedReceiver<DriftCheckRequest>,
     trigger: Sender<ObjectRef<Controller>>,

@@ -13,13 +13,13 @@ use kube::{
 use crate::api::crd::Controller;
 
 /// A repeat of one reason and note on one resource within this time is not published again.
-pub const EVENT_REPEAT: Duration = Duration::from_secs(300);
+pub(crate) const EVENT_REPEAT: Duration = Duration::from_secs(300);
 /// Events one resource may get per minute.
-pub const EVENT_BURST: u32 = 20;
+pub(crate) const EVENT_BURST: u32 = 20;
 
 /// Keeps a flapping release from flooding the hub with Events.
 #[derive(Default)]
-pub struct EventLimiter {
+pub(crate) struct EventLimiter {
     windows: std::sync::Mutex<HashMap<ObjectRef<Controller>, EventWindow>>,
 }
 
@@ -31,7 +31,7 @@ struct EventWindow {
 
 impl EventLimiter {
     /// Whether an Event may be published now: not a recent repeat, and within the resource's burst.
-    pub fn allow(
+    pub(crate) fn allow(
         &self,
         object: &ObjectRef<Controller>,
         reason: &str,
@@ -63,16 +63,16 @@ impl EventLimiter {
 }
 
 /// What publishing Events needs: the hub's recorder and the limiter.
-pub struct Events {
+pub(crate) struct Events {
     /// Publishes Kubernetes Events on `Controller` resources.
-    pub recorder: kube::runtime::events::Recorder,
+    pub(crate) recorder: kube::runtime::events::Recorder,
     /// Keeps Events from flooding the hub.
-    pub limiter: EventLimiter,
+    pub(crate) limiter: EventLimiter,
 }
 
 impl Events {
     /// Events published by `recorder`, limited afresh.
-    pub fn new(recorder: kube::runtime::events::Recorder) -> Self {
+    pub(crate) fn new(recorder: kube::runtime::events::Recorder) -> Self {
         Self {
             recorder,
             limiter: EventLimiter::default(),
@@ -81,7 +81,7 @@ impl Events {
 }
 
 /// Publishes an Event on a `Controller`, within the limiter's bounds; failures are logged, never fatal.
-pub async fn publish(
+pub(crate) async fn publish(
     events: &Events,
     c: &Controller,
     type_: EventType,

@@ -54,11 +54,11 @@ fn mock_client() -> (Client, Handle) {
 }
 
 /// A reconciler `Context` whose hub is a scripted fake API server.
-pub struct Fixture {
+pub(crate) struct Fixture {
     /// The context to reconcile with.
-    pub ctx: Arc<Context>,
+    pub(crate) ctx: Arc<Context>,
     /// The hub's API server: the test answers the requests the reconciler makes, in order.
-    pub hub: ApiServer,
+    pub(crate) hub: ApiServer,
     /// The hub as a member cluster, where pods and workloads are watched: never answered, so the
     /// watchers wait and the script of `hub` holds only what the reconciler itself asks.
     _member: Handle,
@@ -77,12 +77,12 @@ impl Drop for Fixture {
 impl Fixture {
     /// A context with an empty registry (the hub only), the hub's release records listed and
     /// empty, an idle queue and writer, and the repository's `config/charts` as chart home.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::with_policy_mode(crate::policy::Mode::Permissive)
     }
 
     /// Like [`Fixture::new`], applying the tenancy policies in `mode`.
-    pub fn with_policy_mode(mode: crate::policy::Mode) -> Self {
+    pub(crate) fn with_policy_mode(mode: crate::policy::Mode) -> Self {
         let (hub_client, hub) = mock_client();
         let (member_client, member) = mock_client();
         let (store, controllers) = reflector::store();
@@ -159,13 +159,13 @@ impl Fixture {
     }
 
     /// Puts a TenancyPolicy in the store, as the hub's watch would.
-    pub fn policy(&mut self, policy: crate::api::policy::TenancyPolicy) {
+    pub(crate) fn policy(&mut self, policy: crate::api::policy::TenancyPolicy) {
         self.policies
             .apply_watcher_event(&watcher::Event::Apply(policy));
     }
 
     /// Puts resources in the reflector store, as the hub's watch would.
-    pub fn store(&mut self, objects: &[&Controller]) {
+    pub(crate) fn store(&mut self, objects: &[&Controller]) {
         let basis = self.ctx.claim_basis();
         for object in objects {
             self.controllers
@@ -175,12 +175,12 @@ impl Fixture {
     }
 
     /// Makes `records` the hub's fully listed release records.
-    pub fn records(&self, records: Vec<PartialObjectMeta<Secret>>) {
+    pub(crate) fn records(&self, records: Vec<PartialObjectMeta<Secret>>) {
         self.ctx.releases.seed(hub_cluster(), records);
     }
 
     /// The spec hash the planner gives the release `key` of `c`, with the charts as they are.
-    pub async fn spec_hash(&self, c: &Controller, key: &ReleaseKey) -> String {
+    pub(crate) async fn spec_hash(&self, c: &Controller, key: &ReleaseKey) -> String {
         let home = &self.ctx.settings.chart_home;
         let admission = crate::policy::Admission::permissive();
         self.ctx
@@ -203,7 +203,7 @@ fn hub_cluster() -> crate::api::key::ClusterName {
 }
 
 /// A `Controller` in namespace `default`, created at `created` (RFC 3339), with `spec` as YAML.
-pub fn controller(name: &str, created: &str, spec: &str) -> Controller {
+pub(crate) fn controller(name: &str, created: &str, spec: &str) -> Controller {
     let spec: ControllerSpec = serde_yaml::from_str(spec).expect("a valid spec");
     let mut c = Controller::new(name, spec);
     c.metadata = ObjectMeta {
@@ -219,19 +219,19 @@ pub fn controller(name: &str, created: &str, spec: &str) -> Controller {
 }
 
 /// `c` with the cleanup finalizer, as the hub holds it once the finalizer was added.
-pub fn finalized(mut c: Controller) -> Controller {
+pub(crate) fn finalized(mut c: Controller) -> Controller {
     c.metadata.finalizers = Some(vec![FINALIZER.into()]);
     c
 }
 
 /// `c` being deleted.
-pub fn deleted(mut c: Controller) -> Controller {
+pub(crate) fn deleted(mut c: Controller) -> Controller {
     c.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
     c
 }
 
 /// Helm's record (a Secret's metadata) of revision 1 of a release in `key`, managed for `owner`.
-pub fn release_record(
+pub(crate) fn release_record(
     key: &ReleaseKey,
     owner: &Controller,
     status: &str,
@@ -266,7 +266,7 @@ pub fn release_record(
 
 /// The hub's API server as the test scripts it: each method awaits the next request, checks it
 /// and answers it.
-pub struct ApiServer(Handle);
+pub(crate) struct ApiServer(Handle);
 
 impl ApiServer {
     async fn next(&mut self, method: Method, path: &str) -> (Value, Responder) {
@@ -294,7 +294,7 @@ impl ApiServer {
 
     /// Expects the JSON patch that adds the cleanup finalizer to `c` (which has no finalizer),
     /// and answers with `c` holding it, which it returns.
-    pub async fn finalizer_added(&mut self, c: &Controller) -> Controller {
+    pub(crate) async fn finalizer_added(&mut self, c: &Controller) -> Controller {
         let (patch, answer) = self.next(Method::PATCH, &controller_path(c)).await;
         assert_eq!(
             patch,
@@ -310,7 +310,7 @@ impl ApiServer {
 
     /// Expects the JSON patch that removes the cleanup finalizer (the first) from `c`, and
     /// answers with `c` holding none.
-    pub async fn finalizer_removed(&mut self, c: &Controller) {
+    pub(crate) async fn finalizer_removed(&mut self, c: &Controller) {
         let (patch, answer) = self.next(Method::PATCH, &controller_path(c)).await;
         assert_eq!(
             patch,
@@ -325,7 +325,7 @@ impl ApiServer {
     }
 
     /// Expects a new Event on `c` with `reason`, and answers that it was created; returns it.
-    pub async fn event(&mut self, c: &Controller, reason: &str) -> Value {
+    pub(crate) async fn event(&mut self, c: &Controller, reason: &str) -> Value {
         let path = format!(
             "/apis/events.k8s.io/v1/namespaces/{}/events",
             c.namespace().unwrap_or_default()
@@ -338,7 +338,7 @@ impl ApiServer {
     }
 
     /// Holds that no request comes: the reconciler has returned, so one it made would be here.
-    pub async fn nothing(&mut self) {
+    pub(crate) async fn nothing(&mut self) {
         if let Ok(Some((request, _))) = tokio::time::timeout(QUIET, self.0.next_request()).await {
             panic!("unexpected request {} {}", request.method(), request.uri());
         }

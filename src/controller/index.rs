@@ -15,18 +15,18 @@ use crate::{
 
 /// The per-Controller state of the reconciler and its loops. Service handles (queue, writer,
 /// watches) live beside it in the context; this holds only what is kept for a Controller.
-pub struct ControllerIndex {
+pub(crate) struct ControllerIndex {
     interest: Interest,
     reported: DashMap<OwnerId, BTreeSet<String>>,
     outcomes: DashMap<ReleaseKey, LastOutcome>,
     rollouts: DashMap<OwnerId, RolloutStatus>,
     /// Releases watched for drift, what was found, and the repair limiter.
-    pub drift: DriftBoard,
+    pub(crate) drift: DriftBoard,
 }
 
 impl ControllerIndex {
     /// An empty index around the drift board.
-    pub fn new(drift: DriftBoard) -> Self {
+    pub(crate) fn new(drift: DriftBoard) -> Self {
         Self {
             interest: Interest::default(),
             reported: DashMap::new(),
@@ -37,40 +37,44 @@ impl ControllerIndex {
     }
 
     /// Records the release keys `object` asks for, replacing what it asked for before.
-    pub fn ask(&self, object: &ObjectRef<Controller>, keys: impl Iterator<Item = ReleaseKey>) {
+    pub(crate) fn ask(
+        &self,
+        object: &ObjectRef<Controller>,
+        keys: impl Iterator<Item = ReleaseKey>,
+    ) {
         self.interest.set(object, keys);
     }
 
     /// The Controllers asking for `key`.
-    pub fn asking(&self, key: &ReleaseKey) -> Vec<ObjectRef<Controller>> {
+    pub(crate) fn asking(&self, key: &ReleaseKey) -> Vec<ObjectRef<Controller>> {
         self.interest.of(key)
     }
 
     /// Replaces the notes told for `owner` with `notes`; returns those told before.
-    pub fn told(&self, owner: &OwnerId, notes: BTreeSet<String>) -> BTreeSet<String> {
+    pub(crate) fn told(&self, owner: &OwnerId, notes: BTreeSet<String>) -> BTreeSet<String> {
         self.reported
             .insert(owner.clone(), notes)
             .unwrap_or_default()
     }
 
     /// True the first time `note` is told for `owner` (it is recorded then).
-    pub fn tell_once(&self, owner: &OwnerId, note: &str) -> bool {
+    pub(crate) fn tell_once(&self, owner: &OwnerId, note: &str) -> bool {
         let mut told = self.reported.entry(owner.clone()).or_default();
         told.insert(note.to_owned())
     }
 
     /// The last outcome of `key`'s Helm job.
-    pub fn outcome(&self, key: &ReleaseKey) -> Option<LastOutcome> {
+    pub(crate) fn outcome(&self, key: &ReleaseKey) -> Option<LastOutcome> {
         self.outcomes.get(key).map(|o| o.clone())
     }
 
     /// Keeps the last outcome of `key`'s Helm job.
-    pub fn record_outcome(&self, key: ReleaseKey, outcome: LastOutcome) {
+    pub(crate) fn record_outcome(&self, key: ReleaseKey, outcome: LastOutcome) {
         self.outcomes.insert(key, outcome);
     }
 
     /// The last outcome of every release of `owner`.
-    pub fn outcomes_of(&self, owner: &OwnerId) -> Vec<(ReleaseKey, LastOutcome)> {
+    pub(crate) fn outcomes_of(&self, owner: &OwnerId) -> Vec<(ReleaseKey, LastOutcome)> {
         self.outcomes
             .iter()
             .filter(|o| o.owner == *owner)
@@ -79,12 +83,12 @@ impl ControllerIndex {
     }
 
     /// The rollout state of `owner`, as last stepped here.
-    pub fn rollout(&self, owner: &OwnerId) -> Option<RolloutStatus> {
+    pub(crate) fn rollout(&self, owner: &OwnerId) -> Option<RolloutStatus> {
         self.rollouts.get(owner).map(|r| r.clone())
     }
 
     /// Keeps `owner`'s rollout state; None forgets it (no rollout in the spec, or deleted).
-    pub fn set_rollout(&self, owner: &OwnerId, state: Option<RolloutStatus>) {
+    pub(crate) fn set_rollout(&self, owner: &OwnerId, state: Option<RolloutStatus>) {
         match state {
             Some(state) => self.rollouts.insert(owner.clone(), state),
             None => self.rollouts.remove(owner).map(|(_, r)| r),
@@ -92,7 +96,7 @@ impl ControllerIndex {
     }
 
     /// Forgets everything kept for `object`: gone, or worked by another replica now.
-    pub fn forget(&self, object: &ObjectRef<Controller>) {
+    pub(crate) fn forget(&self, object: &ObjectRef<Controller>) {
         let owner = OwnerId {
             namespace: object.namespace.clone().unwrap_or_default(),
             name: object.name.clone(),

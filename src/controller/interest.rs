@@ -9,14 +9,18 @@ use crate::{api::crd::Controller, api::key::ReleaseKey};
 
 /// Which resources ask for each release key, so news about a release wakes all of them.
 #[derive(Default)]
-pub struct Interest {
+pub(crate) struct Interest {
     by_key: DashMap<ReleaseKey, HashSet<ObjectRef<Controller>>>,
     by_owner: DashMap<ObjectRef<Controller>, Vec<ReleaseKey>>,
 }
 
 impl Interest {
     /// Records the keys one resource asks for, replacing what it asked for before.
-    pub fn set(&self, owner: &ObjectRef<Controller>, keys: impl Iterator<Item = ReleaseKey>) {
+    pub(crate) fn set(
+        &self,
+        owner: &ObjectRef<Controller>,
+        keys: impl Iterator<Item = ReleaseKey>,
+    ) {
         let keys: Vec<ReleaseKey> = keys.collect();
         if let Some((_, old)) = self.by_owner.remove(owner) {
             for key in old {
@@ -36,7 +40,7 @@ impl Interest {
     }
 
     /// The resources asking for a key.
-    pub fn of(&self, key: &ReleaseKey) -> Vec<ObjectRef<Controller>> {
+    pub(crate) fn of(&self, key: &ReleaseKey) -> Vec<ObjectRef<Controller>> {
         self.by_key
             .get(key)
             .map(|s| s.iter().cloned().collect())

@@ -33,7 +33,7 @@ use crate::{
 /// Wakes the owner of a changed release record and every resource asking for that release; after
 /// a cluster is listed in full, the resources whose specs name a release there or that hold one
 /// there (not every resource: a relist of one cluster costs what that cluster concerns).
-pub async fn forward_record_changes(
+pub(crate) async fn forward_record_changes(
     ctx: Arc<Context>,
     mut changes: Receiver<RecordChange>,
     trigger: Sender<ObjectRef<Controller>>,
@@ -64,7 +64,7 @@ pub async fn forward_record_changes(
 /// Plans again, at once, the Controllers waiting on a release key that its claimant let go (it
 /// was deleted, its spec or a policy changed), so none stays in `Conflict` behind a holder that
 /// is gone.
-pub async fn wake_freed_claims(ctx: Arc<Context>, trigger: Sender<ObjectRef<Controller>>) {
+pub(crate) async fn wake_freed_claims(ctx: Arc<Context>, trigger: Sender<ObjectRef<Controller>>) {
     loop {
         for o in ctx.claims.woken().await {
             tracing::debug!(controller = %o, "a release key it asks for was let go; reconciling");
@@ -88,12 +88,15 @@ async fn wake(
 }
 
 /// How often releases are checked for an owner that no longer exists.
-pub const OWNERLESS_EVERY: Duration = Duration::from_secs(30);
+pub(crate) const OWNERLESS_EVERY: Duration = Duration::from_secs(30);
 
 /// Reports releases whose owning `Controller` no longer exists (deleted with
 /// `deletionPolicy: Orphan`, or while the operator was away): each is logged once, counted in
 /// `tenancy_hub_orphaned_releases`, left in place and never adopted by another resource.
-pub async fn report_ownerless(ctx: Arc<Context>, cancel: tokio_util::sync::CancellationToken) {
+pub(crate) async fn report_ownerless(
+    ctx: Arc<Context>,
+    cancel: tokio_util::sync::CancellationToken,
+) {
     let mut known: BTreeSet<ReleaseKey> = BTreeSet::new();
     let mut tick = tokio::time::interval(OWNERLESS_EVERY);
     loop {
@@ -141,7 +144,7 @@ pub async fn report_ownerless(ctx: Arc<Context>, cancel: tokio_util::sync::Cance
 }
 
 /// Applies tagged pod and workload changes to the model and marks the resources that see them.
-pub async fn aggregate(ctx: Arc<Context>, mut changes: Receiver<Tagged>) {
+pub(crate) async fn aggregate(ctx: Arc<Context>, mut changes: Receiver<Tagged>) {
     while let Some((scope, change)) = changes.recv().await {
         if !ctx.watches.is_watched(&scope) {
             continue; // a late event from a watcher just stopped
@@ -182,7 +185,7 @@ fn nudge_drift(ctx: &Context, scope: &ClusterNamespace, change: &Change) {
 }
 
 /// Records each finished Helm job, publishes its Event, and wakes the resource that owns it.
-pub async fn record_outcomes(
+pub(crate) async fn record_outcomes(
     ctx: Arc<Context>,
     mut done: Receiver<Completed>,
     trigger: Sender<ObjectRef<Controller>>,
@@ -325,7 +328,7 @@ fn describe(completed: &Completed) -> (EventType, &'static str, String) {
 
 /// What a change of a cluster's reachability sets off: when it is back, its waiting jobs run at
 /// once; either way every resource's status is recomputed.
-pub fn cluster_health_changed(
+pub(crate) fn cluster_health_changed(
     ctx: &Context,
     cluster: &crate::api::key::ClusterName,
     reachable: bool,
@@ -345,7 +348,7 @@ pub fn cluster_health_changed(
 
 /// Every interval, reads the chart-home directories and resolves the repository and OCI charts
 /// the hub's Controllers name again, and wakes the Controllers whose charts changed.
-pub async fn keep_fresh(
+pub(crate) async fn keep_fresh(
     ctx: Arc<Context>,
     trigger: Sender<ObjectRef<Controller>>,
     cancel: tokio_util::sync::CancellationToken,

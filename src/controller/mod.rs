@@ -1,14 +1,14 @@
 //! The hub reconciler, the state it shares with its background loops, those loops, and registration reload.
 
-pub mod context;
-pub mod drift;
-pub mod drift_checks;
-pub mod events;
+pub(crate) mod context;
+pub(crate) mod drift;
+pub(crate) mod drift_checks;
+pub(crate) mod events;
 #[cfg(test)]
 pub(crate) mod fixtures;
-pub mod index;
-pub mod interest;
-pub mod loops;
-pub mod reconcile;
-pub mod reload;
+pub(crate) mod index;
+pub(crate) mod interest;
+pub(crate) mod loops;
+pub(crate) mod reconcile;
+pub(crate) mod reload;
 pub mod shard;

@@ -32,24 +32,14 @@ use crate::{
 };
 
 /// Finalizer that holds a resource until its releases are uninstalled everywhere.
-pub const FINALIZER: &str = "multitenancy.dev/cleanup";
+pub(crate) const FINALIZER: &str = "multitenancy.dev/cleanup";
 
 /// Result alias for this module.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// What went wrong reconciling one resource.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A call to the hub failed.
-    #[error("Controller {owner}: {action}: {source}")]
-    Hub {
-        /// The resource.
-        owner: OwnerId,
-        /// What was being done.
-        action: &'static str,
-        /// The error.
-        source: Box<kube::Error>,
-    },
+pub(crate) enum Error {
     /// Deletion waits for releases to be uninstalled, jobs to finish or clusters to be reached.
     #[error("Controller {owner} is being deleted: {waiting}")]
     CleanupPending {
@@ -66,10 +56,9 @@ pub enum Error {
 impl Error {
     /// The `reason` label a failure is counted under in `tenancy_hub_reconcile_errors_total`:
     /// an apply or cleanup failing inside the finalizer counts as what it is.
-    pub fn metric_label(&self) -> &'static str {
+    pub(crate) fn metric_label(&self) -> &'static str {
         use kube::runtime::finalizer::Error as F;
         match self {
-            Error::Hub { .. } => "hub",
             Error::CleanupPending { .. } => "cleanup_pending",
             Error::Finalizer(inner) => match &**inner {
                 F::ApplyFailed(e) | F::CleanupFailed(e) => e.metric_label(),
@@ -80,7 +69,7 @@ impl Error {
 }
 
 /// Reconciles one `Controller`.
-pub async fn reconcile(obj: Arc<Controller>, ctx: Arc<Context>) -> Result<Action> {
+pub(crate) async fn reconcile(obj: Arc<Controller>, ctx: Arc<Context>) -> Result<Action> {
     let namespace = obj.namespace().unwrap_or_default();
     if !ctx.shards.owns(&namespace, &obj.name_any()) {
         // Another replica leads its shard; gaining the shard plans every resource again.
@@ -106,7 +95,7 @@ pub async fn reconcile(obj: Arc<Controller>, ctx: Arc<Context>) -> Result<Action
 }
 
 /// Retries failed reconciles: soon while deletion waits, with a longer pause otherwise.
-pub fn error_policy(_obj: Arc<Controller>, error: &Error, _ctx: Arc<Context>) -> Action {
+pub(crate) fn error_policy(_obj: Arc<Controller>, error: &Error, _ctx: Arc<Context>) -> Action {
     match error {
         Error::Finalizer(inner)
             if matches!(
@@ -712,7 +701,7 @@ fn describe_wait(
 }
 
 /// Forgets everything kept for a resource that is gone, or worked by another replica now.
-pub fn forget(ctx: &Context, object: &ObjectRef<Controller>) {
+pub(crate) fn forget(ctx: &Context, object: &ObjectRef<Controller>) {
     for gone in ctx.watches.set(object, BTreeSet::new(), &ctx.links) {
         ctx.model.forget(&gone);
     }

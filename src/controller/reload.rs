@@ -21,21 +21,21 @@ use crate::{
 };
 
 /// How often the registration file and its kubeconfigs are checked for changes.
-pub const CHECK_EVERY: Duration = Duration::from_secs(2);
+pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(2);
 
 /// What a reload changed.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Diff {
+pub(crate) struct Diff {
     /// Clusters newly registered.
-    pub added: BTreeSet<ClusterName>,
+    pub(crate) added: BTreeSet<ClusterName>,
     /// Clusters no longer registered.
-    pub removed: BTreeSet<ClusterName>,
+    pub(crate) removed: BTreeSet<ClusterName>,
     /// Clusters whose context, kubeconfig (its path or its content) or labels changed.
-    pub changed: BTreeSet<ClusterName>,
+    pub(crate) changed: BTreeSet<ClusterName>,
 }
 
 /// Compares two registries by name, registration entry and kubeconfig content.
-pub fn diff(old: &ClusterRegistry, new: &ClusterRegistry) -> Diff {
+pub(crate) fn diff(old: &ClusterRegistry, new: &ClusterRegistry) -> Diff {
     let mut d = Diff::default();
     for m in new.iter() {
         match old.get(&m.entry.name) {
@@ -63,16 +63,16 @@ pub fn diff(old: &ClusterRegistry, new: &ClusterRegistry) -> Diff {
 /// What a reload is decided on: the registration file's text and the digest of every kubeconfig
 /// it uses, so rotated credentials are noticed while the file itself stays the same.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Sources {
+pub(crate) struct Sources {
     /// The registration file's text.
-    pub text: String,
+    pub(crate) text: String,
     /// Each kubeconfig the hub and the entries use, with the digest of its content (`None`: unreadable).
-    pub kubeconfigs: BTreeMap<PathBuf, Option<Digest>>,
+    pub(crate) kubeconfigs: BTreeMap<PathBuf, Option<Digest>>,
 }
 
 impl Sources {
     /// Reads the registration file and digests the kubeconfigs it names (none while it does not parse).
-    pub fn read(path: &Path, hub: &HubSource) -> std::io::Result<Self> {
+    pub(crate) fn read(path: &Path, hub: &HubSource) -> std::io::Result<Self> {
         let text = std::fs::read_to_string(path)?;
         let kubeconfigs = RegistrationFile::parse(path, &text)
             .map(|file| kubeconfig_paths(hub, &file))
@@ -87,7 +87,7 @@ impl Sources {
     }
 
     /// What the registry in force was built from, given the registration text it was built from.
-    pub fn of(text: String, registry: &ClusterRegistry) -> Self {
+    pub(crate) fn of(text: String, registry: &ClusterRegistry) -> Self {
         let kubeconfigs = registry
             .iter()
             .filter(|m| !m.kubeconfig.as_os_str().is_empty())
@@ -98,21 +98,21 @@ impl Sources {
 }
 
 /// Everything a reload needs besides the shared context.
-pub struct Reloader {
+pub(crate) struct Reloader {
     /// The registration file.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// Where the hub is.
-    pub hub: HubSource,
+    pub(crate) hub: HubSource,
     /// Where release-record watches send their changes.
-    pub records: Sender<crate::observe::releases::RecordChange>,
+    pub(crate) records: Sender<crate::observe::releases::RecordChange>,
     /// Where resources are woken for a reconcile.
-    pub everything: Sender<()>,
+    pub(crate) everything: Sender<()>,
 }
 
 impl Reloader {
     /// Checks the file and its kubeconfigs every [`CHECK_EVERY`] until cancelled and applies each
     /// change of their content.
-    pub async fn run(self, ctx: Arc<Context>, cancel: CancellationToken) {
+    pub(crate) async fn run(self, ctx: Arc<Context>, cancel: CancellationToken) {
         // What the registry in force came from: a kubeconfig changed since is noticed at once.
         let mut last = std::fs::read_to_string(&self.path)
             .ok()

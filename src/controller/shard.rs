@@ -15,7 +15,7 @@ pub fn shard_of(namespace: &str, name: &str, shards: u32) -> u32 {
 
 /// The shards this replica leads, and whether a resource is its to work.
 #[derive(Debug)]
-pub struct Shards {
+pub(crate) struct Shards {
     total: u32,
     led: RwLock<BTreeSet<u32>>,
 }
@@ -29,7 +29,7 @@ impl Default for Shards {
 
 impl Shards {
     /// `total` shards of which `led` are led here.
-    pub fn led_here(total: u32, led: impl IntoIterator<Item = u32>) -> Self {
+    pub(crate) fn led_here(total: u32, led: impl IntoIterator<Item = u32>) -> Self {
         Self {
             total: total.max(1),
             led: RwLock::new(led.into_iter().collect()),
@@ -37,28 +37,28 @@ impl Shards {
     }
 
     /// `total` shards, none led here yet.
-    pub fn none_of(total: u32) -> Self {
+    pub(crate) fn none_of(total: u32) -> Self {
         Self::led_here(total, [])
     }
 
     /// The number of shards.
-    pub fn total(&self) -> u32 {
+    pub(crate) fn total(&self) -> u32 {
         self.total
     }
 
     /// The shards led here now.
-    pub fn led(&self) -> BTreeSet<u32> {
+    pub(crate) fn led(&self) -> BTreeSet<u32> {
         self.led.read().expect("shards lock").clone()
     }
 
     /// True when the resource `namespace/name` belongs to a shard led here.
-    pub fn owns(&self, namespace: &str, name: &str) -> bool {
+    pub(crate) fn owns(&self, namespace: &str, name: &str) -> bool {
         let shard = shard_of(namespace, name, self.total);
         self.led.read().expect("shards lock").contains(&shard)
     }
 
     /// Notes that a shard is led here now, or no longer.
-    pub fn set(&self, shard: u32, led: bool) {
+    pub(crate) fn set(&self, shard: u32, led: bool) {
         let mut all = self.led.write().expect("shards lock");
         if led {
             all.insert(shard);

@@ -34,24 +34,24 @@ use crate::{
 
 /// How Helm is called.
 #[derive(Clone, Debug)]
-pub struct HelmOptions {
+pub(crate) struct HelmOptions {
     /// The `helm` binary.
-    pub binary: PathBuf,
+    pub(crate) binary: PathBuf,
     /// `--timeout` of each call; the process is killed 30 s after it.
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// `--history-max`: revisions kept per release.
-    pub history_max: u32,
+    pub(crate) history_max: u32,
     /// Where helm keeps its discovery and HTTP caches (`KUBECACHEDIR`, `HELM_CACHE_HOME`) across
     /// calls; helm's own default (under `$HOME`) when None.
-    pub cache_dir: Option<PathBuf>,
+    pub(crate) cache_dir: Option<PathBuf>,
     /// The long-lived executor on Helm's Go SDK (`tenancy-hub-helm`, see `helm::sdk`) that
     /// runs the jobs; None: one `helm` process per job.
-    pub sdk: Option<PathBuf>,
+    pub(crate) sdk: Option<PathBuf>,
     /// How long the long-lived executor may sit without work before it exits (zero: never).
-    pub executor_idle: Duration,
+    pub(crate) executor_idle: Duration,
     /// The operator's sealing key: release records are sealed with it and acted on only when
     /// they verify (see `helm::seal`). None only where nothing is written (previews, tests).
-    pub seal: Option<crate::helm::seal::SealKey>,
+    pub(crate) seal: Option<crate::helm::seal::SealKey>,
 }
 
 impl Default for HelmOptions {
@@ -70,17 +70,17 @@ impl Default for HelmOptions {
 
 /// The cluster a call goes to, and as whom.
 #[derive(Clone, Copy, Debug)]
-pub struct Target<'a> {
+pub(crate) struct Target<'a> {
     /// Kubeconfig file.
-    pub kubeconfig: &'a Path,
+    pub(crate) kubeconfig: &'a Path,
     /// Context in it.
-    pub context: &'a str,
+    pub(crate) context: &'a str,
     /// The user and groups helm impersonates there; the context's own credentials when None.
-    pub identity: Option<&'a Impersonation>,
+    pub(crate) identity: Option<&'a Impersonation>,
 }
 
 /// Escapes a `--set` value so Helm takes it literally: `\`, `,`, `{` and `}` lose their meaning.
-pub fn escape_set_value(value: &str) -> String {
+pub(crate) fn escape_set_value(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     for c in value.chars() {
         if matches!(c, '\\' | ',' | '{' | '}') {
@@ -115,7 +115,7 @@ fn common(args: &mut Vec<OsString>, key: &ReleaseKey, target: Target<'_>, option
 
 /// Arguments of `helm upgrade --install` for a release. Every user-given value travels inside one
 /// `--flag=value` argument, and positional arguments follow `--`, so nothing can pose as a flag.
-pub fn upgrade_args(
+pub(crate) fn upgrade_args(
     release: &Release,
     target: Target<'_>,
     values_file: Option<&Path>,
@@ -198,19 +198,19 @@ fn chart_args(
 /// The cluster a chart is rendered for, offline: its version and API versions, and whether the
 /// release is already there.
 #[derive(Clone, Debug, Default)]
-pub struct RenderFor {
+pub(crate) struct RenderFor {
     /// Kubernetes version (`--kube-version`), for example `v1.36.3`.
-    pub kube_version: Option<String>,
+    pub(crate) kube_version: Option<String>,
     /// API group versions served (`--api-versions`), for example `apps/v1`.
-    pub api_versions: Vec<String>,
+    pub(crate) api_versions: Vec<String>,
     /// The release is installed already (`--is-upgrade`).
-    pub is_upgrade: bool,
+    pub(crate) is_upgrade: bool,
 }
 
 /// Arguments of `helm template` rendering a release offline exactly as `upgrade_args` would
 /// install it (same chart, version, values and settings), without hooks and tests, which Helm
 /// keeps out of a release's manifest too.
-pub fn template_args(
+pub(crate) fn template_args(
     release: &Release,
     values_file: Option<&Path>,
     archive: Option<&Path>,
@@ -238,7 +238,7 @@ pub fn template_args(
 /// Renders a release's manifest with `helm template` (see `template_args`), from the cached
 /// `archive` when there is one; its values go through a private temporary file. On failure,
 /// helm's trimmed message.
-pub async fn template(
+pub(crate) async fn template(
     options: &HelmOptions,
     release: &Release,
     archive: Option<&Path>,
@@ -356,7 +356,7 @@ const REPAIR_DESCRIPTION_MAX: usize = 200;
 /// drifted, and the apply is server-side and forced, because whatever changed the fields by hand
 /// (`kubectl scale`, another controller) now owns them and a plain apply would stop at the conflict
 /// (helm refuses `--force-conflicts` with client-side apply, hence `--server-side=true`).
-pub fn with_repair(mut args: Vec<OsString>, summary: &str) -> Vec<OsString> {
+pub(crate) fn with_repair(mut args: Vec<OsString>, summary: &str) -> Vec<OsString> {
     let description = repair_description(summary);
     let at = args.iter().position(|a| a == "--").unwrap_or(args.len());
     let flags = [
@@ -369,7 +369,7 @@ pub fn with_repair(mut args: Vec<OsString>, summary: &str) -> Vec<OsString> {
 }
 
 /// The description of a drift repair's revision: what drifted, cut to helm's limit.
-pub fn repair_description(summary: &str) -> String {
+pub(crate) fn repair_description(summary: &str) -> String {
     let mut description = format!("drift repair: {summary}");
     if description.len() > REPAIR_DESCRIPTION_MAX {
         let mut cut = REPAIR_DESCRIPTION_MAX - '…'.len_utf8();
@@ -383,10 +383,10 @@ pub fn repair_description(summary: &str) -> String {
 }
 
 /// The description of the revision a rollback of a halted rollout writes.
-pub const ROLLBACK_DESCRIPTION: &str = "rolled back by tenancy-hub: the rollout halted";
+pub(crate) const ROLLBACK_DESCRIPTION: &str = "rolled back by tenancy-hub: the rollout halted";
 
 /// Arguments of `helm uninstall` for a release.
-pub fn uninstall_args(
+pub(crate) fn uninstall_args(
     key: &ReleaseKey,
     target: Target<'_>,
     options: &HelmOptions,
@@ -402,7 +402,7 @@ pub fn uninstall_args(
 
 /// Arguments of `helm rollback` of a release to revision `to`, server-side like every upgrade.
 /// It does not wait for readiness: the status reports how the rolled-back release fares.
-pub fn rollback_args(
+pub(crate) fn rollback_args(
     key: &ReleaseKey,
     to: i64,
     target: Target<'_>,
@@ -420,10 +420,10 @@ pub fn rollback_args(
     args
 }
 
-pub use crate::queue::failure::{classify, trim_error};
+pub(crate) use crate::queue::failure::{classify, trim_error};
 
 /// Revision and chart version from `helm upgrade --output json`.
-pub fn parse_release_json(stdout: &str) -> Option<(i64, String)> {
+pub(crate) fn parse_release_json(stdout: &str) -> Option<(i64, String)> {
     #[derive(serde::Deserialize)]
     struct Chart {
         metadata: Metadata,
@@ -444,7 +444,7 @@ pub fn parse_release_json(stdout: &str) -> Option<(i64, String)> {
 }
 
 /// Runs jobs with the `helm` binary, one member cluster per call.
-pub struct HelmCli {
+pub(crate) struct HelmCli {
     options: HelmOptions,
     registry: SharedRegistry,
     health: Arc<HealthBoard>,
@@ -469,7 +469,7 @@ pub(crate) struct Prepared {
 impl HelmCli {
     /// An executor for the clusters in `registry`, installing remote charts from the archives
     /// in `charts`; values files go to a private temporary directory.
-    pub fn new(
+    pub(crate) fn new(
         options: HelmOptions,
         registry: SharedRegistry,
         health: Arc<HealthBoard>,
@@ -843,7 +843,7 @@ fn narrow_kubeconfig(source: &Path, context: &str, out: &Path) -> Result<(), Str
 }
 
 /// How many of a release's records (helm's Secrets, `owner=helm,name=RELEASE`) its namespace holds.
-pub async fn records_left(client: kube::Client, key: &ReleaseKey) -> kube::Result<usize> {
+pub(crate) async fn records_left(client: kube::Client, key: &ReleaseKey) -> kube::Result<usize> {
     let secrets: Api<Secret> = Api::namespaced(client, &key.scope.namespace);
     let selector = format!("owner=helm,name={}", key.release);
     let list = secrets
@@ -855,7 +855,7 @@ pub async fn records_left(client: kube::Client, key: &ReleaseKey) -> kube::Resul
 /// What a failed `helm uninstall` came to, given the release records left: none means the release
 /// is gone, whatever helm said; otherwise helm's failure stands. When they could not be listed,
 /// the failure is retried (it waits, when the cluster refuses the credentials).
-pub fn uninstall_outcome(
+pub(crate) fn uninstall_outcome(
     records_left: kube::Result<usize>,
     message: String,
     kind: FailureKind,

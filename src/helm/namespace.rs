@@ -37,11 +37,11 @@ use crate::{
 };
 
 /// Annotation of a Namespace the operator created: [`MANAGED_BY`].
-pub const CREATED_BY: &str = "multitenancy.dev/created-by";
+pub(crate) const CREATED_BY: &str = "multitenancy.dev/created-by";
 /// Annotation of a Namespace the operator created for an impersonated identity: its user.
-pub const CREATED_FOR: &str = "multitenancy.dev/created-for";
+pub(crate) const CREATED_FOR: &str = "multitenancy.dev/created-for";
 /// Prefix of the annotation, one per release, naming the user a release had bound there.
-pub const RELEASE_PREFIX: &str = "release.multitenancy.dev/";
+pub(crate) const RELEASE_PREFIX: &str = "release.multitenancy.dev/";
 
 /// Locks striped by namespace, so jobs of different namespaces rarely wait for each other.
 const STRIPES: usize = 64;
@@ -255,7 +255,7 @@ fn not_bound(key: &ReleaseKey, who: &Impersonation, role: &str) -> String {
 
 /// Name of the RoleBinding that gives an impersonated user its `namespaceRole` in a target
 /// namespace: one per user, so two policies delivering into one namespace do not fight over it.
-pub fn role_binding_name(user: &str) -> String {
+pub(crate) fn role_binding_name(user: &str) -> String {
     use sha2::{Digest, Sha256};
     let digest = Sha256::digest(user.as_bytes());
     let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();

@@ -51,7 +51,7 @@ use crate::{
 };
 
 /// The executor's file name, looked for beside `helm` and on `PATH` when not given.
-pub const BINARY: &str = "tenancy-hub-helm";
+pub(crate) const BINARY: &str = "tenancy-hub-helm";
 
 /// How long past helm's own timeout an answer is waited for before the executor is taken as hung
 /// and restarted (it stops an action itself 30 s past the timeout).
@@ -60,11 +60,11 @@ const ANSWER_GRACE: Duration = Duration::from_secs(60);
 /// The version of the messages on the executor's pipe: [`Hello`], [`Request`] and [`Answer`].
 /// Bump it when a message changes, with the executor's `protocolVersion` (`helm-sdk/main.go`) and
 /// the shared fixtures in `helm-sdk/testdata/protocol`, which the tests of both sides check.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub(crate) const PROTOCOL_VERSION: u32 = 1;
 
 /// How long a starting executor may take to say [`Hello`] (it says it at once; a Go program
 /// starts in about 0.1 s) before it is taken as speaking no protocol at all.
-pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What to do about an executor that speaks another protocol, or none.
 const REBUILD: &str = "rebuild the executor from this operator's source with lab/executor.sh \
@@ -73,11 +73,11 @@ const REBUILD: &str = "rebuild the executor from this operator's source with lab
 /// The executor's first line, written before it reads any request. Fields the operator does not
 /// know are ignored, so an executor of any version can say which protocol it speaks.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
-pub struct Hello {
+pub(crate) struct Hello {
     /// Its [`PROTOCOL_VERSION`].
-    pub protocol: u32,
+    pub(crate) protocol: u32,
     /// The version of Helm's Go SDK it is built with (`v4.3.1`).
-    pub helm: String,
+    pub(crate) helm: String,
 }
 
 /// Why the long-lived executor did not answer a request.
@@ -130,68 +130,68 @@ pub enum ExecutorError {
 
 /// The cluster of a request, and as whom.
 #[derive(Debug, Serialize, PartialEq)]
-pub struct ClusterRef {
+pub(crate) struct ClusterRef {
     /// Kubeconfig file (empty with `context`: the in-cluster configuration).
-    pub kubeconfig: String,
+    pub(crate) kubeconfig: String,
     /// Context in it.
-    pub context: String,
+    pub(crate) context: String,
     /// Changes with the file's content, so the executor builds new clients for new credentials.
-    pub digest: String,
+    pub(crate) digest: String,
     /// Impersonated user; empty: the context's own credentials.
     #[serde(skip_serializing_if = "String::is_empty")]
-    pub user: String,
+    pub(crate) user: String,
     /// Impersonated groups.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub groups: Vec<String>,
+    pub(crate) groups: Vec<String>,
     /// The registered cluster name, bound into every record's seal.
-    pub name: String,
+    pub(crate) name: String,
 }
 
 /// One request line.
 #[derive(Debug, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct Request {
+pub(crate) struct Request {
     /// Matches the answer.
-    pub id: u64,
+    pub(crate) id: u64,
     /// `upgrade` (install when missing), `uninstall` or `rollback`.
-    pub op: &'static str,
+    pub(crate) op: &'static str,
     /// Where.
-    pub cluster: ClusterRef,
+    pub(crate) cluster: ClusterRef,
     /// The release's namespace.
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// The release's name.
-    pub release: String,
+    pub(crate) release: String,
     /// A chart directory or archive on disk.
     #[serde(skip_serializing_if = "String::is_empty")]
-    pub chart: String,
+    pub(crate) chart: String,
     /// The spec's values.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub values: Option<serde_json::Value>,
+    pub(crate) values: Option<serde_json::Value>,
     /// `--set` expressions, escaped as for the CLI, applied over the values in order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub set: Vec<String>,
+    pub(crate) set: Vec<String>,
     /// Labels of the release records.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub labels: std::collections::BTreeMap<&'static str, String>,
+    pub(crate) labels: std::collections::BTreeMap<&'static str, String>,
     /// Revisions kept.
-    pub history_max: u32,
+    pub(crate) history_max: u32,
     /// Helm's timeout.
-    pub timeout_seconds: u64,
+    pub(crate) timeout_seconds: u64,
     /// Roll back (or uninstall a first install) when the release does not become ready.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub rollback_on_failure: bool,
+    pub(crate) rollback_on_failure: bool,
     /// Server-side apply forcing conflicts.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub force_conflicts: bool,
+    pub(crate) force_conflicts: bool,
     /// The revision's description.
     #[serde(skip_serializing_if = "String::is_empty")]
-    pub description: String,
+    pub(crate) description: String,
     /// The revision a rollback goes to.
     #[serde(skip_serializing_if = "is_zero")]
-    pub revision: i64,
+    pub(crate) revision: i64,
     /// The operator's sealing key (hex on the pipe; `Debug` shows nothing of it).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub seal: Option<crate::helm::seal::SealKey>,
+    pub(crate) seal: Option<crate::helm::seal::SealKey>,
 }
 
 fn is_zero(n: &i64) -> bool {
@@ -202,23 +202,23 @@ fn is_zero(n: &i64) -> bool {
 /// stopped): it would be a message of another protocol version.
 #[derive(Debug, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Answer {
+pub(crate) struct Answer {
     /// The request's id.
-    pub id: u64,
+    pub(crate) id: u64,
     /// Helm's error, as its CLI prints it after `Error: `; None on success.
     #[serde(default)]
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     /// The revision written.
     #[serde(default)]
-    pub revision: i64,
+    pub(crate) revision: i64,
     /// The chart version deployed.
     #[serde(default)]
-    pub chart_version: String,
+    pub(crate) chart_version: String,
 }
 
 /// The request of an install or upgrade of `release` from `chart`, as `helm::upgrade_args` asks
 /// the CLI for it; with `repair`, a drift repair forcing the conflicts.
-pub fn upgrade_request(
+pub(crate) fn upgrade_request(
     id: u64,
     release: &Release,
     cluster: ClusterRef,
@@ -259,7 +259,7 @@ pub fn upgrade_request(
 }
 
 /// The request of an uninstall or (with `to`) a rollback of `key`, as the CLI path asks for them.
-pub fn release_request(
+pub(crate) fn release_request(
     id: u64,
     key: &ReleaseKey,
     cluster: ClusterRef,
@@ -295,7 +295,7 @@ pub fn release_request(
 }
 
 /// A failed answer read as the CLI's stderr would be: trimmed, and classified alike.
-pub fn failure(error: &str) -> Outcome {
+pub(crate) fn failure(error: &str) -> Outcome {
     let stderr = format!("Error: {error}");
     Outcome::failed(
         crate::queue::failure::trim_error(&stderr),
@@ -478,7 +478,7 @@ async fn read_hello(
 
 /// The hello of the executor at `binary`: started, its protocol checked, stopped. What the
 /// operator's version report names besides its own.
-pub async fn probe(binary: &Path) -> Result<Hello, ExecutorError> {
+pub(crate) async fn probe(binary: &Path) -> Result<Hello, ExecutorError> {
     let process = Process::start(&HelmOptions::default(), binary).await?;
     process.end();
     Ok(process.hello.clone())
@@ -611,7 +611,7 @@ impl Pipe {
 
 /// The executor the operator runs jobs with: the long-lived executor when `HelmOptions::sdk`
 /// names one, with [`HelmCli`] for charts that are not on disk; else one helm process per job.
-pub struct HelmExecutor {
+pub(crate) struct HelmExecutor {
     cli: HelmCli,
     options: HelmOptions,
     pipe: Option<Pipe>,
@@ -620,7 +620,7 @@ pub struct HelmExecutor {
 impl HelmExecutor {
     /// The executor `options` ask for; the long-lived one starts on the first job (and again
     /// after it died).
-    pub fn new(cli: HelmCli, options: &HelmOptions) -> Self {
+    pub(crate) fn new(cli: HelmCli, options: &HelmOptions) -> Self {
         Self {
             cli,
             pipe: options
@@ -776,7 +776,7 @@ impl Executor for HelmExecutor {
 }
 
 /// Finds the executor: `given` when set, else [`BINARY`] beside `helm`, else on `PATH`.
-pub fn locate(given: Option<&std::path::Path>, helm: &std::path::Path) -> Option<PathBuf> {
+pub(crate) fn locate(given: Option<&std::path::Path>, helm: &std::path::Path) -> Option<PathBuf> {
     if let Some(given) = given {
         return Some(given.to_path_buf());
     }

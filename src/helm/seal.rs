@@ -33,11 +33,11 @@ use crate::api::key::ClusterName;
 use crate::plan::{OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, SPEC_HASH_LABEL};
 
 /// Label holding the record's seal: 32 hex digits of an HMAC-SHA256.
-pub const SEAL_LABEL: &str = "multitenancy.dev/seal";
+pub(crate) const SEAL_LABEL: &str = "multitenancy.dev/seal";
 /// Label holding the digest of what the record asks Helm to act on: 32 hex digits of SHA-256.
-pub const CONTENT_LABEL: &str = "multitenancy.dev/content";
+pub(crate) const CONTENT_LABEL: &str = "multitenancy.dev/content";
 /// The hub Secret, in the operator's namespace, holding the sealing key (data key `key`).
-pub const KEY_SECRET: &str = "tenancy-hub-seal";
+pub(crate) const KEY_SECRET: &str = "tenancy-hub-seal";
 /// Version tag at the head of every sealed message.
 const VERSION: &str = "tenancy-hub-seal/v1";
 
@@ -83,28 +83,28 @@ impl serde::Serialize for SealKey {
 
 /// What a seal binds: where the record is, whose it is, what spec it came from, and what it holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Sealed<'a> {
+pub(crate) struct Sealed<'a> {
     /// The registered cluster name.
-    pub cluster: &'a str,
+    pub(crate) cluster: &'a str,
     /// The release's namespace.
-    pub namespace: &'a str,
+    pub(crate) namespace: &'a str,
     /// The release name.
-    pub release: &'a str,
+    pub(crate) release: &'a str,
     /// The Helm revision.
-    pub revision: i64,
+    pub(crate) revision: i64,
     /// The owning Controller's hub namespace.
-    pub owner_namespace: &'a str,
+    pub(crate) owner_namespace: &'a str,
     /// The owning Controller's name.
-    pub owner_name: &'a str,
+    pub(crate) owner_name: &'a str,
     /// The spec hash label.
-    pub spec_hash: &'a str,
+    pub(crate) spec_hash: &'a str,
     /// The content digest label.
-    pub content: &'a str,
+    pub(crate) content: &'a str,
 }
 
 /// The bytes a seal is the HMAC of: fields one per line after a version tag. No field may hold
 /// a newline (names, numbers and hex digits never do; a label value cannot).
-pub fn message(s: &Sealed<'_>) -> String {
+pub(crate) fn message(s: &Sealed<'_>) -> String {
     format!(
         "{VERSION}\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}",
         s.cluster,
@@ -120,31 +120,31 @@ pub fn message(s: &Sealed<'_>) -> String {
 
 /// One hook of a release as the content digest reads it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
-pub struct Hook {
+pub(crate) struct Hook {
     /// The hook's name.
     #[serde(default)]
-    pub name: String,
+    pub(crate) name: String,
     /// The hook's kind.
     #[serde(default)]
-    pub kind: String,
+    pub(crate) kind: String,
     /// The template path.
     #[serde(default)]
-    pub path: String,
+    pub(crate) path: String,
     /// The manifest Helm applies for it.
     #[serde(default)]
-    pub manifest: String,
+    pub(crate) manifest: String,
     /// When it runs (`pre-delete`, …).
     #[serde(default)]
-    pub events: Vec<String>,
+    pub(crate) events: Vec<String>,
     /// What Helm deletes after it.
     #[serde(default)]
-    pub delete_policies: Vec<String>,
+    pub(crate) delete_policies: Vec<String>,
 }
 
 /// The digest of what a record asks Helm to act on: SHA-256 over the manifest and, for each hook
 /// in order, its kind, name, path, events, delete policies and manifest, each field ended by a NUL
 /// byte and each list by an extra one; 32 hex digits.
-pub fn content_digest(manifest: &str, hooks: &[Hook]) -> String {
+pub(crate) fn content_digest(manifest: &str, hooks: &[Hook]) -> String {
     let mut h = Sha256::new();
     let mut field = |s: &str| {
         h.update(s.as_bytes());
@@ -175,14 +175,14 @@ fn hex(bytes: &[u8]) -> String {
 
 impl SealKey {
     /// A key from its bytes: 32 to 64 of them.
-    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+    pub(crate) fn from_bytes(bytes: &[u8]) -> Option<Self> {
         (32..=64)
             .contains(&bytes.len())
             .then(|| Self(Arc::new(bytes.to_vec())))
     }
 
     /// A new random key of 32 bytes from the operating system.
-    pub fn generate() -> std::io::Result<Self> {
+    pub(crate) fn generate() -> std::io::Result<Self> {
         use std::io::Read as _;
         let mut bytes = [0u8; 32];
         std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
@@ -190,12 +190,12 @@ impl SealKey {
     }
 
     /// The key as hex, for the executor's pipe (never argv, never a log).
-    pub fn to_hex(&self) -> String {
+    pub(crate) fn to_hex(&self) -> String {
         hex(&self.0)
     }
 
     /// The seal of `s`: 32 hex digits of HMAC-SHA256.
-    pub fn seal(&self, s: &Sealed<'_>) -> String {
+    pub(crate) fn seal(&self, s: &Sealed<'_>) -> String {
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes any key length");
         mac.update(message(s).as_bytes());
         hex(&mac.finalize().into_bytes()[..16])
@@ -204,7 +204,7 @@ impl SealKey {
     /// Whether a record's labels carry a seal of this key for the record at `cluster` in
     /// `namespace` (its release, revision, owner, spec hash and content digest from its labels).
     /// Compared in constant time.
-    pub fn verifies(
+    pub(crate) fn verifies(
         &self,
         cluster: &ClusterName,
         namespace: &str,
@@ -282,9 +282,9 @@ impl SealKey {
 }
 
 /// A record's data may hold at most this many bytes (a Secret holds at most 1 MiB).
-pub const MAX_RECORD_BYTES: usize = 4 << 20;
+pub(crate) const MAX_RECORD_BYTES: usize = 4 << 20;
 /// A record's release may decompress to at most this many bytes.
-pub const MAX_RELEASE_BYTES: u64 = 32 << 20;
+pub(crate) const MAX_RELEASE_BYTES: u64 = 32 << 20;
 
 /// What a decoded record asks Helm to act on.
 #[derive(Debug, Default, serde::Deserialize)]
@@ -333,7 +333,11 @@ fn open(data: &[u8]) -> Result<Opened, String> {
 
 /// Whether one record (a full Secret) is sealed by `key` at `cluster`, content included; Err says
 /// why not.
-pub fn check_record(key: &SealKey, cluster: &ClusterName, secret: &Secret) -> Result<(), String> {
+pub(crate) fn check_record(
+    key: &SealKey,
+    cluster: &ClusterName,
+    secret: &Secret,
+) -> Result<(), String> {
     let name = secret.metadata.name.as_deref().unwrap_or_default();
     let namespace = secret.metadata.namespace.as_deref().unwrap_or_default();
     let labels = secret.metadata.labels.clone().unwrap_or_default();
@@ -367,7 +371,7 @@ async fn records(
 /// nothing runs (Err, naming the records and what to do). The helm binary reads records itself,
 /// so a record forged after this check and before helm reads it is not caught: the executor
 /// (`tenancy-hub-helm`) checks inside the read and leaves no such window.
-pub async fn check_release(
+pub(crate) async fn check_release(
     key: &SealKey,
     client: kube::Client,
     release: &crate::api::key::ReleaseKey,

@@ -4,7 +4,7 @@
 //! hub holds (the registration file); a member whose agent connects out to the hub implements the
 //! same [`MemberLink`].
 
-pub mod push;
+pub(crate) mod push;
 
 use std::sync::Arc;
 
@@ -25,20 +25,20 @@ use crate::{
 
 /// One drift check the hub asks of a member: compare a release's revision with the live objects.
 #[derive(Clone, Debug)]
-pub struct DriftCheck {
+pub(crate) struct DriftCheck {
     /// The release.
-    pub key: ReleaseKey,
+    pub(crate) key: ReleaseKey,
     /// The revision whose manifest is compared.
-    pub revision: i64,
+    pub(crate) revision: i64,
     /// Who reads the live objects (the policy's identity), or the operator itself.
-    pub identity: Option<Impersonation>,
+    pub(crate) identity: Option<Impersonation>,
     /// Fields left out of the comparison.
-    pub ignore: Vec<DriftIgnore>,
+    pub(crate) ignore: Vec<DriftIgnore>,
 }
 
 /// One member cluster as the hub reaches it. Every method returns an owned future or stream, so a
 /// link can be a set of clients or a channel to an agent alike.
-pub trait MemberLink: Send + Sync {
+pub(crate) trait MemberLink: Send + Sync {
     /// The member's registered name.
     fn cluster(&self) -> &ClusterName;
     /// Carries out one Helm job there and tells how it went.
@@ -56,7 +56,7 @@ pub trait MemberLink: Send + Sync {
 
 /// The member links of every registered cluster, following the registry as it is reloaded.
 #[derive(Clone)]
-pub struct Links {
+pub(crate) struct Links {
     registry: SharedRegistry,
     executor: Arc<HelmExecutor>,
     kinds: Arc<Kinds>,
@@ -64,7 +64,7 @@ pub struct Links {
 
 impl Links {
     /// Links to the clusters of `registry`, running Helm jobs with `executor`.
-    pub fn new(registry: SharedRegistry, executor: Arc<HelmExecutor>) -> Self {
+    pub(crate) fn new(registry: SharedRegistry, executor: Arc<HelmExecutor>) -> Self {
         Self {
             registry,
             executor,
@@ -73,7 +73,7 @@ impl Links {
     }
 
     /// The link of `cluster`, when it is registered.
-    pub fn get(&self, cluster: &ClusterName) -> Option<Arc<dyn MemberLink>> {
+    pub(crate) fn get(&self, cluster: &ClusterName) -> Option<Arc<dyn MemberLink>> {
         let member = self.registry.load().get(cluster).cloned()?;
         Some(Arc::new(push::PushLink::new(
             member,
@@ -83,7 +83,7 @@ impl Links {
     }
 
     /// The link of every registered cluster, the hub first.
-    pub fn all(&self) -> Vec<Arc<dyn MemberLink>> {
+    pub(crate) fn all(&self) -> Vec<Arc<dyn MemberLink>> {
         let registry = self.registry.load();
         registry
             .iter()
@@ -98,7 +98,7 @@ impl Links {
     }
 
     /// Probes every registered cluster at once.
-    pub async fn probe_all(&self) -> Vec<Health> {
+    pub(crate) async fn probe_all(&self) -> Vec<Health> {
         futures::future::join_all(self.all().iter().map(|link| link.probe())).await
     }
 }

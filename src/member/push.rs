@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// A member the hub holds a client for.
-pub struct PushLink {
+pub(crate) struct PushLink {
     member: Arc<Member>,
     executor: Arc<HelmExecutor>,
     kinds: Arc<Kinds>,
@@ -25,7 +25,7 @@ pub struct PushLink {
 
 impl PushLink {
     /// The link of `member`, running Helm with `executor` and discovering kinds into `kinds`.
-    pub fn new(member: Arc<Member>, executor: Arc<HelmExecutor>, kinds: Arc<Kinds>) -> Self {
+    pub(crate) fn new(member: Arc<Member>, executor: Arc<HelmExecutor>, kinds: Arc<Kinds>) -> Self {
         Self {
             member,
             executor,

@@ -31,26 +31,26 @@ use crate::{
 };
 
 /// Objects listed in a release's drift status; the rest are counted.
-pub const MAX_OBJECTS: usize = 10;
+pub(crate) const MAX_OBJECTS: usize = 10;
 /// Paths listed per object in a release's drift status; the rest are counted.
-pub const MAX_PATHS: usize = 5;
+pub(crate) const MAX_PATHS: usize = 5;
 /// Objects of one manifest a check reads at most; a manifest naming more is not compared.
-pub const MAX_MANIFEST_OBJECTS: usize = 1_000;
+pub(crate) const MAX_MANIFEST_OBJECTS: usize = 1_000;
 
 /// Result alias for this module.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     /// True when trying again cannot help until the release changes: its record cannot be
     /// compared, or its identity cannot be acted as.
-    pub fn is_lasting(&self) -> bool {
+    pub(crate) fn is_lasting(&self) -> bool {
         matches!(self, Error::Undecodable { .. } | Error::Identity { .. })
     }
 }
 
 /// What kept a release from being compared with its manifest.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// The release record could not be read.
     #[error("release {key}: reading its record {record}: {source}")]
     Record {
@@ -93,20 +93,20 @@ pub enum Error {
 
 /// One object of a manifest: its kind, name and namespace.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjectId {
+pub(crate) struct ObjectId {
     /// `apiVersion`, for example `apps/v1`.
-    pub api_version: String,
+    pub(crate) api_version: String,
     /// Kind.
-    pub kind: String,
+    pub(crate) kind: String,
     /// Namespace the manifest gives; None when it gives none.
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
     /// Name.
-    pub name: String,
+    pub(crate) name: String,
 }
 
 impl ObjectId {
     /// The kind, name and namespace of a manifest object, when it has them.
-    pub fn of(object: &Value) -> Option<Self> {
+    pub(crate) fn of(object: &Value) -> Option<Self> {
         let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
         Some(Self {
             api_version: text(object.get("apiVersion"))?,
@@ -119,16 +119,16 @@ impl ObjectId {
 
 /// Where one live object differs from its manifest.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ObjectDrift {
+pub(crate) struct ObjectDrift {
     /// The object (its namespace resolved for namespaced kinds).
-    pub id: ObjectId,
+    pub(crate) id: ObjectId,
     /// True when the object does not exist.
-    pub missing: bool,
+    pub(crate) missing: bool,
     /// JSON pointers of the manifest's fields the live object lacks or holds otherwise.
-    pub paths: Vec<String>,
+    pub(crate) paths: Vec<String>,
     /// The impersonated user the object was read as, when that user may not read it: it was
     /// neither compared nor found missing, so whether it exists is not told either.
-    pub not_readable_by: Option<String>,
+    pub(crate) not_readable_by: Option<String>,
 }
 
 impl ObjectDrift {
@@ -145,7 +145,7 @@ impl ObjectDrift {
 
 /// The objects of a rendered manifest: every YAML document with a kind and a name, at most
 /// [`MAX_MANIFEST_OBJECTS`] (a manifest naming more is refused, so a check's reads are bounded).
-pub fn manifest_objects(manifest: &str) -> Result<Vec<Value>, String> {
+pub(crate) fn manifest_objects(manifest: &str) -> Result<Vec<Value>, String> {
     use serde::Deserialize as _;
     let mut out = Vec::new();
     for document in serde_yaml::Deserializer::from_str(manifest) {
@@ -274,7 +274,7 @@ fn fold_string_data(object: &Value) -> Value {
 /// otherwise. Fields only `live` has (defaults, status, other managers' fields) are no drift; of
 /// the metadata only labels and annotations count; a list must keep its length and each element
 /// is compared in place (the API server keeps list order).
-pub fn differences(desired: &Value, live: &Value) -> Vec<String> {
+pub(crate) fn differences(desired: &Value, live: &Value) -> Vec<String> {
     let desired = if desired.get("kind").and_then(Value::as_str) == Some("Secret") {
         fold_string_data(desired)
     } else {
@@ -314,7 +314,7 @@ fn covers(rule: &str, path: &str) -> bool {
 
 /// True when an ignore rule covers `path` of `object`: the rule names the path (or one above
 /// it) and its target, if any, matches the object's kind, name and namespace.
-pub fn ignored(rules: &[DriftIgnore], object: &ObjectId, path: &str) -> bool {
+pub(crate) fn ignored(rules: &[DriftIgnore], object: &ObjectId, path: &str) -> bool {
     rules.iter().any(|rule| {
         let targeted = rule.target.as_ref().is_none_or(|t| {
             t.kind.as_ref().is_none_or(|k| *k == object.kind)
@@ -328,7 +328,7 @@ pub fn ignored(rules: &[DriftIgnore], object: &ObjectId, path: &str) -> bool {
 }
 
 /// Where one object drifted, with the ignored paths left out; None when it did not.
-pub fn object_drift(
+pub(crate) fn object_drift(
     id: ObjectId,
     desired: &Value,
     live: Option<&Value>,
@@ -379,7 +379,7 @@ fn describe(object: &ObjectDrift) -> String {
 
 /// Drift in a few words: "Deployment/web /spec/replicas; Service/web missing", at most
 /// [`MAX_OBJECTS`] objects and [`MAX_PATHS`] paths each, with counts of the rest.
-pub fn summary(objects: &[ObjectDrift]) -> String {
+pub(crate) fn summary(objects: &[ObjectDrift]) -> String {
     let mut parts: Vec<String> = objects.iter().take(MAX_OBJECTS).map(describe).collect();
     if objects.len() > MAX_OBJECTS {
         parts.push(format!("{} more object(s)", objects.len() - MAX_OBJECTS));
@@ -388,7 +388,7 @@ pub fn summary(objects: &[ObjectDrift]) -> String {
 }
 
 /// The status of a release's drift, bounded to [`MAX_OBJECTS`] × [`MAX_PATHS`] with counts.
-pub fn status(
+pub(crate) fn status(
     revision: i64,
     detected_at: String,
     action: &str,
@@ -418,7 +418,7 @@ pub fn status(
 
 /// What the repair limiter says of a repair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RepairVerdict {
+pub(crate) enum RepairVerdict {
     /// Repair it (or it is the repair already counted for this revision).
     Allowed,
     /// Too many repairs lately; the next is allowed after this long.
@@ -429,7 +429,7 @@ pub enum RepairVerdict {
 /// over a field makes a bounded number of revisions. A repair is counted once per drifted revision,
 /// however often it is planned.
 #[derive(Debug)]
-pub struct RepairLimiter {
+pub(crate) struct RepairLimiter {
     max: usize,
     window: Duration,
     repairs: HashMap<ReleaseKey, (i64, VecDeque<Instant>)>,
@@ -437,7 +437,7 @@ pub struct RepairLimiter {
 
 impl RepairLimiter {
     /// A limiter allowing `max` repairs per release within `window`.
-    pub fn new(max: usize, window: Duration) -> Self {
+    pub(crate) fn new(max: usize, window: Duration) -> Self {
         Self {
             max,
             window,
@@ -446,7 +446,7 @@ impl RepairLimiter {
     }
 
     /// Whether repairing drift of `key` found in `revision` may go ahead now; counts it if so.
-    pub fn allow(&mut self, key: &ReleaseKey, revision: i64, now: Instant) -> RepairVerdict {
+    pub(crate) fn allow(&mut self, key: &ReleaseKey, revision: i64, now: Instant) -> RepairVerdict {
         let (last, times) = self
             .repairs
             .entry(key.clone())
@@ -472,14 +472,14 @@ impl RepairLimiter {
     }
 
     /// Forgets releases no longer watched for drift.
-    pub fn retain(&mut self, keep: impl Fn(&ReleaseKey) -> bool) {
+    pub(crate) fn retain(&mut self, keep: impl Fn(&ReleaseKey) -> bool) {
         self.repairs.retain(|k, _| keep(k));
     }
 }
 
 /// The API resources of the kinds met in manifests, per cluster, so each kind is discovered once.
 #[derive(Default)]
-pub struct Kinds {
+pub(crate) struct Kinds {
     known: DashMap<(ClusterName, String, String), (ApiResource, bool)>,
 }
 
@@ -512,7 +512,7 @@ impl Kinds {
 /// it has one, so a check reads nothing that identity may not read: an object it may not read is
 /// reported as such, never fetched with the operator's rights; kinds are discovered with the
 /// operator's own `member` client. Secret values are compared, never returned: only paths are.
-pub async fn check(
+pub(crate) async fn check(
     member: &Client,
     identity: Option<&Impersonation>,
     kinds: &Kinds,

@@ -10,7 +10,7 @@ use crate::api::key::{ClusterName, ClusterNamespace};
 
 /// The kinds of workload tenancy-hub reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub enum WorkloadKind {
+pub(crate) enum WorkloadKind {
     /// apps/v1 Deployment.
     Deployment,
     /// apps/v1 StatefulSet.
@@ -29,24 +29,24 @@ impl fmt::Display for WorkloadKind {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct WorkloadRef {
     /// Its kind.
-    pub kind: WorkloadKind,
+    pub(crate) kind: WorkloadKind,
     /// Its name.
-    pub name: String,
+    pub(crate) name: String,
 }
 
 /// What the status needs of one workload.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct WorkloadInfo {
+pub(crate) struct WorkloadInfo {
     /// Kind and name.
-    pub id: WorkloadRef,
+    pub(crate) id: WorkloadRef,
     /// Release that owns it (`meta.helm.sh/release-name`).
-    pub release: Option<String>,
+    pub(crate) release: Option<String>,
     /// Ready replicas (or scheduled pods for a DaemonSet).
     pub ready: i32,
     /// Desired replicas.
-    pub desired: i32,
+    pub(crate) desired: i32,
     /// Rolled out as `kubectl rollout status` means it: the newest spec everywhere, all ready.
-    pub rolled_out: bool,
+    pub(crate) rolled_out: bool,
 }
 
 /// What the status needs of one pod.
@@ -68,7 +68,7 @@ pub struct PodInfo {
 
 /// One change seen by a watcher, before it is tagged with its cluster/namespace.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Change {
+pub(crate) enum Change {
     /// A pod appeared or changed.
     Pod(PodInfo),
     /// A pod went away.
@@ -86,23 +86,23 @@ pub enum Change {
 }
 
 /// A change tagged with the cluster/namespace it came from.
-pub type Tagged = (ClusterNamespace, Change);
+pub(crate) type Tagged = (ClusterNamespace, Change);
 
 /// What is known of one namespace in one cluster.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct ScopeState {
     /// Pods by name.
-    pub pods: BTreeMap<String, PodInfo>,
+    pub(crate) pods: BTreeMap<String, PodInfo>,
     /// Workloads by kind and name (serialized as a list).
     #[serde(serialize_with = "values")]
-    pub workloads: BTreeMap<WorkloadRef, WorkloadInfo>,
+    pub(crate) workloads: BTreeMap<WorkloadRef, WorkloadInfo>,
     /// True while every watch of the namespace is connected.
-    pub live: bool,
+    pub(crate) live: bool,
     /// Why it is not live.
-    pub problem: Option<String>,
+    pub(crate) problem: Option<String>,
     /// When a watch last delivered anything.
     #[serde(serialize_with = "timestamp")]
-    pub last_seen: Option<Timestamp>,
+    pub(crate) last_seen: Option<Timestamp>,
 }
 
 fn values<S: serde::Serializer>(
@@ -121,7 +121,7 @@ fn timestamp<S: serde::Serializer>(t: &Option<Timestamp>, s: S) -> Result<S::Ok,
 
 impl ScopeState {
     /// Applies one change seen at `now`.
-    pub fn apply(&mut self, change: Change, now: Timestamp) {
+    pub(crate) fn apply(&mut self, change: Change, now: Timestamp) {
         if !matches!(change, Change::Lost(_)) {
             self.live = true;
             self.problem = None;
@@ -156,42 +156,42 @@ impl ScopeState {
     }
 
     /// The release a pod belongs to, through its workload.
-    pub fn release_of(&self, pod: &PodInfo) -> Option<&str> {
+    pub(crate) fn release_of(&self, pod: &PodInfo) -> Option<&str> {
         self.workloads.get(pod.owner.as_ref()?)?.release.as_deref()
     }
 }
 
 /// Every watched namespace of every cluster.
 #[derive(Default)]
-pub struct Model {
+pub(crate) struct Model {
     scopes: DashMap<ClusterNamespace, ScopeState>,
 }
 
 impl Model {
     /// Applies a tagged change.
-    pub fn apply(&self, (scope, change): Tagged, now: Timestamp) {
+    pub(crate) fn apply(&self, (scope, change): Tagged, now: Timestamp) {
         self.scopes.entry(scope).or_default().apply(change, now);
     }
 
     /// Forgets a namespace no longer watched.
-    pub fn forget(&self, scope: &ClusterNamespace) {
+    pub(crate) fn forget(&self, scope: &ClusterNamespace) {
         self.scopes.remove(scope);
     }
 
     /// What is known of one namespace.
-    pub fn scope(&self, scope: &ClusterNamespace) -> Option<ScopeState> {
+    pub(crate) fn scope(&self, scope: &ClusterNamespace) -> Option<ScopeState> {
         self.scopes.get(scope).map(|s| s.clone())
     }
 
     /// Every watched namespace, in order.
-    pub fn scopes(&self) -> Vec<ClusterNamespace> {
+    pub(crate) fn scopes(&self) -> Vec<ClusterNamespace> {
         let mut keys: Vec<ClusterNamespace> = self.scopes.iter().map(|e| e.key().clone()).collect();
         keys.sort();
         keys
     }
 
     /// Every watched namespace of one cluster, with what is known of it.
-    pub fn cluster(&self, cluster: &ClusterName) -> BTreeMap<String, ScopeState> {
+    pub(crate) fn cluster(&self, cluster: &ClusterName) -> BTreeMap<String, ScopeState> {
         self.scopes
             .iter()
             .filter(|e| &e.key().cluster == cluster)

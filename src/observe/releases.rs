@@ -52,15 +52,15 @@ use crate::{
 };
 
 /// A release record as watched: the metadata of one of Helm's release Secrets.
-pub type Record = PartialObjectMeta<Secret>;
+pub(crate) type Record = PartialObjectMeta<Secret>;
 
 /// The events of one watch of release records (one label selector, every namespace).
-pub type RecordEvents =
+pub(crate) type RecordEvents =
     futures::stream::BoxStream<'static, Result<watcher::Event<Record>, watcher::Error>>;
 
 /// Watches the release records `selector` matches in every namespace of the cluster `client`
 /// reaches, metadata only, listing again after any error.
-pub fn record_events(client: kube::Client, selector: &str) -> RecordEvents {
+pub(crate) fn record_events(client: kube::Client, selector: &str) -> RecordEvents {
     let api: Api<Record> = Api::all(client);
     let config = watcher::Config::default().labels(selector);
     crate::observe::watch::relisting_watcher(api, config).boxed()
@@ -77,7 +77,7 @@ pub const FOREIGN_SELECTOR: &str =
 
 /// News from the release-record watches.
 #[derive(Clone, Debug, PartialEq)]
-pub enum RecordChange {
+pub(crate) enum RecordChange {
     /// The newest record of this release changed, appeared or went away; with its owner, if managed.
     Release(ReleaseKey, Option<OwnerId>),
     /// A cluster's records were listed in full (at start, or after a watch failed).
@@ -443,7 +443,7 @@ impl Watched {
 
 /// The release records of every watched cluster.
 #[derive(Default)]
-pub struct ReleaseIndex {
+pub(crate) struct ReleaseIndex {
     clusters: DashMap<ClusterName, Watched>,
     tasks: TaskTracker,
     seal: Option<SealKey>,
@@ -452,7 +452,7 @@ pub struct ReleaseIndex {
 impl ReleaseIndex {
     /// An empty index whose watch tasks are tracked by `tasks`, taking a record as managed only
     /// when `seal` verifies it (None: as its labels say, for read-only previews and tests).
-    pub fn new(tasks: TaskTracker, seal: Option<SealKey>) -> Self {
+    pub(crate) fn new(tasks: TaskTracker, seal: Option<SealKey>) -> Self {
         Self {
             clusters: DashMap::new(),
             tasks,
@@ -464,7 +464,7 @@ impl ReleaseIndex {
     /// selector (its member link); each change is sent on `changes`. The
     /// cluster counts as synced once both its watches have listed in full, until either fails,
     /// and again after it has relisted. Replaces any earlier watch of that cluster.
-    pub fn watch(
+    pub(crate) fn watch(
         &self,
         cluster: ClusterName,
         events: impl Fn(&str) -> RecordEvents,
@@ -538,24 +538,24 @@ impl ReleaseIndex {
     }
 
     /// Watch streams open now: two per watched cluster (ours, and the others' by name).
-    pub fn streams(&self) -> usize {
+    pub(crate) fn streams(&self) -> usize {
         self.clusters.len() * 2
     }
 
     /// Stops watching a cluster and forgets its records.
-    pub fn forget(&self, cluster: &ClusterName) {
+    pub(crate) fn forget(&self, cluster: &ClusterName) {
         if let Some((_, old)) = self.clusters.remove(cluster) {
             old.stop.cancel();
         }
     }
 
     /// The newest record of one release, when its cluster's records hold it.
-    pub fn get(&self, key: &ReleaseKey) -> Option<Applied> {
+    pub(crate) fn get(&self, key: &ReleaseKey) -> Option<Applied> {
         self.clusters.get(&key.scope.cluster)?.read().newest(key)
     }
 
     /// The clusters whose records are fully listed.
-    pub fn synced(&self) -> BTreeSet<ClusterName> {
+    pub(crate) fn synced(&self) -> BTreeSet<ClusterName> {
         self.clusters
             .iter()
             .filter(|w| w.is_synced())
@@ -564,7 +564,7 @@ impl ReleaseIndex {
     }
 
     /// The newest record of each release `owner` holds, in every cluster.
-    pub fn owned_by(&self, owner: &OwnerId) -> Vec<Applied> {
+    pub(crate) fn owned_by(&self, owner: &OwnerId) -> Vec<Applied> {
         let mut owned = Vec::new();
         for watched in &self.clusters {
             let records = watched.read();
@@ -577,7 +577,7 @@ impl ReleaseIndex {
 
     /// What planning `owner` needs: the newest record of each of `keys` and of each release
     /// `owner` holds, by key.
-    pub fn applied_for<'a>(
+    pub(crate) fn applied_for<'a>(
         &self,
         owner: &OwnerId,
         keys: impl IntoIterator<Item = &'a ReleaseKey>,
@@ -598,7 +598,7 @@ impl ReleaseIndex {
     }
 
     /// Every managed release of one cluster (all clusters when None), with its owner.
-    pub fn managed(&self, cluster: Option<&ClusterName>) -> Vec<(ReleaseKey, OwnerId)> {
+    pub(crate) fn managed(&self, cluster: Option<&ClusterName>) -> Vec<(ReleaseKey, OwnerId)> {
         let mut all = Vec::new();
         for watched in self
             .clusters
@@ -614,7 +614,7 @@ impl ReleaseIndex {
     }
 
     /// The owners of the managed releases of one cluster.
-    pub fn owners_in(&self, cluster: &ClusterName) -> Vec<OwnerId> {
+    pub(crate) fn owners_in(&self, cluster: &ClusterName) -> Vec<OwnerId> {
         self.clusters
             .get(cluster)
             .map(|w| w.read().by_owner.keys().cloned().collect())
@@ -625,7 +625,7 @@ impl ReleaseIndex {
 /// One cluster's releases, newest record per release, listed once with the selectors the
 /// watches of `ReleaseIndex` use: for a one-off look such as `tenancy-hub diff`, which acts on
 /// nothing and so takes owners as the records' labels claim them.
-pub async fn list(
+pub(crate) async fn list(
     cluster: &ClusterName,
     client: kube::Client,
 ) -> kube::Result<HashMap<ReleaseKey, Applied>> {
@@ -655,7 +655,7 @@ pub async fn list(
 
 /// The manifest Helm deployed for one revision of a release, read from its release record;
 /// None when the record is gone.
-pub async fn manifest(
+pub(crate) async fn manifest(
     client: kube::Client,
     key: &ReleaseKey,
     revision: i64,
@@ -683,11 +683,11 @@ pub async fn manifest(
 /// record is a Secret (at most 1 MiB), and Helm's own records, gzipped JSON of a chart and its
 /// manifest, expand to a few MiB at most; anyone who may write in a release's namespace may write
 /// a record that expands to gigabytes, so decoding stops at this bound instead.
-pub const MAX_RECORD_BYTES: usize = 32 << 20;
+pub(crate) const MAX_RECORD_BYTES: usize = 32 << 20;
 
 /// The `manifest` of a Helm release record's `release` field: base64 of (gzipped, as Helm writes
 /// it) JSON, decoded up to [`MAX_RECORD_BYTES`]; beyond that, an error and nothing more is read.
-pub fn decode_manifest(release: &[u8]) -> Result<String, String> {
+pub(crate) fn decode_manifest(release: &[u8]) -> Result<String, String> {
     use base64::Engine as _;
     use std::io::Read as _;
     let raw = base64::engine::general_purpose::STANDARD
@@ -746,7 +746,7 @@ fn owner_of(cluster: &ClusterName, record: &Record, seal: Option<&SealKey>) -> O
 
 /// Reads one Helm release record's labels; None for Secrets that are not release records. With
 /// `seal`, the owner is taken only from a record whose seal verifies.
-pub fn applied_from(
+pub(crate) fn applied_from(
     cluster: &ClusterName,
     record: &Record,
     seal: Option<&SealKey>,

@@ -36,7 +36,7 @@ const RELIST_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(5
 /// watcher resumes from its last resource version after an error and then says nothing until
 /// something changes, so a consumer that stopped trusting its picture at the error would never
 /// learn that it is in sync again; the `InitDone` of the new list tells it.
-pub fn relisting_watcher<K>(
+pub(crate) fn relisting_watcher<K>(
     api: Api<K>,
     config: watcher::Config,
 ) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send
@@ -79,7 +79,7 @@ where
 }
 
 /// Annotation Helm puts on every object of a release.
-pub const RELEASE_ANNOTATION: &str = "meta.helm.sh/release-name";
+pub(crate) const RELEASE_ANNOTATION: &str = "meta.helm.sh/release-name";
 
 /// A kind of object watched per namespace, and how it becomes model changes.
 trait Watched:
@@ -274,26 +274,26 @@ watched_workload!(DaemonSet, WorkloadKind::DaemonSet, daemon_set_state);
 const RELIST_COALESCE: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// The namespaces of one cluster whose changes are wanted, shared with that cluster's streams.
-pub type Namespaces = Arc<RwLock<BTreeSet<String>>>;
+pub(crate) type Namespaces = Arc<RwLock<BTreeSet<String>>>;
 
 /// What watching one cluster's pods and workloads is asked for: the namespaces wanted (they
 /// change while it runs), a tick each time some are added (a relist), where the tagged changes go,
 /// and when to stop. A member link carries it out, wherever the watches run.
-pub struct ClusterWatch {
+pub(crate) struct ClusterWatch {
     /// The cluster watched.
-    pub cluster: ClusterName,
+    pub(crate) cluster: ClusterName,
     /// The namespaces whose changes are wanted.
-    pub namespaces: Namespaces,
+    pub(crate) namespaces: Namespaces,
     /// Ticks when namespaces are added.
-    pub grown: watch::Receiver<u64>,
+    pub(crate) grown: watch::Receiver<u64>,
     /// Where the tagged changes go; a full channel makes the watches wait.
-    pub events: Sender<Tagged>,
+    pub(crate) events: Sender<Tagged>,
     /// Stops the watches.
-    pub stop: CancellationToken,
+    pub(crate) stop: CancellationToken,
 }
 
 /// The clusters whose pods and workloads can be watched, and how: the member links.
-pub trait Observers {
+pub(crate) trait Observers {
     /// True when `cluster` is registered (its scopes are watched).
     fn knows(&self, cluster: &ClusterName) -> bool;
     /// The task that carries out `watch`, or None when its cluster is not registered.
@@ -409,7 +409,7 @@ fn changes<K: Watched>(
 
 /// Runs the four watches of one cluster until cancelled, listing again (after a short pause that
 /// gathers a burst) whenever namespaces are added.
-pub async fn watch_cluster(client: Client, watch: ClusterWatch) {
+pub(crate) async fn watch_cluster(client: Client, watch: ClusterWatch) {
     let ClusterWatch {
         cluster,
         namespaces: wanted,
@@ -450,7 +450,7 @@ pub async fn watch_cluster(client: Client, watch: ClusterWatch) {
 }
 
 /// Watch streams one watched cluster holds open (Pods, Deployments, StatefulSets, DaemonSets).
-pub const STREAMS_PER_CLUSTER: usize = 4;
+pub(crate) const STREAMS_PER_CLUSTER: usize = 4;
 
 /// What changes in one cluster's watches to follow new targets.
 #[derive(Debug, Default, PartialEq)]
@@ -499,7 +499,7 @@ fn step(
 /// Keeps one set of cluster-wide watches running for every cluster some resource targets, each
 /// passing on the changes of the namespaces targeted there. The number of streams per cluster is
 /// `STREAMS_PER_CLUSTER` however many namespaces are targeted.
-pub struct WatchSupervisor {
+pub(crate) struct WatchSupervisor {
     events: Sender<Tagged>,
     parent: CancellationToken,
     tasks: TaskTracker,
@@ -522,7 +522,11 @@ struct State {
 
 impl WatchSupervisor {
     /// A supervisor sending tagged changes on `events`; its watchers stop with `parent`.
-    pub fn new(events: Sender<Tagged>, parent: CancellationToken, tasks: TaskTracker) -> Self {
+    pub(crate) fn new(
+        events: Sender<Tagged>,
+        parent: CancellationToken,
+        tasks: TaskTracker,
+    ) -> Self {
         Self {
             events,
             parent,
@@ -538,7 +542,7 @@ impl WatchSupervisor {
     /// Sets the namespaces one resource targets, then starts, narrows, widens and stops watches
     /// to match every resource's targets, for the clusters `observers` knows. Returns the namespaces no
     /// longer watched.
-    pub fn set(
+    pub(crate) fn set(
         &self,
         owner: &ObjectRef<Controller>,
         scopes: BTreeSet<ClusterNamespace>,
@@ -634,7 +638,7 @@ impl WatchSupervisor {
 
     /// Follows a new registry: watches of unregistered clusters stop, those of `changed` clusters
     /// restart with their new clients. Returns the namespaces no longer watched.
-    pub fn refresh(
+    pub(crate) fn refresh(
         &self,
         observers: &dyn Observers,
         changed: &BTreeSet<ClusterName>,
@@ -649,29 +653,18 @@ impl WatchSupervisor {
     }
 
     /// True while this namespace is watched.
-    pub fn is_watched(&self, scope: &ClusterNamespace) -> bool {
+    pub(crate) fn is_watched(&self, scope: &ClusterNamespace) -> bool {
         let state = self.lock();
         state.running.contains_key(&scope.cluster) && state.owners.contains_key(scope)
     }
 
-    /// Every namespace watched now.
-    pub fn watched(&self) -> BTreeSet<ClusterNamespace> {
-        let state = self.lock();
-        state
-            .owners
-            .keys()
-            .filter(|s| state.running.contains_key(&s.cluster))
-            .cloned()
-            .collect()
-    }
-
     /// Watch streams open now.
-    pub fn streams(&self) -> usize {
+    pub(crate) fn streams(&self) -> usize {
         self.lock().running.len() * STREAMS_PER_CLUSTER
     }
 
     /// The resources targeting a namespace.
-    pub fn owners_of(&self, scope: &ClusterNamespace) -> Vec<ObjectRef<Controller>> {
+    pub(crate) fn owners_of(&self, scope: &ClusterNamespace) -> Vec<ObjectRef<Controller>> {
         self.lock()
             .owners
             .get(scope)

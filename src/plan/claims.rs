@@ -27,16 +27,16 @@ use crate::{
 };
 
 /// Cluster names and their labels, as the registry holds them.
-pub type Labels = BTreeMap<ClusterName, BTreeMap<String, String>>;
+pub(crate) type Labels = BTreeMap<ClusterName, BTreeMap<String, String>>;
 
 /// What every claimant is computed from besides its own spec: the cluster labels and the
 /// tenancy policies.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Basis {
+pub(crate) struct Basis {
     /// Cluster names and their labels.
-    pub labels: Labels,
+    pub(crate) labels: Labels,
     /// The tenancy policies and their mode.
-    pub admission: Admission,
+    pub(crate) admission: Admission,
 }
 
 /// What a claimant was computed from, besides the cluster labels.
@@ -138,12 +138,12 @@ fn remove_from<K: std::hash::Hash + Eq>(
 }
 
 /// How many charts a spec names over all its tenancies: the size of the work of planning it.
-pub fn named_charts(c: &Controller) -> usize {
+pub(crate) fn named_charts(c: &Controller) -> usize {
     c.spec.tenancies.iter().map(|t| t.charts.len()).sum()
 }
 
 /// The release keys every Controller claims, by key and by cluster.
-pub struct Claims {
+pub(crate) struct Claims {
     inner: RwLock<Inner>,
     chart_home: PathBuf,
     woken: tokio::sync::Notify,
@@ -151,7 +151,7 @@ pub struct Claims {
 
 impl Claims {
     /// An empty index whose claimants resolve local charts under `chart_home`.
-    pub fn new(chart_home: PathBuf) -> Self {
+    pub(crate) fn new(chart_home: PathBuf) -> Self {
         Self {
             inner: RwLock::default(),
             chart_home,
@@ -229,7 +229,7 @@ impl Claims {
     /// Takes in a Controller as it is now (created, changed or being deleted), with the cluster
     /// labels and policies as they are now; nothing is computed when neither its spec nor the
     /// basis changed.
-    pub fn update(&self, c: &Controller, basis: &Basis) {
+    pub(crate) fn update(&self, c: &Controller, basis: &Basis) {
         self.rebase(basis);
         let owner = owner_id(c);
         let stamp = ClaimBasisVersion::of(c);
@@ -245,19 +245,19 @@ impl Claims {
     }
 
     /// Forgets a Controller that is gone.
-    pub fn remove(&self, owner: &OwnerId) {
+    pub(crate) fn remove(&self, owner: &OwnerId) {
         let mut inner = self.inner.write().expect("claims lock");
         inner.replace(owner, None);
         self.notify(&inner);
     }
 
     /// The Controllers waiting on keys a claimant let go since the last call: plan them again.
-    pub fn take_wakes(&self) -> BTreeSet<OwnerId> {
+    pub(crate) fn take_wakes(&self) -> BTreeSet<OwnerId> {
         std::mem::take(&mut self.inner.write().expect("claims lock").wakes)
     }
 
     /// Waits until some claimant let a key go, then takes the Controllers waiting on it.
-    pub async fn woken(&self) -> BTreeSet<OwnerId> {
+    pub(crate) async fn woken(&self) -> BTreeSet<OwnerId> {
         loop {
             let wakes = self.take_wakes();
             if !wakes.is_empty() {
@@ -268,7 +268,7 @@ impl Claims {
     }
 
     /// Keeps only the Controllers in `present` (after the hub's Controllers were listed afresh).
-    pub fn retain(&self, present: &BTreeSet<OwnerId>) {
+    pub(crate) fn retain(&self, present: &BTreeSet<OwnerId>) {
         let mut inner = self.inner.write().expect("claims lock");
         let gone: Vec<OwnerId> = inner
             .entries
@@ -283,7 +283,7 @@ impl Claims {
     }
 
     /// The release keys a Controller's spec names.
-    pub fn keys_of(&self, owner: &OwnerId) -> Vec<ReleaseKey> {
+    pub(crate) fn keys_of(&self, owner: &OwnerId) -> Vec<ReleaseKey> {
         let inner = self.inner.read().expect("claims lock");
         inner
             .entries
@@ -294,7 +294,7 @@ impl Claims {
 
     /// Who holds each of `keys` among the Controllers claiming it, by the one rule of
     /// [`plan::claims`]; `applied` needs to hold the newest record of each of `keys`.
-    pub fn holders(
+    pub(crate) fn holders(
         &self,
         keys: &[ReleaseKey],
         applied: &HashMap<ReleaseKey, Applied>,
@@ -316,7 +316,7 @@ impl Claims {
     }
 
     /// The Controllers whose specs name a release in `cluster`.
-    pub fn targeting(&self, cluster: &ClusterName) -> Vec<OwnerId> {
+    pub(crate) fn targeting(&self, cluster: &ClusterName) -> Vec<OwnerId> {
         let inner = self.inner.read().expect("claims lock");
         inner
             .by_cluster
@@ -326,19 +326,21 @@ impl Claims {
     }
 
     /// How many Controllers are held.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.inner.read().expect("claims lock").entries.len()
     }
 
     /// True when no Controller is held.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }
 
 /// Feeds the hub's Controller watch into `claims` (`labels` reads the registry's cluster labels): each Controller seen is taken in, each
 /// deleted one forgotten, and after a complete listing only those listed are kept.
-pub fn follow(
+pub(crate) fn follow(
     claims: &Claims,
     labels: &dyn Fn() -> Basis,
     listing: &mut BTreeSet<OwnerId>,

@@ -11,28 +11,28 @@ use std::collections::HashMap;
 use crate::api::crd::{ControllerSpec, Setting};
 
 /// Charts one Controller may name over all its tenancies (the schema refuses more too).
-pub const MAX_CHARTS: usize = 10_000;
+pub(crate) const MAX_CHARTS: usize = 10_000;
 
 /// Releases one Controller may ask for: each chart once per cluster its tenancy goes to.
-pub const MAX_RELEASES: usize = 20_000;
+pub(crate) const MAX_RELEASES: usize = 20_000;
 
 /// The largest list index a setting key may hold, as in `env[1024].name`: Helm builds a list of
 /// that many elements plus one.
-pub const MAX_LIST_INDEX: usize = 1024;
+pub(crate) const MAX_LIST_INDEX: usize = 1024;
 
 /// List elements the setting keys of one release may make Helm build in all.
-pub const MAX_LIST_ELEMENTS: usize = 10_000;
+pub(crate) const MAX_LIST_ELEMENTS: usize = 10_000;
 
 /// Entries a message names before it counts the rest.
-pub const NAMED: usize = 3;
+pub(crate) const NAMED: usize = 3;
 
 /// Charts a spec names over all its tenancies.
-pub fn charts_named(spec: &ControllerSpec) -> usize {
+pub(crate) fn charts_named(spec: &ControllerSpec) -> usize {
     spec.tenancies.iter().map(|t| t.charts.len()).sum()
 }
 
 /// Names the first [`NAMED`] of `items` and counts the rest of `total`: "a, b, c and 4 more".
-pub fn few<S: AsRef<str>>(items: impl IntoIterator<Item = S>, total: usize) -> String {
+pub(crate) fn few<S: AsRef<str>>(items: impl IntoIterator<Item = S>, total: usize) -> String {
     let shown: Vec<S> = items.into_iter().take(NAMED).collect();
     let mut out = shown
         .iter()
@@ -46,7 +46,7 @@ pub fn few<S: AsRef<str>>(items: impl IntoIterator<Item = S>, total: usize) -> S
 }
 
 /// Why a release's setting keys cannot be given to Helm: the first key refused, and why.
-pub fn refused_setting(settings: &[Setting]) -> Option<(String, String)> {
+pub(crate) fn refused_setting(settings: &[Setting]) -> Option<(String, String)> {
     // The deepest list each path of the keys asks for: `a[3].b[5]` asks for 4 elements in `a`
     // and 6 in `a[3].b`. Keys naming one list share its elements.
     let mut lists: HashMap<&str, usize> = HashMap::new();

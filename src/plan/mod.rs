@@ -1,10 +1,10 @@
 //! Planning: the releases a spec asks for, compared with those applied in the clusters, become Helm jobs (pure).
 
-pub mod claims;
+pub(crate) mod claims;
 #[cfg(test)]
 mod hostile;
-pub mod limits;
-pub mod rollout;
+pub(crate) mod limits;
+pub(crate) mod rollout;
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet, hash_map},
@@ -25,15 +25,15 @@ use crate::{
 };
 
 /// Label on every release tenancy-hub manages.
-pub const MANAGED_BY_LABEL: &str = "multitenancy.dev/managed-by";
+pub(crate) const MANAGED_BY_LABEL: &str = "multitenancy.dev/managed-by";
 /// Value of [`MANAGED_BY_LABEL`].
-pub const MANAGED_BY: &str = "tenancy-hub";
+pub(crate) const MANAGED_BY: &str = "tenancy-hub";
 /// Label naming the namespace of the owning `Controller`.
-pub const OWNER_NAMESPACE_LABEL: &str = "multitenancy.dev/controller-namespace";
+pub(crate) const OWNER_NAMESPACE_LABEL: &str = "multitenancy.dev/controller-namespace";
 /// Label naming the owning `Controller`.
-pub const OWNER_NAME_LABEL: &str = "multitenancy.dev/controller-name";
+pub(crate) const OWNER_NAME_LABEL: &str = "multitenancy.dev/controller-name";
 /// Label holding the fingerprint of the spec a release was applied from.
-pub const SPEC_HASH_LABEL: &str = "multitenancy.dev/spec-hash";
+pub(crate) const SPEC_HASH_LABEL: &str = "multitenancy.dev/spec-hash";
 
 /// The `Controller` resource that owns a release.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -51,7 +51,7 @@ impl fmt::Display for OwnerId {
 }
 
 /// The owner id of a resource.
-pub fn owner_id(c: &Controller) -> OwnerId {
+pub(crate) fn owner_id(c: &Controller) -> OwnerId {
     OwnerId {
         namespace: kube::ResourceExt::namespace(c).unwrap_or_default(),
         name: kube::ResourceExt::name_any(c),
@@ -59,7 +59,7 @@ pub fn owner_id(c: &Controller) -> OwnerId {
 }
 
 /// When a resource was created, in Unix seconds; the end of time when not known.
-pub fn created_secs(c: &Controller) -> i64 {
+pub(crate) fn created_secs(c: &Controller) -> i64 {
     kube::Resource::meta(c)
         .creation_timestamp
         .as_ref()
@@ -84,72 +84,72 @@ pub enum ChartSource {
 
 /// A release the spec asks for, fully resolved.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Release {
+pub(crate) struct Release {
     /// Where it goes.
-    pub key: ReleaseKey,
+    pub(crate) key: ReleaseKey,
     /// Who asks for it.
-    pub owner: OwnerId,
+    pub(crate) owner: OwnerId,
     /// Chart as named in the spec.
-    pub chart_name: String,
+    pub(crate) chart_name: String,
     /// Where the chart comes from.
-    pub source: ChartSource,
+    pub(crate) source: ChartSource,
     /// Chart version to install: the spec's, or the exact one it resolved to.
-    pub version: Option<String>,
+    pub(crate) version: Option<String>,
     /// Digest of the chart's content, when known.
-    pub chart_digest: Option<String>,
+    pub(crate) chart_digest: Option<String>,
     /// `--set` pairs in spec order.
-    pub settings: Vec<(String, String)>,
+    pub(crate) settings: Vec<(String, String)>,
     /// Values passed as a values file.
-    pub values: Option<serde_json::Value>,
+    pub(crate) values: Option<serde_json::Value>,
     /// Roll back a failed upgrade to the last good revision.
-    pub rollback_on_failure: bool,
+    pub(crate) rollback_on_failure: bool,
     /// Fingerprint of everything above that Helm sees.
-    pub spec_hash: String,
+    pub(crate) spec_hash: String,
     /// Whom Helm impersonates in the target cluster, as the tenancy policy allowing the release
     /// says; the operator's own credentials when None. Not part of the fingerprint: a changed
     /// identity applies from the next change on.
-    pub identity: Option<Impersonation>,
+    pub(crate) identity: Option<Impersonation>,
     /// How drift of its live objects from its manifest is handled. Not part of the fingerprint:
     /// Helm never sees it, so changing only the mode or the ignore rules must not make a revision.
-    pub drift: DriftDetection,
+    pub(crate) drift: DriftDetection,
 }
 
 /// A release found drifted from the manifest of the revision it was compared with.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Drifted {
     /// The Helm revision whose manifest the live objects were compared with.
-    pub revision: i64,
+    pub(crate) revision: i64,
     /// Where they differ, in a few words, for the repair's Helm description.
-    pub summary: String,
+    pub(crate) summary: String,
 }
 
 /// What a cluster holds for one release, read from Helm's release records.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Applied {
     /// Where it is.
-    pub key: ReleaseKey,
+    pub(crate) key: ReleaseKey,
     /// The owning resource, when tenancy-hub manages it.
-    pub owner: Option<OwnerId>,
+    pub(crate) owner: Option<OwnerId>,
     /// Fingerprint of the spec it was applied from.
-    pub spec_hash: Option<String>,
+    pub(crate) spec_hash: Option<String>,
     /// Helm revision of the newest record.
-    pub revision: i64,
+    pub(crate) revision: i64,
     /// Helm status of the newest record (deployed, failed, pending-upgrade, ...).
-    pub status: String,
+    pub(crate) status: String,
     /// When the newest record was written (Unix seconds).
-    pub modified_at: Option<i64>,
+    pub(crate) modified_at: Option<i64>,
 }
 
 impl Applied {
     /// True while Helm reports an operation in progress.
-    pub fn is_pending(&self) -> bool {
+    pub(crate) fn is_pending(&self) -> bool {
         self.status.starts_with("pending-")
     }
 }
 
 /// Work for the Helm queue.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Job {
+pub(crate) enum Job {
     /// Install or upgrade to this release; `stale_pending` names a revision left pending to clear first.
     Apply {
         /// The release.
@@ -183,7 +183,7 @@ pub enum Job {
 
 impl Job {
     /// The release the job is about.
-    pub fn key(&self) -> &ReleaseKey {
+    pub(crate) fn key(&self) -> &ReleaseKey {
         match self {
             Job::Apply { release, .. } => &release.key,
             Job::Uninstall { key, .. } | Job::Rollback { key, .. } => key,
@@ -191,7 +191,7 @@ impl Job {
     }
 
     /// The resource the job is done for.
-    pub fn owner(&self) -> &OwnerId {
+    pub(crate) fn owner(&self) -> &OwnerId {
         match self {
             Job::Apply { release, .. } => &release.owner,
             Job::Uninstall { owner, .. } | Job::Rollback { owner, .. } => owner,
@@ -199,7 +199,7 @@ impl Job {
     }
 
     /// Identifies the desired end state: two jobs with one fingerprint do the same thing.
-    pub fn fingerprint(&self) -> String {
+    pub(crate) fn fingerprint(&self) -> String {
         match self {
             Job::Apply { release, .. } => format!("apply:{}", release.spec_hash),
             Job::Uninstall { .. } => "uninstall".to_owned(),
@@ -210,7 +210,7 @@ impl Job {
 
 /// A part of the spec that cannot be carried out as written; it waits for a change.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Problem {
+pub(crate) enum Problem {
     /// A tenancy names a cluster that is not registered.
     UnknownCluster {
         /// The tenancy's namespace.
@@ -285,7 +285,7 @@ pub enum Problem {
 
 impl Problem {
     /// The release the problem is about, when it is about one.
-    pub fn release(&self) -> Option<&ReleaseKey> {
+    pub(crate) fn release(&self) -> Option<&ReleaseKey> {
         match self {
             Problem::MissingChart { key, .. }
             | Problem::Duplicate { key, .. }
@@ -299,7 +299,7 @@ impl Problem {
     }
 
     /// A short CamelCase reason, for conditions and events.
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             Problem::UnknownCluster { .. } => "UnknownCluster",
             Problem::NoClusterSelected { .. } => "NoClusterSelected",
@@ -415,48 +415,38 @@ pub struct Inputs<'a> {
 #[derive(Debug, Default, PartialEq)]
 pub struct Plan {
     /// Releases the spec asks for and this resource holds.
-    pub desired: Vec<Release>,
+    pub(crate) desired: Vec<Release>,
     /// Helm work to do.
-    pub jobs: Vec<Job>,
+    pub(crate) jobs: Vec<Job>,
     /// Parts of the spec that wait for a change.
-    pub problems: Vec<Problem>,
+    pub(crate) problems: Vec<Problem>,
     /// Releases on clusters whose state is not known yet.
-    pub waiting: Vec<ReleaseKey>,
+    pub(crate) waiting: Vec<ReleaseKey>,
     /// Seconds until a release now pending counts as stuck, when one is pending.
-    pub recheck_in: Option<i64>,
+    pub(crate) recheck_in: Option<i64>,
     /// What enforcing the tenancy policies would refuse, in permissive mode.
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// Releases whose Helm work (an install, upgrade or uninstall) is held back by `suspend`.
-    pub suspended: Vec<ReleaseKey>,
+    pub(crate) suspended: Vec<ReleaseKey>,
     /// What the spec suspends, in words, when it suspends anything.
-    pub suspension: Option<String>,
+    pub(crate) suspension: Option<String>,
     /// Releases whose Helm work waits for the rollout to reach their cluster.
-    pub rollout_held: Vec<ReleaseKey>,
+    pub(crate) rollout_held: Vec<ReleaseKey>,
     /// Where the rollout stands, in words, when it holds anything back.
-    pub rollout_note: Option<String>,
+    pub(crate) rollout_note: Option<String>,
 }
 
-/// True when no Helm call may be made for `key` under `spec`: the whole resource is suspended,
-/// or a suspended tenancy targets the key's cluster and namespace. Whatever would run Helm for a
-/// release (planning, deletion, drift repair) asks this first.
-pub fn suspended(
-    spec: &ControllerSpec,
-    clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
-    key: &ReleaseKey,
-) -> bool {
-    Held::of(spec, clusters).holds(key)
-}
-
-/// What `suspend` holds back in a spec, worked out once and asked for each release (asking
-/// [`suspended`] for each would go over every tenancy every time).
-pub struct Held {
+/// What `suspend` holds back in a spec (the whole resource, or suspended tenancies' cluster
+/// namespaces), worked out once and asked for each release. Whatever would run Helm for a release
+/// (planning, deletion, drift repair) asks it first.
+pub(crate) struct Held {
     all: bool,
     scopes: HashSet<ClusterNamespace>,
 }
 
 impl Held {
     /// What `spec` holds back with the clusters registered now.
-    pub fn of(
+    pub(crate) fn of(
         spec: &ControllerSpec,
         clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
     ) -> Self {
@@ -478,13 +468,13 @@ impl Held {
     }
 
     /// True when no Helm call may be made for `key`.
-    pub fn holds(&self, key: &ReleaseKey) -> bool {
+    pub(crate) fn holds(&self, key: &ReleaseKey) -> bool {
         self.all || self.scopes.contains(&key.scope)
     }
 }
 
 /// What a spec suspends, in words; None when it suspends nothing.
-pub fn suspension(spec: &ControllerSpec) -> Option<String> {
+pub(crate) fn suspension(spec: &ControllerSpec) -> Option<String> {
     if spec.suspend {
         return Some("spec.suspend is true: no Helm call is made for this resource".into());
     }
@@ -503,7 +493,7 @@ pub fn suspension(spec: &ControllerSpec) -> Option<String> {
 }
 
 /// The clusters a tenancy goes to, or the problems that keep it from going anywhere.
-pub fn targets(
+pub(crate) fn targets(
     tenancy: &Tenancy,
     clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
 ) -> (BTreeSet<ClusterName>, Vec<Problem>) {
@@ -552,7 +542,7 @@ pub fn targets(
 }
 
 /// Where a chart comes from, as the spec names it.
-pub fn source_of(chart: &Chart, chart_home: &Path) -> ChartSource {
+pub(crate) fn source_of(chart: &Chart, chart_home: &Path) -> ChartSource {
     if chart.chart_name.starts_with("oci://") {
         ChartSource::Oci(chart.chart_name.clone())
     } else if let Some(url) = &chart.repo {
@@ -568,19 +558,19 @@ pub fn source_of(chart: &Chart, chart_home: &Path) -> ChartSource {
 /// What a spec asks for: the releases that can be planned, the problems of those that cannot,
 /// and every release key the spec names at all.
 #[derive(Debug, Default)]
-pub struct Desired {
+pub(crate) struct Desired {
     /// Releases resolved and ready to plan.
-    pub releases: Vec<Release>,
+    pub(crate) releases: Vec<Release>,
     /// Parts of the spec that cannot be carried out as written.
-    pub problems: Vec<Problem>,
+    pub(crate) problems: Vec<Problem>,
     /// Every release key the spec names, whether or not it could be resolved: what runs under
     /// these keys is never uninstalled because of a problem.
-    pub named: BTreeSet<ReleaseKey>,
+    pub(crate) named: BTreeSet<ReleaseKey>,
     /// What enforcing the tenancy policies would refuse, in permissive mode.
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// True when the spec asks for more than one resource may: nothing of it is resolved, and
     /// nothing it holds is uninstalled either (its keys are not even listed in `named`).
-    pub too_large: bool,
+    pub(crate) too_large: bool,
 }
 
 /// One chart entry of the spec for one release key: the key, the tenancy's index, the chart.
@@ -687,7 +677,7 @@ fn asked<'a>(
 /// a release the tenancy policies do not allow is `Forbidden` and its chart is not even looked
 /// up. A spec asking for more than one resource may (see [`limits`]) is one problem and nothing
 /// else. The work is linear in the number of releases asked for.
-pub fn desired(
+pub(crate) fn desired(
     owner: &OwnerId,
     spec: &ControllerSpec,
     clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
@@ -799,7 +789,7 @@ fn resolve(
 
 /// Fingerprint of what Helm is given for a release: 16 hex digits. It covers the chart's resolved
 /// version and content digest, so a changed chart rolls out while an unchanged one makes no call.
-pub fn spec_hash(release: &Release) -> String {
+pub(crate) fn spec_hash(release: &Release) -> String {
     #[derive(Serialize)]
     struct Hashed<'a> {
         source: &'a ChartSource,
@@ -828,13 +818,13 @@ pub fn spec_hash(release: &Release) -> String {
 }
 
 /// A resource asking for release keys: who, when it was created, and the keys.
-pub type Claimant = (OwnerId, i64, Vec<ReleaseKey>);
+pub(crate) type Claimant = (OwnerId, i64, Vec<ReleaseKey>);
 
 /// A resource as a claimant: the release keys its spec names that `admission` lets it claim,
 /// whatever its charts say (so an unresolved release still holds its key). A key the policies
 /// refuse claims nothing: refused for its source, or no governing policy allows its cluster and
 /// namespace. With [`Admission::permissive`], every key the spec names.
-pub fn claimant(
+pub(crate) fn claimant(
     owner: OwnerId,
     created: i64,
     spec: &ControllerSpec,
@@ -870,7 +860,7 @@ pub fn claimant(
 /// Who holds each release key asked for by several resources: one rule, used by every planner.
 /// The resource whose release is installed there holds it, if it still asks for it; otherwise
 /// the oldest resource asking (then the smallest namespace/name). So one of them always wins.
-pub fn claims(
+pub(crate) fn claims(
     claimants: impl IntoIterator<Item = Claimant>,
     applied: &HashMap<ReleaseKey, Applied>,
 ) -> HashMap<ReleaseKey, OwnerId> {
@@ -1019,7 +1009,7 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
 /// is big and the runtime is multi-threaded, so the worker's other tasks (lease renewal among
 /// them) move to another thread meanwhile; in place otherwise (tests use current-thread runtimes,
 /// where `block_in_place` is not allowed).
-pub fn offload<T>(size: usize, work: impl FnOnce() -> T) -> T {
+pub(crate) fn offload<T>(size: usize, work: impl FnOnce() -> T) -> T {
     const BIG: usize = 64;
     let multi = tokio::runtime::Handle::try_current()
         .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
@@ -1800,9 +1790,10 @@ mod tests {
         assert_eq!(keys(&plan.jobs), ["apply member-1/b/b"]);
         assert_eq!(plan.suspended, ["member-1/a/a".parse().unwrap()]);
         let key = |k: &str| k.parse::<ReleaseKey>().unwrap();
-        assert!(suspended(&spec, &world.clusters, &key("member-1/a/gone")));
-        assert!(!suspended(&spec, &world.clusters, &key("member-2/a/a")));
-        assert!(!suspended(&spec, &world.clusters, &key("member-1/b/b")));
+        let held = Held::of(&spec, &world.clusters);
+        assert!(held.holds(&key("member-1/a/gone")));
+        assert!(!held.holds(&key("member-2/a/a")));
+        assert!(!held.holds(&key("member-1/b/b")));
         assert_eq!(
             suspension(&spec).unwrap(),
             "tenancies a are suspended: no Helm call is made for their releases"

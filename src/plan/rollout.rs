@@ -14,35 +14,35 @@ use std::collections::HashMap;
 
 /// Annotation that resumes a halted rollout (`resume-<anything new>`) or restarts the newest
 /// generation's rollout from the first wave (`restart-<anything new>`); each value acts once.
-pub const ROLLOUT_ANNOTATION: &str = "multitenancy.dev/rollout";
+pub(crate) const ROLLOUT_ANNOTATION: &str = "multitenancy.dev/rollout";
 
 /// Rollout phases shown in `status.rollout.phase`.
-pub mod phase {
+pub(crate) mod phase {
     /// Clusters are being given the new generation.
-    pub const PROGRESSING: &str = "Progressing";
+    pub(crate) const PROGRESSING: &str = "Progressing";
     /// A wave is healthy; the next waits out `pauseBetweenWaves`.
-    pub const PAUSED: &str = "Paused";
+    pub(crate) const PAUSED: &str = "Paused";
     /// A cluster failed or was not healthy in time; nothing more is started.
-    pub const HALTED: &str = "Halted";
+    pub(crate) const HALTED: &str = "Halted";
     /// Every cluster is healthy on the new generation.
-    pub const COMPLETE: &str = "Complete";
+    pub(crate) const COMPLETE: &str = "Complete";
 }
 
 /// States of one cluster in `status.rollout.clusters[].state`.
-pub mod state {
+pub(crate) mod state {
     /// Not reached yet: keeps the previous generation.
-    pub const PENDING: &str = "Pending";
+    pub(crate) const PENDING: &str = "Pending";
     /// Given the new generation; not healthy on it yet.
-    pub const PROGRESSING: &str = "Progressing";
+    pub(crate) const PROGRESSING: &str = "Progressing";
     /// Healthy on the new generation.
-    pub const HEALTHY: &str = "Healthy";
+    pub(crate) const HEALTHY: &str = "Healthy";
     /// Halted the rollout.
-    pub const FAILED: &str = "Failed";
+    pub(crate) const FAILED: &str = "Failed";
 }
 
 /// What went wrong reading `spec.rollout`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// A duration the schema let through but that cannot be read.
     #[error(
         "spec.rollout.{field}: {value:?} is not a duration such as \"10m\", \"90s\" or \"1h30m\""
@@ -62,20 +62,20 @@ pub enum Error {
 
 /// `spec.rollout`, read.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Clusters changing at once.
-    pub max_unavailable: MaxUnavailable,
+    pub(crate) max_unavailable: MaxUnavailable,
     /// Milliseconds a cluster may take to become healthy.
-    pub progress_deadline_ms: i64,
+    pub(crate) progress_deadline_ms: i64,
     /// Milliseconds between a wave being healthy and the next starting.
-    pub pause_ms: i64,
+    pub(crate) pause_ms: i64,
     /// Roll the failed cluster's releases back when halting.
-    pub rollback_on_halt: bool,
+    pub(crate) rollback_on_halt: bool,
 }
 
 /// Clusters changing at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MaxUnavailable {
+pub(crate) enum MaxUnavailable {
     /// This many clusters.
     Count(u32),
     /// This percentage of the clusters, rounded down, at least one.
@@ -84,7 +84,7 @@ pub enum MaxUnavailable {
 
 impl MaxUnavailable {
     /// How many of `total` clusters may change at once: at least one, so a rollout always moves.
-    pub fn of(self, total: usize) -> usize {
+    pub(crate) fn of(self, total: usize) -> usize {
         match self {
             MaxUnavailable::Count(n) => (n as usize).max(1),
             MaxUnavailable::Percent(p) => (total * p as usize / 100).max(1),
@@ -93,10 +93,10 @@ impl MaxUnavailable {
 }
 
 /// Default `progressDeadline`.
-pub const DEFAULT_PROGRESS_DEADLINE: &str = "10m";
+pub(crate) const DEFAULT_PROGRESS_DEADLINE: &str = "10m";
 
 /// Reads a duration such as "10m", "90s", "1h30m" or "500ms" into milliseconds.
-pub fn parse_duration_ms(text: &str) -> Option<i64> {
+pub(crate) fn parse_duration_ms(text: &str) -> Option<i64> {
     let mut total: i64 = 0;
     let mut rest = text;
     if rest.is_empty() {
@@ -128,7 +128,7 @@ pub fn parse_duration_ms(text: &str) -> Option<i64> {
 
 impl Settings {
     /// Reads `spec.rollout`.
-    pub fn of(rollout: &Rollout) -> Result<Self, Error> {
+    pub(crate) fn of(rollout: &Rollout) -> Result<Self, Error> {
         let duration = |field: &'static str, value: Option<&str>, default: &str| {
             let value = value.unwrap_or(default);
             parse_duration_ms(value).ok_or_else(|| Error::Duration {
@@ -167,7 +167,7 @@ impl Settings {
 
 /// The targeted clusters grouped into waves, in order: each cluster in the first wave whose
 /// selector matches its labels, the rest in a last wave of their own. Within a wave, by name.
-pub fn waves(
+pub(crate) fn waves(
     rollout: &Rollout,
     targeted: &BTreeSet<ClusterName>,
     labels: &BTreeMap<ClusterName, BTreeMap<String, String>>,
@@ -195,23 +195,23 @@ pub fn waves(
 
 /// What is known of one targeted cluster now, for the newest generation.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Facts {
+pub(crate) struct Facts {
     /// Every release of the cluster runs the newest spec, and no job for it is queued or running.
-    pub updated: bool,
+    pub(crate) updated: bool,
     /// Updated, and ready by the `Ready` rule: deployed from this generation, watched live,
     /// workloads rolled out, pods ready.
-    pub healthy: bool,
+    pub(crate) healthy: bool,
     /// The cluster's API server answers.
-    pub reachable: bool,
+    pub(crate) reachable: bool,
     /// A release of the cluster whose Helm job for the newest spec failed: release and message.
-    pub failed: Option<(String, String)>,
+    pub(crate) failed: Option<(String, String)>,
     /// Why it is not healthy, in words: release (may be empty) and what it waits for.
-    pub waiting: Option<(String, String)>,
+    pub(crate) waiting: Option<(String, String)>,
 }
 
 /// A resume or restart asked for through the annotation.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Command {
+pub(crate) enum Command {
     /// Clears a halt: the failed clusters get a new deadline and the rollout goes on.
     Resume(String),
     /// Starts the newest generation's rollout again from the first wave.
@@ -220,7 +220,7 @@ pub enum Command {
 
 impl Command {
     /// The command an annotation value asks for; None when it asks for nothing known.
-    pub fn parse(value: &str) -> Option<Command> {
+    pub(crate) fn parse(value: &str) -> Option<Command> {
         if value.starts_with("resume") {
             Some(Command::Resume(value.to_owned()))
         } else if value.starts_with("restart") {
@@ -239,7 +239,7 @@ impl Command {
 
 /// Something worth an Event.
 #[derive(Clone, Debug, PartialEq)]
-pub enum RolloutEvent {
+pub(crate) enum RolloutEvent {
     /// A rollout of a generation started.
     Started {
         /// The generation.
@@ -279,38 +279,38 @@ pub enum RolloutEvent {
 }
 
 /// Everything one step of the gate looks at.
-pub struct Input<'a> {
+pub(crate) struct Input<'a> {
     /// The generation to roll out.
-    pub generation: i64,
+    pub(crate) generation: i64,
     /// The targeted clusters in waves, as the spec and registration group them now.
-    pub waves: &'a [Vec<ClusterName>],
+    pub(crate) waves: &'a [Vec<ClusterName>],
     /// What is known of each targeted cluster.
-    pub facts: &'a BTreeMap<ClusterName, Facts>,
+    pub(crate) facts: &'a BTreeMap<ClusterName, Facts>,
     /// The state after the previous step (or as the status last said, after a restart).
-    pub previous: Option<&'a RolloutStatus>,
+    pub(crate) previous: Option<&'a RolloutStatus>,
     /// A resume or restart asked for, acted on once per annotation value.
-    pub command: Option<&'a Command>,
+    pub(crate) command: Option<&'a Command>,
     /// `spec.rollout`, read.
-    pub settings: &'a Settings,
+    pub(crate) settings: &'a Settings,
     /// Now.
-    pub now: Timestamp,
+    pub(crate) now: Timestamp,
 }
 
 /// The outcome of one step.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Step {
+pub(crate) struct Step {
     /// Clusters that may get the new generation's Helm work (applies, uninstalls, repairs).
-    pub allowed: BTreeSet<ClusterName>,
+    pub(crate) allowed: BTreeSet<ClusterName>,
     /// The new state.
-    pub state: RolloutStatus,
+    pub(crate) state: RolloutStatus,
     /// What happened in this step.
-    pub happened: Vec<RolloutEvent>,
+    pub(crate) happened: Vec<RolloutEvent>,
 }
 
 impl Step {
     /// True while the rollout is waiting for clusters to become healthy or a pause to pass: the
     /// reconciler then looks again soon, since health changes trigger no reconcile.
-    pub fn active(&self) -> bool {
+    pub(crate) fn active(&self) -> bool {
         self.state.finished_at.is_none() && self.state.halted.is_none()
     }
 }
@@ -358,7 +358,7 @@ fn fresh(generation: i64, waves: &[Vec<ClusterName>], now: Timestamp) -> Rollout
 /// healthy needs no step and is healthy at once. Clusters that joined the targets since the
 /// start go to the last wave; clusters no longer targeted leave. Once complete, every cluster is
 /// allowed (a cluster added later gets the generation at once).
-pub fn step(input: &Input<'_>) -> Step {
+pub(crate) fn step(input: &Input<'_>) -> Step {
     let now_ms = input.now.as_millisecond();
     let mut happened = Vec::new();
     let restart = match input.command {
@@ -619,7 +619,7 @@ fn count(s: &mut RolloutStatus, facts: &BTreeMap<ClusterName, Facts>) {
 /// Holds back the Helm work of clusters the rollout has not reached: their jobs (installs,
 /// upgrades, uninstalls, drift repairs) leave the plan and their releases are listed as held, so
 /// what runs there stays exactly as it is.
-pub fn hold(plan: &mut Plan, allowed: &BTreeSet<ClusterName>, note: String) {
+pub(crate) fn hold(plan: &mut Plan, allowed: &BTreeSet<ClusterName>, note: String) {
     let (go, wait): (Vec<Job>, Vec<Job>) = std::mem::take(&mut plan.jobs)
         .into_iter()
         .partition(|j| allowed.contains(&j.key().scope.cluster));
@@ -635,7 +635,7 @@ pub fn hold(plan: &mut Plan, allowed: &BTreeSet<ClusterName>, note: String) {
 /// the revision before it. A first install has no revision before it and is left as it is.
 /// Asked for on every step while it holds, so the queue keeps it; once rolled back, the record
 /// is from the old spec and nothing more is asked.
-pub fn rollbacks(
+pub(crate) fn rollbacks(
     state: &RolloutStatus,
     settings: &Settings,
     desired: &[Release],
@@ -667,7 +667,7 @@ pub fn rollbacks(
 }
 
 /// The line held releases show: where the rollout is, and what it waits for.
-pub fn note(state: &RolloutStatus) -> String {
+pub(crate) fn note(state: &RolloutStatus) -> String {
     match &state.halted {
         Some(h) => format!(
             "held back by the rollout, halted at cluster {}: {}",
@@ -684,7 +684,7 @@ pub fn note(state: &RolloutStatus) -> String {
 }
 
 /// The line an Event carries for what happened.
-pub fn describe(h: &RolloutEvent) -> (&'static str, String) {
+pub(crate) fn describe(h: &RolloutEvent) -> (&'static str, String) {
     match h {
         RolloutEvent::Started {
             generation,
@@ -727,7 +727,7 @@ pub fn describe(h: &RolloutEvent) -> (&'static str, String) {
 }
 
 /// A halt, in words.
-pub fn halt_message(h: &RolloutHalt) -> String {
+pub(crate) fn halt_message(h: &RolloutHalt) -> String {
     let release = if h.release.is_empty() {
         String::new()
     } else {

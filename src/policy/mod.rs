@@ -1,6 +1,6 @@
 //! Admission: which releases the tenancy policies allow, as whom Helm acts for them, and the chart-source rules every mode keeps (pure).
 
-pub mod source;
+pub(crate) mod source;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -12,10 +12,11 @@ use crate::{
 };
 
 /// Namespaces matched by a policy only when it names them exactly, never by a pattern.
-pub const PROTECTED_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
+pub(crate) const PROTECTED_NAMESPACES: [&str; 3] =
+    ["kube-system", "kube-public", "kube-node-lease"];
 
 /// The word in `chartSources` that allows the operator's chart home.
-pub const CHART_HOME_SOURCE: &str = "chart-home";
+pub(crate) const CHART_HOME_SOURCE: &str = "chart-home";
 
 /// How the tenancy policies are applied (`run --tenancy-policy`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -32,9 +33,9 @@ pub enum Mode {
 #[derive(Clone, Debug, PartialEq)]
 pub struct NamedPolicy {
     /// The policy's name.
-    pub name: String,
+    pub(crate) name: String,
     /// What it allows.
-    pub spec: TenancyPolicySpec,
+    pub(crate) spec: TenancyPolicySpec,
 }
 
 /// Everything admission needs: the mode, the policies (in name order) and the namespaces no
@@ -51,7 +52,7 @@ pub struct Admission {
 
 /// What admission says of one release.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Deliver it, as this identity (the operator's own when None).
     Allowed {
         /// Whom Helm impersonates.
@@ -65,7 +66,7 @@ pub enum Verdict {
 
 /// Where the hub's fetches for one chart must stay (see [`Admission::fetch_scope`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Scope {
+pub(crate) enum Scope {
     /// A chart-home chart: nothing is fetched.
     ChartHome,
     /// Under this prefix: the repository's index, the archives it lists, every redirect.
@@ -101,7 +102,7 @@ fn prefixes(policy: &TenancyPolicySpec) -> impl Iterator<Item = SourceUrl> + '_ 
 
 /// True when `pattern` (an exact name, `prefix*` or `*`) allows `namespace`; protected namespaces
 /// are allowed only by their exact name.
-pub fn namespace_allowed(pattern: &str, namespace: &str, protected: &[&str]) -> bool {
+pub(crate) fn namespace_allowed(pattern: &str, namespace: &str, protected: &[&str]) -> bool {
     if pattern == namespace {
         return true;
     }
@@ -131,7 +132,7 @@ impl Admission {
     }
 
     /// The policies that govern a hub namespace, in name order.
-    pub fn governing(&self, hub_namespace: &str) -> Vec<&NamedPolicy> {
+    pub(crate) fn governing(&self, hub_namespace: &str) -> Vec<&NamedPolicy> {
         self.policies
             .iter()
             .filter(|p| p.spec.hub_namespaces.iter().any(|n| n == hub_namespace))
@@ -144,7 +145,7 @@ impl Admission {
     /// reference names a host; a source on a loopback, link-local or metadata host needs a
     /// governing policy listing its prefix. URLs are compared in normal form (see
     /// [`SourceUrl`]), so `..`, `%2e%2e`, letter case and default ports cannot leave a prefix.
-    pub fn check_source(&self, hub_namespace: &str, chart: &Chart) -> Result<(), String> {
+    pub(crate) fn check_source(&self, hub_namespace: &str, chart: &Chart) -> Result<(), String> {
         let name = &chart.chart_name;
         let plain = || {
             if name.contains(['/', '\\']) || name.contains("..") || name.starts_with(['.', '-']) {
@@ -279,7 +280,7 @@ impl Admission {
 
     /// What the policies say of one release of a `Controller` in `hub_namespace`: allowed (and as
     /// whom: the first allowing policy by name), or refused with the rules it breaks.
-    pub fn admit(
+    pub(crate) fn admit(
         &self,
         hub_namespace: &str,
         key: &ReleaseKey,
@@ -341,7 +342,7 @@ impl Admission {
     /// nothing may run (`Err`, the reason): the release is reported and left in place. In
     /// permissive mode such a release is removed with the operator's credentials, as it was
     /// delivered.
-    pub fn identity_for_removal(
+    pub(crate) fn identity_for_removal(
         &self,
         hub_namespace: &str,
         key: &ReleaseKey,
@@ -383,7 +384,7 @@ impl Admission {
     /// Hub namespaces whose governing policies disagree on the identity Helm acts as (trusted
     /// against impersonated, or different users), each with a sentence for the log: which
     /// identity a release both allow gets, by the rule of [`Self::chosen`].
-    pub fn disagreements(&self) -> Vec<String> {
+    pub(crate) fn disagreements(&self) -> Vec<String> {
         let namespaces: BTreeSet<&str> = self
             .policies
             .iter()
@@ -414,7 +415,7 @@ impl Admission {
     /// fetch for it must stay: under the narrowest `chartSources` prefix of any policy that holds
     /// the source (the prefixes that hold one URL nest, so it lies within each of them, and it is
     /// the same for every hub namespace), else, in permissive mode, under the source itself.
-    pub fn fetch_scope(&self, hub_namespace: &str, chart: &Chart) -> Option<Scope> {
+    pub(crate) fn fetch_scope(&self, hub_namespace: &str, chart: &Chart) -> Option<Scope> {
         let listed = || {
             self.governing(hub_namespace)
                 .iter()
@@ -439,15 +440,10 @@ impl Admission {
             }
         }
     }
-
-    /// Names of every policy, for logs.
-    pub fn names(&self) -> BTreeSet<&str> {
-        self.policies.iter().map(|p| p.name.as_str()).collect()
-    }
 }
 
 /// A policy's identity in words: `trusted`, `as user U`, or why it names none.
-pub fn describe_identity(policy: &TenancyPolicySpec) -> String {
+pub(crate) fn describe_identity(policy: &TenancyPolicySpec) -> String {
     match policy.identity() {
         Ok(None) => "trusted: the operator's credentials".to_owned(),
         Ok(Some(who)) => format!("as user {}", who.user),
@@ -456,7 +452,7 @@ pub fn describe_identity(policy: &TenancyPolicySpec) -> String {
 }
 
 /// A chart's source in words: `chart-home`, the repository URL or the OCI reference.
-pub fn describe_source(chart: &Chart) -> String {
+pub(crate) fn describe_source(chart: &Chart) -> String {
     match source_of(chart) {
         Source::ChartHome => CHART_HOME_SOURCE.to_owned(),
         Source::Repository(url) => url.to_owned(),

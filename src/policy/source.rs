@@ -14,7 +14,7 @@ use url::{Host, Url};
 
 /// Why a chart source URL is refused; the caller names the URL.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// The text does not parse as a URL.
     #[error("is not a URL ({0}): use https://HOST/PATH")]
     NotUrl(String),
@@ -43,11 +43,11 @@ pub enum Refused {
 /// `https` or `oci`, with a host, without credentials, query, fragment or trailing `/` (but
 /// the root's).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SourceUrl(String);
+pub(crate) struct SourceUrl(String);
 
 impl SourceUrl {
     /// Brings a repository URL, an `oci://` reference or a prefix to normal form.
-    pub fn parse(text: &str) -> Result<Self, Refused> {
+    pub(crate) fn parse(text: &str) -> Result<Self, Refused> {
         let Some((scheme, rest)) = text.split_once("://") else {
             return Err(Refused::NotUrl("no scheme".into()));
         };
@@ -75,7 +75,7 @@ impl SourceUrl {
 
     /// The normal form of a URL the hub is about to fetch, its query and fragment left out
     /// (they name no other place).
-    pub fn of(url: &Url) -> Result<Self, Refused> {
+    pub(crate) fn of(url: &Url) -> Result<Self, Refused> {
         match url.scheme() {
             "http" | "https" => {}
             other => return Err(Refused::Scheme(other.to_owned())),
@@ -106,12 +106,12 @@ impl SourceUrl {
     }
 
     /// The URL as text.
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 
     /// The scheme: `http`, `https` or `oci`.
-    pub fn scheme(&self) -> &str {
+    pub(crate) fn scheme(&self) -> &str {
         self.0.split_once("://").map_or("", |(scheme, _)| scheme)
     }
 
@@ -119,14 +119,14 @@ impl SourceUrl {
     /// `https://charts.example.com/team-a/` (or without the slash) holds
     /// `https://charts.example.com/team-a/web` but not `https://charts.example.com/team-a-x/`,
     /// nor `https://charts.example.com.evil.io/`.
-    pub fn holds(&self, other: &SourceUrl) -> bool {
+    pub(crate) fn holds(&self, other: &SourceUrl) -> bool {
         let base = self.0.trim_end_matches('/');
         other.0.trim_end_matches('/') == base || other.0.starts_with(&format!("{base}/"))
     }
 
     /// Why the host leads back into the hub (its loopback, its link-local network, a cloud
     /// metadata service), or None.
-    pub fn internal(&self) -> Option<&'static str> {
+    pub(crate) fn internal(&self) -> Option<&'static str> {
         let web = match self.scheme() {
             "oci" => Url::parse(&format!("https{}", &self.0["oci".len()..])).ok()?,
             _ => Url::parse(&self.0).ok()?,
@@ -145,7 +145,7 @@ impl std::fmt::Display for SourceUrl {
 /// services answer), unspecified addresses, and names such as `localhost` and
 /// `metadata.google.internal`. Other names are checked when they are resolved (see the chart
 /// cache's resolver).
-pub fn internal_host(host: &Host<&str>) -> Option<&'static str> {
+pub(crate) fn internal_host(host: &Host<&str>) -> Option<&'static str> {
     match host {
         Host::Ipv4(ip) => internal_ip(IpAddr::V4(*ip)),
         Host::Ipv6(ip) => internal_ip(IpAddr::V6(*ip)),
@@ -154,7 +154,7 @@ pub fn internal_host(host: &Host<&str>) -> Option<&'static str> {
 }
 
 /// Why an address leads back into the hub, or None.
-pub fn internal_ip(ip: IpAddr) -> Option<&'static str> {
+pub(crate) fn internal_ip(ip: IpAddr) -> Option<&'static str> {
     /// AWS's instance metadata service over IPv6.
     const AWS_METADATA: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
     match ip {
@@ -178,7 +178,7 @@ pub fn internal_ip(ip: IpAddr) -> Option<&'static str> {
 }
 
 /// Why a host name leads back into the hub, or None.
-pub fn internal_name(name: &str) -> Option<&'static str> {
+pub(crate) fn internal_name(name: &str) -> Option<&'static str> {
     let name = name.trim_end_matches('.').to_ascii_lowercase();
     if name == "localhost" || name.ends_with(".localhost") {
         Some("a loopback name")
@@ -192,7 +192,7 @@ pub fn internal_name(name: &str) -> Option<&'static str> {
 /// Where a repository says to go next, `location` (an archive URL in its index, a redirect's
 /// `Location`) taken relative to `base`, checked to lie under `scope`. On refusal, what to
 /// say of the location (never more than [`SHOWN`] characters of it).
-pub fn follow(base: &Url, location: &str, scope: &SourceUrl) -> Result<Url, String> {
+pub(crate) fn follow(base: &Url, location: &str, scope: &SourceUrl) -> Result<Url, String> {
     let url = base
         .join(location)
         .map_err(|e| format!("{} ({e})", shown(location)))?;
@@ -209,11 +209,11 @@ pub fn follow(base: &Url, location: &str, scope: &SourceUrl) -> Result<Url, Stri
 }
 
 /// The most of a URL a repository gave that a message shows.
-pub const SHOWN: usize = 200;
+pub(crate) const SHOWN: usize = 200;
 
 /// A URL a repository gave, for a message: without credentials, query or fragment, cut at
 /// [`SHOWN`] characters.
-pub fn shown_url(url: &Url) -> String {
+pub(crate) fn shown_url(url: &Url) -> String {
     let mut bare = url.clone();
     let _ = bare.set_username("");
     let _ = bare.set_password(None);
@@ -237,7 +237,7 @@ fn shown(text: &str) -> String {
 
 /// Removes the user information (`user:password@`) of every URL in a text, so no message or log
 /// line shows credentials.
-pub fn redact(text: &str) -> String {
+pub(crate) fn redact(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(i) = rest.find("://") {

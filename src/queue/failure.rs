@@ -15,7 +15,7 @@ pub(crate) fn helm_error(stderr: &str) -> Option<&str> {
 
 /// Helm's error, its lines joined, at most 512 characters; log lines before it are left out. Without
 /// an `Error: ` line, the last three lines of stderr.
-pub fn trim_error(stderr: &str) -> String {
+pub(crate) fn trim_error(stderr: &str) -> String {
     let (text, last) = match helm_error(stderr) {
         Some(error) => (error, usize::MAX),
         None => (stderr, 3),
@@ -156,7 +156,7 @@ const TRANSIENT: [&str; 12] = [
 ///   try and buries its message under retries; reported instead, it waits for a person, and any
 ///   spec change (or a restart of the operator) tries again. A transient failure helm words in a
 ///   new way costs one manual nudge; an unknown permanent one retried would cost a revision a try.
-pub fn classify(stderr: &str) -> FailureKind {
+pub(crate) fn classify(stderr: &str) -> FailureKind {
     let cause = cause(helm_error(stderr).unwrap_or(stderr));
     if is_render_failure(cause) || REJECTED.iter().any(|s| cause.contains(s)) {
         FailureKind::Permanent

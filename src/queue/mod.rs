@@ -16,7 +16,7 @@
 //! - `retain_planned` and `drop_applies`: O(log n) per waiting job of that owner;
 //! - `next_wake`: O(log n); `running_for`: O(workers).
 
-pub mod failure;
+pub(crate) mod failure;
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet, VecDeque},
@@ -43,24 +43,24 @@ use crate::{
 
 /// How the queue runs.
 #[derive(Clone, Debug)]
-pub struct QueueConfig {
+pub(crate) struct QueueConfig {
     /// Jobs running at once, over all clusters.
-    pub workers: usize,
+    pub(crate) workers: usize,
     /// Jobs running at once in one cluster.
-    pub per_cluster: usize,
+    pub(crate) per_cluster: usize,
     /// Jobs of one owner (`Controller`) running at once; 0: no cap beyond `workers`.
-    pub per_owner: usize,
+    pub(crate) per_owner: usize,
     /// Jobs of one tenant (the hub namespace of the owners) running at once; 0: no cap beyond
     /// `workers`.
-    pub per_tenant: usize,
+    pub(crate) per_tenant: usize,
     /// Delay before the first retry of a failed job.
-    pub backoff_base: Duration,
+    pub(crate) backoff_base: Duration,
     /// Longest delay between retries.
-    pub backoff_max: Duration,
+    pub(crate) backoff_max: Duration,
     /// How long shutdown waits for running jobs before abandoning them.
-    pub shutdown_grace: Duration,
+    pub(crate) shutdown_grace: Duration,
     /// Tries of a job failing with a transient error before it is stalled until the spec changes.
-    pub max_attempts: u32,
+    pub(crate) max_attempts: u32,
 }
 
 impl Default for QueueConfig {
@@ -81,7 +81,7 @@ impl Default for QueueConfig {
 /// The default cap of one owner's, and of one tenant's, running jobs: all workers but one (at
 /// least one), so one worker always stays free for other owners and tenants while one wave keeps
 /// most of the throughput.
-pub fn default_per_owner(workers: usize) -> usize {
+pub(crate) fn default_per_owner(workers: usize) -> usize {
     workers.saturating_sub(1).max(1)
 }
 
@@ -122,7 +122,7 @@ pub enum FailureKind {
 
 impl Outcome {
     /// A failure of the given kind.
-    pub fn failed(message: impl Into<String>, kind: FailureKind) -> Self {
+    pub(crate) fn failed(message: impl Into<String>, kind: FailureKind) -> Self {
         Outcome::Failed {
             message: message.into(),
             kind,
@@ -131,33 +131,33 @@ impl Outcome {
 }
 
 /// Runs one job. Implemented by the Helm executor; the only place processes are spawned.
-pub trait Executor: Send + Sync + 'static {
+pub(crate) trait Executor: Send + Sync + 'static {
     /// Carries out `job` and tells how it went.
     fn execute(&self, job: Job) -> impl std::future::Future<Output = Outcome> + Send;
 }
 
 /// A finished job, reported to whoever reconciles its owner.
 #[derive(Clone, Debug)]
-pub struct Completed {
+pub(crate) struct Completed {
     /// The job that ran.
-    pub job: Job,
+    pub(crate) job: Job,
     /// How it went.
-    pub outcome: Outcome,
+    pub(crate) outcome: Outcome,
     /// Which try this was, counting from 1.
-    pub attempt: u32,
+    pub(crate) attempt: u32,
     /// How long it waited in the queue once eligible (backoff not counted).
-    pub waited: Duration,
+    pub(crate) waited: Duration,
     /// How long it ran.
-    pub elapsed: Duration,
+    pub(crate) elapsed: Duration,
     /// The delay before it runs again, when it was re-queued.
-    pub next_retry: Option<Duration>,
+    pub(crate) next_retry: Option<Duration>,
     /// True when it failed transiently as often as allowed and is not tried again until the spec changes.
-    pub stalled: bool,
+    pub(crate) stalled: bool,
 }
 
 /// What enqueueing did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Enqueued {
+pub(crate) enum Enqueued {
     /// Queued at the back.
     Added,
     /// Took the place of a different job queued for the key.
@@ -829,14 +829,14 @@ impl State {
 
 /// Handle to the queue; cheap to clone.
 #[derive(Clone)]
-pub struct HelmQueue {
+pub(crate) struct HelmQueue {
     state: Arc<Mutex<State>>,
     wake: Arc<Notify>,
 }
 
 impl HelmQueue {
     /// An empty queue.
-    pub fn new(config: QueueConfig) -> Self {
+    pub(crate) fn new(config: QueueConfig) -> Self {
         Self {
             state: Arc::new(Mutex::new(State::new(config))),
             wake: Arc::new(Notify::new()),
@@ -848,7 +848,7 @@ impl HelmQueue {
     }
 
     /// Queues `job`, coalescing it with what is queued or running for its key.
-    pub fn enqueue(&self, job: Job) -> Enqueued {
+    pub(crate) fn enqueue(&self, job: Job) -> Enqueued {
         let enqueued = self.lock().enqueue(job, Instant::now());
         self.wake.notify_one();
         enqueued
@@ -856,35 +856,35 @@ impl HelmQueue {
 
     /// Ends the backoff of every waiting job of a cluster, for example when it becomes reachable
     /// again; returns how many jobs were waiting out a backoff.
-    pub fn expedite(&self, cluster: &ClusterName) -> usize {
+    pub(crate) fn expedite(&self, cluster: &ClusterName) -> usize {
         let count = self.lock().expedite(cluster, Instant::now());
         self.wake.notify_one();
         count
     }
 
     /// Jobs waiting (not running).
-    pub fn depth(&self) -> usize {
+    pub(crate) fn depth(&self) -> usize {
         self.lock().waiting.len()
     }
 
     /// Jobs running now.
-    pub fn running(&self) -> usize {
+    pub(crate) fn running(&self) -> usize {
         self.lock().running.len()
     }
 
     /// Keeps only the waiting jobs of `owner` that its newest plan still has (by key); returns
     /// how many were dropped. A job already running goes on.
-    pub fn retain_planned(&self, owner: &OwnerId, planned: &HashSet<&ReleaseKey>) -> usize {
+    pub(crate) fn retain_planned(&self, owner: &OwnerId, planned: &HashSet<&ReleaseKey>) -> usize {
         self.lock().retain_planned(owner, planned)
     }
 
     /// Drops every waiting install or upgrade of `owner`, for example when it is being deleted.
-    pub fn drop_applies(&self, owner: &OwnerId) -> usize {
+    pub(crate) fn drop_applies(&self, owner: &OwnerId) -> usize {
         self.lock().drop_applies(owner)
     }
 
     /// The releases of `owner` with a job running now.
-    pub fn running_for(&self, owner: &OwnerId) -> Vec<ReleaseKey> {
+    pub(crate) fn running_for(&self, owner: &OwnerId) -> Vec<ReleaseKey> {
         let state = self.lock();
         let mut keys: Vec<ReleaseKey> = state
             .running
@@ -897,13 +897,13 @@ impl HelmQueue {
     }
 
     /// True when a job for this key is queued or running.
-    pub fn is_busy(&self, key: &ReleaseKey) -> bool {
+    pub(crate) fn is_busy(&self, key: &ReleaseKey) -> bool {
         let state = self.lock();
         state.running.contains_key(key) || state.waiting.contains_key(key)
     }
 
     /// Runs jobs until `cancel` fires; then starts nothing new, waits up to shutdown_grace for running jobs, and drops (aborts) the rest. Each finished job is sent on `done` (ignore send errors).
-    pub async fn run<E: Executor>(
+    pub(crate) async fn run<E: Executor>(
         &self,
         executor: Arc<E>,
         done: Sender<Completed>,

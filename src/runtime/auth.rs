@@ -32,9 +32,9 @@ use tokio::time::Instant;
 use crate::api::crd::Controller;
 
 /// How long the hub may take to answer one review before the request is answered 503.
-pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the hub's answer to a review is used before it is asked again.
-pub const REVIEW_TTL: Duration = Duration::from_secs(30);
+pub(crate) const REVIEW_TTL: Duration = Duration::from_secs(30);
 /// Token reviews remembered at most (by the token's SHA-256, never the token).
 const TOKEN_ENTRIES: usize = 1024;
 /// Access reviews remembered at most, one per identity and hub namespace.
@@ -42,12 +42,12 @@ const ACCESS_ENTRIES: usize = 8192;
 /// Access reviews one request asks the hub at once.
 const PARALLEL_REVIEWS: usize = 8;
 /// Reviews of new tokens one remote address may cause: a burst, then so many per second.
-pub const NEW_TOKENS_PER_ADDRESS: Rate = Rate {
+pub(crate) const NEW_TOKENS_PER_ADDRESS: Rate = Rate {
     burst: 10,
     per_second: 1,
 };
 /// Reviews of new tokens all callers together may cause: a burst, then so many per second.
-pub const NEW_TOKENS_IN_ALL: Rate = Rate {
+pub(crate) const NEW_TOKENS_IN_ALL: Rate = Rate {
     burst: 100,
     per_second: 10,
 };
@@ -56,7 +56,7 @@ const ADDRESSES: usize = 4096;
 
 /// Why a request to the status API has no identity to answer for.
 #[derive(Debug, thiserror::Error)]
-pub enum AuthError {
+pub(crate) enum AuthError {
     /// No `Authorization` header.
     #[error(
         "no bearer token: send `Authorization: Bearer <token>` with a token the hub accepts (e.g. `kubectl create token SERVICE_ACCOUNT -n NAMESPACE`)"
@@ -109,7 +109,7 @@ impl IntoResponse for AuthError {
 }
 
 /// A bearer token. It is shown redacted, so it cannot reach a log or an error by accident.
-pub struct Token(String);
+pub(crate) struct Token(String);
 
 impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -122,7 +122,7 @@ impl Token {
     ///
     /// # Errors
     /// [`AuthError::NoToken`] without a header, [`AuthError::NotBearer`] for any other shape.
-    pub fn from_header(value: Option<&HeaderValue>) -> Result<Self, AuthError> {
+    pub(crate) fn from_header(value: Option<&HeaderValue>) -> Result<Self, AuthError> {
         let value = value.ok_or(AuthError::NoToken)?;
         let value = value.to_str().map_err(|_| AuthError::NotBearer)?;
         let (scheme, token) = value.split_once(' ').ok_or(AuthError::NotBearer)?;
@@ -144,15 +144,15 @@ impl Token {
 
 /// Who the hub says a token belongs to: the user info of its TokenReview.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Identity {
+pub(crate) struct Identity {
     /// The user name, e.g. `system:serviceaccount:team-a:viewer`.
-    pub username: String,
+    pub(crate) username: String,
     /// The user's uid, if the authenticator gives one.
-    pub uid: String,
+    pub(crate) uid: String,
     /// The user's groups.
-    pub groups: Vec<String>,
+    pub(crate) groups: Vec<String>,
     /// Further attributes the authenticator gives (for ServiceAccount tokens: the pod, the credential id).
-    pub extra: BTreeMap<String, Vec<String>>,
+    pub(crate) extra: BTreeMap<String, Vec<String>>,
 }
 
 impl From<UserInfo> for Identity {
@@ -168,7 +168,7 @@ impl From<UserInfo> for Identity {
 
 /// The hub namespaces in which a caller may `get` `Controller`s.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Access {
+pub(crate) enum Access {
     /// Every namespace: the caller may get Controllers cluster-wide.
     Everywhere,
     /// These of the namespaces asked about, and no other.
@@ -177,7 +177,7 @@ pub enum Access {
 
 impl Access {
     /// Whether the caller may get Controllers in hub namespace `namespace`.
-    pub fn allows(&self, namespace: &str) -> bool {
+    pub(crate) fn allows(&self, namespace: &str) -> bool {
         match self {
             Self::Everywhere => true,
             Self::Namespaces(allowed) => allowed.contains(namespace),
@@ -231,11 +231,11 @@ impl<K: Eq + Hash + Clone, V: Clone> Expiring<K, V> {
 
 /// A token bucket's size: how many at once, and how many more each second.
 #[derive(Clone, Copy, Debug)]
-pub struct Rate {
+pub(crate) struct Rate {
     /// Taken at once from a full bucket.
-    pub burst: u32,
+    pub(crate) burst: u32,
     /// Added back each second, up to the burst.
-    pub per_second: u32,
+    pub(crate) per_second: u32,
 }
 
 /// One token bucket: what is left, as of when.
@@ -331,7 +331,7 @@ impl Budgets {
 /// Checks callers with the hub, remembering each answer for [`REVIEW_TTL`], so a dashboard that
 /// polls does not cost the hub a review per request; reviews of new tokens are budgeted per remote
 /// address and in all.
-pub struct Reviewer {
+pub(crate) struct Reviewer {
     hub: Client,
     /// Token digest → who it belongs to, or None when the hub rejected it.
     tokens: Mutex<Expiring<[u8; 32], Option<Arc<Identity>>>>,
@@ -346,13 +346,13 @@ type AccessKey = (Arc<Identity>, Option<String>);
 
 impl Reviewer {
     /// A reviewer asking `hub`, with nothing remembered yet.
-    pub fn new(hub: Client) -> Self {
+    pub(crate) fn new(hub: Client) -> Self {
         Self::with_budgets(hub, NEW_TOKENS_PER_ADDRESS, NEW_TOKENS_IN_ALL)
     }
 
     /// A reviewer asking `hub`, whose reviews of new tokens are budgeted at `per_address` for
     /// each remote address and `in_all` for every caller together.
-    pub fn with_budgets(hub: Client, per_address: Rate, in_all: Rate) -> Self {
+    pub(crate) fn with_budgets(hub: Client, per_address: Rate, in_all: Rate) -> Self {
         Self {
             hub,
             tokens: Mutex::new(Expiring::new(REVIEW_TTL, TOKEN_ENTRIES)),
@@ -369,7 +369,7 @@ impl Reviewer {
     /// the token is new and the budget of reviews of new tokens (of `from` or of everyone) is
     /// spent, [`AuthError::Hub`] when the hub fails the review or does not answer within
     /// [`REVIEW_TIMEOUT`] (not remembered).
-    pub async fn authenticate(
+    pub(crate) async fn authenticate(
         &self,
         token: &Token,
         from: Option<IpAddr>,
@@ -416,7 +416,7 @@ impl Reviewer {
     ///
     /// # Errors
     /// [`AuthError::Hub`] when the hub fails a review or does not answer in time.
-    pub async fn access(
+    pub(crate) async fn access(
         &self,
         who: &Arc<Identity>,
         namespaces: BTreeSet<String>,
@@ -511,14 +511,14 @@ pub(crate) mod fake {
     use super::*;
 
     /// The token of an identity that may get Controllers everywhere.
-    pub const ADMIN: &str = "admin-token";
+    pub(crate) const ADMIN: &str = "admin-token";
     /// The token of `system:serviceaccount:team-a:viewer`, which may get Controllers in `team-a` only.
-    pub const TEAM_A: &str = "team-a-token";
+    pub(crate) const TEAM_A: &str = "team-a-token";
     /// A token whose review the hub fails with a 500.
-    pub const BROKEN: &str = "broken-token";
+    pub(crate) const BROKEN: &str = "broken-token";
 
     /// A hub client answered by [`answer`], and how many requests it got.
-    pub fn hub() -> (Client, Arc<AtomicUsize>) {
+    pub(crate) fn hub() -> (Client, Arc<AtomicUsize>) {
         let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let asked = Arc::new(AtomicUsize::new(0));
         let counter = asked.clone();
@@ -577,7 +577,7 @@ pub(crate) mod fake {
     }
 
     /// A review as the hub answers it: the request with a status.
-    pub fn review(request: &Value, status: Value) -> Value {
+    pub(crate) fn review(request: &Value, status: Value) -> Value {
         let mut answer = request.clone();
         answer["status"] = status;
         answer

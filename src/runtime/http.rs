@@ -34,7 +34,7 @@ const NOT_READY: &str = "not ready: the hub's Controllers are not listed yet";
 
 /// What `/readyz` says: where the operator is between starting and working.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum Readiness {
+pub(crate) enum Readiness {
     /// Not ready (503): the hub's `Controller` resources are not listed yet.
     #[default]
     Starting,
@@ -50,11 +50,11 @@ pub enum Readiness {
 }
 
 /// Result alias for this module.
-pub type Result<T, E = ApiError> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = ApiError> = std::result::Result<T, E>;
 
 /// Why a status API request cannot be answered; each becomes a JSON `{"error": ...}` reply.
 #[derive(Debug, thiserror::Error)]
-pub enum ApiError {
+pub(crate) enum ApiError {
     /// The path names a cluster or namespace that is not a DNS-1123 label.
     #[error("{0}")]
     BadName(#[from] KeyError),
@@ -102,37 +102,40 @@ impl IntoResponse for ApiError {
 
 /// What the HTTP handlers read.
 #[derive(Clone)]
-pub struct ApiState {
+pub(crate) struct ApiState {
     /// What runs in every watched cluster/namespace.
-    pub model: Arc<Model>,
+    pub(crate) model: Arc<Model>,
     /// The registered clusters.
-    pub registry: SharedRegistry,
+    pub(crate) registry: SharedRegistry,
     /// The operator's counters.
-    pub metrics: Arc<Metrics>,
+    pub(crate) metrics: Arc<Metrics>,
     /// The Helm job queue, for its depth and running jobs.
-    pub queue: HelmQueue,
+    pub(crate) queue: HelmQueue,
     /// Starting, standing by, or working.
-    pub ready: Arc<ArcSwap<Readiness>>,
+    pub(crate) ready: Arc<ArcSwap<Readiness>>,
     /// The depth of the bounded channels between components.
-    pub channels: ChannelDepths,
+    pub(crate) channels: ChannelDepths,
     /// Checks status API callers with the hub.
-    pub reviewer: Arc<Reviewer>,
+    pub(crate) reviewer: Arc<Reviewer>,
     /// Which Controllers watch each cluster/namespace.
-    pub owners: ScopeOwners,
+    pub(crate) owners: ScopeOwners,
     /// The watch streams open now, by what they watch.
-    pub streams: StreamCounts,
+    pub(crate) streams: StreamCounts,
 }
 
 /// The watch streams open now, by what they watch (`workloads`, `release_records`). Set once the
 /// reconciler's state exists; until then (a standby) there are none.
 #[derive(Clone, Default)]
-pub struct StreamCounts(Arc<OnceLock<CountsOf>>);
+pub(crate) struct StreamCounts(Arc<OnceLock<CountsOf>>);
 
 type CountsOf = Box<dyn Fn() -> Vec<(&'static str, usize)> + Send + Sync>;
 
 impl StreamCounts {
     /// Answers with `counts` from now on (the first call only).
-    pub fn set(&self, counts: impl Fn() -> Vec<(&'static str, usize)> + Send + Sync + 'static) {
+    pub(crate) fn set(
+        &self,
+        counts: impl Fn() -> Vec<(&'static str, usize)> + Send + Sync + 'static,
+    ) {
         let _ = self.0.set(Box::new(counts));
     }
 
@@ -144,13 +147,13 @@ impl StreamCounts {
 /// The Controllers whose tenancies target a cluster/namespace, the hub namespaces that scope
 /// belongs to. Set once the reconciler's state exists; until then (a standby) no scope has one.
 #[derive(Clone, Default)]
-pub struct ScopeOwners(Arc<OnceLock<OwnersOf>>);
+pub(crate) struct ScopeOwners(Arc<OnceLock<OwnersOf>>);
 
 type OwnersOf = Box<dyn Fn(&ClusterNamespace) -> Vec<ObjectRef<Controller>> + Send + Sync>;
 
 impl ScopeOwners {
     /// Answers with `owners` from now on (the first call only).
-    pub fn set(
+    pub(crate) fn set(
         &self,
         owners: impl Fn(&ClusterNamespace) -> Vec<ObjectRef<Controller>> + Send + Sync + 'static,
     ) {
@@ -240,7 +243,7 @@ impl ApiState {
 
 /// Reads how many messages wait in each bounded channel, at scrape time.
 #[derive(Clone)]
-pub struct ChannelDepths(pub Arc<dyn Fn() -> Vec<(&'static str, usize)> + Send + Sync>);
+pub(crate) struct ChannelDepths(pub Arc<dyn Fn() -> Vec<(&'static str, usize)> + Send + Sync>);
 
 impl Default for ChannelDepths {
     fn default() -> Self {
@@ -250,7 +253,7 @@ impl Default for ChannelDepths {
 
 impl ChannelDepths {
     /// Depths read from the channels' senders, held weakly so they never keep a channel open.
-    pub fn of<T: Send + 'static>(
+    pub(crate) fn of<T: Send + 'static>(
         channels: Vec<(&'static str, tokio::sync::mpsc::WeakSender<T>)>,
     ) -> Self {
         Self(Arc::new(move || {
@@ -265,7 +268,7 @@ impl ChannelDepths {
     }
 
     /// Joins the depths of channels of different message types.
-    pub fn join(self, other: Self) -> Self {
+    pub(crate) fn join(self, other: Self) -> Self {
         Self(Arc::new(move || {
             let mut all = (self.0)();
             all.extend((other.0)());
@@ -276,7 +279,7 @@ impl ChannelDepths {
 
 /// The routes: `/healthz`, `/readyz`, `/metrics` open to all, and
 /// `/api/v1/clusters[/{cluster}[/namespaces/{namespace}]]` for callers with a bearer token.
-pub fn router(state: ApiState) -> Router {
+pub(crate) fn router(state: ApiState) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -294,7 +297,7 @@ pub fn router(state: ApiState) -> Router {
 ///
 /// # Errors
 /// When `addr` cannot be bound; the error names the address.
-pub async fn serve(
+pub(crate) async fn serve(
     addr: SocketAddr,
     state: ApiState,
     cancel: CancellationToken,

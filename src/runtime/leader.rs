@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 /// Results of leader election.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Why leadership could not be taken or given up.
 #[derive(Debug, thiserror::Error)]
@@ -103,7 +103,7 @@ impl Error {
     }
 
     /// Whether trying again later may succeed.
-    pub fn is_transient(&self) -> bool {
+    pub(crate) fn is_transient(&self) -> bool {
         matches!(self, Self::Api { .. })
     }
 }
@@ -202,14 +202,14 @@ impl LeaseConfig {
 /// of skew would let a standby take over from a leader that still renews. As in client-go, a lease
 /// expires when its record has not changed for a lease duration measured here.
 #[derive(Debug, Default)]
-pub struct Observer {
+pub(crate) struct Observer {
     /// The record as last read (None: no lease), and the instant it was first read like that.
     seen: Option<(Option<LeaseSpec>, Instant)>,
 }
 
 impl Observer {
     /// Notes the lease as read at `now`; the clock starts again only when the record changed.
-    pub fn observe(&mut self, spec: Option<&LeaseSpec>, now: Instant) {
+    pub(crate) fn observe(&mut self, spec: Option<&LeaseSpec>, now: Instant) {
         if self
             .seen
             .as_ref()
@@ -220,7 +220,7 @@ impl Observer {
     }
 
     /// How long the record last observed has stayed unchanged at `now`; None before any.
-    pub fn unchanged_for(&self, now: Instant) -> Option<Duration> {
+    pub(crate) fn unchanged_for(&self, now: Instant) -> Option<Duration> {
         self.seen
             .as_ref()
             .map(|(_, since)| now.saturating_duration_since(*since))
@@ -228,7 +228,7 @@ impl Observer {
 
     /// Whether the record last observed has stayed unchanged for `duration` at `now`; nothing
     /// observed yet has not expired.
-    pub fn expired(&self, now: Instant, duration: Duration) -> bool {
+    pub(crate) fn expired(&self, now: Instant, duration: Duration) -> bool {
         self.seen
             .as_ref()
             .is_some_and(|(_, since)| now.saturating_duration_since(*since) >= duration)
@@ -240,7 +240,7 @@ impl Observer {
 ///
 /// Yes when there is no lease or no holder, when `identity` holds it, or when the observer has seen
 /// the same record for the holder's `leaseDurationSeconds` (`fallback` when it states none).
-pub fn may_acquire(
+pub(crate) fn may_acquire(
     lease: Option<&LeaseSpec>,
     identity: &str,
     observer: &Observer,
@@ -489,7 +489,7 @@ impl Leadership {
 
     /// One try at taking the lease now, judged with what `observer` has seen of it: Some when
     /// this replica holds it afterwards (and renews it from then on).
-    pub async fn try_take(
+    pub(crate) async fn try_take(
         client: kube::Client,
         config: LeaseConfig,
         observer: &mut Observer,

@@ -1,7 +1,7 @@
 //! Running the operator: wiring, leader election, the HTTP endpoints and who may read them.
 
-pub mod auth;
-pub mod http;
+pub(crate) mod auth;
+pub(crate) mod http;
 pub mod leader;
-pub mod operator;
-pub mod shards;
+pub(crate) mod operator;
+pub(crate) mod shards;

@@ -51,39 +51,39 @@ use crate::{
 
 /// Everything `tenancy-hub run` is configured with.
 #[derive(Clone, Debug)]
-pub struct RunConfig {
+pub(crate) struct RunConfig {
     /// Where the hub is.
-    pub hub: HubSource,
+    pub(crate) hub: HubSource,
     /// The registration file, if any.
-    pub clusters_file: Option<PathBuf>,
+    pub(crate) clusters_file: Option<PathBuf>,
     /// Only reconcile `Controller` resources in this hub namespace; all namespaces when None.
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
     /// Planning settings.
-    pub settings: Settings,
+    pub(crate) settings: Settings,
     /// How Helm is called.
-    pub helm: HelmOptions,
+    pub(crate) helm: HelmOptions,
     /// How the queue runs.
-    pub queue: QueueConfig,
+    pub(crate) queue: QueueConfig,
     /// Where the HTTP endpoints listen (health, readiness, metrics, status API).
-    pub http_addr: std::net::SocketAddr,
+    pub(crate) http_addr: std::net::SocketAddr,
     /// At most one status write per resource in this window.
-    pub status_interval: Duration,
+    pub(crate) status_interval: Duration,
     /// Leader election: only the holder of this Lease works; None runs without election.
-    pub leader: Option<LeaseConfig>,
+    pub(crate) leader: Option<LeaseConfig>,
     /// Shards the Controllers are split into, each led by one replica through its own Lease
     /// named after `leader`'s; 1 is a single leader for everything.
-    pub shards: u32,
+    pub(crate) shards: u32,
     /// Where the chart cache keeps chart archives.
-    pub chart_cache_dir: PathBuf,
+    pub(crate) chart_cache_dir: PathBuf,
     /// Bytes of chart archives the chart cache keeps at most.
-    pub chart_cache_size: u64,
+    pub(crate) chart_cache_size: u64,
     /// Bytes a repository index may have at most.
-    pub chart_index_limit: u64,
+    pub(crate) chart_index_limit: u64,
 }
 
 /// Why the operator could not start.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// The registry could not be built.
     #[error(transparent)]
     Registry(#[from] registry::RegistryError),
@@ -120,27 +120,30 @@ pub enum Error {
     /// The chart cache could not be opened.
     #[error(transparent)]
     ChartCache(#[from] cache::Error),
+    /// The long-lived Helm executor does not start, or speaks another protocol.
+    #[error(transparent)]
+    Executor(#[from] crate::helm::sdk::ExecutorError),
 }
 
 /// Room in the channel of resources to reconcile (sent by the loops, read by kube-runtime, which
 /// coalesces them). Channels between components are bounded; a sender whose channel is full
 /// waits (backpressure), so nothing is dropped.
-pub const TRIGGER_ROOM: usize = 1024;
+pub(crate) const TRIGGER_ROOM: usize = 1024;
 /// Room in the channel of release-record news (watchers → `loops::forward_record_changes`).
-pub const RECORD_ROOM: usize = 4096;
+pub(crate) const RECORD_ROOM: usize = 4096;
 /// Room in the channel of pod and workload changes (watchers → `loops::aggregate`).
-pub const CHANGE_ROOM: usize = 8192;
+pub(crate) const CHANGE_ROOM: usize = 8192;
 /// Room in the channel of finished Helm jobs (queue → `loops::record_outcomes`).
-pub const OUTCOME_ROOM: usize = 1024;
+pub(crate) const OUTCOME_ROOM: usize = 1024;
 /// How long shutdown waits for the background tasks after the Helm workers have stopped.
-pub const TASKS_GRACE: Duration = Duration::from_secs(10);
+pub(crate) const TASKS_GRACE: Duration = Duration::from_secs(10);
 /// Reconcile requests for one resource arriving within this window are handled once.
-pub const DEBOUNCE: Duration = Duration::from_millis(200);
+pub(crate) const DEBOUNCE: Duration = Duration::from_millis(200);
 /// Reconciles running at once. Unbounded, a start with a thousand Controllers sends a thousand
 /// finalizer patches and status writes to the hub in one burst; the hub's answers then lag
 /// seconds behind, the Lease renewal among them, and leadership is lost. Bounded, the burst is
 /// paced and each reconcile stays short.
-pub const RECONCILE_CONCURRENCY: u16 = 16;
+pub(crate) const RECONCILE_CONCURRENCY: u16 = 16;
 
 /// What of a `Controller` is worth a new plan: its spec (generation), its deletion, its
 /// finalizers and its annotations. The operator's own status writes change none of these, so
@@ -161,7 +164,7 @@ fn plan_relevant(c: &Controller) -> Option<u64> {
 
 /// Runs the operator until `shutdown` completes, then stops within the queue's shutdown grace.
 /// Four phases: check the hub and build every part, lead, start the work, shut down.
-pub async fn run(
+pub(crate) async fn run(
     config: RunConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
@@ -231,6 +234,11 @@ async fn preflight(config: &mut RunConfig) -> Result<Hub, Error> {
     let seal = SealKey::load_or_create(client.clone(), &config.settings.operator_namespace).await?;
     tracing::info!(secret = %format!("{}/{}", config.settings.operator_namespace, crate::helm::seal::KEY_SECRET), "release records are sealed with the key in this hub Secret; records it does not verify are never acted on");
     config.helm.seal = Some(seal.clone());
+    if let Some(binary) = &config.helm.sdk {
+        // A mismatch is found now, not at the first job.
+        let hello = crate::helm::sdk::probe(binary).await?;
+        tracing::info!(executor = %binary.display(), protocol = hello.protocol, helm = %hello.helm, "the helm executor speaks this operator's protocol");
+    }
     Ok(Hub {
         chart_home,
         registry,
@@ -1014,7 +1022,7 @@ fn until(
 }
 
 /// Completes on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let interrupt = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

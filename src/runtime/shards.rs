@@ -36,13 +36,13 @@ use crate::{
 const STALE_REPLICA: Duration = Duration::from_secs(600);
 
 /// The shards one of `live` replicas should lead: `ceil(shards / live)`.
-pub fn fair_share(shards: u32, live: usize) -> usize {
+pub(crate) fn fair_share(shards: u32, live: usize) -> usize {
     (shards as usize).div_ceil(live.max(1))
 }
 
 /// What a replica does next about shards.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Move {
+pub(crate) enum Move {
     /// Try to take this free or expired shard.
     Take(u32),
     /// Give this one up: more than the fair share is led here.
@@ -53,7 +53,7 @@ pub enum Move {
 
 /// Decides one step: `held` shards led here, `free` shards with how long nobody has led them,
 /// `live` replicas counted (this one included). One move per step, so other replicas see it.
-pub fn decide(
+pub(crate) fn decide(
     held: &BTreeSet<u32>,
     free: &BTreeMap<u32, Duration>,
     shards: u32,
@@ -71,7 +71,7 @@ pub fn decide(
 }
 
 /// The Lease of shard `i` of `n`, named after the operator's Lease.
-pub fn shard_lease(base: &str, shard: u32, shards: u32) -> String {
+pub(crate) fn shard_lease(base: &str, shard: u32, shards: u32) -> String {
     format!("{base}-shard-{shard}-of-{shards}")
 }
 
@@ -91,7 +91,7 @@ fn replica_lease(base: &str, identity: &str) -> String {
 }
 
 /// What the campaign tells the operator.
-pub trait Steward: Send + Sync {
+pub(crate) trait Steward: Send + Sync {
     /// A shard is led here now: its resources should be planned.
     fn gained(&self, shard: u32);
     /// A shard is being given up: stop its work, wait until none of its Helm jobs runs.
@@ -101,7 +101,7 @@ pub trait Steward: Send + Sync {
 /// Leads this replica's share of the shards until `cancel`; fires `lost` when a shard's Lease
 /// could not be renewed (the caller must stop every Helm process and exit). On cancel, gives
 /// every shard up (the caller has stopped its work first) and ends.
-pub async fn campaign(
+pub(crate) async fn campaign(
     client: kube::Client,
     base: LeaseConfig,
     shards: Arc<Shards>,

@@ -1,4 +1,4 @@
 //! The hub resource's status: the pure builder and the paced writer.
 
 pub mod build;
-pub mod writer;
+pub(crate) mod writer;

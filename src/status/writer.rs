@@ -29,22 +29,22 @@ const CONCURRENT_WRITES: usize = 8;
 
 /// What the writer reads and writes through: narrow handles, not the reconciler's whole context.
 #[derive(Clone)]
-pub struct Sources {
+pub(crate) struct Sources {
     /// Client of the hub, for the status subresource.
-    pub hub: kube::Client,
+    pub(crate) hub: kube::Client,
     /// The hub's Controllers, as the reconciler sees them.
-    pub controllers: kube::runtime::reflector::Store<Controller>,
+    pub(crate) controllers: kube::runtime::reflector::Store<Controller>,
     /// What runs, per cluster/namespace.
-    pub model: std::sync::Arc<crate::observe::model::Model>,
+    pub(crate) model: std::sync::Arc<crate::observe::model::Model>,
     /// Reachability of every cluster.
-    pub health: std::sync::Arc<crate::clusters::health::HealthBoard>,
+    pub(crate) health: std::sync::Arc<crate::clusters::health::HealthBoard>,
     /// Operator metrics.
-    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+    pub(crate) metrics: std::sync::Arc<crate::metrics::Metrics>,
 }
 
 /// Collects what each resource's status should say and writes it, paced.
 #[derive(Default)]
-pub struct StatusWriter {
+pub(crate) struct StatusWriter {
     reports: DashMap<ObjectRef<Controller>, ReleaseReport>,
     written: DashMap<ObjectRef<Controller>, ControllerStatus>,
     dirty: Mutex<HashSet<ObjectRef<Controller>>>,
@@ -55,7 +55,7 @@ pub struct StatusWriter {
 
 impl StatusWriter {
     /// Records the release side of a resource's status; it is written on the next pass if it changed.
-    pub fn submit(&self, owner: ObjectRef<Controller>, report: ReleaseReport) {
+    pub(crate) fn submit(&self, owner: ObjectRef<Controller>, report: ReleaseReport) {
         let changed = self.reports.get(&owner).is_none_or(|r| *r != report);
         if changed {
             self.reports.insert(owner.clone(), report);
@@ -64,7 +64,7 @@ impl StatusWriter {
     }
 
     /// Marks a resource's status for recomputation, for example after its pods changed.
-    pub fn touch(&self, owner: ObjectRef<Controller>) {
+    pub(crate) fn touch(&self, owner: ObjectRef<Controller>) {
         self.pending_since
             .entry(owner.clone())
             .or_insert_with(Instant::now);
@@ -79,7 +79,7 @@ impl StatusWriter {
     }
 
     /// Forgets a resource that is gone.
-    pub fn forget(&self, owner: &ObjectRef<Controller>) {
+    pub(crate) fn forget(&self, owner: &ObjectRef<Controller>) {
         self.reports.remove(owner);
         self.written.remove(owner);
         self.pending_since.remove(owner);
@@ -88,7 +88,7 @@ impl StatusWriter {
     /// Writes marked statuses until cancelled. A resource not written within the last `interval`
     /// is written at once; one written more recently waits until its interval has passed, so each
     /// resource is written at most once per interval whatever the rate of changes.
-    pub async fn run(&self, ctx: &Sources, interval: Duration, cancel: CancellationToken) {
+    pub(crate) async fn run(&self, ctx: &Sources, interval: Duration, cancel: CancellationToken) {
         let mut last: HashMap<ObjectRef<Controller>, Instant> = HashMap::new();
         let mut next: Option<Instant> = None;
         loop {
@@ -213,7 +213,7 @@ impl StatusWriter {
 }
 
 /// A merge patch that sets every status field, clearing those now empty.
-pub fn patch_of(status: &ControllerStatus) -> serde_json::Value {
+pub(crate) fn patch_of(status: &ControllerStatus) -> serde_json::Value {
     let mut value = serde_json::to_value(status).expect("status serializes");
     let fields = value.as_object_mut().expect("status is an object");
     for key in [
