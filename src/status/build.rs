@@ -769,6 +769,7 @@ fn first_of(problems: &[String]) -> String {
 }
 
 /// What the conditions are made of: everything that stands between the spec and "it runs".
+#[derive(Default)]
 struct Findings<'a> {
     generation: Option<i64>,
     deleting: Option<&'a str>,
@@ -1748,5 +1749,172 @@ mod tests {
             (degraded.status.as_str(), degraded.reason.as_str()),
             ("True", "Orphaned")
         );
+    }
+
+    /// Inputs with nothing to report: every condition at rest.
+    fn quiet() -> Findings<'static> {
+        Findings {
+            generation: Some(4),
+            ..Findings::default()
+        }
+    }
+
+    /// `releases` listed under `phase`, as `cluster/namespace/release`.
+    fn with_phase<'a>(mut f: Findings<'a>, phase: &'a str, releases: &[&str]) -> Findings<'a> {
+        f.phases
+            .insert(phase, releases.iter().map(|r| (*r).to_owned()).collect());
+        f
+    }
+
+    fn names(items: &[&str]) -> Vec<String> {
+        items.iter().map(|i| (*i).to_owned()).collect()
+    }
+
+    /// Each condition as `Type=Status:Reason: message`, in the order they are written.
+    fn written(f: &Findings<'_>) -> Vec<String> {
+        conditions(f, &[], Timestamp::UNIX_EPOCH)
+            .iter()
+            .map(|c| format!("{}={}:{}: {}", c.type_, c.status, c.reason, c.message))
+            .collect()
+    }
+
+    /// A change of the inputs, named.
+    type Step<'s, 'a> = (&'s str, &'s dyn Fn(&mut Findings<'a>));
+
+    /// The conditions of `f`, then after each step the conditions it changed, named by the step.
+    fn walk<'a>(mut f: Findings<'a>, steps: &[Step<'_, 'a>]) -> Vec<String> {
+        let mut before = written(&f);
+        let mut seen = before.clone();
+        for (what, step) in steps {
+            step(&mut f);
+            let now = written(&f);
+            let changed = before.iter().zip(&now).filter(|(b, n)| b != n);
+            seen.extend(changed.map(|(_, n)| format!("{what}: {n}")));
+            before = now;
+        }
+        seen
+    }
+
+    fn halt() -> crate::api::crd::RolloutHalt {
+        crate::api::crd::RolloutHalt {
+            cluster: "member-1".into(),
+            release: "web".into(),
+            reason: "release failed: boom".into(),
+            at: "2026-01-01T00:00:00Z".into(),
+        }
+    }
+
+    #[test]
+    fn the_first_rule_that_holds_decides_each_condition_and_writes_its_message() {
+        let (halt, general) = (
+            halt(),
+            names(&["spec.tenancies[1] selects no cluster", "a second problem"]),
+        );
+        let mut f = quiet();
+        f.deleting = Some("deleting: 2 release(s) left to uninstall");
+        f.suspended = Some("spec.suspend is true");
+        f.halted = Some(&halt);
+        f.general = &general;
+        for (phase, release) in [
+            (phase::INVALID, "m/a/invalid"),
+            (phase::FORBIDDEN, "m/a/forbidden"),
+            (phase::CONFLICT, "m/a/conflict"),
+            (phase::FAILED, "m/a/failed"),
+            (phase::PENDING, "m/a/pending"),
+            (phase::UNKNOWN, "m/a/unknown"),
+            (phase::ORPHANED, "m/a/orphaned"),
+            (phase::SUSPENDED, "m/a/held"),
+            (phase::DEPLOYED, "m/a/deployed"),
+        ] {
+            f = with_phase(f, phase, &[release]);
+        }
+        f.first_error = Some("m/a/invalid: the first error".into());
+        f.stale = names(&["m/stale"]);
+        f.rolling = names(&["m/a Deployment/web (1/2 ready)"]);
+        f.pods_not_ready = 2;
+        f.failing_pods = names(&["m/a/web-1 (CrashLoopBackOff)"]);
+        f.drifted = names(&["m/a/deployed"]);
+        let without =
+            |phase: &'static str| move |f: &mut Findings<'_>| drop(f.phases.remove(phase));
+        let seen = walk(
+            f,
+            &[
+                ("not deleted", &|f| f.deleting = None),
+                ("rollout resumed", &|f| f.halted = None),
+                ("no first error", &|f| f.first_error = None),
+                ("no general problem", &|f| f.general = &[]),
+                ("general problems only", &|f| {
+                    f.general = &general;
+                    f.phases.remove(phase::INVALID);
+                }),
+                ("no general problem", &|f| f.general = &[]),
+                ("allowed", &without(phase::FORBIDDEN)),
+                ("no conflict", &without(phase::CONFLICT)),
+                ("no failure", &without(phase::FAILED)),
+                ("none pending", &without(phase::PENDING)),
+                ("every cluster read", &without(phase::UNKNOWN)),
+                ("watched live", &|f| f.stale.clear()),
+                ("rolled out", &|f| f.rolling.clear()),
+                ("pods ready", &|f| f.pods_not_ready = 0),
+                ("no failing pod", &|f| f.failing_pods.clear()),
+                ("no orphan", &without(phase::ORPHANED)),
+                ("resumed", &|f| f.suspended = None),
+                ("nothing held back", &without(phase::SUSPENDED)),
+                ("suspended again", &|f| {
+                    f.suspended = Some("spec.suspend is true")
+                }),
+                ("no drift", &|f| f.drifted.clear()),
+            ],
+        );
+        let expected = [
+            "Ready=False:Terminating: deleting: 2 release(s) left to uninstall",
+            "Reconciling=True:Terminating: deleting: 2 release(s) left to uninstall",
+            "Stalled=True:RolloutHalted: rollout halted at cluster member-1 release web: release failed: boom; clusters not reached keep the previous generation (change the spec, or resume with `tenancy-hub rollout resume`)",
+            "Degraded=True:RolloutHalted: m/a/invalid: the first error",
+            "Suspended=True:Suspended: spec.suspend is true; 1 change(s) held back until resumed: m/a/held",
+            "not deleted: Ready=False:RolloutHalted: rollout halted at cluster member-1 release web: release failed: boom; clusters not reached keep the previous generation (change the spec, or resume with `tenancy-hub rollout resume`)",
+            "not deleted: Reconciling=False:Progressing: waiting for release(s) m/a/pending to be installed, upgraded or uninstalled",
+            "rollout resumed: Ready=False:InvalidSpec: 3 part(s) of the spec cannot be carried out (m/a/invalid); what runs is left as it is. spec.tenancies[1] selects no cluster (and 1 more)",
+            "rollout resumed: Stalled=True:InvalidSpec: 3 part(s) of the spec cannot be carried out (m/a/invalid); what runs is left as it is. spec.tenancies[1] selects no cluster (and 1 more)",
+            "rollout resumed: Degraded=True:InvalidSpec: m/a/invalid: the first error",
+            "no first error: Degraded=True:InvalidSpec: 3 part(s) of the spec cannot be carried out (m/a/invalid); what runs is left as it is. spec.tenancies[1] selects no cluster (and 1 more)",
+            "no general problem: Ready=False:InvalidSpec: 1 part(s) of the spec cannot be carried out (m/a/invalid); what runs is left as it is.",
+            "no general problem: Stalled=True:InvalidSpec: 1 part(s) of the spec cannot be carried out (m/a/invalid); what runs is left as it is.",
+            "no general problem: Degraded=True:InvalidSpec: 1 part(s) of the spec cannot be carried out (m/a/invalid); what runs is left as it is.",
+            "general problems only: Ready=False:InvalidSpec: 2 part(s) of the spec cannot be carried out (); what runs is left as it is. spec.tenancies[1] selects no cluster (and 1 more)",
+            "general problems only: Stalled=True:InvalidSpec: 2 part(s) of the spec cannot be carried out (); what runs is left as it is. spec.tenancies[1] selects no cluster (and 1 more)",
+            "general problems only: Degraded=True:InvalidSpec: 2 part(s) of the spec cannot be carried out (); what runs is left as it is. spec.tenancies[1] selects no cluster (and 1 more)",
+            "no general problem: Ready=False:Forbidden: release(s) m/a/forbidden are not allowed by the tenancy policies; nothing is done for them and what runs is left as it is",
+            "no general problem: Stalled=True:Forbidden: release(s) m/a/forbidden are not allowed by the tenancy policies; nothing is done for them and what runs is left as it is",
+            "no general problem: Degraded=True:Forbidden: release(s) m/a/forbidden are not allowed by the tenancy policies; nothing is done for them and what runs is left as it is",
+            "allowed: Ready=False:Conflict: release(s) m/a/conflict are held by another owner",
+            "allowed: Stalled=True:Conflict: release(s) m/a/conflict are held by another owner",
+            "allowed: Degraded=True:Conflict: release(s) m/a/conflict are held by another owner",
+            "no conflict: Ready=False:ReleaseFailed: release(s) m/a/failed failed and wait for a spec change",
+            "no conflict: Stalled=True:ReleaseFailed: release(s) m/a/failed failed and wait for a spec change",
+            "no conflict: Degraded=True:ReleaseFailed: release(s) m/a/failed failed and wait for a spec change",
+            "no failure: Ready=False:Progressing: waiting for release(s) m/a/pending to be installed, upgraded or uninstalled",
+            "no failure: Reconciling=True:Progressing: waiting for release(s) m/a/pending to be installed, upgraded or uninstalled",
+            "no failure: Stalled=False:AsExpected: nothing is stalled",
+            "no failure: Degraded=True:PodsFailing: pod(s) m/a/web-1 (CrashLoopBackOff) are failing",
+            "none pending: Ready=False:ClusterUnavailable: waiting for the clusters of release(s) m/a/unknown to be reached",
+            "none pending: Reconciling=True:ClusterUnavailable: waiting for the clusters of release(s) m/a/unknown to be reached",
+            "every cluster read: Ready=False:ClusterUnavailable: waiting for m/stale to be watched live; their pods are Unknown",
+            "every cluster read: Reconciling=True:ClusterUnavailable: waiting for m/stale to be watched live; their pods are Unknown",
+            "watched live: Ready=False:WorkloadsRollingOut: waiting for workload(s) m/a Deployment/web (1/2 ready) to roll out",
+            "watched live: Reconciling=True:WorkloadsRollingOut: waiting for workload(s) m/a Deployment/web (1/2 ready) to roll out",
+            "rolled out: Ready=False:PodsNotReady: waiting for 2 pod(s) to be ready",
+            "rolled out: Reconciling=True:PodsNotReady: waiting for 2 pod(s) to be ready",
+            "pods ready: Ready=False:Suspended: spec.suspend is true; 1 change(s) held back until resumed: m/a/held",
+            "pods ready: Reconciling=False:Reconciled: nothing to wait for",
+            "no failing pod: Degraded=True:Orphaned: 1 release(s) are left in clusters no longer registered",
+            "no orphan: Degraded=False:AsExpected: no release or pod has failed",
+            "resumed: Ready=False:Suspended: suspended; 1 change(s) held back until resumed: m/a/held",
+            "resumed: Suspended=False:NotSuspended: Helm calls are made as the spec asks",
+            "nothing held back: Ready=False:Drifted: release(s) m/a/deployed differ from their manifests (see chartMessages[].drift)",
+            "suspended again: Suspended=True:Suspended: spec.suspend is true; no change is held back",
+            "no drift: Ready=True:Ready: 1 release(s) deployed and their workloads ready",
+        ];
+        assert_eq!(seen, expected);
     }
 }
