@@ -482,6 +482,8 @@ fn gauge_value(n: usize) -> i64 {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     /// The value of the sample written exactly as `series` (name and labels), if there is one.
@@ -833,5 +835,145 @@ mod tests {
             value(&text, "tenancy_hub_queue_wait_seconds_bucket{le=\"0.005\"}"),
             Some(1.0)
         );
+    }
+
+    /// The declarations (`# HELP`, `# TYPE`, `# UNIT`) of a rendering, then the shape of each of
+    /// its series (name and label names) with the bucket bounds of a histogram's, sorted.
+    fn declarations(text: &str) -> Vec<String> {
+        let mut shapes: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+        let mut out: Vec<String> = Vec::new();
+        for line in text.lines().filter(|l| *l != "# EOF") {
+            if line.starts_with('#') {
+                out.push(line.to_owned());
+                continue;
+            }
+            let series = line.split_once(' ').expect("a series and its value").0;
+            let (name, labels) = series.split_once('{').unwrap_or((series, ""));
+            let pairs: Vec<(&str, &str)> = labels
+                .trim_end_matches('}')
+                .split(',')
+                .filter_map(|pair| pair.split_once('='))
+                .collect();
+            let keys: Vec<&str> = pairs.iter().map(|(k, _)| *k).collect();
+            let bounds = shapes
+                .entry(format!("{name}{{{}}}", keys.join(",")))
+                .or_default();
+            for (_, le) in pairs.iter().filter(|(k, _)| *k == "le") {
+                let le = le.trim_matches('"');
+                if !bounds.contains(&le) {
+                    bounds.push(le);
+                }
+            }
+        }
+        out.sort();
+        out.extend(shapes.into_iter().map(|(shape, bounds)| match bounds[..] {
+            [] => shape,
+            _ => format!("{shape} le {}", bounds.join(" ")),
+        }));
+        out
+    }
+
+    #[test]
+    fn every_metric_keeps_its_name_help_unit_type_and_labels() {
+        let m = busy();
+        m.drift("member-1", "found");
+        let expected = [
+            "# HELP tenancy_hub_channel_depth Messages waiting in a bounded channel between components; a full channel makes its senders wait, nothing is dropped.",
+            "# HELP tenancy_hub_chart_cache_bytes Size of the chart archives kept in the chart cache.",
+            "# HELP tenancy_hub_chart_cache_hits Chart archives wanted (by a resolution or a helm call) and found in the chart cache.",
+            "# HELP tenancy_hub_chart_cache_misses Chart archives wanted and not in the chart cache: fetched into it.",
+            "# HELP tenancy_hub_chart_fetched_bytes Bytes the chart cache fetched, by kind: repository index or chart archive.",
+            "# HELP tenancy_hub_cluster_reachable Whether a registered cluster is reachable (1) or not (0).",
+            "# HELP tenancy_hub_drift Drift between a release's manifest and its live objects, by cluster and action: found (each new or changed finding) or repaired.",
+            "# HELP tenancy_hub_helm_job_duration_seconds Time Helm jobs took, by cluster.",
+            "# HELP tenancy_hub_helm_jobs Helm jobs finished, by cluster and outcome.",
+            "# HELP tenancy_hub_jobs_running Helm jobs running now.",
+            "# HELP tenancy_hub_orphaned_releases Releases left without a manager, by reason: their Controller is gone, or their cluster is no longer registered.",
+            "# HELP tenancy_hub_queue_depth Helm jobs waiting in the queue.",
+            "# HELP tenancy_hub_queue_wait_seconds Time Helm jobs waited in the queue before they started.",
+            "# HELP tenancy_hub_reconcile_duration_seconds Time spent reconciling a Controller resource.",
+            "# HELP tenancy_hub_reconcile_errors Failed reconciles, by the kind of error.",
+            "# HELP tenancy_hub_reconciles Reconciles of Controller resources, by result.",
+            "# HELP tenancy_hub_registry_rejects Edits of the registration file refused; the last good registry stayed in force.",
+            "# HELP tenancy_hub_registry_reloads Edits of the registration file applied without a restart.",
+            "# HELP tenancy_hub_rollout_duration_seconds Time a progressive rollout took from its start until every cluster was healthy on the generation.",
+            "# HELP tenancy_hub_status_propagation_seconds Time from a change reaching a resource's report or the model to its status write.",
+            "# HELP tenancy_hub_status_writes Status writes to Controller resources.",
+            "# HELP tenancy_hub_status_writes_skipped Status writes skipped because nothing had changed.",
+            "# HELP tenancy_hub_watch_events Events delivered by the watches of cluster namespaces.",
+            "# HELP tenancy_hub_watch_restarts Watch streams restarted after breaking, by cluster.",
+            "# HELP tenancy_hub_watch_streams Watch streams open to the clusters, by what they watch: a few per cluster, however many namespaces are watched.",
+            "# HELP tenancy_hub_watched_namespaces Cluster namespaces watched.",
+            "# TYPE tenancy_hub_channel_depth gauge",
+            "# TYPE tenancy_hub_chart_cache_bytes gauge",
+            "# TYPE tenancy_hub_chart_cache_hits counter",
+            "# TYPE tenancy_hub_chart_cache_misses counter",
+            "# TYPE tenancy_hub_chart_fetched_bytes counter",
+            "# TYPE tenancy_hub_cluster_reachable gauge",
+            "# TYPE tenancy_hub_drift counter",
+            "# TYPE tenancy_hub_helm_job_duration_seconds histogram",
+            "# TYPE tenancy_hub_helm_jobs counter",
+            "# TYPE tenancy_hub_jobs_running gauge",
+            "# TYPE tenancy_hub_orphaned_releases gauge",
+            "# TYPE tenancy_hub_queue_depth gauge",
+            "# TYPE tenancy_hub_queue_wait_seconds histogram",
+            "# TYPE tenancy_hub_reconcile_duration_seconds histogram",
+            "# TYPE tenancy_hub_reconcile_errors counter",
+            "# TYPE tenancy_hub_reconciles counter",
+            "# TYPE tenancy_hub_registry_rejects counter",
+            "# TYPE tenancy_hub_registry_reloads counter",
+            "# TYPE tenancy_hub_rollout_duration_seconds histogram",
+            "# TYPE tenancy_hub_status_propagation_seconds histogram",
+            "# TYPE tenancy_hub_status_writes counter",
+            "# TYPE tenancy_hub_status_writes_skipped counter",
+            "# TYPE tenancy_hub_watch_events counter",
+            "# TYPE tenancy_hub_watch_restarts counter",
+            "# TYPE tenancy_hub_watch_streams gauge",
+            "# TYPE tenancy_hub_watched_namespaces gauge",
+            "# UNIT tenancy_hub_chart_cache_bytes bytes",
+            "# UNIT tenancy_hub_chart_fetched_bytes bytes",
+            "# UNIT tenancy_hub_helm_job_duration_seconds seconds",
+            "# UNIT tenancy_hub_queue_wait_seconds seconds",
+            "# UNIT tenancy_hub_reconcile_duration_seconds seconds",
+            "# UNIT tenancy_hub_rollout_duration_seconds seconds",
+            "# UNIT tenancy_hub_status_propagation_seconds seconds",
+            "tenancy_hub_channel_depth{channel}",
+            "tenancy_hub_chart_cache_bytes{}",
+            "tenancy_hub_chart_cache_hits_total{}",
+            "tenancy_hub_chart_cache_misses_total{}",
+            "tenancy_hub_chart_fetched_bytes_total{kind}",
+            "tenancy_hub_cluster_reachable{cluster}",
+            "tenancy_hub_drift_total{cluster,action}",
+            "tenancy_hub_helm_job_duration_seconds_bucket{le,cluster} le 0.1 0.2 0.4 0.8 1.6 3.2 6.4 12.8 25.6 51.2 102.4 204.8 409.6 819.2 +Inf",
+            "tenancy_hub_helm_job_duration_seconds_count{cluster}",
+            "tenancy_hub_helm_job_duration_seconds_sum{cluster}",
+            "tenancy_hub_helm_jobs_total{cluster,outcome}",
+            "tenancy_hub_jobs_running{}",
+            "tenancy_hub_orphaned_releases{reason}",
+            "tenancy_hub_queue_depth{}",
+            "tenancy_hub_queue_wait_seconds_bucket{le} le 0.005 0.01 0.02 0.04 0.08 0.16 0.32 0.64 1.28 2.56 5.12 10.24 20.48 40.96 +Inf",
+            "tenancy_hub_queue_wait_seconds_count{}",
+            "tenancy_hub_queue_wait_seconds_sum{}",
+            "tenancy_hub_reconcile_duration_seconds_bucket{le} le 0.005 0.01 0.02 0.04 0.08 0.16 0.32 0.64 1.28 2.56 5.12 10.24 20.48 40.96 +Inf",
+            "tenancy_hub_reconcile_duration_seconds_count{}",
+            "tenancy_hub_reconcile_duration_seconds_sum{}",
+            "tenancy_hub_reconcile_errors_total{reason}",
+            "tenancy_hub_reconciles_total{result}",
+            "tenancy_hub_registry_rejects_total{}",
+            "tenancy_hub_registry_reloads_total{}",
+            "tenancy_hub_rollout_duration_seconds_bucket{le} le 0.1 0.2 0.4 0.8 1.6 3.2 6.4 12.8 25.6 51.2 102.4 204.8 409.6 819.2 +Inf",
+            "tenancy_hub_rollout_duration_seconds_count{}",
+            "tenancy_hub_rollout_duration_seconds_sum{}",
+            "tenancy_hub_status_propagation_seconds_bucket{le} le 0.1 0.2 0.4 0.8 1.6 3.2 6.4 12.8 25.6 51.2 102.4 204.8 409.6 819.2 +Inf",
+            "tenancy_hub_status_propagation_seconds_count{}",
+            "tenancy_hub_status_propagation_seconds_sum{}",
+            "tenancy_hub_status_writes_skipped_total{}",
+            "tenancy_hub_status_writes_total{}",
+            "tenancy_hub_watch_events_total{}",
+            "tenancy_hub_watch_restarts_total{cluster}",
+            "tenancy_hub_watch_streams{source}",
+            "tenancy_hub_watched_namespaces{}",
+        ];
+        assert_eq!(declarations(&m.render(&gauges())), expected);
     }
 }
