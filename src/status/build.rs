@@ -1900,17 +1900,16 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_first_rule_that_holds_decides_each_condition_and_writes_its_message() {
-        let (halt, general) = (
-            halt(),
-            names(&["spec.tenancies[1] selects no cluster", "a second problem"]),
-        );
+    /// Inputs where every rule of every condition holds.
+    fn everything<'a>(
+        halt: &'a crate::api::crd::RolloutHalt,
+        general: &'a [String],
+    ) -> ConditionInputs<'a> {
         let mut f = quiet();
         f.deleting = Some("deleting: 2 release(s) left to uninstall");
         f.suspended = Some("spec.suspend is true");
-        f.halted = Some(&halt);
-        f.general = &general;
+        f.halted = Some(halt);
+        f.general = general;
         for (phase, release) in [
             (phase::INVALID, "m/a/invalid"),
             (phase::FORBIDDEN, "m/a/forbidden"),
@@ -1930,6 +1929,67 @@ mod tests {
         f.pods_not_ready = 2;
         f.failing_pods = names(&["m/a/web-1 (CrashLoopBackOff)"]);
         f.drifted = names(&["m/a/deployed"]);
+        f
+    }
+
+    /// The conditions of `everything`, then what each step of the walk changes.
+    const WALKED: &[&str] = &[
+        "Ready=False:Terminating: deleting: 2 release(s) left to uninstall",
+        "Reconciling=True:Terminating: deleting: 2 release(s) left to uninstall",
+        "Stalled=True:RolloutHalted: rollout halted at cluster member-1 release web: release failed: boom; clusters not reached keep the previous generation (change the spec, or resume with `tenancy-hub rollout resume`)",
+        "Degraded=True:RolloutHalted: m/a/invalid: the first error",
+        "Suspended=True:Suspended: spec.suspend is true; 1 change(s) held back until resumed: m/a/held",
+        "not deleted: Ready=False:RolloutHalted: rollout halted at cluster member-1 release web: release failed: boom; clusters not reached keep the previous generation (change the spec, or resume with `tenancy-hub rollout resume`)",
+        "not deleted: Reconciling=False:Progressing: waiting for release(s) m/a/pending to be installed, upgraded or uninstalled",
+        "rollout resumed: Ready=False:InvalidSpec: 3 part(s) of the spec cannot be carried out (m/a/invalid); what runs is left as it is. spec.tenancies[1] selects no cluster (and 1 more)",
+        "rollout resumed: Stalled=True:InvalidSpec: 3 part(s) of the spec cannot be carried out (m/a/invalid); what runs is left as it is. spec.tenancies[1] selects no cluster (and 1 more)",
+        "rollout resumed: Degraded=True:InvalidSpec: m/a/invalid: the first error",
+        "no first error: Degraded=True:InvalidSpec: 3 part(s) of the spec cannot be carried out (m/a/invalid); what runs is left as it is. spec.tenancies[1] selects no cluster (and 1 more)",
+        "no general problem: Ready=False:InvalidSpec: 1 part(s) of the spec cannot be carried out (m/a/invalid); what runs is left as it is.",
+        "no general problem: Stalled=True:InvalidSpec: 1 part(s) of the spec cannot be carried out (m/a/invalid); what runs is left as it is.",
+        "no general problem: Degraded=True:InvalidSpec: 1 part(s) of the spec cannot be carried out (m/a/invalid); what runs is left as it is.",
+        "general problems only: Ready=False:InvalidSpec: 2 part(s) of the spec cannot be carried out (); what runs is left as it is. spec.tenancies[1] selects no cluster (and 1 more)",
+        "general problems only: Stalled=True:InvalidSpec: 2 part(s) of the spec cannot be carried out (); what runs is left as it is. spec.tenancies[1] selects no cluster (and 1 more)",
+        "general problems only: Degraded=True:InvalidSpec: 2 part(s) of the spec cannot be carried out (); what runs is left as it is. spec.tenancies[1] selects no cluster (and 1 more)",
+        "no general problem: Ready=False:Forbidden: release(s) m/a/forbidden are not allowed by the tenancy policies; nothing is done for them and what runs is left as it is",
+        "no general problem: Stalled=True:Forbidden: release(s) m/a/forbidden are not allowed by the tenancy policies; nothing is done for them and what runs is left as it is",
+        "no general problem: Degraded=True:Forbidden: release(s) m/a/forbidden are not allowed by the tenancy policies; nothing is done for them and what runs is left as it is",
+        "allowed: Ready=False:Conflict: release(s) m/a/conflict are held by another owner",
+        "allowed: Stalled=True:Conflict: release(s) m/a/conflict are held by another owner",
+        "allowed: Degraded=True:Conflict: release(s) m/a/conflict are held by another owner",
+        "no conflict: Ready=False:ReleaseFailed: release(s) m/a/failed failed and wait for a spec change",
+        "no conflict: Stalled=True:ReleaseFailed: release(s) m/a/failed failed and wait for a spec change",
+        "no conflict: Degraded=True:ReleaseFailed: release(s) m/a/failed failed and wait for a spec change",
+        "no failure: Ready=False:Progressing: waiting for release(s) m/a/pending to be installed, upgraded or uninstalled",
+        "no failure: Reconciling=True:Progressing: waiting for release(s) m/a/pending to be installed, upgraded or uninstalled",
+        "no failure: Stalled=False:AsExpected: nothing is stalled",
+        "no failure: Degraded=True:PodsFailing: pod(s) m/a/web-1 (CrashLoopBackOff) are failing",
+        "none pending: Ready=False:ClusterUnavailable: waiting for the clusters of release(s) m/a/unknown to be reached",
+        "none pending: Reconciling=True:ClusterUnavailable: waiting for the clusters of release(s) m/a/unknown to be reached",
+        "every cluster read: Ready=False:ClusterUnavailable: waiting for m/stale to be watched live; their pods are Unknown",
+        "every cluster read: Reconciling=True:ClusterUnavailable: waiting for m/stale to be watched live; their pods are Unknown",
+        "watched live: Ready=False:WorkloadsRollingOut: waiting for workload(s) m/a Deployment/web (1/2 ready) to roll out",
+        "watched live: Reconciling=True:WorkloadsRollingOut: waiting for workload(s) m/a Deployment/web (1/2 ready) to roll out",
+        "rolled out: Ready=False:PodsNotReady: waiting for 2 pod(s) to be ready",
+        "rolled out: Reconciling=True:PodsNotReady: waiting for 2 pod(s) to be ready",
+        "pods ready: Ready=False:Suspended: spec.suspend is true; 1 change(s) held back until resumed: m/a/held",
+        "pods ready: Reconciling=False:Reconciled: nothing to wait for",
+        "no failing pod: Degraded=True:Orphaned: 1 release(s) are left in clusters no longer registered",
+        "no orphan: Degraded=False:AsExpected: no release or pod has failed",
+        "resumed: Ready=False:Suspended: suspended; 1 change(s) held back until resumed: m/a/held",
+        "resumed: Suspended=False:NotSuspended: Helm calls are made as the spec asks",
+        "nothing held back: Ready=False:Drifted: release(s) m/a/deployed differ from their manifests (see chartMessages[].drift)",
+        "suspended again: Suspended=True:Suspended: spec.suspend is true; no change is held back",
+        "no drift: Ready=True:Ready: 1 release(s) deployed and their workloads ready",
+    ];
+
+    #[test]
+    fn the_first_rule_that_holds_decides_each_condition_and_writes_its_message() {
+        let (halt, general) = (
+            halt(),
+            names(&["spec.tenancies[1] selects no cluster", "a second problem"]),
+        );
+        let f = everything(&halt, &general);
         let without =
             |phase: &'static str| move |f: &mut ConditionInputs<'_>| drop(f.phases.remove(phase));
         let seen = walk(
@@ -1962,55 +2022,6 @@ mod tests {
                 ("no drift", &|f| f.drifted.clear()),
             ],
         );
-        let expected = [
-            "Ready=False:Terminating: deleting: 2 release(s) left to uninstall",
-            "Reconciling=True:Terminating: deleting: 2 release(s) left to uninstall",
-            "Stalled=True:RolloutHalted: rollout halted at cluster member-1 release web: release failed: boom; clusters not reached keep the previous generation (change the spec, or resume with `tenancy-hub rollout resume`)",
-            "Degraded=True:RolloutHalted: m/a/invalid: the first error",
-            "Suspended=True:Suspended: spec.suspend is true; 1 change(s) held back until resumed: m/a/held",
-            "not deleted: Ready=False:RolloutHalted: rollout halted at cluster member-1 release web: release failed: boom; clusters not reached keep the previous generation (change the spec, or resume with `tenancy-hub rollout resume`)",
-            "not deleted: Reconciling=False:Progressing: waiting for release(s) m/a/pending to be installed, upgraded or uninstalled",
-            "rollout resumed: Ready=False:InvalidSpec: 3 part(s) of the spec cannot be carried out (m/a/invalid); what runs is left as it is. spec.tenancies[1] selects no cluster (and 1 more)",
-            "rollout resumed: Stalled=True:InvalidSpec: 3 part(s) of the spec cannot be carried out (m/a/invalid); what runs is left as it is. spec.tenancies[1] selects no cluster (and 1 more)",
-            "rollout resumed: Degraded=True:InvalidSpec: m/a/invalid: the first error",
-            "no first error: Degraded=True:InvalidSpec: 3 part(s) of the spec cannot be carried out (m/a/invalid); what runs is left as it is. spec.tenancies[1] selects no cluster (and 1 more)",
-            "no general problem: Ready=False:InvalidSpec: 1 part(s) of the spec cannot be carried out (m/a/invalid); what runs is left as it is.",
-            "no general problem: Stalled=True:InvalidSpec: 1 part(s) of the spec cannot be carried out (m/a/invalid); what runs is left as it is.",
-            "no general problem: Degraded=True:InvalidSpec: 1 part(s) of the spec cannot be carried out (m/a/invalid); what runs is left as it is.",
-            "general problems only: Ready=False:InvalidSpec: 2 part(s) of the spec cannot be carried out (); what runs is left as it is. spec.tenancies[1] selects no cluster (and 1 more)",
-            "general problems only: Stalled=True:InvalidSpec: 2 part(s) of the spec cannot be carried out (); what runs is left as it is. spec.tenancies[1] selects no cluster (and 1 more)",
-            "general problems only: Degraded=True:InvalidSpec: 2 part(s) of the spec cannot be carried out (); what runs is left as it is. spec.tenancies[1] selects no cluster (and 1 more)",
-            "no general problem: Ready=False:Forbidden: release(s) m/a/forbidden are not allowed by the tenancy policies; nothing is done for them and what runs is left as it is",
-            "no general problem: Stalled=True:Forbidden: release(s) m/a/forbidden are not allowed by the tenancy policies; nothing is done for them and what runs is left as it is",
-            "no general problem: Degraded=True:Forbidden: release(s) m/a/forbidden are not allowed by the tenancy policies; nothing is done for them and what runs is left as it is",
-            "allowed: Ready=False:Conflict: release(s) m/a/conflict are held by another owner",
-            "allowed: Stalled=True:Conflict: release(s) m/a/conflict are held by another owner",
-            "allowed: Degraded=True:Conflict: release(s) m/a/conflict are held by another owner",
-            "no conflict: Ready=False:ReleaseFailed: release(s) m/a/failed failed and wait for a spec change",
-            "no conflict: Stalled=True:ReleaseFailed: release(s) m/a/failed failed and wait for a spec change",
-            "no conflict: Degraded=True:ReleaseFailed: release(s) m/a/failed failed and wait for a spec change",
-            "no failure: Ready=False:Progressing: waiting for release(s) m/a/pending to be installed, upgraded or uninstalled",
-            "no failure: Reconciling=True:Progressing: waiting for release(s) m/a/pending to be installed, upgraded or uninstalled",
-            "no failure: Stalled=False:AsExpected: nothing is stalled",
-            "no failure: Degraded=True:PodsFailing: pod(s) m/a/web-1 (CrashLoopBackOff) are failing",
-            "none pending: Ready=False:ClusterUnavailable: waiting for the clusters of release(s) m/a/unknown to be reached",
-            "none pending: Reconciling=True:ClusterUnavailable: waiting for the clusters of release(s) m/a/unknown to be reached",
-            "every cluster read: Ready=False:ClusterUnavailable: waiting for m/stale to be watched live; their pods are Unknown",
-            "every cluster read: Reconciling=True:ClusterUnavailable: waiting for m/stale to be watched live; their pods are Unknown",
-            "watched live: Ready=False:WorkloadsRollingOut: waiting for workload(s) m/a Deployment/web (1/2 ready) to roll out",
-            "watched live: Reconciling=True:WorkloadsRollingOut: waiting for workload(s) m/a Deployment/web (1/2 ready) to roll out",
-            "rolled out: Ready=False:PodsNotReady: waiting for 2 pod(s) to be ready",
-            "rolled out: Reconciling=True:PodsNotReady: waiting for 2 pod(s) to be ready",
-            "pods ready: Ready=False:Suspended: spec.suspend is true; 1 change(s) held back until resumed: m/a/held",
-            "pods ready: Reconciling=False:Reconciled: nothing to wait for",
-            "no failing pod: Degraded=True:Orphaned: 1 release(s) are left in clusters no longer registered",
-            "no orphan: Degraded=False:AsExpected: no release or pod has failed",
-            "resumed: Ready=False:Suspended: suspended; 1 change(s) held back until resumed: m/a/held",
-            "resumed: Suspended=False:NotSuspended: Helm calls are made as the spec asks",
-            "nothing held back: Ready=False:Drifted: release(s) m/a/deployed differ from their manifests (see chartMessages[].drift)",
-            "suspended again: Suspended=True:Suspended: spec.suspend is true; no change is held back",
-            "no drift: Ready=True:Ready: 1 release(s) deployed and their workloads ready",
-        ];
-        assert_eq!(seen, expected);
+        assert_eq!(seen, WALKED);
     }
 }
