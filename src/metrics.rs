@@ -10,7 +10,7 @@ use prometheus_client::{
         gauge::Gauge,
         histogram::{Histogram, exponential_buckets},
     },
-    registry::{Registry, Unit},
+    registry::{Metric, Registry, Unit},
 };
 
 /// Values sampled at scrape time rather than counted as they happen.
@@ -99,36 +99,367 @@ fn long_buckets() -> Histogram {
 /// The orphaned-release reasons, always exposed even at zero.
 const ORPHAN_REASONS: [&str; 2] = ["owner-gone", "cluster-unregistered"];
 
-/// The operator's counters, histograms and gauges in one registry; share one through an `Arc`.
+/// `metric`, registered as `name` with `help`; the registry keeps a handle on the same series.
+fn registered<M: Metric + Clone>(r: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    r.register(name, help, metric.clone());
+    metric
+}
+
+/// `metric`, registered as `name` in `unit` with `help`.
+fn registered_in<M: Metric + Clone>(
+    r: &mut Registry,
+    name: &str,
+    help: &str,
+    unit: Unit,
+    metric: M,
+) -> M {
+    r.register_with_unit(name, help, unit, metric.clone());
+    metric
+}
+
+/// Reconciles of `Controller` resources and the progressive rollouts they drive.
+#[derive(Debug)]
+struct Reconciles {
+    runs: Family<ResultLabels, Counter>,
+    errors: Family<ReasonLabels, Counter>,
+    duration: Histogram,
+    rollout_duration: Histogram,
+}
+
+impl Reconciles {
+    fn register(r: &mut Registry) -> Self {
+        let m = Self {
+            runs: registered(
+                r,
+                "reconciles",
+                "Reconciles of Controller resources, by result",
+                Family::default(),
+            ),
+            errors: registered(
+                r,
+                "reconcile_errors",
+                "Failed reconciles, by the kind of error",
+                Family::default(),
+            ),
+            duration: registered_in(
+                r,
+                "reconcile_duration",
+                "Time spent reconciling a Controller resource",
+                Unit::Seconds,
+                short_buckets(),
+            ),
+            rollout_duration: registered_in(
+                r,
+                "rollout_duration",
+                "Time a progressive rollout took from its start until every cluster was healthy on the generation",
+                Unit::Seconds,
+                long_buckets(),
+            ),
+        };
+        for result in ["ok", "error"] {
+            m.runs.get_or_create_owned(&ResultLabels { result });
+        }
+        m
+    }
+}
+
+/// Helm jobs: how long they wait in the queue, how many wait and run, how they end.
+#[derive(Debug)]
+struct HelmJobs {
+    finished: Family<JobLabels, Counter>,
+    duration: Histograms<ClusterLabels>,
+    queue_wait: Histogram,
+    queue_depth: Gauge,
+    running: Gauge,
+}
+
+impl HelmJobs {
+    fn register(r: &mut Registry) -> Self {
+        Self {
+            finished: registered(
+                r,
+                "helm_jobs",
+                "Helm jobs finished, by cluster and outcome",
+                Family::default(),
+            ),
+            duration: registered_in(
+                r,
+                "helm_job_duration",
+                "Time Helm jobs took, by cluster",
+                Unit::Seconds,
+                Family::new_with_constructor(long_buckets),
+            ),
+            queue_wait: registered_in(
+                r,
+                "queue_wait",
+                "Time Helm jobs waited in the queue before they started",
+                Unit::Seconds,
+                short_buckets(),
+            ),
+            queue_depth: registered(
+                r,
+                "queue_depth",
+                "Helm jobs waiting in the queue",
+                Gauge::default(),
+            ),
+            running: registered(r, "jobs_running", "Helm jobs running now", Gauge::default()),
+        }
+    }
+
+    /// Sets the queue's gauges from a scrape's sample.
+    fn sample(&self, gauges: &Gauges) {
+        self.queue_depth.set(gauge_value(gauges.queue_depth));
+        self.running.set(gauge_value(gauges.jobs_running));
+    }
+}
+
+/// What becomes of delivered releases: drift found or repaired, releases left without a manager.
+#[derive(Debug)]
+struct Releases {
+    drift: Family<DriftLabels, Counter>,
+    orphaned: Family<ReasonLabels, Gauge>,
+}
+
+impl Releases {
+    fn register(r: &mut Registry) -> Self {
+        let m = Self {
+            drift: registered(
+                r,
+                "drift",
+                "Drift between a release's manifest and its live objects, by cluster and action: found (each new or changed finding) or repaired",
+                Family::default(),
+            ),
+            orphaned: registered(
+                r,
+                "orphaned_releases",
+                "Releases left without a manager, by reason: their Controller is gone, or their cluster is no longer registered",
+                Family::default(),
+            ),
+        };
+        for reason in ORPHAN_REASONS {
+            m.orphaned.get_or_create_owned(&ReasonLabels { reason });
+        }
+        m
+    }
+}
+
+/// The watches of cluster namespaces: streams open, namespaces watched, events, restarts.
+#[derive(Debug)]
+struct Watches {
+    restarts: Family<ClusterLabels, Counter>,
+    events: Counter,
+    streams: Family<SourceLabels, Gauge>,
+    namespaces: Gauge,
+}
+
+impl Watches {
+    fn register(r: &mut Registry) -> Self {
+        Self {
+            restarts: registered(
+                r,
+                "watch_restarts",
+                "Watch streams restarted after breaking, by cluster",
+                Family::default(),
+            ),
+            events: registered(
+                r,
+                "watch_events",
+                "Events delivered by the watches of cluster namespaces",
+                Counter::default(),
+            ),
+            streams: registered(
+                r,
+                "watch_streams",
+                "Watch streams open to the clusters, by what they watch: a few per cluster, however many namespaces are watched",
+                Family::default(),
+            ),
+            namespaces: registered(
+                r,
+                "watched_namespaces",
+                "Cluster namespaces watched",
+                Gauge::default(),
+            ),
+        }
+    }
+
+    /// Sets the watches' gauges from a scrape's sample.
+    fn sample(&self, gauges: &Gauges) {
+        self.namespaces.set(gauge_value(gauges.watched_namespaces));
+        for (source, streams) in &gauges.streams {
+            self.streams
+                .get_or_create(&SourceLabels { source })
+                .set(gauge_value(*streams));
+        }
+    }
+}
+
+/// Status writes to `Controller` resources and how long a change takes to reach one.
+#[derive(Debug)]
+struct StatusWrites {
+    written: Counter,
+    skipped: Counter,
+    propagation: Histogram,
+}
+
+impl StatusWrites {
+    fn register(r: &mut Registry) -> Self {
+        Self {
+            written: registered(
+                r,
+                "status_writes",
+                "Status writes to Controller resources",
+                Counter::default(),
+            ),
+            skipped: registered(
+                r,
+                "status_writes_skipped",
+                "Status writes skipped because nothing had changed",
+                Counter::default(),
+            ),
+            propagation: registered_in(
+                r,
+                "status_propagation",
+                "Time from a change reaching a resource's report or the model to its status write",
+                Unit::Seconds,
+                long_buckets(),
+            ),
+        }
+    }
+}
+
+/// The registered clusters: whether each answers, and reloads of the registration file.
+#[derive(Debug)]
+struct Clusters {
+    reachable: Family<ClusterLabels, Gauge>,
+    reloads: Counter,
+    rejects: Counter,
+}
+
+impl Clusters {
+    fn register(r: &mut Registry) -> Self {
+        Self {
+            reachable: registered(
+                r,
+                "cluster_reachable",
+                "Whether a registered cluster is reachable (1) or not (0)",
+                Family::default(),
+            ),
+            reloads: registered(
+                r,
+                "registry_reloads",
+                "Edits of the registration file applied without a restart",
+                Counter::default(),
+            ),
+            rejects: registered(
+                r,
+                "registry_rejects",
+                "Edits of the registration file refused; the last good registry stayed in force",
+                Counter::default(),
+            ),
+        }
+    }
+
+    /// Sets whether each cluster is reachable from a scrape's sample; a cluster no longer
+    /// registered disappears.
+    fn sample(&self, gauges: &Gauges) {
+        self.reachable.clear();
+        for (cluster, up) in &gauges.clusters {
+            self.reachable
+                .get_or_create(&ClusterLabels {
+                    cluster: cluster.clone(),
+                })
+                .set(i64::from(*up));
+        }
+    }
+}
+
+/// The bounded channels between components.
+#[derive(Debug)]
+struct Channels {
+    depth: Family<ChannelLabels, Gauge>,
+}
+
+impl Channels {
+    fn register(r: &mut Registry) -> Self {
+        Self {
+            depth: registered(
+                r,
+                "channel_depth",
+                "Messages waiting in a bounded channel between components; a full channel makes its senders wait, nothing is dropped",
+                Family::default(),
+            ),
+        }
+    }
+
+    /// Sets each channel's depth from a scrape's sample.
+    fn sample(&self, gauges: &Gauges) {
+        for (channel, depth) in &gauges.channels {
+            self.depth
+                .get_or_create(&ChannelLabels { channel })
+                .set(gauge_value(*depth));
+        }
+    }
+}
+
+/// The chart cache: archives found or fetched, bytes fetched, bytes kept.
+#[derive(Debug)]
+struct Charts {
+    hits: Counter,
+    misses: Counter,
+    fetched: Family<KindLabels, Counter>,
+    size: Gauge,
+}
+
+impl Charts {
+    fn register(r: &mut Registry) -> Self {
+        let m = Self {
+            hits: registered(
+                r,
+                "chart_cache_hits",
+                "Chart archives wanted (by a resolution or a helm call) and found in the chart cache",
+                Counter::default(),
+            ),
+            misses: registered(
+                r,
+                "chart_cache_misses",
+                "Chart archives wanted and not in the chart cache: fetched into it",
+                Counter::default(),
+            ),
+            fetched: registered_in(
+                r,
+                "chart_fetched",
+                "Bytes the chart cache fetched, by kind: repository index or chart archive",
+                Unit::Bytes,
+                Family::default(),
+            ),
+            size: registered_in(
+                r,
+                "chart_cache",
+                "Size of the chart archives kept in the chart cache",
+                Unit::Bytes,
+                Gauge::default(),
+            ),
+        };
+        for kind in FETCH_KINDS {
+            m.fetched.get_or_create_owned(&KindLabels { kind });
+        }
+        m
+    }
+}
+
+/// The operator's counters, histograms and gauges in one registry, by concern; share one
+/// through an `Arc`.
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
-    reconciles: Family<ResultLabels, Counter>,
-    reconcile_errors: Family<ReasonLabels, Counter>,
-    reconcile_duration: Histogram,
-    helm_jobs: Family<JobLabels, Counter>,
-    helm_job_duration: Histograms<ClusterLabels>,
-    drift: Family<DriftLabels, Counter>,
-    queue_wait: Histogram,
-    status_propagation: Histogram,
-    rollout_duration: Histogram,
-    watch_restarts: Family<ClusterLabels, Counter>,
-    watch_events: Counter,
-    status_writes: Counter,
-    status_writes_skipped: Counter,
-    registry_reloads: Counter,
-    registry_rejects: Counter,
-    orphaned: Family<ReasonLabels, Gauge>,
-    queue_depth: Gauge,
-    jobs_running: Gauge,
-    cluster_reachable: Family<ClusterLabels, Gauge>,
-    channel_depth: Family<ChannelLabels, Gauge>,
-    watch_streams: Family<SourceLabels, Gauge>,
-    watched_namespaces: Gauge,
-    chart_cache_hits: Counter,
-    chart_cache_misses: Counter,
-    chart_fetched: Family<KindLabels, Counter>,
-    chart_cache_size: Gauge,
+    reconciles: Reconciles,
+    jobs: HelmJobs,
+    releases: Releases,
+    watches: Watches,
+    status: StatusWrites,
+    clusters: Clusters,
+    channels: Channels,
+    charts: Charts,
     /// Held while the scrape-time gauges are set and encoded, so scrapes do not interleave.
     scrape: Mutex<()>,
 }
@@ -140,209 +471,45 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Builds every metric and registers it. Counters are registered without `_total`: the
-    /// encoder appends it.
+    /// Builds every metric and registers it, concern by concern. Counters are registered
+    /// without `_total`: the encoder appends it.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("tenancy_hub");
-        let m = Metrics {
-            reconciles: Family::default(),
-            reconcile_errors: Family::default(),
-            reconcile_duration: short_buckets(),
-            helm_jobs: Family::default(),
-            helm_job_duration: Family::new_with_constructor(long_buckets),
-            drift: Family::default(),
-            queue_wait: short_buckets(),
-            status_propagation: long_buckets(),
-            rollout_duration: long_buckets(),
-            watch_restarts: Family::default(),
-            watch_events: Counter::default(),
-            status_writes: Counter::default(),
-            status_writes_skipped: Counter::default(),
-            registry_reloads: Counter::default(),
-            registry_rejects: Counter::default(),
-            orphaned: Family::default(),
-            queue_depth: Gauge::default(),
-            jobs_running: Gauge::default(),
-            cluster_reachable: Family::default(),
-            channel_depth: Family::default(),
-            watch_streams: Family::default(),
-            watched_namespaces: Gauge::default(),
-            chart_cache_hits: Counter::default(),
-            chart_cache_misses: Counter::default(),
-            chart_fetched: Family::default(),
-            chart_cache_size: Gauge::default(),
+        let mut r = Registry::with_prefix("tenancy_hub");
+        Metrics {
+            reconciles: Reconciles::register(&mut r),
+            jobs: HelmJobs::register(&mut r),
+            releases: Releases::register(&mut r),
+            watches: Watches::register(&mut r),
+            status: StatusWrites::register(&mut r),
+            clusters: Clusters::register(&mut r),
+            channels: Channels::register(&mut r),
+            charts: Charts::register(&mut r),
+            registry: r,
             scrape: Mutex::new(()),
-            registry: Registry::default(),
-        };
-        for result in ["ok", "error"] {
-            m.reconciles.get_or_create_owned(&ResultLabels { result });
         }
-        for reason in ORPHAN_REASONS {
-            m.orphaned.get_or_create_owned(&ReasonLabels { reason });
-        }
-        for kind in FETCH_KINDS {
-            m.chart_fetched.get_or_create_owned(&KindLabels { kind });
-        }
-        let r = &mut registry;
-        r.register(
-            "reconciles",
-            "Reconciles of Controller resources, by result",
-            m.reconciles.clone(),
-        );
-        r.register(
-            "reconcile_errors",
-            "Failed reconciles, by the kind of error",
-            m.reconcile_errors.clone(),
-        );
-        r.register_with_unit(
-            "reconcile_duration",
-            "Time spent reconciling a Controller resource",
-            Unit::Seconds,
-            m.reconcile_duration.clone(),
-        );
-        r.register(
-            "helm_jobs",
-            "Helm jobs finished, by cluster and outcome",
-            m.helm_jobs.clone(),
-        );
-        r.register(
-            "drift",
-            "Drift between a release's manifest and its live objects, by cluster and action: found (each new or changed finding) or repaired",
-            m.drift.clone(),
-        );
-        r.register_with_unit(
-            "helm_job_duration",
-            "Time Helm jobs took, by cluster",
-            Unit::Seconds,
-            m.helm_job_duration.clone(),
-        );
-        r.register_with_unit(
-            "queue_wait",
-            "Time Helm jobs waited in the queue before they started",
-            Unit::Seconds,
-            m.queue_wait.clone(),
-        );
-        r.register_with_unit(
-            "status_propagation",
-            "Time from a change reaching a resource's report or the model to its status write",
-            Unit::Seconds,
-            m.status_propagation.clone(),
-        );
-        r.register_with_unit(
-            "rollout_duration",
-            "Time a progressive rollout took from its start until every cluster was healthy on the generation",
-            Unit::Seconds,
-            m.rollout_duration.clone(),
-        );
-        r.register(
-            "watch_restarts",
-            "Watch streams restarted after breaking, by cluster",
-            m.watch_restarts.clone(),
-        );
-        r.register(
-            "watch_events",
-            "Events delivered by the watches of cluster namespaces",
-            m.watch_events.clone(),
-        );
-        r.register(
-            "status_writes",
-            "Status writes to Controller resources",
-            m.status_writes.clone(),
-        );
-        r.register(
-            "status_writes_skipped",
-            "Status writes skipped because nothing had changed",
-            m.status_writes_skipped.clone(),
-        );
-        r.register(
-            "registry_reloads",
-            "Edits of the registration file applied without a restart",
-            m.registry_reloads.clone(),
-        );
-        r.register(
-            "registry_rejects",
-            "Edits of the registration file refused; the last good registry stayed in force",
-            m.registry_rejects.clone(),
-        );
-        r.register(
-            "orphaned_releases",
-            "Releases left without a manager, by reason: their Controller is gone, or their cluster is no longer registered",
-            m.orphaned.clone(),
-        );
-        r.register(
-            "queue_depth",
-            "Helm jobs waiting in the queue",
-            m.queue_depth.clone(),
-        );
-        r.register(
-            "jobs_running",
-            "Helm jobs running now",
-            m.jobs_running.clone(),
-        );
-        r.register(
-            "cluster_reachable",
-            "Whether a registered cluster is reachable (1) or not (0)",
-            m.cluster_reachable.clone(),
-        );
-        r.register(
-            "channel_depth",
-            "Messages waiting in a bounded channel between components; a full channel makes its senders wait, nothing is dropped",
-            m.channel_depth.clone(),
-        );
-        r.register(
-            "watch_streams",
-            "Watch streams open to the clusters, by what they watch: a few per cluster, however many namespaces are watched",
-            m.watch_streams.clone(),
-        );
-        r.register(
-            "watched_namespaces",
-            "Cluster namespaces watched",
-            m.watched_namespaces.clone(),
-        );
-        r.register(
-            "chart_cache_hits",
-            "Chart archives wanted (by a resolution or a helm call) and found in the chart cache",
-            m.chart_cache_hits.clone(),
-        );
-        r.register(
-            "chart_cache_misses",
-            "Chart archives wanted and not in the chart cache: fetched into it",
-            m.chart_cache_misses.clone(),
-        );
-        r.register_with_unit(
-            "chart_fetched",
-            "Bytes the chart cache fetched, by kind: repository index or chart archive",
-            Unit::Bytes,
-            m.chart_fetched.clone(),
-        );
-        r.register_with_unit(
-            "chart_cache",
-            "Size of the chart archives kept in the chart cache",
-            Unit::Bytes,
-            m.chart_cache_size.clone(),
-        );
-        Metrics { registry, ..m }
     }
 
     /// Counts one chart archive wanted: found in the cache (`hit`) or not.
     pub fn chart_cache(&self, hit: bool) {
         if hit {
-            self.chart_cache_hits.inc();
+            self.charts.hits.inc();
         } else {
-            self.chart_cache_misses.inc();
+            self.charts.misses.inc();
         }
     }
 
     /// Counts `bytes` fetched by the chart cache: `index` or `archive`.
     pub fn chart_fetched(&self, kind: &'static str, bytes: u64) {
-        self.chart_fetched
+        self.charts
+            .fetched
             .get_or_create(&KindLabels { kind })
             .inc_by(bytes);
     }
 
     /// Records the size of the archives the chart cache keeps.
     pub fn chart_cache_size(&self, bytes: u64) {
-        self.chart_cache_size
+        self.charts
+            .size
             .set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
@@ -351,25 +518,29 @@ impl Metrics {
     pub fn reconcile(&self, seconds: f64, error: Option<&'static str>) {
         let result = if error.is_some() { "error" } else { "ok" };
         self.reconciles
+            .runs
             .get_or_create(&ResultLabels { result })
             .inc();
         if let Some(reason) = error {
-            self.reconcile_errors
+            self.reconciles
+                .errors
                 .get_or_create(&ReasonLabels { reason })
                 .inc();
         }
-        self.reconcile_duration.observe(seconds.max(0.0));
+        self.reconciles.duration.observe(seconds.max(0.0));
     }
 
     /// Counts one finished Helm job on `cluster` with its `outcome` (such as `applied`, `failed`).
     pub fn helm_job(&self, cluster: &str, outcome: &str, seconds: f64) {
-        self.helm_jobs
+        self.jobs
+            .finished
             .get_or_create(&JobLabels {
                 cluster: cluster.to_owned(),
                 outcome: outcome.to_owned(),
             })
             .inc();
-        self.helm_job_duration
+        self.jobs
+            .duration
             .get_or_create(&ClusterLabels {
                 cluster: cluster.to_owned(),
             })
@@ -378,7 +549,8 @@ impl Metrics {
 
     /// Counts drift `found` in, or `repaired` on, `cluster`.
     pub fn drift(&self, cluster: &str, action: &'static str) {
-        self.drift
+        self.releases
+            .drift
             .get_or_create(&DriftLabels {
                 cluster: cluster.to_owned(),
                 action,
@@ -388,22 +560,23 @@ impl Metrics {
 
     /// Records how long a Helm job waited in the queue before it started.
     pub fn queue_wait(&self, seconds: f64) {
-        self.queue_wait.observe(seconds.max(0.0));
+        self.jobs.queue_wait.observe(seconds.max(0.0));
     }
 
     /// Records how long a change took to reach a resource's status.
     pub fn status_propagation(&self, seconds: f64) {
-        self.status_propagation.observe(seconds.max(0.0));
+        self.status.propagation.observe(seconds.max(0.0));
     }
 
     /// Records how long a finished rollout took.
     pub fn rollout(&self, seconds: f64) {
-        self.rollout_duration.observe(seconds.max(0.0));
+        self.reconciles.rollout_duration.observe(seconds.max(0.0));
     }
 
     /// Counts one restart of a broken watch stream on `cluster`.
     pub fn watch_restart(&self, cluster: &str) {
-        self.watch_restarts
+        self.watches
+            .restarts
             .get_or_create(&ClusterLabels {
                 cluster: cluster.to_owned(),
             })
@@ -412,25 +585,25 @@ impl Metrics {
 
     /// Counts one event delivered by a watch.
     pub fn watch_event(&self) {
-        self.watch_events.inc();
+        self.watches.events.inc();
     }
 
     /// Counts one status write to a `Controller`.
     pub fn status_write(&self) {
-        self.status_writes.inc();
+        self.status.written.inc();
     }
 
     /// Counts one status write skipped because nothing changed.
     pub fn status_write_skipped(&self) {
-        self.status_writes_skipped.inc();
+        self.status.skipped.inc();
     }
 
     /// Counts one reload of the registration file: applied (`ok`) or refused.
     pub fn registry_reload(&self, ok: bool) {
         if ok {
-            self.registry_reloads.inc();
+            self.clusters.reloads.inc();
         } else {
-            self.registry_rejects.inc();
+            self.clusters.rejects.inc();
         }
     }
 
@@ -438,7 +611,8 @@ impl Metrics {
     /// cluster is no longer registered.
     pub fn orphaned(&self, owner_gone: usize, unregistered: usize) {
         for (reason, n) in ORPHAN_REASONS.into_iter().zip([owner_gone, unregistered]) {
-            self.orphaned
+            self.releases
+                .orphaned
                 .get_or_create(&ReasonLabels { reason })
                 .set(gauge_value(n));
         }
@@ -447,28 +621,10 @@ impl Metrics {
     /// Sets the gauges sampled at scrape time and encodes every metric as OpenMetrics text.
     pub fn render(&self, gauges: &Gauges) -> String {
         let _scrape = self.scrape.lock().unwrap_or_else(PoisonError::into_inner);
-        self.queue_depth.set(gauge_value(gauges.queue_depth));
-        self.jobs_running.set(gauge_value(gauges.jobs_running));
-        self.watched_namespaces
-            .set(gauge_value(gauges.watched_namespaces));
-        self.cluster_reachable.clear();
-        for (cluster, up) in &gauges.clusters {
-            self.cluster_reachable
-                .get_or_create(&ClusterLabels {
-                    cluster: cluster.clone(),
-                })
-                .set(i64::from(*up));
-        }
-        for (channel, depth) in &gauges.channels {
-            self.channel_depth
-                .get_or_create(&ChannelLabels { channel })
-                .set(gauge_value(*depth));
-        }
-        for (source, streams) in &gauges.streams {
-            self.watch_streams
-                .get_or_create(&SourceLabels { source })
-                .set(gauge_value(*streams));
-        }
+        self.jobs.sample(gauges);
+        self.watches.sample(gauges);
+        self.clusters.sample(gauges);
+        self.channels.sample(gauges);
         let mut out = String::new();
         encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
@@ -482,6 +638,8 @@ fn gauge_value(n: usize) -> i64 {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     /// The value of the sample written exactly as `series` (name and labels), if there is one.
@@ -833,5 +991,148 @@ mod tests {
             value(&text, "tenancy_hub_queue_wait_seconds_bucket{le=\"0.005\"}"),
             Some(1.0)
         );
+    }
+
+    /// The declarations (`# HELP`, `# TYPE`, `# UNIT`) of a rendering, then the shape of each of
+    /// its series (name and label names) with the bucket bounds of a histogram's, sorted.
+    fn declarations(text: &str) -> Vec<String> {
+        let mut shapes: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+        let mut out: Vec<String> = Vec::new();
+        for line in text.lines().filter(|l| *l != "# EOF") {
+            if line.starts_with('#') {
+                out.push(line.to_owned());
+                continue;
+            }
+            let series = line.split_once(' ').expect("a series and its value").0;
+            let (name, labels) = series.split_once('{').unwrap_or((series, ""));
+            let pairs: Vec<(&str, &str)> = labels
+                .trim_end_matches('}')
+                .split(',')
+                .filter_map(|pair| pair.split_once('='))
+                .collect();
+            let keys: Vec<&str> = pairs.iter().map(|(k, _)| *k).collect();
+            let bounds = shapes
+                .entry(format!("{name}{{{}}}", keys.join(",")))
+                .or_default();
+            for (_, le) in pairs.iter().filter(|(k, _)| *k == "le") {
+                let le = le.trim_matches('"');
+                if !bounds.contains(&le) {
+                    bounds.push(le);
+                }
+            }
+        }
+        out.sort();
+        out.extend(shapes.into_iter().map(|(shape, bounds)| match bounds[..] {
+            [] => shape,
+            _ => format!("{shape} le {}", bounds.join(" ")),
+        }));
+        out
+    }
+
+    /// What a scrape declares: each metric's help, type and unit, the label names of its series
+    /// and a histogram's bucket bounds.
+    const DECLARED: &[&str] = &[
+        "# HELP tenancy_hub_channel_depth Messages waiting in a bounded channel between components; a full channel makes its senders wait, nothing is dropped.",
+        "# HELP tenancy_hub_chart_cache_bytes Size of the chart archives kept in the chart cache.",
+        "# HELP tenancy_hub_chart_cache_hits Chart archives wanted (by a resolution or a helm call) and found in the chart cache.",
+        "# HELP tenancy_hub_chart_cache_misses Chart archives wanted and not in the chart cache: fetched into it.",
+        "# HELP tenancy_hub_chart_fetched_bytes Bytes the chart cache fetched, by kind: repository index or chart archive.",
+        "# HELP tenancy_hub_cluster_reachable Whether a registered cluster is reachable (1) or not (0).",
+        "# HELP tenancy_hub_drift Drift between a release's manifest and its live objects, by cluster and action: found (each new or changed finding) or repaired.",
+        "# HELP tenancy_hub_helm_job_duration_seconds Time Helm jobs took, by cluster.",
+        "# HELP tenancy_hub_helm_jobs Helm jobs finished, by cluster and outcome.",
+        "# HELP tenancy_hub_jobs_running Helm jobs running now.",
+        "# HELP tenancy_hub_orphaned_releases Releases left without a manager, by reason: their Controller is gone, or their cluster is no longer registered.",
+        "# HELP tenancy_hub_queue_depth Helm jobs waiting in the queue.",
+        "# HELP tenancy_hub_queue_wait_seconds Time Helm jobs waited in the queue before they started.",
+        "# HELP tenancy_hub_reconcile_duration_seconds Time spent reconciling a Controller resource.",
+        "# HELP tenancy_hub_reconcile_errors Failed reconciles, by the kind of error.",
+        "# HELP tenancy_hub_reconciles Reconciles of Controller resources, by result.",
+        "# HELP tenancy_hub_registry_rejects Edits of the registration file refused; the last good registry stayed in force.",
+        "# HELP tenancy_hub_registry_reloads Edits of the registration file applied without a restart.",
+        "# HELP tenancy_hub_rollout_duration_seconds Time a progressive rollout took from its start until every cluster was healthy on the generation.",
+        "# HELP tenancy_hub_status_propagation_seconds Time from a change reaching a resource's report or the model to its status write.",
+        "# HELP tenancy_hub_status_writes Status writes to Controller resources.",
+        "# HELP tenancy_hub_status_writes_skipped Status writes skipped because nothing had changed.",
+        "# HELP tenancy_hub_watch_events Events delivered by the watches of cluster namespaces.",
+        "# HELP tenancy_hub_watch_restarts Watch streams restarted after breaking, by cluster.",
+        "# HELP tenancy_hub_watch_streams Watch streams open to the clusters, by what they watch: a few per cluster, however many namespaces are watched.",
+        "# HELP tenancy_hub_watched_namespaces Cluster namespaces watched.",
+        "# TYPE tenancy_hub_channel_depth gauge",
+        "# TYPE tenancy_hub_chart_cache_bytes gauge",
+        "# TYPE tenancy_hub_chart_cache_hits counter",
+        "# TYPE tenancy_hub_chart_cache_misses counter",
+        "# TYPE tenancy_hub_chart_fetched_bytes counter",
+        "# TYPE tenancy_hub_cluster_reachable gauge",
+        "# TYPE tenancy_hub_drift counter",
+        "# TYPE tenancy_hub_helm_job_duration_seconds histogram",
+        "# TYPE tenancy_hub_helm_jobs counter",
+        "# TYPE tenancy_hub_jobs_running gauge",
+        "# TYPE tenancy_hub_orphaned_releases gauge",
+        "# TYPE tenancy_hub_queue_depth gauge",
+        "# TYPE tenancy_hub_queue_wait_seconds histogram",
+        "# TYPE tenancy_hub_reconcile_duration_seconds histogram",
+        "# TYPE tenancy_hub_reconcile_errors counter",
+        "# TYPE tenancy_hub_reconciles counter",
+        "# TYPE tenancy_hub_registry_rejects counter",
+        "# TYPE tenancy_hub_registry_reloads counter",
+        "# TYPE tenancy_hub_rollout_duration_seconds histogram",
+        "# TYPE tenancy_hub_status_propagation_seconds histogram",
+        "# TYPE tenancy_hub_status_writes counter",
+        "# TYPE tenancy_hub_status_writes_skipped counter",
+        "# TYPE tenancy_hub_watch_events counter",
+        "# TYPE tenancy_hub_watch_restarts counter",
+        "# TYPE tenancy_hub_watch_streams gauge",
+        "# TYPE tenancy_hub_watched_namespaces gauge",
+        "# UNIT tenancy_hub_chart_cache_bytes bytes",
+        "# UNIT tenancy_hub_chart_fetched_bytes bytes",
+        "# UNIT tenancy_hub_helm_job_duration_seconds seconds",
+        "# UNIT tenancy_hub_queue_wait_seconds seconds",
+        "# UNIT tenancy_hub_reconcile_duration_seconds seconds",
+        "# UNIT tenancy_hub_rollout_duration_seconds seconds",
+        "# UNIT tenancy_hub_status_propagation_seconds seconds",
+        "tenancy_hub_channel_depth{channel}",
+        "tenancy_hub_chart_cache_bytes{}",
+        "tenancy_hub_chart_cache_hits_total{}",
+        "tenancy_hub_chart_cache_misses_total{}",
+        "tenancy_hub_chart_fetched_bytes_total{kind}",
+        "tenancy_hub_cluster_reachable{cluster}",
+        "tenancy_hub_drift_total{cluster,action}",
+        "tenancy_hub_helm_job_duration_seconds_bucket{le,cluster} le 0.1 0.2 0.4 0.8 1.6 3.2 6.4 12.8 25.6 51.2 102.4 204.8 409.6 819.2 +Inf",
+        "tenancy_hub_helm_job_duration_seconds_count{cluster}",
+        "tenancy_hub_helm_job_duration_seconds_sum{cluster}",
+        "tenancy_hub_helm_jobs_total{cluster,outcome}",
+        "tenancy_hub_jobs_running{}",
+        "tenancy_hub_orphaned_releases{reason}",
+        "tenancy_hub_queue_depth{}",
+        "tenancy_hub_queue_wait_seconds_bucket{le} le 0.005 0.01 0.02 0.04 0.08 0.16 0.32 0.64 1.28 2.56 5.12 10.24 20.48 40.96 +Inf",
+        "tenancy_hub_queue_wait_seconds_count{}",
+        "tenancy_hub_queue_wait_seconds_sum{}",
+        "tenancy_hub_reconcile_duration_seconds_bucket{le} le 0.005 0.01 0.02 0.04 0.08 0.16 0.32 0.64 1.28 2.56 5.12 10.24 20.48 40.96 +Inf",
+        "tenancy_hub_reconcile_duration_seconds_count{}",
+        "tenancy_hub_reconcile_duration_seconds_sum{}",
+        "tenancy_hub_reconcile_errors_total{reason}",
+        "tenancy_hub_reconciles_total{result}",
+        "tenancy_hub_registry_rejects_total{}",
+        "tenancy_hub_registry_reloads_total{}",
+        "tenancy_hub_rollout_duration_seconds_bucket{le} le 0.1 0.2 0.4 0.8 1.6 3.2 6.4 12.8 25.6 51.2 102.4 204.8 409.6 819.2 +Inf",
+        "tenancy_hub_rollout_duration_seconds_count{}",
+        "tenancy_hub_rollout_duration_seconds_sum{}",
+        "tenancy_hub_status_propagation_seconds_bucket{le} le 0.1 0.2 0.4 0.8 1.6 3.2 6.4 12.8 25.6 51.2 102.4 204.8 409.6 819.2 +Inf",
+        "tenancy_hub_status_propagation_seconds_count{}",
+        "tenancy_hub_status_propagation_seconds_sum{}",
+        "tenancy_hub_status_writes_skipped_total{}",
+        "tenancy_hub_status_writes_total{}",
+        "tenancy_hub_watch_events_total{}",
+        "tenancy_hub_watch_restarts_total{cluster}",
+        "tenancy_hub_watch_streams{source}",
+        "tenancy_hub_watched_namespaces{}",
+    ];
+
+    #[test]
+    fn every_metric_keeps_its_name_help_unit_type_and_labels() {
+        let m = busy();
+        m.drift("member-1", "found");
+        assert_eq!(declarations(&m.render(&gauges())), DECLARED);
     }
 }

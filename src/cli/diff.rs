@@ -27,7 +27,7 @@ use crate::{
     clusters::registry::ClusterRegistry,
     helm::cli::{self as helm, HelmOptions, RenderFor},
     observe::releases,
-    plan::{self, Applied, Inputs, Job, Plan, Problem, created_secs, owner_id},
+    plan::{self, Applied, Inputs, Job, Plan, Problem, Release, created_secs, owner_id},
     policy::{Admission, NamedPolicy},
 };
 
@@ -405,12 +405,7 @@ async fn render_for(client: kube::Client) -> RenderFor {
 
 /// Runs `tenancy-hub diff`: reads the hub and the clusters, plans, renders and prints; writes nothing.
 pub async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
-    let text = if args.file == Path::new("-") {
-        std::io::read_to_string(std::io::stdin()).context("reading stdin")?
-    } else {
-        std::fs::read_to_string(&args.file)
-            .with_context(|| format!("reading {}", args.file.display()))?
-    };
+    let text = read_file(&args.file)?;
     let registry = args.clusters.registry().await?;
     let hub_name: ClusterName = HUB_CLUSTER.parse().expect("the hub's name is valid");
     let hub = registry
@@ -422,7 +417,7 @@ pub async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
         .namespace
         .clone()
         .unwrap_or_else(|| hub.default_namespace().to_owned());
-    let mut files = parse_file(&text, &namespace)?;
+    let files = parse_file(&text, &namespace)?;
     if let Some(only) = &args.cluster {
         anyhow::ensure!(
             only.parse::<ClusterName>()
@@ -430,13 +425,98 @@ pub async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
             "cluster {only:?} is not registered"
         );
     }
-    eprintln!("Reading Controllers and TenancyPolicies from the hub…");
-    let on_hub = Api::<Controller>::all(hub.clone())
-        .list(&ListParams::default())
-        .await
-        .context("listing Controllers on the hub")?
-        .items;
-    let mut policies: Vec<NamedPolicy> = Api::<TenancyPolicy>::all(hub.clone())
+    let state = HubState::load(&args, &registry, hub, &files).await?;
+    let charts = Charts::open(&args)?;
+    let (mut all, releases) = plan_files(&files, &state, &charts, &args).await;
+    if let Some(only) = &args.cluster {
+        all.retain(|e| &e.cluster == only);
+    }
+    compare(&mut all, &releases, &registry, &charts).await?;
+    print!(
+        "{}",
+        match args.output {
+            DiffOutput::Text => render_text(&all),
+            DiffOutput::Json => render_json(&all),
+        }
+    );
+    Ok(ExitCode::from(exit_code(&all)))
+}
+
+/// The text of the file, or of stdin for `-`.
+fn read_file(file: &Path) -> anyhow::Result<String> {
+    if file == Path::new("-") {
+        std::io::read_to_string(std::io::stdin()).context("reading stdin")
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))
+    }
+}
+
+/// What a preview plans against, read as the operator reads it: the tenancy policies, the
+/// registered clusters, the releases in them and which resource holds each release key.
+struct HubState {
+    admission: Admission,
+    clusters: BTreeMap<ClusterName, BTreeMap<String, String>>,
+    applied: HashMap<ReleaseKey, Applied>,
+    synced: BTreeSet<ClusterName>,
+    claims: HashMap<ReleaseKey, plan::OwnerId>,
+    /// Now, in Unix seconds.
+    now: i64,
+}
+
+impl HubState {
+    /// Reads the hub's Controllers and TenancyPolicies and every cluster's releases; `files`
+    /// replace the Controllers of the same namespace and name, keeping their age.
+    async fn load(
+        args: &DiffArgs,
+        registry: &ClusterRegistry,
+        hub: kube::Client,
+        files: &[Controller],
+    ) -> anyhow::Result<Self> {
+        eprintln!("Reading Controllers and TenancyPolicies from the hub…");
+        let on_hub = Api::<Controller>::all(hub.clone())
+            .list(&ListParams::default())
+            .await
+            .context("listing Controllers on the hub")?
+            .items;
+        let admission = Admission {
+            mode: args.tenancy_policy.mode(),
+            policies: policies(hub).await?,
+            operator_namespace: args.operator_namespace.clone(),
+        };
+        let now = Timestamp::now().as_second();
+        let created: BTreeMap<plan::OwnerId, i64> = on_hub
+            .iter()
+            .map(|c| (owner_id(c), created_secs(c)))
+            .collect();
+        let file_owners: BTreeSet<plan::OwnerId> = files.iter().map(owner_id).collect();
+        let clusters = registry.labels();
+        let (applied, synced) = read_releases(registry).await;
+        let claimants = on_hub
+            .iter()
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .filter(|c| !file_owners.contains(&owner_id(c)))
+            .chain(files.iter())
+            .map(|c| {
+                let owner = owner_id(c);
+                let age = created.get(&owner).copied().unwrap_or(now);
+                plan::claimant(owner, age, &c.spec, &clusters, &args.chart_home, &admission)
+            })
+            .collect::<Vec<_>>();
+        let claims = plan::claims(claimants, &applied);
+        Ok(Self {
+            admission,
+            clusters,
+            applied,
+            synced,
+            claims,
+            now,
+        })
+    }
+}
+
+/// The hub's TenancyPolicies, sorted by name.
+async fn policies(hub: kube::Client) -> anyhow::Result<Vec<NamedPolicy>> {
+    let mut policies: Vec<NamedPolicy> = Api::<TenancyPolicy>::all(hub)
         .list(&ListParams::default())
         .await
         .context("listing TenancyPolicies on the hub")?
@@ -448,86 +528,110 @@ pub async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
         })
         .collect();
     policies.sort_by(|a, b| a.name.cmp(&b.name));
-    let admission = Admission {
-        mode: args.tenancy_policy.mode(),
-        policies,
-        operator_namespace: args.operator_namespace.clone(),
-    };
-    // The file's resources replace those of the same namespace and name, keeping their age.
-    let now = Timestamp::now().as_second();
-    let mut created: BTreeMap<plan::OwnerId, i64> = BTreeMap::new();
-    for c in &on_hub {
-        created.insert(owner_id(c), created_secs(c));
-    }
-    let file_owners: BTreeSet<plan::OwnerId> = files.iter().map(owner_id).collect();
-    let clusters = registry.labels();
-    let (applied, synced) = read_releases(&registry).await;
-    let claimants = on_hub
-        .iter()
-        .filter(|c| c.metadata.deletion_timestamp.is_none())
-        .filter(|c| !file_owners.contains(&owner_id(c)))
-        .chain(files.iter())
-        .map(|c| {
-            let owner = owner_id(c);
-            let age = created.get(&owner).copied().unwrap_or(now);
-            plan::claimant(owner, age, &c.spec, &clusters, &args.chart_home, &admission)
+    Ok(policies)
+}
+
+/// What a preview renders charts with: helm, and a chart cache of its own, gone when it ends,
+/// so it renders from the archives an upgrade would install, fetched and verified the same way.
+struct Charts {
+    helm: HelmOptions,
+    cache: Arc<ChartCache>,
+    catalog: ChartCatalog,
+    /// The cache's directory; dropped last.
+    _scratch: tempfile::TempDir,
+}
+
+impl Charts {
+    /// Helm as `args` ask, and an empty chart cache in a directory of its own.
+    fn open(args: &DiffArgs) -> anyhow::Result<Self> {
+        let helm = HelmOptions {
+            binary: args.helm.clone(),
+            timeout: Duration::from_secs(args.helm_timeout),
+            ..HelmOptions::default()
+        };
+        let scratch = tempfile::Builder::new()
+            .prefix("tenancy-hub-diff-")
+            .tempdir()?;
+        let cache = Arc::new(ChartCache::open(
+            scratch.path(),
+            cache::DEFAULT_SIZE,
+            args.helm.clone(),
+            Arc::new(crate::metrics::Metrics::new()),
+        )?);
+        let catalog = ChartCatalog::new(cache.clone(), Duration::from_secs(300));
+        Ok(Self {
+            helm,
+            cache,
+            catalog,
+            _scratch: scratch,
         })
-        .collect::<Vec<_>>();
-    let claims = plan::claims(claimants, &applied);
-    let helm_options = HelmOptions {
-        binary: args.helm.clone(),
-        timeout: Duration::from_secs(args.helm_timeout),
-        ..HelmOptions::default()
-    };
-    // A preview's own cache, gone when it ends: it renders from the archives an upgrade would
-    // install, fetched and verified the same way.
-    let scratch = tempfile::Builder::new()
-        .prefix("tenancy-hub-diff-")
-        .tempdir()?;
-    let chart_cache = Arc::new(ChartCache::open(
-        scratch.path(),
-        cache::DEFAULT_SIZE,
-        args.helm.clone(),
-        Arc::new(crate::metrics::Metrics::new()),
-    )?);
-    let charts = ChartCatalog::new(chart_cache.clone(), Duration::from_secs(300));
+    }
+
+    /// The manifest `release` renders as `render` says, from the archive an upgrade would install.
+    async fn render(&self, release: &Release, render: &RenderFor) -> Result<String, String> {
+        let archive = self
+            .cache
+            .checkout(&release.source, release.version.as_deref());
+        let archive = archive.as_ref().map(|a| a.path());
+        helm::template(&self.helm, release, archive, render).await
+    }
+}
+
+/// Plans every Controller of the file with the operator's planner: what would happen to each
+/// release, and the releases that would be applied, by key.
+async fn plan_files(
+    files: &[Controller],
+    state: &HubState,
+    charts: &Charts,
+    args: &DiffArgs,
+) -> (Vec<Entry>, HashMap<ReleaseKey, Release>) {
     let mut all = Vec::new();
-    let mut releases_by_key = HashMap::new();
-    for c in &mut files {
+    let mut releases = HashMap::new();
+    for c in files {
         let owner = owner_id(c);
         eprintln!("Planning Controller {owner}…");
         charts
+            .catalog
             .prepare(&c.spec, &args.chart_home, &|chart| {
-                admission.fetch_scope(&owner.namespace, chart)
+                state.admission.fetch_scope(&owner.namespace, chart)
             })
             .await;
-        let lookup =
-            |source: &plan::ChartSource, version: Option<&str>| charts.lookup(source, version);
+        let lookup = |source: &plan::ChartSource, version: Option<&str>| {
+            charts.catalog.lookup(source, version)
+        };
         let plan = plan::plan(&Inputs {
             owner: &owner,
             spec: &c.spec,
-            clusters: &clusters,
-            synced: &synced,
-            applied: &applied,
-            claims: &claims,
-            admission: &admission,
+            clusters: &state.clusters,
+            synced: &state.synced,
+            applied: &state.applied,
+            claims: &state.claims,
+            admission: &state.admission,
             // A preview plans what a spec asks for; drift repairs belong to the running operator.
             drifted: &HashMap::new(),
             chart_home: &args.chart_home,
             chart_lookup: &lookup,
-            now,
-            pending_timeout_secs: helm_options.timeout.as_secs() as i64 + 60,
+            now: state.now,
+            pending_timeout_secs: charts.helm.timeout.as_secs() as i64 + 60,
         });
         for job in &plan.jobs {
             if let Job::Apply { release, .. } = job {
-                releases_by_key.insert(release.key.clone(), (**release).clone());
+                releases.insert(release.key.clone(), (**release).clone());
             }
         }
-        all.extend(entries(&plan, &applied));
+        all.extend(entries(&plan, &state.applied));
     }
-    if let Some(only) = &args.cluster {
-        all.retain(|e| &e.cluster == only);
-    }
+    (all, releases)
+}
+
+/// Gives each entry that would install, upgrade or uninstall its diff: the manifest deployed
+/// now against the one its chart renders, Secrets' values masked.
+async fn compare(
+    all: &mut [Entry],
+    releases: &HashMap<ReleaseKey, Release>,
+    registry: &ClusterRegistry,
+    charts: &Charts,
+) -> anyhow::Result<()> {
     let salt = std::hash::BuildHasher::hash_one(
         &std::collections::hash_map::RandomState::new(),
         std::process::id(),
@@ -547,14 +651,8 @@ pub async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
             continue;
         };
         eprintln!("Comparing {key}…");
-        let deployed = match entry.revision {
-            Some(revision) => releases::manifest(member.client.clone(), &key, revision)
-                .await
-                .map_err(anyhow::Error::msg)?
-                .unwrap_or_default(),
-            None => String::new(),
-        };
-        let rendered = match releases_by_key.get(&key) {
+        let deployed = deployed_manifest(member.client.clone(), &key, entry.revision).await?;
+        let rendered = match releases.get(&key) {
             Some(release) => {
                 if !cluster_info.contains_key(&entry.cluster) {
                     let info = render_for(member.client.clone()).await;
@@ -564,9 +662,7 @@ pub async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
                     is_upgrade: entry.action == Action::Upgrade,
                     ..cluster_info[&entry.cluster].clone()
                 };
-                let archive = chart_cache.checkout(&release.source, release.version.as_deref());
-                let archive = archive.as_ref().map(|a| a.path());
-                match helm::template(&helm_options, release, archive, &render).await {
+                match charts.render(release, &render).await {
                     Ok(manifest) => manifest,
                     Err(e) => {
                         entry.reason = Some(format!("the chart does not render: {e}"));
@@ -576,33 +672,47 @@ pub async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
             }
             None => String::new(),
         };
-        let old_name = match entry.revision {
-            Some(r) => format!("{key} (revision {r})"),
-            None => "/dev/null".to_owned(),
-        };
-        let new_name = match entry.action {
-            Action::Uninstall => "/dev/null".to_owned(),
-            _ => format!("{key} (revision {})", entry.revision.map_or(1, |r| r + 1)),
-        };
-        let diff = unified(
-            &mask_secrets(&deployed, &salt),
-            &mask_secrets(&rendered, &salt),
-            &old_name,
-            &new_name,
-        );
-        entry.diff = Some(diff).filter(|d| !d.is_empty());
-        if entry.diff.is_none() && entry.action == Action::Upgrade {
-            entry.reason = Some("a new revision with the same manifest".into());
-        }
+        set_diff(entry, &key, &deployed, &rendered, &salt);
     }
-    print!(
-        "{}",
-        match args.output {
-            DiffOutput::Text => render_text(&all),
-            DiffOutput::Json => render_json(&all),
-        }
+    Ok(())
+}
+
+/// The manifest of the release's deployed `revision`; empty when none is deployed.
+async fn deployed_manifest(
+    client: kube::Client,
+    key: &ReleaseKey,
+    revision: Option<i64>,
+) -> anyhow::Result<String> {
+    Ok(match revision {
+        Some(revision) => releases::manifest(client, key, revision)
+            .await
+            .map_err(anyhow::Error::msg)?
+            .unwrap_or_default(),
+        None => String::new(),
+    })
+}
+
+/// The entry's diff of the `deployed` manifest against the `rendered` one, Secrets' values
+/// masked with `salt`; an upgrade that changes no manifest says so.
+fn set_diff(entry: &mut Entry, key: &ReleaseKey, deployed: &str, rendered: &str, salt: &[u8]) {
+    let old_name = match entry.revision {
+        Some(r) => format!("{key} (revision {r})"),
+        None => "/dev/null".to_owned(),
+    };
+    let new_name = match entry.action {
+        Action::Uninstall => "/dev/null".to_owned(),
+        _ => format!("{key} (revision {})", entry.revision.map_or(1, |r| r + 1)),
+    };
+    let diff = unified(
+        &mask_secrets(deployed, salt),
+        &mask_secrets(rendered, salt),
+        &old_name,
+        &new_name,
     );
-    Ok(ExitCode::from(exit_code(&all)))
+    entry.diff = Some(diff).filter(|d| !d.is_empty());
+    if entry.diff.is_none() && entry.action == Action::Upgrade {
+        entry.reason = Some("a new revision with the same manifest".into());
+    }
 }
 
 /// Every cluster's releases; clusters whose releases cannot be read are left out of `synced`.
@@ -626,222 +736,4 @@ async fn read_releases(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::plan::{ChartSource, OwnerId, Release};
-
-    fn key(k: &str) -> ReleaseKey {
-        k.parse().unwrap()
-    }
-
-    fn release(k: &str) -> Release {
-        Release {
-            key: key(k),
-            owner: OwnerId {
-                namespace: "default".into(),
-                name: "x".into(),
-            },
-            chart_name: "web".into(),
-            source: ChartSource::Directory("/charts/web".into()),
-            version: None,
-            chart_digest: None,
-            settings: Vec::new(),
-            values: None,
-            rollback_on_failure: false,
-            spec_hash: "h".into(),
-            identity: None,
-            drift: Default::default(),
-        }
-    }
-
-    fn applied(k: &str, revision: i64) -> (ReleaseKey, Applied) {
-        (
-            key(k),
-            Applied {
-                key: key(k),
-                owner: None,
-                spec_hash: Some("h".into()),
-                revision,
-                status: "deployed".into(),
-                modified_at: None,
-            },
-        )
-    }
-
-    fn apply(k: &str) -> Job {
-        Job::Apply {
-            release: Box::new(release(k)),
-            stale_pending: None,
-            repair: None,
-        }
-    }
-
-    #[test]
-    fn each_release_of_a_plan_gets_one_action_sorted_by_cluster_namespace_and_release() {
-        let plan = Plan {
-            desired: ["m/a/new", "m/a/changed", "m/a/same"].map(release).to_vec(),
-            jobs: vec![
-                apply("m/a/new"),
-                apply("m/a/changed"),
-                Job::Uninstall {
-                    key: key("m/a/gone"),
-                    owner: release("m/a/gone").owner,
-                    identity: None,
-                },
-            ],
-            problems: vec![Problem::Conflict {
-                key: key("m/b/held"),
-                holder: "Controller default/other".into(),
-            }],
-            ..Default::default()
-        };
-        let applied = HashMap::from([
-            applied("m/a/changed", 3),
-            applied("m/a/same", 2),
-            applied("m/a/gone", 5),
-        ]);
-        let got: Vec<(String, Action, Option<i64>)> = entries(&plan, &applied)
-            .into_iter()
-            .map(|e| (e.name(), e.action, e.revision))
-            .collect();
-        assert_eq!(
-            got,
-            [
-                ("m/a/changed".into(), Action::Upgrade, Some(3)),
-                ("m/a/gone".into(), Action::Uninstall, Some(5)),
-                ("m/a/new".into(), Action::Install, None),
-                ("m/a/same".into(), Action::Unchanged, Some(2)),
-                ("m/b/held".into(), Action::Refused, None),
-            ]
-        );
-    }
-
-    #[test]
-    fn held_back_and_unreadable_releases_say_why() {
-        let plan = Plan {
-            desired: vec![release("m/a/web"), release("n/a/web")],
-            suspended: vec![key("m/a/web"), key("m/a/old")],
-            waiting: vec![key("n/a/web")],
-            ..Default::default()
-        };
-        let got = entries(&plan, &HashMap::from([applied("m/a/old", 1)]));
-        let actions: Vec<(String, Action)> = got.iter().map(|e| (e.name(), e.action)).collect();
-        assert_eq!(
-            actions,
-            [
-                ("m/a/old".into(), Action::Unchanged),
-                ("m/a/web".into(), Action::Unchanged),
-                ("n/a/web".into(), Action::Unknown),
-            ]
-        );
-        assert!(
-            got[0]
-                .reason
-                .as_deref()
-                .unwrap()
-                .contains("uninstall is held back")
-        );
-        assert!(got[1].reason.as_deref().unwrap().contains("suspended"));
-        assert_eq!(exit_code(&got), 2);
-    }
-
-    #[test]
-    fn the_exit_code_follows_kubectl_diff() {
-        let entry = |action| Entry::of(&key("m/a/web"), action, None);
-        assert_eq!(exit_code(&[]), 0);
-        assert_eq!(exit_code(&[entry(Action::Unchanged)]), 0);
-        for changing in [
-            Action::Install,
-            Action::Upgrade,
-            Action::Uninstall,
-            Action::Refused,
-        ] {
-            assert_eq!(exit_code(&[entry(Action::Unchanged), entry(changing)]), 1);
-        }
-        assert_eq!(
-            exit_code(&[entry(Action::Install), entry(Action::Unknown)]),
-            2
-        );
-    }
-
-    const MANIFEST: &str = "---\n# Source: web/templates/secret.yaml\napiVersion: v1\nkind: Secret\nmetadata:\n  name: web\ndata:\n  password: aHVudGVyMg==\nstringData:\n  token: s3cr3t\n---\n# Source: web/templates/cm.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  motd: hello\n";
-
-    #[test]
-    fn secret_values_are_masked_and_everything_else_is_kept_as_it_is() {
-        let out = mask_secrets(MANIFEST, b"salt");
-        assert!(
-            !out.contains("aHVudGVyMg==") && !out.contains("s3cr3t"),
-            "{out}"
-        );
-        assert!(out.contains("password: '*** ("), "{out}");
-        assert!(out.contains("# Source: web/templates/secret.yaml\n"));
-        assert!(out.ends_with("---\n# Source: web/templates/cm.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  motd: hello\n"), "{out}");
-        assert_eq!(out, mask_secrets(MANIFEST, b"salt"), "masking is stable");
-    }
-
-    #[test]
-    fn a_changed_secret_value_still_shows_as_a_change_without_showing_the_value() {
-        let changed = MANIFEST.replace("s3cr3t", "0th3r");
-        let diff = unified(
-            &mask_secrets(MANIFEST, b"k"),
-            &mask_secrets(&changed, b"k"),
-            "a",
-            "b",
-        );
-        let lines: Vec<&str> = diff
-            .lines()
-            .filter(|l| l.starts_with(['+', '-']) && !l.starts_with("+++") && !l.starts_with("---"))
-            .collect();
-        assert_eq!(lines.len(), 2, "{diff}");
-        assert!(
-            lines[0].starts_with("-  token: '*** (") && lines[1].starts_with("+  token: '*** (")
-        );
-        assert!(!diff.contains("s3cr3t") && !diff.contains("0th3r"));
-    }
-
-    #[test]
-    fn a_document_that_does_not_parse_is_hidden_if_it_may_hold_a_secret() {
-        let out = mask_secrets("kind: Secret\ndata: [unclosed\n", b"k");
-        assert!(!out.contains("unclosed") && out.contains("hidden"), "{out}");
-    }
-
-    #[test]
-    fn the_text_output_has_a_header_per_release_and_its_diff() {
-        let mut upgrade = Entry::of(&key("member-1/team-a/web"), Action::Upgrade, Some(3));
-        upgrade.diff = Some(unified("replicas: 1\n", "replicas: 2\n", "old", "new"));
-        let mut refused = Entry::of(&key("member-2/team-a/web"), Action::Refused, None);
-        refused.reason = Some("release member-2/team-a/web is forbidden".into());
-        let text = render_text(&[upgrade, refused]);
-        assert_eq!(
-            text,
-            "member-1/team-a/web: upgrade (revision 3 -> 4)\n--- old\n+++ new\n@@ -1 +1 @@\n-replicas: 1\n+replicas: 2\nmember-2/team-a/web: refused: release member-2/team-a/web is forbidden\n"
-        );
-    }
-
-    #[test]
-    fn the_json_output_is_an_array_of_stable_fields() {
-        let mut install = Entry::of(&key("member-1/team-a/web"), Action::Install, None);
-        install.diff = Some("+x\n".into());
-        let unchanged = Entry::of(&key("hub/foo/foo"), Action::Unchanged, Some(1));
-        let json: serde_json::Value =
-            serde_json::from_str(&render_json(&[install, unchanged])).unwrap();
-        assert_eq!(
-            json,
-            serde_json::json!([
-                {"cluster": "member-1", "namespace": "team-a", "release": "web", "action": "install", "diff": "+x\n"},
-                {"cluster": "hub", "namespace": "foo", "release": "foo", "action": "unchanged"}
-            ])
-        );
-    }
-
-    #[test]
-    fn a_file_of_controllers_takes_the_given_namespace_when_it_names_none() {
-        let text = "apiVersion: multitenancy.dev/v1alpha1\nkind: Controller\nmetadata: {name: a}\nspec: {tenancies: []}\n---\napiVersion: multitenancy.dev/v1alpha1\nkind: Controller\nmetadata: {name: b, namespace: team}\nspec: {suspend: true}\n";
-        let got = parse_file(text, "default").unwrap();
-        assert_eq!(got[0].metadata.namespace.as_deref(), Some("default"));
-        assert_eq!(got[1].metadata.namespace.as_deref(), Some("team"));
-        assert!(got[1].spec.suspend);
-        let err = parse_file("kind: ConfigMap\n", "default").unwrap_err();
-        assert!(err.to_string().contains("not a Controller"), "{err}");
-    }
-}
+mod tests;

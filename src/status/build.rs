@@ -485,7 +485,7 @@ pub fn assemble(
     }
     let clusters = cluster_summaries(&tenancies, &report.synced, reachable);
     let summary = totals(&tenancies, &clusters);
-    let conditions = conditions(&Findings::of(&tenancies, report), previous, now);
+    let conditions = conditions(&ConditionInputs::of(&tenancies, report), previous, now);
     let mut status = ControllerStatus {
         updated_tenancies: tenancies,
         clusters,
@@ -847,8 +847,10 @@ fn first_of(problems: &[String]) -> String {
     }
 }
 
-/// What the conditions are made of: everything that stands between the spec and "it runs".
-struct Findings<'a> {
+/// What the conditions are made of, the inputs of their rules: everything that stands between
+/// the spec and "it runs".
+#[derive(Default)]
+struct ConditionInputs<'a> {
     generation: Option<i64>,
     deleting: Option<&'a str>,
     suspended: Option<&'a str>,
@@ -871,9 +873,9 @@ struct Findings<'a> {
     drifted: Vec<String>,
 }
 
-impl<'a> Findings<'a> {
+impl<'a> ConditionInputs<'a> {
     fn of(tenancies: &'a [TenancyStatus], report: &'a ReleaseReport) -> Self {
-        let mut f = Findings {
+        let mut f = ConditionInputs {
             generation: report.generation,
             deleting: report.deleting.as_deref(),
             suspended: report.suspended.as_deref(),
@@ -940,33 +942,48 @@ impl<'a> Findings<'a> {
     fn list(&self, phase: &str) -> &[String] {
         self.phases.get(phase).map_or(&[], Vec::as_slice)
     }
+
+    /// Whether any release is in `phase`.
+    fn has(&self, phase: &str) -> bool {
+        !self.list(phase).is_empty()
+    }
 }
 
-/// kstatus-compatible conditions: `Ready` (True only when every release is deployed from this
-/// generation and its workloads and pods are ready), `Reconciling` (what it waits for),
-/// `Stalled` (what cannot go on without a change), `Degraded` (something that ran has failed)
-/// and `Suspended` (what `suspend` holds back).
-fn conditions(f: &Findings<'_>, previous: &[Condition], now: Timestamp) -> Vec<Condition> {
-    let clock = Clock {
-        previous,
-        now,
-        generation: f.generation,
-    };
-    let (failed, invalid, conflict, forbidden) = (
-        f.list(phase::FAILED),
-        f.list(phase::INVALID),
-        f.list(phase::CONFLICT),
-        f.list(phase::FORBIDDEN),
-    );
-    let stalled: Option<(&str, String)> = match () {
-        _ if f.halted.is_some() => Some((
-            "RolloutHalted",
+/// One rule of a condition: when it `holds` over the inputs, the condition takes its `reason`
+/// and the `message` it writes. A condition's rules are ordered; the first that holds decides.
+struct Rule {
+    reason: &'static str,
+    holds: fn(&ConditionInputs<'_>) -> bool,
+    message: fn(&ConditionInputs<'_>) -> String,
+}
+
+/// The reason and message a rule gave a condition.
+type Verdict = (&'static str, String);
+
+/// The verdict of the first of `rules` that holds, if one does.
+fn decide(rules: &[Rule], f: &ConditionInputs<'_>) -> Option<Verdict> {
+    rules
+        .iter()
+        .find(|rule| (rule.holds)(f))
+        .map(|rule| (rule.reason, (rule.message)(f)))
+}
+
+/// Why the resource cannot go on without a change (`Stalled`).
+const STALLED: &[Rule] = &[
+    Rule {
+        reason: "RolloutHalted",
+        holds: |f| f.halted.is_some(),
+        message: |f| {
             f.halted
                 .map(crate::plan::rollout::halt_message)
-                .unwrap_or_default(),
-        )),
-        _ if !invalid.is_empty() || !f.general.is_empty() => Some((
-            "InvalidSpec",
+                .unwrap_or_default()
+        },
+    },
+    Rule {
+        reason: "InvalidSpec",
+        holds: |f| f.has(phase::INVALID) || !f.general.is_empty(),
+        message: |f| {
+            let invalid = f.list(phase::INVALID);
             format!(
                 "{} part(s) of the spec cannot be carried out ({}); what runs is left as it is. {}",
                 invalid.len() + f.general.len(),
@@ -974,169 +991,245 @@ fn conditions(f: &Findings<'_>, previous: &[Condition], now: Timestamp) -> Vec<C
                 first_of(f.general)
             )
             .trim_end()
-            .to_owned(),
-        )),
-        _ if !forbidden.is_empty() => Some((
-            "Forbidden",
+            .to_owned()
+        },
+    },
+    Rule {
+        reason: "Forbidden",
+        holds: |f| f.has(phase::FORBIDDEN),
+        message: |f| {
             format!(
                 "release(s) {} are not allowed by the tenancy policies; nothing is done for them and what runs is left as it is",
-                some(forbidden)
-            ),
-        )),
-        _ if !conflict.is_empty() => Some((
-            "Conflict",
-            format!("release(s) {} are held by another owner", some(conflict)),
-        )),
-        _ if !failed.is_empty() => Some((
-            "ReleaseFailed",
+                some(f.list(phase::FORBIDDEN))
+            )
+        },
+    },
+    Rule {
+        reason: "Conflict",
+        holds: |f| f.has(phase::CONFLICT),
+        message: |f| {
+            format!(
+                "release(s) {} are held by another owner",
+                some(f.list(phase::CONFLICT))
+            )
+        },
+    },
+    Rule {
+        reason: "ReleaseFailed",
+        holds: |f| f.has(phase::FAILED),
+        message: |f| {
             format!(
                 "release(s) {} failed and wait for a spec change",
-                some(failed)
-            ),
-        )),
-        _ => None,
-    };
-    let (pending, unknown) = (f.list(phase::PENDING), f.list(phase::UNKNOWN));
-    let reconciling: Option<(&str, String)> = match () {
-        _ if f.deleting.is_some() => {
-            Some(("Terminating", f.deleting.unwrap_or_default().to_owned()))
-        }
-        _ if !pending.is_empty() => Some((
-            "Progressing",
+                some(f.list(phase::FAILED))
+            )
+        },
+    },
+];
+
+/// What the resource waits for (`Reconciling`).
+const RECONCILING: &[Rule] = &[
+    Rule {
+        reason: "Terminating",
+        holds: |f| f.deleting.is_some(),
+        message: |f| f.deleting.unwrap_or_default().to_owned(),
+    },
+    Rule {
+        reason: "Progressing",
+        holds: |f| f.has(phase::PENDING),
+        message: |f| {
             format!(
                 "waiting for release(s) {} to be installed, upgraded or uninstalled",
-                some(pending)
-            ),
-        )),
-        _ if !unknown.is_empty() => Some((
-            "ClusterUnavailable",
+                some(f.list(phase::PENDING))
+            )
+        },
+    },
+    Rule {
+        reason: "ClusterUnavailable",
+        holds: |f| f.has(phase::UNKNOWN),
+        message: |f| {
             format!(
                 "waiting for the clusters of release(s) {} to be reached",
-                some(unknown)
-            ),
-        )),
-        _ if !f.stale.is_empty() => Some((
-            "ClusterUnavailable",
+                some(f.list(phase::UNKNOWN))
+            )
+        },
+    },
+    Rule {
+        reason: "ClusterUnavailable",
+        holds: |f| !f.stale.is_empty(),
+        message: |f| {
             format!(
                 "waiting for {} to be watched live; their pods are Unknown",
                 some(&f.stale)
-            ),
-        )),
-        _ if !f.rolling.is_empty() => Some((
-            "WorkloadsRollingOut",
-            format!("waiting for workload(s) {} to roll out", some(&f.rolling)),
-        )),
-        _ if f.pods_not_ready > 0 => Some((
-            "PodsNotReady",
-            format!("waiting for {} pod(s) to be ready", f.pods_not_ready),
-        )),
-        _ => None,
-    };
-    let orphaned = f.list(phase::ORPHANED);
-    let degraded: Option<(&str, String)> = match (&stalled, &f.first_error) {
-        (Some((reason, _)), Some(first)) => Some((reason, first.clone())),
-        (Some((reason, message)), None) => Some((reason, message.clone())),
-        _ if !f.failing_pods.is_empty() => Some((
-            "PodsFailing",
-            format!("pod(s) {} are failing", some(&f.failing_pods)),
-        )),
-        _ if !orphaned.is_empty() => Some((
-            "Orphaned",
+            )
+        },
+    },
+    Rule {
+        reason: "WorkloadsRollingOut",
+        holds: |f| !f.rolling.is_empty(),
+        message: |f| format!("waiting for workload(s) {} to roll out", some(&f.rolling)),
+    },
+    Rule {
+        reason: "PodsNotReady",
+        holds: |f| f.pods_not_ready > 0,
+        message: |f| format!("waiting for {} pod(s) to be ready", f.pods_not_ready),
+    },
+];
+
+/// What has failed while nothing stalls (`Degraded`); a stalled resource is degraded by what
+/// stalls it.
+const DEGRADED: &[Rule] = &[
+    Rule {
+        reason: "PodsFailing",
+        holds: |f| !f.failing_pods.is_empty(),
+        message: |f| format!("pod(s) {} are failing", some(&f.failing_pods)),
+    },
+    Rule {
+        reason: "Orphaned",
+        holds: |f| f.has(phase::ORPHANED),
+        message: |f| {
             format!(
                 "{} release(s) are left in clusters no longer registered",
-                orphaned.len()
-            ),
-        )),
-        _ => None,
-    };
-    let deployed = f.list(phase::DEPLOYED).len();
-    let held = f.list(phase::SUSPENDED);
-    let held_message = || {
-        format!(
-            "{}; {} change(s) held back until resumed: {}",
-            f.suspended.unwrap_or("suspended"),
-            held.len(),
-            some(held)
-        )
-    };
-    let (ready_reason, ready_message) = match (&stalled, &reconciling) {
-        (_, Some((reason, message))) if f.deleting.is_some() => (*reason, message.clone()),
-        (Some((reason, message)), _) => (*reason, message.clone()),
-        (None, Some((reason, message))) => (*reason, message.clone()),
-        (None, None) if !held.is_empty() => ("Suspended", held_message()),
-        // Drift keeps Ready False (what runs is not what was asked for) without being stalled,
-        // reconciling or degraded: in mode warn nothing changes it, in mode enabled a repair does.
-        (None, None) if !f.drifted.is_empty() => (
-            "Drifted",
+                f.list(phase::ORPHANED).len()
+            )
+        },
+    },
+];
+
+/// Why the resource is not ready although nothing stalls it and it waits for nothing (`Ready`).
+const NOT_READY: &[Rule] = &[
+    Rule {
+        reason: "Suspended",
+        holds: |f| f.has(phase::SUSPENDED),
+        message: held_back,
+    },
+    // Drift keeps Ready False (what runs is not what was asked for) without being stalled,
+    // reconciling or degraded: in mode warn nothing changes it, in mode enabled a repair does.
+    Rule {
+        reason: "Drifted",
+        holds: |f| !f.drifted.is_empty(),
+        message: |f| {
             format!(
                 "release(s) {} differ from their manifests (see chartMessages[].drift)",
                 some(&f.drifted)
-            ),
-        ),
-        (None, None) => (
-            "Ready",
-            format!("{deployed} release(s) deployed and their workloads ready"),
-        ),
+            )
+        },
+    },
+];
+
+/// What `suspend` holds back, while it is set (`Suspended`).
+const SUSPENDED: &[Rule] = &[
+    Rule {
+        reason: "Suspended",
+        holds: |f| f.suspended.is_some() && !f.has(phase::SUSPENDED),
+        message: |f| {
+            format!(
+                "{}; no change is held back",
+                f.suspended.unwrap_or_default()
+            )
+        },
+    },
+    Rule {
+        reason: "Suspended",
+        holds: |f| f.suspended.is_some(),
+        message: held_back,
+    },
+];
+
+/// Why the resource is suspended and the changes that holds back.
+fn held_back(f: &ConditionInputs<'_>) -> String {
+    let held = f.list(phase::SUSPENDED);
+    format!(
+        "{}; {} change(s) held back until resumed: {}",
+        f.suspended.unwrap_or("suspended"),
+        held.len(),
+        some(held)
+    )
+}
+
+/// kstatus-compatible conditions: `Ready` (True only when every release is deployed from this
+/// generation and its workloads and pods are ready), `Reconciling` (what it waits for),
+/// `Stalled` (what cannot go on without a change), `Degraded` (something that ran has failed)
+/// and `Suspended` (what `suspend` holds back), each decided by its rules.
+fn conditions(f: &ConditionInputs<'_>, previous: &[Condition], now: Timestamp) -> Vec<Condition> {
+    let clock = Clock {
+        previous,
+        now,
+        generation: f.generation,
     };
-    let suspended = match (f.suspended, held.is_empty()) {
-        (None, _) => condition(
-            "Suspended",
-            false,
-            "NotSuspended",
-            "Helm calls are made as the spec asks".into(),
-            &clock,
-        ),
-        (Some(what), true) => condition(
-            "Suspended",
-            true,
-            "Suspended",
-            format!("{what}; no change is held back"),
-            &clock,
-        ),
-        (Some(_), false) => condition("Suspended", true, "Suspended", held_message(), &clock),
+    let stalled = decide(STALLED, f);
+    let reconciling = decide(RECONCILING, f);
+    let degraded = match &stalled {
+        Some((reason, message)) => Some((
+            *reason,
+            f.first_error.clone().unwrap_or_else(|| message.clone()),
+        )),
+        None => decide(DEGRADED, f),
     };
+    // While the resource is deleted, what the deletion waits for comes before what stalls.
+    let not_ready = match f.deleting {
+        Some(_) => reconciling.clone(),
+        None => stalled.clone().or_else(|| reconciling.clone()),
+    }
+    .or_else(|| decide(NOT_READY, f));
+    let waiting = reconciling.is_some() && (stalled.is_none() || f.deleting.is_some());
+    let deployed = f.list(phase::DEPLOYED).len();
+    let suspended = decide(SUSPENDED, f);
     vec![
-        condition(
+        decided(
             "Ready",
-            stalled.is_none()
-                && reconciling.is_none()
-                && f.deleting.is_none()
-                && held.is_empty()
-                && f.drifted.is_empty(),
-            ready_reason,
-            ready_message,
+            not_ready.is_none(),
+            not_ready,
+            (
+                "Ready",
+                format!("{deployed} release(s) deployed and their workloads ready"),
+            ),
             &clock,
         ),
-        condition(
+        decided(
             "Reconciling",
-            reconciling.is_some() && (stalled.is_none() || f.deleting.is_some()),
-            reconciling.as_ref().map_or("Reconciled", |r| r.0),
-            reconciling
-                .as_ref()
-                .map_or_else(|| "nothing to wait for".to_owned(), |r| r.1.clone()),
+            waiting,
+            reconciling,
+            ("Reconciled", "nothing to wait for".into()),
             &clock,
         ),
-        condition(
+        decided(
             "Stalled",
             stalled.is_some(),
-            stalled.as_ref().map_or("AsExpected", |s| s.0),
-            stalled
-                .as_ref()
-                .map_or_else(|| "nothing is stalled".to_owned(), |s| s.1.clone()),
+            stalled,
+            ("AsExpected", "nothing is stalled".into()),
             &clock,
         ),
-        condition(
+        decided(
             "Degraded",
             degraded.is_some(),
-            degraded.as_ref().map_or("AsExpected", |d| d.0),
-            degraded.as_ref().map_or_else(
-                || "no release or pod has failed".to_owned(),
-                |d| d.1.clone(),
+            degraded,
+            ("AsExpected", "no release or pod has failed".into()),
+            &clock,
+        ),
+        decided(
+            "Suspended",
+            suspended.is_some(),
+            suspended,
+            (
+                "NotSuspended",
+                "Helm calls are made as the spec asks".into(),
             ),
             &clock,
         ),
-        suspended,
     ]
+}
+
+/// A condition with the reason and message of its `verdict`, or of `otherwise` when no rule
+/// decided it.
+fn decided(
+    type_: &str,
+    ok: bool,
+    verdict: Option<Verdict>,
+    otherwise: (&str, String),
+    clock: &Clock<'_>,
+) -> Condition {
+    let (reason, message) = verdict.unwrap_or(otherwise);
+    condition(type_, ok, reason, message, clock)
 }
 
 #[cfg(test)]
@@ -1881,5 +1974,187 @@ mod tests {
             (degraded.status.as_str(), degraded.reason.as_str()),
             ("True", "Orphaned")
         );
+    }
+
+    /// Inputs with nothing to report: every condition at rest.
+    fn quiet() -> ConditionInputs<'static> {
+        ConditionInputs {
+            generation: Some(4),
+            ..ConditionInputs::default()
+        }
+    }
+
+    /// `releases` listed under `phase`, as `cluster/namespace/release`.
+    fn with_phase<'a>(
+        mut f: ConditionInputs<'a>,
+        phase: &'a str,
+        releases: &[&str],
+    ) -> ConditionInputs<'a> {
+        f.phases
+            .insert(phase, releases.iter().map(|r| (*r).to_owned()).collect());
+        f
+    }
+
+    fn names(items: &[&str]) -> Vec<String> {
+        items.iter().map(|i| (*i).to_owned()).collect()
+    }
+
+    /// Each condition as `Type=Status:Reason: message`, in the order they are written.
+    fn written(f: &ConditionInputs<'_>) -> Vec<String> {
+        conditions(f, &[], Timestamp::UNIX_EPOCH)
+            .iter()
+            .map(|c| format!("{}={}:{}: {}", c.type_, c.status, c.reason, c.message))
+            .collect()
+    }
+
+    /// A change of the inputs, named.
+    type Step<'s, 'a> = (&'s str, &'s dyn Fn(&mut ConditionInputs<'a>));
+
+    /// The conditions of `f`, then after each step the conditions it changed, named by the step.
+    fn walk<'a>(mut f: ConditionInputs<'a>, steps: &[Step<'_, 'a>]) -> Vec<String> {
+        let mut before = written(&f);
+        let mut seen = before.clone();
+        for (what, step) in steps {
+            step(&mut f);
+            let now = written(&f);
+            let changed = before.iter().zip(&now).filter(|(b, n)| b != n);
+            seen.extend(changed.map(|(_, n)| format!("{what}: {n}")));
+            before = now;
+        }
+        seen
+    }
+
+    fn halt() -> crate::api::crd::RolloutHalt {
+        crate::api::crd::RolloutHalt {
+            cluster: "member-1".into(),
+            release: "web".into(),
+            reason: "release failed: boom".into(),
+            at: "2026-01-01T00:00:00Z".into(),
+        }
+    }
+
+    /// Inputs where every rule of every condition holds.
+    fn everything<'a>(
+        halt: &'a crate::api::crd::RolloutHalt,
+        general: &'a [String],
+    ) -> ConditionInputs<'a> {
+        let mut f = quiet();
+        f.deleting = Some("deleting: 2 release(s) left to uninstall");
+        f.suspended = Some("spec.suspend is true");
+        f.halted = Some(halt);
+        f.general = general;
+        for (phase, release) in [
+            (phase::INVALID, "m/a/invalid"),
+            (phase::FORBIDDEN, "m/a/forbidden"),
+            (phase::CONFLICT, "m/a/conflict"),
+            (phase::FAILED, "m/a/failed"),
+            (phase::PENDING, "m/a/pending"),
+            (phase::UNKNOWN, "m/a/unknown"),
+            (phase::ORPHANED, "m/a/orphaned"),
+            (phase::SUSPENDED, "m/a/held"),
+            (phase::DEPLOYED, "m/a/deployed"),
+        ] {
+            f = with_phase(f, phase, &[release]);
+        }
+        f.first_error = Some("m/a/invalid: the first error".into());
+        f.stale = names(&["m/stale"]);
+        f.rolling = names(&["m/a Deployment/web (1/2 ready)"]);
+        f.pods_not_ready = 2;
+        f.failing_pods = names(&["m/a/web-1 (CrashLoopBackOff)"]);
+        f.drifted = names(&["m/a/deployed"]);
+        f
+    }
+
+    /// The conditions of `everything`, then what each step of the walk changes.
+    const WALKED: &[&str] = &[
+        "Ready=False:Terminating: deleting: 2 release(s) left to uninstall",
+        "Reconciling=True:Terminating: deleting: 2 release(s) left to uninstall",
+        "Stalled=True:RolloutHalted: rollout halted at cluster member-1 release web: release failed: boom; clusters not reached keep the previous generation (change the spec, or resume with `tenancy-hub rollout resume`)",
+        "Degraded=True:RolloutHalted: m/a/invalid: the first error",
+        "Suspended=True:Suspended: spec.suspend is true; 1 change(s) held back until resumed: m/a/held",
+        "not deleted: Ready=False:RolloutHalted: rollout halted at cluster member-1 release web: release failed: boom; clusters not reached keep the previous generation (change the spec, or resume with `tenancy-hub rollout resume`)",
+        "not deleted: Reconciling=False:Progressing: waiting for release(s) m/a/pending to be installed, upgraded or uninstalled",
+        "rollout resumed: Ready=False:InvalidSpec: 3 part(s) of the spec cannot be carried out (m/a/invalid); what runs is left as it is. spec.tenancies[1] selects no cluster (and 1 more)",
+        "rollout resumed: Stalled=True:InvalidSpec: 3 part(s) of the spec cannot be carried out (m/a/invalid); what runs is left as it is. spec.tenancies[1] selects no cluster (and 1 more)",
+        "rollout resumed: Degraded=True:InvalidSpec: m/a/invalid: the first error",
+        "no first error: Degraded=True:InvalidSpec: 3 part(s) of the spec cannot be carried out (m/a/invalid); what runs is left as it is. spec.tenancies[1] selects no cluster (and 1 more)",
+        "no general problem: Ready=False:InvalidSpec: 1 part(s) of the spec cannot be carried out (m/a/invalid); what runs is left as it is.",
+        "no general problem: Stalled=True:InvalidSpec: 1 part(s) of the spec cannot be carried out (m/a/invalid); what runs is left as it is.",
+        "no general problem: Degraded=True:InvalidSpec: 1 part(s) of the spec cannot be carried out (m/a/invalid); what runs is left as it is.",
+        "general problems only: Ready=False:InvalidSpec: 2 part(s) of the spec cannot be carried out (); what runs is left as it is. spec.tenancies[1] selects no cluster (and 1 more)",
+        "general problems only: Stalled=True:InvalidSpec: 2 part(s) of the spec cannot be carried out (); what runs is left as it is. spec.tenancies[1] selects no cluster (and 1 more)",
+        "general problems only: Degraded=True:InvalidSpec: 2 part(s) of the spec cannot be carried out (); what runs is left as it is. spec.tenancies[1] selects no cluster (and 1 more)",
+        "no general problem: Ready=False:Forbidden: release(s) m/a/forbidden are not allowed by the tenancy policies; nothing is done for them and what runs is left as it is",
+        "no general problem: Stalled=True:Forbidden: release(s) m/a/forbidden are not allowed by the tenancy policies; nothing is done for them and what runs is left as it is",
+        "no general problem: Degraded=True:Forbidden: release(s) m/a/forbidden are not allowed by the tenancy policies; nothing is done for them and what runs is left as it is",
+        "allowed: Ready=False:Conflict: release(s) m/a/conflict are held by another owner",
+        "allowed: Stalled=True:Conflict: release(s) m/a/conflict are held by another owner",
+        "allowed: Degraded=True:Conflict: release(s) m/a/conflict are held by another owner",
+        "no conflict: Ready=False:ReleaseFailed: release(s) m/a/failed failed and wait for a spec change",
+        "no conflict: Stalled=True:ReleaseFailed: release(s) m/a/failed failed and wait for a spec change",
+        "no conflict: Degraded=True:ReleaseFailed: release(s) m/a/failed failed and wait for a spec change",
+        "no failure: Ready=False:Progressing: waiting for release(s) m/a/pending to be installed, upgraded or uninstalled",
+        "no failure: Reconciling=True:Progressing: waiting for release(s) m/a/pending to be installed, upgraded or uninstalled",
+        "no failure: Stalled=False:AsExpected: nothing is stalled",
+        "no failure: Degraded=True:PodsFailing: pod(s) m/a/web-1 (CrashLoopBackOff) are failing",
+        "none pending: Ready=False:ClusterUnavailable: waiting for the clusters of release(s) m/a/unknown to be reached",
+        "none pending: Reconciling=True:ClusterUnavailable: waiting for the clusters of release(s) m/a/unknown to be reached",
+        "every cluster read: Ready=False:ClusterUnavailable: waiting for m/stale to be watched live; their pods are Unknown",
+        "every cluster read: Reconciling=True:ClusterUnavailable: waiting for m/stale to be watched live; their pods are Unknown",
+        "watched live: Ready=False:WorkloadsRollingOut: waiting for workload(s) m/a Deployment/web (1/2 ready) to roll out",
+        "watched live: Reconciling=True:WorkloadsRollingOut: waiting for workload(s) m/a Deployment/web (1/2 ready) to roll out",
+        "rolled out: Ready=False:PodsNotReady: waiting for 2 pod(s) to be ready",
+        "rolled out: Reconciling=True:PodsNotReady: waiting for 2 pod(s) to be ready",
+        "pods ready: Ready=False:Suspended: spec.suspend is true; 1 change(s) held back until resumed: m/a/held",
+        "pods ready: Reconciling=False:Reconciled: nothing to wait for",
+        "no failing pod: Degraded=True:Orphaned: 1 release(s) are left in clusters no longer registered",
+        "no orphan: Degraded=False:AsExpected: no release or pod has failed",
+        "resumed: Ready=False:Suspended: suspended; 1 change(s) held back until resumed: m/a/held",
+        "resumed: Suspended=False:NotSuspended: Helm calls are made as the spec asks",
+        "nothing held back: Ready=False:Drifted: release(s) m/a/deployed differ from their manifests (see chartMessages[].drift)",
+        "suspended again: Suspended=True:Suspended: spec.suspend is true; no change is held back",
+        "no drift: Ready=True:Ready: 1 release(s) deployed and their workloads ready",
+    ];
+
+    #[test]
+    fn the_first_rule_that_holds_decides_each_condition_and_writes_its_message() {
+        let (halt, general) = (
+            halt(),
+            names(&["spec.tenancies[1] selects no cluster", "a second problem"]),
+        );
+        let f = everything(&halt, &general);
+        let without =
+            |phase: &'static str| move |f: &mut ConditionInputs<'_>| drop(f.phases.remove(phase));
+        let seen = walk(
+            f,
+            &[
+                ("not deleted", &|f| f.deleting = None),
+                ("rollout resumed", &|f| f.halted = None),
+                ("no first error", &|f| f.first_error = None),
+                ("no general problem", &|f| f.general = &[]),
+                ("general problems only", &|f| {
+                    f.general = &general;
+                    f.phases.remove(phase::INVALID);
+                }),
+                ("no general problem", &|f| f.general = &[]),
+                ("allowed", &without(phase::FORBIDDEN)),
+                ("no conflict", &without(phase::CONFLICT)),
+                ("no failure", &without(phase::FAILED)),
+                ("none pending", &without(phase::PENDING)),
+                ("every cluster read", &without(phase::UNKNOWN)),
+                ("watched live", &|f| f.stale.clear()),
+                ("rolled out", &|f| f.rolling.clear()),
+                ("pods ready", &|f| f.pods_not_ready = 0),
+                ("no failing pod", &|f| f.failing_pods.clear()),
+                ("no orphan", &without(phase::ORPHANED)),
+                ("resumed", &|f| f.suspended = None),
+                ("nothing held back", &without(phase::SUSPENDED)),
+                ("suspended again", &|f| {
+                    f.suspended = Some("spec.suspend is true")
+                }),
+                ("no drift", &|f| f.drifted.clear()),
+            ],
+        );
+        assert_eq!(seen, WALKED);
     }
 }

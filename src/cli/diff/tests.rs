@@ -1,0 +1,251 @@
+//! Unit tests of `tenancy-hub diff`: entries, exit codes, masking, output and file parsing.
+
+use super::*;
+use crate::plan::{ChartSource, OwnerId, Release};
+
+fn key(k: &str) -> ReleaseKey {
+    k.parse().unwrap()
+}
+
+fn release(k: &str) -> Release {
+    Release {
+        key: key(k),
+        owner: OwnerId {
+            namespace: "default".into(),
+            name: "x".into(),
+        },
+        chart_name: "web".into(),
+        source: ChartSource::Directory("/charts/web".into()),
+        version: None,
+        chart_digest: None,
+        settings: Vec::new(),
+        values: None,
+        rollback_on_failure: false,
+        spec_hash: "h".into(),
+        identity: None,
+        drift: Default::default(),
+    }
+}
+
+fn applied(k: &str, revision: i64) -> (ReleaseKey, Applied) {
+    (
+        key(k),
+        Applied {
+            key: key(k),
+            owner: None,
+            spec_hash: Some("h".into()),
+            revision,
+            status: "deployed".into(),
+            modified_at: None,
+        },
+    )
+}
+
+fn apply(k: &str) -> Job {
+    Job::Apply {
+        release: Box::new(release(k)),
+        stale_pending: None,
+        repair: None,
+    }
+}
+
+#[test]
+fn each_release_of_a_plan_gets_one_action_sorted_by_cluster_namespace_and_release() {
+    let plan = Plan {
+        desired: ["m/a/new", "m/a/changed", "m/a/same"].map(release).to_vec(),
+        jobs: vec![
+            apply("m/a/new"),
+            apply("m/a/changed"),
+            Job::Uninstall {
+                key: key("m/a/gone"),
+                owner: release("m/a/gone").owner,
+                identity: None,
+            },
+        ],
+        problems: vec![Problem::Conflict {
+            key: key("m/b/held"),
+            holder: "Controller default/other".into(),
+        }],
+        ..Default::default()
+    };
+    let applied = HashMap::from([
+        applied("m/a/changed", 3),
+        applied("m/a/same", 2),
+        applied("m/a/gone", 5),
+    ]);
+    let got: Vec<(String, Action, Option<i64>)> = entries(&plan, &applied)
+        .into_iter()
+        .map(|e| (e.name(), e.action, e.revision))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("m/a/changed".into(), Action::Upgrade, Some(3)),
+            ("m/a/gone".into(), Action::Uninstall, Some(5)),
+            ("m/a/new".into(), Action::Install, None),
+            ("m/a/same".into(), Action::Unchanged, Some(2)),
+            ("m/b/held".into(), Action::Refused, None),
+        ]
+    );
+}
+
+#[test]
+fn held_back_and_unreadable_releases_say_why() {
+    let plan = Plan {
+        desired: vec![release("m/a/web"), release("n/a/web")],
+        suspended: vec![key("m/a/web"), key("m/a/old")],
+        waiting: vec![key("n/a/web")],
+        ..Default::default()
+    };
+    let got = entries(&plan, &HashMap::from([applied("m/a/old", 1)]));
+    let actions: Vec<(String, Action)> = got.iter().map(|e| (e.name(), e.action)).collect();
+    assert_eq!(
+        actions,
+        [
+            ("m/a/old".into(), Action::Unchanged),
+            ("m/a/web".into(), Action::Unchanged),
+            ("n/a/web".into(), Action::Unknown),
+        ]
+    );
+    assert!(
+        got[0]
+            .reason
+            .as_deref()
+            .unwrap()
+            .contains("uninstall is held back")
+    );
+    assert!(got[1].reason.as_deref().unwrap().contains("suspended"));
+    assert_eq!(exit_code(&got), 2);
+}
+
+#[test]
+fn the_exit_code_follows_kubectl_diff() {
+    let entry = |action| Entry::of(&key("m/a/web"), action, None);
+    assert_eq!(exit_code(&[]), 0);
+    assert_eq!(exit_code(&[entry(Action::Unchanged)]), 0);
+    for changing in [
+        Action::Install,
+        Action::Upgrade,
+        Action::Uninstall,
+        Action::Refused,
+    ] {
+        assert_eq!(exit_code(&[entry(Action::Unchanged), entry(changing)]), 1);
+    }
+    assert_eq!(
+        exit_code(&[entry(Action::Install), entry(Action::Unknown)]),
+        2
+    );
+}
+
+const MANIFEST: &str = "---\n# Source: web/templates/secret.yaml\napiVersion: v1\nkind: Secret\nmetadata:\n  name: web\ndata:\n  password: aHVudGVyMg==\nstringData:\n  token: s3cr3t\n---\n# Source: web/templates/cm.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  motd: hello\n";
+
+#[test]
+fn secret_values_are_masked_and_everything_else_is_kept_as_it_is() {
+    let out = mask_secrets(MANIFEST, b"salt");
+    assert!(
+        !out.contains("aHVudGVyMg==") && !out.contains("s3cr3t"),
+        "{out}"
+    );
+    assert!(out.contains("password: '*** ("), "{out}");
+    assert!(out.contains("# Source: web/templates/secret.yaml\n"));
+    assert!(out.ends_with("---\n# Source: web/templates/cm.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  motd: hello\n"), "{out}");
+    assert_eq!(out, mask_secrets(MANIFEST, b"salt"), "masking is stable");
+}
+
+#[test]
+fn a_changed_secret_value_still_shows_as_a_change_without_showing_the_value() {
+    let changed = MANIFEST.replace("s3cr3t", "0th3r");
+    let diff = unified(
+        &mask_secrets(MANIFEST, b"k"),
+        &mask_secrets(&changed, b"k"),
+        "a",
+        "b",
+    );
+    let lines: Vec<&str> = diff
+        .lines()
+        .filter(|l| l.starts_with(['+', '-']) && !l.starts_with("+++") && !l.starts_with("---"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{diff}");
+    assert!(lines[0].starts_with("-  token: '*** (") && lines[1].starts_with("+  token: '*** ("));
+    assert!(!diff.contains("s3cr3t") && !diff.contains("0th3r"));
+}
+
+#[test]
+fn a_document_that_does_not_parse_is_hidden_if_it_may_hold_a_secret() {
+    let out = mask_secrets("kind: Secret\ndata: [unclosed\n", b"k");
+    assert!(!out.contains("unclosed") && out.contains("hidden"), "{out}");
+}
+
+#[test]
+fn the_text_output_has_a_header_per_release_and_its_diff() {
+    let mut upgrade = Entry::of(&key("member-1/team-a/web"), Action::Upgrade, Some(3));
+    upgrade.diff = Some(unified("replicas: 1\n", "replicas: 2\n", "old", "new"));
+    let mut refused = Entry::of(&key("member-2/team-a/web"), Action::Refused, None);
+    refused.reason = Some("release member-2/team-a/web is forbidden".into());
+    let text = render_text(&[upgrade, refused]);
+    assert_eq!(
+        text,
+        "member-1/team-a/web: upgrade (revision 3 -> 4)\n--- old\n+++ new\n@@ -1 +1 @@\n-replicas: 1\n+replicas: 2\nmember-2/team-a/web: refused: release member-2/team-a/web is forbidden\n"
+    );
+}
+
+#[test]
+fn the_json_output_is_an_array_of_stable_fields() {
+    let mut install = Entry::of(&key("member-1/team-a/web"), Action::Install, None);
+    install.diff = Some("+x\n".into());
+    let unchanged = Entry::of(&key("hub/foo/foo"), Action::Unchanged, Some(1));
+    let json: serde_json::Value =
+        serde_json::from_str(&render_json(&[install, unchanged])).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!([
+            {"cluster": "member-1", "namespace": "team-a", "release": "web", "action": "install", "diff": "+x\n"},
+            {"cluster": "hub", "namespace": "foo", "release": "foo", "action": "unchanged"}
+        ])
+    );
+}
+
+#[test]
+fn a_file_of_controllers_takes_the_given_namespace_when_it_names_none() {
+    let text = "apiVersion: multitenancy.dev/v1alpha1\nkind: Controller\nmetadata: {name: a}\nspec: {tenancies: []}\n---\napiVersion: multitenancy.dev/v1alpha1\nkind: Controller\nmetadata: {name: b, namespace: team}\nspec: {suspend: true}\n";
+    let got = parse_file(text, "default").unwrap();
+    assert_eq!(got[0].metadata.namespace.as_deref(), Some("default"));
+    assert_eq!(got[1].metadata.namespace.as_deref(), Some("team"));
+    assert!(got[1].spec.suspend);
+    let err = parse_file("kind: ConfigMap\n", "default").unwrap_err();
+    assert!(err.to_string().contains("not a Controller"), "{err}");
+}
+
+#[test]
+fn a_diff_names_the_revisions_it_compares_and_an_upgrade_with_the_same_manifest_says_so() {
+    let k = key("member-1/team-a/web");
+    let mut upgrade = Entry::of(&k, Action::Upgrade, Some(3));
+    set_diff(&mut upgrade, &k, "replicas: 1\n", "replicas: 2\n", b"k");
+    assert_eq!(
+        upgrade.diff.as_deref(),
+        Some(
+            "--- member-1/team-a/web (revision 3)\n+++ member-1/team-a/web (revision 4)\n@@ -1 +1 @@\n-replicas: 1\n+replicas: 2\n"
+        )
+    );
+    assert_eq!(upgrade.reason, None);
+    let mut same = Entry::of(&k, Action::Upgrade, Some(3));
+    set_diff(&mut same, &k, "a: 1\n", "a: 1\n", b"k");
+    assert_eq!(
+        (same.diff, same.reason.as_deref()),
+        (None, Some("a new revision with the same manifest"))
+    );
+    let mut install = Entry::of(&k, Action::Install, None);
+    set_diff(&mut install, &k, "", "a: 1\n", b"k");
+    let diff = install.diff.unwrap();
+    assert!(
+        diff.starts_with("--- /dev/null\n+++ member-1/team-a/web (revision 1)\n"),
+        "{diff}"
+    );
+    let mut uninstall = Entry::of(&k, Action::Uninstall, Some(5));
+    set_diff(&mut uninstall, &k, "a: 1\n", "", b"k");
+    let diff = uninstall.diff.unwrap();
+    assert!(
+        diff.starts_with("--- member-1/team-a/web (revision 5)\n+++ /dev/null\n"),
+        "{diff}"
+    );
+}
