@@ -15,19 +15,19 @@ use prometheus_client::{
 
 /// Values sampled at scrape time rather than counted as they happen.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Gauges {
+pub(crate) struct Gauges {
     /// Helm jobs waiting in the queue.
-    pub queue_depth: usize,
+    pub(crate) queue_depth: usize,
     /// Helm jobs running now.
-    pub jobs_running: usize,
+    pub(crate) jobs_running: usize,
     /// Every registered cluster's name and whether it is reachable.
-    pub clusters: Vec<(String, bool)>,
+    pub(crate) clusters: Vec<(String, bool)>,
     /// Cluster namespaces watched.
-    pub watched_namespaces: usize,
+    pub(crate) watched_namespaces: usize,
     /// Messages waiting in each bounded channel between components, by channel name.
-    pub channels: Vec<(&'static str, usize)>,
+    pub(crate) channels: Vec<(&'static str, usize)>,
     /// Watch streams open to member clusters, by what they watch.
-    pub streams: Vec<(&'static str, usize)>,
+    pub(crate) streams: Vec<(&'static str, usize)>,
 }
 
 /// A bounded channel between components.
@@ -450,7 +450,7 @@ impl Charts {
 /// The operator's counters, histograms and gauges in one registry, by concern; share one
 /// through an `Arc`.
 #[derive(Debug)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     reconciles: Reconciles,
     jobs: HelmJobs,
@@ -473,7 +473,7 @@ impl Default for Metrics {
 impl Metrics {
     /// Builds every metric and registers it, concern by concern. Counters are registered
     /// without `_total`: the encoder appends it.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut r = Registry::with_prefix("tenancy_hub");
         Metrics {
             reconciles: Reconciles::register(&mut r),
@@ -490,7 +490,7 @@ impl Metrics {
     }
 
     /// Counts one chart archive wanted: found in the cache (`hit`) or not.
-    pub fn chart_cache(&self, hit: bool) {
+    pub(crate) fn chart_cache(&self, hit: bool) {
         if hit {
             self.charts.hits.inc();
         } else {
@@ -499,7 +499,7 @@ impl Metrics {
     }
 
     /// Counts `bytes` fetched by the chart cache: `index` or `archive`.
-    pub fn chart_fetched(&self, kind: &'static str, bytes: u64) {
+    pub(crate) fn chart_fetched(&self, kind: &'static str, bytes: u64) {
         self.charts
             .fetched
             .get_or_create(&KindLabels { kind })
@@ -507,7 +507,7 @@ impl Metrics {
     }
 
     /// Records the size of the archives the chart cache keeps.
-    pub fn chart_cache_size(&self, bytes: u64) {
+    pub(crate) fn chart_cache_size(&self, bytes: u64) {
         self.charts
             .size
             .set(i64::try_from(bytes).unwrap_or(i64::MAX));
@@ -515,7 +515,7 @@ impl Metrics {
 
     /// Counts one reconcile of a `Controller` that took `seconds`; `error` is the failure's
     /// label (its error's `metric_label()`), `None` when it succeeded.
-    pub fn reconcile(&self, seconds: f64, error: Option<&'static str>) {
+    pub(crate) fn reconcile(&self, seconds: f64, error: Option<&'static str>) {
         let result = if error.is_some() { "error" } else { "ok" };
         self.reconciles
             .runs
@@ -531,7 +531,7 @@ impl Metrics {
     }
 
     /// Counts one finished Helm job on `cluster` with its `outcome` (such as `applied`, `failed`).
-    pub fn helm_job(&self, cluster: &str, outcome: &str, seconds: f64) {
+    pub(crate) fn helm_job(&self, cluster: &str, outcome: &str, seconds: f64) {
         self.jobs
             .finished
             .get_or_create(&JobLabels {
@@ -548,7 +548,7 @@ impl Metrics {
     }
 
     /// Counts drift `found` in, or `repaired` on, `cluster`.
-    pub fn drift(&self, cluster: &str, action: &'static str) {
+    pub(crate) fn drift(&self, cluster: &str, action: &'static str) {
         self.releases
             .drift
             .get_or_create(&DriftLabels {
@@ -559,22 +559,22 @@ impl Metrics {
     }
 
     /// Records how long a Helm job waited in the queue before it started.
-    pub fn queue_wait(&self, seconds: f64) {
+    pub(crate) fn queue_wait(&self, seconds: f64) {
         self.jobs.queue_wait.observe(seconds.max(0.0));
     }
 
     /// Records how long a change took to reach a resource's status.
-    pub fn status_propagation(&self, seconds: f64) {
+    pub(crate) fn status_propagation(&self, seconds: f64) {
         self.status.propagation.observe(seconds.max(0.0));
     }
 
     /// Records how long a finished rollout took.
-    pub fn rollout(&self, seconds: f64) {
+    pub(crate) fn rollout(&self, seconds: f64) {
         self.reconciles.rollout_duration.observe(seconds.max(0.0));
     }
 
     /// Counts one restart of a broken watch stream on `cluster`.
-    pub fn watch_restart(&self, cluster: &str) {
+    pub(crate) fn watch_restart(&self, cluster: &str) {
         self.watches
             .restarts
             .get_or_create(&ClusterLabels {
@@ -584,22 +584,22 @@ impl Metrics {
     }
 
     /// Counts one event delivered by a watch.
-    pub fn watch_event(&self) {
+    pub(crate) fn watch_event(&self) {
         self.watches.events.inc();
     }
 
     /// Counts one status write to a `Controller`.
-    pub fn status_write(&self) {
+    pub(crate) fn status_write(&self) {
         self.status.written.inc();
     }
 
     /// Counts one status write skipped because nothing changed.
-    pub fn status_write_skipped(&self) {
+    pub(crate) fn status_write_skipped(&self) {
         self.status.skipped.inc();
     }
 
     /// Counts one reload of the registration file: applied (`ok`) or refused.
-    pub fn registry_reload(&self, ok: bool) {
+    pub(crate) fn registry_reload(&self, ok: bool) {
         if ok {
             self.clusters.reloads.inc();
         } else {
@@ -609,7 +609,7 @@ impl Metrics {
 
     /// Records how many releases are left without a manager: their owner is gone, or their
     /// cluster is no longer registered.
-    pub fn orphaned(&self, owner_gone: usize, unregistered: usize) {
+    pub(crate) fn orphaned(&self, owner_gone: usize, unregistered: usize) {
         for (reason, n) in ORPHAN_REASONS.into_iter().zip([owner_gone, unregistered]) {
             self.releases
                 .orphaned
@@ -619,7 +619,7 @@ impl Metrics {
     }
 
     /// Sets the gauges sampled at scrape time and encodes every metric as OpenMetrics text.
-    pub fn render(&self, gauges: &Gauges) -> String {
+    pub(crate) fn render(&self, gauges: &Gauges) -> String {
         let _scrape = self.scrape.lock().unwrap_or_else(PoisonError::into_inner);
         self.jobs.sample(gauges);
         self.watches.sample(gauges);

@@ -36,39 +36,39 @@ use crate::{
 pub struct DiffArgs {
     /// File of one or more Controller resources (YAML, documents separated by `---`); `-` reads stdin.
     #[arg(short = 'f', long = "filename")]
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
     /// Show only the releases of this cluster.
     #[arg(long)]
-    pub cluster: Option<String>,
+    pub(crate) cluster: Option<String>,
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = DiffOutput::Text)]
-    pub output: DiffOutput,
+    pub(crate) output: DiffOutput,
     /// Hub namespace of resources that name none; default: the kubeconfig context's namespace, or "default".
     #[arg(short, long)]
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
     /// Where the clusters are.
     #[command(flatten)]
-    pub clusters: ClusterArgs,
+    pub(crate) clusters: ClusterArgs,
     /// Directory of local charts, looked up by chartName, as the operator's `--chart-home`.
     #[arg(long, env = "CHART_HOME", default_value = "charts")]
-    pub chart_home: PathBuf,
+    pub(crate) chart_home: PathBuf,
     /// How TenancyPolicy resources apply, as the operator's `--tenancy-policy`.
     #[arg(long, value_enum, default_value_t = PolicyMode::Enforce, env = "TENANCY_HUB_TENANCY_POLICY")]
-    pub tenancy_policy: PolicyMode,
+    pub(crate) tenancy_policy: PolicyMode,
     /// The operator's namespace, which no policy pattern matches.
     #[arg(long, env = "POD_NAMESPACE", default_value = "tenancy-hub")]
-    pub operator_namespace: String,
+    pub(crate) operator_namespace: String,
     /// The helm binary.
     #[arg(long, env = "TENANCY_HUB_HELM", default_value = "helm")]
-    pub helm: PathBuf,
+    pub(crate) helm: PathBuf,
     /// Timeout of each helm call, in seconds.
     #[arg(long, default_value_t = 120)]
-    pub helm_timeout: u64,
+    pub(crate) helm_timeout: u64,
 }
 
 /// How `diff` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum DiffOutput {
+pub(crate) enum DiffOutput {
     /// A header per release, then a unified diff of its manifests.
     Text,
     /// A JSON array of {cluster, namespace, release, action, reason?, diff?}.
@@ -78,7 +78,7 @@ pub enum DiffOutput {
 /// What applying the file would do to one release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Action {
+pub(crate) enum Action {
     /// A first `helm install`.
     Install,
     /// A `helm upgrade` to a new revision.
@@ -109,24 +109,24 @@ impl Action {
 
 /// One release of the preview.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// Registered cluster name.
-    pub cluster: String,
+    pub(crate) cluster: String,
     /// Namespace on that cluster.
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// Helm release name; empty for a problem of a whole tenancy.
-    pub release: String,
+    pub(crate) release: String,
     /// What would happen.
-    pub action: Action,
+    pub(crate) action: Action,
     /// Why, when it is refused, unknown, held back or could not be rendered.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub(crate) reason: Option<String>,
     /// Unified diff of the deployed manifest against the rendered one, Secrets' values masked.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub diff: Option<String>,
+    pub(crate) diff: Option<String>,
     /// Revision deployed now.
     #[serde(skip)]
-    pub revision: Option<i64>,
+    pub(crate) revision: Option<i64>,
 }
 
 impl Entry {
@@ -143,13 +143,13 @@ impl Entry {
     }
 
     /// `cluster/namespace/release`.
-    pub fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         format!("{}/{}/{}", self.cluster, self.namespace, self.release)
     }
 }
 
 /// What a plan would do, release by release, sorted by cluster, namespace and release.
-pub fn entries(plan: &Plan, applied: &HashMap<ReleaseKey, Applied>) -> Vec<Entry> {
+pub(crate) fn entries(plan: &Plan, applied: &HashMap<ReleaseKey, Applied>) -> Vec<Entry> {
     let revision = |k: &ReleaseKey| applied.get(k).map(|a| a.revision);
     let mut out: Vec<Entry> = Vec::new();
     let mut jobs: BTreeSet<&ReleaseKey> = BTreeSet::new();
@@ -231,7 +231,7 @@ fn placeholder() -> ReleaseKey {
 /// The exit code, as `kubectl diff`: 0 when nothing would change, 1 when a release would be
 /// installed, upgraded or uninstalled or is refused (the file asks for something that would not
 /// be delivered), 2 when a cluster could not be read.
-pub fn exit_code(entries: &[Entry]) -> u8 {
+pub(crate) fn exit_code(entries: &[Entry]) -> u8 {
     if entries.iter().any(|e| e.action == Action::Unknown) {
         2
     } else if entries.iter().any(|e| e.action != Action::Unchanged) {
@@ -285,7 +285,7 @@ fn mask_document(doc: &str, salt: &[u8]) -> String {
 }
 
 /// A manifest (YAML documents separated by `---` lines) with every Secret's values masked.
-pub fn mask_secrets(manifest: &str, salt: &[u8]) -> String {
+pub(crate) fn mask_secrets(manifest: &str, salt: &[u8]) -> String {
     let mut out = String::new();
     let mut doc = String::new();
     for line in manifest.lines() {
@@ -303,7 +303,7 @@ pub fn mask_secrets(manifest: &str, salt: &[u8]) -> String {
 }
 
 /// A unified diff of two manifests, empty when they are the same.
-pub fn unified(old: &str, new: &str, old_name: &str, new_name: &str) -> String {
+pub(crate) fn unified(old: &str, new: &str, old_name: &str, new_name: &str) -> String {
     similar::TextDiff::from_lines(old, new)
         .unified_diff()
         .context_radius(3)
@@ -312,7 +312,7 @@ pub fn unified(old: &str, new: &str, old_name: &str, new_name: &str) -> String {
 }
 
 /// The header line of an entry, as `member-1/team-a/web: upgrade (revision 3 -> 4)`.
-pub fn header(entry: &Entry) -> String {
+pub(crate) fn header(entry: &Entry) -> String {
     let name = entry.name();
     let what = match (entry.action, entry.revision) {
         (Action::Install, _) => "install (revision 1)".to_owned(),
@@ -328,7 +328,7 @@ pub fn header(entry: &Entry) -> String {
 }
 
 /// The preview as text: a header per release, each followed by its diff.
-pub fn render_text(entries: &[Entry]) -> String {
+pub(crate) fn render_text(entries: &[Entry]) -> String {
     let mut out = String::new();
     for entry in entries {
         out.push_str(&header(entry));
@@ -344,12 +344,12 @@ pub fn render_text(entries: &[Entry]) -> String {
 }
 
 /// The preview as a JSON array.
-pub fn render_json(entries: &[Entry]) -> String {
+pub(crate) fn render_json(entries: &[Entry]) -> String {
     serde_json::to_string_pretty(entries).expect("plain data serializes") + "\n"
 }
 
 /// The Controllers of a file; those naming no namespace go to `namespace`.
-pub fn parse_file(text: &str, namespace: &str) -> anyhow::Result<Vec<Controller>> {
+pub(crate) fn parse_file(text: &str, namespace: &str) -> anyhow::Result<Vec<Controller>> {
     use serde::Deserialize as _;
     let mut out = Vec::new();
     for (index, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
@@ -404,7 +404,7 @@ async fn render_for(client: kube::Client) -> RenderFor {
 }
 
 /// Runs `tenancy-hub diff`: reads the hub and the clusters, plans, renders and prints; writes nothing.
-pub async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
     let text = read_file(&args.file)?;
     let registry = args.clusters.registry().await?;
     let hub_name: ClusterName = HUB_CLUSTER.parse().expect("the hub's name is valid");

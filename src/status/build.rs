@@ -19,82 +19,82 @@ use crate::{
 };
 
 /// Release phases shown in `chartMessages[].phase`.
-pub mod phase {
+pub(crate) mod phase {
     /// Installed or upgraded to the current spec.
-    pub const DEPLOYED: &str = "Deployed";
+    pub(crate) const DEPLOYED: &str = "Deployed";
     /// Waiting for or running a Helm job.
-    pub const PENDING: &str = "Pending";
+    pub(crate) const PENDING: &str = "Pending";
     /// The last Helm job failed.
-    pub const FAILED: &str = "Failed";
+    pub(crate) const FAILED: &str = "Failed";
     /// Held by someone else; left alone.
-    pub const CONFLICT: &str = "Conflict";
+    pub(crate) const CONFLICT: &str = "Conflict";
     /// Not known: the cluster has not been reached yet.
-    pub const UNKNOWN: &str = "Unknown";
+    pub(crate) const UNKNOWN: &str = "Unknown";
     /// Cannot be planned as written.
-    pub const INVALID: &str = "Invalid";
+    pub(crate) const INVALID: &str = "Invalid";
     /// Not allowed by the tenancy policies: no Helm call; what runs stays as it is.
-    pub const FORBIDDEN: &str = "Forbidden";
+    pub(crate) const FORBIDDEN: &str = "Forbidden";
     /// Left in a cluster that is no longer registered.
-    pub const ORPHANED: &str = "Orphaned";
+    pub(crate) const ORPHANED: &str = "Orphaned";
     /// A change to it is held back by `suspend`: what runs stays as it is until resumed.
-    pub const SUSPENDED: &str = "Suspended";
+    pub(crate) const SUSPENDED: &str = "Suspended";
 }
 
 /// The last outcome of a release's Helm job, with the fingerprint of the job.
 #[derive(Clone, Debug, PartialEq)]
-pub struct LastOutcome {
+pub(crate) struct LastOutcome {
     /// What the job was meant to reach (see `Job::fingerprint`).
-    pub fingerprint: String,
+    pub(crate) fingerprint: String,
     /// What it came to.
-    pub outcome: Outcome,
+    pub(crate) outcome: Outcome,
     /// The resource the job was done for.
-    pub owner: crate::plan::OwnerId,
+    pub(crate) owner: crate::plan::OwnerId,
     /// True when nothing more happens without a spec change (a permanent or stalled failure).
-    pub settled: bool,
+    pub(crate) settled: bool,
 }
 
 /// Everything the release part of the status is built from.
-pub struct ReleaseView<'a> {
+pub(crate) struct ReleaseView<'a> {
     /// The plan just made.
-    pub plan: &'a Plan,
+    pub(crate) plan: &'a Plan,
     /// Releases in the clusters.
-    pub applied: &'a HashMap<ReleaseKey, Applied>,
+    pub(crate) applied: &'a HashMap<ReleaseKey, Applied>,
     /// Last outcome per release.
-    pub outcomes: &'a HashMap<ReleaseKey, LastOutcome>,
+    pub(crate) outcomes: &'a HashMap<ReleaseKey, LastOutcome>,
     /// Releases with a job queued or running.
-    pub busy: &'a BTreeSet<ReleaseKey>,
+    pub(crate) busy: &'a BTreeSet<ReleaseKey>,
     /// Clusters whose release records are known.
-    pub synced: &'a BTreeSet<ClusterName>,
+    pub(crate) synced: &'a BTreeSet<ClusterName>,
     /// The resource's generation.
-    pub generation: Option<i64>,
+    pub(crate) generation: Option<i64>,
     /// Drift found in the deployed revision of releases.
-    pub drift: &'a HashMap<ReleaseKey, DriftStatus>,
+    pub(crate) drift: &'a HashMap<ReleaseKey, DriftStatus>,
 }
 
 /// The release side of a resource's status, waiting to be joined with what runs.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct ReleaseReport {
+pub(crate) struct ReleaseReport {
     /// One entry per cluster/namespace with its chart messages.
-    pub tenancies: Vec<TenancyStatus>,
+    pub(crate) tenancies: Vec<TenancyStatus>,
     /// Problems that belong to no cluster/namespace.
-    pub general: Vec<String>,
+    pub(crate) general: Vec<String>,
     /// Clusters whose release records are known.
-    pub synced: BTreeSet<ClusterName>,
+    pub(crate) synced: BTreeSet<ClusterName>,
     /// The resource's generation.
-    pub generation: Option<i64>,
+    pub(crate) generation: Option<i64>,
     /// While the resource is being deleted: what the deletion waits for.
-    pub deleting: Option<String>,
+    pub(crate) deleting: Option<String>,
     /// What the spec suspends, in words, when it suspends anything.
-    pub suspended: Option<String>,
+    pub(crate) suspended: Option<String>,
     /// The rollout of the newest generation, when `spec.rollout` is set.
-    pub rollout: Option<crate::api::crd::RolloutStatus>,
+    pub(crate) rollout: Option<crate::api::crd::RolloutStatus>,
 }
 
 /// Pods listed per cluster/namespace entry before only pods that are not ready are listed.
 pub const POD_LIST_LIMIT: usize = 50;
 
 /// The serialized status stays below this many bytes.
-pub const STATUS_BUDGET: usize = 200 * 1024;
+pub(crate) const STATUS_BUDGET: usize = 200 * 1024;
 
 fn message(
     release: &Release,
@@ -259,7 +259,7 @@ fn problem_message(problem: &Problem, key: &ReleaseKey) -> ChartMessage {
 }
 
 /// The release side of the status: one entry per cluster/namespace with its releases.
-pub fn releases(view: &ReleaseView<'_>) -> ReleaseReport {
+pub(crate) fn releases(view: &ReleaseView<'_>) -> ReleaseReport {
     let mut tenancies: BTreeMap<(String, String), TenancyStatus> = BTreeMap::new();
     let mut general = Vec::new();
     let held = HeldBack::of(view.plan);
@@ -341,7 +341,7 @@ pub fn releases(view: &ReleaseView<'_>) -> ReleaseReport {
 /// the releases the gate held back or this round queued get their message again, and the held
 /// releases no longer in the spec are added where a build puts them; the result equals
 /// `releases(view)`, so a reconcile builds its report once.
-pub fn after_gate(
+pub(crate) fn after_gate(
     mut report: ReleaseReport,
     view: &ReleaseView<'_>,
     queued_before: &BTreeSet<ReleaseKey>,
@@ -412,7 +412,7 @@ pub fn after_gate(
 
 /// The release side of a resource being deleted: what its status last said of its releases, and
 /// what the deletion waits for.
-pub fn deleting(
+pub(crate) fn deleting(
     previous: Option<&ControllerStatus>,
     generation: Option<i64>,
     waiting: String,
@@ -442,7 +442,7 @@ pub fn deleting(
 }
 
 /// Adds releases left in clusters no longer registered, each to its cluster/namespace entry.
-pub fn add_orphans<'a>(
+pub(crate) fn add_orphans<'a>(
     report: &mut ReleaseReport,
     orphans: impl IntoIterator<Item = &'a ReleaseKey>,
 ) {
@@ -468,7 +468,7 @@ pub fn add_orphans<'a>(
 /// Joins the release side with what runs (`scope` looks a cluster/namespace up in the model,
 /// `reachable` tells whether a cluster answers): workloads and pods per entry, freshness,
 /// per-cluster summaries, totals and conditions, bounded.
-pub fn assemble(
+pub(crate) fn assemble(
     report: &ReleaseReport,
     scope: &dyn Fn(&str, &str) -> Option<ScopeState>,
     reachable: &dyn Fn(&str) -> bool,
@@ -500,23 +500,23 @@ pub fn assemble(
 
 /// One cluster judged by the `Ready` rule, for the rollout gate.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ClusterReadiness {
+pub(crate) struct ClusterReadiness {
     /// Every managed release deployed from the newest spec, watched live, workloads rolled
     /// out, pods ready.
-    pub ready: bool,
+    pub(crate) ready: bool,
     /// Every managed release deployed from the newest spec (whatever its pods do).
-    pub deployed: bool,
+    pub(crate) deployed: bool,
     /// A release whose Helm job for the newest spec failed: release and message.
-    pub failed: Option<(String, String)>,
+    pub(crate) failed: Option<(String, String)>,
     /// What it waits for when not ready: a release (may be empty) and words.
-    pub waiting: Option<(String, String)>,
+    pub(crate) waiting: Option<(String, String)>,
 }
 
 /// Judges one cluster of a release report by exactly the rule `Ready` applies to the whole
 /// resource, on the releases tenancy-hub manages there (a release refused by the policies, held
 /// by another owner, not plannable or suspended is not this cluster's health: it is reported,
 /// not waited for).
-pub fn cluster_readiness(
+pub(crate) fn cluster_readiness(
     report: &ReleaseReport,
     cluster: &str,
     scope: &dyn Fn(&str, &str) -> Option<ScopeState>,
@@ -672,7 +672,7 @@ fn entry_ready(t: &TenancyStatus) -> bool {
 /// Shrinks a status until it serializes within `budget` bytes: ready pods go first, then ready
 /// workloads, then deployed releases, then whole entries, ready ones before any that shows a
 /// problem; counts stay.
-pub fn bound(status: &mut ControllerStatus, budget: usize) {
+pub(crate) fn bound(status: &mut ControllerStatus, budget: usize) {
     let size = |s: &ControllerStatus| serde_json::to_vec(s).map_or(0, |v| v.len());
     let mut limit = POD_LIST_LIMIT;
     while size(status) > budget && limit > 0 {
