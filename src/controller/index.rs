@@ -10,7 +10,7 @@ use crate::{
     api::key::ReleaseKey,
     controller::{drift::DriftBoard, interest::Interest},
     plan::OwnerId,
-    status::build::LastOutcome,
+    status::report::LastOutcome,
 };
 
 /// The per-Controller state of the reconciler and its loops. Service handles (queue, writer,

@@ -27,7 +27,7 @@ use crate::{
     observe::releases::RecordChange,
     plan::{Job, OwnerId},
     queue::{Completed, FailureKind, Outcome},
-    status::build::LastOutcome,
+    status::report::LastOutcome,
 };
 
 /// Wakes the owner of a changed release record and every resource asking for that release; after

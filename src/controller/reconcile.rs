@@ -28,7 +28,8 @@ use crate::{
     plan::rollout,
     plan::{self, Applied, Inputs, Job, OwnerId, owner_id},
     queue::Outcome,
-    status::build::{self as status, LastOutcome, ReleaseView},
+    status::build::cluster_readiness,
+    status::report::{self as status, LastOutcome, ReleaseView},
 };
 
 /// Finalizer that holds a resource until its releases are uninstalled everywhere.
@@ -324,7 +325,7 @@ async fn gate_rollout(
         .map(|cluster| {
             let work = plan.jobs.iter().any(|j| j.key().scope.cluster == *cluster)
                 || busy.iter().any(|k| k.scope.cluster == *cluster);
-            let judged = status::cluster_readiness(report, cluster.as_str(), &lookup);
+            let judged = cluster_readiness(report, cluster.as_str(), &lookup);
             let updated = !work && judged.deployed;
             (
                 cluster.clone(),

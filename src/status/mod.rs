@@ -1,4 +1,7 @@
-//! The hub resource's status: the pure builder and the paced writer.
+//! The hub resource's status: release phases, the release side, conditions, the pure builder and the paced writer.
 
 pub mod build;
+pub(crate) mod conditions;
+pub(crate) mod phase;
+pub(crate) mod report;
 pub(crate) mod writer;

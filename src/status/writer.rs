@@ -21,7 +21,8 @@ use crate::{
     api::crd::{Controller, ControllerStatus},
     api::key::ClusterNamespace,
     observe::model::ScopeState,
-    status::build::{self as status, ReleaseReport},
+    status::build as status,
+    status::report::ReleaseReport,
 };
 
 /// Status writes running at once.

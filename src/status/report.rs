@@ -1,0 +1,450 @@
+//! The release side of a resource's status: plan, applied releases and job outcomes become chart messages per cluster/namespace, built once per reconcile (pure).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use crate::{
+    api::crd::{ChartMessage, ControllerStatus, DriftStatus, TenancyStatus},
+    api::key::{ClusterName, ReleaseKey},
+    plan::{Applied, Plan, Problem, Release},
+    queue::Outcome,
+};
+
+use crate::status::phase;
+
+/// The last outcome of a release's Helm job, with the fingerprint of the job.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct LastOutcome {
+    /// What the job was meant to reach (see `Job::fingerprint`).
+    pub(crate) fingerprint: String,
+    /// What it came to.
+    pub(crate) outcome: Outcome,
+    /// The resource the job was done for.
+    pub(crate) owner: crate::plan::OwnerId,
+    /// True when nothing more happens without a spec change (a permanent or stalled failure).
+    pub(crate) settled: bool,
+}
+
+/// Everything the release part of the status is built from.
+pub(crate) struct ReleaseView<'a> {
+    /// The plan just made.
+    pub(crate) plan: &'a Plan,
+    /// Releases in the clusters.
+    pub(crate) applied: &'a HashMap<ReleaseKey, Applied>,
+    /// Last outcome per release.
+    pub(crate) outcomes: &'a HashMap<ReleaseKey, LastOutcome>,
+    /// Releases with a job queued or running.
+    pub(crate) busy: &'a BTreeSet<ReleaseKey>,
+    /// Clusters whose release records are known.
+    pub(crate) synced: &'a BTreeSet<ClusterName>,
+    /// The resource's generation.
+    pub(crate) generation: Option<i64>,
+    /// Drift found in the deployed revision of releases.
+    pub(crate) drift: &'a HashMap<ReleaseKey, DriftStatus>,
+}
+
+/// The release side of a resource's status, waiting to be joined with what runs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct ReleaseReport {
+    /// One entry per cluster/namespace with its chart messages.
+    pub(crate) tenancies: Vec<TenancyStatus>,
+    /// Problems that belong to no cluster/namespace.
+    pub(crate) general: Vec<String>,
+    /// Clusters whose release records are known.
+    pub(crate) synced: BTreeSet<ClusterName>,
+    /// The resource's generation.
+    pub(crate) generation: Option<i64>,
+    /// While the resource is being deleted: what the deletion waits for.
+    pub(crate) deleting: Option<String>,
+    /// What the spec suspends, in words, when it suspends anything.
+    pub(crate) suspended: Option<String>,
+    /// The rollout of the newest generation, when `spec.rollout` is set.
+    pub(crate) rollout: Option<crate::api::crd::RolloutStatus>,
+}
+
+pub(crate) fn message(
+    release: &Release,
+    phase: &str,
+    error: String,
+    revision: Option<i64>,
+    chart_version: String,
+) -> ChartMessage {
+    ChartMessage {
+        chart_name: release.chart_name.clone(),
+        release_name: release.key.release.clone(),
+        setting_map: release.settings.iter().cloned().collect(),
+        error_message: error,
+        phase: phase.to_owned(),
+        revision,
+        chart_version,
+        drift: None,
+    }
+}
+
+/// The releases of a plan whose Helm work is held back, by `suspend` or by the rollout, as sets:
+/// asked once per release.
+pub(crate) struct HeldBack<'a> {
+    suspended: HashSet<&'a ReleaseKey>,
+    rollout: HashSet<&'a ReleaseKey>,
+}
+
+impl<'a> HeldBack<'a> {
+    fn of(plan: &'a Plan) -> Self {
+        Self {
+            suspended: plan.suspended.iter().collect(),
+            rollout: plan.rollout_held.iter().collect(),
+        }
+    }
+}
+
+pub(crate) fn release_message(
+    release: &Release,
+    view: &ReleaseView<'_>,
+    held: &HeldBack<'_>,
+) -> ChartMessage {
+    ChartMessage {
+        drift: view.drift.get(&release.key).cloned(),
+        ..plain_release_message(release, view, held)
+    }
+}
+
+pub(crate) fn plain_release_message(
+    release: &Release,
+    view: &ReleaseView<'_>,
+    held: &HeldBack<'_>,
+) -> ChartMessage {
+    let applied = view.applied.get(&release.key);
+    // Only the outcome of a job for the current spec counts: after a revert to a good spec, an
+    // old failure says nothing about the release.
+    let current_job = format!("apply:{}", release.spec_hash);
+    let last = view
+        .outcomes
+        .get(&release.key)
+        .filter(|l| l.fingerprint == current_job);
+    let failure = last.and_then(|l| match &l.outcome {
+        Outcome::Failed { message, .. } => Some(message.clone()),
+        _ => None,
+    });
+    let chart_version = last
+        .and_then(|l| match &l.outcome {
+            Outcome::Applied { chart_version, .. } => Some(chart_version.clone()),
+            _ => None,
+        })
+        .unwrap_or_default();
+    let current = applied
+        .filter(|a| a.status == "deployed" && a.spec_hash.as_deref() == Some(&release.spec_hash));
+    if held.suspended.contains(&release.key) {
+        return message(
+            release,
+            phase::SUSPENDED,
+            "suspended: this change is applied once resumed".into(),
+            applied.map(|a| a.revision),
+            chart_version,
+        );
+    }
+    if held.rollout.contains(&release.key) {
+        return message(
+            release,
+            phase::PENDING,
+            view.plan.rollout_note.clone().unwrap_or_default(),
+            applied.map(|a| a.revision),
+            chart_version,
+        );
+    }
+    if view.busy.contains(&release.key) {
+        return message(
+            release,
+            phase::PENDING,
+            failure.unwrap_or_default(),
+            applied.map(|a| a.revision),
+            chart_version,
+        );
+    }
+    if let Some(error) = failure {
+        return message(
+            release,
+            phase::FAILED,
+            error,
+            applied.map(|a| a.revision),
+            chart_version,
+        );
+    }
+    if let Some(a) = current {
+        return message(
+            release,
+            phase::DEPLOYED,
+            String::new(),
+            Some(a.revision),
+            chart_version,
+        );
+    }
+    if !view.synced.contains(&release.key.scope.cluster) {
+        let note = format!(
+            "cluster {} has not been reached yet",
+            release.key.scope.cluster
+        );
+        return message(release, phase::UNKNOWN, note, None, chart_version);
+    }
+    message(
+        release,
+        phase::PENDING,
+        String::new(),
+        applied.map(|a| a.revision),
+        chart_version,
+    )
+}
+
+/// The message of a release no longer in the spec whose uninstall the rollout holds back.
+pub(crate) fn held_removal(key: &ReleaseKey, view: &ReleaseView<'_>) -> ChartMessage {
+    ChartMessage {
+        release_name: key.release.clone(),
+        phase: phase::PENDING.into(),
+        error_message: format!(
+            "no longer in the spec, uninstalled when the rollout reaches this cluster; {}",
+            view.plan.rollout_note.as_deref().unwrap_or_default()
+        ),
+        revision: view.applied.get(key).map(|a| a.revision),
+        ..Default::default()
+    }
+}
+
+pub(crate) fn problem_message(problem: &Problem, key: &ReleaseKey) -> ChartMessage {
+    let phase = match problem {
+        Problem::Conflict { .. } => phase::CONFLICT,
+        Problem::Forbidden { .. } => phase::FORBIDDEN,
+        _ => phase::INVALID,
+    };
+    ChartMessage {
+        chart_name: match problem {
+            Problem::MissingChart { chart, .. }
+            | Problem::Duplicate { chart, .. }
+            | Problem::Forbidden { chart, .. } => chart.clone(),
+            _ => String::new(),
+        },
+        release_name: key.release.clone(),
+        error_message: problem.to_string(),
+        phase: phase.to_owned(),
+        ..Default::default()
+    }
+}
+
+/// The release side of the status: one entry per cluster/namespace with its releases.
+pub(crate) fn releases(view: &ReleaseView<'_>) -> ReleaseReport {
+    let mut tenancies: BTreeMap<(String, String), TenancyStatus> = BTreeMap::new();
+    let mut general = Vec::new();
+    let held = HeldBack::of(view.plan);
+    for release in &view.plan.desired {
+        let scope = &release.key.scope;
+        entry(&mut tenancies, scope.cluster.as_str(), &scope.namespace)
+            .chart_messages
+            .push(release_message(release, view, &held));
+    }
+    let desired: BTreeSet<&ReleaseKey> = view.plan.desired.iter().map(|r| &r.key).collect();
+    for key in view.plan.suspended.iter().filter(|k| !desired.contains(k)) {
+        entry(
+            &mut tenancies,
+            key.scope.cluster.as_str(),
+            &key.scope.namespace,
+        )
+        .chart_messages
+        .push(ChartMessage {
+            release_name: key.release.clone(),
+            phase: phase::SUSPENDED.into(),
+            error_message: "suspended: no longer in the spec, uninstalled once resumed".into(),
+            revision: view.applied.get(key).map(|a| a.revision),
+            ..Default::default()
+        });
+    }
+    for key in view
+        .plan
+        .rollout_held
+        .iter()
+        .filter(|k| !desired.contains(k))
+    {
+        entry(
+            &mut tenancies,
+            key.scope.cluster.as_str(),
+            &key.scope.namespace,
+        )
+        .chart_messages
+        .push(held_removal(key, view));
+    }
+    for problem in &view.plan.problems {
+        match (problem.release(), problem) {
+            (Some(key), _) => entry(
+                &mut tenancies,
+                key.scope.cluster.as_str(),
+                &key.scope.namespace,
+            )
+            .chart_messages
+            .push(problem_message(problem, key)),
+            (
+                None,
+                Problem::UnknownCluster {
+                    namespace, cluster, ..
+                },
+            ) => {
+                entry(&mut tenancies, cluster, namespace)
+                    .chart_messages
+                    .push(ChartMessage {
+                        error_message: problem.to_string(),
+                        phase: phase::INVALID.into(),
+                        ..Default::default()
+                    });
+            }
+            (None, _) => general.push(problem.to_string()),
+        }
+    }
+    ReleaseReport {
+        tenancies: tenancies.into_values().collect(),
+        general,
+        synced: view.synced.clone(),
+        generation: view.generation,
+        deleting: None,
+        suspended: view.plan.suspension.clone(),
+        rollout: None,
+    }
+}
+
+/// The report the rollout gate judged (built from the plan before the gate, with the jobs queued
+/// before it), brought up to `view`: the plan the gate let through and the jobs queued now. Only
+/// the releases the gate held back or this round queued get their message again, and the held
+/// releases no longer in the spec are added where a build puts them; the result equals
+/// `releases(view)`, so a reconcile builds its report once.
+pub(crate) fn after_gate(
+    mut report: ReleaseReport,
+    view: &ReleaseView<'_>,
+    queued_before: &BTreeSet<ReleaseKey>,
+) -> ReleaseReport {
+    let held = HeldBack::of(view.plan);
+    let changed = |key: &ReleaseKey| {
+        held.rollout.contains(key) || (view.busy.contains(key) && !queued_before.contains(key))
+    };
+    let mut at: HashMap<(&str, &str), usize> = HashMap::new();
+    for (i, t) in report.tenancies.iter().enumerate() {
+        at.insert((t.cluster.as_str(), t.namespace.as_str()), i);
+    }
+    let mut fresh: Vec<(usize, usize, ChartMessage)> = Vec::new();
+    let mut seen: HashMap<(&str, &str), usize> = HashMap::new();
+    for release in &view.plan.desired {
+        let scope = &release.key.scope;
+        let place = (scope.cluster.as_str(), scope.namespace.as_str());
+        // The n-th desired release of a cluster/namespace is its n-th message, as built.
+        let nth = seen.entry(place).or_default();
+        let slot = *nth;
+        *nth += 1;
+        if changed(&release.key)
+            && let Some(&t) = at.get(&place)
+        {
+            fresh.push((t, slot, release_message(release, view, &held)));
+        }
+    }
+    for (t, slot, message) in fresh {
+        report.tenancies[t].chart_messages[slot] = message;
+    }
+    let desired: BTreeSet<&ReleaseKey> = view.plan.desired.iter().map(|r| &r.key).collect();
+    for key in view
+        .plan
+        .rollout_held
+        .iter()
+        .filter(|k| !desired.contains(k))
+    {
+        let message = held_removal(key, view);
+        let (cluster, namespace) = (key.scope.cluster.as_str(), key.scope.namespace.as_str());
+        let t = match report.tenancies.binary_search_by(|t| {
+            (t.cluster.as_str(), t.namespace.as_str()).cmp(&(cluster, namespace))
+        }) {
+            Ok(t) => t,
+            Err(t) => {
+                report.tenancies.insert(
+                    t,
+                    TenancyStatus {
+                        cluster: cluster.to_owned(),
+                        namespace: namespace.to_owned(),
+                        ..Default::default()
+                    },
+                );
+                t
+            }
+        };
+        let messages = &mut report.tenancies[t].chart_messages;
+        // After the releases and the suspended ones, before the problems.
+        let before = messages
+            .iter()
+            .position(|m| {
+                [phase::CONFLICT, phase::FORBIDDEN, phase::INVALID].contains(&m.phase.as_str())
+            })
+            .unwrap_or(messages.len());
+        messages.insert(before, message);
+    }
+    report
+}
+
+/// The release side of a resource being deleted: what its status last said of its releases, and
+/// what the deletion waits for.
+pub(crate) fn deleting(
+    previous: Option<&ControllerStatus>,
+    generation: Option<i64>,
+    waiting: String,
+) -> ReleaseReport {
+    let tenancies = previous
+        .map(|s| {
+            s.updated_tenancies
+                .iter()
+                .map(|t| TenancyStatus {
+                    cluster: t.cluster.clone(),
+                    namespace: t.namespace.clone(),
+                    chart_messages: t.chart_messages.clone(),
+                    ..Default::default()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    ReleaseReport {
+        tenancies,
+        general: Vec::new(),
+        synced: BTreeSet::new(),
+        generation,
+        deleting: Some(waiting),
+        suspended: None,
+        rollout: previous.and_then(|s| s.rollout.clone()),
+    }
+}
+
+/// Adds releases left in clusters no longer registered, each to its cluster/namespace entry.
+pub(crate) fn add_orphans<'a>(
+    report: &mut ReleaseReport,
+    orphans: impl IntoIterator<Item = &'a ReleaseKey>,
+) {
+    let mut tenancies: BTreeMap<(String, String), TenancyStatus> = report
+        .tenancies
+        .drain(..)
+        .map(|t| ((t.cluster.clone(), t.namespace.clone()), t))
+        .collect();
+    for key in orphans {
+        let cluster = key.scope.cluster.as_str();
+        entry(&mut tenancies, cluster, &key.scope.namespace).chart_messages.push(ChartMessage {
+            release_name: key.release.clone(),
+            phase: phase::ORPHANED.into(),
+            error_message: format!(
+                "cluster {cluster} is no longer registered; release {key} is left in place, not uninstalled (register the cluster again to manage it)"
+            ),
+            ..Default::default()
+        });
+    }
+    report.tenancies = tenancies.into_values().collect();
+}
+
+/// The entry of one cluster/namespace, made when missing.
+pub(crate) fn entry<'a>(
+    tenancies: &'a mut BTreeMap<(String, String), TenancyStatus>,
+    cluster: &str,
+    namespace: &str,
+) -> &'a mut TenancyStatus {
+    tenancies
+        .entry((cluster.to_owned(), namespace.to_owned()))
+        .or_insert_with(|| TenancyStatus {
+            cluster: cluster.to_owned(),
+            namespace: namespace.to_owned(),
+            ..Default::default()
+        })
+}
