@@ -109,33 +109,20 @@ pub(crate) async fn campaign(
     cancel: CancellationToken,
     lost: CancellationToken,
 ) -> Result<(), crate::runtime::leader::Error> {
-    let api: Api<Lease> = Api::namespaced(client.clone(), &base.namespace);
-    let total = shards.total();
-    let me = replica_lease(&base.name, &base.identity);
-    let replica_prefix = format!("{}-replica-", base.name);
-    let patience = base.lease_duration;
-    // Our own replica Lease is unique to this process: taken at once, renewed from then on.
-    let mut observers: HashMap<String, Observer> = HashMap::new();
-    let presence = loop {
-        let config = LeaseConfig {
-            name: me.clone(),
-            ..base.clone()
-        };
-        let observer = observers.entry(me.clone()).or_default();
-        match Leadership::try_take(client.clone(), config, observer).await {
-            Ok(Some(l)) => break l,
-            Ok(None) => {}
-            Err(e) if !e.is_transient() => return Err(e),
-            Err(e) => tracing::warn!(error = %e, "could not announce this replica; retrying"),
-        }
-        tokio::select! {
-            () = tokio::time::sleep(base.renew_every) => {}
-            () = cancel.cancelled() => return Ok(()),
-        }
+    let mut campaign = Campaign {
+        api: Api::namespaced(client.clone(), &base.namespace),
+        me: replica_lease(&base.name, &base.identity),
+        replica_prefix: format!("{}-replica-", base.name),
+        client,
+        base,
+        observers: HashMap::new(),
+        led: BTreeMap::new(),
+    };
+    let Some(presence) = campaign.announce(&cancel).await? else {
+        return Ok(());
     };
     let absent = presence.lost();
-    let mut led: BTreeMap<u32, Leadership> = BTreeMap::new();
-    let mut ticker = tokio::time::interval(base.renew_every);
+    let mut ticker = tokio::time::interval(campaign.base.renew_every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -146,15 +133,72 @@ pub(crate) async fn campaign(
                 break;
             }
         }
-        if led.values().any(|l| l.lost().is_cancelled()) {
+        if campaign.led.values().any(|l| l.lost().is_cancelled()) {
             lost.cancel();
             break;
         }
-        let leases = match api.list(&Default::default()).await {
+        campaign.step(&shards, &steward).await;
+    }
+    for (shard, l) in std::mem::take(&mut campaign.led) {
+        shards.set(shard, false);
+        if !lost.is_cancelled()
+            && let Err(error) = l.release().await
+        {
+            tracing::warn!(%error, shard, "could not release a shard Lease; it expires");
+        }
+    }
+    if !lost.is_cancelled() {
+        let _ = presence.release().await;
+    }
+    Ok(())
+}
+
+/// One replica's campaign: its Leases, what it saw of every Lease, and the shards it leads.
+struct Campaign {
+    client: kube::Client,
+    api: Api<Lease>,
+    base: LeaseConfig,
+    /// This replica's own Lease.
+    me: String,
+    replica_prefix: String,
+    observers: HashMap<String, Observer>,
+    led: BTreeMap<u32, Leadership>,
+}
+
+impl Campaign {
+    /// Takes this replica's own Lease (unique to this process: taken at once, renewed from then
+    /// on); None when shutdown came first.
+    async fn announce(
+        &mut self,
+        cancel: &CancellationToken,
+    ) -> Result<Option<Leadership>, crate::runtime::leader::Error> {
+        loop {
+            let config = LeaseConfig {
+                name: self.me.clone(),
+                ..self.base.clone()
+            };
+            let observer = self.observers.entry(self.me.clone()).or_default();
+            match Leadership::try_take(self.client.clone(), config, observer).await {
+                Ok(Some(l)) => return Ok(Some(l)),
+                Ok(None) => {}
+                Err(e) if !e.is_transient() => return Err(e),
+                Err(e) => tracing::warn!(error = %e, "could not announce this replica; retrying"),
+            }
+            tokio::select! {
+                () = tokio::time::sleep(self.base.renew_every) => {}
+                () = cancel.cancelled() => return Ok(None),
+            }
+        }
+    }
+
+    /// One round: reads every Lease, prunes stale replicas, counts the live ones, and takes or
+    /// gives up one shard toward a fair share.
+    async fn step(&mut self, shards: &Shards, steward: &impl Steward) {
+        let leases = match self.api.list(&Default::default()).await {
             Ok(list) => list.items,
             Err(error) => {
                 tracing::warn!(%error, "could not list the shard Leases; trying again");
-                continue;
+                return;
             }
         };
         let now = Instant::now();
@@ -163,45 +207,72 @@ pub(crate) async fn campaign(
             .filter_map(|l| Some((l.metadata.name.clone()?, l)))
             .collect();
         for (name, lease) in &by_name {
-            if name.starts_with(&replica_prefix) || name.contains("-shard-") {
-                observers
+            if name.starts_with(&self.replica_prefix) || name.contains("-shard-") {
+                self.observers
                     .entry(name.clone())
                     .or_default()
                     .observe(lease.spec.as_ref(), now);
             }
         }
-        // Replicas that ended without releasing (killed, their pod gone) leave their Lease behind:
-        // one unchanged this long is deleted, so restarts do not pile them up.
+        self.prune_stale_replicas(&by_name, now).await;
+        let live = self.live_replicas(&by_name, now);
+        let total = shards.total();
+        let free = self.free_shards(&by_name, total, now);
+        let held: BTreeSet<u32> = self.led.keys().copied().collect();
+        match decide(&held, &free, total, live, self.base.lease_duration) {
+            Move::Stay => {}
+            Move::Take(shard) => self.take(shard, total, live, shards, steward).await,
+            Move::Release(shard) => self.give_up(shard, total, live, shards, steward).await,
+        }
+    }
+
+    /// Replicas that ended without releasing (killed, their pod gone) leave their Lease behind:
+    /// one unchanged this long is deleted, so restarts do not pile them up.
+    async fn prune_stale_replicas(&self, by_name: &HashMap<String, Lease>, now: Instant) {
         for name in by_name
             .keys()
-            .filter(|n| n.starts_with(&replica_prefix) && **n != me)
+            .filter(|n| n.starts_with(&self.replica_prefix) && **n != self.me)
         {
-            let stale = observers[name]
+            let stale = self.observers[name]
                 .unchanged_for(now)
                 .is_some_and(|d| d >= STALE_REPLICA);
-            if stale && let Err(error) = api.delete(name, &Default::default()).await {
+            if stale && let Err(error) = self.api.delete(name, &Default::default()).await {
                 tracing::debug!(%error, lease = %name, "could not delete a stale replica Lease");
             }
         }
-        let live = 1 + by_name
+    }
+
+    /// Replicas alive now, this one included: their Lease held and not expired.
+    fn live_replicas(&self, by_name: &HashMap<String, Lease>, now: Instant) -> usize {
+        1 + by_name
             .keys()
-            .filter(|n| n.starts_with(&replica_prefix) && **n != me)
+            .filter(|n| n.starts_with(&self.replica_prefix) && **n != self.me)
             .filter(|n| {
                 let fresh = by_name[*n]
                     .spec
                     .as_ref()
                     .is_some_and(|s| s.holder_identity.as_deref().is_some_and(|h| !h.is_empty()));
-                fresh && !observers[*n].expired(now, base.lease_duration)
+                fresh && !self.observers[*n].expired(now, self.base.lease_duration)
             })
-            .count();
+            .count()
+    }
+
+    /// The shards not led here that may be taken, with how long each has been idle.
+    fn free_shards(
+        &mut self,
+        by_name: &HashMap<String, Lease>,
+        total: u32,
+        now: Instant,
+    ) -> BTreeMap<u32, Duration> {
         let mut free = BTreeMap::new();
-        for shard in (0..total).filter(|s| !led.contains_key(s)) {
-            let name = shard_lease(&base.name, shard, total);
+        for shard in (0..total).filter(|s| !self.led.contains_key(s)) {
+            let name = shard_lease(&self.base.name, shard, total);
             let spec = by_name.get(&name).and_then(|l| l.spec.as_ref());
-            let observer = observers.entry(name).or_default();
+            let observer = self.observers.entry(name).or_default();
             if spec.is_none() {
                 observer.observe(None, now);
             }
+            let base = &self.base;
             if may_acquire(spec, &base.identity, observer, now, base.lease_duration) {
                 let unheld =
                     spec.is_none_or(|s| s.holder_identity.as_deref().unwrap_or("").is_empty());
@@ -214,62 +285,65 @@ pub(crate) async fn campaign(
                 free.insert(shard, idle);
             }
         }
-        let held: BTreeSet<u32> = led.keys().copied().collect();
-        match decide(&held, &free, total, live, patience) {
-            Move::Stay => {}
-            Move::Take(shard) => {
-                let name = shard_lease(&base.name, shard, total);
-                let config = LeaseConfig {
-                    name: name.clone(),
-                    ..base.clone()
-                };
-                let observer = observers.entry(name).or_default();
-                match Leadership::try_take(client.clone(), config, observer).await {
-                    Ok(Some(l)) => {
-                        tracing::info!(
-                            shard,
-                            shards = total,
-                            live,
-                            "leading shard {shard} of {total}"
-                        );
-                        led.insert(shard, l);
-                        shards.set(shard, true);
-                        steward.gained(shard);
-                    }
-                    Ok(None) => {}
-                    Err(error) => tracing::warn!(%error, shard, "could not take a shard Lease"),
-                }
-            }
-            Move::Release(shard) => {
+        free
+    }
+
+    /// Tries to take one shard's Lease; on success the shard is led here and its work starts.
+    async fn take(
+        &mut self,
+        shard: u32,
+        total: u32,
+        live: usize,
+        shards: &Shards,
+        steward: &impl Steward,
+    ) {
+        let name = shard_lease(&self.base.name, shard, total);
+        let config = LeaseConfig {
+            name: name.clone(),
+            ..self.base.clone()
+        };
+        let observer = self.observers.entry(name).or_default();
+        match Leadership::try_take(self.client.clone(), config, observer).await {
+            Ok(Some(l)) => {
                 tracing::info!(
                     shard,
                     shards = total,
                     live,
-                    "giving shard {shard} up: more than a fair share of {} is led here",
-                    fair_share(total, live)
+                    "leading shard {shard} of {total}"
                 );
-                shards.set(shard, false);
-                steward.drain(shard).await;
-                if let Some(l) = led.remove(&shard)
-                    && let Err(error) = l.release().await
-                {
-                    tracing::warn!(%error, shard, "could not release a shard Lease; it expires");
-                }
+                self.led.insert(shard, l);
+                shards.set(shard, true);
+                steward.gained(shard);
             }
+            Ok(None) => {}
+            Err(error) => tracing::warn!(%error, shard, "could not take a shard Lease"),
         }
     }
-    for (shard, l) in std::mem::take(&mut led) {
+
+    /// Gives one shard up: its work is drained first, then its Lease released.
+    async fn give_up(
+        &mut self,
+        shard: u32,
+        total: u32,
+        live: usize,
+        shards: &Shards,
+        steward: &impl Steward,
+    ) {
+        tracing::info!(
+            shard,
+            shards = total,
+            live,
+            "giving shard {shard} up: more than a fair share of {} is led here",
+            fair_share(total, live)
+        );
         shards.set(shard, false);
-        if !lost.is_cancelled()
+        steward.drain(shard).await;
+        if let Some(l) = self.led.remove(&shard)
             && let Err(error) = l.release().await
         {
             tracing::warn!(%error, shard, "could not release a shard Lease; it expires");
         }
     }
-    if !lost.is_cancelled() {
-        let _ = presence.release().await;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
