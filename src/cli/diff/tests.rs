@@ -1,7 +1,8 @@
 //! Unit tests of `tenancy-hub diff`: entries, exit codes, masking, output and file parsing.
 
+use super::report::*;
 use super::*;
-use crate::plan::{ChartSource, OwnerId, Release};
+use crate::plan::{ChartSource, OwnerId, Plan, Problem, Release};
 
 fn key(k: &str) -> ReleaseKey {
     k.parse().unwrap()

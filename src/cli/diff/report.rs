@@ -1,0 +1,295 @@
+//! What `diff` reports: one entry per release (the action, its manifests' unified diff with Secret values masked), as text or JSON, and its exit code (pure).
+
+use std::collections::{BTreeSet, HashMap};
+
+use clap::ValueEnum;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::{
+    api::crd::HUB_CLUSTER,
+    api::key::ReleaseKey,
+    plan::{Applied, Job, Plan, Problem},
+};
+
+/// How `diff` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum DiffOutput {
+    /// A header per release, then a unified diff of its manifests.
+    Text,
+    /// A JSON array of {cluster, namespace, release, action, reason?, diff?}.
+    Json,
+}
+
+/// What applying the file would do to one release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Action {
+    /// A first `helm install`.
+    Install,
+    /// A `helm upgrade` to a new revision.
+    Upgrade,
+    /// A `helm uninstall`.
+    Uninstall,
+    /// No Helm call.
+    Unchanged,
+    /// No Helm call because the release cannot be delivered as written: invalid, in conflict, or
+    /// forbidden by the tenancy policies.
+    Refused,
+    /// Not known: the cluster's releases could not be read.
+    Unknown,
+}
+
+impl Action {
+    pub(crate) fn word(self) -> &'static str {
+        match self {
+            Action::Install => "install",
+            Action::Upgrade => "upgrade",
+            Action::Uninstall => "uninstall",
+            Action::Unchanged => "unchanged",
+            Action::Refused => "refused",
+            Action::Unknown => "unknown",
+        }
+    }
+}
+
+/// One release of the preview.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct Entry {
+    /// Registered cluster name.
+    pub(crate) cluster: String,
+    /// Namespace on that cluster.
+    pub(crate) namespace: String,
+    /// Helm release name; empty for a problem of a whole tenancy.
+    pub(crate) release: String,
+    /// What would happen.
+    pub(crate) action: Action,
+    /// Why, when it is refused, unknown, held back or could not be rendered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) reason: Option<String>,
+    /// Unified diff of the deployed manifest against the rendered one, Secrets' values masked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) diff: Option<String>,
+    /// Revision deployed now.
+    #[serde(skip)]
+    pub(crate) revision: Option<i64>,
+}
+
+impl Entry {
+    pub(crate) fn of(key: &ReleaseKey, action: Action, revision: Option<i64>) -> Self {
+        Self {
+            cluster: key.scope.cluster.to_string(),
+            namespace: key.scope.namespace.clone(),
+            release: key.release.clone(),
+            action,
+            reason: None,
+            diff: None,
+            revision,
+        }
+    }
+
+    /// `cluster/namespace/release`.
+    pub(crate) fn name(&self) -> String {
+        format!("{}/{}/{}", self.cluster, self.namespace, self.release)
+    }
+}
+
+/// What a plan would do, release by release, sorted by cluster, namespace and release.
+pub(crate) fn entries(plan: &Plan, applied: &HashMap<ReleaseKey, Applied>) -> Vec<Entry> {
+    let revision = |k: &ReleaseKey| applied.get(k).map(|a| a.revision);
+    let mut out: Vec<Entry> = Vec::new();
+    let mut jobs: BTreeSet<&ReleaseKey> = BTreeSet::new();
+    for job in &plan.jobs {
+        jobs.insert(job.key());
+        let action = match job {
+            Job::Apply { .. } if applied.contains_key(job.key()) => Action::Upgrade,
+            Job::Apply { .. } => Action::Install,
+            Job::Uninstall { .. } => Action::Uninstall,
+            Job::Rollback { .. } => Action::Upgrade,
+        };
+        out.push(Entry::of(job.key(), action, revision(job.key())));
+    }
+    for release in plan.desired.iter().filter(|r| !jobs.contains(&r.key)) {
+        let key = &release.key;
+        let mut entry = Entry::of(key, Action::Unchanged, revision(key));
+        if plan.waiting.contains(key) {
+            entry.action = Action::Unknown;
+            entry.reason = Some(format!(
+                "the releases of cluster {} could not be read",
+                key.scope.cluster
+            ));
+        } else if plan.suspended.contains(key) {
+            entry.reason = Some("suspended: this change is held back until resumed".into());
+        }
+        out.push(entry);
+    }
+    let desired: BTreeSet<&ReleaseKey> = plan.desired.iter().map(|r| &r.key).collect();
+    for key in plan.suspended.iter().filter(|k| !desired.contains(k)) {
+        let mut entry = Entry::of(key, Action::Unchanged, revision(key));
+        entry.reason = Some("suspended: its uninstall is held back until resumed".into());
+        out.push(entry);
+    }
+    for problem in &plan.problems {
+        let mut entry = match (problem.release(), problem) {
+            (Some(key), _) => Entry::of(key, Action::Refused, revision(key)),
+            (
+                None,
+                Problem::UnknownCluster {
+                    namespace, cluster, ..
+                },
+            ) => Entry {
+                cluster: cluster.clone(),
+                namespace: namespace.clone(),
+                ..Entry::of(&placeholder(), Action::Refused, None)
+            },
+            (None, Problem::NoClusterSelected { namespace }) => Entry {
+                cluster: String::new(),
+                namespace: namespace.clone(),
+                ..Entry::of(&placeholder(), Action::Refused, None)
+            },
+            (None, _) => Entry::of(&placeholder(), Action::Refused, None),
+        };
+        entry.reason = Some(problem.to_string());
+        out.push(entry);
+    }
+    out.sort_by(|a, b| {
+        (&a.cluster, &a.namespace, &a.release, a.action).cmp(&(
+            &b.cluster,
+            &b.namespace,
+            &b.release,
+            b.action,
+        ))
+    });
+    out
+}
+
+pub(crate) fn placeholder() -> ReleaseKey {
+    ReleaseKey {
+        scope: crate::api::key::ClusterNamespace::new(
+            HUB_CLUSTER.parse().expect("the hub's name is valid"),
+            "default",
+        )
+        .expect("a valid namespace"),
+        release: String::new(),
+    }
+}
+
+/// The exit code, as `kubectl diff`: 0 when nothing would change, 1 when a release would be
+/// installed, upgraded or uninstalled or is refused (the file asks for something that would not
+/// be delivered), 2 when a cluster could not be read.
+pub(crate) fn exit_code(entries: &[Entry]) -> u8 {
+    if entries.iter().any(|e| e.action == Action::Unknown) {
+        2
+    } else if entries.iter().any(|e| e.action != Action::Unchanged) {
+        1
+    } else {
+        0
+    }
+}
+
+/// A Secret's value as shown in a preview: `***` and a short keyed hash, so a changed value
+/// shows as a change while the value itself (even a short one) cannot be guessed from it.
+pub(crate) fn masked(value: &str, salt: &[u8]) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(salt);
+    hasher.update(value.as_bytes());
+    let digest = hasher.finalize();
+    let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+    format!("*** ({short})")
+}
+
+/// One YAML document with every value of a Secret's `data` and `stringData` masked; other
+/// documents unchanged.
+pub(crate) fn mask_document(doc: &str, salt: &[u8]) -> String {
+    if !doc.contains("Secret") {
+        return doc.to_owned();
+    }
+    let Ok(mut value) = serde_yaml::from_str::<serde_yaml::Value>(doc) else {
+        return "# a document that does not parse as YAML is hidden: it may hold a Secret\n".into();
+    };
+    if value.get("kind").and_then(serde_yaml::Value::as_str) != Some("Secret") {
+        return doc.to_owned();
+    }
+    for field in ["data", "stringData"] {
+        if let Some(serde_yaml::Value::Mapping(values)) = value.get_mut(field) {
+            for (_, v) in values.iter_mut() {
+                let text = match &*v {
+                    serde_yaml::Value::String(s) => s.clone(),
+                    other => serde_yaml::to_string(other).unwrap_or_default(),
+                };
+                *v = serde_yaml::Value::String(masked(&text, salt));
+            }
+        }
+    }
+    let comments: String = doc
+        .lines()
+        .take_while(|l| l.trim_start().starts_with('#') || l.trim().is_empty())
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| format!("{l}\n"))
+        .collect();
+    comments + &serde_yaml::to_string(&value).unwrap_or_default()
+}
+
+/// A manifest (YAML documents separated by `---` lines) with every Secret's values masked.
+pub(crate) fn mask_secrets(manifest: &str, salt: &[u8]) -> String {
+    let mut out = String::new();
+    let mut doc = String::new();
+    for line in manifest.lines() {
+        if line.trim_end() == "---" {
+            out.push_str(&mask_document(&doc, salt));
+            out.push_str("---\n");
+            doc.clear();
+        } else {
+            doc.push_str(line);
+            doc.push('\n');
+        }
+    }
+    out.push_str(&mask_document(&doc, salt));
+    out
+}
+
+/// A unified diff of two manifests, empty when they are the same.
+pub(crate) fn unified(old: &str, new: &str, old_name: &str, new_name: &str) -> String {
+    similar::TextDiff::from_lines(old, new)
+        .unified_diff()
+        .context_radius(3)
+        .header(old_name, new_name)
+        .to_string()
+}
+
+/// The header line of an entry, as `member-1/team-a/web: upgrade (revision 3 -> 4)`.
+pub(crate) fn header(entry: &Entry) -> String {
+    let name = entry.name();
+    let what = match (entry.action, entry.revision) {
+        (Action::Install, _) => "install (revision 1)".to_owned(),
+        (Action::Upgrade, Some(r)) => format!("upgrade (revision {r} -> {})", r + 1),
+        (Action::Uninstall, Some(r)) => format!("uninstall (revision {r})"),
+        (Action::Unchanged, Some(r)) => format!("unchanged (revision {r})"),
+        (action, _) => action.word().to_owned(),
+    };
+    match &entry.reason {
+        Some(reason) => format!("{name}: {what}: {reason}"),
+        None => format!("{name}: {what}"),
+    }
+}
+
+/// The preview as text: a header per release, each followed by its diff.
+pub(crate) fn render_text(entries: &[Entry]) -> String {
+    let mut out = String::new();
+    for entry in entries {
+        out.push_str(&header(entry));
+        out.push('\n');
+        if let Some(diff) = &entry.diff {
+            out.push_str(diff);
+            if !diff.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// The preview as a JSON array.
+pub(crate) fn render_json(entries: &[Entry]) -> String {
+    serde_json::to_string_pretty(entries).expect("plain data serializes") + "\n"
+}
