@@ -25,7 +25,7 @@ use crate::{
     clusters::registry::{ClusterEntry, ClusterRegistry, SharedRegistry},
     metrics::{Gauges, Metrics},
     observe::model::{Model, PodInfo, ScopeState, WorkloadInfo},
-    queue::HelmQueue,
+    queue::handle::HelmQueue,
     runtime::auth::{Access, AuthError, Identity, Reviewer, Token},
 };
 
