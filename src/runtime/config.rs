@@ -84,5 +84,5 @@ pub(crate) enum Error {
     ChartCache(#[from] cache::Error),
     /// The long-lived Helm executor does not start, or speaks another protocol.
     #[error(transparent)]
-    Executor(#[from] crate::helm::sdk::ExecutorError),
+    Executor(#[from] crate::helm::pipe::ExecutorError),
 }

@@ -127,7 +127,7 @@ pub(crate) async fn preflight(config: &mut RunConfig) -> Result<Hub, Error> {
     config.helm.seal = Some(seal.clone());
     if let Some(binary) = &config.helm.sdk {
         // A mismatch is found now, not at the first job.
-        let hello = crate::helm::sdk::probe(binary).await?;
+        let hello = crate::helm::pipe::probe(binary).await?;
         tracing::info!(executor = %binary.display(), protocol = hello.protocol, helm = %hello.helm, "the helm executor speaks this operator's protocol");
     }
     Ok(Hub {

@@ -1,8 +1,9 @@
 //! Tests of the long-lived Helm executor: the protocol against the shared fixtures, and the pipe.
 
-use std::io::Write as _;
+use std::{io::Write as _, path::Path, time::Duration};
 
 use super::*;
+use crate::helm::{pipe::*, protocol::*};
 
 /// The protocol's shared fixtures, which the executor's `go test` checks too
 /// (`helm-sdk/protocol_test.go`): what the operator writes, and what the executor answers.
