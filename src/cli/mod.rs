@@ -18,8 +18,10 @@ use crate::{
     controller::context::Settings,
     helm::cli::HelmOptions,
     queue::{QueueConfig, default_per_owner},
+    runtime::config::RunConfig,
     runtime::leader::LeaseConfig,
-    runtime::operator::{self, RunConfig},
+    runtime::operator,
+    runtime::tasks::shutdown_signal,
 };
 
 /// Delivers Helm charts into tenant namespaces across many Kubernetes clusters and reports what runs there.
@@ -447,7 +449,7 @@ impl Command {
                 Ok(ExitCode::SUCCESS)
             }
             Command::Run(args) => {
-                operator::run(args.config(), operator::shutdown_signal()).await?;
+                operator::run(args.config(), shutdown_signal()).await?;
                 Ok(ExitCode::SUCCESS)
             }
             Command::Crd => {

@@ -36,7 +36,7 @@ pub(crate) struct Context {
     /// Helm's release records per cluster.
     pub(crate) releases: crate::observe::releases::ReleaseIndex,
     /// The queue of Helm jobs, fair across owners and clusters.
-    pub(crate) queue: crate::queue::HelmQueue,
+    pub(crate) queue: crate::queue::handle::HelmQueue,
     /// Which release keys each resource's spec names, kept from the hub's Controller events.
     pub(crate) claims: std::sync::Arc<crate::plan::claims::Claims>,
     /// Releases left in clusters removed from the registration file, with their owners.

@@ -36,7 +36,7 @@ use crate::{
         self, MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL,
         SPEC_HASH_LABEL, owner_id,
     },
-    queue::{HelmQueue, QueueConfig},
+    queue::{QueueConfig, handle::HelmQueue},
     status::writer::StatusWriter,
 };
 

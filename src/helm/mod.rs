@@ -2,5 +2,7 @@
 
 pub(crate) mod cli;
 pub(crate) mod namespace;
+pub(crate) mod pipe;
+pub(crate) mod protocol;
 pub(crate) mod sdk;
 pub mod seal;

@@ -1,7 +1,12 @@
 //! Running the operator: wiring, leader election, the HTTP endpoints and who may read them.
 
 pub(crate) mod auth;
+pub(crate) mod config;
 pub(crate) mod http;
 pub mod leader;
 pub(crate) mod operator;
+pub(crate) mod policy_watch;
 pub(crate) mod shards;
+pub(crate) mod steward;
+pub(crate) mod tasks;
+pub(crate) mod wiring;

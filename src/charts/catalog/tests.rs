@@ -1,0 +1,326 @@
+//! Tests of the chart catalog: resolution and keeping charts fresh.
+
+use super::*;
+use crate::api::crd::{Chart, Tenancy};
+
+fn spec(chart: &str) -> ControllerSpec {
+    ControllerSpec {
+        tenancies: vec![Tenancy {
+            namespace: "a".into(),
+            charts: vec![Chart {
+                chart_name: chart.into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// The prefix every test chart is fetched under.
+const SCOPE: &str = "https://charts.example.com/";
+
+/// Lets the hub fetch every chart, under [`SCOPE`].
+fn anywhere(_: &Chart) -> Option<Scope> {
+    Some(Scope::Under(SourceUrl::parse(SCOPE).unwrap()))
+}
+
+/// Answers resolutions from a script, after a pause, counting the calls.
+#[derive(Default)]
+struct Script {
+    answers: Mutex<Vec<Result<Resolved, String>>>,
+    calls: std::sync::atomic::AtomicUsize,
+    /// The `since` of each resolution, in order.
+    sinces: Mutex<Vec<Option<Instant>>>,
+}
+
+impl Script {
+    fn answering(answers: &[Result<&str, &str>]) -> Arc<Self> {
+        let answers = answers
+            .iter()
+            .rev()
+            .map(|a| {
+                a.map(|v| Resolved {
+                    version: v.into(),
+                    digest: None,
+                })
+                .map_err(str::to_owned)
+            })
+            .collect();
+        Arc::new(Self {
+            answers: Mutex::new(answers),
+            calls: Default::default(),
+            sinces: Default::default(),
+        })
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Resolve for Arc<Script> {
+    fn resolve<'a>(
+        &'a self,
+        _: &'a RemoteKey,
+        _: &'a SourceUrl,
+        since: Option<Instant>,
+    ) -> BoxFuture<'a, Result<Resolved, String>> {
+        Box::pin(async move {
+            self.sinces.lock().unwrap().push(since);
+            self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let mut answers = self.answers.lock().unwrap();
+            if answers.len() > 1 {
+                answers.pop().unwrap()
+            } else {
+                answers[0].clone()
+            }
+        })
+    }
+}
+
+impl Resolve for Script {
+    fn resolve<'a>(
+        &'a self,
+        _: &'a RemoteKey,
+        _: &'a SourceUrl,
+        _: Option<Instant>,
+    ) -> BoxFuture<'a, Result<Resolved, String>> {
+        Box::pin(async { Err("no resolver in this test".to_owned()) })
+    }
+}
+
+fn repo_spec(version: Option<&str>) -> ControllerSpec {
+    let mut spec = spec("web");
+    let chart = &mut spec.tenancies[0].charts[0];
+    chart.repo = Some("https://user:secret@charts.example.com/stable".into());
+    chart.version = version.map(str::to_owned);
+    spec
+}
+
+fn repo_source() -> ChartSource {
+    ChartSource::Repository {
+        url: "https://user:secret@charts.example.com/stable".into(),
+        chart: "web".into(),
+    }
+}
+
+fn version_of(catalog: &ChartCatalog, constraint: Option<&str>) -> Result<String, String> {
+    match catalog.lookup(&repo_source(), constraint) {
+        ChartLookup::Found { version, .. } => Ok(version.expect("a resolved version")),
+        ChartLookup::Missing(reason) => Err(reason),
+    }
+}
+
+fn digest_of(catalog: &ChartCatalog, path: &Path) -> Option<String> {
+    match catalog.lookup(&ChartSource::Directory(path.to_owned()), None) {
+        ChartLookup::Found { digest, .. } => digest,
+        ChartLookup::Missing(_) => None,
+    }
+}
+
+#[tokio::test]
+async fn a_chart_directory_digest_follows_its_content_not_its_place() {
+    let home = tempfile::tempdir().unwrap();
+    let chart = home.path().join("web");
+    std::fs::create_dir_all(chart.join("templates")).unwrap();
+    std::fs::write(chart.join("Chart.yaml"), "name: web\nversion: 0.1.0\n").unwrap();
+    std::fs::write(chart.join("templates/cm.yaml"), "kind: ConfigMap\n").unwrap();
+    let catalog = ChartCatalog::with_resolver(Box::new(Script::default()), HOUR);
+    catalog.prepare(&spec("web"), home.path(), &anywhere).await;
+    let first = digest_of(&catalog, &chart).expect("found");
+
+    std::fs::write(
+        chart.join("templates/cm.yaml"),
+        "kind: ConfigMap # changed\n",
+    )
+    .unwrap();
+    catalog.prepare(&spec("web"), home.path(), &anywhere).await;
+    let changed = digest_of(&catalog, &chart).expect("found");
+    assert_ne!(first, changed, "same name and version, new content");
+
+    let other = tempfile::tempdir().unwrap();
+    let copy = other.path().join("web");
+    std::fs::create_dir_all(copy.join("templates")).unwrap();
+    for f in ["Chart.yaml", "templates/cm.yaml"] {
+        std::fs::copy(chart.join(f), copy.join(f)).unwrap();
+    }
+    catalog.prepare(&spec("web"), other.path(), &anywhere).await;
+    assert_eq!(digest_of(&catalog, &copy), Some(changed));
+}
+
+#[tokio::test]
+async fn a_directory_without_chart_yaml_is_missing_and_says_where_it_was_looked_for() {
+    let home = tempfile::tempdir().unwrap();
+    let catalog = ChartCatalog::with_resolver(Box::new(Script::default()), HOUR);
+    catalog
+        .prepare(&spec("nothing"), home.path(), &anywhere)
+        .await;
+    let ChartLookup::Missing(reason) =
+        catalog.lookup(&ChartSource::Directory(home.path().join("nothing")), None)
+    else {
+        panic!("a missing chart is found");
+    };
+    assert!(
+        reason.contains("nothing") && reason.contains("--chart-home"),
+        "{reason}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resolution_is_reused_within_the_interval_and_renewed_after_it() {
+    let script = Script::answering(&[Ok("1.0.0"), Ok("1.1.0")]);
+    let catalog = ChartCatalog::with_resolver(Box::new(script.clone()), HOUR);
+    catalog
+        .prepare(&repo_spec(None), Path::new("/charts"), &anywhere)
+        .await;
+    assert_eq!(version_of(&catalog, None), Ok("1.0.0".into()));
+    tokio::time::advance(HOUR / 2).await;
+    catalog
+        .prepare(&repo_spec(None), Path::new("/charts"), &anywhere)
+        .await;
+    assert_eq!(script.calls(), 1, "a fresh resolution is not repeated");
+    tokio::time::advance(HOUR).await;
+    catalog
+        .prepare(&repo_spec(None), Path::new("/charts"), &anywhere)
+        .await;
+    assert_eq!(script.calls(), 2);
+    assert_eq!(version_of(&catalog, None), Ok("1.1.0".into()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_scope_resolves_again_and_what_the_old_one_resolved_no_longer_counts() {
+    let script = Script::answering(&[Ok("1.0.0"), Err("outside the chartSources prefix")]);
+    let catalog = ChartCatalog::with_resolver(Box::new(script.clone()), HOUR);
+    let home = Path::new("/charts");
+    catalog.prepare(&repo_spec(None), home, &anywhere).await;
+    assert_eq!(version_of(&catalog, None), Ok("1.0.0".into()));
+    let narrower = |_: &Chart| {
+        let prefix = SourceUrl::parse("https://charts.example.com/stable").unwrap();
+        Some(Scope::Under(prefix))
+    };
+    catalog.prepare(&repo_spec(None), home, &narrower).await;
+    assert_eq!(
+        script.calls(),
+        2,
+        "within the interval, but under another scope"
+    );
+    let reason = version_of(&catalog, None).unwrap_err();
+    assert!(
+        reason.contains("outside the chartSources prefix"),
+        "{reason}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_prepares_of_one_chart_run_helm_once() {
+    let script = Script::answering(&[Ok("1.0.0")]);
+    let catalog = ChartCatalog::with_resolver(Box::new(script.clone()), HOUR);
+    let spec = repo_spec(Some("^1"));
+    let home = Path::new("/charts");
+    tokio::join!(
+        catalog.prepare(&spec, home, &anywhere),
+        catalog.prepare(&spec, home, &anywhere),
+        catalog.prepare(&spec, home, &anywhere)
+    );
+    assert_eq!(script.calls(), 1);
+    assert_eq!(version_of(&catalog, Some("^1")), Ok("1.0.0".into()));
+    assert!(
+        version_of(&catalog, None).is_err(),
+        "another constraint is another entry"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_resolution_keeps_the_last_good_version_and_without_one_says_why() {
+    let script = Script::answering(&[Ok("1.0.0"), Err("connection refused")]);
+    let catalog = ChartCatalog::with_resolver(Box::new(script.clone()), HOUR);
+    let home = Path::new("/charts");
+    catalog
+        .prepare(&repo_spec(Some(">=1")), home, &anywhere)
+        .await;
+    tokio::time::advance(HOUR).await;
+    catalog
+        .prepare(&repo_spec(Some(">=1")), home, &anywhere)
+        .await;
+    assert_eq!(script.calls(), 2);
+    assert_eq!(version_of(&catalog, Some(">=1")), Ok("1.0.0".into()));
+
+    let failing = Script::answering(&[Err(
+        "chart \"web\" not found in https://user:secret@charts.example.com/stable repository",
+    )]);
+    let catalog = ChartCatalog::with_resolver(Box::new(failing), HOUR);
+    catalog
+        .prepare(&repo_spec(Some(">=1")), home, &anywhere)
+        .await;
+    let reason = version_of(&catalog, Some(">=1")).unwrap_err();
+    assert_eq!(
+        reason,
+        "cannot resolve chart web version >=1 from https://charts.example.com/stable: chart \"web\" not found in https://charts.example.com/stable repository; check repo/version"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refresh_tells_which_charts_changed_and_forgets_charts_no_spec_names() {
+    let script = Script::answering(&[Ok("1.0.0"), Ok("1.0.0"), Ok("1.1.0")]);
+    let catalog = ChartCatalog::with_resolver(Box::new(script.clone()), HOUR);
+    let home = Path::new("/charts");
+    catalog.prepare(&repo_spec(None), home, &anywhere).await;
+    let wanted = wanted_by(&repo_spec(None), home, &anywhere);
+    assert!(
+        catalog.refresh(&wanted).await.is_empty(),
+        "the same version is no change"
+    );
+    assert_eq!(script.calls(), 2, "a refresh resolves again, however fresh");
+    assert_eq!(catalog.refresh(&wanted).await, wanted);
+    assert_eq!(version_of(&catalog, None), Ok("1.1.0".into()));
+
+    catalog.refresh(&HashSet::new()).await;
+    assert!(
+        version_of(&catalog, None).is_ok(),
+        "a chart named within the interval is kept"
+    );
+    tokio::time::advance(HOUR).await;
+    catalog.refresh(&HashSet::new()).await;
+    assert!(
+        version_of(&catalog, None).is_err(),
+        "an unused chart is forgotten"
+    );
+}
+
+#[tokio::test]
+async fn a_refresh_finds_a_chart_home_template_changed_under_the_same_version() {
+    let home = tempfile::tempdir().unwrap();
+    let chart = home.path().join("web");
+    std::fs::create_dir_all(chart.join("templates")).unwrap();
+    std::fs::write(chart.join("Chart.yaml"), "name: web\nversion: 0.1.0\n").unwrap();
+    std::fs::write(chart.join("templates/cm.yaml"), "kind: ConfigMap\n").unwrap();
+    let catalog = ChartCatalog::with_resolver(Box::new(Script::default()), HOUR);
+    catalog.prepare(&spec("web"), home.path(), &anywhere).await;
+    let wanted = wanted_by(&spec("web"), home.path(), &anywhere);
+    assert!(catalog.refresh(&wanted).await.is_empty());
+    std::fs::write(chart.join("templates/cm.yaml"), "kind: ConfigMap # v2\n").unwrap();
+    assert_eq!(catalog.refresh(&wanted).await, wanted);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_prepare_takes_an_index_younger_than_the_interval_and_a_refresh_one_fetched_since_it_began()
+ {
+    let script = Script::answering(&[Ok("1.0.0")]);
+    let catalog = ChartCatalog::with_resolver(Box::new(script.clone()), HOUR);
+    let home = Path::new("/charts");
+    tokio::time::advance(2 * HOUR).await;
+    let prepared = Instant::now();
+    catalog.prepare(&repo_spec(None), home, &anywhere).await;
+    let refreshed = Instant::now();
+    catalog
+        .refresh(&wanted_by(&repo_spec(None), home, &anywhere))
+        .await;
+    assert_eq!(
+        *script.sinces.lock().unwrap(),
+        [Some(prepared - HOUR), Some(refreshed)]
+    );
+}

@@ -1,0 +1,192 @@
+//! The messages on the long-lived executor's pipe: its hello, the requests and the answers, and the protocol version they follow.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    api::key::ReleaseKey,
+    helm::cli::{self as helm, HelmOptions},
+    plan::{
+        MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, Release,
+        SPEC_HASH_LABEL,
+    },
+};
+
+/// The version of the messages on the executor's pipe: [`Hello`], [`Request`] and [`Answer`].
+/// Bump it when a message changes, with the executor's `protocolVersion` (`helm-sdk/main.go`) and
+/// the shared fixtures in `helm-sdk/testdata/protocol`, which the tests of both sides check.
+pub(crate) const PROTOCOL_VERSION: u32 = 1;
+
+/// The executor's first line, written before it reads any request. Fields the operator does not
+/// know are ignored, so an executor of any version can say which protocol it speaks.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub(crate) struct Hello {
+    /// Its [`PROTOCOL_VERSION`].
+    pub(crate) protocol: u32,
+    /// The version of Helm's Go SDK it is built with (`v4.3.1`).
+    pub(crate) helm: String,
+}
+
+#[derive(Debug, Serialize, PartialEq)]
+pub(crate) struct ClusterRef {
+    /// Kubeconfig file (empty with `context`: the in-cluster configuration).
+    pub(crate) kubeconfig: String,
+    /// Context in it.
+    pub(crate) context: String,
+    /// Changes with the file's content, so the executor builds new clients for new credentials.
+    pub(crate) digest: String,
+    /// Impersonated user; empty: the context's own credentials.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub(crate) user: String,
+    /// Impersonated groups.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) groups: Vec<String>,
+    /// The registered cluster name, bound into every record's seal.
+    pub(crate) name: String,
+}
+
+/// One request line.
+#[derive(Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Request {
+    /// Matches the answer.
+    pub(crate) id: u64,
+    /// `upgrade` (install when missing), `uninstall` or `rollback`.
+    pub(crate) op: &'static str,
+    /// Where.
+    pub(crate) cluster: ClusterRef,
+    /// The release's namespace.
+    pub(crate) namespace: String,
+    /// The release's name.
+    pub(crate) release: String,
+    /// A chart directory or archive on disk.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub(crate) chart: String,
+    /// The spec's values.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) values: Option<serde_json::Value>,
+    /// `--set` expressions, escaped as for the CLI, applied over the values in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) set: Vec<String>,
+    /// Labels of the release records.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub(crate) labels: std::collections::BTreeMap<&'static str, String>,
+    /// Revisions kept.
+    pub(crate) history_max: u32,
+    /// Helm's timeout.
+    pub(crate) timeout_seconds: u64,
+    /// Roll back (or uninstall a first install) when the release does not become ready.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) rollback_on_failure: bool,
+    /// Server-side apply forcing conflicts.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) force_conflicts: bool,
+    /// The revision's description.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub(crate) description: String,
+    /// The revision a rollback goes to.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub(crate) revision: i64,
+    /// The operator's sealing key (hex on the pipe; `Debug` shows nothing of it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) seal: Option<crate::helm::seal::SealKey>,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
+/// One answer line. A field the operator does not know makes it garbage (the executor is then
+/// stopped): it would be a message of another protocol version.
+#[derive(Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct Answer {
+    /// The request's id.
+    pub(crate) id: u64,
+    /// Helm's error, as its CLI prints it after `Error: `; None on success.
+    #[serde(default)]
+    pub(crate) error: Option<String>,
+    /// The revision written.
+    #[serde(default)]
+    pub(crate) revision: i64,
+    /// The chart version deployed.
+    #[serde(default)]
+    pub(crate) chart_version: String,
+}
+
+/// The request of an install or upgrade of `release` from `chart`, as `helm::upgrade_args` asks
+/// the CLI for it; with `repair`, a drift repair forcing the conflicts.
+pub(crate) fn upgrade_request(
+    id: u64,
+    release: &Release,
+    cluster: ClusterRef,
+    chart: String,
+    repair: Option<&str>,
+    options: &HelmOptions,
+) -> Request {
+    let labels = [
+        (MANAGED_BY_LABEL, MANAGED_BY.to_owned()),
+        (OWNER_NAMESPACE_LABEL, release.owner.namespace.clone()),
+        (OWNER_NAME_LABEL, release.owner.name.clone()),
+        (SPEC_HASH_LABEL, release.spec_hash.clone()),
+    ]
+    .into_iter()
+    .collect();
+    Request {
+        id,
+        op: "upgrade",
+        cluster,
+        namespace: release.key.scope.namespace.clone(),
+        release: release.key.release.clone(),
+        chart,
+        values: release.values.clone(),
+        set: release
+            .settings
+            .iter()
+            .map(|(k, v)| format!("{k}={}", helm::escape_set_value(v)))
+            .collect(),
+        labels,
+        history_max: options.history_max,
+        timeout_seconds: options.timeout.as_secs(),
+        rollback_on_failure: release.rollback_on_failure,
+        force_conflicts: repair.is_some(),
+        description: repair.map(helm::repair_description).unwrap_or_default(),
+        revision: 0,
+        seal: options.seal.clone(),
+    }
+}
+
+/// The request of an uninstall or (with `to`) a rollback of `key`, as the CLI path asks for them.
+pub(crate) fn release_request(
+    id: u64,
+    key: &ReleaseKey,
+    cluster: ClusterRef,
+    to: Option<i64>,
+    options: &HelmOptions,
+) -> Request {
+    Request {
+        id,
+        op: if to.is_some() {
+            "rollback"
+        } else {
+            "uninstall"
+        },
+        cluster,
+        namespace: key.scope.namespace.clone(),
+        release: key.release.clone(),
+        chart: String::new(),
+        values: None,
+        set: Vec::new(),
+        labels: Default::default(),
+        history_max: options.history_max,
+        timeout_seconds: options.timeout.as_secs(),
+        rollback_on_failure: false,
+        force_conflicts: to.is_some(),
+        description: if to.is_some() {
+            helm::ROLLBACK_DESCRIPTION.to_owned()
+        } else {
+            String::new()
+        },
+        revision: to.unwrap_or(0),
+        seal: options.seal.clone(),
+    }
+}
