@@ -1,4 +1,4 @@
-//! Wires registry, release watches, queue and reconciler together and runs them until shutdown.
+//! The operator in phases: preflight and build, lead, start the work, serve, shut down.
 
 use std::{future::Future, sync::Arc, time::Duration};
 

@@ -1,3 +1,5 @@
+//! Unit tests of release-record seals: the vectors shared with the Go executor, and records moved, relabelled or sealed with another key refused.
+
 use super::*;
 
 /// The vectors the Go executor's tests check too (`src/helm/helm-sdk/seal_test.go`).
