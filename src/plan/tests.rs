@@ -1,7 +1,19 @@
 //! Tests of planning: desired releases, the planner, suspend and the keys resources claim.
 
 use super::*;
-use crate::api::crd::{Chart, ClusterSelector, Setting};
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    path::Path,
+};
+
+
+use crate::api::crd::{ClusterSelector, Setting};
+use crate::{
+    api::crd::{Chart, ControllerSpec, DriftDetection, DriftMode, Tenancy},
+    api::key::{ClusterName, ReleaseKey},
+    api::policy::Impersonation,
+    policy::Admission,
+};
 
 fn owner(name: &str) -> OwnerId {
     OwnerId {

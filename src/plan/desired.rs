@@ -1,0 +1,398 @@
+//! The releases a spec asks for: its tenancies' targets, charts resolved and admitted, duplicates found in one pass, what `suspend` holds back, and each release's fingerprint (pure).
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet, hash_map},
+    path::{Path, PathBuf},
+};
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::{
+    api::crd::{Chart, ControllerSpec, HUB_CLUSTER, Tenancy},
+    api::key::{ClusterName, ClusterNamespace, ReleaseKey},
+    policy::{Admission, Verdict},
+};
+
+use crate::plan::{limits, release::*};
+
+/// What `suspend` holds back in a spec (the whole resource, or suspended tenancies' cluster
+/// namespaces), worked out once and asked for each release. Whatever would run Helm for a release
+/// (planning, deletion, drift repair) asks it first.
+pub(crate) struct Held {
+    all: bool,
+    scopes: HashSet<ClusterNamespace>,
+}
+
+impl Held {
+    /// What `spec` holds back with the clusters registered now.
+    pub(crate) fn of(
+        spec: &ControllerSpec,
+        clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
+    ) -> Self {
+        let scopes = spec
+            .tenancies
+            .iter()
+            .filter(|t| t.suspend && !spec.suspend)
+            .flat_map(|t| {
+                targets(t, clusters)
+                    .0
+                    .into_iter()
+                    .filter_map(|c| ClusterNamespace::new(c, &t.namespace).ok())
+            })
+            .collect();
+        Self {
+            all: spec.suspend,
+            scopes,
+        }
+    }
+
+    /// True when no Helm call may be made for `key`.
+    pub(crate) fn holds(&self, key: &ReleaseKey) -> bool {
+        self.all || self.scopes.contains(&key.scope)
+    }
+}
+
+/// What a spec suspends, in words; None when it suspends nothing.
+pub(crate) fn suspension(spec: &ControllerSpec) -> Option<String> {
+    if spec.suspend {
+        return Some("spec.suspend is true: no Helm call is made for this resource".into());
+    }
+    let tenancies: Vec<&str> = spec
+        .tenancies
+        .iter()
+        .filter(|t| t.suspend)
+        .map(|t| t.namespace.as_str())
+        .collect();
+    (!tenancies.is_empty()).then(|| {
+        format!(
+            "tenancies {} are suspended: no Helm call is made for their releases",
+            tenancies.join(", ")
+        )
+    })
+}
+
+/// The clusters a tenancy goes to, or the problems that keep it from going anywhere.
+pub(crate) fn targets(
+    tenancy: &Tenancy,
+    clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
+) -> (BTreeSet<ClusterName>, Vec<Problem>) {
+    let mut out = BTreeSet::new();
+    let mut problems = Vec::new();
+    let known = || limits::few(clusters.keys().map(ClusterName::as_str), clusters.len());
+    for name in &tenancy.clusters {
+        match name
+            .parse::<ClusterName>()
+            .ok()
+            .filter(|c| clusters.contains_key(c))
+        {
+            Some(c) => {
+                out.insert(c);
+            }
+            None => problems.push(Problem::UnknownCluster {
+                namespace: tenancy.namespace.clone(),
+                cluster: name.clone(),
+                known: known(),
+            }),
+        }
+    }
+    if let Some(selector) = &tenancy.cluster_selector {
+        let before = out.len();
+        out.extend(
+            clusters
+                .iter()
+                .filter(|(_, labels)| {
+                    selector
+                        .match_labels
+                        .iter()
+                        .all(|(k, v)| labels.get(k) == Some(v))
+                })
+                .map(|(c, _)| c.clone()),
+        );
+        if out.len() == before && tenancy.clusters.is_empty() {
+            problems.push(Problem::NoClusterSelected {
+                namespace: tenancy.namespace.clone(),
+            });
+        }
+    }
+    if tenancy.clusters.is_empty() && tenancy.cluster_selector.is_none() {
+        out.insert(HUB_CLUSTER.parse().expect("the hub's name is valid"));
+    }
+    (out, problems)
+}
+
+/// Where a chart comes from, as the spec names it.
+pub(crate) fn source_of(chart: &Chart, chart_home: &Path) -> ChartSource {
+    if chart.chart_name.starts_with("oci://") {
+        ChartSource::Oci(chart.chart_name.clone())
+    } else if let Some(url) = &chart.repo {
+        ChartSource::Repository {
+            url: url.clone(),
+            chart: chart.chart_name.clone(),
+        }
+    } else {
+        ChartSource::Directory(chart_home.join(&chart.chart_name))
+    }
+}
+
+/// What a spec asks for: the releases that can be planned, the problems of those that cannot,
+/// and every release key the spec names at all.
+#[derive(Debug, Default)]
+pub(crate) struct Desired {
+    /// Releases resolved and ready to plan.
+    pub(crate) releases: Vec<Release>,
+    /// Parts of the spec that cannot be carried out as written.
+    pub(crate) problems: Vec<Problem>,
+    /// Every release key the spec names, whether or not it could be resolved: what runs under
+    /// these keys is never uninstalled because of a problem.
+    pub(crate) named: BTreeSet<ReleaseKey>,
+    /// What enforcing the tenancy policies would refuse, in permissive mode.
+    pub(crate) warnings: Vec<String>,
+    /// True when the spec asks for more than one resource may: nothing of it is resolved, and
+    /// nothing it holds is uninstalled either (its keys are not even listed in `named`).
+    pub(crate) too_large: bool,
+}
+
+/// One chart entry of the spec for one release key: the key, the tenancy's index, the chart.
+type Asked<'a> = (ReleaseKey, usize, &'a Chart);
+
+/// The entries asking for one key more than once: the first, a few named, and how many in all.
+struct Repeated {
+    entries: Vec<String>,
+    count: usize,
+}
+
+fn describe(asked: &Asked<'_>) -> String {
+    format!("tenancies[{}] chart {}", asked.1, asked.2.chart_name)
+}
+
+/// The keys asked for more than once, by the position of their first entry, found in one pass
+/// with a map from each key to its first entry; and that map.
+fn repeats<'a>(
+    asked: &'a [Asked<'_>],
+) -> (HashMap<&'a ReleaseKey, usize>, HashMap<usize, Repeated>) {
+    let mut first: HashMap<&ReleaseKey, usize> = HashMap::with_capacity(asked.len());
+    let mut repeated: HashMap<usize, Repeated> = HashMap::new();
+    for (i, entry) in asked.iter().enumerate() {
+        match first.entry(&entry.0) {
+            hash_map::Entry::Vacant(v) => {
+                v.insert(i);
+            }
+            hash_map::Entry::Occupied(o) => {
+                let at = *o.get();
+                let r = repeated.entry(at).or_insert_with(|| Repeated {
+                    entries: vec![describe(&asked[at])],
+                    count: 1,
+                });
+                if r.entries.len() < limits::NAMED {
+                    r.entries.push(describe(entry));
+                }
+                r.count += 1;
+            }
+        }
+    }
+    (first, repeated)
+}
+
+/// Every (key, tenancy, chart) a spec asks for, or the problem of a spec asking for more than one
+/// resource may, counted before any key is made.
+fn asked<'a>(
+    owner: &OwnerId,
+    spec: &'a ControllerSpec,
+    clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
+    problems: &mut Vec<Problem>,
+) -> Result<Vec<Asked<'a>>, Box<Problem>> {
+    let too_large = |what, count, limit| {
+        Box::new(Problem::TooLarge {
+            owner: owner.clone(),
+            what,
+            count,
+            limit,
+        })
+    };
+    let charts = limits::charts_named(spec);
+    if charts > limits::MAX_CHARTS {
+        return Err(too_large("charts", charts, limits::MAX_CHARTS));
+    }
+    let mut targeted = Vec::with_capacity(spec.tenancies.len());
+    for tenancy in &spec.tenancies {
+        let (targets, mut found) = targets(tenancy, clusters);
+        problems.append(&mut found);
+        targeted.push(targets);
+    }
+    let releases: usize = spec
+        .tenancies
+        .iter()
+        .zip(&targeted)
+        .map(|(t, clusters)| t.charts.len().saturating_mul(clusters.len()))
+        .fold(0, usize::saturating_add);
+    if releases > limits::MAX_RELEASES {
+        let what = "releases (each chart once per cluster its tenancy goes to)";
+        return Err(too_large(what, releases, limits::MAX_RELEASES));
+    }
+    let mut asked = Vec::with_capacity(releases);
+    for (index, (tenancy, targets)) in spec.tenancies.iter().zip(targeted).enumerate() {
+        for cluster in targets {
+            let Ok(scope) = ClusterNamespace::new(cluster, &tenancy.namespace) else {
+                continue; // the schema only admits DNS-1123 labels
+            };
+            for chart in &tenancy.charts {
+                let release = chart
+                    .release_name
+                    .clone()
+                    .unwrap_or_else(|| tenancy.namespace.clone());
+                let key = ReleaseKey {
+                    scope: scope.clone(),
+                    release,
+                };
+                asked.push((key, index, chart));
+            }
+        }
+    }
+    Ok(asked)
+}
+
+/// The releases a spec asks for, resolved, with the problems found on the way. A key asked for
+/// twice is one problem naming a few of the entries that ask for it, and none of them is planned;
+/// a release the tenancy policies do not allow is `Forbidden` and its chart is not even looked
+/// up. A spec asking for more than one resource may (see [`limits`]) is one problem and nothing
+/// else. The work is linear in the number of releases asked for.
+pub(crate) fn desired(
+    owner: &OwnerId,
+    spec: &ControllerSpec,
+    clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
+    chart_home: &Path,
+    lookup: &dyn Fn(&ChartSource, Option<&str>) -> ChartLookup,
+    admission: &Admission,
+) -> Desired {
+    let mut out = Desired::default();
+    let asked = match asked(owner, spec, clusters, &mut out.problems) {
+        Ok(asked) => asked,
+        Err(problem) => {
+            out.problems = vec![*problem];
+            out.too_large = true;
+            return out;
+        }
+    };
+    let (first, mut repeated) = repeats(&asked);
+    for (i, (key, _, chart)) in asked.iter().enumerate() {
+        out.named.insert(key.clone());
+        if let Some(r) = repeated.remove(&i) {
+            out.problems.push(Problem::Duplicate {
+                key: key.clone(),
+                chart: chart.chart_name.clone(),
+                entries: r.entries,
+                count: r.count,
+            });
+            continue;
+        }
+        if first[key] != i {
+            continue; // a later entry of a key asked for more than once, told with the first
+        }
+        let identity = match admission.admit(
+            &owner.namespace,
+            key,
+            clusters.get(&key.scope.cluster),
+            chart,
+        ) {
+            Verdict::Refused(rule) => {
+                out.problems.push(Problem::Forbidden {
+                    key: key.clone(),
+                    chart: chart.chart_name.clone(),
+                    rule,
+                });
+                continue;
+            }
+            Verdict::Allowed { identity, warning } => {
+                if let Some(warning) = warning {
+                    out.warnings.push(format!("release {key}: {warning}"));
+                }
+                identity
+            }
+        };
+        match resolve(owner, key.clone(), chart, chart_home, lookup) {
+            Ok(release) => out.releases.push(Release {
+                identity,
+                ..release
+            }),
+            Err(problem) => out.problems.push(*problem),
+        }
+    }
+    out
+}
+
+/// One chart entry of the spec, for one key, as a release ready to plan.
+fn resolve(
+    owner: &OwnerId,
+    key: ReleaseKey,
+    chart: &Chart,
+    chart_home: &Path,
+    lookup: &dyn Fn(&ChartSource, Option<&str>) -> ChartLookup,
+) -> Result<Release, Box<Problem>> {
+    let source = source_of(chart, chart_home);
+    if let Some((setting, why)) = limits::refused_setting(&chart.settings) {
+        return Err(Box::new(Problem::InvalidSetting { key, setting, why }));
+    }
+    let (version, chart_digest) = match lookup(&source, chart.version.as_deref()) {
+        ChartLookup::Found { version, digest } => {
+            (version.or_else(|| chart.version.clone()), digest)
+        }
+        ChartLookup::Missing(reason) => {
+            return Err(Box::new(Problem::MissingChart {
+                key,
+                chart: chart.chart_name.clone(),
+                reason,
+            }));
+        }
+    };
+    let mut release = Release {
+        key,
+        owner: owner.clone(),
+        chart_name: chart.chart_name.clone(),
+        source,
+        version,
+        chart_digest,
+        settings: chart
+            .settings
+            .iter()
+            .map(|s| (s.key.clone(), s.value.clone()))
+            .collect(),
+        values: chart.values.clone(),
+        rollback_on_failure: chart.rollback_on_failure,
+        spec_hash: String::new(),
+        identity: None,
+        drift: chart.drift_detection.clone().unwrap_or_default(),
+    };
+    release.spec_hash = spec_hash(&release);
+    Ok(release)
+}
+
+/// Fingerprint of what Helm is given for a release: 16 hex digits. It covers the chart's resolved
+/// version and content digest, so a changed chart rolls out while an unchanged one makes no call.
+pub(crate) fn spec_hash(release: &Release) -> String {
+    #[derive(Serialize)]
+    struct Hashed<'a> {
+        source: &'a ChartSource,
+        version: &'a Option<String>,
+        digest: &'a Option<String>,
+        settings: &'a [(String, String)],
+        values: &'a Option<serde_json::Value>,
+        rollback: bool,
+    }
+    let source = match &release.source {
+        // The chart home may move between replicas; the chart's name identifies it.
+        ChartSource::Directory(_) => &ChartSource::Directory(PathBuf::from(&release.chart_name)),
+        other => other,
+    };
+    let text = serde_json::to_vec(&Hashed {
+        source,
+        version: &release.version,
+        digest: &release.chart_digest,
+        settings: &release.settings,
+        values: &release.values,
+        rollback: release.rollback_on_failure,
+    })
+    .expect("plain data serializes");
+    let digest = Sha256::digest(text);
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}

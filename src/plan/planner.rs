@@ -1,0 +1,272 @@
+//! The planner: desired releases compared with those applied become install, upgrade, uninstall and repair jobs, with the claims that decide conflicts (pure).
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    path::Path,
+};
+
+
+use crate::{
+    api::crd::{ControllerSpec, DriftMode},
+    api::key::{ClusterName, ReleaseKey},
+    policy::Admission,
+};
+
+use crate::plan::{desired::*, release::*};
+
+/// Everything planning needs to know, gathered by the reconciler.
+pub struct Inputs<'a> {
+    /// The resource planned for.
+    pub owner: &'a OwnerId,
+    /// Its spec.
+    pub spec: &'a ControllerSpec,
+    /// Registered clusters (the hub included) and their labels.
+    pub clusters: &'a BTreeMap<ClusterName, BTreeMap<String, String>>,
+    /// Clusters whose applied releases are fully known; others are not planned for yet.
+    pub synced: &'a BTreeSet<ClusterName>,
+    /// Releases in the clusters, by key.
+    pub applied: &'a HashMap<ReleaseKey, Applied>,
+    /// Which resource holds each release key claimed by several.
+    pub claims: &'a HashMap<ReleaseKey, OwnerId>,
+    /// What the tenancy policies allow.
+    pub admission: &'a Admission,
+    /// Chart directory root.
+    pub chart_home: &'a Path,
+    /// What is known of a chart (a parameter so planning stays pure): its exact version and
+    /// content digest, or why it cannot be found.
+    pub chart_lookup: &'a dyn Fn(&ChartSource, Option<&str>) -> ChartLookup,
+    /// Now, in Unix seconds.
+    pub now: i64,
+    /// How long a pending release may stay pending before it is cleared.
+    pub pending_timeout_secs: i64,
+    /// Releases whose live objects differ from their manifest.
+    pub drifted: &'a HashMap<ReleaseKey, Drifted>,
+}
+
+/// The outcome of planning.
+#[derive(Debug, Default, PartialEq)]
+pub struct Plan {
+    /// Releases the spec asks for and this resource holds.
+    pub(crate) desired: Vec<Release>,
+    /// Helm work to do.
+    pub(crate) jobs: Vec<Job>,
+    /// Parts of the spec that wait for a change.
+    pub(crate) problems: Vec<Problem>,
+    /// Releases on clusters whose state is not known yet.
+    pub(crate) waiting: Vec<ReleaseKey>,
+    /// Seconds until a release now pending counts as stuck, when one is pending.
+    pub(crate) recheck_in: Option<i64>,
+    /// What enforcing the tenancy policies would refuse, in permissive mode.
+    pub(crate) warnings: Vec<String>,
+    /// Releases whose Helm work (an install, upgrade or uninstall) is held back by `suspend`.
+    pub(crate) suspended: Vec<ReleaseKey>,
+    /// What the spec suspends, in words, when it suspends anything.
+    pub(crate) suspension: Option<String>,
+    /// Releases whose Helm work waits for the rollout to reach their cluster.
+    pub(crate) rollout_held: Vec<ReleaseKey>,
+    /// Where the rollout stands, in words, when it holds anything back.
+    pub(crate) rollout_note: Option<String>,
+}
+
+/// A resource asking for release keys: who, when it was created, and the keys.
+pub(crate) type Claimant = (OwnerId, i64, Vec<ReleaseKey>);
+
+/// A resource as a claimant: the release keys its spec names that `admission` lets it claim,
+/// whatever its charts say (so an unresolved release still holds its key). A key the policies
+/// refuse claims nothing: refused for its source, or no governing policy allows its cluster and
+/// namespace. With [`Admission::permissive`], every key the spec names.
+pub(crate) fn claimant(
+    owner: OwnerId,
+    created: i64,
+    spec: &ControllerSpec,
+    clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
+    chart_home: &Path,
+    admission: &Admission,
+) -> Claimant {
+    let any_chart = |_: &ChartSource, _: Option<&str>| ChartLookup::Found {
+        version: None,
+        digest: None,
+    };
+    let desired = desired(&owner, spec, clusters, chart_home, &any_chart, admission);
+    let refused: BTreeSet<&ReleaseKey> = desired
+        .problems
+        .iter()
+        .filter(|p| matches!(p, Problem::Forbidden { .. }))
+        .filter_map(Problem::release)
+        .collect();
+    let claimed = desired
+        .named
+        .iter()
+        .filter(|k| !refused.contains(k))
+        .filter(|k| {
+            admission
+                .identity_for_removal(&owner.namespace, k, clusters.get(&k.scope.cluster))
+                .is_ok()
+        })
+        .cloned()
+        .collect();
+    (owner, created, claimed)
+}
+
+/// Who holds each release key asked for by several resources: one rule, used by every planner.
+/// The resource whose release is installed there holds it, if it still asks for it; otherwise
+/// the oldest resource asking (then the smallest namespace/name). So one of them always wins.
+pub(crate) fn claims(
+    claimants: impl IntoIterator<Item = Claimant>,
+    applied: &HashMap<ReleaseKey, Applied>,
+) -> HashMap<ReleaseKey, OwnerId> {
+    let mut best: HashMap<ReleaseKey, (bool, i64, OwnerId)> = HashMap::new();
+    for (owner, created, keys) in claimants {
+        for key in keys {
+            let installed = applied
+                .get(&key)
+                .is_some_and(|a| a.owner.as_ref() == Some(&owner));
+            // Smaller wins: installed first, then older, then by name.
+            let candidate = (!installed, created, owner.clone());
+            best.entry(key)
+                .and_modify(|held| {
+                    if candidate < *held {
+                        *held = candidate.clone();
+                    }
+                })
+                .or_insert(candidate);
+        }
+    }
+    best.into_iter().map(|(k, (_, _, o))| (k, o)).collect()
+}
+
+/// Compares what the spec asks for with what the clusters hold and decides the Helm work.
+/// Only a release the spec no longer names is uninstalled: one that cannot be planned (a missing
+/// chart, a refused setting, a duplicate) keeps running as it is and is reported. A suspended
+/// release gets no job at all; it is listed in `suspended` when it would have had one.
+pub fn plan(inputs: &Inputs<'_>) -> Plan {
+    let Desired {
+        releases,
+        mut problems,
+        named,
+        warnings,
+        too_large,
+    } = desired(
+        inputs.owner,
+        inputs.spec,
+        inputs.clusters,
+        inputs.chart_home,
+        inputs.chart_lookup,
+        inputs.admission,
+    );
+    let mut plan = Plan {
+        warnings,
+        suspension: suspension(inputs.spec),
+        ..Plan::default()
+    };
+    let held = Held::of(inputs.spec, inputs.clusters);
+    let held = |key: &ReleaseKey| held.holds(key);
+    for release in &releases {
+        let applied = inputs.applied.get(&release.key);
+        let holder = match inputs.claims.get(&release.key) {
+            Some(h) if h != inputs.owner => Some(format!("Controller {h}")),
+            _ => match applied.map(|a| &a.owner) {
+                Some(Some(o)) if o != inputs.owner => Some(format!("Controller {o}")),
+                Some(None) => Some("a Helm release not managed by tenancy-hub".into()),
+                _ => None,
+            },
+        };
+        if let Some(holder) = holder {
+            problems.push(Problem::Conflict {
+                key: release.key.clone(),
+                holder,
+            });
+            continue;
+        }
+        plan.desired.push(release.clone());
+        if !inputs.synced.contains(&release.key.scope.cluster) {
+            plan.waiting.push(release.key.clone());
+            continue;
+        }
+        let mut repair = None;
+        let job = match applied {
+            None => Some(None),
+            Some(a) if a.is_pending() => {
+                let age = a.modified_at.map_or(i64::MAX, |t| inputs.now - t);
+                let left = inputs.pending_timeout_secs.saturating_sub(age) + 1;
+                if left > 0 {
+                    plan.recheck_in = Some(plan.recheck_in.map_or(left, |r| r.min(left)));
+                }
+                (age > inputs.pending_timeout_secs).then_some(Some(a.revision))
+            }
+            Some(a)
+                if a.status == "deployed" && a.spec_hash.as_deref() == Some(&release.spec_hash) =>
+            {
+                // Deployed as asked: applied again, unchanged, only to repair drift found in
+                // this very revision (a repair makes a new one, which is compared afresh).
+                repair = inputs
+                    .drifted
+                    .get(&release.key)
+                    .filter(|d| {
+                        d.revision == a.revision && release.drift.mode == DriftMode::Enabled
+                    })
+                    .map(|d| d.summary.clone());
+                repair.is_some().then_some(None)
+            }
+            Some(_) => Some(None),
+        };
+        if job.is_some() && held(&release.key) {
+            plan.suspended.push(release.key.clone());
+        } else if let Some(stale_pending) = job {
+            plan.jobs.push(Job::Apply {
+                release: Box::new(release.clone()),
+                stale_pending,
+                repair,
+            });
+        }
+    }
+    // A spec too large to plan names no key, and uninstalls nothing either.
+    let mut removals: Vec<&Applied> = inputs
+        .applied
+        .values()
+        .filter(|a| !too_large && a.owner.as_ref() == Some(inputs.owner))
+        .filter(|a| !named.contains(&a.key) && inputs.synced.contains(&a.key.scope.cluster))
+        .filter(|a| a.status != "uninstalling")
+        .collect();
+    removals.sort_by(|a, b| a.key.cmp(&b.key));
+    let (kept, removals): (Vec<&Applied>, Vec<&Applied>) =
+        removals.into_iter().partition(|a| held(&a.key));
+    plan.suspended
+        .extend(kept.into_iter().map(|a| a.key.clone()));
+    for a in removals {
+        match inputs.admission.identity_for_removal(
+            &inputs.owner.namespace,
+            &a.key,
+            inputs.clusters.get(&a.key.scope.cluster),
+        ) {
+            Ok(identity) => plan.jobs.push(Job::Uninstall {
+                key: a.key.clone(),
+                owner: inputs.owner.clone(),
+                identity,
+            }),
+            // Nothing runs with the operator's rights on the tenant's behalf: left in place.
+            Err(rule) => problems.push(Problem::Forbidden {
+                key: a.key.clone(),
+                chart: a.key.release.clone(),
+                rule,
+            }),
+        }
+    }
+    plan.problems = problems;
+    plan
+}
+
+/// Runs CPU-heavy work of `size` units (charts named, Controllers) with `block_in_place` when it
+/// is big and the runtime is multi-threaded, so the worker's other tasks (lease renewal among
+/// them) move to another thread meanwhile; in place otherwise (tests use current-thread runtimes,
+/// where `block_in_place` is not allowed).
+pub(crate) fn offload<T>(size: usize, work: impl FnOnce() -> T) -> T {
+    const BIG: usize = 64;
+    let multi = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if size >= BIG && multi {
+        tokio::task::block_in_place(work)
+    } else {
+        work()
+    }
+}

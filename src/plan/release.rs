@@ -1,0 +1,371 @@
+//! What planning speaks of: owners and their labels on release records, chart sources, desired releases, what is applied, jobs and problems.
+
+use std::{fmt, path::PathBuf};
+
+use serde::Serialize;
+
+use crate::{
+    api::crd::{Controller, DriftDetection},
+    api::key::ReleaseKey,
+    api::policy::Impersonation,
+};
+
+use crate::plan::limits;
+
+/// Label on every release tenancy-hub manages.
+pub(crate) const MANAGED_BY_LABEL: &str = "multitenancy.dev/managed-by";
+/// Value of [`MANAGED_BY_LABEL`].
+pub(crate) const MANAGED_BY: &str = "tenancy-hub";
+/// Label naming the namespace of the owning `Controller`.
+pub(crate) const OWNER_NAMESPACE_LABEL: &str = "multitenancy.dev/controller-namespace";
+/// Label naming the owning `Controller`.
+pub(crate) const OWNER_NAME_LABEL: &str = "multitenancy.dev/controller-name";
+/// Label holding the fingerprint of the spec a release was applied from.
+pub(crate) const SPEC_HASH_LABEL: &str = "multitenancy.dev/spec-hash";
+
+/// The `Controller` resource that owns a release.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct OwnerId {
+    /// Namespace of the resource on the hub.
+    pub namespace: String,
+    /// Name of the resource.
+    pub name: String,
+}
+
+impl fmt::Display for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// The owner id of a resource.
+pub(crate) fn owner_id(c: &Controller) -> OwnerId {
+    OwnerId {
+        namespace: kube::ResourceExt::namespace(c).unwrap_or_default(),
+        name: kube::ResourceExt::name_any(c),
+    }
+}
+
+/// When a resource was created, in Unix seconds; the end of time when not known.
+pub(crate) fn created_secs(c: &Controller) -> i64 {
+    kube::Resource::meta(c)
+        .creation_timestamp
+        .as_ref()
+        .map_or(i64::MAX, |t| t.0.as_second())
+}
+
+/// Where a chart comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum ChartSource {
+    /// A chart directory under the chart home.
+    Directory(PathBuf),
+    /// A chart in a Helm repository.
+    Repository {
+        /// Repository URL.
+        url: String,
+        /// Chart name in the repository.
+        chart: String,
+    },
+    /// An `oci://` reference.
+    Oci(String),
+}
+
+/// A release the spec asks for, fully resolved.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Release {
+    /// Where it goes.
+    pub(crate) key: ReleaseKey,
+    /// Who asks for it.
+    pub(crate) owner: OwnerId,
+    /// Chart as named in the spec.
+    pub(crate) chart_name: String,
+    /// Where the chart comes from.
+    pub(crate) source: ChartSource,
+    /// Chart version to install: the spec's, or the exact one it resolved to.
+    pub(crate) version: Option<String>,
+    /// Digest of the chart's content, when known.
+    pub(crate) chart_digest: Option<String>,
+    /// `--set` pairs in spec order.
+    pub(crate) settings: Vec<(String, String)>,
+    /// Values passed as a values file.
+    pub(crate) values: Option<serde_json::Value>,
+    /// Roll back a failed upgrade to the last good revision.
+    pub(crate) rollback_on_failure: bool,
+    /// Fingerprint of everything above that Helm sees.
+    pub(crate) spec_hash: String,
+    /// Whom Helm impersonates in the target cluster, as the tenancy policy allowing the release
+    /// says; the operator's own credentials when None. Not part of the fingerprint: a changed
+    /// identity applies from the next change on.
+    pub(crate) identity: Option<Impersonation>,
+    /// How drift of its live objects from its manifest is handled. Not part of the fingerprint:
+    /// Helm never sees it, so changing only the mode or the ignore rules must not make a revision.
+    pub(crate) drift: DriftDetection,
+}
+
+/// A release found drifted from the manifest of the revision it was compared with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Drifted {
+    /// The Helm revision whose manifest the live objects were compared with.
+    pub(crate) revision: i64,
+    /// Where they differ, in a few words, for the repair's Helm description.
+    pub(crate) summary: String,
+}
+
+/// What a cluster holds for one release, read from Helm's release records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    /// Where it is.
+    pub(crate) key: ReleaseKey,
+    /// The owning resource, when tenancy-hub manages it.
+    pub(crate) owner: Option<OwnerId>,
+    /// Fingerprint of the spec it was applied from.
+    pub(crate) spec_hash: Option<String>,
+    /// Helm revision of the newest record.
+    pub(crate) revision: i64,
+    /// Helm status of the newest record (deployed, failed, pending-upgrade, ...).
+    pub(crate) status: String,
+    /// When the newest record was written (Unix seconds).
+    pub(crate) modified_at: Option<i64>,
+}
+
+impl Applied {
+    /// True while Helm reports an operation in progress.
+    pub(crate) fn is_pending(&self) -> bool {
+        self.status.starts_with("pending-")
+    }
+}
+
+/// Work for the Helm queue.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Job {
+    /// Install or upgrade to this release; `stale_pending` names a revision left pending to clear first.
+    Apply {
+        /// The release.
+        release: Box<Release>,
+        /// A revision stuck in a pending state, to be cleared before applying.
+        stale_pending: Option<i64>,
+        /// Set when the release is applied again, unchanged, to repair drift: what drifted.
+        repair: Option<String>,
+    },
+    /// Uninstall a release no longer asked for.
+    Uninstall {
+        /// Where it is.
+        key: ReleaseKey,
+        /// Who owned it.
+        owner: OwnerId,
+        /// Whom Helm impersonates to uninstall it; the operator's own credentials when None.
+        identity: Option<Impersonation>,
+    },
+    /// Roll a release back to the revision before `from` (a halted rollout's `rollbackOnHalt`).
+    Rollback {
+        /// Where it is.
+        key: ReleaseKey,
+        /// Who owns it.
+        owner: OwnerId,
+        /// The revision rolled back from: the one the halted rollout made.
+        from: i64,
+        /// Whom Helm impersonates, as for the release's other jobs.
+        identity: Option<Impersonation>,
+    },
+}
+
+impl Job {
+    /// The release the job is about.
+    pub(crate) fn key(&self) -> &ReleaseKey {
+        match self {
+            Job::Apply { release, .. } => &release.key,
+            Job::Uninstall { key, .. } | Job::Rollback { key, .. } => key,
+        }
+    }
+
+    /// The resource the job is done for.
+    pub(crate) fn owner(&self) -> &OwnerId {
+        match self {
+            Job::Apply { release, .. } => &release.owner,
+            Job::Uninstall { owner, .. } | Job::Rollback { owner, .. } => owner,
+        }
+    }
+
+    /// Identifies the desired end state: two jobs with one fingerprint do the same thing.
+    pub(crate) fn fingerprint(&self) -> String {
+        match self {
+            Job::Apply { release, .. } => format!("apply:{}", release.spec_hash),
+            Job::Uninstall { .. } => "uninstall".to_owned(),
+            Job::Rollback { from, .. } => format!("rollback:{from}"),
+        }
+    }
+}
+
+/// A part of the spec that cannot be carried out as written; it waits for a change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Problem {
+    /// A tenancy names a cluster that is not registered.
+    UnknownCluster {
+        /// The tenancy's namespace.
+        namespace: String,
+        /// The unknown name.
+        cluster: String,
+        /// Registered names: a few, and how many more.
+        known: String,
+    },
+    /// A tenancy's cluster selector matches no registered cluster.
+    NoClusterSelected {
+        /// The tenancy's namespace.
+        namespace: String,
+    },
+    /// A chart cannot be found (or is named in a way that is refused).
+    MissingChart {
+        /// The release.
+        key: ReleaseKey,
+        /// The chart as named.
+        chart: String,
+        /// Where it was looked for and why it is not there.
+        reason: String,
+    },
+    /// One resource asks for the same release key more than once: one problem per key.
+    Duplicate {
+        /// The release.
+        key: ReleaseKey,
+        /// The chart of the first entry asking for it.
+        chart: String,
+        /// The first few entries asking for it, as `tenancies[i] chart NAME`.
+        entries: Vec<String>,
+        /// How many entries ask for it in all.
+        count: usize,
+    },
+    /// Another resource, or something outside tenancy-hub, holds the release.
+    Conflict {
+        /// The release.
+        key: ReleaseKey,
+        /// Who holds it.
+        holder: String,
+    },
+    /// A setting key Helm cannot take literally, or would build too large a list for.
+    InvalidSetting {
+        /// The release.
+        key: ReleaseKey,
+        /// The setting key.
+        setting: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The resource asks for more than one resource may; nothing of it is planned.
+    TooLarge {
+        /// The resource.
+        owner: OwnerId,
+        /// What is counted: `charts` or `releases`.
+        what: &'static str,
+        /// How many it asks for.
+        count: usize,
+        /// How many it may.
+        limit: usize,
+    },
+    /// The tenancy policies do not allow the release, or its chart source breaks a source rule.
+    Forbidden {
+        /// The release.
+        key: ReleaseKey,
+        /// The chart as named.
+        chart: String,
+        /// The rule it breaks, and the policies that govern its hub namespace.
+        rule: String,
+    },
+}
+
+impl Problem {
+    /// The release the problem is about, when it is about one.
+    pub(crate) fn release(&self) -> Option<&ReleaseKey> {
+        match self {
+            Problem::MissingChart { key, .. }
+            | Problem::Duplicate { key, .. }
+            | Problem::Conflict { key, .. }
+            | Problem::InvalidSetting { key, .. }
+            | Problem::Forbidden { key, .. } => Some(key),
+            Problem::UnknownCluster { .. }
+            | Problem::NoClusterSelected { .. }
+            | Problem::TooLarge { .. } => None,
+        }
+    }
+
+    /// A short CamelCase reason, for conditions and events.
+    pub(crate) fn reason(&self) -> &'static str {
+        match self {
+            Problem::UnknownCluster { .. } => "UnknownCluster",
+            Problem::NoClusterSelected { .. } => "NoClusterSelected",
+            Problem::MissingChart { .. } => "ChartNotFound",
+            Problem::Duplicate { .. } => "DuplicateRelease",
+            Problem::Conflict { .. } => "Conflict",
+            Problem::InvalidSetting { .. } => "InvalidSetting",
+            Problem::Forbidden { .. } => "Forbidden",
+            Problem::TooLarge { .. } => "SpecTooLarge",
+        }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::UnknownCluster {
+                namespace,
+                cluster,
+                known,
+            } => write!(
+                f,
+                "tenancy {namespace}: cluster {cluster:?} is not registered (registered: {known}); register it in the clusters file or fix spec.tenancies[].clusters"
+            ),
+            Problem::NoClusterSelected { namespace } => write!(
+                f,
+                "tenancy {namespace}: clusterSelector matches no registered cluster; check the labels in the clusters file"
+            ),
+            Problem::MissingChart { key, chart, reason } => write!(
+                f,
+                "release {key}: chart {chart:?} not found: {reason}; what runs is left as it is until the chart is found or the spec changes"
+            ),
+            Problem::Duplicate {
+                key,
+                entries,
+                count,
+                ..
+            } => write!(
+                f,
+                "release {key} is asked for more than once in this Controller, by {count} entries ({}); none of them is applied until all but one get another releaseName, namespace or cluster",
+                limits::few(entries, *count)
+            ),
+            Problem::Conflict { key, holder } => write!(
+                f,
+                "release {key} is already held by {holder}; it is left to its holder: rename the release or remove it from one of them"
+            ),
+            Problem::InvalidSetting { key, setting, why } => write!(
+                f,
+                "release {key}: setting key {setting:?} {why}; use values instead"
+            ),
+            Problem::TooLarge {
+                owner,
+                what,
+                count,
+                limit,
+            } => write!(
+                f,
+                "Controller {owner} asks for {count} {what}, more than the {limit} one Controller may; nothing of it is planned and what runs stays as it is: split it into several Controllers"
+            ),
+            Problem::Forbidden { key, rule, .. } => write!(
+                f,
+                "release {key} is forbidden: {rule}; nothing is installed or changed for it (what runs stays as it is)"
+            ),
+        }
+    }
+}
+
+/// What is known of a chart outside planning: the chart home's directories, and repository and
+/// OCI charts resolved against their sources.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChartLookup {
+    /// The chart is there.
+    Found {
+        /// The exact version to install, when resolved from a constraint; None keeps the spec's.
+        version: Option<String>,
+        /// A digest of the chart's content, when known.
+        digest: Option<String>,
+    },
+    /// The chart cannot be found: where it was looked for and why it is not there.
+    Missing(String),
+}
