@@ -16,7 +16,7 @@ use crate::{
     charts::cache,
     clusters::registry::{self, ClusterRegistry, HubSource, RegistrationFile},
     controller::context::Settings,
-    helm::cli::HelmOptions,
+    helm::args::HelmOptions,
     queue::{QueueConfig, default_per_owner},
     runtime::config::RunConfig,
     runtime::leader::LeaseConfig,

@@ -18,7 +18,8 @@ use tokio::{
 };
 
 use crate::{
-    helm::cli::{self as helm, HelmOptions},
+    helm::args::HelmOptions,
+    helm::cli as helm,
     helm::protocol::{Answer, Hello, PROTOCOL_VERSION, Request},
 };
 

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     api::key::ReleaseKey,
-    helm::cli::{self as helm, HelmOptions},
+    helm::args::{self as helm, HelmOptions},
     plan::{
         MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, Release,
         SPEC_HASH_LABEL,

@@ -7,7 +7,7 @@
 //! CLI path does around the call stays here and in [`HelmCli`]: the namespace made ready, a
 //! pending revision cleared, impersonation, values reset, labels, history, rollback on failure,
 //! drift repair, the uninstall checked against the records left, failures read by
-//! [`helm::classify`]. A job whose chart is neither a chart directory nor a cached archive runs
+//! [`crate::queue::failure::classify`]. A job whose chart is neither a chart directory nor a cached archive runs
 //! through the CLI: an OCI chart, which helm pulls; a repository chart the cache does not hold
 //! waits for it there (helm never fetches a repository chart itself).
 //!
@@ -26,7 +26,8 @@ use std::path::PathBuf;
 use crate::{
     api::{key::ReleaseKey, policy::Impersonation},
     clusters::registry::Member,
-    helm::cli::{self as helm, HelmCli, HelmOptions},
+    helm::args::HelmOptions,
+    helm::cli::{self as helm, HelmCli},
     helm::pipe::Pipe,
     helm::protocol::{Answer, ClusterRef, release_request, upgrade_request},
     plan::{ChartSource, Job, Release},

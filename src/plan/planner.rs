@@ -5,7 +5,6 @@ use std::{
     path::Path,
 };
 
-
 use crate::{
     api::crd::{ControllerSpec, DriftMode},
     api::key::{ClusterName, ReleaseKey},

@@ -6,7 +6,6 @@ use std::{
     path::Path,
 };
 
-
 use crate::api::crd::{ClusterSelector, Setting};
 use crate::{
     api::crd::{Chart, ControllerSpec, DriftDetection, DriftMode, Tenancy},

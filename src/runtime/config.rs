@@ -6,7 +6,7 @@ use crate::{
     charts::cache,
     clusters::registry::{self, HubSource},
     controller::context::Settings,
-    helm::cli::HelmOptions,
+    helm::args::HelmOptions,
     queue::QueueConfig,
     runtime::leader::LeaseConfig,
 };

@@ -200,9 +200,9 @@ fn an_answer_with_a_field_the_operator_does_not_know_is_refused() {
 #[test]
 fn the_upgrade_labels_its_records_as_the_cli_does() {
     let line = fixture("request-upgrade");
-    let cli = helm::upgrade_args(
+    let cli = crate::helm::args::upgrade_args(
         &release(),
-        helm::Target {
+        crate::helm::args::Target {
             kubeconfig: std::path::Path::new("/k"),
             context: "member-1",
             identity: None,
@@ -234,7 +234,10 @@ fn a_long_repair_description_is_cut_as_the_clis() {
         &HelmOptions::default(),
     );
     assert!(long.force_conflicts);
-    assert_eq!(long.description, helm::repair_description(&"é".repeat(500)));
+    assert_eq!(
+        long.description,
+        crate::helm::args::repair_description(&"é".repeat(500))
+    );
     assert!(long.description.len() <= 200);
 }
 
