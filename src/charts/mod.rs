@@ -2,5 +2,8 @@
 
 pub(crate) mod cache;
 pub(crate) mod catalog;
+pub(crate) mod common;
 pub(crate) mod constraint;
 pub(crate) mod fetch;
+pub(crate) mod index;
+pub(crate) mod store;

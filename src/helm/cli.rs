@@ -361,7 +361,7 @@ impl HelmCli {
     }
 
     /// The archive of a chart in the cache, held (not evicted) while the checkout lives.
-    pub(crate) fn checkout(&self, release: &Release) -> Option<crate::charts::cache::Checkout> {
+    pub(crate) fn checkout(&self, release: &Release) -> Option<crate::charts::store::Checkout> {
         self.charts
             .checkout(&release.source, release.version.as_deref())
     }

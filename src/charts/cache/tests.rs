@@ -2,6 +2,8 @@
 
 use super::*;
 use crate::charts::fetch::testing::{Answer, Server};
+use crate::policy::source;
+use std::time::Duration;
 
 /// A loopback repository at `/repo`, counting the requests of each path.
 struct Repo {
