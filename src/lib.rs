@@ -47,6 +47,28 @@ mod tests {
         "cli",
     ];
 
+    /// The top-level items of a `use` group, `a::x, b::{y, z}}…` read up to its closing brace,
+    /// each trimmed.
+    fn group_items(group: &str) -> Vec<String> {
+        let (mut items, mut item, mut depth) = (Vec::new(), String::new(), 0);
+        for c in group.chars() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 0 => break,
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    items.push(item.trim().to_owned());
+                    item.clear();
+                    continue;
+                }
+                _ => {}
+            }
+            item.push(c);
+        }
+        items.push(item.trim().to_owned());
+        items
+    }
+
     /// The top-level folders a source file names through `crate::`, outside its tests.
     fn used_folders(source: &str) -> BTreeSet<String> {
         let code = source.split("#[cfg(test)]").next().unwrap_or_default();
@@ -55,23 +77,9 @@ mod tests {
             let rest = &code[at + "crate::".len()..];
             if let Some(group) = rest.strip_prefix('{') {
                 // `crate::{a::x, b::{y, z}}`: the first segment of each top-level item.
-                let mut depth = 0;
-                let mut item = String::new();
-                for c in group.chars() {
-                    match c {
-                        '{' => depth += 1,
-                        '}' if depth == 0 => break,
-                        '}' => depth -= 1,
-                        ',' if depth == 0 => {
-                            used.insert(item.trim().split("::").next().unwrap_or("").to_owned());
-                            item.clear();
-                            continue;
-                        }
-                        _ => {}
-                    }
-                    item.push(c);
+                for item in group_items(group) {
+                    used.insert(item.split("::").next().unwrap_or("").to_owned());
                 }
-                used.insert(item.trim().split("::").next().unwrap_or("").to_owned());
             } else {
                 let name: String = rest
                     .chars()
@@ -136,25 +144,7 @@ mod tests {
         for (at, _) in code.match_indices(&prefix) {
             let rest = &code[at + prefix.len()..];
             match rest.strip_prefix('{') {
-                Some(group) => {
-                    let mut depth = 0;
-                    let mut item = String::new();
-                    for c in group.chars() {
-                        match c {
-                            '{' => depth += 1,
-                            '}' if depth == 0 => break,
-                            '}' => depth -= 1,
-                            ',' if depth == 0 => {
-                                note(ident(item.trim()));
-                                item.clear();
-                                continue;
-                            }
-                            _ => {}
-                        }
-                        item.push(c);
-                    }
-                    note(ident(item.trim()));
-                }
+                Some(group) => group_items(group).iter().for_each(|item| note(ident(item))),
                 None => note(ident(rest)),
             }
         }
