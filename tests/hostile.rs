@@ -11,6 +11,7 @@ use common::{
     operator::Operator,
 };
 use k8s_openapi::api::{
+    authorization::v1::SelfSubjectAccessReview,
     core::v1::{ConfigMap, Secret},
     rbac::v1::{ClusterRoleBinding, RoleBinding},
 };
@@ -97,6 +98,19 @@ async fn namespace_admin(admin: &Client, namespace: &str, user: &str) {
         .unwrap();
 }
 
+/// Some(()) once the caller of `client` may create Secrets in `namespace`, by its own access review.
+async fn may_create_secrets(client: &Client, namespace: &str) -> Option<()> {
+    let review: SelfSubjectAccessReview = serde_json::from_value(serde_json::json!({
+        "spec": {"resourceAttributes": {"namespace": namespace, "verb": "create", "resource": "secrets"}},
+    }))
+    .unwrap();
+    let answer = Api::<SelfSubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .ok()?;
+    answer.status.is_some_and(|s| s.allowed).then_some(())
+}
+
 /// One release of `chart` named `release` in `namespace` of the member.
 fn one_release(namespace: &str, chart_name: &str, release: &str) -> ControllerSpec {
     ControllerSpec {
@@ -162,6 +176,12 @@ async fn forged_release_records_are_never_acted_on() {
 
     // Mallory, admin of her own namespace only, forges records there as herself.
     let as_mallory = hub.lab.client_as(MEMBER, &mallory).await;
+    // The API server's authorizer learns of a new RoleBinding from its own watch: wait until it
+    // lets her write Secrets there.
+    wait_until("mallory's rights in her own namespace", DEADLINE, || {
+        may_create_secrets(&as_mallory, &attacker)
+    })
+    .await;
     let secrets = Api::<Secret>::namespaced(as_mallory.clone(), &attacker);
     let owner_labels: std::collections::BTreeMap<String, String> = [
         ("multitenancy.dev/managed-by", "tenancy-hub"),

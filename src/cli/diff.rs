@@ -407,7 +407,7 @@ async fn deployed_manifest(
     revision: Option<i64>,
 ) -> anyhow::Result<String> {
     Ok(match revision {
-        Some(revision) => releases::manifest(client, key, revision)
+        Some(revision) => crate::observe::records::manifest(client, key, revision)
             .await
             .map_err(anyhow::Error::msg)?
             .unwrap_or_default(),

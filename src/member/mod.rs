@@ -17,7 +17,7 @@ use crate::{
     clusters::registry::{Health, SharedRegistry},
     helm::{cli::unregistered, sdk::HelmExecutor},
     observe::drift::{self, Kinds, ObjectDrift},
-    observe::releases::RecordEvents,
+    observe::records::RecordEvents,
     observe::watch::{ClusterWatch, Observers},
     plan::Job,
     queue::{Executor, Outcome},

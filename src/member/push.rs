@@ -10,7 +10,7 @@ use crate::{
     helm::sdk::HelmExecutor,
     member::{DriftCheck, MemberLink},
     observe::drift::{self, Kinds, ObjectDrift},
-    observe::releases::{self, RecordEvents},
+    observe::records::{self, RecordEvents},
     observe::watch::{self, ClusterWatch},
     plan::Job,
     queue::{Executor as _, Outcome},
@@ -45,7 +45,7 @@ impl MemberLink for PushLink {
     }
 
     fn release_records(&self, selector: &str) -> RecordEvents {
-        releases::record_events(self.member.client.clone(), selector)
+        records::record_events(self.member.client.clone(), selector)
     }
 
     fn watch_workloads(&self, watch: ClusterWatch) -> BoxFuture<'static, ()> {

@@ -27,7 +27,7 @@ use crate::{
     api::key::{ClusterName, ReleaseKey},
     api::policy::Impersonation,
     clusters::identity::acting_as,
-    observe::releases::decode_manifest,
+    observe::records::decode_manifest,
 };
 
 /// Objects listed in a release's drift status; the rest are counted.

@@ -2,5 +2,6 @@
 
 pub(crate) mod drift;
 pub(crate) mod model;
+pub mod records;
 pub mod releases;
 pub mod watch;

@@ -566,7 +566,7 @@ async fn controllers(a: &Args) -> Value {
 /// list as received (re-encoded), so they compare selectors, not transports.
 async fn records(a: &Args) -> Value {
     use kube::api::ListParams;
-    use tenancy_hub::observe::releases::{FOREIGN_SELECTOR, MANAGED_SELECTOR};
+    use tenancy_hub::observe::records::{FOREIGN_SELECTOR, MANAGED_SELECTOR};
     let lab = Lab::get();
     let ns = unique("rec");
     let chart =

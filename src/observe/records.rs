@@ -1,0 +1,156 @@
+//! One Helm release record read: the metadata watches' events and selectors, a revision's manifest decoded within bounds, and what a record says was applied and by whom (its owner only when its seal verifies).
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, core::PartialObjectMeta, runtime::watcher};
+
+use crate::{
+    api::key::{ClusterName, ClusterNamespace, ReleaseKey},
+    helm::seal::SealKey,
+    plan::{
+        Applied, MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, OwnerId,
+        SPEC_HASH_LABEL,
+    },
+};
+
+/// A release record as watched: the metadata of one of Helm's release Secrets.
+pub(crate) type Record = PartialObjectMeta<Secret>;
+
+/// The events of one watch of release records (one label selector, every namespace).
+pub(crate) type RecordEvents =
+    futures::stream::BoxStream<'static, Result<watcher::Event<Record>, watcher::Error>>;
+
+/// Watches the release records `selector` matches in every namespace of the cluster `client`
+/// reaches, metadata only, listing again after any error.
+pub(crate) fn record_events(client: kube::Client, selector: &str) -> RecordEvents {
+    let api: Api<Record> = Api::all(client);
+    let config = watcher::Config::default().labels(selector);
+    crate::observe::watch::relisting_watcher(api, config).boxed()
+}
+
+/// Label selector of the newest release records tenancy-hub manages.
+pub const MANAGED_SELECTOR: &str =
+    "owner=helm,multitenancy.dev/managed-by=tenancy-hub,status!=superseded";
+
+/// Label selector of the newest records of every other Helm release (`!=` also selects records
+/// without the label).
+pub const FOREIGN_SELECTOR: &str =
+    "owner=helm,multitenancy.dev/managed-by!=tenancy-hub,status!=superseded";
+
+/// The manifest Helm deployed for one revision of a release, read from its release record;
+/// None when the record is gone.
+pub(crate) async fn manifest(
+    client: kube::Client,
+    key: &ReleaseKey,
+    revision: i64,
+) -> Result<Option<String>, String> {
+    let api: Api<Secret> = Api::namespaced(client, &key.scope.namespace);
+    let name = format!("sh.helm.release.v1.{}.v{revision}", key.release);
+    let secret = api
+        .get_opt(&name)
+        .await
+        .map_err(|e| format!("reading release record {name} of {key}: {e}"))?;
+    let Some(secret) = secret else {
+        return Ok(None);
+    };
+    let data = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get("release"))
+        .ok_or_else(|| format!("release record {name} of {key} holds no release"))?;
+    decode_manifest(&data.0)
+        .map(Some)
+        .map_err(|e| format!("release record {name} of {key}: {e}"))
+}
+
+/// The most a release record's `release` field may expand to when it is decoded: 32 MiB. A
+/// record is a Secret (at most 1 MiB), and Helm's own records, gzipped JSON of a chart and its
+/// manifest, expand to a few MiB at most; anyone who may write in a release's namespace may write
+/// a record that expands to gigabytes, so decoding stops at this bound instead.
+pub(crate) const MAX_RECORD_BYTES: usize = 32 << 20;
+
+/// The `manifest` of a Helm release record's `release` field: base64 of (gzipped, as Helm writes
+/// it) JSON, decoded up to [`MAX_RECORD_BYTES`]; beyond that, an error and nothing more is read.
+pub(crate) fn decode_manifest(release: &[u8]) -> Result<String, String> {
+    use base64::Engine as _;
+    use std::io::Read as _;
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(release.trim_ascii())
+        .map_err(|e| format!("not base64: {e}"))?;
+    let json = if raw.starts_with(&[0x1f, 0x8b]) {
+        let mut decoder = flate2::read::GzDecoder::new(&raw[..]);
+        let mut json = Vec::new();
+        (&mut decoder)
+            .take(MAX_RECORD_BYTES as u64)
+            .read_to_end(&mut json)
+            .map_err(|e| format!("not gzip: {e}"))?;
+        if decoder
+            .read(&mut [0u8])
+            .map_err(|e| format!("not gzip: {e}"))?
+            > 0
+        {
+            return Err(format!(
+                "it expands past {} MiB, the bound of a release record (Helm's own stay far below): not a record Helm wrote",
+                MAX_RECORD_BYTES >> 20
+            ));
+        }
+        json
+    } else {
+        raw
+    };
+    #[derive(serde::Deserialize)]
+    struct HelmRelease {
+        #[serde(default)]
+        manifest: String,
+    }
+    serde_json::from_slice::<HelmRelease>(&json)
+        .map(|r| r.manifest)
+        .map_err(|e| format!("not a Helm release: {e}"))
+}
+
+fn owner_of(cluster: &ClusterName, record: &Record, seal: Option<&SealKey>) -> Option<OwnerId> {
+    let labels = record.metadata.labels.as_ref()?;
+    let sealed = seal.is_none_or(|seal| {
+        record
+            .metadata
+            .namespace
+            .as_deref()
+            .is_some_and(|ns| seal.verifies(cluster, ns, labels))
+    });
+    (sealed && labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY)).then(|| {
+        OwnerId {
+            namespace: labels
+                .get(OWNER_NAMESPACE_LABEL)
+                .cloned()
+                .unwrap_or_default(),
+            name: labels.get(OWNER_NAME_LABEL).cloned().unwrap_or_default(),
+        }
+    })
+}
+
+/// Reads one Helm release record's labels; None for Secrets that are not release records. With
+/// `seal`, the owner is taken only from a record whose seal verifies.
+pub(crate) fn applied_from(
+    cluster: &ClusterName,
+    record: &Record,
+    seal: Option<&SealKey>,
+) -> Option<Applied> {
+    let labels = record.metadata.labels.as_ref()?;
+    let namespace = record.metadata.namespace.as_deref()?;
+    let scope = ClusterNamespace::new(cluster.clone(), namespace).ok()?;
+    Some(Applied {
+        key: ReleaseKey {
+            scope,
+            release: labels.get("name")?.clone(),
+        },
+        owner: owner_of(cluster, record, seal),
+        spec_hash: labels.get(SPEC_HASH_LABEL).cloned(),
+        revision: labels.get("version")?.parse().ok()?,
+        status: labels.get("status").cloned().unwrap_or_default(),
+        modified_at: record
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.as_second()),
+    })
+}
