@@ -283,7 +283,8 @@ fn the_executor_is_found_beside_helm_before_path_and_a_given_one_wins() {
 /// its first line (when given), then runs `body`.
 fn scripted(dir: &std::path::Path, hello: Option<&str>, body: &str) -> PathBuf {
     let path = dir.join("fake-executor");
-    let mut file = std::fs::File::create(&path).unwrap();
+    let source = dir.join("fake-executor.py");
+    let mut file = std::fs::File::create(&source).unwrap();
     let pid_file = dir.join("pid");
     writeln!(file, "#!/usr/bin/env python3\nimport os").unwrap();
     writeln!(file, "open({pid_file:?}, 'w').write(str(os.getpid()))").unwrap();
@@ -293,8 +294,17 @@ fn scripted(dir: &std::path::Path, hello: Option<&str>, body: &str) -> PathBuf {
     }
     writeln!(file, "{body}").unwrap();
     drop(file);
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The executable is written by another process: a file this process held open for writing
+    // could be inherited by a child another test forks at that moment, and executing it would
+    // then fail with "Text file busy".
+    let installed = std::process::Command::new("install")
+        .arg("-m")
+        .arg("755")
+        .arg(&source)
+        .arg(&path)
+        .status()
+        .unwrap();
+    assert!(installed.success(), "install {}", path.display());
     path
 }
 
