@@ -22,10 +22,9 @@ use crate::{
         catalog::ChartCatalog,
     },
     cli::{ClusterArgs, PolicyMode},
-    clusters::registry::ClusterRegistry,
     helm::args::{HelmOptions, RenderFor},
     helm::cli as helm,
-    observe::releases,
+    member::{Links, MemberLink},
     plan::{self, Applied, Inputs, Job, Release, created_secs, owner_id},
     policy::{Admission, NamedPolicy},
 };
@@ -104,28 +103,6 @@ pub(crate) fn parse_file(text: &str, namespace: &str) -> anyhow::Result<Vec<Cont
     Ok(out)
 }
 
-/// What a cluster is, for rendering offline: its version and served API group versions.
-async fn render_for(client: kube::Client) -> RenderFor {
-    let kube_version = client.apiserver_version().await.ok().map(|v| v.git_version);
-    let mut api_versions = Vec::new();
-    if let Ok(core) = client.list_core_api_versions().await {
-        api_versions.extend(core.versions);
-    }
-    if let Ok(groups) = client.list_api_groups().await {
-        api_versions.extend(
-            groups
-                .groups
-                .into_iter()
-                .flat_map(|g| g.versions.into_iter().map(|v| v.group_version)),
-        );
-    }
-    RenderFor {
-        kube_version,
-        api_versions,
-        is_upgrade: false,
-    }
-}
-
 /// Runs `tenancy-hub diff`: reads the hub and the clusters, plans, renders and prints; writes nothing.
 pub(crate) async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
     let text = read_file(&args.file)?;
@@ -148,13 +125,15 @@ pub(crate) async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
             "cluster {only:?} is not registered"
         );
     }
-    let state = HubState::load(&args, &registry, hub, &files).await?;
+    let clusters = registry.labels();
+    let links = Links::looking(registry);
+    let state = HubState::load(&args, &links, clusters, hub, &files).await?;
     let charts = Charts::open(&args)?;
     let (mut all, releases) = plan_files(&files, &state, &charts, &args).await;
     if let Some(only) = &args.cluster {
         all.retain(|e| &e.cluster == only);
     }
-    compare(&mut all, &releases, &registry, &charts).await?;
+    compare(&mut all, &releases, &links, &charts).await?;
     print!(
         "{}",
         match args.output {
@@ -191,7 +170,8 @@ impl HubState {
     /// replace the Controllers of the same namespace and name, keeping their age.
     async fn load(
         args: &DiffArgs,
-        registry: &ClusterRegistry,
+        links: &Links,
+        clusters: BTreeMap<ClusterName, BTreeMap<String, String>>,
         hub: kube::Client,
         files: &[Controller],
     ) -> anyhow::Result<Self> {
@@ -212,8 +192,7 @@ impl HubState {
             .map(|c| (owner_id(c), created_secs(c)))
             .collect();
         let file_owners: BTreeSet<plan::OwnerId> = files.iter().map(owner_id).collect();
-        let clusters = registry.labels();
-        let (applied, synced) = read_releases(registry).await;
+        let (applied, synced) = read_releases(links).await;
         let claimants = on_hub
             .iter()
             .filter(|c| c.metadata.deletion_timestamp.is_none())
@@ -352,7 +331,7 @@ async fn plan_files(
 async fn compare(
     all: &mut [Entry],
     releases: &HashMap<ReleaseKey, Release>,
-    registry: &ClusterRegistry,
+    links: &Links,
     charts: &Charts,
 ) -> anyhow::Result<()> {
     let salt = std::hash::BuildHasher::hash_one(
@@ -370,15 +349,15 @@ async fn compare(
         let Ok(key) = entry.name().parse::<ReleaseKey>() else {
             continue;
         };
-        let Some(member) = registry.get(&key.scope.cluster) else {
+        let Some(member) = links.get(&key.scope.cluster) else {
             continue;
         };
         eprintln!("Comparing {key}…");
-        let deployed = deployed_manifest(member.client.clone(), &key, entry.revision).await?;
+        let deployed = deployed_manifest(member.as_ref(), &key, entry.revision).await?;
         let rendered = match releases.get(&key) {
             Some(release) => {
                 if !cluster_info.contains_key(&entry.cluster) {
-                    let info = render_for(member.client.clone()).await;
+                    let info = member.capabilities().await;
                     cluster_info.insert(entry.cluster.clone(), info);
                 }
                 let render = RenderFor {
@@ -402,12 +381,13 @@ async fn compare(
 
 /// The manifest of the release's deployed `revision`; empty when none is deployed.
 async fn deployed_manifest(
-    client: kube::Client,
+    member: &dyn MemberLink,
     key: &ReleaseKey,
     revision: Option<i64>,
 ) -> anyhow::Result<String> {
     Ok(match revision {
-        Some(revision) => crate::observe::records::manifest(client, key, revision)
+        Some(revision) => member
+            .manifest(key.clone(), revision)
             .await
             .map_err(anyhow::Error::msg)?
             .unwrap_or_default(),
@@ -439,15 +419,13 @@ fn set_diff(entry: &mut Entry, key: &ReleaseKey, deployed: &str, rendered: &str,
 }
 
 /// Every cluster's releases; clusters whose releases cannot be read are left out of `synced`.
-async fn read_releases(
-    registry: &ClusterRegistry,
-) -> (HashMap<ReleaseKey, Applied>, BTreeSet<ClusterName>) {
+async fn read_releases(links: &Links) -> (HashMap<ReleaseKey, Applied>, BTreeSet<ClusterName>) {
     let mut applied = HashMap::new();
     let mut synced = BTreeSet::new();
-    for member in registry.iter() {
-        let name = &member.entry.name;
+    for member in links.all() {
+        let name = member.cluster();
         eprintln!("Reading the releases of cluster {name}…");
-        match releases::list(name, member.client.clone()).await {
+        match member.list_releases().await {
             Ok(found) => {
                 applied.extend(found);
                 synced.insert(name.clone());

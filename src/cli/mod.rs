@@ -17,6 +17,7 @@ use crate::{
     clusters::registry::{self, ClusterRegistry, HubSource, RegistrationFile},
     controller::context::Settings,
     helm::args::HelmOptions,
+    member::Links,
     queue::{QueueConfig, default_per_owner},
     runtime::config::RunConfig,
     runtime::leader::LeaseConfig,
@@ -460,8 +461,8 @@ impl Command {
             }
             Command::Clusters { clusters, output } => {
                 let registry = clusters.registry().await?;
-                let health =
-                    futures::future::join_all(registry.iter().map(|m| registry::probe(m))).await;
+                let links = Links::looking(registry);
+                let health = links.probe_all().await;
                 print!("{}", render_health(&health, output)?);
                 let all_up = health.iter().all(|h| h.reachable);
                 Ok(if all_up {

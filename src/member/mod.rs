@@ -6,7 +6,7 @@
 
 pub(crate) mod push;
 
-use std::sync::Arc;
+use std::{collections::HashMap, sync::Arc};
 
 use futures::future::BoxFuture;
 
@@ -14,12 +14,12 @@ use crate::{
     api::crd::DriftIgnore,
     api::key::{ClusterName, ReleaseKey},
     api::policy::Impersonation,
-    clusters::registry::{Health, SharedRegistry},
-    helm::{cli::unregistered, sdk::HelmExecutor},
+    clusters::registry::{ClusterRegistry, Health, Member, SharedRegistry},
+    helm::{args::RenderFor, cli::unregistered, sdk::HelmExecutor},
     observe::drift::{self, Kinds, ObjectDrift},
     observe::records::RecordEvents,
     observe::watch::{ClusterWatch, Observers},
-    plan::Job,
+    plan::{Applied, Job},
     queue::{Executor, Outcome},
 };
 
@@ -52,13 +52,26 @@ pub(crate) trait MemberLink: Send + Sync {
     -> BoxFuture<'static, drift::Result<Vec<ObjectDrift>>>;
     /// Whether its API server answers, and its version.
     fn probe(&self) -> BoxFuture<'static, Health>;
+    /// Its releases, the newest record of each, read once: for a look that acts on nothing (the
+    /// CLI's `diff`), which takes owners as the records' labels claim them.
+    fn list_releases(&self) -> BoxFuture<'static, Result<HashMap<ReleaseKey, Applied>, String>>;
+    /// The manifest of a release's `revision`, when its record is there.
+    fn manifest(
+        &self,
+        key: ReleaseKey,
+        revision: i64,
+    ) -> BoxFuture<'static, Result<Option<String>, String>>;
+    /// What rendering offline as for this cluster needs: its version and the API versions it
+    /// serves (what it does not say is left out).
+    fn capabilities(&self) -> BoxFuture<'static, RenderFor>;
 }
 
 /// The member links of every registered cluster, following the registry as it is reloaded.
 #[derive(Clone)]
 pub(crate) struct Links {
     registry: SharedRegistry,
-    executor: Arc<HelmExecutor>,
+    /// Runs Helm jobs; none for links that only look (the CLI's read commands).
+    executor: Option<Arc<HelmExecutor>>,
     kinds: Arc<Kinds>,
 }
 
@@ -67,7 +80,17 @@ impl Links {
     pub(crate) fn new(registry: SharedRegistry, executor: Arc<HelmExecutor>) -> Self {
         Self {
             registry,
-            executor,
+            executor: Some(executor),
+            kinds: Arc::default(),
+        }
+    }
+
+    /// Links to the clusters of `registry` that read and observe but run no Helm job: what the
+    /// CLI's read commands (`diff`, `clusters`) look through.
+    pub(crate) fn looking(registry: ClusterRegistry) -> Self {
+        Self {
+            registry: Arc::new(arc_swap::ArcSwap::from_pointee(registry)),
+            executor: None,
             kinds: Arc::default(),
         }
     }
@@ -75,11 +98,7 @@ impl Links {
     /// The link of `cluster`, when it is registered.
     pub(crate) fn get(&self, cluster: &ClusterName) -> Option<Arc<dyn MemberLink>> {
         let member = self.registry.load().get(cluster).cloned()?;
-        Some(Arc::new(push::PushLink::new(
-            member,
-            self.executor.clone(),
-            self.kinds.clone(),
-        )))
+        Some(self.link(member))
     }
 
     /// The link of every registered cluster, the hub first.
@@ -87,14 +106,17 @@ impl Links {
         let registry = self.registry.load();
         registry
             .iter()
-            .map(|member| {
-                Arc::new(push::PushLink::new(
-                    member.clone(),
-                    self.executor.clone(),
-                    self.kinds.clone(),
-                )) as Arc<dyn MemberLink>
-            })
+            .map(|member| self.link(member.clone()))
             .collect()
+    }
+
+    /// The link of a member reached with the hub's clients.
+    fn link(&self, member: Arc<Member>) -> Arc<dyn MemberLink> {
+        Arc::new(push::PushLink::new(
+            member,
+            self.executor.clone(),
+            self.kinds.clone(),
+        ))
     }
 
     /// Probes every registered cluster at once.

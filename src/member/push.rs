@@ -1,31 +1,38 @@
 //! A member reached from the hub: the clients of its registration-file entry run Helm, watch its records and workloads, read its live objects and probe it.
 
-use std::sync::Arc;
+use std::{collections::HashMap, sync::Arc};
 
 use futures::{FutureExt as _, future::BoxFuture};
 
 use crate::{
-    api::key::ClusterName,
+    api::key::{ClusterName, ReleaseKey},
     clusters::registry::{self, Health, Member},
-    helm::sdk::HelmExecutor,
+    helm::{args::RenderFor, sdk::HelmExecutor},
     member::{DriftCheck, MemberLink},
     observe::drift::{self, Kinds, ObjectDrift},
     observe::records::{self, RecordEvents},
+    observe::releases,
     observe::watch::{self, ClusterWatch},
-    plan::Job,
-    queue::{Executor as _, Outcome},
+    plan::{Applied, Job},
+    queue::{Executor as _, FailureKind, Outcome},
 };
 
 /// A member the hub holds a client for.
 pub(crate) struct PushLink {
     member: Arc<Member>,
-    executor: Arc<HelmExecutor>,
+    /// Runs Helm jobs; none for a link that only looks.
+    executor: Option<Arc<HelmExecutor>>,
     kinds: Arc<Kinds>,
 }
 
 impl PushLink {
-    /// The link of `member`, running Helm with `executor` and discovering kinds into `kinds`.
-    pub(crate) fn new(member: Arc<Member>, executor: Arc<HelmExecutor>, kinds: Arc<Kinds>) -> Self {
+    /// The link of `member`, running Helm with `executor` (none: it runs no job) and discovering
+    /// kinds into `kinds`.
+    pub(crate) fn new(
+        member: Arc<Member>,
+        executor: Option<Arc<HelmExecutor>>,
+        kinds: Arc<Kinds>,
+    ) -> Self {
         Self {
             member,
             executor,
@@ -40,7 +47,14 @@ impl MemberLink for PushLink {
     }
 
     fn execute(&self, job: Job) -> BoxFuture<'static, Outcome> {
-        let executor = self.executor.clone();
+        let Some(executor) = self.executor.clone() else {
+            let message = format!(
+                "cluster {} is linked only to look at it; Helm jobs run in the operator",
+                self.cluster()
+            );
+            return futures::future::ready(Outcome::failed(message, FailureKind::Permanent))
+                .boxed();
+        };
         async move { executor.execute(job).await }.boxed()
     }
 
@@ -74,5 +88,49 @@ impl MemberLink for PushLink {
     fn probe(&self) -> BoxFuture<'static, Health> {
         let member = self.member.clone();
         async move { registry::probe(&member).await }.boxed()
+    }
+
+    fn list_releases(&self) -> BoxFuture<'static, Result<HashMap<ReleaseKey, Applied>, String>> {
+        let member = self.member.clone();
+        async move {
+            releases::list(&member.entry.name, member.client.clone())
+                .await
+                .map_err(|e| e.to_string())
+        }
+        .boxed()
+    }
+
+    fn manifest(
+        &self,
+        key: ReleaseKey,
+        revision: i64,
+    ) -> BoxFuture<'static, Result<Option<String>, String>> {
+        let client = self.member.client.clone();
+        async move { records::manifest(client, &key, revision).await }.boxed()
+    }
+
+    fn capabilities(&self) -> BoxFuture<'static, RenderFor> {
+        let client = self.member.client.clone();
+        async move {
+            let kube_version = client.apiserver_version().await.ok().map(|v| v.git_version);
+            let mut api_versions = Vec::new();
+            if let Ok(core) = client.list_core_api_versions().await {
+                api_versions.extend(core.versions);
+            }
+            if let Ok(groups) = client.list_api_groups().await {
+                api_versions.extend(
+                    groups
+                        .groups
+                        .into_iter()
+                        .flat_map(|g| g.versions.into_iter().map(|v| v.group_version)),
+                );
+            }
+            RenderFor {
+                kube_version,
+                api_versions,
+                is_upgrade: false,
+            }
+        }
+        .boxed()
     }
 }
