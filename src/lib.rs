@@ -140,9 +140,21 @@ mod tests {
                 used.insert("mod".to_owned());
             }
         };
-        let prefix = format!("crate::{folder}::");
-        for (at, _) in code.match_indices(&prefix) {
-            let rest = &code[at + prefix.len()..];
+        let prefix = format!("{folder}::");
+        // `crate::folder::…`, and `folder::…` as an item of a `crate::{…}` group.
+        let mut paths: Vec<String> = code
+            .match_indices(&format!("crate::{prefix}"))
+            .map(|(at, _)| code[at + "crate::".len() + prefix.len()..].to_owned())
+            .collect();
+        for (at, _) in code.match_indices("crate::{") {
+            let items = group_items(&code[at + "crate::{".len()..]);
+            paths.extend(
+                items
+                    .iter()
+                    .filter_map(|item| item.strip_prefix(&prefix).map(str::to_owned)),
+            );
+        }
+        for rest in &paths {
             match rest.strip_prefix('{') {
                 Some(group) => group_items(group).iter().for_each(|item| note(ident(item))),
                 None => note(ident(rest)),
@@ -243,6 +255,11 @@ mod tests {
         assert_eq!(
             used_siblings("q", "mod", root, &siblings),
             BTreeSet::from(["a".to_owned()])
+        );
+        let nested = "use crate::{api::Key, q::{a::X, Thing}};";
+        assert_eq!(
+            used_siblings("q", "b", nested, &siblings),
+            BTreeSet::from(["a".to_owned(), "mod".to_owned()])
         );
         let tests_only = "fn g() {}\n#[cfg(test)]\nmod tests { use super::a::X; }";
         assert!(used_siblings("q", "b", tests_only, &siblings).is_empty());

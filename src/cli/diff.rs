@@ -21,7 +21,7 @@ use crate::{
         cache::{self, ChartCache},
         catalog::ChartCatalog,
     },
-    cli::{ClusterArgs, PolicyMode},
+    cli::args::{ClusterArgs, PolicyMode},
     helm::args::{HelmOptions, RenderFor},
     helm::cli as helm,
     member::{Links, MemberLink},

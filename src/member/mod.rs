@@ -4,67 +4,24 @@
 //! hub holds (the registration file); a member whose agent connects out to the hub implements the
 //! same [`MemberLink`].
 
+pub(crate) mod link;
 pub(crate) mod push;
 
-use std::{collections::HashMap, sync::Arc};
+pub(crate) use link::{DriftCheck, MemberLink};
+
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
 use crate::{
-    api::crd::DriftIgnore,
-    api::key::{ClusterName, ReleaseKey},
-    api::policy::Impersonation,
+    api::key::ClusterName,
     clusters::registry::{ClusterRegistry, Health, Member, SharedRegistry},
-    helm::{args::RenderFor, cli::unregistered, sdk::HelmExecutor},
-    observe::drift::{self, Kinds, ObjectDrift},
-    observe::records::RecordEvents,
+    helm::{cli::unregistered, sdk::HelmExecutor},
+    observe::drift::Kinds,
     observe::watch::{ClusterWatch, Observers},
-    plan::{Applied, Job},
+    plan::Job,
     queue::{Executor, Outcome},
 };
-
-/// One drift check the hub asks of a member: compare a release's revision with the live objects.
-#[derive(Clone, Debug)]
-pub(crate) struct DriftCheck {
-    /// The release.
-    pub(crate) key: ReleaseKey,
-    /// The revision whose manifest is compared.
-    pub(crate) revision: i64,
-    /// Who reads the live objects (the policy's identity), or the operator itself.
-    pub(crate) identity: Option<Impersonation>,
-    /// Fields left out of the comparison.
-    pub(crate) ignore: Vec<DriftIgnore>,
-}
-
-/// One member cluster as the hub reaches it. Every method returns an owned future or stream, so a
-/// link can be a set of clients or a channel to an agent alike.
-pub(crate) trait MemberLink: Send + Sync {
-    /// The member's registered name.
-    fn cluster(&self) -> &ClusterName;
-    /// Carries out one Helm job there and tells how it went.
-    fn execute(&self, job: Job) -> BoxFuture<'static, Outcome>;
-    /// The events of its release records matching a label selector.
-    fn release_records(&self, selector: &str) -> RecordEvents;
-    /// The task that watches its pods and workloads as `watch` asks.
-    fn watch_workloads(&self, watch: ClusterWatch) -> BoxFuture<'static, ()>;
-    /// Compares a release's manifest with what runs.
-    fn check_drift(&self, check: DriftCheck)
-    -> BoxFuture<'static, drift::Result<Vec<ObjectDrift>>>;
-    /// Whether its API server answers, and its version.
-    fn probe(&self) -> BoxFuture<'static, Health>;
-    /// Its releases, the newest record of each, read once: for a look that acts on nothing (the
-    /// CLI's `diff`), which takes owners as the records' labels claim them.
-    fn list_releases(&self) -> BoxFuture<'static, Result<HashMap<ReleaseKey, Applied>, String>>;
-    /// The manifest of a release's `revision`, when its record is there.
-    fn manifest(
-        &self,
-        key: ReleaseKey,
-        revision: i64,
-    ) -> BoxFuture<'static, Result<Option<String>, String>>;
-    /// What rendering offline as for this cluster needs: its version and the API versions it
-    /// serves (what it does not say is left out).
-    fn capabilities(&self) -> BoxFuture<'static, RenderFor>;
-}
 
 /// The member links of every registered cluster, following the registry as it is reloaded.
 #[derive(Clone)]

@@ -8,7 +8,7 @@ use crate::{
     api::key::{ClusterName, ReleaseKey},
     clusters::registry::{self, Health, Member},
     helm::{args::RenderFor, sdk::HelmExecutor},
-    member::{DriftCheck, MemberLink},
+    member::link::{DriftCheck, MemberLink},
     observe::drift::{self, Kinds, ObjectDrift},
     observe::records::{self, RecordEvents},
     observe::releases,
