@@ -1,14 +1,19 @@
 //! The hub reconciler, the state it shares with its background loops, those loops, and registration reload.
 
+pub(crate) mod cleanup;
 pub(crate) mod context;
 pub(crate) mod drift;
 pub(crate) mod drift_checks;
 pub(crate) mod events;
+pub(crate) mod finalizer;
 #[cfg(test)]
 pub(crate) mod fixtures;
 pub(crate) mod index;
 pub(crate) mod interest;
 pub(crate) mod loops;
+pub(crate) mod problems;
 pub(crate) mod reconcile;
 pub(crate) mod reload;
+pub(crate) mod repairs;
+pub(crate) mod rollout_gate;
 pub mod shard;

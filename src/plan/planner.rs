@@ -159,18 +159,8 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
         ..Plan::default()
     };
     let held = Held::of(inputs.spec, inputs.clusters);
-    let held = |key: &ReleaseKey| held.holds(key);
     for release in &releases {
-        let applied = inputs.applied.get(&release.key);
-        let holder = match inputs.claims.get(&release.key) {
-            Some(h) if h != inputs.owner => Some(format!("Controller {h}")),
-            _ => match applied.map(|a| &a.owner) {
-                Some(Some(o)) if o != inputs.owner => Some(format!("Controller {o}")),
-                Some(None) => Some("a Helm release not managed by tenancy-hub".into()),
-                _ => None,
-            },
-        };
-        if let Some(holder) = holder {
+        if let Some(holder) = holder(inputs, &release.key) {
             problems.push(Problem::Conflict {
                 key: release.key.clone(),
                 holder,
@@ -182,54 +172,88 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
             plan.waiting.push(release.key.clone());
             continue;
         }
-        let mut repair = None;
-        let job = match applied {
-            None => Some(None),
-            Some(a) if a.is_pending() => {
-                let age = a.modified_at.map_or(i64::MAX, |t| inputs.now - t);
-                let left = inputs.pending_timeout_secs.saturating_sub(age) + 1;
-                if left > 0 {
-                    plan.recheck_in = Some(plan.recheck_in.map_or(left, |r| r.min(left)));
-                }
-                (age > inputs.pending_timeout_secs).then_some(Some(a.revision))
-            }
-            Some(a)
-                if a.status == "deployed" && a.spec_hash.as_deref() == Some(&release.spec_hash) =>
-            {
-                // Deployed as asked: applied again, unchanged, only to repair drift found in
-                // this very revision (a repair makes a new one, which is compared afresh).
-                repair = inputs
-                    .drifted
-                    .get(&release.key)
-                    .filter(|d| {
-                        d.revision == a.revision && release.drift.mode == DriftMode::Enabled
-                    })
-                    .map(|d| d.summary.clone());
-                repair.is_some().then_some(None)
-            }
-            Some(_) => Some(None),
-        };
-        if job.is_some() && held(&release.key) {
-            plan.suspended.push(release.key.clone());
-        } else if let Some(stale_pending) = job {
-            plan.jobs.push(Job::Apply {
-                release: Box::new(release.clone()),
-                stale_pending,
-                repair,
-            });
-        }
+        plan_apply(inputs, release, &held, &mut plan);
     }
     // A spec too large to plan names no key, and uninstalls nothing either.
+    if !too_large {
+        plan_removals(inputs, &named, &held, &mut plan, &mut problems);
+    }
+    plan.problems = problems;
+    plan
+}
+
+/// Who else holds a release key, in words: the Controller the claims give it to, or the one (or
+/// the Helm user, with no owner label) whose release is installed there. None when it is ours.
+fn holder(inputs: &Inputs<'_>, key: &ReleaseKey) -> Option<String> {
+    match inputs.claims.get(key) {
+        Some(h) if h != inputs.owner => Some(format!("Controller {h}")),
+        _ => match inputs.applied.get(key).map(|a| &a.owner) {
+            Some(Some(o)) if o != inputs.owner => Some(format!("Controller {o}")),
+            Some(None) => Some("a Helm release not managed by tenancy-hub".into()),
+            _ => None,
+        },
+    }
+}
+
+/// The Helm work for one release this resource holds on a synced cluster: an apply when it is
+/// not installed, differs from the spec, has been pending past the timeout (noting when to look
+/// again while it is not), or drifted in its deployed revision with repair enabled. A release
+/// `suspend` holds is listed as suspended instead.
+fn plan_apply(inputs: &Inputs<'_>, release: &Release, held: &Held, plan: &mut Plan) {
+    let mut repair = None;
+    let job = match inputs.applied.get(&release.key) {
+        None => Some(None),
+        Some(a) if a.is_pending() => {
+            let age = a.modified_at.map_or(i64::MAX, |t| inputs.now - t);
+            let left = inputs.pending_timeout_secs.saturating_sub(age) + 1;
+            if left > 0 {
+                plan.recheck_in = Some(plan.recheck_in.map_or(left, |r| r.min(left)));
+            }
+            (age > inputs.pending_timeout_secs).then_some(Some(a.revision))
+        }
+        Some(a) if a.status == "deployed" && a.spec_hash.as_deref() == Some(&release.spec_hash) => {
+            // Deployed as asked: applied again, unchanged, only to repair drift found in
+            // this very revision (a repair makes a new one, which is compared afresh).
+            repair = inputs
+                .drifted
+                .get(&release.key)
+                .filter(|d| d.revision == a.revision && release.drift.mode == DriftMode::Enabled)
+                .map(|d| d.summary.clone());
+            repair.is_some().then_some(None)
+        }
+        Some(_) => Some(None),
+    };
+    if job.is_some() && held.holds(&release.key) {
+        plan.suspended.push(release.key.clone());
+    } else if let Some(stale_pending) = job {
+        plan.jobs.push(Job::Apply {
+            release: Box::new(release.clone()),
+            stale_pending,
+            repair,
+        });
+    }
+}
+
+/// Uninstalls, by key, the releases this resource holds on synced clusters that its spec no
+/// longer names (and that are not being uninstalled already). One `suspend` holds is listed as
+/// suspended; one no governing policy lets be removed is left in place and reported.
+fn plan_removals(
+    inputs: &Inputs<'_>,
+    named: &BTreeSet<ReleaseKey>,
+    held: &Held,
+    plan: &mut Plan,
+    problems: &mut Vec<Problem>,
+) {
     let mut removals: Vec<&Applied> = inputs
         .applied
         .values()
-        .filter(|a| !too_large && a.owner.as_ref() == Some(inputs.owner))
+        .filter(|a| a.owner.as_ref() == Some(inputs.owner))
         .filter(|a| !named.contains(&a.key) && inputs.synced.contains(&a.key.scope.cluster))
         .filter(|a| a.status != "uninstalling")
         .collect();
     removals.sort_by(|a, b| a.key.cmp(&b.key));
     let (kept, removals): (Vec<&Applied>, Vec<&Applied>) =
-        removals.into_iter().partition(|a| held(&a.key));
+        removals.into_iter().partition(|a| held.holds(&a.key));
     plan.suspended
         .extend(kept.into_iter().map(|a| a.key.clone()));
     for a in removals {
@@ -251,8 +275,6 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
             }),
         }
     }
-    plan.problems = problems;
-    plan
 }
 
 /// Runs CPU-heavy work of `size` units (charts named, Controllers) with `block_in_place` when it

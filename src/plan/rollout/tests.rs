@@ -1,7 +1,15 @@
 //! Tests of rollout gates: steps, health, halts and rollbacks.
 
+use std::collections::HashMap;
+
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::settings::{MaxUnavailable, parse_duration_ms};
+use super::states::phase;
 use super::*;
-use crate::api::crd::{ClusterSelector, Wave};
+use crate::api::crd::{ClusterSelector, Rollout, Wave};
+use crate::api::key::ReleaseKey;
+use crate::plan::{Applied, Job, Plan, Release};
 
 fn c(name: &str) -> ClusterName {
     name.parse().unwrap()

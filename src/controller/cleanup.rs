@@ -1,0 +1,286 @@
+//! The finalizer's deletion path: a deleted `Controller`'s releases uninstalled everywhere (or,
+//! with `deletionPolicy: Orphan` or `suspend`, left in place), what it waits for, and everything
+//! kept for it forgotten.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use kube::{
+    Resource,
+    runtime::{controller::Action, events::EventType, reflector::ObjectRef},
+};
+
+use crate::{
+    api::crd::{Controller, DeletionPolicy},
+    api::key::{ClusterName, ReleaseKey},
+    api::policy::Impersonation,
+    controller::context::Context,
+    controller::events::publish,
+    controller::finalizer::{Error, Result},
+    plan::{self, Applied, Job, OwnerId, owner_id},
+    queue::Outcome,
+    status::report as status,
+};
+
+/// Registered clusters and their labels.
+type Registered = BTreeMap<ClusterName, BTreeMap<String, String>>;
+
+/// Deletion: uninstalls the resource's releases everywhere (or, with `deletionPolicy: Orphan`,
+/// leaves them), waiting only for clusters that hold or may hold them, and for its running jobs.
+pub(crate) async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
+    let owner = owner_id(c);
+    ctx.claims.update(c, &ctx.claim_basis());
+    // A resource created again under this name starts its rollouts afresh.
+    ctx.index.set_rollout(&owner, None);
+    let object = ObjectRef::from_obj(c);
+    let dropped = ctx.queue.drop_applies(&owner);
+    if dropped > 0 {
+        tracing::info!(controller = %owner, dropped, "being deleted: dropped its queued installs and upgrades");
+    }
+    let synced = ctx.releases.synced();
+    let mut owned = owned_releases(ctx, &owner);
+    // Suspended releases get no Helm call, uninstall included: they are left in place.
+    let registered = ctx.registry.load().labels();
+    let held = plan::Held::of(&c.spec, &registered);
+    let left: Vec<String> = owned
+        .iter()
+        .filter(|k| held.holds(k))
+        .map(ToString::to_string)
+        .collect();
+    owned.retain(|k| !held.holds(k));
+    let removal = removal_identities(ctx, c, &owner, &registered, &mut owned).await;
+    let orphan = c.spec.deletion_policy == DeletionPolicy::Orphan || c.spec.suspend;
+    if orphan {
+        // Nothing queued for it may run any more, uninstalls included.
+        ctx.queue.retain_planned(&owner, &HashSet::new());
+    } else if !left.is_empty() {
+        ctx.queue.retain_planned(&owner, &owned.iter().collect());
+    }
+    let running = ctx.queue.running_for(&owner);
+    if running.is_empty() && leave_in_place(ctx, c, &owner, &owned, &left).await {
+        forget(ctx, &object);
+        return Ok(Action::await_change());
+    }
+    if c.spec.deletion_policy == DeletionPolicy::Delete {
+        for key in owned.iter().filter(|k| !running.contains(k)) {
+            ctx.queue.enqueue(Job::Uninstall {
+                key: key.clone(),
+                owner: owner.clone(),
+                identity: removal.get(key).cloned().flatten(),
+            });
+        }
+    }
+    let unreached = unreached(c, &registered, &owned, &synced);
+    if owned.is_empty() && running.is_empty() && unreached.is_empty() {
+        if !left.is_empty() {
+            let note = format!(
+                "releases of suspended tenancies are left in place: {}",
+                left.join(", ")
+            );
+            tracing::warn!(controller = %owner, releases = ?left, "releases of suspended tenancies are left in place");
+            deletion_warning(ctx, c, "Suspended", note).await;
+        }
+        forget(ctx, &object);
+        tracing::info!(controller = %owner, "every release uninstalled; removing the finalizer");
+        return Ok(Action::await_change());
+    }
+    let waiting = describe_wait(ctx, &owned, &running, &unreached);
+    ctx.writer.submit(
+        object,
+        status::deleting(c.status.as_ref(), c.meta().generation, waiting.clone()),
+    );
+    Err(Error::CleanupPending { owner, waiting })
+}
+
+/// The releases `owner` holds: those the release records show, and those a finished job
+/// installed that the records do not show yet.
+fn owned_releases(ctx: &Context, owner: &OwnerId) -> BTreeSet<ReleaseKey> {
+    let mut applied: HashMap<ReleaseKey, Applied> = ctx
+        .releases
+        .owned_by(owner)
+        .into_iter()
+        .map(|a| (a.key.clone(), a))
+        .collect();
+    let mut owned: BTreeSet<ReleaseKey> = applied.keys().cloned().collect();
+    for (key, _) in ctx.index.outcomes_of(owner) {
+        if let Some(a) = ctx.releases.get(&key) {
+            applied.entry(key).or_insert(a);
+        }
+    }
+    owned.extend(just_applied(ctx, owner, &applied));
+    owned
+}
+
+/// Releases of `owner` that a finished job installed and the release records do not show yet.
+fn just_applied(
+    ctx: &Context,
+    owner: &OwnerId,
+    applied: &HashMap<ReleaseKey, Applied>,
+) -> Vec<ReleaseKey> {
+    ctx.index
+        .outcomes_of(owner)
+        .into_iter()
+        .filter(|(key, o)| match o.outcome {
+            Outcome::Applied { revision, .. } => applied
+                .get(key)
+                .is_none_or(|a| a.owner.as_ref() != Some(owner) || a.revision < revision),
+            _ => false,
+        })
+        .map(|(key, _)| key)
+        .collect()
+}
+
+/// The identity each of `owned` is uninstalled as. A release no governing policy allows acting
+/// on now is never removed with the operator's own rights on the tenant's behalf: it leaves
+/// `owned`, and is reported once (when the resource would uninstall it) and left in place.
+async fn removal_identities(
+    ctx: &Context,
+    c: &Controller,
+    owner: &OwnerId,
+    registered: &Registered,
+    owned: &mut BTreeSet<ReleaseKey>,
+) -> HashMap<ReleaseKey, Option<Impersonation>> {
+    let admission = ctx.admission();
+    let mut removal: HashMap<ReleaseKey, Option<Impersonation>> = HashMap::new();
+    let mut refused: Vec<String> = Vec::new();
+    owned.retain(|key| {
+        match admission.identity_for_removal(
+            &owner.namespace,
+            key,
+            registered.get(&key.scope.cluster),
+        ) {
+            Ok(identity) => {
+                removal.insert(key.clone(), identity);
+                true
+            }
+            Err(why) => {
+                refused.push(format!("{key}: {why}"));
+                false
+            }
+        }
+    });
+    if !refused.is_empty() && c.spec.deletion_policy == DeletionPolicy::Delete && !c.spec.suspend {
+        let note = format!("releases left in place: {}", refused.join("; "));
+        if ctx.index.tell_once(owner, &note) {
+            tracing::warn!(controller = %owner, releases = ?refused, "deleted, but no policy allows removing these releases; they are left in place");
+            deletion_warning(ctx, c, "RemovalForbidden", note.clone()).await;
+        }
+    }
+    removal
+}
+
+/// With no job running: a resource deleted while suspended, or with `deletionPolicy: Orphan`,
+/// leaves its releases in place and says which. True when it did, so the finalizer can go.
+async fn leave_in_place(
+    ctx: &Context,
+    c: &Controller,
+    owner: &OwnerId,
+    owned: &BTreeSet<ReleaseKey>,
+    left: &[String],
+) -> bool {
+    if c.spec.suspend {
+        let note = format!(
+            "suspended: no Helm call is made, so its releases are left in place: {}",
+            if left.is_empty() {
+                "none".into()
+            } else {
+                left.join(", ")
+            }
+        );
+        tracing::warn!(controller = %owner, releases = ?left, "deleted while suspended; its releases are left in place");
+        deletion_warning(ctx, c, "Suspended", note).await;
+        return true;
+    }
+    if c.spec.deletion_policy == DeletionPolicy::Orphan {
+        let left: Vec<String> = owned.iter().map(ToString::to_string).collect();
+        let note = if left.is_empty() {
+            "deletionPolicy Orphan: no release to leave".to_owned()
+        } else {
+            format!(
+                "deletionPolicy Orphan: releases left in place: {}",
+                left.join(", ")
+            )
+        };
+        tracing::warn!(controller = %owner, releases = ?left, "deleted with deletionPolicy Orphan; its releases are left in place");
+        deletion_warning(ctx, c, "Orphaned", note).await;
+        return true;
+    }
+    false
+}
+
+/// Registered clusters not synced yet that may hold the resource's releases: those the spec
+/// targets, those its status lists, and those where its releases are known to be.
+fn unreached(
+    c: &Controller,
+    registered: &Registered,
+    owned: &BTreeSet<ReleaseKey>,
+    synced: &BTreeSet<ClusterName>,
+) -> Vec<ClusterName> {
+    let mut holding: BTreeSet<ClusterName> = c
+        .spec
+        .tenancies
+        .iter()
+        .flat_map(|t| plan::targets(t, registered).0)
+        .collect();
+    holding.extend(owned.iter().map(|k| k.scope.cluster.clone()));
+    holding.extend(
+        c.status
+            .iter()
+            .flat_map(|s| &s.updated_tenancies)
+            .filter_map(|t| t.cluster.parse::<ClusterName>().ok()),
+    );
+    holding
+        .into_iter()
+        .filter(|c| registered.contains_key(c) && !synced.contains(c))
+        .collect()
+}
+
+/// A Warning Event of a deletion: what it leaves, and why.
+async fn deletion_warning(ctx: &Context, c: &Controller, reason: &str, note: String) {
+    publish(&ctx.events, c, EventType::Warning, reason, "Delete", note).await;
+}
+
+/// What a deletion waits for, in words: releases, running jobs, and clusters with the time they
+/// were last seen.
+fn describe_wait(
+    ctx: &Context,
+    owned: &BTreeSet<ReleaseKey>,
+    running: &[ReleaseKey],
+    unreached: &[ClusterName],
+) -> String {
+    let mut parts = Vec::new();
+    if !owned.is_empty() {
+        let list: Vec<String> = owned.iter().take(10).map(ToString::to_string).collect();
+        parts.push(format!(
+            "{} release(s) to be uninstalled ({}{})",
+            owned.len(),
+            list.join(", "),
+            if owned.len() > 10 { ", …" } else { "" }
+        ));
+    }
+    if !running.is_empty() {
+        parts.push(format!("{} running Helm job(s)", running.len()));
+    }
+    if !unreached.is_empty() {
+        let clusters: Vec<String> = unreached
+            .iter()
+            .map(|c| match ctx.health.get(c).and_then(|h| h.last_seen) {
+                Some(seen) => format!("{c} (unreachable, last seen {seen})"),
+                None => format!("{c} (not reached since the operator started)"),
+            })
+            .collect();
+        parts.push(format!(
+            "clusters {} to be reached; if a cluster is gone for good, set spec.deletionPolicy: Orphan to let the resource go",
+            clusters.join(", ")
+        ));
+    }
+    format!("waiting for {}", parts.join(" and for "))
+}
+
+/// Forgets everything kept for a resource that is gone, or worked by another replica now.
+pub(crate) fn forget(ctx: &Context, object: &ObjectRef<Controller>) {
+    for gone in ctx.watches.set(object, BTreeSet::new(), &ctx.links) {
+        ctx.model.forget(&gone);
+    }
+    ctx.writer.forget(object);
+    ctx.index.forget(object);
+}
