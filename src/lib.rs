@@ -185,17 +185,28 @@ mod tests {
     #[test]
     fn no_files_of_one_folder_use_each_other_in_a_circle() {
         let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        // Every folder of the layers and the folders inside them (`plan/rollout/`, whose own
+        // module file is `plan/rollout.rs`).
+        let mut pending: Vec<String> = LAYERS.iter().map(|l| l.to_string()).collect();
         let mut folders = 0;
-        for folder in LAYERS {
-            let files: Vec<(String, String)> = std::fs::read_dir(src.join(folder))
-                .unwrap()
-                .flatten()
-                .filter(|e| e.path().extension().is_some_and(|x| x == "rs"))
-                .map(|e| {
-                    let stem = e.path().file_stem().unwrap().to_string_lossy().into_owned();
-                    (stem, std::fs::read_to_string(e.path()).unwrap())
-                })
-                .collect();
+        while let Some(folder) = pending.pop() {
+            let dir = src.join(&folder);
+            let mut files: Vec<(String, String)> = Vec::new();
+            for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    pending.push(format!("{folder}/{name}"));
+                } else if path.extension().is_some_and(|x| x == "rs") {
+                    let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+                    files.push((stem, std::fs::read_to_string(&path).unwrap()));
+                }
+            }
+            if let Ok(own) = std::fs::read_to_string(dir.with_extension("rs")) {
+                files.push(("mod".to_owned(), own));
+            }
+            let folder = folder.replace('/', "::");
+            let folder = folder.as_str();
             let siblings: BTreeSet<String> = files
                 .iter()
                 .map(|(m, _)| m.clone())
@@ -234,13 +245,14 @@ mod tests {
                 let circle = visit(start, &edges, &mut Vec::new(), &mut done);
                 assert!(
                     circle.is_none(),
-                    "src/{folder}/: {}",
+                    "src/{}/: {}",
+                    folder.replace("::", "/"),
                     circle.unwrap().join(" → ")
                 );
             }
             folders += 1;
         }
-        assert_eq!(folders, LAYERS.len());
+        assert!(folders > LAYERS.len(), "only {folders} folders read");
     }
 
     #[test]
