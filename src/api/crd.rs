@@ -248,6 +248,95 @@ pub struct Chart {
     /// they differ. Absent: `warn`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift_detection: Option<DriftDetection>,
+
+    /// Values read from Secrets and ConfigMaps of this resource's own hub namespace, merged in
+    /// order under `values` (a TenancyPolicy must allow reading them). Names may refer to the
+    /// target cluster, as values do: `dns-${cluster.name}`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub values_from: Vec<ValuesReference>,
+
+    /// Values and settings for the clusters a selector picks, merged in order over the chart's
+    /// own `values` and `settings`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub overrides: Vec<ChartOverride>,
+
+    /// Releases of this resource on the same cluster that must be deployed from the current spec
+    /// and ready before this one is installed or upgraded (and that are uninstalled after it): a
+    /// release name of the same tenancy, or `namespace/release` of another tenancy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(length(min = 1, max = 117)))]
+    pub depends_on: Vec<String>,
+}
+
+/// Where values come from on the hub: one key of a Secret or ConfigMap in the resource's namespace.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ValuesReference {
+    /// `Secret` or `ConfigMap`.
+    pub kind: ValuesKind,
+    /// The object's name, in the resource's own hub namespace; may refer to the target cluster
+    /// (`${cluster.name}`, `${cluster.labels.region}`, …).
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// The key whose content is read. Default: `values.yaml`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub values_key: Option<String>,
+    /// Where the key's content goes, as one string value (a dotted path such as
+    /// `provider.credentials`); absent: the content is a YAML values document merged at the top.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub target_path: Option<String>,
+    /// A missing object or key is skipped instead of holding the release.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
+}
+
+/// The kinds of hub object values are read from.
+#[derive(
+    JsonSchema,
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+)]
+pub enum ValuesKind {
+    /// A Secret: its values are masked wherever they could show.
+    #[default]
+    Secret,
+    /// A ConfigMap.
+    ConfigMap,
+}
+
+impl std::fmt::Display for ValuesKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self, f)
+    }
+}
+
+/// Values and settings for the clusters a selector picks.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ChartOverride {
+    /// The clusters it applies to, by the labels of their registration.
+    pub cluster_selector: ClusterSelector,
+    /// Values merged over the chart's (maps merged key by key, anything else replaced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form_object")]
+    pub values: Option<serde_json::Value>,
+    /// Settings after the chart's; a key set again takes the later value.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1000))]
+    pub settings: Vec<Setting>,
 }
 
 /// Drift detection of one release: its live objects compared with the fields its manifest sets.

@@ -133,9 +133,13 @@ pub struct ClusterEntry {
     /// Kubeconfig file; defaults to `KUBECONFIG` or `~/.kube/config`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubeconfig: Option<PathBuf>,
-    /// Labels matched by `clusterSelector`.
+    /// Labels matched by `clusterSelector`, and read by values as `${cluster.labels.KEY}`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// Values of any type read by values as `${cluster.variables.KEY}` (a whole-string
+    /// reference keeps the type: `replicas: 3` gives the number 3).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub variables: BTreeMap<String, serde_json::Value>,
 }
 
 impl RegistrationFile {
@@ -270,6 +274,7 @@ impl ClusterRegistry {
                 context: "test".into(),
                 kubeconfig: None,
                 labels: BTreeMap::new(),
+                variables: BTreeMap::new(),
             },
             kubeconfig: PathBuf::new(),
             kubeconfig_digest: None,
@@ -290,6 +295,15 @@ impl ClusterRegistry {
         self.members
             .iter()
             .map(|(name, m)| (name.clone(), m.entry.labels.clone()))
+            .collect()
+    }
+
+    /// Every cluster's variables, by name.
+    pub(crate) fn variables(&self) -> BTreeMap<ClusterName, BTreeMap<String, serde_json::Value>> {
+        self.members
+            .iter()
+            .filter(|(_, m)| !m.entry.variables.is_empty())
+            .map(|(name, m)| (name.clone(), m.entry.variables.clone()))
             .collect()
     }
 
@@ -415,6 +429,7 @@ async fn connect_hub(
             context,
             kubeconfig: None,
             labels: BTreeMap::new(),
+            variables: BTreeMap::new(),
         },
         kubeconfig_digest: kubeconfigs.get(&path).and_then(|l| l.digest),
         kubeconfig: path,

@@ -24,6 +24,7 @@ fn entry(name: &str, labels: &[(&str, &str)]) -> ClusterEntry {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
+        variables: Default::default(),
     }
 }
 
