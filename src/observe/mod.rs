@@ -4,4 +4,7 @@ pub(crate) mod drift;
 pub(crate) mod model;
 pub mod records;
 pub mod releases;
+pub(crate) mod relist;
+pub(crate) mod supervisor;
 pub mod watch;
+pub(crate) mod workloads;
