@@ -1,5 +1,6 @@
 //! The `Controller` and `TenancyPolicy` resources and the typed keys every other module speaks in.
 
+pub(crate) mod controller_status;
 pub mod crd;
 pub mod key;
 pub mod policy;

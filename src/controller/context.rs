@@ -54,7 +54,7 @@ pub(crate) struct Context {
     /// The member links: how each cluster is worked and observed.
     pub(crate) links: crate::member::Links,
     /// The pod and workload watchers.
-    pub(crate) watches: crate::observe::watch::WatchSupervisor,
+    pub(crate) watches: crate::observe::supervisor::WatchSupervisor,
     /// Paced status writes.
     pub(crate) writer: crate::status::writer::StatusWriter,
     /// Reachability of every cluster, from periodic probes.

@@ -31,7 +31,7 @@ use crate::{
         reconcile::FINALIZER,
     },
     observe::releases::ReleaseIndex,
-    observe::watch::WatchSupervisor,
+    observe::supervisor::WatchSupervisor,
     plan::{
         self, MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL,
         SPEC_HASH_LABEL, owner_id,

@@ -1,21 +1,9 @@
-//! Helm: the pure argument builder and the CLI executor (one helm process per job), run by `helm::sdk::HelmExecutor`.
+//! Helm's CLI executor (one helm process per job, its arguments from `helm::args`), run by `helm::sdk::HelmExecutor`.
 
-use std::{
-    collections::HashMap,
-    ffi::OsString,
-    io::Write as _,
-    path::{Path, PathBuf},
-    process::Stdio,
-    sync::Arc,
-    time::Duration,
-};
+use std::{collections::HashMap, ffi::OsString, path::PathBuf, sync::Arc};
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::{
-    Api,
-    api::{DeleteParams, ListParams},
-};
-use tokio::process::Command;
+use kube::{Api, api::DeleteParams};
 
 use crate::{
     api::key::{ClusterName, ReleaseKey},
@@ -23,128 +11,17 @@ use crate::{
     charts::cache::ChartCache,
     clusters::health::HealthBoard,
     clusters::registry::{Digest, Member, SharedRegistry},
+    helm::kubeconfig::narrow_kubeconfig,
     helm::namespace::Namespaces,
-    plan::{ChartSource, Release},
-    policy::source::redact,
+    helm::outcome::{records_left, uninstall_outcome},
+    helm::process::{run_helm, uncached, values_file_in},
+    plan::Release,
     queue::{FailureKind, Outcome},
 };
 
 use crate::helm::args::*;
-use crate::queue::failure::{classify, trim_error};
 
-/// Renders a release's manifest with `helm template` (see `template_args`), from the cached
-/// `archive` when there is one; its values go through a private temporary file. On failure,
-/// helm's trimmed message.
-pub(crate) async fn template(
-    options: &HelmOptions,
-    release: &Release,
-    archive: Option<&Path>,
-    render: &RenderFor,
-) -> Result<String, String> {
-    if let Some(why) = uncached(release, archive) {
-        return Err(why);
-    }
-    let values = release
-        .values
-        .as_ref()
-        .map(|v| values_file_in(&std::env::temp_dir(), v))
-        .transpose()
-        .map_err(|e| format!("writing the values file: {e}"))?;
-    let args = template_args(release, values.as_ref().map(|f| f.path()), archive, render);
-    run_helm(options, args)
-        .await
-        .map_err(|(message, _)| message)
-}
-
-/// Why a release cannot be rendered or installed without its cached archive, or None: a
-/// repository chart runs only from the archive the chart cache fetched under its source's
-/// rules (prefix, redirects, addresses, digest), never from a `--repo` fetch of helm's own,
-/// which would follow whatever the repository answers then. The cache fetches a missing one
-/// again at the next look at the charts (`--chart-interval`).
-pub(crate) fn uncached(release: &Release, archive: Option<&Path>) -> Option<String> {
-    let ChartSource::Repository { url, chart } = &release.source else {
-        return None;
-    };
-    archive.is_none().then(|| {
-        format!(
-            "chart {chart} {} from {} is not in the chart cache (not fetched yet, or removed to keep --chart-cache-size); it is fetched again within --chart-interval, as helm never fetches a repository chart itself",
-            release.version.as_deref().unwrap_or("(newest version)"),
-            redact(url)
-        )
-    })
-}
-
-/// A private (0600) values file in `dir`, removed when dropped.
-fn values_file_in(
-    dir: &Path,
-    values: &serde_json::Value,
-) -> std::io::Result<tempfile::NamedTempFile> {
-    let mut file = tempfile::Builder::new()
-        .prefix("tenancy-hub-values-")
-        .suffix(".yaml")
-        .tempfile_in(dir)?;
-    file.write_all(serde_json::to_string(values)?.as_bytes())?;
-    file.flush()?;
-    Ok(file)
-}
-
-/// Runs helm without a shell, bounded by the timeout; on failure, its trimmed message and what
-/// kind of failure it is.
-async fn run_helm(
-    options: &HelmOptions,
-    args: Vec<OsString>,
-) -> Result<String, (String, FailureKind)> {
-    let mut command = Command::new(&options.binary);
-    child_environment(&mut command, options);
-    command
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    die_with_parent(&mut command);
-    let child = command.spawn().map_err(|e| {
-        let message = format!(
-            "cannot run {}: {e}; install helm or pass --helm",
-            options.binary.display()
-        );
-        (message, FailureKind::Transient)
-    })?;
-    let limit = options.timeout + Duration::from_secs(30);
-    match tokio::time::timeout(limit, child.wait_with_output()).await {
-        Err(_) => Err((
-            format!(
-                "helm did not finish within {}s and was stopped",
-                limit.as_secs()
-            ),
-            FailureKind::Transient,
-        )),
-        Ok(Err(e)) => Err((format!("helm failed to run: {e}"), FailureKind::Transient)),
-        Ok(Ok(out)) if out.status.success() => {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        }
-        Ok(Ok(out)) => {
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            Err((trim_error(&stderr), classify(&stderr)))
-        }
-    }
-}
-
-/// The environment of a helm child beyond the operator's own:
-/// - `GOMAXPROCS=1` unless the operator's environment sets it: each worker runs one helm, so a
-///   helm's parallel garbage collection only competes with the others for the same cores;
-/// - with a cache directory, helm's discovery and HTTP caches there, kept across calls, so a call
-///   reads the API groups of its cluster from disk instead of asking the server again.
-fn child_environment(command: &mut Command, options: &HelmOptions) {
-    if std::env::var_os("GOMAXPROCS").is_none() {
-        command.env("GOMAXPROCS", "1");
-    }
-    if let Some(dir) = &options.cache_dir {
-        command
-            .env("KUBECACHEDIR", dir.join("kube"))
-            .env("HELM_CACHE_HOME", dir.join("helm"));
-    }
-}
+pub(crate) use crate::helm::{outcome::unregistered, process::template};
 
 /// Runs jobs with the `helm` binary, one member cluster per call.
 pub(crate) struct HelmCli {
@@ -167,6 +44,27 @@ pub(crate) struct Prepared {
     /// The identity has a `namespaceRole`, so the release may be marked in its namespace.
     role: bool,
     unbound: Option<String>,
+}
+
+/// A member a helm call acts on, reached by `HelmCli::targeted`: the member and the kubeconfig
+/// helm is given for it.
+struct Targeted {
+    /// The member.
+    member: Arc<Member>,
+    /// The kubeconfig helm is given for it (see `HelmCli::kubeconfig_for`).
+    kubeconfig: PathBuf,
+}
+
+impl Targeted {
+    /// Where helm acts: the member's context, as `identity` (the context's own credentials when
+    /// None).
+    fn target<'a>(&'a self, identity: &'a Option<Impersonation>) -> Target<'a> {
+        Target {
+            kubeconfig: &self.kubeconfig,
+            context: &self.member.entry.context,
+            identity: identity.as_ref(),
+        }
+    }
 }
 
 impl HelmCli {
@@ -439,6 +337,18 @@ impl HelmCli {
         self.finish_apply(&prepared, &release.key, outcome).await
     }
 
+    /// The registered member a release key names, with the kubeconfig helm is given for it, once
+    /// the release's records are checked (`check_records`): what a rollback or an uninstall acts
+    /// on. Err: the job's outcome without a helm call.
+    async fn targeted(&self, key: &ReleaseKey) -> Result<Targeted, Outcome> {
+        let Some(member) = self.member(key) else {
+            return Err(unregistered(key));
+        };
+        let kubeconfig = self.kubeconfig_for(&member);
+        self.check_records(&member, key).await?;
+        Ok(Targeted { member, kubeconfig })
+    }
+
     pub(crate) async fn rollback(
         &self,
         key: ReleaseKey,
@@ -446,23 +356,16 @@ impl HelmCli {
         identity: Option<Impersonation>,
         owner: &crate::plan::OwnerId,
     ) -> Outcome {
-        let Some(member) = self.registry.load().get(&key.scope.cluster).cloned() else {
-            return unregistered(&key);
+        let targeted = match self.targeted(&key).await {
+            Ok(targeted) => targeted,
+            Err(outcome) => return outcome,
         };
-        let kubeconfig = self.kubeconfig_for(&member);
-        let target = Target {
-            kubeconfig: &kubeconfig,
-            context: &member.entry.context,
-            identity: identity.as_ref(),
-        };
-        let args = rollback_args(&key, from - 1, target, &self.options);
-        if let Err(refused) = self.check_records(&member, &key).await {
-            return refused;
-        }
+        let member = &targeted.member;
+        let args = rollback_args(&key, from - 1, targeted.target(&identity), &self.options);
         match self.run(args).await {
             // A rollback writes the revision after the newest one.
             Ok(_) => {
-                self.seal_written(&member, &key, owner, from + 1).await;
+                self.seal_written(member, &key, owner, from + 1).await;
                 Outcome::Applied {
                     revision: from + 1,
                     chart_version: String::new(),
@@ -477,18 +380,12 @@ impl HelmCli {
         key: ReleaseKey,
         identity: Option<Impersonation>,
     ) -> Outcome {
-        let Some(member) = self.registry.load().get(&key.scope.cluster).cloned() else {
-            return unregistered(&key);
+        let targeted = match self.targeted(&key).await {
+            Ok(targeted) => targeted,
+            Err(outcome) => return outcome,
         };
-        let kubeconfig = self.kubeconfig_for(&member);
-        let target = Target {
-            kubeconfig: &kubeconfig,
-            context: &member.entry.context,
-            identity: identity.as_ref(),
-        };
-        if let Err(refused) = self.check_records(&member, &key).await {
-            return refused;
-        }
+        let member = &targeted.member;
+        let target = targeted.target(&identity);
         let outcome = match self.run(uninstall_args(&key, target, &self.options)).await {
             Ok(_) => Outcome::Uninstalled,
             // Helm's words do not say whether the release is gone (its "not found" may be a
@@ -498,113 +395,8 @@ impl HelmCli {
                 uninstall_outcome(left, message, kind)
             }
         };
-        self.finish_uninstall(&member, &key, outcome).await
+        self.finish_uninstall(member, &key, outcome).await
     }
-}
-
-/// Writes to `out` (private, replaced whole) the kubeconfig at `source` reduced to `context`, its
-/// cluster and its user, with file paths made absolute; nothing else of the source is kept.
-fn narrow_kubeconfig(source: &Path, context: &str, out: &Path) -> Result<(), String> {
-    use kube::config::Kubeconfig;
-    let whole = Kubeconfig::read_from(source).map_err(|e| e.to_string())?;
-    let named = whole
-        .contexts
-        .iter()
-        .find(|c| c.name == context)
-        .ok_or_else(|| format!("no context {context}"))?;
-    let (cluster, user) = named
-        .context
-        .as_ref()
-        .map(|c| (c.cluster.clone(), c.user.clone().unwrap_or_default()))
-        .ok_or_else(|| format!("context {context} is empty"))?;
-    let one = Kubeconfig {
-        clusters: whole
-            .clusters
-            .iter()
-            .filter(|c| c.name == cluster)
-            .cloned()
-            .collect(),
-        auth_infos: whole
-            .auth_infos
-            .iter()
-            .filter(|u| u.name == user)
-            .cloned()
-            .collect(),
-        contexts: vec![named.clone()],
-        current_context: Some(context.to_owned()),
-        ..whole.clone()
-    };
-    let yaml = serde_yaml::to_string(&one).map_err(|e| e.to_string())?;
-    let dir = out.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".kubeconfig-")
-        .tempfile_in(dir)
-        .map_err(|e| e.to_string())?;
-    tmp.write_all(yaml.as_bytes()).map_err(|e| e.to_string())?;
-    tmp.persist(out).map_err(|e| e.to_string())?;
-    Ok(())
-}
-
-/// How many of a release's records (helm's Secrets, `owner=helm,name=RELEASE`) its namespace holds.
-pub(crate) async fn records_left(client: kube::Client, key: &ReleaseKey) -> kube::Result<usize> {
-    let secrets: Api<Secret> = Api::namespaced(client, &key.scope.namespace);
-    let selector = format!("owner=helm,name={}", key.release);
-    let list = secrets
-        .list_metadata(&ListParams::default().labels(&selector))
-        .await?;
-    Ok(list.items.len())
-}
-
-/// What a failed `helm uninstall` came to, given the release records left: none means the release
-/// is gone, whatever helm said; otherwise helm's failure stands. When they could not be listed,
-/// the failure is retried (it waits, when the cluster refuses the credentials).
-pub(crate) fn uninstall_outcome(
-    records_left: kube::Result<usize>,
-    message: String,
-    kind: FailureKind,
-) -> Outcome {
-    match records_left {
-        Ok(0) => Outcome::Uninstalled,
-        Ok(_) => Outcome::failed(message, kind),
-        Err(e) => {
-            let kind = match kind {
-                FailureKind::Unavailable => FailureKind::Unavailable,
-                _ => FailureKind::Transient,
-            };
-            let message =
-                format!("{message} (listing its release records to check failed too: {e})");
-            Outcome::failed(message, kind)
-        }
-    }
-}
-
-/// Makes helm die with the operator, even on SIGKILL, so a crashed operator leaves no helm running
-/// that a restarted one could race on the same release.
-#[cfg(target_os = "linux")]
-pub(crate) fn die_with_parent(command: &mut Command) {
-    // SAFETY: prctl is async-signal-safe and touches only the child between fork and exec.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == 0 {
-                Ok(())
-            } else {
-                Err(std::io::Error::last_os_error())
-            }
-        });
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-pub(crate) fn die_with_parent(_command: &mut Command) {}
-
-pub(crate) fn unregistered(key: &ReleaseKey) -> Outcome {
-    Outcome::failed(
-        format!(
-            "cluster {} is not registered (any more); register it in the clusters file",
-            key.scope.cluster
-        ),
-        FailureKind::Transient,
-    )
 }
 
 impl HelmCli {

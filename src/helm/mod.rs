@@ -2,8 +2,11 @@
 
 pub(crate) mod args;
 pub(crate) mod cli;
+pub(crate) mod kubeconfig;
 pub(crate) mod namespace;
+pub(crate) mod outcome;
 pub(crate) mod pipe;
+pub(crate) mod process;
 pub(crate) mod protocol;
 pub(crate) mod sdk;
 pub mod seal;

@@ -19,7 +19,7 @@ use tokio::{
 
 use crate::{
     helm::args::HelmOptions,
-    helm::cli as helm,
+    helm::process as helm,
     helm::protocol::{Answer, Hello, PROTOCOL_VERSION, Request},
 };
 

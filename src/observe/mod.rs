@@ -2,6 +2,11 @@
 
 pub(crate) mod drift;
 pub(crate) mod model;
+pub(crate) mod record_feed;
 pub mod records;
 pub mod releases;
+pub(crate) mod relist;
+pub(crate) mod revisions;
+pub(crate) mod supervisor;
 pub mod watch;
+pub(crate) mod workloads;

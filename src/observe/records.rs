@@ -25,7 +25,7 @@ pub(crate) type RecordEvents =
 pub(crate) fn record_events(client: kube::Client, selector: &str) -> RecordEvents {
     let api: Api<Record> = Api::all(client);
     let config = watcher::Config::default().labels(selector);
-    crate::observe::watch::relisting_watcher(api, config).boxed()
+    crate::observe::relist::relisting_watcher(api, config).boxed()
 }
 
 /// Label selector of the newest release records tenancy-hub manages.

@@ -7,6 +7,7 @@ pub mod leader;
 pub(crate) mod operator;
 pub(crate) mod policy_watch;
 pub(crate) mod shards;
+pub(crate) mod status_api;
 pub(crate) mod steward;
 pub(crate) mod tasks;
 pub(crate) mod wiring;

@@ -37,7 +37,7 @@ use crate::{
     metrics::Metrics,
     observe::model::Model,
     observe::releases::ReleaseIndex,
-    observe::watch::WatchSupervisor,
+    observe::supervisor::WatchSupervisor,
     plan::{claims, claims::Claims},
     queue::handle::HelmQueue,
     runtime::auth::Reviewer,

@@ -1,7 +1,12 @@
 //! Tests of the Helm CLI: the argument builder and the executor against a fake helm.
 
 use super::*;
+use crate::helm::kubeconfig::narrow_kubeconfig;
+use crate::helm::process::uncached;
+use crate::plan::ChartSource;
 use crate::plan::OwnerId;
+use crate::queue::failure::{classify, trim_error};
+use std::path::Path;
 
 /// A release of the example chart from `source`, with one setting.
 pub(crate) fn release(source: ChartSource) -> Release {

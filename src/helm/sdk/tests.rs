@@ -29,8 +29,9 @@ fn options() -> HelmOptions {
 }
 
 fn release() -> Release {
-    let mut release =
-        helm::tests::release(ChartSource::Directory("/charts/deployment-example".into()));
+    let mut release = crate::helm::cli::tests::release(ChartSource::Directory(
+        "/charts/deployment-example".into(),
+    ));
     release.settings.push(("note".into(), "a,b{c}\\d".into()));
     release.values =
         Some(serde_json::json!({"image": {"tag": "v2"}, "podAnnotations": {"replicas": "3"}}));
@@ -68,7 +69,9 @@ fn requests() -> Vec<(&'static str, Request)> {
         groups: Vec::new(),
         ..cluster()
     };
-    let plain = helm::tests::release(ChartSource::Directory("/charts/deployment-example".into()));
+    let plain = crate::helm::cli::tests::release(ChartSource::Directory(
+        "/charts/deployment-example".into(),
+    ));
     let archive = "/var/cache/tenancy-hub/charts/deployment-example-0.1.0.tgz";
     let repair = Some("Deployment/web /spec/replicas");
     vec![

@@ -1,9 +1,12 @@
 //! Tests of the release-record index: parsing, verifying and watching records.
 
 use super::*;
+use crate::observe::records::*;
+use crate::observe::revisions::{Held, read};
 use crate::plan::{
     MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, SPEC_HASH_LABEL,
 };
+use kube::runtime::watcher;
 use std::collections::BTreeMap;
 
 fn record(ns: &str, labels: &[(&str, &str)]) -> Record {

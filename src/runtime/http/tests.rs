@@ -9,10 +9,11 @@ use tower::ServiceExt;
 
 use super::*;
 use crate::{
-    clusters::registry::{HubSource, RegistrationFile},
-    observe::model::{Change, WorkloadKind, WorkloadRef},
+    clusters::registry::{ClusterEntry, ClusterRegistry, HubSource, RegistrationFile},
+    observe::model::{Change, PodInfo, WorkloadInfo, WorkloadKind, WorkloadRef},
     queue::QueueConfig,
-    runtime::auth::fake,
+    runtime::auth::{Access, fake},
+    runtime::status_api::*,
 };
 
 fn entry(name: &str, labels: &[(&str, &str)]) -> ClusterEntry {
