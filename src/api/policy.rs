@@ -100,6 +100,51 @@ pub struct TenancyPolicySpec {
     /// must be given; a policy with neither allows nothing.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub trusted: bool,
+
+    /// Which Secrets and ConfigMaps of the governed hub namespaces their Controllers may read
+    /// values from (`valuesFrom`), in every mode. None when empty: a Controller reads only
+    /// what a rule here allows, and only in its own hub namespace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub values_from: Vec<ValuesRule>,
+}
+
+/// Hub objects a governed Controller may read values from: those of the kind (both when
+/// omitted) named here or carrying every label here; every object of the kind when neither is
+/// given.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ValuesRule {
+    /// `Secret` or `ConfigMap`; both when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<crate::api::crd::ValuesKind>,
+    /// Object names, exactly.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256), inner(length(min = 1, max = 253)))]
+    pub names: Vec<String>,
+    /// Labels every allowed object carries, with these values.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+}
+
+impl ValuesRule {
+    /// True when the rule allows the object of `kind`, `name` and `labels`.
+    pub fn allows(
+        &self,
+        kind: crate::api::crd::ValuesKind,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> bool {
+        let kind_ok = self.kind.is_none_or(|k| k == kind);
+        let named = self.names.iter().any(|n| n == name);
+        let labelled = !self.match_labels.is_empty()
+            && self
+                .match_labels
+                .iter()
+                .all(|(k, v)| labels.get(k) == Some(v));
+        let any = self.names.is_empty() && self.match_labels.is_empty();
+        kind_ok && (any || named || labelled)
+    }
 }
 
 impl TenancyPolicySpec {

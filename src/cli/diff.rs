@@ -22,9 +22,11 @@ use crate::{
         catalog::ChartCatalog,
     },
     cli::args::{ClusterArgs, PolicyMode},
+    controller::hub_values::HubValues,
     helm::args::{HelmOptions, RenderFor},
     helm::cli as helm,
     member::{Links, MemberLink},
+    plan::fleet::Fleet,
     plan::{self, Applied, Inputs, Job, Release, created_secs, owner_id},
     policy::{Admission, NamedPolicy},
 };
@@ -126,8 +128,10 @@ pub(crate) async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let clusters = registry.labels();
+    let variables = registry.variables();
     let links = Links::looking(registry);
-    let state = HubState::load(&args, &links, clusters, hub, &files).await?;
+    let mut state = HubState::load(&args, &links, clusters, hub, &files).await?;
+    state.variables = variables;
     let charts = Charts::open(&args)?;
     let (mut all, releases) = plan_files(&files, &state, &charts, &args).await;
     if let Some(only) = &args.cluster {
@@ -161,6 +165,10 @@ struct HubState {
     applied: HashMap<ReleaseKey, Applied>,
     synced: BTreeSet<ClusterName>,
     claims: HashMap<ReleaseKey, plan::OwnerId>,
+    /// Each cluster's registration variables.
+    variables: BTreeMap<ClusterName, BTreeMap<String, serde_json::Value>>,
+    /// The hub objects `valuesFrom` reads, read as planning names them.
+    values: HubValues,
     /// Now, in Unix seconds.
     now: i64,
 }
@@ -183,7 +191,7 @@ impl HubState {
             .items;
         let admission = Admission {
             mode: args.tenancy_policy.mode(),
-            policies: policies(hub).await?,
+            policies: policies(hub.clone()).await?,
             operator_namespace: args.operator_namespace.clone(),
         };
         let now = Timestamp::now().as_second();
@@ -211,6 +219,8 @@ impl HubState {
             applied,
             synced,
             claims,
+            variables: BTreeMap::new(),
+            values: HubValues::new(hub),
             now,
         })
     }
@@ -301,21 +311,43 @@ async fn plan_files(
         let lookup = |source: &plan::ChartSource, version: Option<&str>| {
             charts.catalog.lookup(source, version)
         };
-        let plan = plan::plan(&Inputs {
-            owner: &owner,
-            spec: &c.spec,
-            clusters: &state.clusters,
-            synced: &state.synced,
-            applied: &state.applied,
-            claims: &state.claims,
-            admission: &state.admission,
-            // A preview plans what a spec asks for; drift repairs belong to the running operator.
-            drifted: &HashMap::new(),
-            chart_home: &args.chart_home,
-            chart_lookup: &lookup,
-            now: state.now,
-            pending_timeout_secs: charts.helm.timeout.as_secs() as i64 + 60,
-        });
+        let values = |source: &plan::ValuesSource| {
+            state
+                .values
+                .lookup(source)
+                .unwrap_or_else(|| plan::ValuesLookup::Unreadable("not read yet".into()))
+        };
+        let fleet = Fleet {
+            variables: &state.variables,
+            lookup: &values,
+        };
+        let run = || {
+            plan::plan(&Inputs {
+                owner: &owner,
+                spec: &c.spec,
+                clusters: &state.clusters,
+                synced: &state.synced,
+                applied: &state.applied,
+                claims: &state.claims,
+                admission: &state.admission,
+                // A preview plans what a spec asks for; drift repairs belong to the running operator.
+                drifted: &HashMap::new(),
+                chart_home: &args.chart_home,
+                chart_lookup: &lookup,
+                now: state.now,
+                pending_timeout_secs: charts.helm.timeout.as_secs() as i64 + 60,
+                fleet: &fleet,
+            })
+        };
+        let mut plan = run();
+        if plan
+            .sources
+            .iter()
+            .any(|s| state.values.lookup(s).is_none())
+        {
+            state.values.load(&plan.sources).await;
+            plan = run();
+        }
         for job in &plan.jobs {
             if let Job::Apply { release, .. } = job {
                 releases.insert(release.key.clone(), (**release).clone());

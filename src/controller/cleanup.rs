@@ -283,4 +283,5 @@ pub(crate) fn forget(ctx: &Context, object: &ObjectRef<Controller>) {
     }
     ctx.writer.forget(object);
     ctx.index.forget(object);
+    ctx.values.forget(object);
 }

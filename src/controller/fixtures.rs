@@ -112,6 +112,9 @@ impl Fixture {
         let executor = crate::helm::sdk::HelmExecutor::new(cli, &Default::default());
         let ctx = Context {
             hub: hub_client.clone(),
+            values: Arc::new(crate::controller::hub_values::HubValues::new(
+                hub_client.clone(),
+            )),
             links: crate::member::Links::new(registry.clone(), Arc::new(executor)),
             registry,
             releases,
@@ -189,12 +192,20 @@ impl Fixture {
             .await;
         let lookup = |s: &plan::ChartSource, v: Option<&str>| self.ctx.charts.lookup(s, v);
         let clusters = self.ctx.registry.load().labels();
-        plan::desired(&owner_id(c), &c.spec, &clusters, home, &lookup, &admission)
-            .releases
-            .into_iter()
-            .find(|r| r.key == *key)
-            .expect("the spec asks for the release")
-            .spec_hash
+        plan::desired(
+            &owner_id(c),
+            &c.spec,
+            &clusters,
+            home,
+            &lookup,
+            &admission,
+            &crate::plan::fleet::Fleet::none(),
+        )
+        .releases
+        .into_iter()
+        .find(|r| r.key == *key)
+        .expect("the spec asks for the release")
+        .spec_hash
     }
 }
 

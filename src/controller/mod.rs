@@ -8,6 +8,7 @@ pub(crate) mod events;
 pub(crate) mod finalizer;
 #[cfg(test)]
 pub(crate) mod fixtures;
+pub(crate) mod hub_values;
 pub(crate) mod index;
 pub(crate) mod interest;
 pub(crate) mod loops;

@@ -27,6 +27,7 @@ use crate::{
     controller::problems::report_new_problems,
     controller::repairs::limit_repairs,
     controller::rollout_gate::{ROLLOUT_POLL, gate_rollout},
+    plan::fleet::Fleet,
     plan::rollout,
     plan::{self, Applied, Inputs, Job, OwnerId, owner_id},
     policy::Admission,
@@ -129,22 +130,44 @@ async fn plan_work(c: &Controller, ctx: &Context, seen: &Observed) -> plan::Plan
     let lookup =
         |source: &plan::ChartSource, version: Option<&str>| ctx.charts.lookup(source, version);
     let drifted = ctx.index.drift.drifted(&seen.applied);
-    let mut plan = crate::plan::offload(crate::plan::claims::named_charts(c), || {
-        plan::plan(&Inputs {
-            owner,
-            spec: &c.spec,
-            clusters: &seen.clusters,
-            synced: &seen.synced,
-            applied: &seen.applied,
-            claims: &seen.claims,
-            admission,
-            chart_home: &ctx.settings.chart_home,
-            chart_lookup: &lookup,
-            now: Timestamp::now().as_second(),
-            pending_timeout_secs: ctx.settings.pending_timeout.as_secs() as i64,
-            drifted: &drifted,
+    let variables = ctx.registry.load().variables();
+    let values = |source: &plan::ValuesSource| {
+        ctx.values
+            .lookup(source)
+            .unwrap_or_else(|| plan::ValuesLookup::Unreadable("not read yet".into()))
+    };
+    let fleet = Fleet {
+        variables: &variables,
+        lookup: &values,
+    };
+    let run = || {
+        crate::plan::offload(crate::plan::claims::named_charts(c), || {
+            plan::plan(&Inputs {
+                owner,
+                spec: &c.spec,
+                clusters: &seen.clusters,
+                synced: &seen.synced,
+                applied: &seen.applied,
+                claims: &seen.claims,
+                admission,
+                chart_home: &ctx.settings.chart_home,
+                chart_lookup: &lookup,
+                now: Timestamp::now().as_second(),
+                pending_timeout_secs: ctx.settings.pending_timeout.as_secs() as i64,
+                drifted: &drifted,
+                fleet: &fleet,
+            })
         })
-    });
+    };
+    let mut plan = run();
+    // The hub objects its values read, read once when first named (their names may depend on
+    // the cluster, so only planning knows them), then planned with.
+    if plan.sources.iter().any(|s| ctx.values.lookup(s).is_none()) {
+        ctx.values.load(&plan.sources).await;
+        plan = run();
+    }
+    ctx.values
+        .read_by(&ObjectRef::from_obj(c), plan.sources.clone());
     ctx.index.drift.track(owner, &plan.desired);
     limit_repairs(ctx, c, &mut plan.jobs, &drifted).await;
     plan

@@ -84,10 +84,16 @@ impl Links {
 
 impl Executor for Links {
     async fn execute(&self, job: Job) -> Outcome {
-        match self.get(&job.key().scope.cluster) {
+        let masked = match &job {
+            Job::Apply { release, .. } => release.masked.clone(),
+            _ => Default::default(),
+        };
+        let outcome = match self.get(&job.key().scope.cluster) {
             Some(link) => link.execute(job).await,
             None => unregistered(job.key()),
-        }
+        };
+        // Helm's errors may quote values: what came from a Secret never goes further.
+        outcome.masked(&masked)
     }
 }
 

@@ -14,7 +14,11 @@ use crate::{
     policy::{Admission, Verdict},
 };
 
-use crate::plan::{limits, release::*};
+use crate::plan::{
+    fleet::{self, Fleet},
+    limits,
+    release::*,
+};
 
 /// What `suspend` holds back in a spec (the whole resource, or suspended tenancies' cluster
 /// namespaces), worked out once and asked for each release. Whatever would run Helm for a release
@@ -151,6 +155,8 @@ pub(crate) struct Desired {
     /// True when the spec asks for more than one resource may: nothing of it is resolved, and
     /// nothing it holds is uninstalled either (its keys are not even listed in `named`).
     pub(crate) too_large: bool,
+    /// The hub objects `valuesFrom` read (found or not), to be watched.
+    pub(crate) sources: BTreeSet<ValuesSource>,
 }
 
 /// One chart entry of the spec for one release key: the key, the tenancy's index, the chart.
@@ -264,6 +270,7 @@ pub(crate) fn desired(
     chart_home: &Path,
     lookup: &dyn Fn(&ChartSource, Option<&str>) -> ChartLookup,
     admission: &Admission,
+    fleet: &Fleet<'_>,
 ) -> Desired {
     let mut out = Desired::default();
     let asked = match asked(owner, spec, clusters, &mut out.problems) {
@@ -310,7 +317,27 @@ pub(crate) fn desired(
                 identity
             }
         };
-        match resolve(owner, key.clone(), chart, chart_home, lookup) {
+        let labels = clusters.get(&key.scope.cluster);
+        let rendered = match fleet::render(
+            owner,
+            key,
+            chart,
+            labels.unwrap_or(&BTreeMap::new()),
+            fleet,
+            admission,
+        ) {
+            Ok(rendered) => rendered,
+            Err(unrendered) => {
+                out.sources.extend(unrendered.sources);
+                out.problems.push(Problem::InvalidValues {
+                    key: key.clone(),
+                    why: unrendered.why,
+                });
+                continue;
+            }
+        };
+        out.sources.extend(rendered.sources.iter().cloned());
+        match resolve(owner, key.clone(), chart, chart_home, lookup, rendered) {
             Ok(release) => out.releases.push(Release {
                 identity,
                 ..release
@@ -321,17 +348,23 @@ pub(crate) fn desired(
     out
 }
 
-/// One chart entry of the spec, for one key, as a release ready to plan.
+/// One chart entry of the spec, for one key, with its values made for the key's cluster, as a
+/// release ready to plan.
 fn resolve(
     owner: &OwnerId,
     key: ReleaseKey,
     chart: &Chart,
     chart_home: &Path,
     lookup: &dyn Fn(&ChartSource, Option<&str>) -> ChartLookup,
+    rendered: fleet::Rendered,
 ) -> Result<Release, Box<Problem>> {
     let source = source_of(chart, chart_home);
-    if let Some((setting, why)) = limits::refused_setting(&chart.settings) {
-        return Err(Box::new(Problem::InvalidSetting { key, setting, why }));
+    let every_setting =
+        std::iter::once(&chart.settings).chain(chart.overrides.iter().map(|o| &o.settings));
+    for settings in every_setting {
+        if let Some((setting, why)) = limits::refused_setting(settings) {
+            return Err(Box::new(Problem::InvalidSetting { key, setting, why }));
+        }
     }
     let (version, chart_digest) = match lookup(&source, chart.version.as_deref()) {
         ChartLookup::Found { version, digest } => {
@@ -352,16 +385,13 @@ fn resolve(
         source,
         version,
         chart_digest,
-        settings: chart
-            .settings
-            .iter()
-            .map(|s| (s.key.clone(), s.value.clone()))
-            .collect(),
-        values: chart.values.clone(),
+        settings: rendered.settings,
+        values: rendered.values,
         rollback_on_failure: chart.rollback_on_failure,
         spec_hash: String::new(),
         identity: None,
         drift: chart.drift_detection.clone().unwrap_or_default(),
+        masked: rendered.masked,
     };
     release.spec_hash = spec_hash(&release);
     Ok(release)

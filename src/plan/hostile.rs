@@ -88,6 +88,7 @@ fn desired_of(spec: &ControllerSpec, clusters: &Registry) -> Desired {
         Path::new("/charts"),
         &found,
         &Admission::permissive(),
+        &crate::plan::fleet::Fleet::none(),
     )
 }
 
@@ -107,6 +108,7 @@ fn plan_with(
 ) -> Plan {
     let synced: BTreeSet<ClusterName> = clusters.keys().cloned().collect();
     plan(&Inputs {
+        fleet: &crate::plan::fleet::Fleet::none(),
         owner: &owner(),
         spec,
         clusters,

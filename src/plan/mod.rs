@@ -2,10 +2,12 @@
 
 pub(crate) mod claims;
 pub(crate) mod desired;
+pub mod fleet;
 pub(crate) mod limits;
 pub(crate) mod planner;
 pub(crate) mod release;
 pub(crate) mod rollout;
+pub(crate) mod values;
 
 pub(crate) use desired::*;
 pub use planner::*;

@@ -11,7 +11,7 @@ use crate::{
     policy::Admission,
 };
 
-use crate::plan::{desired::*, release::*};
+use crate::plan::{desired::*, fleet::Fleet, release::*};
 
 /// Everything planning needs to know, gathered by the reconciler.
 pub struct Inputs<'a> {
@@ -40,6 +40,8 @@ pub struct Inputs<'a> {
     pub pending_timeout_secs: i64,
     /// Releases whose live objects differ from their manifest.
     pub drifted: &'a HashMap<ReleaseKey, Drifted>,
+    /// Each cluster's variables and the hub objects `valuesFrom` reads.
+    pub fleet: &'a Fleet<'a>,
 }
 
 /// The outcome of planning.
@@ -65,6 +67,8 @@ pub struct Plan {
     pub(crate) rollout_held: Vec<ReleaseKey>,
     /// Where the rollout stands, in words, when it holds anything back.
     pub(crate) rollout_note: Option<String>,
+    /// The hub objects `valuesFrom` read for this plan (found or not), to be watched.
+    pub(crate) sources: BTreeSet<ValuesSource>,
 }
 
 /// A resource asking for release keys: who, when it was created, and the keys.
@@ -86,7 +90,15 @@ pub(crate) fn claimant(
         version: None,
         digest: None,
     };
-    let desired = desired(&owner, spec, clusters, chart_home, &any_chart, admission);
+    let desired = desired(
+        &owner,
+        spec,
+        clusters,
+        chart_home,
+        &any_chart,
+        admission,
+        &Fleet::none(),
+    );
     let refused: BTreeSet<&ReleaseKey> = desired
         .problems
         .iter()
@@ -145,6 +157,7 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
         named,
         warnings,
         too_large,
+        sources,
     } = desired(
         inputs.owner,
         inputs.spec,
@@ -152,9 +165,11 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
         inputs.chart_home,
         inputs.chart_lookup,
         inputs.admission,
+        inputs.fleet,
     );
     let mut plan = Plan {
         warnings,
+        sources,
         suspension: suspension(inputs.spec),
         ..Plan::default()
     };

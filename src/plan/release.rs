@@ -70,8 +70,9 @@ pub enum ChartSource {
     Oci(String),
 }
 
-/// A release the spec asks for, fully resolved.
-#[derive(Clone, Debug, PartialEq)]
+/// A release the spec asks for, fully resolved. Its `Debug` form leaves out the values when some
+/// came from a Secret.
+#[derive(Clone, PartialEq)]
 pub(crate) struct Release {
     /// Where it goes.
     pub(crate) key: ReleaseKey,
@@ -100,6 +101,106 @@ pub(crate) struct Release {
     /// How drift of its live objects from its manifest is handled. Not part of the fingerprint:
     /// Helm never sees it, so changing only the mode or the ignore rules must not make a revision.
     pub(crate) drift: DriftDetection,
+    /// What of its values came from Secrets, masked wherever it could show.
+    pub(crate) masked: Masked,
+}
+
+impl fmt::Debug for Release {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let values: &dyn fmt::Debug = if self.masked.is_empty() {
+            &self.values
+        } else {
+            &"<values holding Secret content, not shown>"
+        };
+        f.debug_struct("Release")
+            .field("key", &self.key)
+            .field("owner", &self.owner)
+            .field("chart_name", &self.chart_name)
+            .field("source", &self.source)
+            .field("version", &self.version)
+            .field("chart_digest", &self.chart_digest)
+            .field("settings", &self.settings)
+            .field("values", values)
+            .field("rollback_on_failure", &self.rollback_on_failure)
+            .field("spec_hash", &self.spec_hash)
+            .field("identity", &self.identity)
+            .field("drift", &self.drift)
+            .field("masked", &self.masked)
+            .finish()
+    }
+}
+
+/// The pieces of text a release's values took from Secrets (each string of at least a few
+/// characters), replaced by [`MASK`] in any message that could show them: helm's errors, `diff`.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub(crate) struct Masked(std::sync::Arc<Vec<String>>);
+
+/// What stands in for masked text.
+pub(crate) const MASK: &str = "******";
+
+impl Masked {
+    /// Masks `pieces`, the longest first (so a piece holding another is masked whole).
+    pub(crate) fn new(mut pieces: Vec<String>) -> Self {
+        pieces.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        pieces.dedup();
+        Self(std::sync::Arc::new(pieces))
+    }
+
+    /// True when nothing is masked.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// `text` with every masked piece replaced by [`MASK`].
+    pub(crate) fn redact(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for piece in self.0.iter() {
+            if out.contains(piece.as_str()) {
+                out = out.replace(piece.as_str(), MASK);
+            }
+        }
+        out
+    }
+}
+
+impl fmt::Debug for Masked {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Masked({} pieces)", self.0.len())
+    }
+}
+
+/// One hub object a release reads values from: its kind, namespace (the Controller's own) and
+/// name, rendered for the release's cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ValuesSource {
+    /// Secret or ConfigMap.
+    pub kind: crate::api::crd::ValuesKind,
+    /// The hub namespace.
+    pub namespace: String,
+    /// The object's name.
+    pub name: String,
+}
+
+impl fmt::Display for ValuesSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+/// What is known of a hub object values are read from (a parameter, so planning stays pure).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ValuesLookup {
+    /// The object, its data by key (text) and its labels.
+    Found {
+        /// Its keys' content.
+        data: std::collections::BTreeMap<String, String>,
+        /// Its labels, for the policies' rules.
+        labels: std::collections::BTreeMap<String, String>,
+    },
+    /// There is no such object.
+    Missing,
+    /// It cannot be read now (why, without its content).
+    Unreadable(String),
 }
 
 /// A release found drifted from the manifest of the revision it was compared with.
@@ -269,6 +370,14 @@ pub(crate) enum Problem {
         /// The rule it breaks, and the policies that govern its hub namespace.
         rule: String,
     },
+    /// The release's values cannot be made for its cluster: a reference that does not render,
+    /// a `valuesFrom` object or key missing or not allowed. Never holds a Secret's content.
+    InvalidValues {
+        /// The release.
+        key: ReleaseKey,
+        /// What is wrong and what to do.
+        why: String,
+    },
 }
 
 impl Problem {
@@ -279,7 +388,8 @@ impl Problem {
             | Problem::Duplicate { key, .. }
             | Problem::Conflict { key, .. }
             | Problem::InvalidSetting { key, .. }
-            | Problem::Forbidden { key, .. } => Some(key),
+            | Problem::Forbidden { key, .. }
+            | Problem::InvalidValues { key, .. } => Some(key),
             Problem::UnknownCluster { .. }
             | Problem::NoClusterSelected { .. }
             | Problem::TooLarge { .. } => None,
@@ -297,6 +407,7 @@ impl Problem {
             Problem::InvalidSetting { .. } => "InvalidSetting",
             Problem::Forbidden { .. } => "Forbidden",
             Problem::TooLarge { .. } => "SpecTooLarge",
+            Problem::InvalidValues { .. } => "InvalidValues",
         }
     }
 }
@@ -350,6 +461,11 @@ impl fmt::Display for Problem {
             Problem::Forbidden { key, rule, .. } => write!(
                 f,
                 "release {key} is forbidden: {rule}; nothing is installed or changed for it (what runs stays as it is)"
+            ),
+            Problem::InvalidValues { key, why } => write!(
+                f,
+                "release {key}: its values for cluster {} cannot be made: {why}; what runs stays as it is until they can",
+                key.scope.cluster
             ),
         }
     }

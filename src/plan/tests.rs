@@ -108,6 +108,7 @@ impl World {
 
     fn plan(&self, who: &OwnerId, spec: &ControllerSpec) -> Plan {
         plan(&Inputs {
+            fleet: &crate::plan::fleet::Fleet::none(),
             owner: who,
             spec,
             clusters: &self.clusters,
@@ -295,6 +296,7 @@ fn a_path_as_chart_name_is_forbidden_in_every_mode_and_nothing_is_looked_up() {
         Path::new("/charts"),
         &counting,
         &w.admission,
+        &crate::plan::fleet::Fleet::none(),
     );
     assert!(d.releases.is_empty());
     assert_eq!(looked.get(), 0);
@@ -542,6 +544,7 @@ fn a_release_claimed_by_an_older_resource_is_a_conflict_for_the_newer() {
             Path::new("/charts"),
             &lookup,
             &Admission::permissive(),
+            &crate::plan::fleet::Fleet::none(),
         )
         .releases
         .into_iter()

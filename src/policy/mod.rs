@@ -278,6 +278,38 @@ impl Admission {
         None
     }
 
+    /// Whether a Controller of `hub_namespace` may read values from the hub object of `kind`,
+    /// `name` and `labels` in its own namespace: some policy governing the namespace has a
+    /// `valuesFrom` rule allowing it. In every mode; the refusal names the object and what to do.
+    pub(crate) fn may_read_values(
+        &self,
+        hub_namespace: &str,
+        kind: crate::api::crd::ValuesKind,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        let governing = self.governing(hub_namespace);
+        if governing.iter().any(|p| {
+            p.spec
+                .values_from
+                .iter()
+                .any(|r| r.allows(kind, name, labels))
+        }) {
+            return Ok(());
+        }
+        let policies: Vec<&str> = governing.iter().map(|p| p.name.as_str()).collect();
+        Err(if policies.is_empty() {
+            format!(
+                "{kind} {hub_namespace}/{name} may not be read: no TenancyPolicy governs hub namespace {hub_namespace}"
+            )
+        } else {
+            format!(
+                "{kind} {hub_namespace}/{name} may not be read: no valuesFrom rule of the policies governing {hub_namespace} ({}) allows it; a platform admin adds one",
+                policies.join(", ")
+            )
+        })
+    }
+
     /// What the policies say of one release of a `Controller` in `hub_namespace`: allowed (and as
     /// whom: the first allowing policy by name), or refused with the rules it breaks.
     pub(crate) fn admit(

@@ -30,6 +30,7 @@ fn team_a() -> NamedPolicy {
     NamedPolicy {
         name: "team-a".into(),
         spec: TenancyPolicySpec {
+            values_from: Default::default(),
             hub_namespaces: vec!["team-a".into()],
             clusters: vec!["member-1".into()],
             cluster_selector: Some(PolicyClusterSelector {

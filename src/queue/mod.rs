@@ -105,6 +105,17 @@ pub enum FailureKind {
 }
 
 impl Outcome {
+    /// The outcome with what `masked` holds replaced in its message.
+    pub(crate) fn masked(self, masked: &crate::plan::Masked) -> Self {
+        match self {
+            Outcome::Failed { message, kind } if !masked.is_empty() => Outcome::Failed {
+                message: masked.redact(&message),
+                kind,
+            },
+            other => other,
+        }
+    }
+
     /// A failure of the given kind.
     pub(crate) fn failed(message: impl Into<String>, kind: FailureKind) -> Self {
         Outcome::Failed {

@@ -33,6 +33,7 @@ fn owner() -> OwnerId {
 fn apply(key: &str, spec_hash: &str) -> Job {
     Job::Apply {
         release: Box::new(Release {
+            masked: Default::default(),
             key: key.parse().unwrap(),
             owner: owner(),
             chart_name: "web".into(),

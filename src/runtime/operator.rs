@@ -213,6 +213,12 @@ fn spawn_loops(
             .instrument(tracing::info_span!("drift")),
     );
     tasks.spawn(loops::report_ownerless(ctx.clone(), cancel.clone()));
+    tasks.spawn(until(
+        cancel,
+        ctx.values
+            .clone()
+            .watch(ctx.settings.scope.clone(), trigger.clone()),
+    ));
     tasks.spawn(
         loops::keep_fresh(ctx.clone(), trigger.clone(), cancel.clone())
             .instrument(tracing::info_span!("charts")),

@@ -250,6 +250,9 @@ pub(crate) async fn build(
         charts: ChartCatalog::new(chart_cache, config.settings.chart_interval),
         controllers: runtime.store(),
         policies: policy_store,
+        values: Arc::new(crate::controller::hub_values::HubValues::new(
+            hub.client.clone(),
+        )),
         events: Events::new(Recorder::new(hub.client, Reporter::from("tenancy-hub"))),
         model: Arc::new(Model::default()),
         links: links.clone(),

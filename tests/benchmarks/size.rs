@@ -80,6 +80,7 @@ fn plan_ms(spec: &ControllerSpec) -> f64 {
                 now: 0,
                 pending_timeout_secs: 600,
                 drifted: &drifted,
+                fleet: &tenancy_hub::plan::fleet::Fleet::none(),
             });
             std::hint::black_box(p);
             started.elapsed().as_secs_f64() * 1000.0

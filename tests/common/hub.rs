@@ -67,6 +67,7 @@ pub fn allow_all(namespace: &str, sources: &[&str]) -> TenancyPolicySpec {
             .collect(),
         impersonate: None,
         trusted: true,
+        values_from: Vec::new(),
     }
 }
 

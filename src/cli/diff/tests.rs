@@ -10,6 +10,7 @@ fn key(k: &str) -> ReleaseKey {
 
 fn release(k: &str) -> Release {
     Release {
+        masked: Default::default(),
         key: key(k),
         owner: OwnerId {
             namespace: "default".into(),

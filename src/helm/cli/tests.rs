@@ -11,6 +11,7 @@ use std::path::Path;
 /// A release of the example chart from `source`, with one setting.
 pub(crate) fn release(source: ChartSource) -> Release {
     Release {
+        masked: Default::default(),
         key: "member-1/team/web".parse().unwrap(),
         owner: OwnerId {
             namespace: "default".into(),
