@@ -2,7 +2,7 @@
 
 mod common;
 
-use std::{collections::BTreeMap, path::Path, process::Command};
+use std::collections::BTreeMap;
 
 use common::{
     fixtures::{DEADLINE, chart, tenancy, unique, wait_until},
@@ -12,26 +12,12 @@ use tenancy_hub::api::crd::{Controller, ControllerSpec, ControllerStatus};
 
 /// Runs `tenancy-hub diff -f FILE -o json` for the test's hub namespace: (exit code, entries, stderr).
 fn diff(hub: &Hub, name: &str, spec: &ControllerSpec) -> (i32, Vec<serde_json::Value>, String) {
-    let file = std::env::temp_dir().join(format!("{}.yaml", unique("preview")));
-    let mut c = Controller::new(name, spec.clone());
-    c.metadata.namespace = Some(hub.namespace.clone());
-    std::fs::write(&file, serde_yaml::to_string(&c).unwrap()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_tenancy-hub"))
-        .args(["diff", "-o", "json", "-f"])
-        .arg(&file)
-        .arg("--kubeconfig")
-        .arg(hub.lab.kubeconfig_path())
-        .args(["--context", "hub", "--clusters"])
-        .arg(hub.lab.clusters_path())
-        .arg("--chart-home")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts"))
-        .arg("--helm")
-        .arg(hub.lab.bin_dir().join("helm"))
-        .args(["--tenancy-policy", "permissive"])
-        .env_remove("KUBECONFIG")
-        .output()
-        .expect("the binary runs");
-    std::fs::remove_file(&file).unwrap();
+    let out = hub.diff(
+        &hub.lab.clusters_path(),
+        name,
+        spec,
+        &["--tenancy-policy", "permissive"],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let entries = serde_json::from_str(&stdout)

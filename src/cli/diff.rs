@@ -406,6 +406,14 @@ async fn compare(
             }
             None => String::new(),
         };
+        // What came from Secrets is masked on both sides, whatever object carries it.
+        let (deployed, rendered) = match releases.get(&key) {
+            Some(release) => (
+                release.masked.redact(&deployed),
+                release.masked.redact(&rendered),
+            ),
+            None => (deployed, rendered),
+        };
         set_diff(entry, &key, &deployed, &rendered, &salt);
     }
     Ok(())

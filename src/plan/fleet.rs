@@ -121,8 +121,7 @@ fn build(
     let mut merged = Value::Object(serde_json::Map::new());
     let mut any = false;
     for (i, reference) in chart.values_from.iter().enumerate() {
-        let read = read(at, reference, out)
-            .map_err(|why| format!("valuesFrom[{i}]: {why}"))?;
+        let read = read(at, reference, out).map_err(|why| format!("valuesFrom[{i}]: {why}"))?;
         let Some((content, secret)) = read else {
             continue; // optional and missing
         };

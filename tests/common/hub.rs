@@ -203,6 +203,38 @@ impl Hub {
             .expect("the TenancyPolicy applies");
     }
 
+    /// Runs `tenancy-hub diff -o json` of Controller `name` with `spec` in the test's hub
+    /// namespace, against the registration file `clusters`, with `extra` arguments.
+    pub fn diff(
+        &self,
+        clusters: &std::path::Path,
+        name: &str,
+        spec: &ControllerSpec,
+        extra: &[&str],
+    ) -> std::process::Output {
+        let file = std::env::temp_dir().join(format!("{}.yaml", unique("preview")));
+        let mut c = Controller::new(name, spec.clone());
+        c.metadata.namespace = Some(self.namespace.clone());
+        std::fs::write(&file, serde_yaml::to_string(&c).unwrap()).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tenancy-hub"))
+            .args(["diff", "-o", "json", "-f"])
+            .arg(&file)
+            .arg("--kubeconfig")
+            .arg(self.lab.kubeconfig_path())
+            .args(["--context", "hub", "--clusters"])
+            .arg(clusters)
+            .arg("--chart-home")
+            .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts"))
+            .arg("--helm")
+            .arg(self.lab.bin_dir().join("helm"))
+            .args(extra)
+            .env_remove("KUBECONFIG")
+            .output()
+            .expect("the binary runs");
+        std::fs::remove_file(&file).unwrap();
+        out
+    }
+
     /// What the operator has logged so far.
     pub fn log(&self) -> String {
         self.operator.as_ref().unwrap().logged()
