@@ -165,8 +165,13 @@ async fn values_differ_per_cluster_and_change_only_where_their_source_changed() 
     .await;
     let ns = unique("fleet");
     hub.apply("dns", spec(&ns, fleet_chart())).await;
-    hub.status_until("dns", "the fleet to be Ready", ready)
+    let status = hub
+        .status_until("dns", "the fleet to be Ready", ready)
         .await;
+    // The status shows each cluster's values, the Secret's masked.
+    let shown = &message(&status, "member-1", "web").unwrap().values;
+    assert!(shown.contains(r#""owner":"member-1""#), "{shown}");
+    assert!(shown.contains(r#""token":"******""#), "{shown}");
     hub.releases_become("member-1", &ns, &[("web", 1)]).await;
     hub.releases_become("member-2", &ns, &[("web", 1)]).await;
 
@@ -226,6 +231,10 @@ async fn values_differ_per_cluster_and_change_only_where_their_source_changed() 
     assert!(
         preview.contains(r#"\"token\": \"******\""#),
         "the diff masks the Secret's value: {preview}"
+    );
+    assert!(
+        preview.contains(r#"\"owner\":\"member-2\""#),
+        "the diff shows each cluster's values: {preview}"
     );
     for token in [&token1, &token2, &token1b] {
         assert!(

@@ -164,6 +164,10 @@ pub struct ChartMessage {
     /// Settings applied, key to value.
     #[serde(default)]
     pub setting_map: BTreeMap<String, String>,
+    /// The values the release is given, as made for its cluster (JSON, what came from Secrets
+    /// masked as `******`, at most 2 KiB).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub values: String,
     /// Trimmed Helm or planning error; empty when the release is fine.
     #[serde(default)]
     pub error_message: String,

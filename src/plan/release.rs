@@ -151,6 +151,28 @@ impl Masked {
         self.0.is_empty()
     }
 
+    /// `value` with every string holding a masked piece masked in it, and every number that is
+    /// one masked whole.
+    pub(crate) fn redact_value(&self, value: &serde_json::Value) -> serde_json::Value {
+        use serde_json::Value;
+        if self.is_empty() {
+            return value.clone();
+        }
+        match value {
+            Value::String(s) => Value::String(self.redact(s)),
+            Value::Number(n) if self.0.contains(&n.to_string()) => Value::String(MASK.into()),
+            Value::Array(items) => {
+                Value::Array(items.iter().map(|v| self.redact_value(v)).collect())
+            }
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(k, v)| (self.redact(k), self.redact_value(v)))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+
     /// `text` with every masked piece replaced by [`MASK`].
     pub(crate) fn redact(&self, text: &str) -> String {
         let mut out = text.to_owned();

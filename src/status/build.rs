@@ -239,6 +239,7 @@ pub(crate) fn bound(status: &mut ControllerStatus, budget: usize) {
             t.chart_messages.retain(|m| m.phase != phase::DEPLOYED);
             for m in &mut t.chart_messages {
                 m.setting_map.clear();
+                m.values.clear();
             }
         }
     }

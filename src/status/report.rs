@@ -72,12 +72,33 @@ pub(crate) fn message(
         chart_name: release.chart_name.clone(),
         release_name: release.key.release.clone(),
         setting_map: release.settings.iter().cloned().collect(),
+        values: shown_values(release),
         error_message: error,
         phase: phase.to_owned(),
         revision,
         chart_version,
         drift: None,
     }
+}
+
+/// Bytes of a release's values a chart message shows at most.
+pub(crate) const SHOWN_VALUES: usize = 2048;
+
+/// A release's values as a chart message shows them: JSON, Secret-sourced text masked, cut at
+/// [`SHOWN_VALUES`] bytes.
+pub(crate) fn shown_values(release: &Release) -> String {
+    let Some(values) = &release.values else {
+        return String::new();
+    };
+    let text = serde_json::to_string(&release.masked.redact_value(values)).unwrap_or_default();
+    if text.len() <= SHOWN_VALUES {
+        return text;
+    }
+    let mut cut = SHOWN_VALUES;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}… ({} bytes more)", &text[..cut], text.len() - cut)
 }
 
 /// The releases of a plan whose Helm work is held back, by `suspend` or by the rollout, as sets:

@@ -70,6 +70,10 @@ pub(crate) struct Entry {
     /// Unified diff of the deployed manifest against the rendered one, Secrets' values masked.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) diff: Option<String>,
+    /// The values the release would be given on its cluster (JSON, what came from Secrets
+    /// masked); none when it has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) values: Option<String>,
     /// Revision deployed now.
     #[serde(skip)]
     pub(crate) revision: Option<i64>,
@@ -84,6 +88,7 @@ impl Entry {
             action,
             reason: None,
             diff: None,
+            values: None,
             revision,
         }
     }
@@ -124,6 +129,15 @@ pub(crate) fn entries(plan: &Plan, applied: &HashMap<ReleaseKey, Applied>) -> Ve
         out.push(entry);
     }
     let desired: BTreeSet<&ReleaseKey> = plan.desired.iter().map(|r| &r.key).collect();
+    let made: HashMap<String, String> = plan
+        .desired
+        .iter()
+        .map(|r| (r.key.to_string(), crate::status::report::shown_values(r)))
+        .filter(|(_, v)| !v.is_empty())
+        .collect();
+    for entry in &mut out {
+        entry.values = made.get(&entry.name()).cloned();
+    }
     for key in plan.suspended.iter().filter(|k| !desired.contains(k)) {
         let mut entry = Entry::of(key, Action::Unchanged, revision(key));
         entry.reason = Some("suspended: its uninstall is held back until resumed".into());
@@ -279,6 +293,11 @@ pub(crate) fn render_text(entries: &[Entry]) -> String {
     for entry in entries {
         out.push_str(&header(entry));
         out.push('\n');
+        if let Some(values) = &entry.values {
+            out.push_str("  values: ");
+            out.push_str(values);
+            out.push('\n');
+        }
         if let Some(diff) = &entry.diff {
             out.push_str(diff);
             if !diff.ends_with('\n') {

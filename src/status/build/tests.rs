@@ -935,3 +935,26 @@ fn the_first_rule_that_holds_decides_each_condition_and_writes_its_message() {
     );
     assert_eq!(seen, WALKED);
 }
+
+#[test]
+fn a_chart_message_shows_the_values_made_with_what_came_from_secrets_masked_and_cut() {
+    let mut r = release("member-1/team/web");
+    r.values = Some(serde_json::json!({
+        "owner": "member-1",
+        "credentials": {"token": "s3cr3t-token", "pin": 987654, "url": "https://u:s3cr3t-token@h"}
+    }));
+    r.masked = crate::plan::Masked::new(vec!["s3cr3t-token".into(), "987654".into()]);
+    let shown = crate::status::report::shown_values(&r);
+    assert_eq!(
+        shown,
+        r#"{"credentials":{"pin":"******","token":"******","url":"https://u:******@h"},"owner":"member-1"}"#
+    );
+    r.values = Some(serde_json::json!({"big": "x".repeat(5000)}));
+    let shown = crate::status::report::shown_values(&r);
+    assert!(
+        shown.len() < 2100 && shown.ends_with("bytes more)"),
+        "{shown}"
+    );
+    r.values = None;
+    assert_eq!(crate::status::report::shown_values(&r), "");
+}
