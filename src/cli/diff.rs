@@ -1,7 +1,7 @@
 //! `tenancy-hub diff`: what applying a Controller file would do, from the operator's own planner, changing nothing.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     path::{Path, PathBuf},
     process::ExitCode,
     sync::Arc,
@@ -26,8 +26,10 @@ use crate::{
     helm::args::{HelmOptions, RenderFor},
     helm::cli as helm,
     member::{Links, MemberLink},
+    observe::records::Deployed,
     plan::fleet::Fleet,
     plan::{self, Applied, Inputs, Job, Release, created_secs, owner_id},
+    plan::{Masked, values},
     policy::{Admission, NamedPolicy},
 };
 
@@ -408,31 +410,50 @@ async fn compare(
         };
         // What came from Secrets is masked on both sides, whatever object carries it.
         let (deployed, rendered) = match releases.get(&key) {
-            Some(release) => (
-                release.masked.redact(&deployed),
-                release.masked.redact(&rendered),
-            ),
-            None => (deployed, rendered),
+            Some(release) => {
+                let masks = masks_of(release, &deployed);
+                (masks.redact(&deployed.manifest), masks.redact(&rendered))
+            }
+            None => (deployed.manifest, rendered),
         };
         set_diff(entry, &key, &deployed, &rendered, &salt);
     }
     Ok(())
 }
 
-/// The manifest of the release's deployed `revision`; empty when none is deployed.
+/// What the release's deployed `revision` holds; empty when none is deployed.
 async fn deployed_manifest(
     member: &dyn MemberLink,
     key: &ReleaseKey,
     revision: Option<i64>,
-) -> anyhow::Result<String> {
+) -> anyhow::Result<Deployed> {
     Ok(match revision {
         Some(revision) => member
             .manifest(key.clone(), revision)
             .await
             .map_err(anyhow::Error::msg)?
             .unwrap_or_default(),
-        None => String::new(),
+        None => Deployed::default(),
     })
+}
+
+/// What is masked in a release's diff: what its values take from Secrets now and, when it reads
+/// any, every piece of the deployed revision's values that its values now do not give openly (a
+/// Secret's earlier content among them).
+fn masks_of(release: &Release, deployed: &Deployed) -> Masked {
+    if release.masked.is_empty() {
+        return release.masked.clone();
+    }
+    let mut now = Vec::new();
+    if let Some(values) = &release.values {
+        values::leaves(values, &mut now);
+    }
+    let open: HashSet<&String> = now.iter().filter(|p| !release.masked.holds(p)).collect();
+    let mut before = Vec::new();
+    values::leaves(&deployed.values, &mut before);
+    release
+        .masked
+        .with(before.into_iter().filter(|p| !open.contains(p)))
 }
 
 /// The entry's diff of the `deployed` manifest against the `rendered` one, Secrets' values

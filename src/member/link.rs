@@ -49,12 +49,12 @@ pub(crate) trait MemberLink: Send + Sync {
     /// Its releases, the newest record of each, read once: for a look that acts on nothing (the
     /// CLI's `diff`), which takes owners as the records' labels claim them.
     fn list_releases(&self) -> BoxFuture<'static, Result<HashMap<ReleaseKey, Applied>, String>>;
-    /// The manifest of a release's `revision`, when its record is there.
+    /// The manifest and values of a release's `revision`, when its record is there.
     fn manifest(
         &self,
         key: ReleaseKey,
         revision: i64,
-    ) -> BoxFuture<'static, Result<Option<String>, String>>;
+    ) -> BoxFuture<'static, Result<Option<crate::observe::records::Deployed>, String>>;
     /// What rendering offline as for this cluster needs: its version and the API versions it
     /// serves (what it does not say is left out).
     fn capabilities(&self) -> BoxFuture<'static, RenderFor>;

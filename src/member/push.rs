@@ -104,7 +104,7 @@ impl MemberLink for PushLink {
         &self,
         key: ReleaseKey,
         revision: i64,
-    ) -> BoxFuture<'static, Result<Option<String>, String>> {
+    ) -> BoxFuture<'static, Result<Option<records::Deployed>, String>> {
         let client = self.member.client.clone();
         async move { records::manifest(client, &key, revision).await }.boxed()
     }

@@ -37,13 +37,22 @@ pub const MANAGED_SELECTOR: &str =
 pub const FOREIGN_SELECTOR: &str =
     "owner=helm,multitenancy.dev/managed-by!=tenancy-hub,status!=superseded";
 
-/// The manifest Helm deployed for one revision of a release, read from its release record;
-/// None when the record is gone.
+/// What Helm deployed for one revision of a release: its manifest and the values it was given.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Deployed {
+    /// The rendered manifest.
+    pub(crate) manifest: String,
+    /// The values the revision was given (Helm's `config`); null when none.
+    pub(crate) values: serde_json::Value,
+}
+
+/// What Helm deployed for one revision of a release, read from its release record; None when
+/// the record is gone.
 pub(crate) async fn manifest(
     client: kube::Client,
     key: &ReleaseKey,
     revision: i64,
-) -> Result<Option<String>, String> {
+) -> Result<Option<Deployed>, String> {
     let api: Api<Secret> = Api::namespaced(client, &key.scope.namespace);
     let name = format!("sh.helm.release.v1.{}.v{revision}", key.release);
     let secret = api
@@ -58,7 +67,7 @@ pub(crate) async fn manifest(
         .as_ref()
         .and_then(|d| d.get("release"))
         .ok_or_else(|| format!("release record {name} of {key} holds no release"))?;
-    decode_manifest(&data.0)
+    decode_release(&data.0)
         .map(Some)
         .map_err(|e| format!("release record {name} of {key}: {e}"))
 }
@@ -72,6 +81,11 @@ pub(crate) const MAX_RECORD_BYTES: usize = 32 << 20;
 /// The `manifest` of a Helm release record's `release` field: base64 of (gzipped, as Helm writes
 /// it) JSON, decoded up to [`MAX_RECORD_BYTES`]; beyond that, an error and nothing more is read.
 pub(crate) fn decode_manifest(release: &[u8]) -> Result<String, String> {
+    decode_release(release).map(|d| d.manifest)
+}
+
+/// The manifest and values of a Helm release record's `release` field (see [`decode_manifest`]).
+pub(crate) fn decode_release(release: &[u8]) -> Result<Deployed, String> {
     use base64::Engine as _;
     use std::io::Read as _;
     let raw = base64::engine::general_purpose::STANDARD
@@ -102,9 +116,14 @@ pub(crate) fn decode_manifest(release: &[u8]) -> Result<String, String> {
     struct HelmRelease {
         #[serde(default)]
         manifest: String,
+        #[serde(default)]
+        config: serde_json::Value,
     }
     serde_json::from_slice::<HelmRelease>(&json)
-        .map(|r| r.manifest)
+        .map(|r| Deployed {
+            manifest: r.manifest,
+            values: r.config,
+        })
         .map_err(|e| format!("not a Helm release: {e}"))
 }
 

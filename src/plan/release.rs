@@ -146,6 +146,16 @@ impl Masked {
         Self(std::sync::Arc::new(pieces))
     }
 
+    /// These pieces and `more`.
+    pub(crate) fn with(&self, more: impl IntoIterator<Item = String>) -> Self {
+        Self::new(self.0.iter().cloned().chain(more).collect())
+    }
+
+    /// True when `piece` is masked.
+    pub(crate) fn holds(&self, piece: &str) -> bool {
+        self.0.iter().any(|p| p == piece)
+    }
+
     /// True when nothing is masked.
     pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()

@@ -251,3 +251,26 @@ fn a_diff_names_the_revisions_it_compares_and_an_upgrade_with_the_same_manifest_
         "{diff}"
     );
 }
+
+#[test]
+fn a_secrets_earlier_content_in_the_deployed_values_is_masked_too_and_open_values_are_not() {
+    let mut r = release("member-1/team/web");
+    r.values = Some(serde_json::json!({"token": "new-s3cr3t", "owner": "member-1"}));
+    r.masked = crate::plan::Masked::new(vec!["new-s3cr3t".into()]);
+    let deployed = Deployed {
+        manifest: "token: old-s3cr3t\nowner: member-1\n".into(),
+        values: serde_json::json!({"token": "old-s3cr3t", "owner": "member-1"}),
+    };
+    let masks = super::masks_of(&r, &deployed);
+    assert_eq!(
+        masks.redact(&deployed.manifest),
+        "token: ******\nowner: member-1\n"
+    );
+    assert_eq!(masks.redact("token: new-s3cr3t"), "token: ******");
+    // A release reading no Secret masks nothing.
+    r.masked = Default::default();
+    assert_eq!(
+        super::masks_of(&r, &deployed).redact("old-s3cr3t"),
+        "old-s3cr3t"
+    );
+}
