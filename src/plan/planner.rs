@@ -11,7 +11,7 @@ use crate::{
     policy::Admission,
 };
 
-use crate::plan::{desired::*, release::*};
+use crate::plan::{depends, desired::*, release::*};
 
 /// Everything planning needs to know, gathered by the reconciler.
 pub struct Inputs<'a> {
@@ -65,6 +65,12 @@ pub struct Plan {
     pub(crate) rollout_held: Vec<ReleaseKey>,
     /// Where the rollout stands, in words, when it holds anything back.
     pub(crate) rollout_note: Option<String>,
+    /// The `dependsOn` of the releases the spec names, as release keys (see [`depends`]).
+    pub(crate) depends_on: depends::Edges,
+    /// Releases whose Helm work waits for a release it depends on to be Ready (an install or
+    /// upgrade) or for the releases depending on it to be uninstalled first (an uninstall), each
+    /// with what it waits for, in words.
+    pub(crate) dependency_held: depends::Held,
 }
 
 /// A resource asking for release keys: who, when it was created, and the keys.
@@ -140,7 +146,7 @@ pub(crate) fn claims(
 /// release gets no job at all; it is listed in `suspended` when it would have had one.
 pub fn plan(inputs: &Inputs<'_>) -> Plan {
     let Desired {
-        releases,
+        mut releases,
         mut problems,
         named,
         warnings,
@@ -158,6 +164,10 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
         suspension: suspension(inputs.spec),
         ..Plan::default()
     };
+    if !too_large {
+        let (spec, clusters) = (inputs.spec, inputs.clusters);
+        plan.depends_on = depends::check(spec, clusters, &named, &mut releases, &mut problems);
+    }
     let held = Held::of(inputs.spec, inputs.clusters);
     for release in &releases {
         if let Some(holder) = holder(inputs, &release.key) {

@@ -269,6 +269,26 @@ pub(crate) enum Problem {
         /// The rule it breaks, and the policies that govern its hub namespace.
         rule: String,
     },
+    /// A `dependsOn` entry names a release this resource does not release on the same cluster.
+    UnknownDependency {
+        /// The release whose chart names it.
+        key: ReleaseKey,
+        /// The chart as named.
+        chart: String,
+        /// The entry, as written.
+        dependency: String,
+        /// The releases this resource names on that cluster: a few, and how many more.
+        releases: String,
+    },
+    /// The release is on a cycle of `dependsOn`: no order can install it.
+    DependencyCycle {
+        /// The release.
+        key: ReleaseKey,
+        /// The chart as named.
+        chart: String,
+        /// The cycle, spelled out from this release: `web → api → web`.
+        cycle: String,
+    },
 }
 
 impl Problem {
@@ -279,7 +299,9 @@ impl Problem {
             | Problem::Duplicate { key, .. }
             | Problem::Conflict { key, .. }
             | Problem::InvalidSetting { key, .. }
-            | Problem::Forbidden { key, .. } => Some(key),
+            | Problem::Forbidden { key, .. }
+            | Problem::UnknownDependency { key, .. }
+            | Problem::DependencyCycle { key, .. } => Some(key),
             Problem::UnknownCluster { .. }
             | Problem::NoClusterSelected { .. }
             | Problem::TooLarge { .. } => None,
@@ -297,6 +319,8 @@ impl Problem {
             Problem::InvalidSetting { .. } => "InvalidSetting",
             Problem::Forbidden { .. } => "Forbidden",
             Problem::TooLarge { .. } => "SpecTooLarge",
+            Problem::UnknownDependency { .. } => "UnknownDependency",
+            Problem::DependencyCycle { .. } => "DependencyCycle",
         }
     }
 }
@@ -350,6 +374,20 @@ impl fmt::Display for Problem {
             Problem::Forbidden { key, rule, .. } => write!(
                 f,
                 "release {key} is forbidden: {rule}; nothing is installed or changed for it (what runs stays as it is)"
+            ),
+            Problem::UnknownDependency {
+                key,
+                dependency,
+                releases,
+                ..
+            } => write!(
+                f,
+                "release {key}: dependsOn names {dependency}, which this resource does not release on cluster {} (its releases there: {releases}); nothing is installed or changed for it until the spec names a release it has there (what runs stays as it is)",
+                key.scope.cluster
+            ),
+            Problem::DependencyCycle { key, cycle, .. } => write!(
+                f,
+                "release {key}: dependsOn forms a cycle: {cycle}; nothing is installed or changed for it until the cycle is broken (what runs stays as it is)"
             ),
         }
     }
