@@ -8,6 +8,8 @@ use std::{
     time::Duration,
 };
 
+use k8s_openapi::jiff::Timestamp;
+
 use crate::{
     api::crd::Controller,
     api::key::{ClusterName, ReleaseKey},
@@ -21,6 +23,11 @@ use crate::{
 /// How often a resource with Helm work held by `dependsOn` is reconciled: readiness changes
 /// trigger no reconcile, so a held release looks again at this pace.
 pub(crate) const DEPENDENCY_POLL: Duration = Duration::from_secs(5);
+
+/// How long after it was deployed a release of which no workload has been seen yet is taken
+/// for one without workloads: its record and its workloads come on separate watches, and the
+/// record may come first.
+const SETTLE_SECS: i64 = 10;
 
 /// Holds back the plan's jobs that `dependsOn` orders after others: an install or upgrade until
 /// every release it depends on is deployed from the current spec and Ready by the `Ready` rule
@@ -55,11 +62,12 @@ pub(crate) fn gate_dependencies(
     );
     ctx.index.set_dependencies(owner, edges.clone());
     let scope = |cluster: &str, namespace: &str| live_scope(ctx, cluster, namespace);
+    let now = Timestamp::now().as_second();
     let not_ready = |d: &ReleaseKey| {
         let judged = release_readiness(report, d, &scope);
         let words = judged.waiting.map(|(_, w)| w).unwrap_or_default();
         match (judged.deployed, judged.ready) {
-            (_, true) => None,
+            (_, true) => settling(ctx, d, applied, now),
             (true, false) => Some(format!("not ready: {words}")),
             (false, _) => Some(format!("not deployed: {words}")),
         }
@@ -67,6 +75,28 @@ pub(crate) fn gate_dependencies(
     let (go, held) = depends::gate(std::mem::take(&mut plan.jobs), &edges, &not_ready, &present);
     plan.jobs = go;
     plan.dependency_held = held;
+}
+
+/// Why a release judged Ready is not taken for Ready yet: nothing of it (no workload) has been
+/// seen and it was deployed less than [`SETTLE_SECS`] ago, so its workloads may still be on
+/// their way through the watches.
+fn settling(
+    ctx: &Context,
+    key: &ReleaseKey,
+    applied: &HashMap<ReleaseKey, Applied>,
+    now: i64,
+) -> Option<String> {
+    let age = now - applied.get(key)?.modified_at?;
+    if age >= SETTLE_SECS {
+        return None;
+    }
+    let (cluster, namespace) = (key.scope.cluster.as_str(), key.scope.namespace.as_str());
+    let state = live_scope(ctx, cluster, namespace)?;
+    let seen = state
+        .workloads
+        .values()
+        .any(|w| w.release.as_deref() == Some(key.release.as_str()));
+    (!seen).then(|| format!("not ready: deployed {age}s ago, no workload of it seen yet"))
 }
 
 /// Of the releases a deleted resource uninstalls (`owned`), those that wait for releases
