@@ -14,9 +14,10 @@ use crate::{
     api::key::{ClusterName, ReleaseKey},
     api::policy::Impersonation,
     controller::context::Context,
+    controller::depends_gate::removal_held,
     controller::events::publish,
     controller::finalizer::{Error, Result},
-    plan::{self, Applied, Job, OwnerId, owner_id},
+    plan::{self, Applied, Job, OwnerId, depends::Held, owner_id},
     queue::Outcome,
     status::report as status,
 };
@@ -25,7 +26,8 @@ use crate::{
 type Registered = BTreeMap<ClusterName, BTreeMap<String, String>>;
 
 /// Deletion: uninstalls the resource's releases everywhere (or, with `deletionPolicy: Orphan`,
-/// leaves them), waiting only for clusters that hold or may hold them, and for its running jobs.
+/// leaves them), waiting only for clusters that hold or may hold them, and for its running jobs;
+/// a release others depend on (`dependsOn`) after them.
 pub(crate) async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
     let owner = owner_id(c);
     ctx.claims.update(c, &ctx.claim_basis());
@@ -60,8 +62,18 @@ pub(crate) async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
         forget(ctx, &object);
         return Ok(Action::await_change());
     }
+    let mut ordered = Held::new();
     if c.spec.deletion_policy == DeletionPolicy::Delete {
-        for key in owned.iter().filter(|k| !running.contains(k)) {
+        // Releases depending on others go first: those they depend on wait, out of the queue.
+        ordered = removal_held(ctx, c, &owner, &registered, &owned, &running);
+        if !ordered.is_empty() {
+            ctx.queue.retain_planned(
+                &owner,
+                &owned.iter().filter(|k| !ordered.contains_key(*k)).collect(),
+            );
+        }
+        let now = |k: &&ReleaseKey| !running.contains(k) && !ordered.contains_key(*k);
+        for key in owned.iter().filter(now) {
             ctx.queue.enqueue(Job::Uninstall {
                 key: key.clone(),
                 owner: owner.clone(),
@@ -83,7 +95,7 @@ pub(crate) async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
         tracing::info!(controller = %owner, "every release uninstalled; removing the finalizer");
         return Ok(Action::await_change());
     }
-    let waiting = describe_wait(ctx, &owned, &running, &unreached);
+    let waiting = describe_wait(ctx, &owned, &running, &unreached, &ordered);
     ctx.writer.submit(
         object,
         status::deleting(c.status.as_ref(), c.meta().generation, waiting.clone()),
@@ -239,13 +251,14 @@ async fn deletion_warning(ctx: &Context, c: &Controller, reason: &str, note: Str
     publish(&ctx.events, c, EventType::Warning, reason, "Delete", note).await;
 }
 
-/// What a deletion waits for, in words: releases, running jobs, and clusters with the time they
-/// were last seen.
+/// What a deletion waits for, in words: releases, running jobs, the `dependsOn` order, and
+/// clusters with the time they were last seen.
 fn describe_wait(
     ctx: &Context,
     owned: &BTreeSet<ReleaseKey>,
     running: &[ReleaseKey],
     unreached: &[ClusterName],
+    ordered: &Held,
 ) -> String {
     let mut parts = Vec::new();
     if !owned.is_empty() {
@@ -259,6 +272,13 @@ fn describe_wait(
     }
     if !running.is_empty() {
         parts.push(format!("{} running Helm job(s)", running.len()));
+    }
+    if let Some((key, why)) = ordered.iter().next() {
+        let more = match ordered.len() {
+            1 => String::new(),
+            n => format!(" ({} more release(s) wait likewise)", n - 1),
+        };
+        parts.push(format!("the dependsOn order: {key} is {why}{more}"));
     }
     if !unreached.is_empty() {
         let clusters: Vec<String> = unreached

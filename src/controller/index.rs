@@ -1,4 +1,4 @@
-//! What the hub keeps per Controller between reconciles, in one index with one `forget`: the release keys it asks for, the problems it was told, its rollout, the last outcome of each of its releases, and its releases watched for drift.
+//! What the hub keeps per Controller between reconciles, in one index with one `forget`: the release keys it asks for, the problems it was told, its rollout, the last `dependsOn` edges, the last outcome of each of its releases, and its releases watched for drift.
 
 use std::collections::BTreeSet;
 
@@ -9,7 +9,7 @@ use crate::{
     api::crd::{Controller, RolloutStatus},
     api::key::ReleaseKey,
     controller::{drift::DriftBoard, interest::Interest},
-    plan::OwnerId,
+    plan::{OwnerId, depends::Edges},
     status::report::LastOutcome,
 };
 
@@ -20,6 +20,11 @@ pub(crate) struct ControllerIndex {
     reported: DashMap<OwnerId, BTreeSet<String>>,
     outcomes: DashMap<ReleaseKey, LastOutcome>,
     rollouts: DashMap<OwnerId, RolloutStatus>,
+    /// The last `dependsOn` edges of each Controller's releases, so the releases it no longer
+    /// names are still uninstalled after those that depend on them. Kept in memory only: after
+    /// an operator restart, the edges of releases already dropped from the spec are not known,
+    /// and those releases are uninstalled in no particular order.
+    depends: DashMap<OwnerId, Edges>,
     /// Releases watched for drift, what was found, and the repair limiter.
     pub(crate) drift: DriftBoard,
 }
@@ -32,6 +37,7 @@ impl ControllerIndex {
             reported: DashMap::new(),
             outcomes: DashMap::new(),
             rollouts: DashMap::new(),
+            depends: DashMap::new(),
             drift,
         }
     }
@@ -95,6 +101,23 @@ impl ControllerIndex {
         };
     }
 
+    /// The `dependsOn` edges last kept for `owner` (see the field's note on restarts).
+    pub(crate) fn dependencies(&self, owner: &OwnerId) -> Edges {
+        self.depends
+            .get(owner)
+            .map(|e| e.clone())
+            .unwrap_or_default()
+    }
+
+    /// Keeps `owner`'s `dependsOn` edges; none forgets them.
+    pub(crate) fn set_dependencies(&self, owner: &OwnerId, edges: Edges) {
+        if edges.is_empty() {
+            self.depends.remove(owner);
+        } else {
+            self.depends.insert(owner.clone(), edges);
+        }
+    }
+
     /// Forgets everything kept for `object`: gone, or worked by another replica now.
     pub(crate) fn forget(&self, object: &ObjectRef<Controller>) {
         let owner = OwnerId {
@@ -105,6 +128,7 @@ impl ControllerIndex {
         self.drift.forget(&owner);
         self.reported.remove(&owner);
         self.rollouts.remove(&owner);
+        self.depends.remove(&owner);
         self.outcomes.retain(|_, o| o.owner != owner);
     }
 }
@@ -141,6 +165,9 @@ mod tests {
             },
         );
         index.set_rollout(&owner, Some(RolloutStatus::default()));
+        let edges = Edges::from([(key.clone(), [key.clone()].into())]);
+        index.set_dependencies(&owner, edges.clone());
+        assert_eq!(index.dependencies(&owner), edges);
 
         index.forget(&object);
 
@@ -148,6 +175,7 @@ mod tests {
         assert!(index.outcome(&key).is_none());
         assert!(index.outcomes_of(&owner).is_empty());
         assert!(index.rollout(&owner).is_none());
+        assert!(index.dependencies(&owner).is_empty());
         assert!(
             index.tell_once(&owner, "a problem"),
             "told notes are forgotten too"

@@ -2,6 +2,7 @@
 
 pub(crate) mod cleanup;
 pub(crate) mod context;
+pub(crate) mod depends_gate;
 pub(crate) mod drift;
 pub(crate) mod drift_checks;
 pub(crate) mod events;

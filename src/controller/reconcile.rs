@@ -24,6 +24,7 @@ use crate::{
     api::key::{ClusterName, ClusterNamespace, ReleaseKey},
     controller::cleanup::cleanup,
     controller::context::Context,
+    controller::depends_gate::{DEPENDENCY_POLL, gate_dependencies},
     controller::problems::report_new_problems,
     controller::repairs::limit_repairs,
     controller::rollout_gate::{ROLLOUT_POLL, gate_rollout},
@@ -193,6 +194,7 @@ async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
         drift: &drift,
     });
     let rollout = gate_rollout(ctx, c, &mut plan, applied, &report, &queued_before).await;
+    gate_dependencies(ctx, owner, &mut plan, applied, &report);
     enqueue(ctx, owner, &plan, applied);
     let (busy, outcomes) = jobs_of(ctx, &plan);
     let view = ReleaseView {
@@ -271,8 +273,9 @@ fn watched_scopes(plan: &plan::Plan, seen: &Observed) -> BTreeSet<ClusterNamespa
         .collect()
 }
 
-/// When to reconcile again: soon while a rollout is in progress, within 30s while jobs run or
-/// clusters are not synced, otherwise in 5 minutes; earlier when a pending release is due.
+/// When to reconcile again: soon while a rollout is in progress or `dependsOn` holds work back,
+/// within 30s while jobs run or clusters are not synced, otherwise in 5 minutes; earlier when a
+/// pending release is due.
 fn next_look(
     plan: &plan::Plan,
     busy: &BTreeSet<ReleaseKey>,
@@ -287,6 +290,10 @@ fn next_look(
         // Health changes trigger no reconcile: a rollout in progress looks again soon, so each
         // step follows the health it waits for within this interval.
         return Action::requeue(ROLLOUT_POLL);
+    }
+    if !plan.dependency_held.is_empty() {
+        // Likewise, readiness of a dependency triggers no reconcile.
+        return Action::requeue(DEPENDENCY_POLL);
     }
     Action::requeue(Duration::from_secs(next))
 }

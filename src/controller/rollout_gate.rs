@@ -14,6 +14,7 @@ use crate::{
     api::key::{ClusterName, ReleaseKey},
     controller::context::Context,
     controller::events::publish,
+    observe::model::ScopeState,
     plan::rollout,
     plan::{self, Applied, OwnerId, owner_id},
     status::build::cluster_readiness,
@@ -96,15 +97,7 @@ fn cluster_facts(
     busy: &BTreeSet<ReleaseKey>,
     targeted: &BTreeSet<ClusterName>,
 ) -> BTreeMap<ClusterName, rollout::Facts> {
-    let lookup = |cluster: &str, namespace: &str| {
-        let scope: crate::api::key::ClusterNamespace =
-            format!("{cluster}/{namespace}").parse().ok()?;
-        let mut state = ctx.model.scope(&scope)?;
-        if ctx.health.unreachable(&scope.cluster).is_some() {
-            state.live = false;
-        }
-        Some(state)
-    };
+    let lookup = |cluster: &str, namespace: &str| live_scope(ctx, cluster, namespace);
     targeted
         .iter()
         .map(|cluster| {
@@ -124,6 +117,17 @@ fn cluster_facts(
             )
         })
         .collect()
+}
+
+/// What runs in one cluster/namespace as the `Ready` rule sees it: the model's state, not live
+/// while its cluster is unreachable.
+pub(crate) fn live_scope(ctx: &Context, cluster: &str, namespace: &str) -> Option<ScopeState> {
+    let scope: crate::api::key::ClusterNamespace = format!("{cluster}/{namespace}").parse().ok()?;
+    let mut state = ctx.model.scope(&scope)?;
+    if ctx.health.unreachable(&scope.cluster).is_some() {
+        state.live = false;
+    }
+    Some(state)
 }
 
 /// Tells what a step of the gate did: a log line and an Event each (a Warning for a halt), and

@@ -1,6 +1,7 @@
 //! Planning: the releases a spec asks for, compared with those applied in the clusters, become Helm jobs (pure).
 
 pub(crate) mod claims;
+pub(crate) mod depends;
 pub(crate) mod desired;
 pub mod fleet;
 pub(crate) mod limits;

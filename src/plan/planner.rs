@@ -11,7 +11,7 @@ use crate::{
     policy::Admission,
 };
 
-use crate::plan::{desired::*, fleet::Fleet, release::*};
+use crate::plan::{depends, desired::*, fleet::Fleet, release::*};
 
 /// Everything planning needs to know, gathered by the reconciler.
 pub struct Inputs<'a> {
@@ -69,6 +69,12 @@ pub struct Plan {
     pub(crate) rollout_note: Option<String>,
     /// The hub objects `valuesFrom` read for this plan (found or not), to be watched.
     pub(crate) sources: BTreeSet<ValuesSource>,
+    /// The `dependsOn` of the releases the spec names, as release keys (see [`depends`]).
+    pub(crate) depends_on: depends::Edges,
+    /// Releases whose Helm work waits for a release it depends on to be Ready (an install or
+    /// upgrade) or for the releases depending on it to be uninstalled first (an uninstall), each
+    /// with what it waits for, in words.
+    pub(crate) dependency_held: depends::Held,
 }
 
 /// A resource asking for release keys: who, when it was created, and the keys.
@@ -152,7 +158,7 @@ pub(crate) fn claims(
 /// release gets no job at all; it is listed in `suspended` when it would have had one.
 pub fn plan(inputs: &Inputs<'_>) -> Plan {
     let Desired {
-        releases,
+        mut releases,
         mut problems,
         named,
         warnings,
@@ -173,6 +179,10 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
         suspension: suspension(inputs.spec),
         ..Plan::default()
     };
+    if !too_large {
+        let (spec, clusters) = (inputs.spec, inputs.clusters);
+        plan.depends_on = depends::check(spec, clusters, &named, &mut releases, &mut problems);
+    }
     let held = Held::of(inputs.spec, inputs.clusters);
     for release in &releases {
         if let Some(holder) = holder(inputs, &release.key) {

@@ -410,6 +410,26 @@ pub(crate) enum Problem {
         /// What is wrong and what to do.
         why: String,
     },
+    /// A `dependsOn` entry names a release this resource does not release on the same cluster.
+    UnknownDependency {
+        /// The release whose chart names it.
+        key: ReleaseKey,
+        /// The chart as named.
+        chart: String,
+        /// The entry, as written.
+        dependency: String,
+        /// The releases this resource names on that cluster: a few, and how many more.
+        releases: String,
+    },
+    /// The release is on a cycle of `dependsOn`: no order can install it.
+    DependencyCycle {
+        /// The release.
+        key: ReleaseKey,
+        /// The chart as named.
+        chart: String,
+        /// The cycle, spelled out from this release: `web → api → web`.
+        cycle: String,
+    },
 }
 
 impl Problem {
@@ -421,7 +441,9 @@ impl Problem {
             | Problem::Conflict { key, .. }
             | Problem::InvalidSetting { key, .. }
             | Problem::Forbidden { key, .. }
-            | Problem::InvalidValues { key, .. } => Some(key),
+            | Problem::InvalidValues { key, .. }
+            | Problem::UnknownDependency { key, .. }
+            | Problem::DependencyCycle { key, .. } => Some(key),
             Problem::UnknownCluster { .. }
             | Problem::NoClusterSelected { .. }
             | Problem::TooLarge { .. } => None,
@@ -440,6 +462,8 @@ impl Problem {
             Problem::Forbidden { .. } => "Forbidden",
             Problem::TooLarge { .. } => "SpecTooLarge",
             Problem::InvalidValues { .. } => "InvalidValues",
+            Problem::UnknownDependency { .. } => "UnknownDependency",
+            Problem::DependencyCycle { .. } => "DependencyCycle",
         }
     }
 }
@@ -498,6 +522,20 @@ impl fmt::Display for Problem {
                 f,
                 "release {key}: its values for cluster {} cannot be made: {why}; what runs stays as it is until they can",
                 key.scope.cluster
+            ),
+            Problem::UnknownDependency {
+                key,
+                dependency,
+                releases,
+                ..
+            } => write!(
+                f,
+                "release {key}: dependsOn names {dependency}, which this resource does not release on cluster {} (its releases there: {releases}); nothing is installed or changed for it until the spec names a release it has there (what runs stays as it is)",
+                key.scope.cluster
+            ),
+            Problem::DependencyCycle { key, cycle, .. } => write!(
+                f,
+                "release {key}: dependsOn forms a cycle: {cycle}; nothing is installed or changed for it until the cycle is broken (what runs stays as it is)"
             ),
         }
     }

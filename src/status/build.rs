@@ -6,9 +6,10 @@ use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Condition, jiff::Timestamp}
 
 use crate::{
     api::crd::{
-        ClusterStatus, ControllerStatus, PodStatus, Summary, TenancyStatus, WorkloadStatus,
+        ChartMessage, ClusterStatus, ControllerStatus, PodStatus, Summary, TenancyStatus,
+        WorkloadStatus,
     },
-    api::key::ClusterName,
+    api::key::{ClusterName, ReleaseKey},
     observe::model::{PodInfo, ScopeState},
 };
 
@@ -57,7 +58,8 @@ pub(crate) fn assemble(
     status
 }
 
-/// One cluster judged by the `Ready` rule, for the rollout gate.
+/// One cluster (or one release) judged by the `Ready` rule, for the rollout gate (and the
+/// `dependsOn` gate).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct ClusterReadiness {
     /// Every managed release deployed from the newest spec, watched live, workloads rolled
@@ -80,6 +82,48 @@ pub(crate) fn cluster_readiness(
     cluster: &str,
     scope: &dyn Fn(&str, &str) -> Option<ScopeState>,
 ) -> ClusterReadiness {
+    // A change held back by `suspend` is not this rollout's to wait for: changing `suspend`
+    // is a new generation, and so a new rollout, once it is let through.
+    let judged = |_: &str, m: &ChartMessage| is_managed(&m.phase) && m.phase != phase::SUSPENDED;
+    readiness(report, cluster, &judged, scope)
+}
+
+/// Judges one release of a report by the same rule as [`cluster_readiness`], on that release
+/// alone (for `dependsOn`): deployed from the newest spec, watched live, its workloads rolled out
+/// and its pods ready; a release with no workloads is ready once deployed and watched. A release
+/// the report does not show, or shows with a problem, is not deployed.
+pub(crate) fn release_readiness(
+    report: &ReleaseReport,
+    key: &ReleaseKey,
+    scope: &dyn Fn(&str, &str) -> Option<ScopeState>,
+) -> ClusterReadiness {
+    let (namespace, release) = (key.scope.namespace.as_str(), key.release.as_str());
+    let this = |ns: &str, m: &ChartMessage| ns == namespace && m.release_name == release;
+    let shown = report
+        .tenancies
+        .iter()
+        .filter(|t| t.cluster == key.scope.cluster.as_str())
+        .any(|t| t.chart_messages.iter().any(|m| this(&t.namespace, m)));
+    if !shown {
+        return ClusterReadiness {
+            waiting: Some((
+                release.to_owned(),
+                format!("release {namespace}/{release} is not planned"),
+            )),
+            ..ClusterReadiness::default()
+        };
+    }
+    readiness(report, key.scope.cluster.as_str(), &this, scope)
+}
+
+/// The readiness rule over the chart messages of `cluster` that `judged` picks (given the
+/// namespace of their entry).
+fn readiness(
+    report: &ReleaseReport,
+    cluster: &str,
+    judged: &dyn Fn(&str, &ChartMessage) -> bool,
+    scope: &dyn Fn(&str, &str) -> Option<ScopeState>,
+) -> ClusterReadiness {
     let synced = report.synced.iter().any(|c| c.as_str() == cluster);
     let mut out = ClusterReadiness {
         ready: true,
@@ -87,14 +131,11 @@ pub(crate) fn cluster_readiness(
         ..ClusterReadiness::default()
     };
     for t in report.tenancies.iter().filter(|t| t.cluster == cluster) {
-        let mut t = t.clone();
-        // A change held back by `suspend` is not this rollout's to wait for: changing `suspend`
-        // is a new generation, and so a new rollout, once it is let through.
-        t.chart_messages
-            .retain(|m| is_managed(&m.phase) && m.phase != phase::SUSPENDED);
-        if t.chart_messages.is_empty() {
+        if !t.chart_messages.iter().any(|m| judged(&t.namespace, m)) {
             continue;
         }
+        let mut t = t.clone();
+        t.chart_messages.retain(|m| judged(&t.namespace, m));
         match scope(&t.cluster, &t.namespace) {
             Some(state) => fill(&mut t, &state, synced),
             None => t.fresh = false,

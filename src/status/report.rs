@@ -101,11 +101,12 @@ pub(crate) fn shown_values(release: &Release) -> String {
     format!("{}… ({} bytes more)", &text[..cut], text.len() - cut)
 }
 
-/// The releases of a plan whose Helm work is held back, by `suspend` or by the rollout, as sets:
-/// asked once per release.
+/// The releases of a plan whose Helm work is held back, by `suspend`, by the rollout or by
+/// `dependsOn`, as sets: asked once per release.
 pub(crate) struct HeldBack<'a> {
     suspended: HashSet<&'a ReleaseKey>,
     rollout: HashSet<&'a ReleaseKey>,
+    depends: &'a BTreeMap<ReleaseKey, String>,
 }
 
 impl<'a> HeldBack<'a> {
@@ -113,7 +114,13 @@ impl<'a> HeldBack<'a> {
         Self {
             suspended: plan.suspended.iter().collect(),
             rollout: plan.rollout_held.iter().collect(),
+            depends: &plan.dependency_held,
         }
+    }
+
+    /// True when the rollout or `dependsOn` holds back `key`'s Helm work.
+    fn gated(&self, key: &ReleaseKey) -> bool {
+        self.rollout.contains(key) || self.depends.contains_key(key)
     }
 }
 
@@ -167,6 +174,15 @@ pub(crate) fn plain_release_message(
             release,
             phase::PENDING,
             view.plan.rollout_note.clone().unwrap_or_default(),
+            applied.map(|a| a.revision),
+            chart_version,
+        );
+    }
+    if let Some(waiting) = held.depends.get(&release.key) {
+        return message(
+            release,
+            phase::PENDING,
+            waiting.clone(),
             applied.map(|a| a.revision),
             chart_version,
         );
@@ -228,6 +244,34 @@ pub(crate) fn held_removal(key: &ReleaseKey, view: &ReleaseView<'_>) -> ChartMes
     }
 }
 
+/// The releases no longer in the spec whose uninstall a gate holds back, with their messages:
+/// the rollout's, then those waiting for the releases that depend on them.
+fn held_removals<'a>(view: &'a ReleaseView<'_>) -> Vec<(&'a ReleaseKey, ChartMessage)> {
+    let desired: BTreeSet<&ReleaseKey> = view.plan.desired.iter().map(|r| &r.key).collect();
+    let rollout = view
+        .plan
+        .rollout_held
+        .iter()
+        .filter(|k| !desired.contains(k))
+        .map(|k| (k, held_removal(k, view)));
+    let depends = view
+        .plan
+        .dependency_held
+        .iter()
+        .filter(|(k, _)| !desired.contains(k))
+        .map(|(k, waiting)| {
+            let message = ChartMessage {
+                release_name: k.release.clone(),
+                phase: phase::PENDING.into(),
+                error_message: format!("no longer in the spec, {waiting}"),
+                revision: view.applied.get(k).map(|a| a.revision),
+                ..Default::default()
+            };
+            (k, message)
+        });
+    rollout.chain(depends).collect()
+}
+
 pub(crate) fn problem_message(problem: &Problem, key: &ReleaseKey) -> ChartMessage {
     let phase = match problem {
         Problem::Conflict { .. } => phase::CONFLICT,
@@ -238,7 +282,9 @@ pub(crate) fn problem_message(problem: &Problem, key: &ReleaseKey) -> ChartMessa
         chart_name: match problem {
             Problem::MissingChart { chart, .. }
             | Problem::Duplicate { chart, .. }
-            | Problem::Forbidden { chart, .. } => chart.clone(),
+            | Problem::Forbidden { chart, .. }
+            | Problem::UnknownDependency { chart, .. }
+            | Problem::DependencyCycle { chart, .. } => chart.clone(),
             _ => String::new(),
         },
         release_name: key.release.clone(),
@@ -275,19 +321,14 @@ pub(crate) fn releases(view: &ReleaseView<'_>) -> ReleaseReport {
             ..Default::default()
         });
     }
-    for key in view
-        .plan
-        .rollout_held
-        .iter()
-        .filter(|k| !desired.contains(k))
-    {
+    for (key, message) in held_removals(view) {
         entry(
             &mut tenancies,
             key.scope.cluster.as_str(),
             &key.scope.namespace,
         )
         .chart_messages
-        .push(held_removal(key, view));
+        .push(message);
     }
     for problem in &view.plan.problems {
         match (problem.release(), problem) {
@@ -338,7 +379,7 @@ pub(crate) fn after_gate(
 ) -> ReleaseReport {
     let held = HeldBack::of(view.plan);
     let changed = |key: &ReleaseKey| {
-        held.rollout.contains(key) || (view.busy.contains(key) && !queued_before.contains(key))
+        held.gated(key) || (view.busy.contains(key) && !queued_before.contains(key))
     };
     let mut at: HashMap<(&str, &str), usize> = HashMap::new();
     for (i, t) in report.tenancies.iter().enumerate() {
@@ -362,14 +403,7 @@ pub(crate) fn after_gate(
     for (t, slot, message) in fresh {
         report.tenancies[t].chart_messages[slot] = message;
     }
-    let desired: BTreeSet<&ReleaseKey> = view.plan.desired.iter().map(|r| &r.key).collect();
-    for key in view
-        .plan
-        .rollout_held
-        .iter()
-        .filter(|k| !desired.contains(k))
-    {
-        let message = held_removal(key, view);
+    for (key, message) in held_removals(view) {
         let (cluster, namespace) = (key.scope.cluster.as_str(), key.scope.namespace.as_str());
         let t = match report.tenancies.binary_search_by(|t| {
             (t.cluster.as_str(), t.namespace.as_str()).cmp(&(cluster, namespace))

@@ -274,3 +274,64 @@ fn a_secrets_earlier_content_in_the_deployed_values_is_masked_too_and_open_value
         "old-s3cr3t"
     );
 }
+
+#[test]
+fn a_depends_on_cycle_found_by_the_planner_shows_as_refused_naming_the_chain() {
+    use crate::api::crd::{Chart, ControllerSpec, Tenancy};
+    let chart = |release: &str, depends_on: &str| Chart {
+        chart_name: "deployment-example".into(),
+        release_name: Some(release.into()),
+        depends_on: vec![depends_on.into()],
+        ..Default::default()
+    };
+    let spec = ControllerSpec {
+        tenancies: vec![Tenancy {
+            namespace: "a".into(),
+            clusters: vec!["m".into()],
+            charts: vec![chart("web", "api"), chart("api", "web")],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let clusters = BTreeMap::from([("m".parse().unwrap(), BTreeMap::new())]);
+    let synced = clusters.keys().cloned().collect();
+    let found = |_: &ChartSource, _: Option<&str>| crate::plan::ChartLookup::Found {
+        version: None,
+        digest: None,
+    };
+    let plan = crate::plan::plan(&crate::plan::Inputs {
+        owner: &OwnerId {
+            namespace: "t".into(),
+            name: "app".into(),
+        },
+        spec: &spec,
+        clusters: &clusters,
+        synced: &synced,
+        applied: &HashMap::new(),
+        claims: &HashMap::new(),
+        admission: &crate::policy::Admission::permissive(),
+        chart_home: std::path::Path::new("/charts"),
+        chart_lookup: &found,
+        now: 0,
+        pending_timeout_secs: 600,
+        drifted: &HashMap::new(),
+        fleet: &crate::plan::fleet::Fleet::none(),
+    });
+    let got = entries(&plan, &HashMap::new());
+    let shown: Vec<(String, Action)> = got.iter().map(|e| (e.name(), e.action)).collect();
+    assert_eq!(
+        shown,
+        [
+            ("m/a/api".into(), Action::Refused),
+            ("m/a/web".into(), Action::Refused)
+        ]
+    );
+    assert!(
+        got[1]
+            .reason
+            .as_deref()
+            .unwrap()
+            .contains("dependsOn forms a cycle: web → api → web"),
+        "{got:?}"
+    );
+}

@@ -958,3 +958,125 @@ fn a_chart_message_shows_the_values_made_with_what_came_from_secrets_masked_and_
     r.values = None;
     assert_eq!(crate::status::report::shown_values(&r), "");
 }
+
+#[test]
+fn one_release_is_judged_by_the_ready_rule_on_its_own_workloads_for_depends_on() {
+    let mut f = Fixture::new(&["member-1/team/web", "member-1/team/db", "member-1/team/api"]);
+    f.applied.extend([
+        deployed("member-1/team/web", 1),
+        deployed("member-1/team/db", 1),
+    ]);
+    let report = f.report();
+    // web's Deployment has 1 of 2 pods ready; db has no workloads at all.
+    let slow = running_scope(2, 1);
+    let web = release_readiness(&report, &"member-1/team/web".parse().unwrap(), &|_, _| {
+        Some(slow.clone())
+    });
+    assert!(web.deployed && !web.ready);
+    assert_eq!(
+        web.waiting.unwrap().1,
+        "Deployment team/web not rolled out (1/2 ready)"
+    );
+    let db = release_readiness(&report, &"member-1/team/db".parse().unwrap(), &|_, _| {
+        Some(slow.clone())
+    });
+    assert!(
+        db.ready,
+        "a deployed release without workloads is ready: {db:?}"
+    );
+    let api = release_readiness(&report, &"member-1/team/api".parse().unwrap(), &|_, _| {
+        Some(slow.clone())
+    });
+    assert!(!api.deployed && !api.ready);
+    assert_eq!(api.waiting.unwrap().1, "release team/api is Pending");
+    let none = release_readiness(&report, &"member-1/team/nope".parse().unwrap(), &|_, _| {
+        Some(slow.clone())
+    });
+    assert!(!none.ready && none.waiting.unwrap().1.contains("not planned"));
+}
+
+#[test]
+fn releases_held_by_depends_on_are_pending_and_say_what_they_wait_for() {
+    let mut f = Fixture::new(&["member-1/team/web"]);
+    f.applied.extend([deployed("member-1/team/old", 2)]);
+    f.plan.dependency_held = [
+        (
+            "member-1/team/web".parse().unwrap(),
+            "waiting for dependency db (not ready: Deployment team/db not rolled out (0/1 ready))"
+                .to_owned(),
+        ),
+        (
+            "member-1/team/old".parse().unwrap(),
+            "uninstalled after the releases that depend on it: waiting for web to be uninstalled first"
+                .to_owned(),
+        ),
+    ]
+    .into();
+    let s = f.build();
+    let messages = &s.updated_tenancies[0].chart_messages;
+    assert_eq!(messages[0].phase, phase::PENDING);
+    assert_eq!(
+        messages[0].error_message,
+        "waiting for dependency db (not ready: Deployment team/db not rolled out (0/1 ready))"
+    );
+    assert_eq!(
+        (
+            messages[1].release_name.as_str(),
+            messages[1].phase.as_str()
+        ),
+        ("old", phase::PENDING)
+    );
+    assert!(
+        messages[1]
+            .error_message
+            .starts_with("no longer in the spec, uninstalled after")
+    );
+    assert_eq!(ready(&s).0, "False");
+}
+
+#[test]
+fn the_report_brought_past_both_gates_equals_one_built_from_the_gated_plan() {
+    let mut f = Fixture::new(&["member-1/team/web", "member-1/team/db", "member-2/team/web"]);
+    f.applied.extend([
+        deployed("member-1/team/old", 2),
+        deployed("member-2/team/gone", 1),
+    ]);
+    f.plan.problems.push(Problem::DependencyCycle {
+        key: "member-1/team/loop".parse().unwrap(),
+        chart: "c".into(),
+        cycle: "loop → loop".into(),
+    });
+    let before = f.report();
+    f.plan.rollout_held = vec![
+        "member-2/team/web".parse().unwrap(),
+        "member-2/team/gone".parse().unwrap(),
+    ];
+    f.plan.rollout_note = Some("waiting for rollout wave 2/2".into());
+    f.plan.dependency_held = [
+        (
+            "member-1/team/web".parse().unwrap(),
+            "waiting for dependency db".to_owned(),
+        ),
+        (
+            "member-1/team/old".parse().unwrap(),
+            "uninstalled after web".to_owned(),
+        ),
+        (
+            "member-3/team/far".parse().unwrap(),
+            "uninstalled after x".to_owned(),
+        ),
+    ]
+    .into();
+    let queued_before = f.busy.clone();
+    let view = ReleaseView {
+        plan: &f.plan,
+        applied: &f.applied,
+        outcomes: &f.outcomes,
+        busy: &f.busy,
+        synced: &f.synced,
+        generation: Some(4),
+        drift: &f.drift,
+    };
+    assert_ne!(before, f.report());
+    assert_eq!(after_gate(before, &view, &queued_before), f.report());
+}
