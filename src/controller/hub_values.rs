@@ -54,6 +54,9 @@ struct State {
 pub(crate) struct HubValues {
     hub: kube::Client,
     state: Mutex<State>,
+    /// Taken while reading: Controllers planned at the same moment wait for one read of an
+    /// object instead of each reading it.
+    reading: tokio::sync::Mutex<()>,
 }
 
 impl HubValues {
@@ -62,6 +65,7 @@ impl HubValues {
         Self {
             hub,
             state: Mutex::default(),
+            reading: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -78,6 +82,7 @@ impl HubValues {
 
     /// Reads every object of `sources` not read yet.
     pub(crate) async fn load(&self, sources: impl IntoIterator<Item = &ValuesSource>) {
+        let _reading = self.reading.lock().await;
         let missing: Vec<ValuesSource> = {
             let state = self.state();
             sources

@@ -25,10 +25,10 @@ use crate::{
     metrics::{Gauges, Metrics},
     observe::model::Model,
     queue::handle::HelmQueue,
-    runtime::auth::{AuthError, Identity, Reviewer, Token},
+    runtime::auth::{Access, AuthError, Identity, Reviewer, Token},
     runtime::status_api::{
-        ApiError, ClusterSummary, NamespaceSummary, Result, ScopeView, Visible, cluster_detail,
-        cluster_list, find, gauges, registered, scope_view,
+        ApiError, ClusterSummary, NamespaceSummary, Result, ScopeRelease, ScopeView, Visible,
+        cluster_detail, cluster_list, find, gauges, registered, scope_view,
     },
 };
 
@@ -73,6 +73,38 @@ pub(crate) struct ApiState {
     pub(crate) owners: ScopeOwners,
     /// The watch streams open now, by what they watch.
     pub(crate) streams: StreamCounts,
+    /// The releases each Controller's status reports in a cluster/namespace.
+    pub(crate) releases: ScopeReleases,
+}
+
+/// The releases the Controllers' statuses report in a cluster/namespace, each with its
+/// Controller (`hub-namespace/name`). Set once the reconciler's state exists.
+#[derive(Clone, Default)]
+pub(crate) struct ScopeReleases(Arc<OnceLock<ReleasesOf>>);
+
+type ReleasesOf = Box<dyn Fn(&ClusterNamespace) -> Vec<ScopeRelease> + Send + Sync>;
+
+impl ScopeReleases {
+    /// Answers with `releases` from now on (the first call only).
+    pub(crate) fn set(
+        &self,
+        releases: impl Fn(&ClusterNamespace) -> Vec<ScopeRelease> + Send + Sync + 'static,
+    ) {
+        let _ = self.0.set(Box::new(releases));
+    }
+
+    /// The releases reported in `scope` by Controllers of hub namespaces `access` may read.
+    fn shown(&self, scope: &ClusterNamespace, access: &Access) -> Vec<ScopeRelease> {
+        self.0
+            .get()
+            .map(|releases| {
+                releases(scope)
+                    .into_iter()
+                    .filter(|r| access.allows(&r.hub_namespace))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
 }
 
 /// The watch streams open now, by what they watch (`workloads`, `release_records`). Set once the
@@ -147,6 +179,15 @@ impl FromRequestParts<ApiState> for Caller {
 impl ApiState {
     /// What `caller` may see of `scopes`: access reviews of the hub namespaces of their Controllers.
     async fn visible(&self, caller: &Caller, scopes: Vec<ClusterNamespace>) -> Result<Visible> {
+        Ok(self.visible_with_access(caller, scopes).await?.0)
+    }
+
+    /// [`Self::visible`], and the caller's access it was decided by.
+    async fn visible_with_access(
+        &self,
+        caller: &Caller,
+        scopes: Vec<ClusterNamespace>,
+    ) -> Result<(Visible, Access)> {
         let owners: BTreeMap<ClusterNamespace, BTreeSet<String>> = scopes
             .into_iter()
             .map(|scope| {
@@ -156,7 +197,7 @@ impl ApiState {
             .collect();
         let namespaces = owners.values().flatten().cloned().collect();
         let access = self.reviewer.access(&caller.0, namespaces).await?;
-        Ok(Visible::of(&access, &owners))
+        Ok((Visible::of(&access, &owners), access))
     }
 }
 
@@ -318,8 +359,12 @@ async fn namespace(
     let registered = registered(&state.registry.load());
     let entry = find(&registered, &cluster)?;
     let key = ClusterNamespace::new(entry.name.clone(), &namespace)?;
-    let visible = state.visible(&caller, vec![key]).await?;
-    scope_view(&state.model, &registered, &cluster, &namespace, &visible).map(Json)
+    let (visible, access) = state
+        .visible_with_access(&caller, vec![key.clone()])
+        .await?;
+    let mut view = scope_view(&state.model, &registered, &cluster, &namespace, &visible)?;
+    view.releases = state.releases.shown(&key, &access);
+    Ok(Json(view))
 }
 
 #[cfg(test)]

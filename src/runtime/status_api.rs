@@ -162,6 +162,22 @@ pub(crate) struct ScopeView {
     pub(crate) last_seen: Option<String>,
     pub(crate) pods: Vec<PodInfo>,
     pub(crate) workloads: Vec<WorkloadInfo>,
+    /// The releases the Controllers the caller may read report here, with the values made for
+    /// this cluster (what came from Secrets masked).
+    pub(crate) releases: Vec<ScopeRelease>,
+}
+
+/// One release a Controller's status reports in a cluster/namespace.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ScopeRelease {
+    /// The Controller's hub namespace.
+    pub(crate) hub_namespace: String,
+    /// The Controller's name.
+    pub(crate) controller: String,
+    /// What its status says of the release: phase, revision, settings, values, error.
+    #[serde(flatten)]
+    pub(crate) message: crate::api::crd::ChartMessage,
 }
 
 fn pod_count(scope: &ScopeState) -> Count {
@@ -309,5 +325,6 @@ pub(crate) fn scope_view(
         last_seen: state.last_seen.map(|t| t.to_string()),
         pods: state.pods.into_values().collect(),
         workloads: state.workloads.into_values().collect(),
+        releases: Vec::new(),
     })
 }

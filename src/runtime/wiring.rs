@@ -42,7 +42,9 @@ use crate::{
     queue::handle::HelmQueue,
     runtime::auth::Reviewer,
     runtime::config::{Error, RunConfig},
-    runtime::http::{self, ApiState, ChannelDepths, Readiness, ScopeOwners, StreamCounts},
+    runtime::http::{
+        self, ApiState, ChannelDepths, Readiness, ScopeOwners, ScopeReleases, StreamCounts,
+    },
     status::writer::StatusWriter,
 };
 
@@ -401,6 +403,7 @@ async fn serve_http(
     tasks: &TaskTracker,
 ) -> Result<std::net::SocketAddr, Error> {
     let owners = ScopeOwners::default();
+    let releases = ScopeReleases::default();
     let streams = StreamCounts::default();
     let http = ApiState {
         model: ctx.model.clone(),
@@ -424,6 +427,7 @@ async fn serve_http(
         reviewer: Arc::new(Reviewer::new(ctx.hub.clone())),
         owners: owners.clone(),
         streams: streams.clone(),
+        releases: releases.clone(),
     };
     let address = http::serve(config.http_addr, http, cancel.clone(), tasks)
         .await
@@ -433,6 +437,14 @@ async fn serve_http(
         move |scope| {
             ctx.upgrade()
                 .map(|ctx| ctx.watches.owners_of(scope))
+                .unwrap_or_default()
+        }
+    });
+    releases.set({
+        let ctx = Arc::downgrade(ctx);
+        move |scope| {
+            ctx.upgrade()
+                .map(|ctx| releases_in(&ctx, scope))
                 .unwrap_or_default()
         }
     });
@@ -450,4 +462,31 @@ async fn serve_http(
         }
     });
     Ok(address)
+}
+
+/// The releases the statuses of the Controllers watching `scope` report there.
+fn releases_in(
+    ctx: &Context,
+    scope: &crate::api::key::ClusterNamespace,
+) -> Vec<crate::runtime::status_api::ScopeRelease> {
+    use kube::ResourceExt as _;
+    ctx.watches
+        .owners_of(scope)
+        .into_iter()
+        .filter_map(|owner| ctx.controllers.get(&owner))
+        .flat_map(|c| {
+            let (hub_namespace, controller) = (c.namespace().unwrap_or_default(), c.name_any());
+            c.status
+                .iter()
+                .flat_map(|s| &s.updated_tenancies)
+                .filter(|t| t.cluster == scope.cluster.as_str() && t.namespace == scope.namespace)
+                .flat_map(|t| t.chart_messages.clone())
+                .map(|message| crate::runtime::status_api::ScopeRelease {
+                    hub_namespace: hub_namespace.clone(),
+                    controller: controller.clone(),
+                    message,
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }

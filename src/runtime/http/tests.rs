@@ -354,8 +354,69 @@ async fn state() -> (ApiState, tempfile::TempDir) {
         reviewer: Arc::new(Reviewer::new(hub)),
         owners: scope_owners,
         streams: StreamCounts::default(),
+        releases: scope_releases(),
     };
     (state, dir)
+}
+
+/// In member-2/baz, team-a's `web` and team-b's `db`; nothing elsewhere.
+fn scope_releases() -> ScopeReleases {
+    let releases = ScopeReleases::default();
+    releases.set(|scope| {
+        if scope.to_string() != "member-2/baz" {
+            return Vec::new();
+        }
+        [("team-a", "web"), ("team-b", "db")]
+            .into_iter()
+            .map(|(hub, release)| ScopeRelease {
+                hub_namespace: hub.into(),
+                controller: "ctl".into(),
+                message: crate::api::crd::ChartMessage {
+                    release_name: release.into(),
+                    values: r#"{"token":"******"}"#.into(),
+                    ..Default::default()
+                },
+            })
+            .collect()
+    });
+    releases
+}
+
+#[tokio::test]
+async fn a_namespace_shows_the_releases_of_the_controllers_the_caller_may_read_with_their_values() {
+    let (state, _dir) = state().await;
+    let (status, view) = get_json(&state, "/api/v1/clusters/member-2/namespaces/baz").await;
+    assert_eq!(status, StatusCode::OK);
+    let names: Vec<&Value> = view["releases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["releaseName"])
+        .collect();
+    assert_eq!(names, [&json!("web"), &json!("db")]);
+    assert_eq!(
+        view["releases"][0]["values"],
+        json!(r#"{"token":"******"}"#)
+    );
+    assert_eq!(view["releases"][0]["hubNamespace"], json!("team-a"));
+    let (_, _, body) = get_as(
+        &state,
+        "/api/v1/clusters/member-2/namespaces/baz",
+        Some(fake::TEAM_A),
+    )
+    .await;
+    let view: Value = serde_json::from_str(&body).unwrap();
+    let names: Vec<&Value> = view["releases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["releaseName"])
+        .collect();
+    assert_eq!(
+        names,
+        [&json!("web")],
+        "team-b's release is not team-a's to see"
+    );
 }
 
 /// GETs `uri` from the router as the fake hub's admin: status, content type and body.
