@@ -2,10 +2,10 @@
 # Benchmarks: convergence, status propagation latency, write load, footprint, breadth, growth
 # (namespaces, Controllers, clusters), shards, rollout, fairness and a peer (Flux), on the lab.
 #
-#   lab/bench.sh [--dir DIR] [--only convergence,latency,breadth,footprint,namespaces,controllers,clusters,shards,rollout,fairness,size,peer]
+#   lab/bench.sh [--dir DIR] [--only convergence,latency,breadth,footprint,namespaces,controllers,clusters,shards,rollout,fairness,size,fleets,peer]
 #                 [--pods P] [--namespaces 10,100,500] [--unrelated-pods N] [--controllers 10,100,1000]
 #                 [--clusters 1,5,10,20] [--quiet-seconds S] [--runs 3] [--shard-controllers 10]
-#                 [--wave N] [--samples K] [--sizes 100,1000,10000] [--peer flux] [--json FILE]
+#                 [--wave N] [--samples K] [--sizes 100,1000,10000] [--readers 1,10,100] [--peer flux] [--json FILE]
 #
 # Brings the lab up in DIR if it is not running (default: .lab), builds tenancy-hub in release mode,
 # runs the scenarios (each with an operator of its own), prints a table and writes the figures as
@@ -14,7 +14,9 @@
 # the clusters scenario as many members as its largest count (lab/up.sh --members 20 --dir DIR).
 # The rollout, namespaces, controllers, clusters, shards, fairness (a small change's latency while
 # another owner's wave of N installs runs, 1,000 by default) and size (plan time and operator memory
-# against one Controller of --sizes charts) scenarios run only when named in --only.
+# against one Controller of --sizes charts) scenarios run only when named in --only; so does fleets
+# (plan time of 100 clusters × 10 charts with per-cluster values, in process, and the hub's Secret
+# requests for --readers Controllers reading one Secret).
 # So does peer: `--only peer --peer flux` builds Flux's helm-controller and source-controller once
 # (lab/peer-flux.sh, cached) and runs them against the operator on the same releases, --runs times.
 set -euo pipefail
@@ -31,7 +33,7 @@ while (($#)); do
         --peer)
             [[ ${2:-} == flux ]] || die "--peer takes flux (the only peer)"
             PEER=flux; PASS+=(--peer flux); shift 2 ;;
-        -h | --help) sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) PASS+=("$1"); shift ;;
     esac
 done

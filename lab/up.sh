@@ -48,6 +48,8 @@ START=$SECONDS
 BIN=$("$LAB_ROOT/build.sh")
 export PATH="$BIN:$PATH"
 EXECUTOR=$("$LAB_ROOT/executor.sh")
+# A real-world chart (ExternalDNS's, pinned) for tests/fleets_realworld.rs, fetched once.
+REAL_CHARTS=$("$LAB_ROOT/real-chart.sh")
 PKI="$LAB_DIR/pki"
 LOGS="$LAB_DIR/logs"
 rm -rf "$PKI" "$LOGS" "$LAB_DIR/etcd" "$LAB_DIR/clusters" "$LAB_DIR/cmds"
@@ -225,6 +227,7 @@ export KUBECONFIG="$KUBECONFIG_FILE"
 export PATH="$BIN:\$PATH"
 export TENANCY_HUB_LAB_DIR="$LAB_DIR"
 export TENANCY_HUB_HELM_EXECUTOR="$EXECUTOR"
+export TENANCY_HUB_REAL_CHARTS="$REAL_CHARTS"
 ENV
 
 # --- fake nodes, and waiting for every cluster to schedule and run pods ---------------------------

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     fixtures::{chart, tenancy, unique, wait_until},
-    hub::{Hub, create_namespace},
+    hub::{Hub, all_gone, create_namespace},
     lab::Lab,
     operator::Operator,
 };
@@ -276,18 +276,6 @@ async fn a_slow_tenant_with_several_controllers_does_not_hold_back_another_tenan
     }
     for namespace in [&fast, &slow] {
         let api = Api::<Controller>::namespaced(hub.client.clone(), namespace);
-        wait_until(
-            "the Controllers to be deleted",
-            Duration::from_secs(90),
-            || async {
-                api.list(&Default::default())
-                    .await
-                    .ok()?
-                    .items
-                    .is_empty()
-                    .then_some(())
-            },
-        )
-        .await;
+        all_gone(&api, Duration::from_secs(90)).await;
     }
 }

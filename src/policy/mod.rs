@@ -38,6 +38,17 @@ pub struct NamedPolicy {
     pub(crate) spec: TenancyPolicySpec,
 }
 
+impl NamedPolicy {
+    /// The policy `name` allowing what `spec` allows (for planning outside the operator: the
+    /// benchmarks).
+    pub fn new(name: impl Into<String>, spec: TenancyPolicySpec) -> Self {
+        Self {
+            name: name.into(),
+            spec,
+        }
+    }
+}
+
 /// Everything admission needs: the mode, the policies (in name order) and the namespaces no
 /// pattern may match.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -4,18 +4,21 @@
 //! `TENANCY_HUB_LAB_DIR=.lab cargo bench --bench lab -- [--only NAME] [--json FILE] [--pods P]
 //! [--namespaces 10,100,500] [--unrelated-pods N] [--controllers 10,100,1000]
 //! [--clusters 1,5,10,20] [--quiet-seconds S] [--runs 3] [--shard-controllers 10] [--wave N] [--samples K]
-//! [--sizes 100,1000,10000] [--peer flux]`.
+//! [--sizes 100,1000,10000] [--readers 1,10,100] [--peer flux]`.
 //! `TENANCY_HUB_OPERATOR=PATH` runs another build of the operator (a baseline) in every scenario.
 //! The `rollout` scenario needs three members, `clusters` as many as its largest count
 //! (`lab/up.sh --members 20`); they, the other growth scenarios, `shards` and `fairness`
 //! (`--wave N` installs, 1,000 by default, `--samples K` small changes, 5 by default) and `size`
 //! (plan time and operator memory against one Controller of `--sizes` charts, with and without
-//! duplicates) run only when named in `--only`. So does `peer` (`--only peer --peer flux`, the convergence scenario's releases
+//! duplicates) and `fleets` (plan time of 100 clusters × 10 charts with per-cluster values
+//! against the same spec written out, and the hub's Secret requests for `--readers` Controllers
+//! reading one Secret) run only when named in `--only`. So does `peer` (`--only peer --peer flux`, the convergence scenario's releases
 //! from a loopback Helm repository, `--runs` times each side): it needs Flux's controllers, built by
 //! lab/peer-flux.sh into the directory named by `TENANCY_HUB_FLUX_DIR` (lab/bench.sh does both).
 
 #[path = "../common/mod.rs"]
 mod common;
+mod fleets;
 mod flux;
 mod size;
 
@@ -61,6 +64,7 @@ struct Args {
     runs: usize,
     shard_controllers: usize,
     sizes: Vec<usize>,
+    fleet_readers: Vec<usize>,
     peer: Option<String>,
 }
 
@@ -82,6 +86,7 @@ fn args() -> Args {
         runs: 3,
         shard_controllers: 10,
         sizes: vec![100, 1000, 10_000],
+        fleet_readers: vec![1, 10, 100],
         peer: None,
     };
     let mut it = std::env::args().skip(1);
@@ -106,6 +111,7 @@ fn args() -> Args {
                 a.shard_controllers = value().parse().expect("--shard-controllers N")
             }
             "--sizes" => a.sizes = counts(&flag, &value()),
+            "--readers" => a.fleet_readers = counts(&flag, &value()),
             "--peer" => a.peer = Some(value()),
             "--bench" => {}
             other => panic!("unknown argument {other}; see the top of tests/benchmarks/lab.rs"),
@@ -1767,6 +1773,11 @@ async fn main() {
     // Controllers of up to 10,000 charts: only when asked for.
     if named("size") {
         results.insert("size", size::size(&a).await);
+    }
+    // Values per cluster: planning in process, and the hub's reads for up to 100 Controllers
+    // reading one Secret: only when asked for.
+    if named("fleets") {
+        results.insert("fleets", fleets::fleets(&a).await);
     }
     // Flux against the operator, alternating runs: only when asked for.
     if named("peer") {

@@ -8,8 +8,8 @@ use std::{
 
 use serde_json::{Value, json};
 use tenancy_hub::{
-    api::crd::ControllerSpec,
-    plan::{ChartLookup, ChartSource, Inputs, OwnerId, plan},
+    api::{crd::ControllerSpec, key::ClusterName},
+    plan::{ChartLookup, ChartSource, Inputs, OwnerId, Plan, fleet::Fleet, plan},
     policy::Admission,
 };
 
@@ -52,41 +52,64 @@ fn spec_of(charts: usize, duplicates: bool) -> ControllerSpec {
 
 /// The median of five plans of `spec` in process, in milliseconds.
 fn plan_ms(spec: &ControllerSpec) -> f64 {
+    let clusters = BTreeMap::from([("hub".parse().unwrap(), BTreeMap::new())]);
     let owner = OwnerId {
         namespace: "bench".into(),
         name: "size".into(),
     };
-    let clusters = BTreeMap::from([("hub".parse().unwrap(), BTreeMap::new())]);
+    let times = plan_times(
+        &owner,
+        spec,
+        &clusters,
+        &Admission::permissive(),
+        &tenancy_hub::plan::fleet::Fleet::none(),
+        5,
+        |_| {},
+    );
+    median(&times)
+}
+
+/// `runs` plans of `spec` for `owner` over `clusters` (every one synced, nothing applied, every
+/// chart found), each timed in milliseconds; `each` sees every plan.
+pub fn plan_times(
+    owner: &OwnerId,
+    spec: &ControllerSpec,
+    clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
+    admission: &Admission,
+    fleet: &Fleet<'_>,
+    runs: usize,
+    mut each: impl FnMut(&Plan),
+) -> Vec<f64> {
     let synced: BTreeSet<_> = clusters.keys().cloned().collect();
     let found = |_: &ChartSource, _: Option<&str>| ChartLookup::Found {
         version: None,
         digest: None,
     };
     let (applied, claims, drifted) = (HashMap::new(), HashMap::new(), HashMap::new());
-    let admission = Admission::permissive();
-    let times: Vec<f64> = (0..5)
+    (0..runs)
         .map(|_| {
             let started = Instant::now();
             let p = plan(&Inputs {
-                owner: &owner,
+                owner,
                 spec,
-                clusters: &clusters,
+                clusters,
                 synced: &synced,
                 applied: &applied,
                 claims: &claims,
-                admission: &admission,
+                admission,
                 chart_home: Path::new("/charts"),
                 chart_lookup: &found,
                 now: 0,
                 pending_timeout_secs: 600,
                 drifted: &drifted,
-                fleet: &tenancy_hub::plan::fleet::Fleet::none(),
+                fleet,
             });
+            let elapsed = started.elapsed().as_secs_f64() * 1000.0;
+            each(&p);
             std::hint::black_box(p);
-            started.elapsed().as_secs_f64() * 1000.0
+            elapsed
         })
-        .collect();
-    median(&times)
+        .collect()
 }
 
 /// A fresh operator given `spec`: its resident memory before (MiB), its peak once the status

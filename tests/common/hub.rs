@@ -307,6 +307,20 @@ pub async fn reader_token(lab: &Lab, hub: &Client, namespace: &str) -> String {
         .to_owned()
 }
 
+/// Waits until `api` lists no Controller (their finalizers have run), within `timeout`.
+#[allow(dead_code)] // used by some test crates only
+pub async fn all_gone(api: &Api<Controller>, timeout: Duration) {
+    wait_until("the Controllers to be deleted", timeout, || async {
+        api.list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+}
+
 /// Creates namespace `name` unless it exists.
 #[allow(dead_code)] // used by some test crates only
 pub async fn create_namespace(client: &Client, name: &str) {
