@@ -286,12 +286,7 @@ fn a_namespace_view_has_every_pod_and_workload_with_its_cluster_and_namespace() 
         (&view["live"], &view["problem"]),
         (&json!(true), &Value::Null)
     );
-    let pods: Vec<&Value> = view["pods"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| &p["name"])
-        .collect();
+    let pods = field_of_each(&view["pods"], "name");
     assert_eq!(pods, [&json!("a"), &json!("b")]);
     assert_eq!(
         view["workloads"][0],
@@ -359,6 +354,11 @@ async fn state() -> (ApiState, tempfile::TempDir) {
     (state, dir)
 }
 
+/// The `field` of each element of the array `list`.
+fn field_of_each<'a>(list: &'a Value, field: &str) -> Vec<&'a Value> {
+    list.as_array().unwrap().iter().map(|v| &v[field]).collect()
+}
+
 /// In member-2/baz, team-a's `web` and team-b's `db`; nothing elsewhere.
 fn scope_releases() -> ScopeReleases {
     let releases = ScopeReleases::default();
@@ -387,12 +387,7 @@ async fn a_namespace_shows_the_releases_of_the_controllers_the_caller_may_read_w
     let (state, _dir) = state().await;
     let (status, view) = get_json(&state, "/api/v1/clusters/member-2/namespaces/baz").await;
     assert_eq!(status, StatusCode::OK);
-    let names: Vec<&Value> = view["releases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| &r["releaseName"])
-        .collect();
+    let names = field_of_each(&view["releases"], "releaseName");
     assert_eq!(names, [&json!("web"), &json!("db")]);
     assert_eq!(
         view["releases"][0]["values"],
@@ -406,12 +401,7 @@ async fn a_namespace_shows_the_releases_of_the_controllers_the_caller_may_read_w
     )
     .await;
     let view: Value = serde_json::from_str(&body).unwrap();
-    let names: Vec<&Value> = view["releases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| &r["releaseName"])
-        .collect();
+    let names = field_of_each(&view["releases"], "releaseName");
     assert_eq!(
         names,
         [&json!("web")],
