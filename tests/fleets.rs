@@ -284,6 +284,10 @@ async fn values_are_read_only_where_a_policy_allows_and_a_missing_one_holds_the_
     )
     .await;
     let ns = unique("refused");
+    // The tenant may write Controllers in its hub namespace and read nothing there: what the
+    // operator reads for it, it reads only where a policy allows.
+    let tenant = unique("tenant");
+    hub.tenant_may_write_controllers(&tenant).await;
     let reading = |name: &str| Chart {
         values_from: vec![ValuesReference {
             kind: ValuesKind::Secret,
@@ -292,7 +296,7 @@ async fn values_are_read_only_where_a_policy_allows_and_a_missing_one_holds_the_
         }],
         ..chart("deployment-example", "web", &[])
     };
-    hub.apply("refused", spec(&ns, reading("not-allowed")))
+    hub.apply_as(&tenant, "refused", spec(&ns, reading("not-allowed")))
         .await;
     let status = hub
         .status_until(
@@ -318,7 +322,8 @@ async fn values_are_read_only_where_a_policy_allows_and_a_missing_one_holds_the_
     );
 
     // `allowed` exists only in the other namespace: in its own, it is missing, and waits.
-    hub.apply("refused", spec(&ns, reading("allowed"))).await;
+    hub.apply_as(&tenant, "refused", spec(&ns, reading("allowed")))
+        .await;
     hub.status_until("refused", "the missing Secret to be reported", |s| {
         message(s, "member-1", "web")
             .is_some_and(|m| m.phase == "Invalid" && m.error_message.contains("does not exist"))

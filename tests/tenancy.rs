@@ -8,13 +8,10 @@ use common::{
     fixtures::{chart, entry, message, tenancy, unique},
     hub::Hub,
 };
-use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding};
-use kube::{
-    Api,
-    api::{Patch, PatchParams},
-};
+use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
+use kube::Api;
 use tenancy_hub::api::{
-    crd::{Chart, Controller, ControllerSpec, ControllerStatus},
+    crd::{Chart, ControllerSpec, ControllerStatus},
     policy::{Impersonation, TenancyPolicySpec},
 };
 
@@ -59,46 +56,6 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// Lets `user` manage Controllers in the test's hub namespace, and nothing else: the tenant.
-async fn tenant_may_write_controllers(hub: &Hub, user: &str) {
-    let apply = PatchParams::apply("tenancy-hub-tests").force();
-    let role: Role = serde_json::from_value(serde_json::json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": "controller-author", "namespace": hub.namespace},
-        "rules": [{"apiGroups": ["multitenancy.dev"], "resources": ["controllers"],
-                   "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]}],
-    }))
-    .unwrap();
-    let binding: RoleBinding = serde_json::from_value(serde_json::json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "controller-author", "namespace": hub.namespace},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "controller-author"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-    }))
-    .unwrap();
-    Api::<Role>::namespaced(hub.client.clone(), &hub.namespace)
-        .patch("controller-author", &apply, &Patch::Apply(&role))
-        .await
-        .unwrap();
-    Api::<RoleBinding>::namespaced(hub.client.clone(), &hub.namespace)
-        .patch("controller-author", &apply, &Patch::Apply(&binding))
-        .await
-        .unwrap();
-}
-
-/// Applies Controller `name` as the tenant `user`, through the hub's RBAC.
-async fn apply_as(hub: &Hub, user: &str, name: &str, spec: ControllerSpec) {
-    let client = hub.lab.client_as("hub", user).await;
-    Api::<Controller>::namespaced(client, &hub.namespace)
-        .patch(
-            name,
-            &PatchParams::apply("tenant").force(),
-            &Patch::Apply(&Controller::new(name, spec)),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("the tenant {user} applies Controller {name}: {e}"));
-}
-
 fn policy(hub_namespace: &str, clusters: &[&str], namespaces: &[&str]) -> TenancyPolicySpec {
     TenancyPolicySpec {
         hub_namespaces: vec![hub_namespace.into()],
@@ -120,7 +77,7 @@ async fn a_tenant_delivers_only_where_its_policy_allows() {
     let hub = Hub::with_args("tenant", &["--tenancy-policy", "enforce"]).await;
     let team = unique("ta");
     let author = format!("{team}-author");
-    tenant_may_write_controllers(&hub, &author).await;
+    hub.tenant_may_write_controllers(&author).await;
     let pattern = format!("{team}-*");
     hub.policy(
         &hub.namespace,
@@ -159,7 +116,7 @@ async fn a_tenant_delivers_only_where_its_policy_allows() {
         ],
         ..Default::default()
     };
-    apply_as(&hub, &author, "tenant", spec).await;
+    hub.apply_as(&author, "tenant", spec).await;
 
     let status = hub
         .status_until("tenant", "web deployed and the rest refused", |s| {

@@ -10,7 +10,11 @@ use crate::{
     api::key::{ClusterName, ClusterNamespace, ReleaseKey},
 };
 
-use crate::plan::{desired::targets, limits, release::*};
+use crate::plan::{
+    desired::{release_key, targets},
+    limits,
+    release::*,
+};
 
 /// Each release's dependencies, as release keys on its own cluster.
 pub(crate) type Edges = BTreeMap<ReleaseKey, BTreeSet<ReleaseKey>>;
@@ -76,15 +80,8 @@ fn entries<'a>(
                 continue;
             };
             for chart in &tenancy.charts {
-                let release = chart
-                    .release_name
-                    .clone()
-                    .unwrap_or_else(|| tenancy.namespace.clone());
-                let key = ReleaseKey {
-                    scope: scope.clone(),
-                    release,
-                };
-                out.entry(key).or_insert(chart.depends_on.as_slice());
+                out.entry(release_key(&scope, tenancy, chart))
+                    .or_insert(chart.depends_on.as_slice());
             }
         }
     }

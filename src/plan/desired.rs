@@ -125,6 +125,22 @@ pub(crate) fn targets(
     (out, problems)
 }
 
+/// The release key of `chart` of `tenancy` in `scope`: its `releaseName`, or (as in the seed) the
+/// tenancy's namespace.
+pub(crate) fn release_key(
+    scope: &ClusterNamespace,
+    tenancy: &Tenancy,
+    chart: &Chart,
+) -> ReleaseKey {
+    ReleaseKey {
+        scope: scope.clone(),
+        release: chart
+            .release_name
+            .clone()
+            .unwrap_or_else(|| tenancy.namespace.clone()),
+    }
+}
+
 /// Where a chart comes from, as the spec names it.
 pub(crate) fn source_of(chart: &Chart, chart_home: &Path) -> ChartSource {
     if chart.chart_name.starts_with("oci://") {
@@ -243,15 +259,7 @@ fn asked<'a>(
                 continue; // the schema only admits DNS-1123 labels
             };
             for chart in &tenancy.charts {
-                let release = chart
-                    .release_name
-                    .clone()
-                    .unwrap_or_else(|| tenancy.namespace.clone());
-                let key = ReleaseKey {
-                    scope: scope.clone(),
-                    release,
-                };
-                asked.push((key, index, chart));
+                asked.push((release_key(&scope, tenancy, chart), index, chart));
             }
         }
     }

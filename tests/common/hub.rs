@@ -235,6 +235,52 @@ impl Hub {
         out
     }
 
+    /// Lets `user` manage Controllers in the test's hub namespace, and nothing else: the tenant.
+    pub async fn tenant_may_write_controllers(&self, user: &str) {
+        let apply = PatchParams::apply("tenancy-hub-tests").force();
+        let role: Role = serde_json::from_value(serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "controller-author", "namespace": self.namespace},
+            "rules": [{"apiGroups": ["multitenancy.dev"], "resources": ["controllers"],
+                       "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]}],
+        }))
+        .unwrap();
+        let binding: RoleBinding = serde_json::from_value(serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "controller-author", "namespace": self.namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "controller-author"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        }))
+        .unwrap();
+        Api::<Role>::namespaced(self.client.clone(), &self.namespace)
+            .patch("controller-author", &apply, &Patch::Apply(&role))
+            .await
+            .unwrap();
+        Api::<RoleBinding>::namespaced(self.client.clone(), &self.namespace)
+            .patch("controller-author", &apply, &Patch::Apply(&binding))
+            .await
+            .unwrap();
+    }
+
+    /// Applies Controller `name` as the tenant `user`, through the hub's RBAC, waiting (within
+    /// the deadline) for a Role just granted to take effect.
+    pub async fn apply_as(&self, user: &str, name: &str, spec: ControllerSpec) {
+        let client = self.lab.client_as("hub", user).await;
+        let api = Api::<Controller>::namespaced(client, &self.namespace);
+        let c = Controller::new(name, spec);
+        let what = format!("the tenant {user} to apply Controller {name}");
+        wait_until(&what, DEADLINE, || async {
+            api.patch(
+                name,
+                &PatchParams::apply("tenant").force(),
+                &Patch::Apply(&c),
+            )
+            .await
+            .ok()
+        })
+        .await;
+    }
+
     /// What the operator has logged so far.
     pub fn log(&self) -> String {
         self.operator.as_ref().unwrap().logged()
