@@ -3,6 +3,7 @@
 pub(crate) mod controller_status;
 pub mod crd;
 pub mod key;
+pub mod member_cluster;
 pub mod policy;
 
 /// How long any one write to the hub (a status patch, an Event, the Lease) may take before it is

@@ -201,10 +201,40 @@ impl SealKey {
         hex(&mac.finalize().into_bytes()[..16])
     }
 
-    /// Whether a record's labels carry a seal of this key for the record at `cluster` in
-    /// `namespace` (its release, revision, owner, spec hash and content digest from its labels).
-    /// Compared in constant time.
+    /// The key an agent seals the records of its own `cluster` with: derived from this one, so
+    /// the agent of a pull member never holds the key of any other cluster's records.
+    pub(crate) fn for_cluster(&self, cluster: &ClusterName) -> SealKey {
+        Self(Arc::new(
+            self.derive(&format!("{VERSION}/cluster\n{cluster}"))
+                .to_vec(),
+        ))
+    }
+
+    /// 32 bytes derived from this key for one `purpose`, which no other purpose shares.
+    pub(crate) fn derive(&self, purpose: &str) -> [u8; 32] {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes any key length");
+        mac.update(purpose.as_bytes());
+        mac.finalize().into_bytes().into()
+    }
+
+    /// Whether a record's labels carry a seal for the record at `cluster` in `namespace` (its
+    /// release, revision, owner, spec hash and content digest from its labels), of this key or of
+    /// the key derived from it for `cluster` (what a pull member's agent seals with). Compared in
+    /// constant time.
     pub(crate) fn verifies(
+        &self,
+        cluster: &ClusterName,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> bool {
+        self.verifies_exactly(cluster, namespace, labels)
+            || self
+                .for_cluster(cluster)
+                .verifies_exactly(cluster, namespace, labels)
+    }
+
+    /// Whether a record's labels carry a seal of exactly this key.
+    fn verifies_exactly(
         &self,
         cluster: &ClusterName,
         namespace: &str,

@@ -1,0 +1,6 @@
+//! Pull members: clusters the hub cannot open a connection to. Their agent connects out to the hub, reads the work the hub signed for its cluster and writes what it saw, all as objects in the member's own hub namespace.
+//!
+//! [`wire`] is the protocol both sides share: the calls the hub publishes (signed), the reports
+//! the agent writes, and the agent's configuration.
+
+pub(crate) mod wire;
