@@ -124,7 +124,8 @@ impl fmt::Display for ClusterNamespace {
 }
 
 /// One Helm release in one namespace of one cluster, shown as `cluster/namespace/release`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct ReleaseKey {
     /// Where the release lives.
     pub scope: ClusterNamespace,
@@ -149,6 +150,19 @@ impl FromStr for ReleaseKey {
             scope: scope.parse()?,
             release: release.to_owned(),
         })
+    }
+}
+
+impl TryFrom<String> for ReleaseKey {
+    type Error = KeyError;
+    fn try_from(s: String) -> Result<Self, KeyError> {
+        s.parse()
+    }
+}
+
+impl From<ReleaseKey> for String {
+    fn from(k: ReleaseKey) -> String {
+        k.to_string()
     }
 }
 

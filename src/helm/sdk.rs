@@ -56,6 +56,12 @@ pub(crate) struct HelmExecutor {
 }
 
 impl HelmExecutor {
+    /// The cached archive of a release's remote chart, held while the checkout lives; None for
+    /// chart-home charts and charts the cache does not hold.
+    pub(crate) fn checkout(&self, release: &Release) -> Option<crate::charts::store::Checkout> {
+        self.cli.checkout(release)
+    }
+
     /// The executor `options` ask for; the long-lived one starts on the first job (and again
     /// after it died).
     pub(crate) fn new(cli: HelmCli, options: &HelmOptions) -> Self {

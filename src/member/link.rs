@@ -18,7 +18,7 @@ use crate::{
 };
 
 /// One drift check the hub asks of a member: compare a release's revision with the live objects.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct DriftCheck {
     /// The release.
     pub(crate) key: ReleaseKey,

@@ -79,6 +79,14 @@ pub(crate) enum Error {
         /// Why.
         reason: String,
     },
+    /// A pull member's agent could not compare it, or did not answer.
+    #[error("release {key}: {reason}")]
+    Agent {
+        /// The release.
+        key: ReleaseKey,
+        /// What the agent said, or why it said nothing.
+        reason: String,
+    },
     /// A live object, or its kind, could not be read.
     #[error("release {key}: reading {object}: {source}")]
     Live {
@@ -92,7 +100,9 @@ pub(crate) enum Error {
 }
 
 /// One object of a manifest: its kind, name and namespace.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub(crate) struct ObjectId {
     /// `apiVersion`, for example `apps/v1`.
     pub(crate) api_version: String,
@@ -118,7 +128,7 @@ impl ObjectId {
 }
 
 /// Where one live object differs from its manifest.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct ObjectDrift {
     /// The object (its namespace resolved for namespaced kinds).
     pub(crate) id: ObjectId,

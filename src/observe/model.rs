@@ -4,12 +4,12 @@ use std::{collections::BTreeMap, fmt};
 
 use dashmap::DashMap;
 use k8s_openapi::jiff::Timestamp;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::api::key::{ClusterName, ClusterNamespace};
 
 /// The kinds of workload tenancy-hub reports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub(crate) enum WorkloadKind {
     /// apps/v1 Deployment.
     Deployment,
@@ -26,7 +26,7 @@ impl fmt::Display for WorkloadKind {
 }
 
 /// A workload, by kind and name.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct WorkloadRef {
     /// Its kind.
     pub(crate) kind: WorkloadKind,
@@ -35,7 +35,7 @@ pub struct WorkloadRef {
 }
 
 /// What the status needs of one workload.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct WorkloadInfo {
     /// Kind and name.
     pub(crate) id: WorkloadRef,
@@ -50,7 +50,7 @@ pub(crate) struct WorkloadInfo {
 }
 
 /// What the status needs of one pod.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodInfo {
     /// Pod name.
     pub name: String,

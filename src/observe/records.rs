@@ -38,7 +38,7 @@ pub const FOREIGN_SELECTOR: &str =
     "owner=helm,multitenancy.dev/managed-by!=tenancy-hub,status!=superseded";
 
 /// What Helm deployed for one revision of a release: its manifest and the values it was given.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Deployed {
     /// The rendered manifest.
     pub(crate) manifest: String,

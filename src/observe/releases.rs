@@ -256,12 +256,24 @@ pub(crate) async fn list(
     client: kube::Client,
 ) -> kube::Result<HashMap<ReleaseKey, Applied>> {
     let api: Api<Record> = Api::all(client);
-    let mut records = Records::default();
+    let mut listed = Vec::new();
     for source in [Source::Managed, Source::Foreign] {
         let params = kube::api::ListParams::default().labels(source.selector());
-        let listed = api.list(&params).await?;
+        listed.push(api.list(&params).await?.items);
+    }
+    Ok(newest_of(cluster, &listed[0], &listed[1]))
+}
+
+/// The newest record of each release among a cluster's `managed` and `foreign` records, as
+/// [`list`] reads them (owners only where seals verify under none: a look that acts on nothing).
+pub(crate) fn newest_of(
+    cluster: &ClusterName,
+    managed: &[Record],
+    foreign: &[Record],
+) -> HashMap<ReleaseKey, Applied> {
+    let mut records = Records::default();
+    for (source, listed) in [(Source::Managed, managed), (Source::Foreign, foreign)] {
         let held = listed
-            .items
             .iter()
             .filter_map(|r| read_as(source, cluster, r, None))
             .collect();
@@ -273,10 +285,9 @@ pub(crate) async fn list(
         .chain(records.foreign.keys())
         .cloned()
         .collect();
-    Ok(keys
-        .into_iter()
+    keys.into_iter()
         .filter_map(|k| Some((k.clone(), records.newest(&k)?)))
-        .collect())
+        .collect()
 }
 
 #[cfg(test)]

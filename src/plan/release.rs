@@ -24,7 +24,7 @@ pub(crate) const OWNER_NAME_LABEL: &str = "multitenancy.dev/controller-name";
 pub(crate) const SPEC_HASH_LABEL: &str = "multitenancy.dev/spec-hash";
 
 /// The `Controller` resource that owns a release.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize)]
 pub struct OwnerId {
     /// Namespace of the resource on the hub.
     pub namespace: String,
@@ -55,7 +55,7 @@ pub(crate) fn created_secs(c: &Controller) -> i64 {
 }
 
 /// Where a chart comes from.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 pub enum ChartSource {
     /// A chart directory under the chart home.
     Directory(PathBuf),
@@ -72,7 +72,7 @@ pub enum ChartSource {
 
 /// A release the spec asks for, fully resolved. Its `Debug` form leaves out the values when some
 /// came from a Secret.
-#[derive(Clone, PartialEq)]
+#[derive(Clone, PartialEq, Serialize, serde::Deserialize)]
 pub(crate) struct Release {
     /// Where it goes.
     pub(crate) key: ReleaseKey,
@@ -132,8 +132,21 @@ impl fmt::Debug for Release {
 
 /// The pieces of text a release's values took from Secrets (each string of at least a few
 /// characters), replaced by [`MASK`] in any message that could show them: helm's errors, `diff`.
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(from = "Vec<String>", into = "Vec<String>")]
 pub(crate) struct Masked(std::sync::Arc<Vec<String>>);
+
+impl From<Vec<String>> for Masked {
+    fn from(pieces: Vec<String>) -> Self {
+        Self::new(pieces)
+    }
+}
+
+impl From<Masked> for Vec<String> {
+    fn from(m: Masked) -> Self {
+        m.0.as_ref().clone()
+    }
+}
 
 /// What stands in for masked text.
 pub(crate) const MASK: &str = "******";
@@ -269,7 +282,7 @@ impl Applied {
 }
 
 /// Work for the Helm queue.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub(crate) enum Job {
     /// Install or upgrade to this release; `stale_pending` names a revision left pending to clear first.
     Apply {

@@ -70,7 +70,7 @@ pub(crate) fn default_per_owner(workers: usize) -> usize {
 }
 
 /// What running a job came to.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Outcome {
     /// Installed or upgraded.
     Applied {
@@ -91,7 +91,7 @@ pub enum Outcome {
 }
 
 /// What kind of failure a job met, which decides whether and how it is tried again.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum FailureKind {
     /// A later try may succeed (a timeout, a conflict, a server error): retried with backoff, up
     /// to the attempt cap, after which the release is stalled until the spec changes.

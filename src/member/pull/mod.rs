@@ -3,4 +3,11 @@
 //! [`wire`] is the protocol both sides share: the calls the hub publishes (signed), the reports
 //! the agent writes, and the agent's configuration.
 
+pub(crate) mod agent;
+pub(crate) mod charts;
+pub(crate) mod hub;
+pub(crate) mod link;
+pub(crate) mod messages;
+pub(crate) mod observer;
+pub(crate) mod outbox;
 pub(crate) mod wire;

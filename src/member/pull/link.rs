@@ -1,0 +1,445 @@
+//! A pull member as the hub reaches it: every [`MemberLink`] call becomes a signed call in the member's hub namespace and waits for its agent's report, so nothing above the seam knows the member is pulled.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::Arc,
+    time::Duration,
+};
+
+use futures::{FutureExt as _, StreamExt as _, future::BoxFuture};
+use k8s_openapi::api::core::v1::Secret;
+use kube::{core::PartialObjectMetaExt as _, runtime::watcher};
+use sha2::{Digest as _, Sha256};
+use tokio::time::Instant;
+
+use crate::{
+    api::key::{ClusterName, ClusterNamespace, ReleaseKey},
+    clusters::registry::Health,
+    helm::{args::RenderFor, sdk::HelmExecutor},
+    member::link::{DriftCheck, MemberLink},
+    member::pull::charts,
+    member::pull::hub::{LOOK_EVERY, Member, PullHub},
+    member::pull::messages::{
+        Call, CallBody, ChartRef, Reply, WATCH_NAME, ask_name, new_id, reply_name, work_name,
+    },
+    observe::drift::{self, ObjectDrift},
+    observe::model::{Change, WorkloadKind},
+    observe::records::{self, RecordEvents},
+    observe::releases,
+    observe::watch::ClusterWatch,
+    plan::{Applied, ChartSource, Job, Release},
+    queue::{FailureKind, Outcome},
+};
+
+/// How long a Helm job's answer may take once published to a live agent.
+const ANSWER_WITHIN: Duration = Duration::from_secs(15 * 60);
+/// How long a drift check or a manifest read may take.
+const REPLY_WITHIN: Duration = Duration::from_secs(60);
+
+/// A member whose agent pulls its work from the hub.
+pub(crate) struct PullLink {
+    cluster: ClusterName,
+    hub: Arc<PullHub>,
+    /// The operator's executor, whose chart cache holds remote charts; none for a link that
+    /// only looks.
+    executor: Option<Arc<HelmExecutor>>,
+}
+
+impl PullLink {
+    /// The link of pull member `cluster` through `hub`.
+    pub(crate) fn new(
+        cluster: ClusterName,
+        hub: Arc<PullHub>,
+        executor: Option<Arc<HelmExecutor>>,
+    ) -> Self {
+        Self {
+            cluster,
+            hub,
+            executor,
+        }
+    }
+}
+
+/// Why `member`'s agent cannot be counted on now, if it cannot.
+fn away(cluster: &ClusterName, member: &Member) -> Option<String> {
+    member.read(|r| {
+        if r.live() {
+            return None;
+        }
+        Some(match r.expires() {
+            Some(at) => format!(
+                "the agent of pull member {cluster} has not renewed its Lease since {at}; what the hub decides for it waits and runs when it is back"
+            ),
+            None => format!(
+                "pull member {cluster} has no agent connected yet: join it (tenancy-hub cluster add --pull {cluster}, then tenancy-hub join in the member)"
+            ),
+        })
+    })
+}
+
+impl MemberLink for PullLink {
+    fn cluster(&self) -> &ClusterName {
+        &self.cluster
+    }
+
+    fn execute(&self, job: Job) -> BoxFuture<'static, Outcome> {
+        let (hub, cluster, executor) = (
+            self.hub.clone(),
+            self.cluster.clone(),
+            self.executor.clone(),
+        );
+        async move {
+            let key = job.key().clone();
+            let chart = match &job {
+                Job::Apply { release, .. } => {
+                    match publish_chart(&hub, &cluster, executor.as_deref(), release).await {
+                        Ok(chart) => Some(chart),
+                        Err(outcome) => return outcome,
+                    }
+                }
+                _ => None,
+            };
+            let content = serde_json::to_vec(&(&job, &chart)).unwrap_or_default();
+            let content: String = Sha256::digest(&content)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            let id = hub.work_id(&key, &content);
+            let call = Call {
+                cluster: cluster.clone(),
+                id: id.clone(),
+                body: CallBody::Work { job, chart },
+            };
+            if let Err(e) = hub.publish(&work_name(&key), "work", &call).await {
+                return Outcome::failed(e, FailureKind::Transient);
+            }
+            wait_answer(&hub, &cluster, &key, &id).await
+        }
+        .boxed()
+    }
+
+    fn release_records(&self, selector: &str) -> RecordEvents {
+        let managed = selector == records::MANAGED_SELECTOR;
+        let member = self.hub.member(&self.cluster);
+        let changed = member.subscribe();
+        futures::stream::unfold(
+            (member, changed, None::<Arc<Vec<_>>>),
+            move |(member, mut changed, last)| async move {
+                loop {
+                    let now = member.read(|r| r.records[usize::from(!managed)].clone());
+                    if let Some(now) = now
+                        && !last.as_ref().is_some_and(|l| Arc::ptr_eq(l, &now))
+                    {
+                        let mut events = vec![Ok(watcher::Event::Init)];
+                        events.extend(now.iter().map(|meta| {
+                            Ok(watcher::Event::InitApply(
+                                meta.clone().into_response_partial::<Secret>(),
+                            ))
+                        }));
+                        events.push(Ok(watcher::Event::InitDone));
+                        return Some((futures::stream::iter(events), (member, changed, Some(now))));
+                    }
+                    changed.changed().await.ok()?;
+                }
+            },
+        )
+        .flatten()
+        .boxed()
+    }
+
+    fn watch_workloads(&self, watch: ClusterWatch) -> BoxFuture<'static, ()> {
+        follow_workloads(self.hub.clone(), watch).boxed()
+    }
+
+    fn check_drift(
+        &self,
+        check: DriftCheck,
+    ) -> BoxFuture<'static, drift::Result<Vec<ObjectDrift>>> {
+        let (hub, cluster) = (self.hub.clone(), self.cluster.clone());
+        async move {
+            let key = check.key.clone();
+            let agent = |reason: String| drift::Error::Agent {
+                key: key.clone(),
+                reason,
+            };
+            match ask(&hub, &cluster, CallBody::Drift(check)).await {
+                Ok(Reply::Drift(found)) => found.map_err(agent),
+                Ok(_) => Err(agent("the agent replied to another question".into())),
+                Err(e) => Err(agent(e)),
+            }
+        }
+        .boxed()
+    }
+
+    fn probe(&self) -> BoxFuture<'static, Health> {
+        let member = self.hub.member(&self.cluster);
+        let error = away(&self.cluster, &member);
+        let health = Health {
+            cluster: self.cluster.to_string(),
+            context: "pull (agent)".into(),
+            reachable: error.is_none(),
+            version: member.read(|r| r.status.as_ref().and_then(|s| s.kube_version.clone())),
+            error,
+        };
+        futures::future::ready(health).boxed()
+    }
+
+    fn list_releases(&self) -> BoxFuture<'static, Result<HashMap<ReleaseKey, Applied>, String>> {
+        let (hub, cluster) = (self.hub.clone(), self.cluster.clone());
+        async move {
+            hub.read_now(&cluster).await?;
+            let member = hub.member(&cluster);
+            let [managed, foreign] = member.read(|r| r.records.clone());
+            let (Some(managed), Some(foreign)) = (managed, foreign) else {
+                return Err(format!(
+                    "pull member {cluster} has not reported its release records yet; is its agent running?"
+                ));
+            };
+            let partial = |list: &[_]| -> Vec<records::Record> {
+                list.iter()
+                    .map(|m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+                        m.clone().into_response_partial::<Secret>()
+                    })
+                    .collect()
+            };
+            Ok(releases::newest_of(&cluster, &partial(&managed), &partial(&foreign)))
+        }
+        .boxed()
+    }
+
+    fn manifest(
+        &self,
+        key: ReleaseKey,
+        revision: i64,
+    ) -> BoxFuture<'static, Result<Option<records::Deployed>, String>> {
+        let (hub, cluster) = (self.hub.clone(), self.cluster.clone());
+        async move {
+            match ask(&hub, &cluster, CallBody::Manifest { key, revision }).await? {
+                Reply::Manifest(found) => found,
+                Reply::Drift(_) => Err("the agent replied to another question".into()),
+            }
+        }
+        .boxed()
+    }
+
+    fn capabilities(&self) -> BoxFuture<'static, RenderFor> {
+        let (hub, cluster) = (self.hub.clone(), self.cluster.clone());
+        async move {
+            let _ = hub.read_now(&cluster).await;
+            let status = hub
+                .member(&cluster)
+                .read(|r| r.status.clone())
+                .unwrap_or_default();
+            RenderFor {
+                kube_version: status.kube_version,
+                api_versions: status.api_versions,
+                is_upgrade: false,
+            }
+        }
+        .boxed()
+    }
+}
+
+/// Publishes the chart of `release` for `cluster`'s agent: a chart-home directory packed, a
+/// remote chart as the hub's cache holds it.
+async fn publish_chart(
+    hub: &PullHub,
+    cluster: &ClusterName,
+    executor: Option<&HelmExecutor>,
+    release: &Release,
+) -> Result<ChartRef, Outcome> {
+    let archive = match &release.source {
+        ChartSource::Directory(path) => {
+            let path = path.clone();
+            tokio::task::spawn_blocking(move || charts::pack(&path))
+                .await
+                .map_err(|e| Outcome::failed(e.to_string(), FailureKind::Transient))?
+                .map_err(|e| Outcome::failed(e.to_string(), FailureKind::Permanent))?
+        }
+        _ => {
+            let checkout = executor.and_then(|e| e.checkout(release)).ok_or_else(|| {
+                Outcome::failed(
+                    format!(
+                        "chart {} {} is not in the hub's chart cache yet; it is sent to pull member {cluster} once fetched",
+                        release.chart_name,
+                        release.version.as_deref().unwrap_or("(any version)")
+                    ),
+                    FailureKind::Transient,
+                )
+            })?;
+            tokio::fs::read(checkout.path())
+                .await
+                .map_err(|e| Outcome::failed(e.to_string(), FailureKind::Transient))?
+        }
+    };
+    let namespace = crate::api::member_cluster::pull_namespace(cluster);
+    charts::publish(
+        &hub.secrets(cluster),
+        &namespace,
+        &release.chart_name,
+        &archive,
+    )
+    .await
+    .map_err(|e| {
+        let kind = match e {
+            charts::Error::TooLarge { .. } => FailureKind::Permanent,
+            _ => FailureKind::Transient,
+        };
+        Outcome::failed(e.to_string(), kind)
+    })
+}
+
+/// Waits for the answer to the work `id` of `key`, as long as the agent is there.
+async fn wait_answer(hub: &PullHub, cluster: &ClusterName, key: &ReleaseKey, id: &str) -> Outcome {
+    let member = hub.member(cluster);
+    let mut changed = member.subscribe();
+    let deadline = Instant::now() + ANSWER_WITHIN;
+    loop {
+        let answer = member.read(|r| r.answers.get(key).filter(|a| a.id == id).cloned());
+        if let Some(answer) = answer {
+            hub.answered(key, id);
+            return answer.outcome;
+        }
+        if let Some(why) = away(cluster, &member) {
+            return Outcome::failed(why, FailureKind::Unavailable);
+        }
+        if Instant::now() >= deadline {
+            return Outcome::failed(
+                format!(
+                    "the agent of pull member {cluster} did not answer for release {key} within {} s; it is tried again",
+                    ANSWER_WITHIN.as_secs()
+                ),
+                FailureKind::Transient,
+            );
+        }
+        let _ = tokio::time::timeout(LOOK_EVERY, changed.changed()).await;
+    }
+}
+
+/// Publishes an ask and waits for its reply; both are deleted afterwards.
+async fn ask(hub: &PullHub, cluster: &ClusterName, body: CallBody) -> Result<Reply, String> {
+    if let Some(why) = away(cluster, &hub.member(cluster)) {
+        return Err(why);
+    }
+    let id = new_id();
+    let call = Call {
+        cluster: cluster.clone(),
+        id: id.clone(),
+        body,
+    };
+    hub.publish(&ask_name(&id), "ask", &call).await?;
+    let member = hub.member(cluster);
+    let mut changed = member.subscribe();
+    let deadline = Instant::now() + REPLY_WITHIN;
+    let reply = loop {
+        hub.read_now(cluster).await?;
+        if let Some(reply) = member.read(|r| r.replies.get(&id).cloned()) {
+            break Ok(reply);
+        }
+        if Instant::now() >= deadline {
+            break Err(format!(
+                "the agent of pull member {cluster} did not reply within {} s",
+                REPLY_WITHIN.as_secs()
+            ));
+        }
+        let _ = tokio::time::timeout(LOOK_EVERY, changed.changed()).await;
+    };
+    hub.remove(cluster, &ask_name(&id)).await;
+    hub.remove(cluster, &reply_name(&id)).await;
+    reply
+}
+
+/// Tells the agent which namespaces to watch, and passes on what it reports of them as
+/// relists, tagged with their cluster/namespace; while the agent is away, each is lost.
+async fn follow_workloads(hub: Arc<PullHub>, watch: ClusterWatch) {
+    let cluster = watch.cluster.clone();
+    let member = hub.member(&cluster);
+    let (mut changed, mut grown) = (member.subscribe(), watch.grown.clone());
+    let mut published: Option<BTreeSet<String>> = None;
+    let mut seen: HashMap<String, u64> = HashMap::new();
+    let mut lost = false;
+    loop {
+        let wanted = watch.namespaces.read().expect("namespaces lock").clone();
+        if published.as_ref() != Some(&wanted) {
+            let call = Call {
+                cluster: cluster.clone(),
+                id: new_id(),
+                body: CallBody::Watch {
+                    namespaces: wanted.clone(),
+                },
+            };
+            match hub.publish(WATCH_NAME, "watch", &call).await {
+                Ok(()) => published = Some(wanted.clone()),
+                Err(e) => {
+                    tracing::warn!(%cluster, error = %e, "could not tell the agent what to watch")
+                }
+            }
+        }
+        let mut changes = Vec::new();
+        match away(&cluster, &member) {
+            Some(why) if !lost => {
+                lost = true;
+                seen.clear();
+                changes.extend(
+                    wanted
+                        .iter()
+                        .map(|ns| (ns.clone(), Change::Lost(why.clone()))),
+                );
+            }
+            Some(_) => {}
+            None => {
+                lost = false;
+                let fresh = member.read(|r| {
+                    wanted
+                        .iter()
+                        .filter_map(|ns| {
+                            let (version, observed) = r.observed.get(ns)?;
+                            (seen.get(ns) != Some(version)).then(|| (*version, observed.clone()))
+                        })
+                        .collect::<Vec<_>>()
+                });
+                for (version, observed) in fresh {
+                    seen.insert(observed.namespace.clone(), version);
+                    changes.extend(relist(&observed));
+                }
+            }
+        }
+        for (namespace, change) in changes {
+            let Ok(scope) = ClusterNamespace::new(cluster.clone(), &namespace) else {
+                continue;
+            };
+            if watch.events.send((scope, change)).await.is_err() {
+                return;
+            }
+        }
+        tokio::select! {
+            _ = watch.stop.cancelled() => return,
+            _ = changed.changed() => {}
+            _ = grown.changed() => {}
+            _ = tokio::time::sleep(LOOK_EVERY) => {}
+        }
+    }
+}
+
+/// One namespace's report as the relists a watch would give.
+fn relist(observed: &crate::member::pull::messages::Observed) -> Vec<(String, Change)> {
+    let ns = &observed.namespace;
+    let mut changes = vec![(ns.clone(), Change::PodsListed(observed.pods.clone()))];
+    for kind in [
+        WorkloadKind::Deployment,
+        WorkloadKind::StatefulSet,
+        WorkloadKind::DaemonSet,
+    ] {
+        let of_kind = observed
+            .workloads
+            .iter()
+            .filter(|w| w.id.kind == kind)
+            .cloned()
+            .collect();
+        changes.push((ns.clone(), Change::WorkloadsListed(kind, of_kind)));
+    }
+    if let Some(problem) = &observed.problem {
+        changes.push((ns.clone(), Change::Lost(problem.clone())));
+    }
+    changes
+}

@@ -1,0 +1,252 @@
+//! The messages of the pull protocol: the calls the hub publishes for one member (signed, see [`crate::member::pull::wire`]) and the reports its agent writes, with the object names and labels they live under in the member's hub namespace.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::{
+    api::key::{ClusterName, ReleaseKey},
+    member::link::DriftCheck,
+    observe::drift::ObjectDrift,
+    observe::model::{PodInfo, WorkloadInfo},
+    observe::records::Deployed,
+    plan::Job,
+    queue::Outcome,
+};
+
+/// Label on the hub's calls and chart chunks: `work`, `ask`, `watch` or `chart`.
+pub(crate) const CALL_LABEL: &str = "multitenancy.dev/pull-call";
+/// Label on the agent's reports: `answer`, `reply`, `records`, `observed` or `status`.
+pub(crate) const REPORT_LABEL: &str = "multitenancy.dev/pull-report";
+/// Secret data key of a report's JSON.
+pub(crate) const REPORT_KEY: &str = "report";
+/// The one watch call of a member: which namespaces its agent watches.
+pub(crate) const WATCH_NAME: &str = "watch";
+/// The agent's status report.
+pub(crate) const STATUS_NAME: &str = "agent-status";
+/// The largest call or report, in bytes: well under an object's 1 MiB.
+pub(crate) const MAX_MESSAGE: usize = 768 * 1024;
+
+/// One call the hub publishes for a member's agent.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Call {
+    /// The cluster it is signed for.
+    pub(crate) cluster: ClusterName,
+    /// Unique per call: the answer or reply names it.
+    pub(crate) id: String,
+    /// What to do.
+    pub(crate) body: CallBody,
+}
+
+/// What a call asks.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) enum CallBody {
+    /// Carry out one Helm job, with its chart as published beside it.
+    Work {
+        /// The job, exactly as the hub planned and admitted it.
+        job: Job,
+        /// The chart's archive, for an install or upgrade.
+        chart: Option<ChartRef>,
+    },
+    /// Compare a release's revision with the live objects.
+    Drift(DriftCheck),
+    /// Read a revision's manifest and values.
+    Manifest {
+        /// The release.
+        key: ReleaseKey,
+        /// The revision.
+        revision: i64,
+    },
+    /// Watch the pods and workloads of these namespaces.
+    Watch {
+        /// The namespaces.
+        namespaces: BTreeSet<String>,
+    },
+}
+
+/// A chart archive published for an agent, in chunks, by its digest.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ChartRef {
+    /// SHA-256 of the archive, hex.
+    pub(crate) digest: String,
+    /// Its size in bytes.
+    pub(crate) size: u64,
+    /// How many chunks hold it.
+    pub(crate) chunks: u32,
+}
+
+/// What the agent answers for one work call, under [`answer_name`] of its release.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Answer {
+    /// The cluster it reports for.
+    pub(crate) cluster: ClusterName,
+    /// The release.
+    pub(crate) key: ReleaseKey,
+    /// The call answered.
+    pub(crate) id: String,
+    /// How it went.
+    pub(crate) outcome: Outcome,
+}
+
+/// What the agent replies to an ask, under [`reply_name`] of its id.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) enum Reply {
+    /// A drift check's finding.
+    Drift(Result<Vec<ObjectDrift>, String>),
+    /// A revision's manifest and values (None: the record is gone).
+    Manifest(Result<Option<Deployed>, String>),
+}
+
+/// A reply with the cluster it is for.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Replied {
+    /// The cluster it reports for.
+    pub(crate) cluster: ClusterName,
+    /// The ask replied to.
+    pub(crate) id: String,
+    /// The reply.
+    pub(crate) reply: Reply,
+}
+
+/// The release records of one selector, as the agent last saw them, under [`records_name`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct RecordsReport {
+    /// The cluster it reports for.
+    pub(crate) cluster: ClusterName,
+    /// The label selector.
+    pub(crate) selector: String,
+    /// Each record's metadata.
+    pub(crate) records: Vec<ObjectMeta>,
+}
+
+/// What runs in one watched namespace, under [`observed_name`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Observed {
+    /// The cluster it reports for.
+    pub(crate) cluster: ClusterName,
+    /// The namespace.
+    pub(crate) namespace: String,
+    /// Its pods.
+    pub(crate) pods: Vec<PodInfo>,
+    /// Its workloads.
+    pub(crate) workloads: Vec<WorkloadInfo>,
+    /// Why its watches are not live, when they are not.
+    pub(crate) problem: Option<String>,
+}
+
+/// The agent's own state, under [`STATUS_NAME`].
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct AgentStatus {
+    /// The cluster it reports for.
+    pub(crate) cluster: Option<ClusterName>,
+    /// The agent's version.
+    pub(crate) version: String,
+    /// The member's Kubernetes version.
+    pub(crate) kube_version: Option<String>,
+    /// The API versions the member serves.
+    pub(crate) api_versions: Vec<String>,
+    /// What keeps it from working, when something does.
+    pub(crate) problem: Option<String>,
+}
+
+/// 16 hex digits naming a release's objects in the member's hub namespace.
+fn short(key: &ReleaseKey) -> String {
+    let digest = Sha256::digest(key.to_string().as_bytes());
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The work call of a release: one per release, the newest replacing the last.
+pub(crate) fn work_name(key: &ReleaseKey) -> String {
+    format!("work-{}", short(key))
+}
+
+/// The agent's answer for a release's work.
+pub(crate) fn answer_name(key: &ReleaseKey) -> String {
+    format!("answer-{}", short(key))
+}
+
+/// An ask call.
+pub(crate) fn ask_name(id: &str) -> String {
+    format!("ask-{id}")
+}
+
+/// The agent's reply to an ask.
+pub(crate) fn reply_name(id: &str) -> String {
+    format!("reply-{id}")
+}
+
+/// One chunk of a published chart.
+pub(crate) fn chunk_name(digest: &str, index: u32) -> String {
+    format!("chart-{}-{index}", &digest[..digest.len().min(40)])
+}
+
+/// The records report of the managed (`true`) or the foreign records.
+pub(crate) fn records_name(managed: bool) -> &'static str {
+    if managed {
+        "records-managed"
+    } else {
+        "records-foreign"
+    }
+}
+
+/// The observation report of a namespace.
+pub(crate) fn observed_name(namespace: &str) -> String {
+    format!("observed-{namespace}")
+}
+
+/// A fresh call id: 32 hex digits from the operating system's randomness.
+pub(crate) fn new_id() -> String {
+    let mut bytes = [0u8; 16];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
+        .expect("the system's randomness is available");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_names_are_valid_and_differ_per_release() {
+        let a: ReleaseKey = "edge-1/team-a/web".parse().unwrap();
+        let b: ReleaseKey = "edge-1/team-a/api".parse().unwrap();
+        assert_ne!(work_name(&a), work_name(&b));
+        assert_eq!(work_name(&a).len(), "work-".len() + 16);
+        assert!(answer_name(&a).starts_with("answer-"));
+        let id = new_id();
+        assert_eq!(id.len(), 32);
+        assert_ne!(id, new_id());
+        assert!(chunk_name(&"f".repeat(64), 3).len() <= 63);
+    }
+
+    #[test]
+    fn a_work_call_round_trips_through_json() {
+        let key: ReleaseKey = "edge-1/team-a/web".parse().unwrap();
+        let call = Call {
+            cluster: "edge-1".parse().unwrap(),
+            id: new_id(),
+            body: CallBody::Work {
+                job: Job::Uninstall {
+                    key: key.clone(),
+                    owner: crate::plan::OwnerId {
+                        namespace: "team-a".into(),
+                        name: "c".into(),
+                    },
+                    identity: None,
+                },
+                chart: None,
+            },
+        };
+        let read: Call = serde_json::from_slice(&serde_json::to_vec(&call).unwrap()).unwrap();
+        let CallBody::Work { job, .. } = read.body else {
+            panic!("not work")
+        };
+        assert_eq!(job.key(), &key);
+    }
+}

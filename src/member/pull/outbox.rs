@@ -1,0 +1,181 @@
+//! The agent's reports on their way to the hub: the newest of each report, kept until the hub has it, so an agent cut off from the hub catches up when it returns.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use k8s_openapi::{ByteString, api::core::v1::Secret};
+use kube::{
+    Api,
+    api::{DeleteParams, ObjectMeta, Patch, PatchParams},
+};
+use serde::Serialize;
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::member::pull::messages::{MAX_MESSAGE, REPORT_KEY, REPORT_LABEL};
+
+/// How often the outbox tries again while the hub does not take its reports.
+const RETRY_EVERY: Duration = Duration::from_secs(2);
+
+/// What is to become of one report.
+enum Pending {
+    /// Written with this JSON, labelled as a report of this kind.
+    Write(&'static str, Vec<u8>),
+    /// Deleted.
+    Delete,
+}
+
+/// The reports not yet on the hub, the newest of each name.
+pub(crate) struct Outbox {
+    secrets: Api<Secret>,
+    pending: Mutex<BTreeMap<String, (u64, Pending)>>,
+    count: Mutex<u64>,
+    wake: Notify,
+    /// True while the hub takes the reports.
+    reachable: watch::Sender<bool>,
+}
+
+impl Outbox {
+    /// An outbox writing into the member's hub namespace through `secrets`.
+    pub(crate) fn new(secrets: Api<Secret>) -> Arc<Self> {
+        Arc::new(Self {
+            secrets,
+            pending: Mutex::default(),
+            count: Mutex::default(),
+            wake: Notify::new(),
+            reachable: watch::channel(true).0,
+        })
+    }
+
+    /// Whether the hub took the last writes.
+    pub(crate) fn reachable(&self) -> watch::Receiver<bool> {
+        self.reachable.subscribe()
+    }
+
+    /// Puts `report` (of `kind`) under `name`, replacing what waited there.
+    pub(crate) fn put(&self, name: String, kind: &'static str, report: &impl Serialize) {
+        let mut bytes = serde_json::to_vec(report).unwrap_or_default();
+        if bytes.len() > MAX_MESSAGE {
+            tracing::warn!(
+                name,
+                bytes = bytes.len(),
+                "a report is too large for the hub; it is cut to nothing"
+            );
+            bytes = b"null".to_vec();
+        }
+        self.enqueue(name, Pending::Write(kind, bytes));
+    }
+
+    /// Deletes the report `name`.
+    pub(crate) fn delete(&self, name: String) {
+        self.enqueue(name, Pending::Delete);
+    }
+
+    fn enqueue(&self, name: String, what: Pending) {
+        let seq = {
+            let mut count = self.count.lock().expect("outbox lock");
+            *count += 1;
+            *count
+        };
+        self.pending
+            .lock()
+            .expect("outbox lock")
+            .insert(name, (seq, what));
+        self.wake.notify_one();
+    }
+
+    /// Writes what waits, and again after each failure, until `stop`.
+    pub(crate) async fn run(self: Arc<Self>, stop: CancellationToken) {
+        loop {
+            let batch: Vec<(String, u64)> = self
+                .pending
+                .lock()
+                .expect("outbox lock")
+                .iter()
+                .map(|(name, (seq, _))| (name.clone(), *seq))
+                .collect();
+            let mut failed = false;
+            for (name, seq) in batch {
+                if stop.is_cancelled() {
+                    return;
+                }
+                let request = {
+                    let pending = self.pending.lock().expect("outbox lock");
+                    match pending.get(&name) {
+                        Some((s, Pending::Write(kind, bytes))) if *s == seq => {
+                            Some(Some((*kind, bytes.clone())))
+                        }
+                        Some((s, Pending::Delete)) if *s == seq => Some(None),
+                        _ => None,
+                    }
+                };
+                let Some(request) = request else { continue };
+                let done = match request {
+                    Some((kind, bytes)) => self.write(&name, kind, bytes).await,
+                    None => self.remove(&name).await,
+                };
+                match done {
+                    Ok(()) => {
+                        let mut pending = self.pending.lock().expect("outbox lock");
+                        if pending.get(&name).is_some_and(|(s, _)| *s == seq) {
+                            pending.remove(&name);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(name, error = %e, "the hub did not take a report; kept for later");
+                        failed = true;
+                        break;
+                    }
+                }
+            }
+            self.reachable
+                .send_if_modified(|r| std::mem::replace(r, !failed) == failed);
+            let wait = if failed {
+                RETRY_EVERY
+            } else {
+                Duration::from_secs(3600)
+            };
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// How many reports wait.
+    pub(crate) fn waiting(&self) -> usize {
+        self.pending.lock().expect("outbox lock").len()
+    }
+
+    async fn write(&self, name: &str, kind: &'static str, bytes: Vec<u8>) -> kube::Result<()> {
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                labels: Some([(REPORT_LABEL.to_owned(), kind.to_owned())].into()),
+                ..Default::default()
+            },
+            data: Some([(REPORT_KEY.to_owned(), ByteString(bytes))].into()),
+            ..Default::default()
+        };
+        let params = PatchParams::apply("tenancy-hub-agent").force();
+        tokio::time::timeout(
+            crate::api::HUB_WRITE_TIMEOUT,
+            self.secrets.patch(name, &params, &Patch::Apply(&secret)),
+        )
+        .await
+        .map_err(|_| kube::Error::Service("the hub did not answer in time".into()))?
+        .map(|_| ())
+    }
+
+    async fn remove(&self, name: &str) -> kube::Result<()> {
+        match self.secrets.delete(name, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
