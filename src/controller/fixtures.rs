@@ -115,7 +115,11 @@ impl Fixture {
             values: Arc::new(crate::controller::hub_values::HubValues::new(
                 hub_client.clone(),
             )),
-            links: crate::member::Links::new(registry.clone(), Arc::new(executor)),
+            links: crate::member::Links::new(
+                registry.clone(),
+                Arc::new(executor),
+                crate::member::pull::hub::PullHub::new(hub_client.clone(), None),
+            ),
             registry,
             releases,
             queue: HelmQueue::new(QueueConfig::default()),

@@ -16,6 +16,8 @@ use futures::future::BoxFuture;
 
 use crate::{
     api::key::ClusterName,
+    api::crd::HUB_CLUSTER,
+    member::pull::hub::PullHub,
     clusters::registry::{ClusterRegistry, Health, Member, SharedRegistry},
     helm::{cli::unregistered, sdk::HelmExecutor},
     observe::drift::Kinds,
@@ -31,41 +33,71 @@ pub(crate) struct Links {
     /// Runs Helm jobs; none for links that only look (the CLI's read commands).
     executor: Option<Arc<HelmExecutor>>,
     kinds: Arc<Kinds>,
+    /// The hub's side of the pull members.
+    pull: Option<Arc<PullHub>>,
 }
 
 impl Links {
-    /// Links to the clusters of `registry`, running Helm jobs with `executor`.
-    pub(crate) fn new(registry: SharedRegistry, executor: Arc<HelmExecutor>) -> Self {
+    /// Links to the clusters of `registry`, running Helm jobs with `executor`, reaching pull
+    /// members through `pull`.
+    pub(crate) fn new(
+        registry: SharedRegistry,
+        executor: Arc<HelmExecutor>,
+        pull: Arc<PullHub>,
+    ) -> Self {
         Self {
             registry,
             executor: Some(executor),
             kinds: Arc::default(),
+            pull: Some(pull),
         }
     }
 
     /// Links to the clusters of `registry` that read and observe but run no Helm job: what the
     /// CLI's read commands (`diff`, `clusters`) look through.
     pub(crate) fn looking(registry: ClusterRegistry) -> Self {
+        let hub = registry
+            .get(&HUB_CLUSTER.parse().expect("the hub's name is valid"))
+            .map(|hub| PullHub::new(hub.client.clone(), None));
         Self {
             registry: Arc::new(arc_swap::ArcSwap::from_pointee(registry)),
             executor: None,
             kinds: Arc::default(),
+            pull: hub,
         }
     }
 
-    /// The link of `cluster`, when it is registered.
+    /// The link of `cluster`, when it is registered (in the file, or joined).
     pub(crate) fn get(&self, cluster: &ClusterName) -> Option<Arc<dyn MemberLink>> {
-        let member = self.registry.load().get(cluster).cloned()?;
-        Some(self.link(member))
+        let registry = self.registry.load();
+        if let Some(member) = registry.get(cluster) {
+            return Some(self.link(member.clone()));
+        }
+        registry.joined(cluster)?;
+        Some(self.pulled(cluster.clone())?)
     }
 
-    /// The link of every registered cluster, the hub first.
+    /// The link of every registered cluster, the hub first, then the file's members, then the
+    /// joined ones.
     pub(crate) fn all(&self) -> Vec<Arc<dyn MemberLink>> {
         let registry = self.registry.load();
-        registry
-            .iter()
-            .map(|member| self.link(member.clone()))
-            .collect()
+        let pushed = registry.iter().map(|member| self.link(member.clone()));
+        let pulled = registry
+            .names()
+            .into_iter()
+            .filter(|name| registry.joined(name).is_some())
+            .filter_map(|name| self.pulled(name));
+        pushed.chain(pulled).collect()
+    }
+
+    /// The link of a pull member.
+    fn pulled(&self, cluster: ClusterName) -> Option<Arc<dyn MemberLink>> {
+        let hub = self.pull.clone()?;
+        Some(Arc::new(pull::link::PullLink::new(
+            cluster,
+            hub,
+            self.executor.clone(),
+        )))
     }
 
     /// The link of a member reached with the hub's clients.

@@ -18,6 +18,7 @@ use tokio::sync::mpsc;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
+    member::pull::{hub::PullHub, wire::Signer},
     api::crd::{Controller, HUB_CLUSTER},
     api::policy::TenancyPolicy,
     charts::cache::ChartCache,
@@ -216,9 +217,13 @@ pub(crate) async fn build(
     let health = Arc::new(HealthBoard::default());
     let metrics = Arc::new(Metrics::new());
     let chart_cache = open_chart_cache(config, &metrics).await?;
+    // One watch of every pull member's reports and one of their Leases, whatever their number.
+    let pull = PullHub::new(hub.client.clone(), Some(Signer::new(&hub.seal)));
+    tasks.spawn(pull.clone().run(cancel.clone()));
     let links = Links::new(
         shared.clone(),
         executor(config, &shared, &health, &chart_cache)?,
+        pull,
     );
     let releases = ReleaseIndex::new(tasks.clone(), Some(hub.seal));
     for link in links.all() {
