@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the CRDs from the types: deploy/crd.yaml (both) and one file per CRD in crds/.
+# Regenerates the CRDs from the types: deploy/crd.yaml (all of them) and one file per CRD in crds/.
 #
 #   lab/crds.sh
 set -euo pipefail
@@ -12,10 +12,12 @@ cargo run -q --locked -- crd > "$generated"
 python3 - "$generated" <<'PY'
 import sys
 text = open(sys.argv[1]).read()
-controllers, policies = text.split("---\n", 1)
+controllers, members, policies = text.split("---\n", 2)
 open("deploy/crd.yaml", "w").write(text)
 open("crds/controllers.multitenancy.dev.yaml", "w").write(controllers)
-# The second file keeps its document marker, so `cat crds/*.yaml` is exactly `tenancy-hub crd`.
+# The later files keep their document marker, so `cat crds/*.yaml` (controllers, memberclusters,
+# tenancypolicies: the order of their names) is exactly `tenancy-hub crd`.
+open("crds/memberclusters.multitenancy.dev.yaml", "w").write("---\n" + members)
 open("crds/tenancypolicies.multitenancy.dev.yaml", "w").write("---\n" + policies)
 PY
-echo "wrote deploy/crd.yaml, crds/controllers.multitenancy.dev.yaml, crds/tenancypolicies.multitenancy.dev.yaml"
+echo "wrote deploy/crd.yaml and crds/{controllers,memberclusters,tenancypolicies}.multitenancy.dev.yaml"

@@ -1,4 +1,4 @@
-//! The `Controller` and `TenancyPolicy` resources and the typed keys every other module speaks in.
+//! The `Controller`, `TenancyPolicy` and `MemberCluster` resources and the typed keys every other module speaks in.
 
 pub(crate) mod controller_status;
 pub mod crd;
@@ -13,7 +13,12 @@ pub const HUB_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_sec
 /// Every CustomResourceDefinition of the project as one YAML stream, as `tenancy-hub crd` prints
 /// it and `deploy/crd.yaml` holds it.
 pub fn crds_yaml() -> String {
-    format!("{}---\n{}", crd::crd_yaml(), policy_crd_yaml())
+    format!(
+        "{}---\n{}---\n{}",
+        crd::crd_yaml(),
+        member_cluster::member_cluster_crd_yaml(),
+        policy_crd_yaml()
+    )
 }
 
 /// The `TenancyPolicy` CustomResourceDefinition as YAML, exactly as `crds/` holds it.

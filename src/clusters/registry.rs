@@ -1,4 +1,4 @@
-//! Member clusters from the registration file: one kube client per cluster, keyed by name.
+//! Member clusters: those of the registration file (push members, one kube client per cluster) and those joined with a `MemberCluster` (pull members, reached by their agent), keyed by name.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -203,13 +203,38 @@ pub(crate) struct Member {
     pub(crate) client: Client,
 }
 
-/// The registry in force, swapped whole when the registration file changes.
+/// A member joined with a `MemberCluster`: its agent connects out to the hub, so the hub holds
+/// no client of it, only what planning reads of its registration.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Joined {
+    /// Its name, labels and variables.
+    pub(crate) entry: JoinedEntry,
+}
+
+/// What a joined member is registered with, as a registration entry without a kubeconfig.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct JoinedEntry {
+    /// The `MemberCluster`'s name.
+    pub(crate) name: ClusterName,
+    /// Labels matched by `clusterSelector`.
+    pub(crate) labels: BTreeMap<String, String>,
+    /// Variables read by values.
+    pub(crate) variables: BTreeMap<String, serde_json::Value>,
+}
+
+/// Joined members by name.
+pub(crate) type JoinedMembers = BTreeMap<ClusterName, Arc<Joined>>;
+
+/// The registry in force, swapped whole when the registration file or the joined members change.
 pub(crate) type SharedRegistry = Arc<arc_swap::ArcSwap<ClusterRegistry>>;
 
-/// Every cluster tenancy-hub can reach, the hub included, keyed by name.
+/// Every cluster tenancy-hub delivers to, the hub included, keyed by name: the registration
+/// file's (with clients) and the joined ones. A name in both is the file's: the joined member of
+/// that name is kept but not seen until the file lets the name go.
 #[derive(Clone)]
 pub(crate) struct ClusterRegistry {
     members: BTreeMap<ClusterName, Arc<Member>>,
+    joined: JoinedMembers,
 }
 
 /// Where the hub's own client comes from.
@@ -244,11 +269,15 @@ impl ClusterRegistry {
                 }),
             );
         }
-        Ok(Self { members })
+        Ok(Self {
+            members,
+            joined: BTreeMap::new(),
+        })
     }
 
     /// This registry, with the members of `old` that `fresh` does not name kept as they were
-    /// (same client): a reload reconnects only the clusters that changed.
+    /// (same client), and the joined members of `old`: a reload of the file reconnects only the
+    /// clusters that changed and never drops a joined member.
     pub(crate) fn keeping(
         mut self,
         old: &ClusterRegistry,
@@ -261,7 +290,19 @@ impl ClusterRegistry {
                 *member = kept.clone();
             }
         }
+        self.joined = old.joined.clone();
         self
+    }
+
+    /// This registry with `joined` as its joined members, in place of those it had.
+    pub(crate) fn with_joined(mut self, joined: JoinedMembers) -> Self {
+        self.joined = joined;
+        self
+    }
+
+    /// Every joined member, those the file's names hide included.
+    pub(crate) fn joined_members(&self) -> &JoinedMembers {
+        &self.joined
     }
 
     /// A registry holding only the hub, reached with `client`: for tests without a kubeconfig.
@@ -282,32 +323,69 @@ impl ClusterRegistry {
         };
         Self {
             members: BTreeMap::from([(name, Arc::new(hub))]),
+            joined: BTreeMap::new(),
         }
     }
 
-    /// The cluster registered under `name`, if any.
+    /// The cluster of the registration file (or the hub) registered under `name`, if any: the
+    /// clusters the hub holds a client of. Joined members are [`ClusterRegistry::joined`].
     pub(crate) fn get(&self, name: &ClusterName) -> Option<&Arc<Member>> {
         self.members.get(name)
     }
 
-    /// Every cluster's name and registration labels (the hub has none).
+    /// The member joined under `name`, unless the registration file names it too.
+    pub(crate) fn joined(&self, name: &ClusterName) -> Option<&Arc<Joined>> {
+        self.joined
+            .get(name)
+            .filter(|_| !self.members.contains_key(name))
+    }
+
+    /// The joined members in force (those the file does not name), by name.
+    fn joined_in_force(&self) -> impl Iterator<Item = (&ClusterName, &Arc<Joined>)> {
+        self.joined
+            .iter()
+            .filter(|(name, _)| !self.members.contains_key(*name))
+    }
+
+    /// Every cluster's name, the file's, the hub and the joined ones, in order.
+    pub(crate) fn names(&self) -> BTreeSet<ClusterName> {
+        self.members
+            .keys()
+            .chain(self.joined_in_force().map(|(name, _)| name))
+            .cloned()
+            .collect()
+    }
+
+    /// Every cluster's name and registration labels (the hub has none), joined members included.
     pub(crate) fn labels(&self) -> BTreeMap<ClusterName, BTreeMap<String, String>> {
-        self.members
+        let pushed = self
+            .members
             .iter()
-            .map(|(name, m)| (name.clone(), m.entry.labels.clone()))
-            .collect()
+            .map(|(name, m)| (name.clone(), m.entry.labels.clone()));
+        let joined = self
+            .joined_in_force()
+            .map(|(name, j)| (name.clone(), j.entry.labels.clone()));
+        pushed.chain(joined).collect()
     }
 
-    /// Every cluster's variables, by name.
+    /// Every cluster's variables, by name, joined members included.
     pub(crate) fn variables(&self) -> BTreeMap<ClusterName, BTreeMap<String, serde_json::Value>> {
-        self.members
+        let pushed = self
+            .members
             .iter()
-            .filter(|(_, m)| !m.entry.variables.is_empty())
-            .map(|(name, m)| (name.clone(), m.entry.variables.clone()))
+            .map(|(name, m)| (name, &m.entry.variables));
+        let joined = self
+            .joined_in_force()
+            .map(|(name, j)| (name, &j.entry.variables));
+        pushed
+            .chain(joined)
+            .filter(|(_, variables)| !variables.is_empty())
+            .map(|(name, variables)| (name.clone(), variables.clone()))
             .collect()
     }
 
-    /// Every cluster, the hub first, then members by name.
+    /// Every cluster the hub holds a client of (the file's and the hub), the hub first, then
+    /// members by name; joined members are not among them.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<Member>> {
         let hub = self
             .members
@@ -541,6 +619,103 @@ mod tests {
         let err = parse("clusters:\n  - {name: a, contxt: x}\n").unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains("contxt") && msg.contains("line 2"), "{msg}");
+    }
+
+    fn joined(name: &str, region: &str) -> (ClusterName, Arc<Joined>) {
+        let name: ClusterName = name.parse().unwrap();
+        let entry = JoinedEntry {
+            name: name.clone(),
+            labels: BTreeMap::from([("region".to_owned(), region.to_owned())]),
+            variables: BTreeMap::from([("replicas".to_owned(), serde_json::json!(2))]),
+        };
+        (name, Arc::new(Joined { entry }))
+    }
+
+    fn file_member(name: &str, region: &str) -> (ClusterName, Arc<Member>) {
+        let client = Client::try_from(Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
+        let name: ClusterName = name.parse().unwrap();
+        let entry = ClusterEntry {
+            name: name.clone(),
+            context: name.to_string(),
+            kubeconfig: None,
+            labels: BTreeMap::from([("region".to_owned(), region.to_owned())]),
+            variables: BTreeMap::new(),
+        };
+        let member = Member {
+            entry,
+            kubeconfig: PathBuf::new(),
+            kubeconfig_digest: None,
+            client,
+        };
+        (name, Arc::new(member))
+    }
+
+    fn registry_of(file: &[(&str, &str)], joined_members: &[(&str, &str)]) -> ClusterRegistry {
+        ClusterRegistry {
+            members: file.iter().map(|(n, r)| file_member(n, r)).collect(),
+            joined: BTreeMap::new(),
+        }
+        .with_joined(joined_members.iter().map(|(n, r)| joined(n, r)).collect())
+    }
+
+    fn name(s: &str) -> ClusterName {
+        s.parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn joined_members_are_planned_for_but_have_no_client() {
+        let registry = registry_of(&[("member-1", "east")], &[("edge-1", "west")]);
+        assert_eq!(registry.labels()[&name("edge-1")]["region"], "west");
+        assert_eq!(registry.labels()[&name("member-1")]["region"], "east");
+        assert_eq!(
+            registry.variables()[&name("edge-1")]["replicas"],
+            serde_json::json!(2)
+        );
+        assert!(!registry.variables().contains_key(&name("member-1")));
+        assert_eq!(
+            registry.names(),
+            BTreeSet::from([name("edge-1"), name("member-1")])
+        );
+        assert!(registry.get(&name("edge-1")).is_none(), "no client");
+        assert!(registry.joined(&name("edge-1")).is_some());
+        assert!(registry.joined(&name("member-1")).is_none());
+        assert_eq!(registry.iter().count(), 1, "iter holds clients only");
+    }
+
+    #[tokio::test]
+    async fn a_name_in_the_file_wins_over_a_member_cluster_of_that_name() {
+        let registry = registry_of(&[("edge-1", "east")], &[("edge-1", "west")]);
+        assert_eq!(registry.labels()[&name("edge-1")]["region"], "east");
+        assert!(registry.joined(&name("edge-1")).is_none());
+        assert!(registry.get(&name("edge-1")).is_some());
+        assert_eq!(registry.names().len(), 1);
+
+        // The file lets the name go: the joined member is seen again.
+        let reloaded = registry_of(&[], &[]).keeping(&registry, |_| true);
+        assert_eq!(reloaded.labels()[&name("edge-1")]["region"], "west");
+        assert!(reloaded.joined(&name("edge-1")).is_some());
+    }
+
+    #[tokio::test]
+    async fn a_reload_of_the_file_keeps_every_joined_member() {
+        let old = registry_of(
+            &[("member-1", "east")],
+            &[("edge-1", "west"), ("edge-2", "north")],
+        );
+        let reloaded = registry_of(&[("member-2", "south")], &[]).keeping(&old, |_| true);
+        assert_eq!(
+            reloaded.names(),
+            BTreeSet::from([name("edge-1"), name("edge-2"), name("member-2")])
+        );
+        assert!(Arc::ptr_eq(
+            reloaded.joined(&name("edge-1")).unwrap(),
+            old.joined(&name("edge-1")).unwrap()
+        ));
+        let replaced = reloaded.with_joined(BTreeMap::from([joined("edge-3", "up")]));
+        assert_eq!(
+            replaced.names(),
+            BTreeSet::from([name("edge-3"), name("member-2")])
+        );
     }
 
     #[tokio::test]

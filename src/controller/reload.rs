@@ -179,7 +179,7 @@ impl Reloader {
         let new = ClusterRegistry::connect(&self.hub, &file).await?;
         let old = ctx.registry.load_full();
         let d = diff(&old, &new);
-        let new = Arc::new(new.keeping(&old, |n| d.added.contains(n) || d.changed.contains(n)));
+        let fresh = |n: &ClusterName| d.added.contains(n) || d.changed.contains(n);
         for cluster in &d.removed {
             for (key, owner) in ctx.releases.managed(Some(cluster)) {
                 ctx.orphans.insert(key, owner);
@@ -188,7 +188,10 @@ impl Reloader {
         ctx.orphans.retain(|k, _| {
             !d.added.contains(&k.scope.cluster) && !d.changed.contains(&k.scope.cluster)
         });
-        ctx.registry.store(new.clone());
+        // Swapped against whatever is in force now: joined members that changed since `old`
+        // was read are carried over, not lost.
+        ctx.registry
+            .rcu(|current| new.clone().keeping(current, fresh));
         for cluster in &d.removed {
             ctx.releases.forget(cluster);
             ctx.health.forget(cluster);

@@ -132,7 +132,8 @@ impl Executor for Links {
 
 impl Observers for Links {
     fn knows(&self, cluster: &ClusterName) -> bool {
-        self.registry.load().get(cluster).is_some()
+        let registry = self.registry.load();
+        registry.get(cluster).is_some() || registry.joined(cluster).is_some()
     }
 
     fn watch(&self, watch: ClusterWatch) -> Option<BoxFuture<'static, ()>> {

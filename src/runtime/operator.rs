@@ -178,7 +178,7 @@ async fn start(
 }
 
 /// The loops that follow outcomes, records, workload changes, freed claims, drift, ownerless
-/// releases, charts, cluster health, the registration file and status writes.
+/// releases, charts, cluster health, the registration file, the joined members and status writes.
 #[allow(clippy::too_many_arguments)]
 fn spawn_loops(
     config: &RunConfig,
@@ -247,6 +247,21 @@ fn spawn_loops(
         };
         tasks.spawn(reloader.run(ctx.clone(), cancel.clone()));
     }
+    tasks.spawn(
+        crate::clusters::joined::follow(
+            ctx.hub.clone(),
+            ctx.registry.clone(),
+            {
+                let everything = outboxes.everything.clone();
+                // Full: a plan of everything is pending already.
+                move |_: &crate::clusters::joined::Change| {
+                    let _ = everything.try_send(());
+                }
+            },
+            cancel.clone(),
+        )
+        .instrument(tracing::info_span!("joined")),
+    );
     tasks.spawn({
         let (ctx, cancel) = (ctx.clone(), cancel.clone());
         let interval = config.status_interval;

@@ -1,4 +1,4 @@
-//! Checks the hub, then builds every part of the operator and the bounded channels between them.
+//! Checks the hub, then builds every part of the operator (the registry with the joined members) and the bounded channels between them.
 
 use std::{collections::BTreeSet, path::PathBuf, sync::Arc, time::Duration};
 
@@ -213,7 +213,11 @@ pub(crate) async fn build(
     tasks: &TaskTracker,
 ) -> Result<Parts, Error> {
     let (outboxes, inboxes) = channels();
-    let shared: registry::SharedRegistry = Arc::new(arc_swap::ArcSwap::from_pointee(hub.registry));
+    // The joined members are known before the first plan; `joined::follow` keeps them current.
+    let joined = crate::clusters::joined::list(&hub.client).await;
+    let shared: registry::SharedRegistry = Arc::new(arc_swap::ArcSwap::from_pointee(
+        hub.registry.with_joined(joined),
+    ));
     let health = Arc::new(HealthBoard::default());
     let metrics = Arc::new(Metrics::new());
     let chart_cache = open_chart_cache(config, &metrics).await?;
