@@ -213,6 +213,38 @@ impl Reloader {
     }
 }
 
+/// Follows a change of the joined (pull) members as a reload follows the file's: releases of a
+/// member gone become orphans, a member added or changed gets its release-record watch, and the
+/// workload watches follow.
+pub(crate) fn joined_changed(
+    ctx: &Context,
+    change: &crate::clusters::joined::Change,
+    records: &Sender<crate::observe::releases::RecordChange>,
+    cancel: &CancellationToken,
+) {
+    for cluster in &change.removed {
+        for (key, owner) in ctx.releases.managed(Some(cluster)) {
+            ctx.orphans.insert(key, owner);
+        }
+        ctx.releases.forget(cluster);
+        ctx.health.forget(cluster);
+    }
+    for cluster in change.added.iter().chain(&change.changed) {
+        let Some(link) = ctx.links.get(cluster) else {
+            continue;
+        };
+        ctx.releases.watch(
+            cluster.clone(),
+            |selector| link.release_records(selector),
+            records.clone(),
+            cancel,
+        );
+    }
+    for gone in ctx.watches.refresh(&ctx.links, &change.changed) {
+        ctx.model.forget(&gone);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

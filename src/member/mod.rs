@@ -15,11 +15,11 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 use crate::{
-    api::key::ClusterName,
     api::crd::HUB_CLUSTER,
-    member::pull::hub::PullHub,
+    api::key::ClusterName,
     clusters::registry::{ClusterRegistry, Health, Member, SharedRegistry},
     helm::{cli::unregistered, sdk::HelmExecutor},
+    member::pull::hub::PullHub,
     observe::drift::Kinds,
     observe::watch::{ClusterWatch, Observers},
     plan::Job,

@@ -252,9 +252,11 @@ fn spawn_loops(
             ctx.hub.clone(),
             ctx.registry.clone(),
             {
-                let everything = outboxes.everything.clone();
-                // Full: a plan of everything is pending already.
-                move |_: &crate::clusters::joined::Change| {
+                let (everything, records) = (outboxes.everything.clone(), outboxes.records.clone());
+                let (ctx, stop) = (ctx.clone(), cancel.clone());
+                move |change: &crate::clusters::joined::Change| {
+                    crate::controller::reload::joined_changed(&ctx, change, &records, &stop);
+                    // Full: a plan of everything is pending already.
                     let _ = everything.try_send(());
                 }
             },

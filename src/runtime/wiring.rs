@@ -18,7 +18,6 @@ use tokio::sync::mpsc;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
-    member::pull::{hub::PullHub, wire::Signer},
     api::crd::{Controller, HUB_CLUSTER},
     api::policy::TenancyPolicy,
     charts::cache::ChartCache,
@@ -35,6 +34,7 @@ use crate::{
     helm::sdk::HelmExecutor,
     helm::seal::SealKey,
     member::Links,
+    member::pull::{hub::PullHub, wire::Signer},
     metrics::Metrics,
     observe::model::Model,
     observe::releases::ReleaseIndex,
