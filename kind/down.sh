@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Deletes the kind clusters made by kind/up.sh and the files it wrote.
+# Deletes the kind clusters made by kind/up.sh (pull members included) and the files it wrote.
 #
 #   kind/down.sh [--dir DIR]
 set -euo pipefail
@@ -10,3 +10,4 @@ for c in $(kind get clusters | grep '^tenancy-hub-'); do
     kind delete cluster --name "$c"
 done
 rm -f "$LAB_DIR/kubeconfig" "$LAB_DIR/clusters.yaml"
+rm -rf "$LAB_DIR/pull"

@@ -7,13 +7,14 @@
 #   lab/ctl.sh resume NAME [--dir DIR]   lets it run again (SIGCONT)
 #   lab/ctl.sh list [--dir DIR]          the names of the lab's processes
 #
-# `start` waits until an API server answers /readyz again (up to 60 s).
+# `start` waits until an API server (a pull member's too: pull-1-kube-apiserver) answers /readyz
+# again (up to 60 s).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ACTION=${1:-}; NAME=${2:-}
 [[ $ACTION == list ]] && NAME=none
-[[ -n $ACTION && -n $NAME ]] || { sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 1; }
+[[ -n $ACTION && -n $NAME ]] || { sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 1; }
 shift $(( $# >= 2 ? 2 : $# ))
 LAB_DIR=$(default_lab_dir)
 while (($#)); do
@@ -54,7 +55,7 @@ case $ACTION in
         if [[ $NAME == *-kube-apiserver ]]; then
             c=${NAME%-kube-apiserver}
             server=$(sed -n 's/.*server: "\([^"]*\)".*/\1/p' "$LAB_DIR/clusters/$c/admin.kubeconfig")
-            wait_for "the $c API server to be ready again" 60 curl -sf --cacert "$LAB_DIR/pki/ca.crt" \
+            wait_for "the $c API server to be ready again" 60 curl -sf --cacert "$(cluster_ca "$LAB_DIR" "$c")" \
                 --cert "$LAB_DIR/pki/$c-admin.crt" --key "$LAB_DIR/pki/$c-admin.key" "$server/readyz"
         fi
         log "started $NAME (pid $newpid)"

@@ -91,5 +91,22 @@ s.close()
 PY
 }
 
+# pull_members DIR: the names of the lab's pull members (pull-1, pull-2, ...), one a line, in order.
+pull_members() {
+    local f
+    for f in "$1"/pull/pull-*.kubeconfig; do
+        if [[ -e $f ]]; then basename "$f" .kubeconfig; fi
+    done | sort -t- -k2,2n
+}
+
+# cluster_ca DIR CLUSTER: the CA of one cluster of the lab in DIR (a pull member has its own).
+cluster_ca() {
+    if [[ -s "$1/pki/$2-ca.crt" ]]; then
+        printf '%s' "$1/pki/$2-ca.crt"
+    else
+        printf '%s' "$1/pki/ca.crt"
+    fi
+}
+
 # Parses --dir DIR into LAB_DIR (default: <repo>/.lab) and returns the remaining arguments in REST.
 default_lab_dir() { printf '%s' "${TENANCY_HUB_LAB_DIR:-$REPO_ROOT/.lab}"; }

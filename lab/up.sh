@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Starts a local lab: a hub and N member Kubernetes clusters as plain processes on loopback.
 #
-#   lab/up.sh [--members N] [--nodes N] [--dir DIR]
+#   lab/up.sh [--members N] [--pull-members N] [--nodes N] [--dir DIR]
 #
 # Each cluster has its own kube-apiserver (TLS, client-certificate auth, RBAC), controller-manager,
 # scheduler and kwok (fake nodes, so pods reach Running); they share one etcd under separate
@@ -9,17 +9,25 @@
 #   DIR/kubeconfig     contexts hub, member-1 ... member-N
 #   DIR/clusters.yaml  the members, as a tenancy-hub registration file
 #   DIR/env            `source` it for KUBECONFIG and a PATH with kubectl and helm
+# With --pull-members N (default 0) it also starts pull-1 ... pull-N, members the hub side holds no
+# credentials for: they have a CA of their own (serving and client certificates), and are in
+# neither file above. What a member-side join needs is in DIR/pull instead:
+#   DIR/pull/pull-K.kubeconfig  context pull-K, that member's admin
+#   DIR/pull/hub-server         the hub API server's URL
+#   DIR/pull/hub.ca.crt         the CA that signed the hub API server's certificate
 # lab/down.sh --dir DIR stops exactly these processes.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 MEMBERS=2
+PULL_MEMBERS=
 NODES=1
 LAB_DIR=$(default_lab_dir)
-usage() { sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
     case $1 in
         --members) MEMBERS=${2:?--members needs a number}; shift 2 ;;
+        --pull-members) PULL_MEMBERS=${2:?--pull-members needs a number}; shift 2 ;;
         --nodes) NODES=${2:?--nodes needs a number}; shift 2 ;;
         --dir) LAB_DIR=${2:?--dir needs a directory}; shift 2 ;;
         -h | --help) usage; exit 0 ;;
@@ -27,7 +35,9 @@ while (($#)); do
     esac
 done
 [[ $MEMBERS =~ ^[0-9]+$ ]] || die "--members must be a whole number, got '$MEMBERS'"
+[[ ${PULL_MEMBERS:-0} =~ ^[0-9]+$ ]] || die "--pull-members must be a whole number, got '$PULL_MEMBERS'"
 [[ $NODES =~ ^[1-9][0-9]*$ ]] || die "--nodes must be at least 1, got '$NODES'"
+PULLS_WANTED=$((10#${PULL_MEMBERS:-0}))
 mkdir -p "$LAB_DIR"
 LAB_DIR=$(cd "$LAB_DIR" && pwd)
 
@@ -37,6 +47,10 @@ done
 
 if [[ -s "$LAB_DIR/pids" ]]; then
     if "$LAB_ROOT/status.sh" --dir "$LAB_DIR" >/dev/null 2>&1; then
+        running=$(pull_members "$LAB_DIR" | wc -l)
+        if [[ -n $PULL_MEMBERS ]] && ((running != PULLS_WANTED)); then
+            die "the lab running in $LAB_DIR has $running pull members, not $PULLS_WANTED; stop it first with: lab/down.sh --dir $LAB_DIR"
+        fi
         log "a lab is already running in $LAB_DIR; reusing it (lab/down.sh --dir $LAB_DIR stops it)"
         cat "$LAB_DIR/summary"
         exit 0
@@ -52,42 +66,78 @@ EXECUTOR=$("$LAB_ROOT/executor.sh")
 REAL_CHARTS=$("$LAB_ROOT/real-chart.sh")
 PKI="$LAB_DIR/pki"
 LOGS="$LAB_DIR/logs"
-rm -rf "$PKI" "$LOGS" "$LAB_DIR/etcd" "$LAB_DIR/clusters" "$LAB_DIR/cmds"
+PULL_DIR="$LAB_DIR/pull"
+rm -rf "$PKI" "$LOGS" "$LAB_DIR/etcd" "$LAB_DIR/clusters" "$LAB_DIR/cmds" "$PULL_DIR"
 mkdir -p "$PKI" "$LOGS" "$LAB_DIR/clusters"
 : >"$LAB_DIR/pids"
 
 # If anything below fails, stop what was started so nothing is left running.
 trap 'rc=$?; if ((rc != 0)); then log "start-up failed; logs are in $LOGS"; "$LAB_ROOT/down.sh" --dir "$LAB_DIR" --keep-logs >&2 || true; fi' EXIT
 
+# CLUSTERS are the hub and the members it holds credentials for; PULLS the pull members, whose
+# credentials only DIR/pull holds. ALL runs the same recipe for both.
 CLUSTERS=(hub)
 for ((i = 1; i <= MEMBERS; i++)); do CLUSTERS+=("member-$i"); done
+PULLS=()
+for ((i = 1; i <= PULLS_WANTED; i++)); do PULLS+=("pull-$i"); done
+ALL=("${CLUSTERS[@]}" "${PULLS[@]}")
 
 # --- certificates -------------------------------------------------------------------------------
+# The hub and its members share the lab CA. Each pull member has a CA of its own, which signs its
+# API server's certificate and every client certificate it accepts, so no credential of the hub
+# side (nor of another pull member) opens it. Each cluster's keys are made at the same time as the
+# others', which keeps this step short as clusters are added.
 log "creating certificates in $PKI"
 newkey() { openssl ecparam -name prime256v1 -genkey -noout -out "$1" 2>/dev/null; }
 openssl_quiet() { openssl "$@" 2>/dev/null; }
-newkey "$PKI/ca.key"
-openssl_quiet req -x509 -new -key "$PKI/ca.key" -subj "/CN=tenancy-hub-lab-ca" -days 3650 -out "$PKI/ca.crt"
-
-# sign NAME SUBJECT EXTENSIONS: a key and a certificate signed by the lab CA.
+# new_ca NAME: a self-signed CA, PKI/NAME.key and PKI/NAME.crt.
+new_ca() {
+    newkey "$PKI/$1.key"
+    openssl_quiet req -x509 -new -key "$PKI/$1.key" -subj "/CN=tenancy-hub-lab-$1" -days 3650 -out "$PKI/$1.crt"
+}
+# sign NAME SUBJECT EXTENSIONS [CA]: a key and a certificate signed by CA (default: the lab CA),
+# with a random serial, so that certificates can be signed side by side.
 sign() {
-    local name=$1 subject=$2 ext=$3
+    local name=$1 subject=$2 ext=$3 ca=${4:-ca}
     newkey "$PKI/$name.key"
     openssl_quiet req -new -key "$PKI/$name.key" -subj "$subject" -out "$PKI/$name.csr"
     printf '%s\n' "$ext" >"$PKI/$name.ext"
-    openssl_quiet x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+    openssl_quiet x509 -req -in "$PKI/$name.csr" -CA "$PKI/$ca.crt" -CAkey "$PKI/$ca.key" \
+        -set_serial "$(printf '0x%04x%04x%04x%04x' $RANDOM $RANDOM $RANDOM $RANDOM)" \
         -days 3650 -extfile "$PKI/$name.ext" -out "$PKI/$name.crt"
     rm -f "$PKI/$name.csr" "$PKI/$name.ext"
 }
 CLIENT_EXT=$'keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth'
 SERVER_EXT=$'keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:10.96.0.1'
-sign controller-manager "/CN=system:kube-controller-manager" "$CLIENT_EXT"
-sign scheduler "/CN=system:kube-scheduler" "$CLIENT_EXT"
-for c in "${CLUSTERS[@]}"; do
-    sign "$c-apiserver" "/CN=kube-apiserver-$c" "$SERVER_EXT"
-    sign "$c-admin" "/O=system:masters/CN=admin@$c" "$CLIENT_EXT"
+declare -A CA KCM_CERT SCHED_CERT
+for c in "${CLUSTERS[@]}"; do CA[$c]=ca KCM_CERT[$c]=controller-manager SCHED_CERT[$c]=scheduler; done
+for c in "${PULLS[@]}"; do CA[$c]="$c-ca" KCM_CERT[$c]="$c-controller-manager" SCHED_CERT[$c]="$c-scheduler"; done
+# cluster_pki CLUSTER: its CA when it has its own, its API server's and admin's certificates, its
+# service account key, and its own controller-manager and scheduler certificates when its CA is.
+cluster_pki() {
+    local c=$1 ca=${CA[$1]}
+    if [[ $ca != ca ]]; then
+        new_ca "$ca"
+        sign "${KCM_CERT[$c]}" "/CN=system:kube-controller-manager" "$CLIENT_EXT" "$ca"
+        sign "${SCHED_CERT[$c]}" "/CN=system:kube-scheduler" "$CLIENT_EXT" "$ca"
+    fi
+    sign "$c-apiserver" "/CN=kube-apiserver-$c" "$SERVER_EXT" "$ca"
+    sign "$c-admin" "/O=system:masters/CN=admin@$c" "$CLIENT_EXT" "$ca"
     openssl_quiet genrsa -out "$PKI/$c-sa.key" 2048
     openssl_quiet rsa -in "$PKI/$c-sa.key" -pubout -out "$PKI/$c-sa.pub"
+}
+new_ca ca
+making=()
+sign controller-manager "/CN=system:kube-controller-manager" "$CLIENT_EXT" &
+making+=($!)
+sign scheduler "/CN=system:kube-scheduler" "$CLIENT_EXT" &
+making+=($!)
+for c in "${ALL[@]}"; do
+    cluster_pki "$c" &
+    making+=($!)
+done
+for pid in "${making[@]}"; do
+    wait "$pid" || die "creating the certificates failed (is openssl working? try: openssl version)"
 done
 chmod 600 "$PKI"/*.key
 
@@ -104,15 +154,17 @@ start() {
 
 b64() { base64 -w0 <"$1"; }
 
-# kubeconfig FILE SERVER CERT: a single-context kubeconfig for one client certificate.
+# kubeconfig FILE SERVER CERT CA [NAME]: a single-context kubeconfig for one client certificate,
+# its cluster and context named NAME (default: lab), its user admin@NAME.
 kubeconfig() {
+    local name=${5:-lab}
     cat >"$1" <<KC
 apiVersion: v1
 kind: Config
-clusters: [{name: lab, cluster: {server: "$2", certificate-authority-data: $(b64 "$PKI/ca.crt")}}]
-users: [{name: user, user: {client-certificate-data: $(b64 "$PKI/$3.crt"), client-key-data: $(b64 "$PKI/$3.key")}}]
-contexts: [{name: lab, context: {cluster: lab, user: user}}]
-current-context: lab
+clusters: [{name: $name, cluster: {server: "$2", certificate-authority-data: $(b64 "$PKI/$4.crt")}}]
+users: [{name: admin@$name, user: {client-certificate-data: $(b64 "$PKI/$3.crt"), client-key-data: $(b64 "$PKI/$3.key")}}]
+contexts: [{name: $name, context: {cluster: $name, user: admin@$name}}]
+current-context: $name
 KC
     chmod 600 "$1"
 }
@@ -128,7 +180,7 @@ start etcd etcd --name lab --data-dir "$LAB_DIR/etcd" \
 wait_for "etcd" 60 curl -sf "http://127.0.0.1:$ETCD_PORT/health"
 
 declare -A API_PORT
-for c in "${CLUSTERS[@]}"; do
+for c in "${ALL[@]}"; do
     port=$(free_port)
     API_PORT[$c]=$port
     log "starting kube-apiserver for $c on https://127.0.0.1:$port"
@@ -137,31 +189,38 @@ for c in "${CLUSTERS[@]}"; do
         --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$port" \
         --cert-dir "$LAB_DIR/clusters/$c" \
         --tls-cert-file "$PKI/$c-apiserver.crt" --tls-private-key-file "$PKI/$c-apiserver.key" \
-        --client-ca-file "$PKI/ca.crt" --authorization-mode RBAC \
+        --client-ca-file "$PKI/${CA[$c]}.crt" --authorization-mode RBAC \
         --service-account-issuer "https://kubernetes.default.svc" \
         --service-account-key-file "$PKI/$c-sa.pub" --service-account-signing-key-file "$PKI/$c-sa.key" \
         --service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true --profiling=false \
         --endpoint-reconciler-type none
 done
 
-for c in "${CLUSTERS[@]}"; do
+for c in "${ALL[@]}"; do
     dir="$LAB_DIR/clusters/$c"
     mkdir -p "$dir"
     server="https://127.0.0.1:${API_PORT[$c]}"
-    kubeconfig "$dir/admin.kubeconfig" "$server" "$c-admin"
-    kubeconfig "$dir/controller-manager.kubeconfig" "$server" controller-manager
-    kubeconfig "$dir/scheduler.kubeconfig" "$server" scheduler
+    kubeconfig "$dir/admin.kubeconfig" "$server" "$c-admin" "${CA[$c]}"
+    kubeconfig "$dir/controller-manager.kubeconfig" "$server" "${KCM_CERT[$c]}" "${CA[$c]}"
+    kubeconfig "$dir/scheduler.kubeconfig" "$server" "${SCHED_CERT[$c]}" "${CA[$c]}"
 done
 
-for c in "${CLUSTERS[@]}"; do
+for c in "${ALL[@]}"; do
     wait_for "the $c API server to be ready (see $LOGS/$c-kube-apiserver.log)" 180 \
-        curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/$c-admin.crt" --key "$PKI/$c-admin.key" \
+        curl -sf --cacert "$PKI/${CA[$c]}.crt" --cert "$PKI/$c-admin.crt" --key "$PKI/$c-admin.key" \
         "https://127.0.0.1:${API_PORT[$c]}/readyz"
     log "$c API server is ready"
 done
 
+# A pull member must refuse the hub's admin: its answer to the hub's certificate is 401.
+for c in "${PULLS[@]}"; do
+    code=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$PKI/${CA[$c]}.crt" \
+        --cert "$PKI/hub-admin.crt" --key "$PKI/hub-admin.key" "https://127.0.0.1:${API_PORT[$c]}/api")
+    [[ $code == 401 ]] || die "$c answered $code, not 401, to the hub's admin certificate; its credentials must be its own"
+done
+
 declare -A KCM_PORT SCHED_PORT
-for c in "${CLUSTERS[@]}"; do
+for c in "${ALL[@]}"; do
     dir="$LAB_DIR/clusters/$c"
     KCM_PORT[$c]=$(free_port)
     SCHED_PORT[$c]=$(free_port)
@@ -171,8 +230,8 @@ for c in "${CLUSTERS[@]}"; do
         --authorization-kubeconfig "$dir/controller-manager.kubeconfig" \
         --bind-address 127.0.0.1 --secure-port "${KCM_PORT[$c]}" --cert-dir "$dir/kcm" \
         --leader-elect=false --use-service-account-credentials --kube-api-qps 200 --kube-api-burst 400 \
-        --service-account-private-key-file "$PKI/$c-sa.key" --root-ca-file "$PKI/ca.crt" \
-        --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
+        --service-account-private-key-file "$PKI/$c-sa.key" --root-ca-file "$PKI/${CA[$c]}.crt" \
+        --cluster-signing-cert-file "$PKI/${CA[$c]}.crt" --cluster-signing-key-file "$PKI/${CA[$c]}.key" \
         --controllers '*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle-controller,-node-route-controller'
     start "$c-kube-scheduler" kube-scheduler \
         --kubeconfig "$dir/scheduler.kubeconfig" \
@@ -222,6 +281,16 @@ mv "$KUBECONFIG_FILE.tmp" "$KUBECONFIG_FILE"
     done
 } >"$LAB_DIR/clusters.yaml"
 
+# --- what the member side of a pull member holds, and nothing of the hub's but where it is ---------
+if ((${#PULLS[@]})); then
+    mkdir -p "$PULL_DIR"
+    for c in "${PULLS[@]}"; do
+        kubeconfig "$PULL_DIR/$c.kubeconfig" "https://127.0.0.1:${API_PORT[$c]}" "$c-admin" "${CA[$c]}" "$c"
+    done
+    cp "$PKI/ca.crt" "$PULL_DIR/hub.ca.crt"
+    echo "https://127.0.0.1:${API_PORT[hub]}" >"$PULL_DIR/hub-server"
+fi
+
 cat >"$LAB_DIR/env" <<ENV
 export KUBECONFIG="$KUBECONFIG_FILE"
 export PATH="$BIN:\$PATH"
@@ -230,10 +299,20 @@ export TENANCY_HUB_HELM_EXECUTOR="$EXECUTOR"
 export TENANCY_HUB_REAL_CHARTS="$REAL_CHARTS"
 ENV
 
+# kctl CLUSTER ARGS...: kubectl as the admin of CLUSTER, from the file that holds its credentials.
+kctl() {
+    local c=$1; shift
+    if [[ ${CA[$c]} != ca ]]; then
+        kubectl --kubeconfig "$PULL_DIR/$c.kubeconfig" --context "$c" "$@"
+    else
+        kubectl --kubeconfig "$KUBECONFIG_FILE" --context "$c" "$@"
+    fi
+}
+
 # --- fake nodes, and waiting for every cluster to schedule and run pods ---------------------------
-for c in "${CLUSTERS[@]}"; do
+for c in "${ALL[@]}"; do
     for ((n = 0; n < NODES; n++)); do
-        kubectl --kubeconfig "$KUBECONFIG_FILE" --context "$c" apply -f - >/dev/null <<NODE
+        kctl "$c" apply -f - >/dev/null <<NODE
 apiVersion: v1
 kind: Node
 metadata:
@@ -244,20 +323,19 @@ NODE
     done
 done
 
-for c in "${CLUSTERS[@]}"; do
-    k=(kubectl --kubeconfig "$KUBECONFIG_FILE" --context "$c")
+for c in "${ALL[@]}"; do
     wait_for "the $c controller-manager (see $LOGS/$c-kube-controller-manager.log)" 120 \
         curl -sfk "https://127.0.0.1:${KCM_PORT[$c]}/healthz"
     wait_for "the $c scheduler (see $LOGS/$c-kube-scheduler.log)" 120 \
         curl -sfk "https://127.0.0.1:${SCHED_PORT[$c]}/healthz"
     wait_for "the $c fake nodes to be Ready (see $LOGS/$c-kwok.log)" 120 \
-        "${k[@]}" wait --for=condition=Ready node --all --timeout=5s
-    wait_for "the $c default service account" 120 "${k[@]}" get serviceaccount default -n default
+        kctl "$c" wait --for=condition=Ready node --all --timeout=5s
+    wait_for "the $c default service account" 120 kctl "$c" get serviceaccount default -n default
     log "$c is ready"
 done
 
 # The operator's leader election Lease lives in namespace tenancy-hub by default, as in deploy/.
-kubectl --kubeconfig "$KUBECONFIG_FILE" --context hub apply -f - >/dev/null <<'NAMESPACE'
+kctl hub apply -f - >/dev/null <<'NAMESPACE'
 apiVersion: v1
 kind: Namespace
 metadata:
@@ -269,8 +347,15 @@ NAMESPACE
     for c in "${CLUSTERS[@]}"; do
         printf '  %-10s https://127.0.0.1:%s\n' "$c" "${API_PORT[$c]}"
     done
+    for c in "${PULLS[@]}"; do
+        printf '  %-10s https://127.0.0.1:%s  (kubeconfig %s)\n' "$c" "${API_PORT[$c]}" "$PULL_DIR/$c.kubeconfig"
+    done
     echo "  kubeconfig:    $KUBECONFIG_FILE (contexts: ${CLUSTERS[*]})"
     echo "  registration:  $LAB_DIR/clusters.yaml"
+    if ((${#PULLS[@]})); then
+        echo "  pull members:  ${PULLS[*]} (a CA of their own each; in neither file above)"
+        echo "  hub for joins: $PULL_DIR/hub-server, $PULL_DIR/hub.ca.crt"
+    fi
     echo "  tools:         source $LAB_DIR/env   # KUBECONFIG, kubectl, helm"
     echo "  stop:          lab/down.sh --dir $LAB_DIR"
 } >"$LAB_DIR/summary"

@@ -14,7 +14,7 @@ use common::{
     fixtures::{DEADLINE, chart, entry, message, ready, tenancy, unique, wait_until},
     hub::{create_namespace, install_crd, reader_token},
     lab::Lab,
-    operator::http_get,
+    operator::{http_get, stop_on_drop, terminate},
 };
 use futures::FutureExt as _;
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::Namespace, events::v1::Event};
@@ -110,10 +110,21 @@ fn kubectl(lab: &Lab, args: &[&str], stdin: Option<&str>) -> Run {
 
 /// Runs the lab's kubectl on the hub context of `kubeconfig`.
 fn kubectl_as(lab: &Lab, kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Run {
+    kubectl_on(lab, kubeconfig, "hub", args, stdin)
+}
+
+/// Runs the lab's kubectl on `context` of `kubeconfig`, with `stdin` if given.
+fn kubectl_on(
+    lab: &Lab,
+    kubeconfig: &Path,
+    context: &str,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> Run {
     let mut child = Command::new(lab.bin_dir().join("kubectl"))
         .arg("--kubeconfig")
         .arg(kubeconfig)
-        .args(["--context", "hub"])
+        .args(["--context", context])
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -133,7 +144,11 @@ fn kubectl_as(lab: &Lab, kubeconfig: &Path, args: &[&str], stdin: Option<&str>) 
 
 /// Runs kubectl and panics, with its output, unless it succeeds.
 fn kubectl_ok(lab: &Lab, args: &[&str], stdin: Option<&str>) -> String {
-    let run = kubectl(lab, args, stdin);
+    succeeded(kubectl(lab, args, stdin), args)
+}
+
+/// What a kubectl run printed, or a panic with its output unless it succeeded.
+fn succeeded(run: Run, args: &[&str]) -> String {
     assert!(
         run.ok,
         "kubectl {args:?} failed:\n{}\n{}",
@@ -144,7 +159,11 @@ fn kubectl_ok(lab: &Lab, args: &[&str], stdin: Option<&str>) -> String {
 
 /// `kubectl kustomize deploy`, with the lab's kubectl.
 fn render(lab: &Lab) -> String {
-    let dir = deploy_dir();
+    render_dir(lab, &deploy_dir())
+}
+
+/// `kubectl kustomize DIR`, with the lab's kubectl.
+fn render_dir(lab: &Lab, dir: &Path) -> String {
     kubectl_ok(lab, &["kustomize", dir.to_str().unwrap()], None)
 }
 
@@ -157,20 +176,27 @@ fn apply(lab: &Lab, docs: &[Value]) -> String {
     kubectl_ok(lab, &all, Some(&stream(docs)))
 }
 
-/// Whether the operator's service account may do `verb` on `resource`, per `kubectl auth can-i`.
-fn can_i(lab: &Lab, verb: &str, resource: &str, namespace: Option<&str>) -> bool {
-    let mut args = vec!["auth", "can-i", verb, resource, "--as", SERVICE_ACCOUNT];
-    if let Some(ns) = namespace {
-        args.extend(["-n", ns]);
+/// One question for `kubectl auth can-i`: verb, resource, namespace (None: cluster-wide).
+type Right<'a> = (&'a str, &'a str, Option<&'a str>);
+
+/// Asserts that `who` has every right of `needed` and none of `refused`, as `may` answers.
+fn assert_rights(
+    who: &str,
+    may: impl Fn(&str, &str, Option<&str>) -> bool,
+    needed: &[Right],
+    refused: &[Right],
+) {
+    for &(verb, resource, namespace) in needed {
+        assert!(
+            may(verb, resource, namespace),
+            "{who} cannot {verb} {resource} in {namespace:?}"
+        );
     }
-    let run = kubectl(lab, &args, None);
-    match run.stdout.trim() {
-        "yes" => true,
-        "no" => false,
-        _ => panic!(
-            "kubectl {args:?} answered neither yes nor no:\n{}\n{}",
-            run.stdout, run.stderr
-        ),
+    for &(verb, resource, namespace) in refused {
+        assert!(
+            !may(verb, resource, namespace),
+            "{who} may {verb} {resource} in {namespace:?}, which it does not need"
+        );
     }
 }
 
@@ -424,33 +450,13 @@ impl Process {
 
     /// Stops it with SIGTERM, as the kubelet would, within 60 seconds.
     fn stop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_some() {
-            return;
-        }
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while std::time::Instant::now() < deadline {
-            if self.child.try_wait().ok().flatten().is_some() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        panic!("the operator did not stop within 60s of SIGTERM");
+        terminate(&mut self.child, "the operator", &self.log);
     }
 }
 
 impl Drop for Process {
     fn drop(&mut self) {
-        if std::thread::panicking() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        } else {
-            self.stop();
-        }
+        stop_on_drop(&mut self.child, "the operator", &self.log);
     }
 }
 
@@ -772,7 +778,7 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
     );
 
     // And no more than it needs.
-    for (verb, resource, namespace) in [
+    let needed = [
         ("list", "controllers.multitenancy.dev", None),
         (
             "patch",
@@ -791,13 +797,8 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
         // Releases a TenancyPolicy with `impersonate` allows on the hub act as its user and groups.
         ("impersonate", "users", None),
         ("impersonate", "groups", None),
-    ] {
-        assert!(
-            can_i(lab, verb, resource, namespace),
-            "cannot {verb} {resource} in {namespace:?}"
-        );
-    }
-    for (verb, resource, namespace) in [
+    ];
+    let refused = [
         ("*", "*", None),
         ("delete", "nodes", None),
         ("create", "clusterroles", None),
@@ -827,10 +828,312 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
             "customresourcedefinitions.apiextensions.k8s.io",
             None,
         ),
+    ];
+    let may = |verb: &str, resource: &str, namespace: Option<&str>| {
+        lab.can_i(SERVICE_ACCOUNT, verb, resource, namespace)
+    };
+    assert_rights("the operator", may, &needed, &refused);
+}
+
+/// The flags `tenancy-hub agent` is documented to accept (README, "The agent, in a pull member").
+const AGENT_FLAGS: [&str; 6] = [
+    "--namespace",
+    "--kubeconfig",
+    "--context",
+    "--executor",
+    "--http-addr",
+    "--chart-cache",
+];
+
+/// The agent's namespace in a member, as deploy/agent/ creates it.
+const AGENT_NAMESPACE: &str = "tenancy-hub-agent";
+
+/// The user the agent's pod authenticates as in its member.
+const AGENT_ACCOUNT: &str = "system:serviceaccount:tenancy-hub-agent:tenancy-hub-agent";
+
+fn agent_dir() -> PathBuf {
+    deploy_dir().join("agent")
+}
+
+/// The files deploy/agent/kustomization.yaml lists as resources.
+fn agent_resources() -> Vec<String> {
+    let text = std::fs::read_to_string(agent_dir().join("kustomization.yaml")).unwrap();
+    let kustomization: Value = serde_yaml::from_str(&text).expect("the kustomization parses");
+    kustomization["resources"]
+        .as_sequence()
+        .expect("the kustomization lists resources")
+        .iter()
+        .map(|r| r.as_str().expect("a file name").to_owned())
+        .collect()
+}
+
+/// The documents of deploy/agent/, every file its kustomization lists, read without kustomize.
+fn agent_docs() -> Vec<Value> {
+    agent_resources()
+        .iter()
+        .flat_map(|name| documents(&std::fs::read_to_string(agent_dir().join(name)).unwrap()))
+        .collect()
+}
+
+/// The agent Deployment's one container.
+fn agent_container(docs: &[Value]) -> &Value {
+    let pod = &find(docs, "Deployment", "tenancy-hub-agent")["spec"]["template"]["spec"];
+    let containers = pod["containers"].as_sequence().expect("containers");
+    assert_eq!(containers.len(), 1, "one container: the agent");
+    &containers[0]
+}
+
+#[test]
+fn the_agent_kustomization_lists_every_file_of_deploy_agent_and_each_parses() {
+    let mut listed = agent_resources();
+    listed.sort();
+    let mut files: Vec<String> = std::fs::read_dir(agent_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml")
+        .collect();
+    files.sort();
+    assert_eq!(
+        listed, files,
+        "deploy/agent/kustomization.yaml lists every manifest"
+    );
+
+    let docs = agent_docs();
+    for doc in &docs {
+        let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+        assert!(
+            doc["apiVersion"].is_string() && !name.is_empty(),
+            "{} {name}: no apiVersion or name",
+            kind(doc)
+        );
+        if let Some(namespace) = doc["metadata"]["namespace"].as_str() {
+            assert_eq!(namespace, AGENT_NAMESPACE, "{} {name}", kind(doc));
+        }
+    }
+    for kind_ in [
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "Deployment",
     ] {
         assert!(
-            !can_i(lab, verb, resource, namespace),
-            "may {verb} {resource} in {namespace:?}, which it does not need"
+            docs.iter().any(|d| kind(d) == kind_),
+            "no {kind_} in deploy/agent/"
         );
     }
+    find(&docs, "Namespace", AGENT_NAMESPACE);
+    // The Secret comes from the hub admin (`cluster add --pull -o yaml`) or `tenancy-hub join`;
+    // shipping one here would overwrite the credentials on every apply.
+    assert!(
+        !docs.iter().any(|d| kind(d) == "Secret"),
+        "deploy/agent/ must not ship the Secret hub-credentials"
+    );
+}
+
+#[test]
+fn the_agent_deployment_passes_only_flags_the_agent_accepts() {
+    let docs = agent_docs();
+    let container = agent_container(&docs);
+    let args: Vec<&str> = container["args"]
+        .as_sequence()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(args.first(), Some(&"agent"), "the container runs `agent`");
+    let mut given = std::collections::BTreeMap::new();
+    for arg in &args[1..] {
+        let (flag, value) = arg
+            .split_once('=')
+            .unwrap_or_else(|| panic!("{arg}: write flags as --flag=value"));
+        assert!(
+            AGENT_FLAGS.contains(&flag),
+            "{flag} is not a flag of `tenancy-hub agent` ({AGENT_FLAGS:?})"
+        );
+        assert!(given.insert(flag, value).is_none(), "{flag} given twice");
+    }
+    assert_eq!(given.get("--namespace"), Some(&AGENT_NAMESPACE));
+    assert!(
+        !given.contains_key("--kubeconfig") && !given.contains_key("--context"),
+        "in its member the agent uses its ServiceAccount, not a kubeconfig"
+    );
+
+    // The probes ask the agent's health port, which --http-addr listens on.
+    let port = given["--http-addr"]
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse::<u64>().ok())
+        .expect("--http-addr=HOST:PORT");
+    let ports = container["ports"].as_sequence().expect("ports");
+    for probe in ["livenessProbe", "readinessProbe"] {
+        let get = &container[probe]["httpGet"];
+        assert_eq!(get["path"].as_str(), Some("/healthz"), "{probe}");
+        let named = ports
+            .iter()
+            .find(|p| p["name"] == get["port"])
+            .unwrap_or_else(|| panic!("{probe} names no declared port"));
+        assert_eq!(named["containerPort"].as_u64(), Some(port), "{probe}");
+    }
+
+    // Non-root on a read-only root filesystem, within limits; the chart cache is writable.
+    let security = &container["securityContext"];
+    assert_eq!(security["readOnlyRootFilesystem"].as_bool(), Some(true));
+    assert_eq!(security["runAsNonRoot"].as_bool(), Some(true));
+    assert_eq!(security["allowPrivilegeEscalation"].as_bool(), Some(false));
+    for bound in ["requests", "limits"] {
+        for resource in ["cpu", "memory"] {
+            assert!(
+                container["resources"][bound][resource].is_string(),
+                "no {bound}.{resource}"
+            );
+        }
+    }
+    let cache = given["--chart-cache"];
+    let mount = container["volumeMounts"]
+        .as_sequence()
+        .expect("volume mounts")
+        .iter()
+        .find(|m| cache.starts_with(m["mountPath"].as_str().unwrap()))
+        .expect("the chart cache is on a mounted volume");
+    assert_ne!(mount["readOnly"].as_bool(), Some(true));
+
+    // It runs as the ServiceAccount its RBAC binds.
+    let pod = &find(&docs, "Deployment", "tenancy-hub-agent")["spec"]["template"]["spec"];
+    let account = pod["serviceAccountName"]
+        .as_str()
+        .expect("a ServiceAccount");
+    find(&docs, "ServiceAccount", account);
+    for (binding, name) in [
+        ("ClusterRoleBinding", "tenancy-hub-agent"),
+        ("RoleBinding", "tenancy-hub-agent"),
+    ] {
+        let subjects = find(&docs, binding, name)["subjects"]
+            .as_sequence()
+            .unwrap();
+        assert!(
+            subjects.iter().any(|s| s["kind"] == "ServiceAccount"
+                && s["name"].as_str() == Some(account)
+                && s["namespace"].as_str() == Some(AGENT_NAMESPACE)),
+            "{binding} {name} does not bind {account}"
+        );
+    }
+}
+
+#[test]
+fn the_agent_tenant_role_grants_what_the_hub_tenant_role_does() {
+    let hub = file("rbac.yaml");
+    let agent = agent_docs();
+    assert_eq!(
+        find(&agent, "ClusterRole", "tenancy-hub-agent-tenant")["rules"],
+        find(&hub, "ClusterRole", "tenancy-hub-tenant")["rules"],
+        "deploy/agent/rbac.yaml's tenancy-hub-agent-tenant differs from deploy/rbac.yaml's tenancy-hub-tenant"
+    );
+}
+
+/// Applies deploy/agent/'s namespace and RBAC to the lab's first pull member for real (they
+/// stay, as an installed agent's would), its Deployment with a server-side dry run, and asks the
+/// member what the agent's ServiceAccount may do.
+#[test]
+#[ignore = "needs the lab with a pull member: run tests/run.sh"]
+fn the_agent_manifests_apply_to_a_pull_member_and_grant_what_the_agent_needs() {
+    let lab = Lab::get();
+    let member = lab
+        .pull_members()
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("this test needs a pull member: lab/up.sh --pull-members 1"));
+    let kubeconfig = lab.pull_kubeconfig(&member);
+    let on_member = |args: &[&str], stdin: Option<&str>| {
+        succeeded(kubectl_on(&lab, &kubeconfig, &member, args, stdin), args)
+    };
+    let docs = documents(&render_dir(&lab, &agent_dir()));
+    for doc in &docs {
+        assert_eq!(
+            doc["metadata"]["labels"]["app.kubernetes.io/name"].as_str(),
+            Some("tenancy-hub-agent"),
+            "{} {} lacks the app label",
+            kind(doc),
+            doc["metadata"]["name"].as_str().unwrap_or_default()
+        );
+    }
+    let (deployment, rest): (Vec<Value>, Vec<Value>) =
+        docs.into_iter().partition(|d| kind(d) == "Deployment");
+    let manager = format!("--field-manager={FIELD_MANAGER}");
+    let apply = [
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        &manager,
+        "-f",
+        "-",
+    ];
+    on_member(&apply, Some(&stream(&rest)));
+    let run = kubectl_on(
+        &lab,
+        &kubeconfig,
+        &member,
+        &[
+            "apply",
+            "--server-side",
+            "--dry-run=server",
+            &manager,
+            "-f",
+            "-",
+        ],
+        Some(&stream(&deployment)),
+    );
+    assert!(
+        run.ok,
+        "the dry run failed:\n{}\n{}",
+        run.stdout, run.stderr
+    );
+    assert!(
+        !run.stderr.contains("PodSecurity"),
+        "the agent's pods would be refused in namespace {AGENT_NAMESPACE}:\n{}",
+        run.stderr
+    );
+
+    let needed = [
+        // Release records and what runs, watched cluster-wide.
+        ("list", "secrets", None),
+        ("watch", "secrets", None),
+        ("watch", "pods", None),
+        ("watch", "deployments.apps", None),
+        ("watch", "statefulsets.apps", None),
+        ("watch", "daemonsets.apps", None),
+        // Tenant namespaces, created and annotated.
+        ("create", "namespaces", None),
+        ("patch", "namespaces", None),
+        // The identities policies name.
+        ("impersonate", "users", None),
+        ("impersonate", "groups", None),
+        // Its own Secret.
+        ("get", "secrets/hub-credentials", Some(AGENT_NAMESPACE)),
+        ("patch", "secrets/hub-credentials", Some(AGENT_NAMESPACE)),
+    ];
+    let refused = [
+        ("*", "*", None),
+        ("get", "secrets", Some("kube-system")),
+        ("get", "secrets/other", Some(AGENT_NAMESPACE)),
+        ("create", "secrets", Some(AGENT_NAMESPACE)),
+        ("delete", "secrets/hub-credentials", Some(AGENT_NAMESPACE)),
+        ("create", "secrets", Some("default")),
+        ("delete", "namespaces", None),
+        ("create", "clusterroles", None),
+        ("create", "rolebindings", Some("default")),
+        ("impersonate", "serviceaccounts", None),
+        ("create", "pods", Some("default")),
+        ("delete", "nodes", None),
+        (
+            "create",
+            "leases.coordination.k8s.io",
+            Some(AGENT_NAMESPACE),
+        ),
+    ];
+    let may = |verb: &str, resource: &str, namespace: Option<&str>| {
+        lab.pull_can_i(&member, AGENT_ACCOUNT, verb, resource, namespace)
+    };
+    assert_rights("the agent", may, &needed, &refused);
 }

@@ -61,14 +61,12 @@ impl Lab {
 
     /// A client for one context.
     pub async fn client(&self, context: &str) -> Client {
-        let options = KubeConfigOptions {
-            context: Some(context.to_owned()),
-            ..Default::default()
-        };
-        let config = Config::from_custom_kubeconfig(self.kubeconfig.clone(), &options)
-            .await
-            .unwrap_or_else(|e| panic!("context {context}: {e}"));
-        Client::try_from(config).unwrap()
+        client_of(
+            self.kubeconfig.clone(),
+            context,
+            &format!("context {context}"),
+        )
+        .await
     }
 
     /// A client for one context acting as `user` (impersonated with the context's admin
@@ -90,14 +88,7 @@ impl Lab {
                 info.impersonate = Some(user.to_owned());
             }
         }
-        let options = KubeConfigOptions {
-            context: Some(context.to_owned()),
-            ..Default::default()
-        };
-        let config = Config::from_custom_kubeconfig(kubeconfig, &options)
-            .await
-            .unwrap_or_else(|e| panic!("context {context} as {user}: {e}"));
-        Client::try_from(config).unwrap()
+        client_of(kubeconfig, context, &format!("context {context} as {user}")).await
     }
 
     /// A variable the lab's env file exports, unquoted.
@@ -152,11 +143,24 @@ impl Lab {
 
     /// Runs the lab's kubectl against one context: stdout, or stdout and stderr when it fails.
     pub fn try_kubectl(&self, context: &str, args: &[&str]) -> Result<String, String> {
-        let out = std::process::Command::new(self.bin_dir().join("kubectl"))
-            .arg("--kubeconfig")
-            .arg(self.kubeconfig_path())
-            .args(["--context", context])
-            .args(args)
+        self.kubectl_in(&self.kubeconfig_path(), context, args)
+    }
+
+    /// Runs the lab's kubectl against one pull member, with its own kubeconfig: stdout, or stdout
+    /// and stderr when it fails.
+    pub fn try_pull_kubectl(&self, name: &str, args: &[&str]) -> Result<String, String> {
+        self.kubectl_in(&self.pull_kubeconfig(name), name, args)
+    }
+
+    /// Runs the lab's kubectl with `kubeconfig` and `context`.
+    fn kubectl_in(
+        &self,
+        kubeconfig: &Path,
+        context: &str,
+        args: &[&str],
+    ) -> Result<String, String> {
+        let out = self
+            .kubectl_command(kubeconfig, context, args)
             .output()
             .expect("kubectl runs");
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -165,6 +169,152 @@ impl Lab {
         } else {
             Err(format!("{stdout}{}", String::from_utf8_lossy(&out.stderr)))
         }
+    }
+
+    fn kubectl_command(
+        &self,
+        kubeconfig: &Path,
+        context: &str,
+        args: &[&str],
+    ) -> std::process::Command {
+        let mut command = std::process::Command::new(self.bin_dir().join("kubectl"));
+        command
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["--context", context])
+            .args(args);
+        command
+    }
+
+    /// Whether `as_user` may `verb` `resource` on the hub, in `namespace` or cluster-wide, per
+    /// `kubectl auth can-i --as` (with the hub admin's right to impersonate).
+    pub fn can_i(
+        &self,
+        as_user: &str,
+        verb: &str,
+        resource: &str,
+        namespace: Option<&str>,
+    ) -> bool {
+        self.answer_can_i(
+            &self.kubeconfig_path(),
+            "hub",
+            as_user,
+            verb,
+            resource,
+            namespace,
+        )
+    }
+
+    /// Like [`Lab::can_i`], on the pull member `name`, asked with its own admin.
+    pub fn pull_can_i(
+        &self,
+        name: &str,
+        as_user: &str,
+        verb: &str,
+        resource: &str,
+        namespace: Option<&str>,
+    ) -> bool {
+        let kubeconfig = self.pull_kubeconfig(name);
+        self.answer_can_i(&kubeconfig, name, as_user, verb, resource, namespace)
+    }
+
+    /// `kubectl auth can-i VERB RESOURCE --as USER [-n NAMESPACE]`: its yes or no (exit code 1 is a no).
+    fn answer_can_i(
+        &self,
+        kubeconfig: &Path,
+        context: &str,
+        as_user: &str,
+        verb: &str,
+        resource: &str,
+        namespace: Option<&str>,
+    ) -> bool {
+        let mut args = vec!["auth", "can-i", verb, resource, "--as", as_user];
+        if let Some(ns) = namespace {
+            args.extend(["-n", ns]);
+        }
+        let out = self
+            .kubectl_command(kubeconfig, context, &args)
+            .output()
+            .expect("kubectl runs");
+        match String::from_utf8_lossy(&out.stdout).trim() {
+            "yes" => true,
+            "no" => false,
+            other => panic!(
+                "kubectl {args:?} on {context} answered neither yes nor no: {other}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        }
+    }
+
+    /// The lab's pull members, `pull-1` … `pull-N` in order (`lab/up.sh --pull-members N`):
+    /// members the hub side holds no credentials for, in neither its kubeconfig nor its
+    /// registration file. Empty when the lab has none.
+    pub fn pull_members(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(self.pull_dir()) else {
+            return Vec::new();
+        };
+        let mut names: Vec<String> = entries
+            .filter_map(|e| {
+                let name = e.ok()?.file_name().into_string().ok()?;
+                Some(name.strip_suffix(".kubeconfig")?.to_owned())
+            })
+            .filter(|n| n.starts_with("pull-"))
+            .collect();
+        names.sort_by_key(|n| (n.len(), n.clone()));
+        names
+    }
+
+    /// The kubeconfig of the pull member `name`: its admin, in context `name`; the only place its
+    /// credentials are. Panics, saying how to start a lab with pull members, when there is none.
+    pub fn pull_kubeconfig(&self, name: &str) -> PathBuf {
+        let path = self.pull_dir().join(format!("{name}.kubeconfig"));
+        assert!(
+            path.is_file(),
+            "no pull member {name} in the lab at {} (it has {:?}); start one with \
+             lab/up.sh --pull-members N",
+            self.dir.display(),
+            self.pull_members()
+        );
+        path
+    }
+
+    /// A client of the pull member `name`, from its own kubeconfig.
+    pub async fn pull_client(&self, name: &str) -> Client {
+        let path = self.pull_kubeconfig(name);
+        let kubeconfig = Kubeconfig::read_from(&path)
+            .unwrap_or_else(|e| panic!("pull member {name}'s kubeconfig {}: {e}", path.display()));
+        client_of(kubeconfig, name, &format!("pull member {name}")).await
+    }
+
+    /// The hub API server's URL, as a member-side join is given it (`--hub-server`).
+    pub fn hub_server(&self) -> String {
+        let path = self.pull_dir().join("hub-server");
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{}: {e}; the lab writes it with lab/up.sh --pull-members N",
+                    path.display()
+                )
+            })
+            .trim()
+            .to_owned()
+    }
+
+    /// The CA that signed the hub API server's certificate, as a member-side join is given it
+    /// (`--hub-ca-file`).
+    pub fn hub_ca_file(&self) -> PathBuf {
+        let path = self.pull_dir().join("hub.ca.crt");
+        assert!(
+            path.is_file(),
+            "no {}; the lab writes it with lab/up.sh --pull-members N",
+            path.display()
+        );
+        path
+    }
+
+    /// Where the lab keeps what the member side of its pull members holds.
+    fn pull_dir(&self) -> PathBuf {
+        self.dir.join("pull")
     }
 
     /// Helm releases in one namespace of one cluster: name -> (revision, status).
@@ -206,6 +356,18 @@ impl Lab {
         ))
         .unwrap()
     }
+}
+
+/// A client for `context` of `kubeconfig`; panics naming `what` when it cannot be made.
+async fn client_of(kubeconfig: Kubeconfig, context: &str, what: &str) -> Client {
+    let options = KubeConfigOptions {
+        context: Some(context.to_owned()),
+        ..Default::default()
+    };
+    let config = Config::from_custom_kubeconfig(kubeconfig, &options)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    Client::try_from(config).unwrap()
 }
 
 /// Runs a lab control command (lab/ctl.sh) on the test's lab.

@@ -1,5 +1,6 @@
 //! Shared helpers of the end-to-end tests, one module per concern; tests import from the modules.
 
+pub mod agent;
 pub mod fixtures;
 pub mod hub;
 pub mod lab;

@@ -56,10 +56,7 @@ impl Operator {
                 .tempdir()
                 .unwrap()
         });
-        // A benchmark may compare another build of the operator (TENANCY_HUB_OPERATOR=path).
-        let binary = std::env::var_os("TENANCY_HUB_OPERATOR")
-            .unwrap_or_else(|| env!("CARGO_BIN_EXE_tenancy-hub").into());
-        let child = std::process::Command::new(binary)
+        let child = std::process::Command::new(binary())
             .args(["run", "--context", "hub"])
             // A test of several hub namespaces selects its Controllers by label instead.
             .args(if extra.contains(&"--selector") {
@@ -153,29 +150,7 @@ impl Operator {
 
     /// Stops it with SIGTERM and waits for it to exit, within 60 seconds.
     pub fn stop(mut self) {
-        self.terminate();
-    }
-
-    fn terminate(&mut self) {
-        if self.child.try_wait().ok().flatten().is_some() {
-            return;
-        }
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while std::time::Instant::now() < deadline {
-            if self.child.try_wait().ok().flatten().is_some() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        panic!(
-            "the operator did not stop within 60s of SIGTERM; see {}",
-            self.log.display()
-        );
+        terminate(&mut self.child, "the operator", &self.log);
     }
 
     /// Waits until /readyz answers 200, within 60 seconds.
@@ -227,12 +202,52 @@ impl Operator {
 
 impl Drop for Operator {
     fn drop(&mut self) {
-        if !std::thread::panicking() {
-            self.terminate();
-        } else {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+        stop_on_drop(&mut self.child, "the operator", &self.log);
+    }
+}
+
+/// The tenancy-hub binary under test; a benchmark may compare another build
+/// (TENANCY_HUB_OPERATOR=path).
+#[allow(dead_code)] // used by some test crates only
+pub fn binary() -> std::ffi::OsString {
+    std::env::var_os("TENANCY_HUB_OPERATOR")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_tenancy-hub").into())
+}
+
+/// Stops `child` (`what`, logging to `log`) with SIGTERM to its pid and waits for it to exit;
+/// kills it and panics if it has not within 60 seconds.
+#[allow(dead_code)] // used by some test crates only
+pub fn terminate(child: &mut std::process::Child, what: &str, log: &Path) {
+    if child.try_wait().ok().flatten().is_some() {
+        return;
+    }
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        if child.try_wait().ok().flatten().is_some() {
+            return;
         }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!(
+        "{what} did not stop within 60s of SIGTERM; see {}",
+        log.display()
+    );
+}
+
+/// Stops `child` as its owner is dropped: [`terminate`], or SIGKILL when the test is already
+/// panicking (a second panic would abort it).
+#[allow(dead_code)] // used by some test crates only
+pub fn stop_on_drop(child: &mut std::process::Child, what: &str, log: &Path) {
+    if std::thread::panicking() {
+        let _ = child.kill();
+        let _ = child.wait();
+    } else {
+        terminate(child, what, log);
     }
 }
 
@@ -240,8 +255,8 @@ impl Drop for Operator {
 #[allow(dead_code)] // used by some test crates only
 pub fn http_get(addr: std::net::SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
     use std::io::{Read, Write};
-    let mut stream =
-        std::net::TcpStream::connect(addr).expect("the operator's HTTP endpoints answer");
+    let mut stream = std::net::TcpStream::connect(addr)
+        .unwrap_or_else(|e| panic!("nothing answers HTTP at {addr}: {e}"));
     write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n").unwrap();
     if let Some(token) = token {
         write!(stream, "Authorization: Bearer {token}\r\n").unwrap();
