@@ -1,5 +1,6 @@
-//! Command-line interface: `run`, `crd`, `clusters`, `status`, `diff` and `rollout`.
+//! Command-line interface: `run`, `agent`, `crd`, `clusters`, `status`, `diff` and `rollout`.
 
+pub(crate) mod agent;
 pub(crate) mod args;
 pub(crate) mod diff;
 pub(crate) mod inspect;
@@ -67,6 +68,12 @@ pub enum Command {
         after_help = "Example:\n  tenancy-hub run --kubeconfig .lab/kubeconfig --context hub --clusters .lab/clusters.yaml --chart-home config/charts"
     )]
     Run(RunArgs),
+    /// Run the agent of a pull member, in that member: it connects out to the hub, carries out
+    /// the work the hub signed for its cluster and reports what runs there.
+    ///
+    /// Needs the `hub-credentials` Secret a join leaves in the member (`tenancy-hub cluster add
+    /// --pull NAME` on the hub prints it). Stops cleanly on SIGINT or SIGTERM.
+    Agent(agent::AgentArgs),
     /// Print the Controller and TenancyPolicy CustomResourceDefinitions as YAML.
     #[command(after_help = "Example:\n  tenancy-hub crd | kubectl apply --server-side -f -")]
     Crd,
@@ -143,6 +150,10 @@ impl Command {
             })),
             Command::Rollout(args) => {
                 rollout::run(args).await?;
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Agent(args) => {
+                crate::runtime::agent::run(args.settings()).await?;
                 Ok(ExitCode::SUCCESS)
             }
             Command::Run(args) => {

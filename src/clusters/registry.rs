@@ -327,6 +327,21 @@ impl ClusterRegistry {
         }
     }
 
+    /// This registry's hub, alone, under the name `name`: what an agent acts on, its own
+    /// cluster under the name the hub knows it by.
+    pub(crate) fn as_cluster(&self, name: ClusterName) -> Self {
+        let mut registry = Self {
+            members: BTreeMap::new(),
+            joined: JoinedMembers::default(),
+        };
+        if let Some(hub) = self.iter().next() {
+            let mut member = (**hub).clone();
+            member.entry.name = name.clone();
+            registry.members.insert(name, Arc::new(member));
+        }
+        registry
+    }
+
     /// The cluster of the registration file (or the hub) registered under `name`, if any: the
     /// clusters the hub holds a client of. Joined members are [`ClusterRegistry::joined`].
     pub(crate) fn get(&self, name: &ClusterName) -> Option<&Arc<Member>> {

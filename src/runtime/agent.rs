@@ -16,37 +16,37 @@ use crate::{
     helm::{args::HelmOptions, cli::HelmCli, sdk::HelmExecutor},
     member::{
         MemberLink,
-        pull::{agent::Agent, credentials::HubLogin, wire::AgentConfig},
+        pull::{agent::Agent, login::HubLogin, wire::AgentConfig},
         push::PushLink,
     },
 };
 
 /// What the agent is started with.
 #[derive(Debug, Clone)]
-pub struct AgentSettings {
+pub(crate) struct AgentSettings {
     /// How the agent reaches its own cluster (none given: in-cluster).
-    pub member: HubSource,
+    pub(crate) member: HubSource,
     /// The member namespace holding the `hub-credentials` Secret.
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// How Helm runs.
-    pub helm: HelmOptions,
+    pub(crate) helm: HelmOptions,
     /// Where chart archives from the hub are kept.
-    pub chart_dir: PathBuf,
+    pub(crate) chart_dir: PathBuf,
     /// Seconds the agent's Lease holds without renewal.
-    pub lease_seconds: i32,
+    pub(crate) lease_seconds: i32,
     /// Address of `/healthz`.
-    pub http_addr: SocketAddr,
+    pub(crate) http_addr: SocketAddr,
 }
 
 /// Errors of starting the agent.
 #[derive(Debug, thiserror::Error)]
-pub enum AgentError {
+pub(crate) enum AgentError {
     /// The member cluster cannot be reached.
     #[error("the agent's own cluster: {0}")]
     Member(String),
     /// The hub login cannot be set up.
     #[error(transparent)]
-    Login(#[from] crate::member::pull::credentials::Error),
+    Login(#[from] crate::member::pull::login::Error),
     /// The operator's configuration for this agent cannot be read.
     #[error("the agent's configuration {namespace}/{AGENT_CONFIG_SECRET} on the hub: {reason}")]
     Config {
@@ -61,7 +61,7 @@ pub enum AgentError {
 }
 
 /// Runs the agent until a shutdown signal.
-pub async fn run(settings: AgentSettings) -> Result<(), AgentError> {
+pub(crate) async fn run(settings: AgentSettings) -> Result<(), AgentError> {
     let local = ClusterRegistry::connect(&settings.member, &RegistrationFile::default())
         .await
         .map_err(|e| AgentError::Member(e.to_string()))?;
@@ -74,7 +74,9 @@ pub async fn run(settings: AgentSettings) -> Result<(), AgentError> {
     let cluster = login.cluster().clone();
     let hub = login.client();
     let config = read_config(&hub, &cluster).await?;
-    let registry = Arc::new(arc_swap::ArcSwap::from_pointee(local.as_cluster(cluster.clone())));
+    let registry = Arc::new(arc_swap::ArcSwap::from_pointee(
+        local.as_cluster(cluster.clone()),
+    ));
     let member = registry
         .load()
         .get(&cluster)
@@ -87,26 +89,45 @@ pub async fn run(settings: AgentSettings) -> Result<(), AgentError> {
     let binary = helm.binary.clone();
     let cache_dir = charts_dir.join("cache");
     let cache = tokio::task::spawn_blocking(move || {
-        ChartCache::open(&cache_dir, crate::charts::cache::DEFAULT_SIZE, binary, metrics)
+        ChartCache::open(
+            &cache_dir,
+            crate::charts::cache::DEFAULT_SIZE,
+            binary,
+            metrics,
+        )
     })
     .await
     .map_err(|e| AgentError::Helm(e.to_string()))?
     .map_err(|e| AgentError::Helm(e.to_string()))?;
-    let cli = HelmCli::new(helm.clone(), registry, Arc::new(HealthBoard::default()), Arc::new(cache))
-        .map_err(|e| AgentError::Helm(e.to_string()))?;
+    let cli = HelmCli::new(
+        helm.clone(),
+        registry,
+        Arc::new(HealthBoard::default()),
+        Arc::new(cache),
+    )
+    .map_err(|e| AgentError::Helm(e.to_string()))?;
     let executor = Arc::new(HelmExecutor::new(cli, &helm));
     let link: Arc<dyn MemberLink> = Arc::new(PushLink::new(member, Some(executor), Arc::default()));
     let stop = CancellationToken::new();
     let tasks = tokio_util::task::TaskTracker::new();
     tasks.spawn(login.clone().rotate(stop.clone()));
     tasks.spawn(health(settings.http_addr, stop.clone()));
-    let agent = Agent::new(hub, config, link, charts_dir.join("archives"), settings.lease_seconds);
+    let agent = Agent::new(
+        hub,
+        config,
+        link,
+        charts_dir.join("archives"),
+        settings.lease_seconds,
+    );
     tasks.spawn(agent.run(stop.clone()));
     crate::runtime::tasks::shutdown_signal().await;
     tracing::info!(%cluster, "stopping the agent");
     stop.cancel();
     tasks.close();
-    if tokio::time::timeout(Duration::from_secs(20), tasks.wait()).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(20), tasks.wait())
+        .await
+        .is_err()
+    {
         tracing::warn!("the agent's tasks did not stop within 20 s");
     }
     Ok(())
@@ -139,7 +160,9 @@ async fn read_config(
                 return Ok(config);
             }
             Ok(None) => tracing::info!(%cluster, "waiting for the operator to enroll this member"),
-            Err(e) => tracing::warn!(%cluster, error = %e, "cannot read the agent's configuration yet"),
+            Err(e) => {
+                tracing::warn!(%cluster, error = %e, "cannot read the agent's configuration yet")
+            }
         }
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(30));

@@ -1,5 +1,6 @@
 //! Running the operator: wiring, leader election, the HTTP endpoints and who may read them.
 
+pub(crate) mod agent;
 pub(crate) mod auth;
 pub(crate) mod config;
 pub(crate) mod http;

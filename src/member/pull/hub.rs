@@ -1,7 +1,7 @@
 //! The hub's side of every pull member at once: one watch of all agents' reports and one of their Leases (a constant number of streams whatever the number of members), what each member last reported, and the publishing of signed calls.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashMap,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -121,11 +121,6 @@ impl PullHub {
             pending: DashMap::new(),
             following: AtomicBool::new(false),
         })
-    }
-
-    /// The hub's client.
-    pub(crate) fn client(&self) -> &kube::Client {
-        &self.client
     }
 
     /// The reports of `cluster` (empty until its agent reports).
@@ -377,11 +372,6 @@ impl PullHub {
             }
             _ => {}
         }
-    }
-
-    /// The clusters whose agents reported anything.
-    pub(crate) fn reporting(&self) -> HashSet<ClusterName> {
-        self.members.iter().map(|m| m.key().clone()).collect()
     }
 }
 

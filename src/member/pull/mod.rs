@@ -7,6 +7,7 @@ pub(crate) mod agent;
 pub(crate) mod charts;
 pub(crate) mod hub;
 pub(crate) mod link;
+pub(crate) mod login;
 pub(crate) mod messages;
 pub(crate) mod observer;
 pub(crate) mod outbox;

@@ -1,0 +1,270 @@
+//! Pull members against the lab: a member the hub holds no credentials for joins with a bootstrap token, its agent carries out a tenant's Controller and reports into the same status, its hub identity reads only its own work, and a removed member's agent gets nothing.
+
+mod common;
+
+use std::{path::Path, time::Duration};
+
+use common::{
+    agent::Agent,
+    fixtures::{DEADLINE, unique, wait_until, web},
+    hub::Hub,
+    lab::Lab,
+};
+use tenancy_hub::api::member_cluster::pull_namespace;
+
+/// One pull test at a time: each has its own operator, and a member is enrolled by one.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Runs the tenancy-hub binary against the lab's hub: its stdout, or a panic with its stderr.
+fn cli(lab: &Lab, args: &[&str]) -> String {
+    let out = std::process::Command::new(common::operator::binary())
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(lab.kubeconfig_path())
+        .args(["--context", "hub"])
+        .output()
+        .expect("tenancy-hub runs");
+    assert!(
+        out.status.success(),
+        "tenancy-hub {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Joins the lab's pull member `pull` to the hub as `name`, the way a platform team does:
+/// `cluster add --pull` on the hub, `kubectl apply` of what it prints in the member, then the
+/// agent in the member.
+fn join(lab: &Lab, name: &str, pull: &str, dir: &Path) -> Agent {
+    let manifests = cli(
+        lab,
+        &[
+            "cluster",
+            "add",
+            "--pull",
+            name,
+            "--label",
+            "kind=edge",
+            "-o",
+            "yaml",
+        ],
+    );
+    let file = dir.join(format!("{name}-join.yaml"));
+    std::fs::write(&file, manifests).unwrap();
+    lab.try_pull_kubectl(pull, &["apply", "-f", file.to_str().unwrap()])
+        .unwrap_or_else(|e| panic!("applying the join manifests in {pull}: {e}"));
+    Agent::start(lab, pull, dir)
+}
+
+/// The deployed revision of `release` in `namespace` of pull member `pull`, read in the member.
+fn deployed_revision(lab: &Lab, pull: &str, namespace: &str, release: &str) -> Option<i64> {
+    let selector = format!("owner=helm,name={release},status=deployed");
+    let out = lab
+        .try_pull_kubectl(
+            pull,
+            &[
+                "get",
+                "secrets",
+                "-n",
+                namespace,
+                "-l",
+                &selector,
+                "-o",
+                "jsonpath={.items[*].metadata.labels.version}",
+            ],
+        )
+        .ok()?;
+    out.split_whitespace().filter_map(|v| v.parse().ok()).max()
+}
+
+#[tokio::test]
+#[ignore = "needs the lab with pull members: lab/up.sh --pull-members 2, then --include-ignored"]
+async fn a_pull_member_joins_and_its_agent_delivers_into_the_same_status() {
+    let _serial = SERIAL.lock().await;
+    let hub = Hub::new("pull").await;
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("edge");
+    let mut agent = join(&hub.lab, &name, "pull-1", dir.path());
+    let namespace = unique("pulled");
+    hub.apply("web", web(&namespace, &[&name], "2")).await;
+    let status = hub
+        .status_until(
+            "web",
+            "the pull member's release deployed and its pods reported",
+            |s| {
+                s.updated_tenancies.iter().any(|t| {
+                    t.cluster == name
+                        && t.namespace == namespace
+                        && t.chart_messages
+                            .iter()
+                            .any(|m| m.revision == Some(1) && m.error_message.is_empty())
+                        && t.pod_status.len() == 2
+                        && t.replication_controller_status
+                            .iter()
+                            .any(|w| w.ready == "2/2")
+                })
+            },
+        )
+        .await;
+    let cluster = status
+        .clusters
+        .iter()
+        .find(|c| c.name == name)
+        .expect("the pull member in status");
+    assert!(cluster.reachable, "{cluster:?}");
+    assert_eq!(
+        deployed_revision(&hub.lab, "pull-1", &namespace, "web"),
+        Some(1)
+    );
+
+    // A change upgrades it there once; an unchanged spec makes no new revision.
+    hub.apply("web", web(&namespace, &[&name], "3")).await;
+    wait_until("revision 2 in the pull member", DEADLINE, || async {
+        (deployed_revision(&hub.lab, "pull-1", &namespace, "web") == Some(2)).then_some(())
+    })
+    .await;
+    hub.status_until("web", "3 pods reported from the pull member", |s| {
+        s.updated_tenancies
+            .iter()
+            .any(|t| t.cluster == name && t.pod_status.len() == 3)
+    })
+    .await;
+
+    // The agent stops: the hub shows the member unreachable within 20 s of its Lease running out.
+    agent.stop();
+    let stopped = tokio::time::Instant::now();
+    hub.status_until("web", "the pull member shown unreachable", |s| {
+        s.clusters.iter().any(|c| c.name == name && !c.reachable)
+    })
+    .await;
+    assert!(
+        stopped.elapsed() < Duration::from_secs(15 + 20),
+        "took {:?}",
+        stopped.elapsed()
+    );
+    // Back: reachable again, and the release untouched.
+    let _agent = Agent::start(&hub.lab, "pull-1", dir.path());
+    hub.status_until("web", "the pull member reachable again", |s| {
+        s.clusters.iter().any(|c| c.name == name && c.reachable)
+    })
+    .await;
+    assert_eq!(
+        deployed_revision(&hub.lab, "pull-1", &namespace, "web"),
+        Some(2)
+    );
+    hub.delete_and_wait_gone("web").await;
+    wait_until(
+        "the release uninstalled in the pull member",
+        DEADLINE,
+        || async {
+            deployed_revision(&hub.lab, "pull-1", &namespace, "web")
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    cli(&hub.lab, &["cluster", "remove", &name]);
+}
+
+#[tokio::test]
+#[ignore = "needs the lab with pull members: lab/up.sh --pull-members 2, then --include-ignored"]
+async fn an_agents_hub_identity_reads_only_its_own_work_and_dies_with_its_member() {
+    let _serial = SERIAL.lock().await;
+    let hub = Hub::new("pull-rbac").await;
+    let dir = tempfile::tempdir().unwrap();
+    let (mine, other) = (unique("edge-a"), unique("edge-b"));
+    let _agent = join(&hub.lab, &mine, "pull-2", dir.path());
+    cli(
+        &hub.lab,
+        &["cluster", "add", "--pull", &other, "-o", "yaml"],
+    );
+    let agent = format!(
+        "system:serviceaccount:{}:agent",
+        pull_namespace(&mine.parse().unwrap())
+    );
+    let lab = &hub.lab;
+    assert!(lab.can_i(
+        &agent,
+        "get",
+        "secrets",
+        Some(&pull_namespace(&mine.parse().unwrap()))
+    ));
+    assert!(lab.can_i(
+        &agent,
+        "update",
+        "leases.coordination.k8s.io",
+        Some(&pull_namespace(&mine.parse().unwrap()))
+    ));
+    assert!(!lab.can_i(
+        &agent,
+        "get",
+        "secrets",
+        Some(&pull_namespace(&other.parse().unwrap()))
+    ));
+    assert!(!lab.can_i(&agent, "list", "secrets", Some(&hub.namespace)));
+    assert!(!lab.can_i(&agent, "list", "secrets", None));
+    assert!(!lab.can_i(
+        &agent,
+        "get",
+        "controllers.multitenancy.dev",
+        Some(&hub.namespace)
+    ));
+    assert!(!lab.can_i(&agent, "list", "memberclusters.multitenancy.dev", None));
+
+    // Its token works while it is a member, and gets nothing once the member is removed.
+    let token = wait_until("the agent's hub token in its member", DEADLINE, || async {
+        let out = lab
+            .try_pull_kubectl(
+                "pull-2",
+                &[
+                    "get",
+                    "secret",
+                    "-n",
+                    "tenancy-hub-agent",
+                    "hub-credentials",
+                    "-o",
+                    "jsonpath={.data.token}",
+                ],
+            )
+            .ok()?;
+        use base64::Engine as _;
+        let token = base64::engine::general_purpose::STANDARD
+            .decode(out.trim())
+            .ok()?;
+        (!token.is_empty()).then(|| String::from_utf8(token).unwrap())
+    })
+    .await;
+    let as_agent = |token: &str| {
+        std::process::Command::new(lab.bin_dir().join("kubectl"))
+            .args(["--server", &lab.hub_server()])
+            .arg("--certificate-authority")
+            .arg(lab.hub_ca_file())
+            .args([
+                "--token",
+                token,
+                "-n",
+                &pull_namespace(&mine.parse().unwrap()),
+                "get",
+                "secrets",
+                "-o",
+                "name",
+            ])
+            .env_remove("KUBECONFIG")
+            .output()
+            .unwrap()
+    };
+    let before = as_agent(&token);
+    assert!(
+        before.status.success(),
+        "{}",
+        String::from_utf8_lossy(&before.stderr)
+    );
+    cli(lab, &["cluster", "remove", &mine]);
+    cli(lab, &["cluster", "remove", &other]);
+    wait_until("the removed member's token refused", DEADLINE, || async {
+        let after = as_agent(&token);
+        let said = String::from_utf8_lossy(&after.stderr).to_lowercase();
+        (!after.status.success() && said.contains("unauthorized")).then_some(())
+    })
+    .await;
+}
