@@ -74,7 +74,7 @@ impl Links {
             return Some(self.link(member.clone()));
         }
         registry.joined(cluster)?;
-        Some(self.pulled(cluster.clone())?)
+        self.pulled(cluster.clone())
     }
 
     /// The link of every registered cluster, the hub first, then the file's members, then the
