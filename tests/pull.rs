@@ -84,7 +84,7 @@ async fn a_pull_member_joins_and_its_agent_delivers_into_the_same_status() {
     let hub = Hub::new("pull").await;
     let dir = tempfile::tempdir().unwrap();
     let name = unique("edge");
-    let mut agent = join(&hub.lab, &name, "pull-1", dir.path());
+    let agent = join(&hub.lab, &name, "pull-1", dir.path());
     let namespace = unique("pulled");
     hub.apply("web", web(&namespace, &[&name], "2")).await;
     let status = hub
@@ -142,15 +142,24 @@ async fn a_pull_member_joins_and_its_agent_delivers_into_the_same_status() {
         "took {:?}",
         stopped.elapsed()
     );
-    // Back: reachable again, and the release untouched.
+    // Changed twice while it is away: only the newest plan runs when it is back.
+    hub.apply("web", web(&namespace, &[&name], "4")).await;
+    hub.apply("web", web(&namespace, &[&name], "1")).await;
+    assert_eq!(
+        deployed_revision(&hub.lab, "pull-1", &namespace, "web"),
+        Some(2)
+    );
     let _agent = Agent::start(&hub.lab, "pull-1", dir.path());
-    hub.status_until("web", "the pull member reachable again", |s| {
+    hub.status_until("web", "the pull member back with the newest plan", |s| {
         s.clusters.iter().any(|c| c.name == name && c.reachable)
+            && s.updated_tenancies
+                .iter()
+                .any(|t| t.cluster == name && t.pod_status.len() == 1)
     })
     .await;
     assert_eq!(
         deployed_revision(&hub.lab, "pull-1", &namespace, "web"),
-        Some(2)
+        Some(3)
     );
     hub.delete_and_wait_gone("web").await;
     wait_until(
@@ -267,4 +276,115 @@ async fn an_agents_hub_identity_reads_only_its_own_work_and_dies_with_its_member
         (!after.status.success() && said.contains("unauthorized")).then_some(())
     })
     .await;
+}
+
+#[tokio::test]
+#[ignore = "needs the lab with pull members: lab/up.sh --pull-members 2, then --include-ignored"]
+async fn an_agent_cut_off_from_the_hub_keeps_what_runs_repairs_drift_and_catches_up() {
+    use tenancy_hub::api::crd::{DriftDetection, DriftMode};
+    let _serial = SERIAL.lock().await;
+    let hub = Hub::new("pull-outage").await;
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("edge-c");
+    // The agent reaches the hub through a proxy that can be cut.
+    let mut proxy = common::proxy::Proxy::to(&hub.lab, "hub").await;
+    let manifests = cli(&hub.lab, &["cluster", "add", "--pull", &name, "-o", "yaml"]);
+    let file = dir.path().join("join.yaml");
+    std::fs::write(&file, manifests).unwrap();
+    hub.lab
+        .try_pull_kubectl("pull-2", &["apply", "-f", file.to_str().unwrap()])
+        .unwrap();
+    let server = format!(
+        "{{\"stringData\":{{\"server\":\"https://{}\"}}}}",
+        proxy.addr
+    );
+    hub.lab
+        .try_pull_kubectl(
+            "pull-2",
+            &[
+                "patch",
+                "secret",
+                "-n",
+                "tenancy-hub-agent",
+                "hub-credentials",
+                "--type",
+                "merge",
+                "-p",
+                &server,
+            ],
+        )
+        .unwrap();
+    let _agent = Agent::start(&hub.lab, "pull-2", dir.path());
+    let namespace = unique("cut");
+    let mut spec = web(&namespace, &[&name], "1");
+    spec.tenancies[0].charts[0].drift_detection = Some(DriftDetection {
+        mode: DriftMode::Enabled,
+        ..Default::default()
+    });
+    hub.apply("web", spec).await;
+    hub.status_until("web", "delivered to the pull member", |s| {
+        s.updated_tenancies
+            .iter()
+            .any(|t| t.cluster == name && t.pod_status.len() == 1)
+    })
+    .await;
+
+    proxy.stop();
+    hub.status_until(
+        "web",
+        "the cut-off member shown unreachable with when it was last seen",
+        |s| {
+            s.clusters
+                .iter()
+                .any(|c| c.name == name && !c.reachable && c.last_seen.is_some())
+        },
+    )
+    .await;
+    // Drift while cut off is repaired in the member, from the work the hub signed before.
+    hub.lab
+        .try_pull_kubectl(
+            "pull-2",
+            &[
+                "delete",
+                "deployment",
+                "-n",
+                &namespace,
+                "--all",
+                "--wait=false",
+            ],
+        )
+        .unwrap();
+    wait_until(
+        "the deleted Deployment repaired by the agent alone",
+        DEADLINE,
+        || async {
+            let found = hub
+                .lab
+                .try_pull_kubectl(
+                    "pull-2",
+                    &["get", "deployments", "-n", &namespace, "-o", "name"],
+                )
+                .ok()?;
+            (!found.trim().is_empty()
+                && deployed_revision(&hub.lab, "pull-2", &namespace, "web") == Some(2))
+            .then_some(())
+        },
+    )
+    .await;
+
+    // Back: the hub sees the member again and what happened meanwhile.
+    proxy.start().await;
+    hub.status_until(
+        "web",
+        "the member reachable again with the repair's revision",
+        |s| {
+            s.clusters.iter().any(|c| c.name == name && c.reachable)
+                && s.updated_tenancies.iter().any(|t| {
+                    t.cluster == name && t.chart_messages.iter().any(|m| m.revision == Some(2))
+                })
+        },
+    )
+    .await;
+    hub.delete_and_wait_gone("web").await;
+    cli(&hub.lab, &["cluster", "remove", &name]);
 }
