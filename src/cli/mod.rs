@@ -4,6 +4,7 @@ pub(crate) mod agent;
 pub(crate) mod args;
 pub(crate) mod diff;
 pub(crate) mod inspect;
+pub(crate) mod membership;
 pub(crate) mod rollout;
 pub(crate) mod table;
 
@@ -74,6 +75,11 @@ pub enum Command {
     /// Needs the `hub-credentials` Secret a join leaves in the member (`tenancy-hub cluster add
     /// --pull NAME` on the hub prints it). Stops cleanly on SIGINT or SIGTERM.
     Agent(agent::AgentArgs),
+    /// Register and remove pull members on the hub.
+    #[command(subcommand)]
+    Cluster(membership::ClusterCommand),
+    /// Join this member to a hub as a pull member: writes the hub login its agent starts from.
+    Join(membership::JoinArgs),
     /// Print the Controller and TenancyPolicy CustomResourceDefinitions as YAML.
     #[command(after_help = "Example:\n  tenancy-hub crd | kubectl apply --server-side -f -")]
     Crd,
@@ -150,6 +156,14 @@ impl Command {
             })),
             Command::Rollout(args) => {
                 rollout::run(args).await?;
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Cluster(command) => {
+                membership::cluster(command).await?;
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Join(args) => {
+                membership::join(args).await?;
                 Ok(ExitCode::SUCCESS)
             }
             Command::Agent(args) => {
