@@ -449,9 +449,8 @@ mod tests {
             AGENT_NAMESPACE,
         )
         .unwrap();
-        let docs: Vec<serde_yaml::Value> = yaml
-            .split("---\n")
-            .map(|d| serde_yaml::from_str(d).unwrap())
+        let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&yaml)
+            .map(|d| serde::Deserialize::deserialize(d).unwrap())
             .collect();
         assert_eq!(docs[0]["kind"], "Namespace");
         assert_eq!(docs[1]["kind"], "Secret");
