@@ -797,14 +797,33 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
         // Releases a TenancyPolicy with `impersonate` allows on the hub act as its user and groups.
         ("impersonate", "users", None),
         ("impersonate", "groups", None),
+        // Pull members: their MemberClusters, their hub namespaces, the operator's rights there.
+        ("watch", "memberclusters.multitenancy.dev", None),
+        ("list", "memberclusters.multitenancy.dev", None),
+        ("create", "namespaces", None),
+        ("watch", "leases.coordination.k8s.io", None),
+        (
+            "bind",
+            "clusterroles.rbac.authorization.k8s.io/tenancy-hub-member-namespace",
+            None,
+        ),
     ];
     let refused = [
         ("*", "*", None),
         ("delete", "nodes", None),
         ("create", "clusterroles", None),
-        ("create", "rolebindings", Some(hub_ns.as_str())),
-        ("create", "namespaces", None),
+        ("patch", "rolebindings", Some(hub_ns.as_str())),
+        ("create", "roles", Some(hub_ns.as_str())),
+        ("create", "serviceaccounts", Some(hub_ns.as_str())),
+        ("bind", "clusterroles.rbac.authorization.k8s.io/admin", None),
+        (
+            "escalate",
+            "roles.rbac.authorization.k8s.io",
+            Some(hub_ns.as_str()),
+        ),
+        ("delete", "namespaces", None),
         ("patch", "namespaces/kube-system", None),
+        ("delete", "memberclusters.multitenancy.dev", None),
         ("impersonate", "serviceaccounts", None),
         ("create", "tenancypolicies.multitenancy.dev", None),
         (

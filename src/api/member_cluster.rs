@@ -142,6 +142,14 @@ pub fn pull_namespace(cluster: &ClusterName) -> String {
     format!("{NAMESPACE_PREFIX}{head}-{short}")
 }
 
+/// The pull member whose hub namespace is `namespace`, when its name can be read back from it:
+/// every name whose namespace is not shortened with a digest (names up to 44 characters); a
+/// shortened namespace gives the name its text spells, whose namespace it also is.
+pub fn member_of_pull_namespace(namespace: &str) -> Option<ClusterName> {
+    let name: ClusterName = namespace.strip_prefix(NAMESPACE_PREFIX)?.parse().ok()?;
+    (pull_namespace(&name) == namespace).then_some(name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,6 +192,23 @@ mod tests {
         assert_eq!(mc.spec.labels["region"], "east");
         assert_eq!(mc.spec.variables["replicas"], serde_json::json!(3));
         assert_eq!(mc.status, None);
+    }
+
+    #[test]
+    fn a_pull_namespace_names_its_member_back_unless_shortened() {
+        let edge: ClusterName = "edge-1".parse().unwrap();
+        assert_eq!(
+            member_of_pull_namespace("tenancy-hub-member-edge-1"),
+            Some(edge)
+        );
+        assert_eq!(member_of_pull_namespace("team-a"), None);
+        assert_eq!(member_of_pull_namespace("tenancy-hub-member-"), None);
+        let long: ClusterName = "a".repeat(60).parse().unwrap();
+        assert_ne!(
+            member_of_pull_namespace(&pull_namespace(&long)),
+            Some(long),
+            "a shortened namespace does not name its member back"
+        );
     }
 
     #[test]

@@ -144,7 +144,7 @@ impl Reloader {
                 }
                 Err(e) => {
                     ctx.metrics.registry_reload(false);
-                    let kept = ctx.registry.load().iter().count();
+                    let kept = ctx.registry.load().names().len();
                     let note = format!(
                         "{e}; the last good registry ({kept} clusters) stays in force until the file is fixed"
                     );

@@ -5,7 +5,7 @@
 //! same [`MemberLink`].
 
 pub(crate) mod link;
-pub(crate) mod pull;
+pub mod pull;
 pub(crate) mod push;
 
 pub(crate) use link::{DriftCheck, MemberLink};

@@ -178,7 +178,8 @@ async fn start(
 }
 
 /// The loops that follow outcomes, records, workload changes, freed claims, drift, ownerless
-/// releases, charts, cluster health, the registration file, the joined members and status writes.
+/// releases, charts, cluster health, the registration file, the joined members and their
+/// enrollment, and status writes.
 #[allow(clippy::too_many_arguments)]
 fn spawn_loops(
     config: &RunConfig,
@@ -264,6 +265,17 @@ fn spawn_loops(
         )
         .instrument(tracing::info_span!("joined")),
     );
+    if let Some(seal) = config.helm.seal.clone() {
+        tasks.spawn(
+            crate::member::pull::enroll::run(
+                ctx.hub.clone(),
+                seal,
+                ctx.registry.clone(),
+                cancel.clone(),
+            )
+            .instrument(tracing::info_span!("enroll")),
+        );
+    }
     tasks.spawn({
         let (ctx, cancel) = (ctx.clone(), cancel.clone());
         let interval = config.status_interval;

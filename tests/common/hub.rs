@@ -12,6 +12,7 @@ use kube::{
     api::{DeleteParams, Patch, PatchParams, PostParams},
 };
 use tenancy_hub::api::crd::{Controller, ControllerSpec, ControllerStatus};
+use tenancy_hub::api::member_cluster::MemberCluster;
 use tenancy_hub::api::policy::{
     Impersonation, PolicyClusterSelector, TenancyPolicy, TenancyPolicySpec,
 };
@@ -22,11 +23,16 @@ use super::{
     operator::Operator,
 };
 
-/// Applies the Controller and TenancyPolicy CRDs to the hub and waits until they are established.
+/// Applies the Controller, TenancyPolicy and MemberCluster CRDs to the hub and waits until they are
+/// established.
 #[allow(dead_code)] // used by some test crates only
 pub async fn install_crd(hub: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(hub.clone());
-    for crd in [Controller::crd(), TenancyPolicy::crd()] {
+    for crd in [
+        Controller::crd(),
+        TenancyPolicy::crd(),
+        MemberCluster::crd(),
+    ] {
         let name = crd.metadata.name.clone().unwrap();
         crds.patch(
             &name,

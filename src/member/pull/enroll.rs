@@ -1,0 +1,430 @@
+//! Enrollment of pull members, kept by the operator while it works: for each `MemberCluster`, its hub namespace with the agent's and the bootstrap identities, their Roles and the agent's configuration; its status from the agent's Lease. The namespace is owned by the `MemberCluster`, so Kubernetes deletes it with it, which revokes every token of its agent.
+//!
+//! The objects are made when a `MemberCluster` is first seen by this process and every
+//! [`REAPPLY_EVERY`] after (repairing hand edits); in between, a look at a member reads only the
+//! Lease store, so an agent renewing its Lease costs the hub no request. Bound ServiceAccount
+//! tokens die with their ServiceAccount, so the namespace's deletion revokes the agent's token and
+//! any bootstrap token at once.
+//!
+//! Rights: the operator creates the namespace (create only, so no right to patch any other
+//! namespace), then binds itself the ClusterRole [`objects::NAMESPACE_ROLE`] in it (a right it
+//! holds as `bind` of that one ClusterRole), and applies the rest with that binding: it holds in
+//! the member's namespace, and nowhere else, every right it grants the agent there, as
+//! Kubernetes' escalation check requires.
+
+pub(crate) mod objects;
+pub(crate) mod status;
+
+use std::{
+    collections::HashMap,
+    fmt::Debug,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use futures::{FutureExt as _, StreamExt as _};
+use k8s_openapi::{
+    api::{
+        authentication::v1::SelfSubjectReview,
+        coordination::v1::Lease,
+        core::v1::Namespace,
+        rbac::v1::{RoleBinding, Subject},
+    },
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{Patch, PatchParams, PostParams},
+    runtime::{
+        Controller, WatchStreamExt,
+        controller::Action,
+        reflector::{self, ObjectRef},
+        watcher,
+    },
+};
+use serde::{Serialize, de::DeserializeOwned};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    api::{
+        key::ClusterName,
+        member_cluster::{
+            AGENT_LEASE, MEMBER_LABEL, MemberCluster, member_of_pull_namespace, pull_namespace,
+        },
+    },
+    clusters::registry::SharedRegistry,
+    helm::seal::SealKey,
+    member::pull::enroll::{
+        objects::{enrolled, is_members, subject_of},
+        status::{Standing, look_again, status},
+    },
+};
+
+/// The field manager of every object enrollment applies.
+pub(crate) const FIELD_MANAGER: &str = "tenancy-hub";
+/// How often a member's objects are applied again while it is enrolled.
+pub(crate) const REAPPLY_EVERY: Duration = Duration::from_secs(600);
+/// How soon a member the registration file names is looked at again.
+const FILE_NAME_RECHECK: Duration = Duration::from_secs(60);
+
+/// What went wrong enrolling one pull member.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum EnrollError {
+    /// An object could not be made or applied.
+    #[error(
+        "cluster {cluster}: cannot apply {what} on the hub: {source}; check that the operator holds the rights of deploy/rbac.yaml (ClusterRoles tenancy-hub and tenancy-hub-member-namespace)"
+    )]
+    Apply {
+        /// The member.
+        cluster: ClusterName,
+        /// The object, as `Kind name`.
+        what: String,
+        /// The API error.
+        source: kube::Error,
+    },
+    /// The member's namespace exists and is someone else's.
+    #[error(
+        "cluster {cluster}: hub namespace {namespace} exists but is not this member's (it lacks the label {MEMBER_LABEL}={cluster}); delete it, or join the cluster under another name"
+    )]
+    ForeignNamespace {
+        /// The member.
+        cluster: ClusterName,
+        /// Its namespace's name.
+        namespace: String,
+    },
+    /// The namespace belongs to an earlier `MemberCluster` of the same name, and goes with it.
+    #[error(
+        "cluster {cluster}: hub namespace {namespace} belongs to an earlier MemberCluster {cluster} and is deleted with it; enrolling once it is gone"
+    )]
+    Terminating {
+        /// The member.
+        cluster: ClusterName,
+        /// Its namespace.
+        namespace: String,
+    },
+    /// The status could not be written.
+    #[error("cluster {cluster}: cannot write the MemberCluster's status: {source}")]
+    Status {
+        /// The member.
+        cluster: ClusterName,
+        /// The API error.
+        source: kube::Error,
+    },
+    /// The object's name is not a cluster name (the CRD's rules refuse these).
+    #[error("MemberCluster {name:?} is not named as a cluster (a DNS-1123 label); it is ignored")]
+    BadName {
+        /// The object's name.
+        name: String,
+    },
+}
+
+/// What enrollment works with: the hub, who the operator is there, the operator's sealing key
+/// (each agent's configuration derives from it), the registry (the file's names win), and the
+/// agents' Leases.
+struct Enrollment {
+    hub: Client,
+    operator: Option<Subject>,
+    seal: SealKey,
+    registry: SharedRegistry,
+    leases: reflector::Store<Lease>,
+    /// The pull members' namespaces (those with the member label).
+    namespaces: reflector::Store<Namespace>,
+    /// When the objects of each `MemberCluster` (by uid) were last applied by this process.
+    applied: Mutex<HashMap<String, Instant>>,
+}
+
+/// Keeps every `MemberCluster` enrolled until `stop`: one reconcile per member on its changes,
+/// its agent's Lease changes, and at least every minute.
+pub(crate) async fn run(
+    hub: Client,
+    seal: SealKey,
+    registry: SharedRegistry,
+    stop: CancellationToken,
+) {
+    let (leases, writer) = reflector::store();
+    let by_name = watcher::Config::default().fields(&format!("metadata.name={AGENT_LEASE}"));
+    let lease_events = watcher(Api::<Lease>::all(hub.clone()), by_name)
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+    let (namespaces, writer) = reflector::store();
+    let labelled = watcher::Config::default().labels(MEMBER_LABEL);
+    let namespace_events = watcher(Api::<Namespace>::all(hub.clone()), labelled)
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+    let ctx = Arc::new(Enrollment {
+        operator: whoami(&hub).await,
+        hub: hub.clone(),
+        seal,
+        registry,
+        leases,
+        namespaces,
+        applied: Mutex::default(),
+    });
+    Controller::new(Api::<MemberCluster>::all(hub), watcher::Config::default())
+        .owns_stream(namespace_events)
+        .watches_stream(lease_events, |lease: Lease| {
+            let member = member_of_pull_namespace(lease.metadata.namespace.as_deref()?)?;
+            Some(ObjectRef::new(member.as_str()))
+        })
+        .graceful_shutdown_on(stop.cancelled_owned())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "enrollment ended with an error");
+            }
+        })
+        .await;
+}
+
+/// Who the operator is on the hub, as the subject it binds itself as in each member's namespace.
+async fn whoami(hub: &Client) -> Option<Subject> {
+    let reviews: Api<SelfSubjectReview> = Api::all(hub.clone());
+    let review = reviews
+        .create(&PostParams::default(), &SelfSubjectReview::default())
+        .await;
+    match review.map(|r| r.status.and_then(|s| s.user_info).and_then(|u| u.username)) {
+        Ok(Some(username)) => Some(subject_of(&username)),
+        Ok(None) => None,
+        Err(error) => {
+            tracing::warn!(%error, "the hub did not say who the operator is; pull members are enrolled with the operator's own rights alone");
+            None
+        }
+    }
+}
+
+async fn reconcile(mc: Arc<MemberCluster>, ctx: Arc<Enrollment>) -> Result<Action, EnrollError> {
+    let name = mc.name_any();
+    let cluster: ClusterName = name.parse().map_err(|_| EnrollError::BadName { name })?;
+    if mc.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    ctx.enroll(&cluster, &mc).await
+}
+
+fn error_policy(_mc: Arc<MemberCluster>, error: &EnrollError, _ctx: Arc<Enrollment>) -> Action {
+    match error {
+        EnrollError::Terminating { .. } => {
+            tracing::info!(%error);
+            Action::requeue(Duration::from_secs(2))
+        }
+        EnrollError::BadName { .. } => {
+            tracing::warn!(%error);
+            Action::await_change()
+        }
+        _ => {
+            tracing::warn!(%error, "enrollment failed; retrying in 15s");
+            Action::requeue(Duration::from_secs(15))
+        }
+    }
+}
+
+impl Enrollment {
+    /// Enrolls `cluster` (applying its objects when due) and writes its status.
+    async fn enroll(
+        &self,
+        cluster: &ClusterName,
+        mc: &MemberCluster,
+    ) -> Result<Action, EnrollError> {
+        if self.registry.load().get(cluster).is_some() {
+            self.write_status(cluster, mc, &Standing::InRegistrationFile)
+                .await?;
+            return Ok(Action::requeue(FILE_NAME_RECHECK));
+        }
+        let listed = |ready: Option<Result<(), _>>| matches!(ready, Some(Ok(())));
+        if !listed(self.leases.wait_until_ready().now_or_never())
+            || !listed(self.namespaces.wait_until_ready().now_or_never())
+        {
+            // Until the Leases are listed, every member would look as if its agent had not joined.
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        }
+        let uid = mc.uid().unwrap_or_default();
+        if self.due(cluster, &uid) {
+            if let Err(error) = self.apply(cluster, mc).await {
+                let standing = Standing::Failed(error.to_string());
+                // The failure is what matters; a status that cannot be written says nothing more.
+                let _ = self.write_status(cluster, mc, &standing).await;
+                return Err(error);
+            }
+            tracing::info!(%cluster, namespace = %pull_namespace(cluster), "pull member enrolled");
+            self.applied
+                .lock()
+                .expect("not poisoned")
+                .insert(uid, Instant::now());
+        }
+        let namespace = pull_namespace(cluster);
+        let lease = self
+            .leases
+            .get(&ObjectRef::new(AGENT_LEASE).within(&namespace));
+        self.write_status(cluster, mc, &Standing::Enrolled(lease.as_deref()))
+            .await?;
+        Ok(Action::requeue(look_again(
+            lease.as_deref(),
+            Timestamp::now(),
+        )))
+    }
+
+    /// Whether the objects of `cluster`, whose `MemberCluster` has `uid`, are due to be applied:
+    /// never applied by this process, not for [`REAPPLY_EVERY`], or its namespace is gone.
+    fn due(&self, cluster: &ClusterName, uid: &str) -> bool {
+        let namespace = ObjectRef::new(&pull_namespace(cluster));
+        let gone = self
+            .namespaces
+            .get(&namespace)
+            .is_none_or(|ns| ns.metadata.deletion_timestamp.is_some());
+        let applied = self.applied.lock().expect("not poisoned");
+        gone || applied
+            .get(uid)
+            .is_none_or(|at| at.elapsed() >= REAPPLY_EVERY)
+    }
+
+    /// Makes the member's namespace (unless someone else's has its name) and the operator's
+    /// rights in it, then applies everything else in it.
+    async fn apply(&self, cluster: &ClusterName, mc: &MemberCluster) -> Result<(), EnrollError> {
+        let owner = mc
+            .controller_owner_ref(&())
+            .expect("a MemberCluster read from the hub has a name and a uid");
+        let e = enrolled(cluster, owner, self.operator.as_ref(), &self.seal);
+        let namespace = pull_namespace(cluster);
+        self.make_namespace(cluster, &e.namespace).await?;
+        if let Some(binding) = &e.operator {
+            let bindings: Api<RoleBinding> = Api::namespaced(self.hub.clone(), &namespace);
+            create(cluster, &bindings, binding).await?;
+        }
+        let accounts = Api::namespaced(self.hub.clone(), &namespace);
+        for account in &e.accounts {
+            apply(cluster, &accounts, account).await?;
+        }
+        // The Roles before their bindings, so no binding ever points at nothing.
+        let roles = Api::namespaced(self.hub.clone(), &namespace);
+        for role in &e.roles {
+            apply(cluster, &roles, role).await?;
+        }
+        let bindings = Api::namespaced(self.hub.clone(), &namespace);
+        for binding in &e.bindings {
+            apply(cluster, &bindings, binding).await?;
+        }
+        let secrets = Api::namespaced(self.hub.clone(), &namespace);
+        apply(cluster, &secrets, &e.config).await
+    }
+
+    /// Creates the member's namespace, or checks that the one of its name is the member's.
+    async fn make_namespace(
+        &self,
+        cluster: &ClusterName,
+        made: &Namespace,
+    ) -> Result<(), EnrollError> {
+        let namespaces: Api<Namespace> = Api::all(self.hub.clone());
+        if create(cluster, &namespaces, made).await? {
+            return Ok(());
+        }
+        let name = made.name_any();
+        let found = namespaces
+            .get_opt(&name)
+            .await
+            .map_err(|source| EnrollError::Apply {
+                cluster: cluster.clone(),
+                what: format!("Namespace {name}"),
+                source,
+            })?;
+        let owner = made.owner_references().first().map(|o| o.uid.as_str());
+        match found {
+            Some(ns) if !is_members(&ns, cluster) => Err(EnrollError::ForeignNamespace {
+                cluster: cluster.clone(),
+                namespace: name,
+            }),
+            Some(ns)
+                if ns.metadata.deletion_timestamp.is_none()
+                    && ns
+                        .owner_references()
+                        .iter()
+                        .any(|o| Some(o.uid.as_str()) == owner) =>
+            {
+                Ok(())
+            }
+            _ => Err(EnrollError::Terminating {
+                cluster: cluster.clone(),
+                namespace: name,
+            }),
+        }
+    }
+
+    /// Writes the status `standing` makes, when it differs from the one the object has.
+    async fn write_status(
+        &self,
+        cluster: &ClusterName,
+        mc: &MemberCluster,
+        standing: &Standing<'_>,
+    ) -> Result<(), EnrollError> {
+        let previous = mc.status.as_ref();
+        let fresh = status(
+            cluster,
+            &pull_namespace(cluster),
+            standing,
+            mc.metadata.generation,
+            previous,
+            Timestamp::now(),
+        );
+        if previous == Some(&fresh) {
+            return Ok(());
+        }
+        let api: Api<MemberCluster> = Api::all(self.hub.clone());
+        let body = serde_json::json!({
+            "apiVersion": MemberCluster::api_version(&()),
+            "kind": MemberCluster::kind(&()),
+            "status": fresh,
+        });
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let patch = Patch::Apply(&body);
+        within_time(api.patch_status(cluster.as_str(), &params, &patch))
+            .await
+            .map(|_| ())
+            .map_err(|source| EnrollError::Status {
+                cluster: cluster.clone(),
+                source,
+            })
+    }
+}
+
+/// A write to the hub, given up after [`crate::api::HUB_WRITE_TIMEOUT`].
+async fn within_time<T>(
+    write: impl Future<Output = Result<T, kube::Error>>,
+) -> Result<T, kube::Error> {
+    tokio::time::timeout(crate::api::HUB_WRITE_TIMEOUT, write)
+        .await
+        .unwrap_or_else(|_| Err(kube::Error::Service("no answer in time".into())))
+}
+
+/// Creates `object` through `api`: true when made now, false when one of its name exists.
+async fn create<K>(cluster: &ClusterName, api: &Api<K>, object: &K) -> Result<bool, EnrollError>
+where
+    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
+{
+    match within_time(api.create(&PostParams::default(), object)).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(source) => Err(EnrollError::Apply {
+            cluster: cluster.clone(),
+            what: format!("{} {}", K::kind(&()), object.name_any()),
+            source,
+        }),
+    }
+}
+
+/// Applies `object` server-side through `api`, as the operator.
+async fn apply<K>(cluster: &ClusterName, api: &Api<K>, object: &K) -> Result<(), EnrollError>
+where
+    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
+{
+    let name = object.name_any();
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    within_time(api.patch(&name, &params, &Patch::Apply(object)))
+        .await
+        .map(|_| ())
+        .map_err(|source| EnrollError::Apply {
+            cluster: cluster.clone(),
+            what: format!("{} {name}", K::kind(&())),
+            source,
+        })
+}
