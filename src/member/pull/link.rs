@@ -33,6 +33,8 @@ use crate::{
 
 /// How long a Helm job's answer may take once published to a live agent.
 const ANSWER_WITHIN: Duration = Duration::from_secs(15 * 60);
+/// How long a job's outcome waits for the agent's records to show it.
+const SETTLE_WITHIN: Duration = Duration::from_secs(10);
 /// How long a drift check or a manifest read may take.
 const REPLY_WITHIN: Duration = Duration::from_secs(60);
 
@@ -298,6 +300,9 @@ async fn wait_answer(hub: &PullHub, cluster: &ClusterName, key: &ReleaseKey, id:
         let answer = member.read(|r| r.answers.get(key).filter(|a| a.id == id).cloned());
         if let Some(answer) = answer {
             hub.answered(key, id);
+            // As with a push member, what the job did shows in the release records before its
+            // outcome is taken, so the next plan never sees the release as it was.
+            settle(&member, key, &answer.outcome).await;
             return answer.outcome;
         }
         if let Some(why) = away(cluster, &member) {
@@ -312,6 +317,35 @@ async fn wait_answer(hub: &PullHub, cluster: &ClusterName, key: &ReleaseKey, id:
                 FailureKind::Transient,
             );
         }
+        let _ = tokio::time::timeout(LOOK_EVERY, changed.changed()).await;
+    }
+}
+
+/// Waits, within [`SETTLE_WITHIN`], until the agent's records report shows what `outcome` did
+/// to `key`: its new revision, or its records gone.
+async fn settle(member: &Member, key: &ReleaseKey, outcome: &Outcome) {
+    let shows = |r: &crate::member::pull::hub::Reports| {
+        let Some(records) = &r.records[0] else {
+            return false;
+        };
+        let mut revisions = records.iter().filter(|m| {
+            m.namespace.as_deref() == Some(key.scope.namespace.as_str())
+                && m.labels.as_ref().and_then(|l| l.get("name")) == Some(&key.release)
+        });
+        match outcome {
+            Outcome::Applied { revision, .. } => revisions.any(|m| {
+                m.labels
+                    .as_ref()
+                    .and_then(|l| l.get("version")?.parse::<i64>().ok())
+                    .is_some_and(|v| v >= *revision)
+            }),
+            Outcome::Uninstalled => revisions.next().is_none(),
+            Outcome::Failed { .. } => true,
+        }
+    };
+    let mut changed = member.subscribe();
+    let deadline = Instant::now() + SETTLE_WITHIN;
+    while !member.read(shows) && Instant::now() < deadline {
         let _ = tokio::time::timeout(LOOK_EVERY, changed.changed()).await;
     }
 }

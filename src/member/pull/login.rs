@@ -110,9 +110,9 @@ impl HubLogin {
             .tempdir()
             .map_err(|e| io(&cluster, "making the token directory", e))?;
         let token_file = dir.path().join("token");
+        // A bootstrap token is a new join: it wins over a token an earlier join left.
         let token = match (field("token"), field("bootstrapToken")) {
-            (Some(token), _) => token,
-            (None, Some(bootstrap)) => {
+            (_, Some(bootstrap)) => {
                 let hub = client(&server, &ca, Auth::Token(&bootstrap)).await?;
                 let token =
                     request_token(&hub, &cluster)
@@ -125,6 +125,7 @@ impl HubLogin {
                 tracing::info!(%cluster, "joined the hub: the bootstrap token is exchanged for the agent's own");
                 token
             }
+            (Some(token), None) => token,
             (None, None) => return Err(missing("holds neither token nor bootstrapToken".into())),
         };
         write_token(&token_file, &token).map_err(|e| io(&cluster, "writing the token file", e))?;

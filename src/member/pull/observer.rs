@@ -23,7 +23,7 @@ use crate::{
 };
 
 /// How long changes gather before they are reported.
-const COALESCE: Duration = Duration::from_secs(1);
+const COALESCE: Duration = Duration::from_millis(300);
 
 /// What runs in one namespace.
 #[derive(Default)]
