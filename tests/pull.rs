@@ -278,7 +278,8 @@ async fn an_agents_hub_identity_reads_only_its_own_work_and_dies_with_its_member
     .await;
 }
 
-#[tokio::test]
+// The proxy's tasks must run while the test waits for the agent synchronously.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the lab with pull members: lab/up.sh --pull-members 2, then --include-ignored"]
 async fn an_agent_cut_off_from_the_hub_keeps_what_runs_repairs_drift_and_catches_up() {
     use tenancy_hub::api::crd::{DriftDetection, DriftMode};

@@ -114,13 +114,19 @@ impl HubLogin {
         let token = match (field("token"), field("bootstrapToken")) {
             (_, Some(bootstrap)) => {
                 let hub = client(&server, &ca, Auth::Token(&bootstrap)).await?;
-                let token =
-                    request_token(&hub, &cluster)
-                        .await
-                        .map_err(|source| Error::Bootstrap {
+                let token = request_token(&hub, &cluster)
+                    .await
+                    .map_err(|source| match source {
+                        kube::Error::Api(_) => Error::Bootstrap {
                             cluster: cluster.clone(),
                             source,
-                        })?;
+                        },
+                        other => io(
+                            &cluster,
+                            "reaching the hub at the server of its join",
+                            other,
+                        ),
+                    })?;
                 save(&secrets, &cluster, &token, true).await?;
                 tracing::info!(%cluster, "joined the hub: the bootstrap token is exchanged for the agent's own");
                 token
