@@ -20,7 +20,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 MEMBERS=2
 PULL_MEMBERS=0
 LAB_DIR="${TENANCY_HUB_LAB_DIR:-$HERE/../.lab}"
-usage() { sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "kind/up.sh: $*" >&2; exit 1; }
 while (($#)); do
     case $1 in

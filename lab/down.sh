@@ -16,7 +16,7 @@ while (($#)); do
     case $1 in
         --dir) LAB_DIR=${2:?--dir needs a directory}; shift 2 ;;
         --keep-logs) KEEP_LOGS=true; shift ;;
-        -h | --help) sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument: $1" ;;
     esac
 done

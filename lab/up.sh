@@ -23,7 +23,7 @@ MEMBERS=2
 PULL_MEMBERS=
 NODES=1
 LAB_DIR=$(default_lab_dir)
-usage() { sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
     case $1 in
         --members) MEMBERS=${2:?--members needs a number}; shift 2 ;;

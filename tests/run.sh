@@ -5,7 +5,8 @@
 #
 # Does all set-up on a fresh machine (the lab's binaries are built once into ~/.cache/tenancy-hub),
 # prints the time of each phase, and always stops the lab it started, even when a test fails.
-# Environment: TENANCY_HUB_TEST_LAB_DIR (default: a new temporary directory), TEST_MEMBERS (default 3: the rollout tests need three members).
+# Environment: TENANCY_HUB_TEST_LAB_DIR (default: a new temporary directory), TEST_MEMBERS (default 3: the rollout tests need three members),
+# TEST_PULL_MEMBERS (default 2: pull members, whose agents the pull tests run; tests/deploy.rs applies deploy/agent/ to the first).
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
@@ -66,7 +67,7 @@ phase "executor tests"
 
 phase "lab up"
 lab_started=true
-"$REPO/lab/up.sh" --members "${TEST_MEMBERS:-3}" --dir "$LAB_DIR"
+"$REPO/lab/up.sh" --members "${TEST_MEMBERS:-3}" --pull-members "${TEST_PULL_MEMBERS:-2}" --dir "$LAB_DIR"
 
 phase "end-to-end tests"
 TENANCY_HUB_LAB_DIR=$LAB_DIR cargo test --locked --test '*' -- --include-ignored 2>&1 | tee -a "$RESULTS"

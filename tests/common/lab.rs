@@ -171,6 +171,7 @@ impl Lab {
         }
     }
 
+    /// The lab's kubectl with `kubeconfig`, `context` and `args`, not yet run.
     fn kubectl_command(
         &self,
         kubeconfig: &Path,
