@@ -389,3 +389,67 @@ async fn an_agent_cut_off_from_the_hub_keeps_what_runs_repairs_drift_and_catches
     hub.delete_and_wait_gone("web").await;
     cli(&hub.lab, &["cluster", "remove", &name]);
 }
+
+#[tokio::test]
+#[ignore = "needs the lab with pull members: lab/up.sh --pull-members 2, then --include-ignored"]
+async fn a_rollout_moves_across_push_and_pull_members_in_its_waves() {
+    use std::collections::BTreeMap;
+    use tenancy_hub::api::crd::{ClusterSelector, Rollout, Wave};
+    let _serial = SERIAL.lock().await;
+    let hub = Hub::new("pull-mixed").await;
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("edge-m");
+    // `cluster add --pull` labels it kind=edge; the push member-1 has none of that label.
+    let _agent = join(&hub.lab, &name, "pull-1", dir.path());
+    let namespace = unique("mixed");
+    let rollout = Rollout {
+        max_unavailable: Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1)),
+        progress_deadline: Some("2m".into()),
+        waves: vec![Wave {
+            cluster_selector: ClusterSelector {
+                match_labels: BTreeMap::from([("kind".into(), "edge".into())]),
+            },
+        }],
+        ..Rollout::default()
+    };
+    let spec = |replicas: &str| {
+        let mut spec = web(&namespace, &["member-1", &name], replicas);
+        spec.rollout = Some(rollout.clone());
+        spec
+    };
+    let done = |generation: i64| {
+        move |s: &tenancy_hub::api::crd::ControllerStatus| {
+            s.rollout
+                .as_ref()
+                .is_some_and(|r| r.generation == generation && r.phase == "Complete")
+        }
+    };
+    hub.apply("web", spec("1")).await;
+    hub.status_until("web", "the first rollout complete", done(1))
+        .await;
+    hub.apply("web", spec("2")).await;
+    let status = hub
+        .status_until("web", "the change rolled out to both", done(2))
+        .await;
+    let order: Vec<&str> = status
+        .rollout
+        .as_ref()
+        .unwrap()
+        .clusters
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(
+        order,
+        [name.as_str(), "member-1"],
+        "the pull member's wave first"
+    );
+    assert_eq!(
+        deployed_revision(&hub.lab, "pull-1", &namespace, "web"),
+        Some(2)
+    );
+    hub.releases_become("member-1", &namespace, &[("web", 2)])
+        .await;
+    hub.delete_and_wait_gone("web").await;
+    cli(&hub.lab, &["cluster", "remove", &name]);
+}

@@ -174,16 +174,20 @@ impl MemberLink for PullLink {
     }
 
     fn probe(&self) -> BoxFuture<'static, Health> {
-        let member = self.hub.member(&self.cluster);
-        let error = away(&self.cluster, &member);
-        let health = Health {
-            cluster: self.cluster.to_string(),
-            context: "pull (agent)".into(),
-            reachable: error.is_none(),
-            version: member.read(|r| r.status.as_ref().and_then(|s| s.kube_version.clone())),
-            error,
-        };
-        futures::future::ready(health).boxed()
+        let (hub, cluster) = (self.hub.clone(), self.cluster.clone());
+        async move {
+            let read = hub.read_now(&cluster).await;
+            let member = hub.member(&cluster);
+            let error = read.err().or_else(|| away(&cluster, &member));
+            Health {
+                cluster: cluster.to_string(),
+                context: "pull (agent)".into(),
+                reachable: error.is_none(),
+                version: member.read(|r| r.status.as_ref().and_then(|s| s.kube_version.clone())),
+                error,
+            }
+        }
+        .boxed()
     }
 
     fn list_releases(&self) -> BoxFuture<'static, Result<HashMap<ReleaseKey, Applied>, String>> {
