@@ -17,51 +17,13 @@ use crate::{
     member::link::MemberLink,
     member::pull::messages::{Observed, RecordsReport, observed_name, records_name},
     member::pull::outbox::Outbox,
-    observe::model::{Change, PodInfo, WorkloadInfo, WorkloadRef},
+    observe::model::ScopeState,
     observe::records::{FOREIGN_SELECTOR, MANAGED_SELECTOR},
     observe::watch::{ClusterWatch, Namespaces},
 };
 
 /// How long changes gather before they are reported.
 const COALESCE: Duration = Duration::from_millis(300);
-
-/// What runs in one namespace.
-#[derive(Default)]
-struct Scope {
-    pods: BTreeMap<String, PodInfo>,
-    workloads: BTreeMap<WorkloadRef, WorkloadInfo>,
-    problem: Option<String>,
-}
-
-impl Scope {
-    fn apply(&mut self, change: Change) {
-        match change {
-            Change::Pod(p) => {
-                self.pods.insert(p.name.clone(), p);
-                self.problem = None;
-            }
-            Change::PodGone(name) => {
-                self.pods.remove(&name);
-            }
-            Change::Workload(w) => {
-                self.workloads.insert(w.id.clone(), w);
-            }
-            Change::WorkloadGone(id) => {
-                self.workloads.remove(&id);
-            }
-            Change::PodsListed(pods) => {
-                self.pods = pods.into_iter().map(|p| (p.name.clone(), p)).collect();
-                self.problem = None;
-            }
-            Change::WorkloadsListed(kind, list) => {
-                self.workloads.retain(|id, _| id.kind != kind);
-                self.workloads
-                    .extend(list.into_iter().map(|w| (w.id.clone(), w)));
-            }
-            Change::Lost(why) => self.problem = Some(why),
-        }
-    }
-}
 
 /// The namespaces the hub asked the agent to watch, and a tick when it asks for more.
 pub(crate) struct Wanted {
@@ -119,7 +81,7 @@ pub(crate) async fn observe(
         stop: stop.clone(),
     };
     tokio::spawn(local.watch_workloads(watch));
-    let mut scopes: HashMap<String, Scope> = HashMap::new();
+    let mut scopes: HashMap<String, ScopeState> = HashMap::new();
     let mut dirty: BTreeSet<String> = BTreeSet::new();
     let mut reported: BTreeSet<String> = BTreeSet::new();
     let mut asked = wanted.changed.subscribe();
@@ -129,7 +91,10 @@ pub(crate) async fn observe(
             _ = stop.cancelled() => return,
             change = changes.recv() => {
                 let Some((scope, change)) = change else { return };
-                scopes.entry(scope.namespace.clone()).or_default().apply(change);
+                scopes
+                    .entry(scope.namespace.clone())
+                    .or_default()
+                    .apply(change, k8s_openapi::jiff::Timestamp::now());
                 dirty.insert(scope.namespace);
             }
             _ = asked.changed() => {}
