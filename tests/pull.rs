@@ -2,80 +2,17 @@
 
 mod common;
 
-use std::{path::Path, time::Duration};
+use std::time::Duration;
 
 use common::{
-    agent::Agent,
+    agent::{Agent, deployed_revision, hub_cli, join},
     fixtures::{DEADLINE, unique, wait_until, web},
     hub::Hub,
-    lab::Lab,
 };
 use tenancy_hub::api::member_cluster::pull_namespace;
 
 /// One pull test at a time: each has its own operator, and a member is enrolled by one.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// Runs the tenancy-hub binary against the lab's hub: its stdout, or a panic with its stderr.
-fn cli(lab: &Lab, args: &[&str]) -> String {
-    let out = std::process::Command::new(common::operator::binary())
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(lab.kubeconfig_path())
-        .args(["--context", "hub"])
-        .output()
-        .expect("tenancy-hub runs");
-    assert!(
-        out.status.success(),
-        "tenancy-hub {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// Joins the lab's pull member `pull` to the hub as `name`, the way a platform team does:
-/// `cluster add --pull` on the hub, `kubectl apply` of what it prints in the member, then the
-/// agent in the member.
-fn join(lab: &Lab, name: &str, pull: &str, dir: &Path) -> Agent {
-    let manifests = cli(
-        lab,
-        &[
-            "cluster",
-            "add",
-            "--pull",
-            name,
-            "--label",
-            "kind=edge",
-            "-o",
-            "yaml",
-        ],
-    );
-    let file = dir.join(format!("{name}-join.yaml"));
-    std::fs::write(&file, manifests).unwrap();
-    lab.try_pull_kubectl(pull, &["apply", "-f", file.to_str().unwrap()])
-        .unwrap_or_else(|e| panic!("applying the join manifests in {pull}: {e}"));
-    Agent::start(lab, pull, dir)
-}
-
-/// The deployed revision of `release` in `namespace` of pull member `pull`, read in the member.
-fn deployed_revision(lab: &Lab, pull: &str, namespace: &str, release: &str) -> Option<i64> {
-    let selector = format!("owner=helm,name={release},status=deployed");
-    let out = lab
-        .try_pull_kubectl(
-            pull,
-            &[
-                "get",
-                "secrets",
-                "-n",
-                namespace,
-                "-l",
-                &selector,
-                "-o",
-                "jsonpath={.items[*].metadata.labels.version}",
-            ],
-        )
-        .ok()?;
-    out.split_whitespace().filter_map(|v| v.parse().ok()).max()
-}
 
 #[tokio::test]
 #[ignore = "needs the lab with pull members: lab/up.sh --pull-members 2, then --include-ignored"]
@@ -172,7 +109,7 @@ async fn a_pull_member_joins_and_its_agent_delivers_into_the_same_status() {
         },
     )
     .await;
-    cli(&hub.lab, &["cluster", "remove", &name]);
+    hub_cli(&hub.lab, &["cluster", "remove", &name]);
 }
 
 #[tokio::test]
@@ -183,7 +120,7 @@ async fn an_agents_hub_identity_reads_only_its_own_work_and_dies_with_its_member
     let dir = tempfile::tempdir().unwrap();
     let (mine, other) = (unique("edge-a"), unique("edge-b"));
     let _agent = join(&hub.lab, &mine, "pull-2", dir.path());
-    cli(
+    hub_cli(
         &hub.lab,
         &["cluster", "add", "--pull", &other, "-o", "yaml"],
     );
@@ -268,8 +205,8 @@ async fn an_agents_hub_identity_reads_only_its_own_work_and_dies_with_its_member
         "{}",
         String::from_utf8_lossy(&before.stderr)
     );
-    cli(lab, &["cluster", "remove", &mine]);
-    cli(lab, &["cluster", "remove", &other]);
+    hub_cli(lab, &["cluster", "remove", &mine]);
+    hub_cli(lab, &["cluster", "remove", &other]);
     wait_until("the removed member's token refused", DEADLINE, || async {
         let after = as_agent(&token);
         let said = String::from_utf8_lossy(&after.stderr).to_lowercase();
@@ -289,7 +226,7 @@ async fn an_agent_cut_off_from_the_hub_keeps_what_runs_repairs_drift_and_catches
     let name = unique("edge-c");
     // The agent reaches the hub through a proxy that can be cut.
     let mut proxy = common::proxy::Proxy::to(&hub.lab, "hub").await;
-    let manifests = cli(&hub.lab, &["cluster", "add", "--pull", &name, "-o", "yaml"]);
+    let manifests = hub_cli(&hub.lab, &["cluster", "add", "--pull", &name, "-o", "yaml"]);
     let file = dir.path().join("join.yaml");
     std::fs::write(&file, manifests).unwrap();
     hub.lab
@@ -387,7 +324,7 @@ async fn an_agent_cut_off_from_the_hub_keeps_what_runs_repairs_drift_and_catches
     )
     .await;
     hub.delete_and_wait_gone("web").await;
-    cli(&hub.lab, &["cluster", "remove", &name]);
+    hub_cli(&hub.lab, &["cluster", "remove", &name]);
 }
 
 #[tokio::test]
@@ -451,5 +388,5 @@ async fn a_rollout_moves_across_push_and_pull_members_in_its_waves() {
     hub.releases_become("member-1", &namespace, &[("web", 2)])
         .await;
     hub.delete_and_wait_gone("web").await;
-    cli(&hub.lab, &["cluster", "remove", &name]);
+    hub_cli(&hub.lab, &["cluster", "remove", &name]);
 }

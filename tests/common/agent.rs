@@ -168,3 +168,68 @@ impl Drop for Agent {
         stop_on_drop(&mut self.child, "the agent", &self.log);
     }
 }
+
+/// Runs the tenancy-hub binary against the lab's hub: its stdout, or a panic with its stderr.
+#[allow(dead_code)] // used by some test crates only
+pub fn hub_cli(lab: &Lab, args: &[&str]) -> String {
+    let out = std::process::Command::new(binary())
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(lab.kubeconfig_path())
+        .args(["--context", "hub"])
+        .output()
+        .expect("tenancy-hub runs");
+    assert!(
+        out.status.success(),
+        "tenancy-hub {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Joins the lab's pull member `pull` to the hub as `name`, the way a platform team does:
+/// `cluster add --pull` on the hub, `kubectl apply` of what it prints in the member, then the
+/// agent in the member.
+#[allow(dead_code)] // used by some test crates only
+pub fn join(lab: &Lab, name: &str, pull: &str, dir: &Path) -> Agent {
+    let manifests = hub_cli(
+        lab,
+        &[
+            "cluster",
+            "add",
+            "--pull",
+            name,
+            "--label",
+            "kind=edge",
+            "-o",
+            "yaml",
+        ],
+    );
+    let file = dir.join(format!("{name}-join.yaml"));
+    std::fs::write(&file, manifests).unwrap();
+    lab.try_pull_kubectl(pull, &["apply", "-f", file.to_str().unwrap()])
+        .unwrap_or_else(|e| panic!("applying the join manifests in {pull}: {e}"));
+    Agent::start(lab, pull, dir)
+}
+
+/// The deployed revision of `release` in `namespace` of pull member `pull`, read in the member.
+#[allow(dead_code)] // used by some test crates only
+pub fn deployed_revision(lab: &Lab, pull: &str, namespace: &str, release: &str) -> Option<i64> {
+    let selector = format!("owner=helm,name={release},status=deployed");
+    let out = lab
+        .try_pull_kubectl(
+            pull,
+            &[
+                "get",
+                "secrets",
+                "-n",
+                namespace,
+                "-l",
+                &selector,
+                "-o",
+                "jsonpath={.items[*].metadata.labels.version}",
+            ],
+        )
+        .ok()?;
+    out.split_whitespace().filter_map(|v| v.parse().ok()).max()
+}
