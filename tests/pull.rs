@@ -67,6 +67,34 @@ async fn a_pull_member_joins_and_its_agent_delivers_into_the_same_status() {
     })
     .await;
 
+    // diff previews the next change in the pull member against the manifest its agent holds,
+    // read with an ask signed by the hub admin (who may read the operator's key); nothing moves.
+    let out = hub.diff(
+        &hub.lab.clusters_path(),
+        "web",
+        &web(&namespace, &[&name], "5"),
+        &["--tenancy-policy", "permissive"],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let entries: Vec<serde_json::Value> = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("diff printed no JSON ({e}): {stdout}\n{stderr}"));
+    let pulled = entries
+        .iter()
+        .find(|e| e["cluster"] == name.as_str() && e["release"] == "web")
+        .unwrap_or_else(|| panic!("no entry of the pull member: {entries:?}"));
+    assert_eq!(pulled["action"], "upgrade", "{pulled}");
+    let shown = pulled["diff"].as_str().unwrap_or_default();
+    assert!(
+        shown.contains("\n-  replicas: 3\n") && shown.contains("\n+  replicas: 5\n"),
+        "{pulled}"
+    );
+    assert_eq!(
+        deployed_revision(&hub.lab, "pull-1", &namespace, "web"),
+        Some(2)
+    );
+
     // The agent stops: the hub shows the member unreachable within 20 s of its Lease running out.
     agent.stop();
     let stopped = tokio::time::Instant::now();

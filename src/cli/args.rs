@@ -5,6 +5,7 @@ use std::{path::PathBuf, time::Duration};
 use clap::{ArgAction, Args, ValueEnum, builder::BoolishValueParser};
 
 use crate::{
+    api::crd::HUB_CLUSTER,
     charts::cache,
     clusters::registry::{ClusterRegistry, HubSource, RegistrationFile},
     controller::context::Settings,
@@ -37,13 +38,19 @@ impl ClusterArgs {
         }
     }
 
-    /// Loads the registration file (empty when none is given) and connects every cluster.
+    /// Loads the registration file (empty when none is given), connects every cluster, and adds
+    /// the pull members joined on the hub.
     pub(crate) async fn registry(&self) -> anyhow::Result<ClusterRegistry> {
         let file = match &self.clusters {
             Some(path) => RegistrationFile::load(path)?,
             None => RegistrationFile::default(),
         };
-        Ok(ClusterRegistry::connect(&self.hub(), &file).await?)
+        let registry = ClusterRegistry::connect(&self.hub(), &file).await?;
+        let joined = match registry.get(&HUB_CLUSTER.parse().expect("the hub's name is valid")) {
+            Some(hub) => crate::clusters::joined::list(&hub.client).await,
+            None => Default::default(),
+        };
+        Ok(registry.with_joined(joined))
     }
 }
 

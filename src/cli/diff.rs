@@ -10,6 +10,7 @@ use std::{
 
 use anyhow::Context as _;
 use clap::Args;
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
 use kube::{Api, ResourceExt, api::ListParams};
 
@@ -22,10 +23,12 @@ use crate::{
         catalog::ChartCatalog,
     },
     cli::args::{ClusterArgs, PolicyMode},
+    clusters::registry::ClusterRegistry,
     controller::hub_values::HubValues,
     helm::args::{HelmOptions, RenderFor},
     helm::cli as helm,
-    member::{Links, MemberLink},
+    helm::seal::SealKey,
+    member::{Links, MemberLink, pull::wire::Signer},
     observe::records::Deployed,
     plan::fleet::Fleet,
     plan::{self, Applied, Inputs, Job, Release, created_secs, owner_id},
@@ -131,7 +134,8 @@ pub(crate) async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
     }
     let clusters = registry.labels();
     let variables = registry.variables();
-    let links = Links::looking(registry);
+    let signer = signer(&registry, &hub, &args.operator_namespace).await;
+    let links = Links::looking(registry, signer);
     let mut state = HubState::load(&args, &links, clusters, hub, &files).await?;
     state.variables = variables;
     let charts = Charts::open(&args)?;
@@ -148,6 +152,28 @@ pub(crate) async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
         }
     );
     Ok(ExitCode::from(exit_code(&all)))
+}
+
+/// The operator's signer, when pull members are joined and this identity may read the
+/// operator's sealing key (a hub admin may): reading a pull member's deployed manifest is a
+/// signed ask to its agent. Anyone else previews pull members without that manifest.
+async fn signer(
+    registry: &ClusterRegistry,
+    hub: &kube::Client,
+    operator_namespace: &str,
+) -> Option<Signer> {
+    if !registry
+        .names()
+        .iter()
+        .any(|n| registry.joined(n).is_some())
+    {
+        return None;
+    }
+    let api = Api::<Secret>::namespaced(hub.clone(), operator_namespace);
+    match SealKey::read(api, operator_namespace).await {
+        Ok(Some(key)) => Some(Signer::new(&key)),
+        Ok(None) | Err(_) => None,
+    }
 }
 
 /// The text of the file, or of stdin for `-`.
@@ -387,7 +413,13 @@ async fn compare(
             continue;
         };
         eprintln!("Comparing {key}…");
-        let deployed = deployed_manifest(member.as_ref(), &key, entry.revision).await?;
+        let deployed = match deployed_manifest(member.as_ref(), &key, entry.revision).await {
+            Ok(deployed) => deployed,
+            Err(e) => {
+                entry.reason = Some(format!("its deployed manifest cannot be read: {e}"));
+                continue;
+            }
+        };
         let rendered = match releases.get(&key) {
             Some(release) => {
                 if !cluster_info.contains_key(&entry.cluster) {

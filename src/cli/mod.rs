@@ -182,7 +182,7 @@ impl Command {
             }
             Command::Clusters { clusters, output } => {
                 let registry = clusters.registry().await?;
-                let links = Links::looking(registry);
+                let links = Links::looking(registry, None);
                 let health = links.probe_all().await;
                 print!("{}", render_health(&health, output)?);
                 let all_up = health.iter().all(|h| h.reachable);

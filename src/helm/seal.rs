@@ -262,6 +262,26 @@ impl SealKey {
         constant_time_eq(expected.as_bytes(), seal.as_bytes())
     }
 
+    /// Reads the key from the hub Secret [`KEY_SECRET`] of `api`'s namespace `namespace`, when
+    /// it is there; creates nothing.
+    pub(crate) async fn read(api: Api<Secret>, namespace: &str) -> Result<Option<Self>, Error> {
+        let found = api.get_opt(KEY_SECRET).await.map_err(|source| Error::Hub {
+            namespace: namespace.to_owned(),
+            source,
+        })?;
+        found
+            .map(|s| {
+                s.data
+                    .as_ref()
+                    .and_then(|d| d.get("key"))
+                    .and_then(|k| Self::from_bytes(&k.0))
+                    .ok_or_else(|| Error::Unusable {
+                        namespace: namespace.to_owned(),
+                    })
+            })
+            .transpose()
+    }
+
     /// Reads the key from the hub Secret [`KEY_SECRET`] in `namespace`, creating it with a new
     /// random key when it does not exist (replicas racing to create it all read the winner's).
     pub async fn load_or_create(hub: kube::Client, namespace: &str) -> Result<Self, Error> {
@@ -270,17 +290,8 @@ impl SealKey {
             namespace: namespace.to_owned(),
             source,
         };
-        let read = |s: Secret| {
-            s.data
-                .as_ref()
-                .and_then(|d| d.get("key"))
-                .and_then(|k| Self::from_bytes(&k.0))
-                .ok_or_else(|| Error::Unusable {
-                    namespace: namespace.to_owned(),
-                })
-        };
-        if let Some(found) = api.get_opt(KEY_SECRET).await.map_err(hub_error)? {
-            return read(found);
+        if let Some(found) = Self::read(api.clone(), namespace).await? {
+            return Ok(found);
         }
         let key = Self::generate().map_err(|_| Error::Unusable {
             namespace: namespace.to_owned(),
@@ -304,7 +315,9 @@ impl SealKey {
         match api.create(&PostParams::default(), &secret).await {
             Ok(_) => Ok(key),
             Err(kube::Error::Api(e)) if e.code == 409 => {
-                read(api.get(KEY_SECRET).await.map_err(hub_error)?)
+                Self::read(api, namespace).await?.ok_or(Error::Unusable {
+                    namespace: namespace.to_owned(),
+                })
             }
             Err(e) => Err(hub_error(e)),
         }

@@ -19,7 +19,7 @@ use crate::{
     api::key::ClusterName,
     clusters::registry::{ClusterRegistry, Health, Member, SharedRegistry},
     helm::{cli::unregistered, sdk::HelmExecutor},
-    member::pull::hub::PullHub,
+    member::pull::{hub::PullHub, wire::Signer},
     observe::drift::Kinds,
     observe::watch::{ClusterWatch, Observers},
     plan::Job,
@@ -54,11 +54,12 @@ impl Links {
     }
 
     /// Links to the clusters of `registry` that read and observe but run no Helm job: what the
-    /// CLI's read commands (`diff`, `clusters`) look through.
-    pub(crate) fn looking(registry: ClusterRegistry) -> Self {
+    /// CLI's read commands (`diff`, `clusters`) look through. With `signer` (the operator's, for
+    /// whoever may read its sealing key) they may also ask pull members' agents what they hold.
+    pub(crate) fn looking(registry: ClusterRegistry, signer: Option<Signer>) -> Self {
         let hub = registry
             .get(&HUB_CLUSTER.parse().expect("the hub's name is valid"))
-            .map(|hub| PullHub::new(hub.client.clone(), None));
+            .map(|hub| PullHub::new(hub.client.clone(), signer));
         Self {
             registry: Arc::new(arc_swap::ArcSwap::from_pointee(registry)),
             executor: None,

@@ -356,6 +356,7 @@ async fn settle(member: &Member, key: &ReleaseKey, outcome: &Outcome) {
 
 /// Publishes an ask and waits for its reply; both are deleted afterwards.
 async fn ask(hub: &PullHub, cluster: &ClusterName, body: CallBody) -> Result<Reply, String> {
+    hub.read_now(cluster).await?;
     if let Some(why) = away(cluster, &hub.member(cluster)) {
         return Err(why);
     }
