@@ -287,6 +287,21 @@ impl Lab {
         client_of(kubeconfig, name, &format!("pull member {name}")).await
     }
 
+    /// A client of the pull member `name` acting as `user` (impersonated with its admin), as a
+    /// tenant of that member acts with its own identity.
+    #[allow(dead_code)] // used by some test crates only
+    pub async fn pull_client_as(&self, name: &str, user: &str) -> Client {
+        let path = self.pull_kubeconfig(name);
+        let mut kubeconfig = Kubeconfig::read_from(&path)
+            .unwrap_or_else(|e| panic!("pull member {name}'s kubeconfig {}: {e}", path.display()));
+        for named in &mut kubeconfig.auth_infos {
+            if let Some(info) = named.auth_info.as_mut() {
+                info.impersonate = Some(user.to_owned());
+            }
+        }
+        client_of(kubeconfig, name, &format!("pull member {name} as {user}")).await
+    }
+
     /// The hub API server's URL, as a member-side join is given it (`--hub-server`).
     pub fn hub_server(&self) -> String {
         let path = self.pull_dir().join("hub-server");

@@ -2,6 +2,7 @@
 
 pub mod agent;
 pub mod fixtures;
+pub mod forge;
 pub mod hub;
 pub mod lab;
 pub mod operator;

@@ -1,0 +1,343 @@
+//! Hostile parties against pull members on the lab: a hub tenant writing a member's work, a member that holds its agent's identity replaying or changing the hub's signed calls, and a tenant of a pull member forging release records there.
+
+mod common;
+
+use common::{
+    agent::{deployed_revision, hub_cli, join},
+    fixtures::{DEADLINE, chart, message, tenancy, unique, wait_until, web},
+    forge::{forged_record, may_create_secrets, namespace_admin},
+    hub::{Hub, allow_all},
+};
+use k8s_openapi::{
+    ByteString,
+    api::{
+        core::v1::{ConfigMap, Secret},
+        rbac::v1::{ClusterRole, ClusterRoleBinding},
+    },
+};
+use kube::{
+    Api,
+    api::{ListParams, ObjectMeta, PostParams},
+};
+use tenancy_hub::api::{crd::ControllerSpec, member_cluster::pull_namespace};
+
+/// One pull test at a time: each has its own operator, and a member is enrolled by one.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The label the operator's calls to an agent carry, and the kind of a release's work.
+const CALL_LABEL: &str = "multitenancy.dev/pull-call";
+
+/// The work calls the operator has published for pull member `member`.
+async fn work_calls(hub: &Hub, member: &str) -> Vec<Secret> {
+    Api::<Secret>::namespaced(
+        hub.client.clone(),
+        &pull_namespace(&member.parse().unwrap()),
+    )
+    .list(&ListParams::default().labels(&format!("{CALL_LABEL}=work")))
+    .await
+    .unwrap()
+    .items
+}
+
+/// A work call named `name` carrying `data`, as anyone who may write Secrets in a member's hub
+/// namespace can write one.
+fn call(name: &str, data: std::collections::BTreeMap<String, ByteString>) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some([(CALL_LABEL.to_owned(), "work".to_owned())].into()),
+            ..Default::default()
+        },
+        data: Some(data),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the lab with pull members: lab/up.sh --pull-members 2, then --include-ignored"]
+async fn a_pull_members_work_cannot_be_written_by_a_tenant_nor_replayed_or_changed_by_a_member() {
+    let _serial = SERIAL.lock().await;
+    let hub = Hub::new("pull-calls").await;
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (unique("edge-a"), unique("edge-b"));
+    let agent_a = join(&hub.lab, &a, "pull-1", dir.path());
+    let agent_b = join(&hub.lab, &b, "pull-2", dir.path());
+    let namespace = unique("calls");
+    hub.apply("web", web(&namespace, &[&a, &b], "1")).await;
+    wait_until("revision 1 in both pull members", DEADLINE, || async {
+        (deployed_revision(&hub.lab, "pull-1", &namespace, "web") == Some(1)
+            && deployed_revision(&hub.lab, "pull-2", &namespace, "web") == Some(1))
+        .then_some(())
+    })
+    .await;
+
+    // A tenant of the hub, who may write Controllers in its own hub namespace, may neither read
+    // nor write any pull member's calls.
+    let tenant = unique("tenant");
+    hub.tenant_may_write_controllers(&tenant).await;
+    for member in [&a, &b] {
+        let ns = pull_namespace(&member.parse().unwrap());
+        for verb in ["create", "update", "patch", "get", "list", "delete"] {
+            assert!(
+                !hub.lab.can_i(&tenant, verb, "secrets", Some(&ns)),
+                "the tenant may {verb} Secrets in {ns}"
+            );
+        }
+        let as_tenant = hub.lab.client_as("hub", &tenant).await;
+        let refused = Api::<Secret>::namespaced(as_tenant, &ns)
+            .create(
+                &PostParams::default(),
+                &call(
+                    "work-forged",
+                    [("call".to_owned(), ByteString(b"{}".to_vec()))].into(),
+                ),
+            )
+            .await;
+        assert!(
+            matches!(&refused, Err(kube::Error::Api(e)) if e.code == 403),
+            "the tenant wrote a call into {ns}: {refused:?}"
+        );
+    }
+
+    // Member b's agent identity (stolen by whoever administers b) may write Secrets in b's hub
+    // namespace: it replays a's signed work there, and a copy of b's own work changed after
+    // signing. b's agent refuses both; nothing runs.
+    let b_ns = pull_namespace(&b.parse().unwrap());
+    let as_agent_b = hub
+        .lab
+        .client_as("hub", &format!("system:serviceaccount:{b_ns}:agent"))
+        .await;
+    let b_calls = Api::<Secret>::namespaced(as_agent_b, &b_ns);
+    let from_a = work_calls(&hub, &a)
+        .await
+        .pop()
+        .expect("a's work is published");
+    b_calls
+        .create(
+            &PostParams::default(),
+            &call("work-replayed", from_a.data.unwrap()),
+        )
+        .await
+        .expect("b's agent identity writes Secrets in its own hub namespace");
+    let mut own = work_calls(&hub, &b)
+        .await
+        .pop()
+        .expect("b's work is published")
+        .data
+        .unwrap();
+    let mut body: serde_json::Value = serde_json::from_slice(&own["call"].0).unwrap();
+    body["id"] = serde_json::json!("run-it-again");
+    own.insert(
+        "call".to_owned(),
+        ByteString(serde_json::to_vec(&body).unwrap()),
+    );
+    b_calls
+        .create(&PostParams::default(), &call("work-changed", own))
+        .await
+        .unwrap();
+    wait_until("b's agent to refuse both calls", DEADLINE, || async {
+        let log = agent_b.logged();
+        let refused = |what: &str| {
+            log.lines()
+                .any(|l| l.contains("a call was refused") && l.contains(what))
+        };
+        (refused(&format!(
+            "work-replayed was signed for cluster {a}, not {b}"
+        )) && refused("work-changed is not signed by the hub's work key"))
+        .then_some(())
+    })
+    .await;
+    // The hub's own next change still reaches both; the refused calls ran nothing in between.
+    assert_eq!(
+        deployed_revision(&hub.lab, "pull-2", &namespace, "web"),
+        Some(1)
+    );
+    hub.apply("web", web(&namespace, &[&a, &b], "2")).await;
+    wait_until("revision 2 in both pull members", DEADLINE, || async {
+        (deployed_revision(&hub.lab, "pull-1", &namespace, "web") == Some(2)
+            && deployed_revision(&hub.lab, "pull-2", &namespace, "web") == Some(2))
+        .then_some(())
+    })
+    .await;
+    assert!(
+        !agent_a.logged().contains("a call was refused"),
+        "a's agent refused a genuine call: {}",
+        agent_a.logged()
+    );
+
+    hub.delete_and_wait_gone("web").await;
+    hub_cli(&hub.lab, &["cluster", "remove", &a]);
+    hub_cli(&hub.lab, &["cluster", "remove", &b]);
+    agent_a.stop();
+    agent_b.stop();
+}
+
+fn platform(member: &str, victim: &str, attacker: &str, replicas: &str) -> ControllerSpec {
+    ControllerSpec {
+        tenancies: vec![
+            tenancy(
+                victim,
+                &[member],
+                vec![chart(
+                    "deployment-example",
+                    "web",
+                    &[("replicaCount", replicas)],
+                )],
+            ),
+            tenancy(
+                attacker,
+                &[member],
+                vec![chart("deployment-example", "agent", &[])],
+            ),
+        ],
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the lab with pull members: lab/up.sh --pull-members 2, then --include-ignored"]
+async fn release_records_forged_in_a_pull_member_are_never_acted_on() {
+    let _serial = SERIAL.lock().await;
+    let hub = Hub::with_args("pull-forged", &["--tenancy-policy", "enforce"]).await;
+    hub.policy(&hub.namespace, allow_all(&hub.namespace, &[]))
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let edge = unique("edge");
+    let agent = join(&hub.lab, &edge, "pull-1", dir.path());
+    let (victim, attacker, mallory) = (unique("victim"), unique("attacker"), unique("mallory"));
+    hub.apply("platform", platform(&edge, &victim, &attacker, "1"))
+        .await;
+    let member = hub.lab.pull_client("pull-1").await;
+    let agent_v1 = wait_until(
+        "the platform's releases in the pull member",
+        DEADLINE,
+        || async {
+            if deployed_revision(&hub.lab, "pull-1", &victim, "web") != Some(1) {
+                return None;
+            }
+            Api::<Secret>::namespaced(member.clone(), &attacker)
+                .get_opt("sh.helm.release.v1.agent.v1")
+                .await
+                .ok()
+                .flatten()
+        },
+    )
+    .await;
+    let jewel: ConfigMap =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "crown-jewel"}})).unwrap();
+    Api::<ConfigMap>::namespaced(member.clone(), &victim)
+        .create(&PostParams::default(), &jewel)
+        .await
+        .unwrap();
+    namespace_admin(&member, &attacker, &mallory).await;
+
+    // Mallory, admin of her own namespace of the pull member only, forges records there.
+    let as_mallory = hub.lab.pull_client_as("pull-1", &mallory).await;
+    wait_until("mallory's rights in her own namespace", DEADLINE, || {
+        may_create_secrets(&as_mallory, &attacker)
+    })
+    .await;
+    let secrets = Api::<Secret>::namespaced(as_mallory.clone(), &attacker);
+    let owner_labels: std::collections::BTreeMap<String, String> = [
+        ("multitenancy.dev/managed-by", "tenancy-hub"),
+        (
+            "multitenancy.dev/controller-namespace",
+            hub.namespace.as_str(),
+        ),
+        ("multitenancy.dev/controller-name", "platform"),
+        ("multitenancy.dev/spec-hash", "0123456789abcdef"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    // A release the platform never named, labelled as the platform's; and a newer revision of
+    // the platform's agent with the genuine record's labels (seal included) on her own content.
+    let ghost = forged_record("ghost", 1, &attacker, &victim, &mallory, owner_labels);
+    secrets
+        .create(&PostParams::default(), &ghost)
+        .await
+        .unwrap();
+    let copied = agent_v1.metadata.labels.clone().unwrap_or_default();
+    let newer = forged_record("agent", 2, &attacker, &victim, &mallory, copied);
+    secrets
+        .create(&PostParams::default(), &newer)
+        .await
+        .unwrap();
+
+    wait_until(
+        "the operator to report both forged records",
+        DEADLINE,
+        || async {
+            let log = hub.log();
+            let forged = |release: &str| {
+                log.lines().any(|l| {
+                    l.contains("not sealed by this operator")
+                        && l.contains(&format!("{edge}/{attacker}/{release}"))
+                })
+            };
+            (forged("ghost") && forged("agent")).then_some(())
+        },
+    )
+    .await;
+    // The platform keeps delivering where it may...
+    hub.apply("platform", platform(&edge, &victim, &attacker, "2"))
+        .await;
+    wait_until("revision 2 of web in the pull member", DEADLINE, || async {
+        (deployed_revision(&hub.lab, "pull-1", &victim, "web") == Some(2)).then_some(())
+    })
+    .await;
+    // ...while the agent release, whose newest record it did not write, is left alone.
+    let status = hub
+        .status_until("platform", "the agent reported in conflict", |s| {
+            message(s, &edge, "agent").is_some_and(|m| m.phase == "Conflict")
+        })
+        .await;
+    let conflict = message(&status, &edge, "agent").unwrap();
+    assert!(
+        conflict
+            .error_message
+            .contains("not managed by tenancy-hub"),
+        "{conflict:?}"
+    );
+    // Deleting the platform removes what it installed and runs nothing a forged record asks for.
+    hub.delete_and_wait_gone("platform").await;
+    wait_until("web uninstalled in the pull member", DEADLINE, || async {
+        deployed_revision(&hub.lab, "pull-1", &victim, "web")
+            .is_none()
+            .then_some(())
+    })
+    .await;
+
+    assert!(
+        Api::<ClusterRoleBinding>::all(member.clone())
+            .get_opt(&format!("escalate-{mallory}"))
+            .await
+            .unwrap()
+            .is_none(),
+        "a forged hook ran: {mallory} was bound to cluster-admin in the pull member"
+    );
+    assert!(
+        Api::<ConfigMap>::namespaced(member.clone(), &victim)
+            .get_opt("crown-jewel")
+            .await
+            .unwrap()
+            .is_some(),
+        "an object a forged manifest names in another namespace was deleted"
+    );
+    assert!(
+        Api::<ClusterRole>::all(member.clone())
+            .get_opt("admin")
+            .await
+            .unwrap()
+            .is_some(),
+        "a cluster-scoped object a forged manifest names was deleted"
+    );
+    for forged in ["sh.helm.release.v1.ghost.v1", "sh.helm.release.v1.agent.v2"] {
+        assert!(
+            secrets.get_opt(forged).await.unwrap().is_some(),
+            "the forged record {forged} is left alone, not acted on"
+        );
+    }
+    hub_cli(&hub.lab, &["cluster", "remove", &edge]);
+    agent.stop();
+}
