@@ -5,15 +5,12 @@ mod common;
 use common::{
     agent::{deployed_revision, hub_cli, join},
     fixtures::{DEADLINE, chart, message, tenancy, unique, wait_until, web},
-    forge::{forged_record, may_create_secrets, namespace_admin},
+    forge::{assert_forgeries_ran_nothing, forge_two, namespace_admin},
     hub::{Hub, allow_all},
 };
 use k8s_openapi::{
     ByteString,
-    api::{
-        core::v1::{ConfigMap, Secret},
-        rbac::v1::{ClusterRole, ClusterRoleBinding},
-    },
+    api::core::v1::{ConfigMap, Secret},
 };
 use kube::{
     Api,
@@ -233,36 +230,15 @@ async fn release_records_forged_in_a_pull_member_are_never_acted_on() {
 
     // Mallory, admin of her own namespace of the pull member only, forges records there.
     let as_mallory = hub.lab.pull_client_as("pull-1", &mallory).await;
-    wait_until("mallory's rights in her own namespace", DEADLINE, || {
-        may_create_secrets(&as_mallory, &attacker)
-    })
+    let secrets = forge_two(
+        &as_mallory,
+        &attacker,
+        &victim,
+        &mallory,
+        &hub.namespace,
+        &agent_v1,
+    )
     .await;
-    let secrets = Api::<Secret>::namespaced(as_mallory.clone(), &attacker);
-    let owner_labels: std::collections::BTreeMap<String, String> = [
-        ("multitenancy.dev/managed-by", "tenancy-hub"),
-        (
-            "multitenancy.dev/controller-namespace",
-            hub.namespace.as_str(),
-        ),
-        ("multitenancy.dev/controller-name", "platform"),
-        ("multitenancy.dev/spec-hash", "0123456789abcdef"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect();
-    // A release the platform never named, labelled as the platform's; and a newer revision of
-    // the platform's agent with the genuine record's labels (seal included) on her own content.
-    let ghost = forged_record("ghost", 1, &attacker, &victim, &mallory, owner_labels);
-    secrets
-        .create(&PostParams::default(), &ghost)
-        .await
-        .unwrap();
-    let copied = agent_v1.metadata.labels.clone().unwrap_or_default();
-    let newer = forged_record("agent", 2, &attacker, &victim, &mallory, copied);
-    secrets
-        .create(&PostParams::default(), &newer)
-        .await
-        .unwrap();
 
     wait_until(
         "the operator to report both forged records",
@@ -308,36 +284,7 @@ async fn release_records_forged_in_a_pull_member_are_never_acted_on() {
     })
     .await;
 
-    assert!(
-        Api::<ClusterRoleBinding>::all(member.clone())
-            .get_opt(&format!("escalate-{mallory}"))
-            .await
-            .unwrap()
-            .is_none(),
-        "a forged hook ran: {mallory} was bound to cluster-admin in the pull member"
-    );
-    assert!(
-        Api::<ConfigMap>::namespaced(member.clone(), &victim)
-            .get_opt("crown-jewel")
-            .await
-            .unwrap()
-            .is_some(),
-        "an object a forged manifest names in another namespace was deleted"
-    );
-    assert!(
-        Api::<ClusterRole>::all(member.clone())
-            .get_opt("admin")
-            .await
-            .unwrap()
-            .is_some(),
-        "a cluster-scoped object a forged manifest names was deleted"
-    );
-    for forged in ["sh.helm.release.v1.ghost.v1", "sh.helm.release.v1.agent.v2"] {
-        assert!(
-            secrets.get_opt(forged).await.unwrap().is_some(),
-            "the forged record {forged} is left alone, not acted on"
-        );
-    }
+    assert_forgeries_ran_nothing(&member, &secrets, &victim, &mallory).await;
     hub_cli(&hub.lab, &["cluster", "remove", &edge]);
     agent.stop();
 }

@@ -2,8 +2,12 @@
 
 use std::io::Write as _;
 
+use super::fixtures::{DEADLINE, wait_until};
+
 use k8s_openapi::api::{
-    authorization::v1::SelfSubjectAccessReview, core::v1::Secret, rbac::v1::RoleBinding,
+    authorization::v1::SelfSubjectAccessReview,
+    core::v1::{ConfigMap, Secret},
+    rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding},
 };
 use kube::{
     Api, Client,
@@ -99,4 +103,94 @@ pub async fn may_create_secrets(client: &Client, namespace: &str) -> Option<()> 
         .await
         .ok()?;
     answer.status.is_some_and(|s| s.allowed).then_some(())
+}
+
+/// The tenant `mallory`, admin of `attacker` only, forges two records there with `as_mallory`
+/// (her own identity): a release `ghost` the Controller `platform` of hub namespace
+/// `hub_namespace` never named, labelled as its; and a newer revision of its release `agent`
+/// with the labels of `genuine` (its record, seal included) on content of her own. Both bind her to
+/// cluster-admin in every hook and name objects in `victim` and a cluster-scoped one.
+#[allow(dead_code)] // used by some test crates only
+pub async fn forge_two(
+    as_mallory: &Client,
+    attacker: &str,
+    victim: &str,
+    mallory: &str,
+    hub_namespace: &str,
+    genuine: &Secret,
+) -> Api<Secret> {
+    // The API server's authorizer learns of a new RoleBinding from its own watch: wait until it
+    // lets her write Secrets there.
+    wait_until("mallory's rights in her own namespace", DEADLINE, || {
+        may_create_secrets(as_mallory, attacker)
+    })
+    .await;
+    let secrets = Api::<Secret>::namespaced(as_mallory.clone(), attacker);
+    let owner_labels: std::collections::BTreeMap<String, String> = [
+        ("multitenancy.dev/managed-by", "tenancy-hub"),
+        ("multitenancy.dev/controller-namespace", hub_namespace),
+        ("multitenancy.dev/controller-name", "platform"),
+        ("multitenancy.dev/spec-hash", "0123456789abcdef"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    // 1. A release the platform never named, labelled as the platform's: the old code planned
+    //    its uninstall with the operator's credentials and ran its pre-delete hook.
+    let ghost = forged_record("ghost", 1, attacker, victim, mallory, owner_labels);
+    secrets
+        .create(&PostParams::default(), &ghost)
+        .await
+        .unwrap();
+    // 2. A newer revision of the agent the platform names, with the genuine record's labels
+    //    (seal included) copied onto content of her own.
+    let copied = genuine.metadata.labels.clone().unwrap_or_default();
+    let newer = forged_record("agent", 2, attacker, victim, mallory, copied);
+    secrets
+        .create(&PostParams::default(), &newer)
+        .await
+        .unwrap();
+    secrets
+}
+
+/// Asserts that nothing [`forge_two`]'s records ask for ran in the member of `admin`: no
+/// binding of `mallory` to cluster-admin, the crown jewel in `victim` and the ClusterRole `admin`
+/// still there, and both forged records left alone in `forged`.
+#[allow(dead_code)] // used by some test crates only
+pub async fn assert_forgeries_ran_nothing(
+    admin: &Client,
+    forged: &Api<Secret>,
+    victim: &str,
+    mallory: &str,
+) {
+    assert!(
+        Api::<ClusterRoleBinding>::all(admin.clone())
+            .get_opt(&format!("escalate-{mallory}"))
+            .await
+            .unwrap()
+            .is_none(),
+        "a forged hook ran: {mallory} was bound to cluster-admin"
+    );
+    assert!(
+        Api::<ConfigMap>::namespaced(admin.clone(), victim)
+            .get_opt("crown-jewel")
+            .await
+            .unwrap()
+            .is_some(),
+        "an object a forged manifest names in another namespace was deleted"
+    );
+    assert!(
+        Api::<ClusterRole>::all(admin.clone())
+            .get_opt("admin")
+            .await
+            .unwrap()
+            .is_some(),
+        "a cluster-scoped object a forged manifest names was deleted"
+    );
+    for record in ["sh.helm.release.v1.ghost.v1", "sh.helm.release.v1.agent.v2"] {
+        assert!(
+            forged.get_opt(record).await.unwrap().is_some(),
+            "the forged record {record} is left alone, not acted on"
+        );
+    }
 }
