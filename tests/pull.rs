@@ -2,14 +2,14 @@
 
 mod common;
 
-use std::time::Duration;
+use std::{collections::BTreeMap, time::Duration};
 
 use common::{
-    agent::{Agent, deployed_revision, hub_cli, join},
-    fixtures::{DEADLINE, unique, wait_until, web},
+    agent::{Agent, deployed_revision, hub_cli, join, join_with},
+    fixtures::{DEADLINE, chart, ready, tenancy, unique, wait_until, web},
     hub::Hub,
 };
-use tenancy_hub::api::member_cluster::pull_namespace;
+use tenancy_hub::api::{crd::ControllerSpec, member_cluster::pull_namespace};
 
 /// One pull test at a time: each has its own operator, and a member is enrolled by one.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -417,4 +417,182 @@ async fn a_rollout_moves_across_push_and_pull_members_in_its_waves() {
         .await;
     hub.delete_and_wait_gone("web").await;
     hub_cli(&hub.lab, &["cluster", "remove", &name]);
+}
+
+#[tokio::test]
+#[ignore = "needs the lab with pull members: lab/up.sh --pull-members 2, then --include-ignored"]
+async fn an_agent_killed_mid_helm_loses_no_install_or_uninstall() {
+    let _serial = SERIAL.lock().await;
+    let hub = Hub::with_args("pull-crash", &["--pending-timeout", "5"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("edge");
+    let agent = join(&hub.lab, &name, "pull-1", dir.path());
+    let ns = unique("crash");
+    let names: Vec<String> = (0..8).map(|i| format!("r{i}")).collect();
+    let spec = |n: usize| ControllerSpec {
+        tenancies: vec![tenancy(
+            &ns,
+            &[&name],
+            names[..n]
+                .iter()
+                .map(|r| chart("deployment-example", r, &[]))
+                .collect(),
+        )],
+        ..Default::default()
+    };
+    let released = |expected: &[(&str, i64)]| {
+        let expected: BTreeMap<String, i64> =
+            expected.iter().map(|(r, v)| (r.to_string(), *v)).collect();
+        let ns = ns.clone();
+        let lab = &hub.lab;
+        async move {
+            wait_until("the pull member's releases", DEADLINE, || async {
+                let now: BTreeMap<String, i64> = lab
+                    .pull_releases("pull-1", &ns)
+                    .into_iter()
+                    .filter(|(_, (_, status))| status == "deployed")
+                    .map(|(r, (v, _))| (r, v))
+                    .collect();
+                (now == expected).then_some(())
+            })
+            .await
+        }
+    };
+
+    // Killed while it installs eight releases: every one ends deployed once, none twice.
+    hub.apply("crash", spec(8)).await;
+    wait_until("some releases to be installed", DEADLINE, || async {
+        (!hub.lab.pull_releases("pull-1", &ns).is_empty()).then_some(())
+    })
+    .await;
+    agent.kill();
+    let agent = Agent::start(&hub.lab, "pull-1", dir.path());
+    let all: Vec<(&str, i64)> = names.iter().map(|n| (n.as_str(), 1)).collect();
+    released(&all).await;
+    hub.status_until("crash", "every release deployed once", ready)
+        .await;
+
+    // Killed while it uninstalls six: those go, the two kept stay as they are.
+    hub.apply("crash", spec(2)).await;
+    wait_until("an uninstall to begin", DEADLINE, || async {
+        (hub.lab.pull_releases("pull-1", &ns).len() < 8).then_some(())
+    })
+    .await;
+    agent.kill();
+    let agent = Agent::start(&hub.lab, "pull-1", dir.path());
+    released(&[("r0", 1), ("r1", 1)]).await;
+    hub.delete_and_wait_gone("crash").await;
+    released(&[]).await;
+    hub_cli(&hub.lab, &["cluster", "remove", &name]);
+    agent.stop();
+}
+
+/// The agent's hub token as its member keeps it, in the Secret its join wrote.
+async fn member_token(member: &kube::Client) -> Option<String> {
+    let secret = kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
+        member.clone(),
+        common::agent::AGENT_NAMESPACE,
+    )
+    .get_opt("hub-credentials")
+    .await
+    .ok()??;
+    let data = secret.data?;
+    if data.contains_key("bootstrapToken") {
+        return None;
+    }
+    String::from_utf8(data.get("token")?.0.clone()).ok()
+}
+
+/// The Secret a token is bound to, from its claims.
+fn bound_to(token: &str) -> Option<String> {
+    use base64::Engine as _;
+    let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token.split('.').nth(1)?.trim_end_matches('='))
+        .ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&claims).ok()?;
+    Some(
+        claims["kubernetes.io"]["secret"]["name"]
+            .as_str()?
+            .to_owned(),
+    )
+}
+
+/// Whether the hub takes `token`, by a TokenReview of the hub's admin.
+async fn hub_takes(hub: &kube::Client, token: &str) -> bool {
+    use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+    let review = TokenReview {
+        spec: TokenReviewSpec {
+            token: token.to_owned(),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer = kube::Api::<TokenReview>::all(hub.clone())
+        .create(&Default::default(), &review)
+        .await
+        .unwrap();
+    answer.status.and_then(|s| s.authenticated).unwrap_or(false)
+}
+
+#[tokio::test]
+#[ignore = "needs the lab with pull members: lab/up.sh --pull-members 2, then --include-ignored"]
+async fn an_agents_hub_token_rotates_without_a_restart_and_the_replaced_one_is_refused() {
+    let _serial = SERIAL.lock().await;
+    let hub = Hub::new("pull-token").await;
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("edge");
+    // Renewed every 20 s instead of every half hour: the same renewal, sooner.
+    let agent = join_with(
+        &hub.lab,
+        &name,
+        "pull-1",
+        dir.path(),
+        &["--token-renew-seconds", "20"],
+    );
+    let member = hub.lab.pull_client("pull-1").await;
+    // Right after the join, the exchanged token is replaced by one bound to a Secret of the
+    // agent's hub namespace.
+    let first = wait_until("the agent's first bound token", DEADLINE, || async {
+        member_token(&member)
+            .await
+            .filter(|t| bound_to(t).is_some())
+    })
+    .await;
+    assert!(hub_takes(&hub.client, &first).await);
+    let second = wait_until("the token renewed", DEADLINE, || async {
+        member_token(&member).await.filter(|t| *t != first)
+    })
+    .await;
+    assert_ne!(bound_to(&first), bound_to(&second));
+    // 90 s after its renewal, the replaced token is refused by the hub.
+    wait_until(
+        "the replaced token refused",
+        Duration::from_secs(180),
+        || async { (!hub_takes(&hub.client, &first).await).then_some(()) },
+    )
+    .await;
+
+    // The same agent process, never restarted, keeps working with the tokens that followed:
+    // it delivers and reports a Controller applied after the first token died.
+    let namespace = unique("token");
+    hub.apply("web", web(&namespace, &[&name], "2")).await;
+    hub.status_until("web", "the release delivered after the rotation", |s| {
+        s.clusters.iter().any(|c| c.name == name && c.reachable)
+            && s.updated_tenancies.iter().any(|t| {
+                t.cluster == name
+                    && t.chart_messages
+                        .iter()
+                        .any(|m| m.revision == Some(1) && m.error_message.is_empty())
+                    && t.pod_status.len() == 2
+            })
+    })
+    .await;
+    let log = agent.logged();
+    assert!(
+        log.contains("a replaced hub token is retired") && !log.contains("Unauthorized"),
+        "{log}"
+    );
+    hub.delete_and_wait_gone("web").await;
+    hub_cli(&hub.lab, &["cluster", "remove", &name]);
+    agent.stop();
 }

@@ -41,6 +41,10 @@ pub struct AgentArgs {
     /// stale once it runs out.
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(i32).range(3..=300))]
     pub(crate) lease_seconds: i32,
+    /// Renew the hub token every this many seconds instead of at half its life (for tests of
+    /// renewal; a replaced token is refused 90 s after its renewal).
+    #[arg(long, hide = true, value_parser = clap::value_parser!(u64).range(5..))]
+    pub(crate) token_renew_seconds: Option<u64>,
     /// Address of `/healthz`.
     #[arg(long, default_value = "127.0.0.1:8081")]
     pub(crate) http_addr: SocketAddr,
@@ -67,6 +71,7 @@ impl AgentArgs {
                 .clone()
                 .unwrap_or_else(|| crate::charts::cache::default_dir().join("agent")),
             lease_seconds: self.lease_seconds,
+            token_renew_every: self.token_renew_seconds.map(std::time::Duration::from_secs),
             http_addr: self.http_addr,
         }
     }

@@ -34,6 +34,8 @@ pub(crate) struct AgentSettings {
     pub(crate) chart_dir: PathBuf,
     /// Seconds the agent's Lease holds without renewal.
     pub(crate) lease_seconds: i32,
+    /// Renew the hub token this often instead of at half its life (tests).
+    pub(crate) token_renew_every: Option<std::time::Duration>,
     /// Address of `/healthz`.
     pub(crate) http_addr: SocketAddr,
 }
@@ -70,7 +72,14 @@ pub(crate) async fn run(settings: AgentSettings) -> Result<(), AgentError> {
         .next()
         .map(|m| m.client.clone())
         .ok_or_else(|| AgentError::Member("no client".into()))?;
-    let login = Arc::new(HubLogin::load(member_client, &settings.namespace).await?);
+    let login = Arc::new(
+        HubLogin::load(
+            member_client,
+            &settings.namespace,
+            settings.token_renew_every,
+        )
+        .await?,
+    );
     let cluster = login.cluster().clone();
     let hub = login.client();
     let config = read_config(&hub, &cluster).await?;

@@ -192,6 +192,12 @@ pub fn hub_cli(lab: &Lab, args: &[&str]) -> String {
 /// agent in the member.
 #[allow(dead_code)] // used by some test crates only
 pub fn join(lab: &Lab, name: &str, pull: &str, dir: &Path) -> Agent {
+    join_with(lab, name, pull, dir, &[])
+}
+
+/// Like [`join`], starting the agent with `extra` arguments.
+#[allow(dead_code)] // used by some test crates only
+pub fn join_with(lab: &Lab, name: &str, pull: &str, dir: &Path, extra: &[&str]) -> Agent {
     let manifests = hub_cli(
         lab,
         &[
@@ -209,7 +215,7 @@ pub fn join(lab: &Lab, name: &str, pull: &str, dir: &Path) -> Agent {
     std::fs::write(&file, manifests).unwrap();
     lab.try_pull_kubectl(pull, &["apply", "-f", file.to_str().unwrap()])
         .unwrap_or_else(|e| panic!("applying the join manifests in {pull}: {e}"));
-    Agent::start(lab, pull, dir)
+    Agent::start_with(lab, pull, dir, extra)
 }
 
 /// The deployed revision of `release` in `namespace` of pull member `pull`, read in the member.

@@ -121,10 +121,15 @@ impl Lab {
 
     /// Runs the lab's helm against one context.
     pub fn try_helm(&self, context: &str, args: &[&str]) -> Result<String, String> {
+        self.helm_in(&self.kubeconfig_path(), context, args)
+    }
+
+    /// Runs the lab's helm with `kubeconfig` and `context`.
+    fn helm_in(&self, kubeconfig: &Path, context: &str, args: &[&str]) -> Result<String, String> {
         let out = std::process::Command::new(self.bin_dir().join("helm"))
             .args(args)
             .arg("--kubeconfig")
-            .arg(self.kubeconfig_path())
+            .arg(kubeconfig)
             .args(["--kube-context", context])
             .output()
             .expect("helm runs");
@@ -339,19 +344,42 @@ impl Lab {
         context: &str,
         namespace: &str,
     ) -> std::collections::BTreeMap<String, (i64, String)> {
-        let out = self.helm(
-            context,
-            &[
-                "list",
-                "-n",
-                namespace,
-                "--deployed",
-                "--failed",
-                "--pending",
-                "-o",
-                "json",
-            ],
-        );
+        self.releases_in(&self.kubeconfig_path(), context, namespace)
+    }
+
+    /// Like [`Lab::releases`], in the pull member `name`, read with its own kubeconfig.
+    #[allow(dead_code)] // used by some test crates only
+    pub fn pull_releases(
+        &self,
+        name: &str,
+        namespace: &str,
+    ) -> std::collections::BTreeMap<String, (i64, String)> {
+        self.releases_in(&self.pull_kubeconfig(name), name, namespace)
+    }
+
+    /// The releases of `namespace` in the cluster of `kubeconfig`'s `context`.
+    fn releases_in(
+        &self,
+        kubeconfig: &Path,
+        context: &str,
+        namespace: &str,
+    ) -> std::collections::BTreeMap<String, (i64, String)> {
+        let out = self
+            .helm_in(
+                kubeconfig,
+                context,
+                &[
+                    "list",
+                    "-n",
+                    namespace,
+                    "--deployed",
+                    "--failed",
+                    "--pending",
+                    "-o",
+                    "json",
+                ],
+            )
+            .unwrap_or_else(|e| panic!("helm list on {context} failed: {e}"));
         let list: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
         list.iter()
             .map(|r| {

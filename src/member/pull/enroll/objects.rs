@@ -25,8 +25,24 @@ use crate::{
 /// else): the rights it grants the agent there, which Kubernetes requires it to hold, and those of
 /// writing the member's objects.
 pub(crate) const NAMESPACE_ROLE: &str = "tenancy-hub-member-namespace";
-/// The name of the operator's own RoleBinding in a pull member's hub namespace.
+/// The prefix of the operator's own RoleBindings in a pull member's hub namespace.
 pub(crate) const OPERATOR_BINDING: &str = "tenancy-hub";
+
+/// The name of the RoleBinding that gives the operator identity `subject` its rights in a
+/// member's namespace: one per identity, so an operator reinstalled under another identity binds
+/// itself beside the first (it may create a RoleBinding, never change one).
+pub(crate) fn operator_binding(subject: &Subject) -> String {
+    use sha2::Digest as _;
+    let who = format!(
+        "{}/{}/{}",
+        subject.kind,
+        subject.namespace.as_deref().unwrap_or_default(),
+        subject.name
+    );
+    let digest = sha2::Sha256::digest(who.as_bytes());
+    let short: String = digest[..5].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{OPERATOR_BINDING}-{short}")
+}
 
 /// Everything one pull member is enrolled with, in the order it is applied (the namespace first,
 /// then the operator's rights in it).
@@ -74,7 +90,7 @@ pub(crate) fn enrolled(
         ..Secret::default()
     };
     let operator = operator.map(|subject| RoleBinding {
-        metadata: meta(cluster, &ns, OPERATOR_BINDING),
+        metadata: meta(cluster, &ns, &operator_binding(subject)),
         role_ref: RoleRef {
             api_group: Some("rbac.authorization.k8s.io".into()),
             kind: "ClusterRole".into(),
@@ -219,6 +235,31 @@ pub(crate) fn data_text(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_operator_identity_binds_itself_under_a_name_of_its_own() {
+        let subject = |kind: &str, namespace: Option<&str>, name: &str| Subject {
+            kind: kind.into(),
+            namespace: namespace.map(Into::into),
+            name: name.into(),
+            ..Subject::default()
+        };
+        let first = operator_binding(&subject(
+            "ServiceAccount",
+            Some("tenancy-hub"),
+            "tenancy-hub",
+        ));
+        let same = operator_binding(&subject(
+            "ServiceAccount",
+            Some("tenancy-hub"),
+            "tenancy-hub",
+        ));
+        let other = operator_binding(&subject("ServiceAccount", Some("platform"), "tenancy-hub"));
+        let user = operator_binding(&subject("User", None, "tenancy-hub"));
+        assert_eq!(first, same);
+        assert!(first != other && first != user && other != user);
+        assert!(first.starts_with("tenancy-hub-") && first.len() == "tenancy-hub-".len() + 10);
+    }
 
     fn owner() -> OwnerReference {
         OwnerReference {
