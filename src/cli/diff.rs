@@ -417,6 +417,7 @@ async fn compare(
             Ok(deployed) => deployed,
             Err(e) => {
                 entry.reason = Some(format!("its deployed manifest cannot be read: {e}"));
+                entry.failed = true;
                 continue;
             }
         };
@@ -434,6 +435,7 @@ async fn compare(
                     Ok(manifest) => manifest,
                     Err(e) => {
                         entry.reason = Some(format!("the chart does not render: {e}"));
+                        entry.failed = true;
                         continue;
                     }
                 }

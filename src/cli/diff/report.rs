@@ -17,7 +17,7 @@ use crate::{
 pub(crate) enum DiffOutput {
     /// A header per release, then a unified diff of its manifests.
     Text,
-    /// A JSON array of {cluster, namespace, release, action, reason?, diff?}.
+    /// A JSON array of {cluster, namespace, release, action, reason?, diff?, failed?}.
     Json,
 }
 
@@ -77,6 +77,10 @@ pub(crate) struct Entry {
     /// Revision deployed now.
     #[serde(skip)]
     pub(crate) revision: Option<i64>,
+    /// Whether its diff could not be made (the chart does not render here, the deployed manifest
+    /// cannot be read): the preview is incomplete, whatever the action.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) failed: bool,
 }
 
 impl Entry {
@@ -90,6 +94,7 @@ impl Entry {
             diff: None,
             values: None,
             revision,
+            failed: false,
         }
     }
 
@@ -190,9 +195,12 @@ pub(crate) fn placeholder() -> ReleaseKey {
 
 /// The exit code, as `kubectl diff`: 0 when nothing would change, 1 when a release would be
 /// installed, upgraded or uninstalled or is refused (the file asks for something that would not
-/// be delivered), 2 when a cluster could not be read.
+/// be delivered), 2 when a cluster could not be read or a diff could not be made.
 pub(crate) fn exit_code(entries: &[Entry]) -> u8 {
-    if entries.iter().any(|e| e.action == Action::Unknown) {
+    if entries
+        .iter()
+        .any(|e| e.action == Action::Unknown || e.failed)
+    {
         2
     } else if entries.iter().any(|e| e.action != Action::Unchanged) {
         1

@@ -137,6 +137,10 @@ fn the_exit_code_follows_kubectl_diff() {
         exit_code(&[entry(Action::Install), entry(Action::Unknown)]),
         2
     );
+    // A change whose diff could not be made is an error, not a difference.
+    let mut unrendered = entry(Action::Upgrade);
+    unrendered.failed = true;
+    assert_eq!(exit_code(&[entry(Action::Install), unrendered]), 2);
 }
 
 const MANIFEST: &str = "---\n# Source: web/templates/secret.yaml\napiVersion: v1\nkind: Secret\nmetadata:\n  name: web\ndata:\n  password: aHVudGVyMg==\nstringData:\n  token: s3cr3t\n---\n# Source: web/templates/cm.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  motd: hello\n";
