@@ -1,10 +1,8 @@
 //! The `tenancy-hub` binary: parses the command line and hands over to the library.
 
-use clap::Parser;
-
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let cli = tenancy_hub::cli::Cli::parse();
+    let cli = tenancy_hub::cli::Cli::parse_args();
     tenancy_hub::cli::init_logging(&cli.log);
     match cli.command.execute().await {
         Ok(code) => code,

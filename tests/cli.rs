@@ -20,6 +20,21 @@ fn tenancy_hub(args: &[&str]) -> (bool, String, String) {
 }
 
 #[test]
+fn version_names_the_helm_sdk_and_the_executor_protocol() {
+    for args in [&["--version"][..], &["agent", "--version"]] {
+        let (ok, stdout, stderr) = tenancy_hub(args);
+        assert!(ok, "{args:?}: {stderr}");
+        let line = stdout.trim();
+        assert!(
+            line.contains(env!("CARGO_PKG_VERSION"))
+                && line.contains("Helm SDK v4.")
+                && line.contains("executor protocol 1"),
+            "{args:?}: {line}"
+        );
+    }
+}
+
+#[test]
 #[ignore = "needs the lab: run tests/run.sh"]
 fn clusters_shows_every_lab_cluster_reachable_with_its_version() {
     let lab = Lab::get();

@@ -270,6 +270,27 @@ fn render_health(health: &[registry::Health], output: Output) -> anyhow::Result<
     })
 }
 
+impl Cli {
+    /// Parses the command line; `--version` also names the Helm SDK the executor is built with
+    /// and the executor protocol this binary speaks.
+    pub fn parse_args() -> Self {
+        use clap::{CommandFactory as _, FromArgMatches as _};
+        let version: &'static str = Box::leak(version_line().into_boxed_str());
+        let matches = Self::command().version(version).get_matches();
+        Self::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
+}
+
+/// What `--version` prints after the name.
+fn version_line() -> String {
+    format!(
+        "{} (Helm SDK {}, executor protocol {})",
+        env!("CARGO_PKG_VERSION"),
+        crate::helm::protocol::HELM_SDK,
+        crate::helm::protocol::PROTOCOL_VERSION
+    )
+}
+
 /// Sets up tracing to stderr in the chosen format, with ANSI colours only on a terminal.
 pub fn init_logging(args: &LogArgs) {
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)

@@ -15,6 +15,9 @@ use crate::{
 /// Bump it when a message changes, with the executor's `protocolVersion` (`helm-sdk/main.go`) and
 /// the shared fixtures in `helm-sdk/testdata/protocol`, which the tests of both sides check.
 pub(crate) const PROTOCOL_VERSION: u32 = 1;
+/// The version of Helm's Go SDK the executor is built with: the one `helm-sdk/go.mod` requires
+/// (a unit test keeps them in step).
+pub(crate) const HELM_SDK: &str = "v4.3.1";
 
 /// The executor's first line, written before it reads any request. Fields the operator does not
 /// know are ignored, so an executor of any version can say which protocol it speaks.
@@ -188,5 +191,18 @@ pub(crate) fn release_request(
         },
         revision: to.unwrap_or(0),
         seal: options.seal.clone(),
+    }
+}
+
+#[cfg(test)]
+mod sdk_version_tests {
+    #[test]
+    fn the_helm_sdk_version_is_the_one_the_executor_is_built_with() {
+        let go_mod = include_str!("helm-sdk/go.mod");
+        let required = go_mod
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("helm.sh/helm/v4 "))
+            .expect("go.mod requires helm.sh/helm/v4");
+        assert_eq!(required.trim(), super::HELM_SDK);
     }
 }
