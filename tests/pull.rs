@@ -596,3 +596,81 @@ async fn an_agents_hub_token_rotates_without_a_restart_and_the_replaced_one_is_r
     hub_cli(&hub.lab, &["cluster", "remove", &name]);
     agent.stop();
 }
+
+/// The answers to work calls kept in the member's hub namespace, as `release name → call id`.
+async fn answers(hub: &kube::Client, member: &str) -> BTreeMap<String, String> {
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(hub.clone(), &pull_namespace(&member.parse().unwrap()));
+    let params = kube::api::ListParams::default().labels("multitenancy.dev/pull-report=answer");
+    let Ok(list) = secrets.list(&params).await else {
+        return BTreeMap::new();
+    };
+    list.items
+        .iter()
+        .filter_map(|s| {
+            let bytes = &s.data.as_ref()?.get("report")?.0;
+            let answer: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+            let key = answer["key"].as_str()?.rsplit('/').next()?.to_owned();
+            Some((key, answer["id"].as_str()?.to_owned()))
+        })
+        .collect()
+}
+
+#[tokio::test]
+#[ignore = "needs the lab with pull members: lab/up.sh --pull-members 2, then --include-ignored"]
+async fn an_agent_whose_answer_was_lost_with_a_restart_makes_no_second_revision() {
+    let _serial = SERIAL.lock().await;
+    let hub = Hub::new("pull-lost").await;
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("edge");
+    let agent = join(&hub.lab, &name, "pull-1", dir.path());
+    let namespace = unique("lost");
+    hub.apply("web", web(&namespace, &[&name], "1")).await;
+    hub.status_until("web", "the release Ready in the pull member", ready)
+        .await;
+    let first = wait_until("the agent's answer on the hub", DEADLINE, || async {
+        answers(&hub.client, &name).await.remove("web")
+    })
+    .await;
+
+    // The agent stops, and its answer is gone from the hub, as when it restarted while the hub
+    // could not take what it had to say: back, it finds the work unanswered.
+    agent.stop();
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(hub.client.clone(), &pull_namespace(&name.parse().unwrap()));
+    secrets
+        .delete_collection(
+            &kube::api::DeleteParams::default(),
+            &kube::api::ListParams::default().labels("multitenancy.dev/pull-report=answer"),
+        )
+        .await
+        .unwrap();
+    assert!(answers(&hub.client, &name).await.is_empty());
+    let agent = Agent::start(&hub.lab, "pull-1", dir.path());
+
+    // It answers the same call again from the member's records, and Helm makes no revision 2.
+    let again = wait_until("the agent's answer again", DEADLINE, || async {
+        answers(&hub.client, &name).await.remove("web")
+    })
+    .await;
+    assert_eq!(again, first, "the answer is to the same call");
+    assert!(
+        agent.logged().contains("not run again"),
+        "{}",
+        agent.logged()
+    );
+    assert_eq!(
+        hub.lab.pull_releases("pull-1", &namespace).get("web"),
+        Some(&(1, "deployed".to_owned()))
+    );
+    hub.status_until("web", "still Ready at revision 1", |s| {
+        ready(s)
+            && s.updated_tenancies.iter().any(|t| {
+                t.cluster == name && t.chart_messages.iter().any(|m| m.revision == Some(1))
+            })
+    })
+    .await;
+    hub.delete_and_wait_gone("web").await;
+    hub_cli(&hub.lab, &["cluster", "remove", &name]);
+    agent.stop();
+}

@@ -1,7 +1,9 @@
 //! The agent in a pull member: renews its Lease on the hub, carries out the calls the hub signed for its cluster through the same member link a push member has (Helm executor, release records, watches, drift checks), and reports back through its outbox.
 //!
 //! Each release's work runs one at a time, newest first: a call replaced while the agent was
-//! away is never run. A call runs once: its answer, kept on the hub, says it ran. While the hub
+//! away is never run. A call runs once: its answer, kept on the hub, says it ran; an answer lost
+//! with a restart while the hub was out of reach is made good by the member's own release
+//! records, which show the work's spec deployed by its owner (no second revision). While the hub
 //! cannot be reached, what runs keeps running and drift of releases whose drift detection is
 //! `enabled` is repaired here, from the last work the hub signed.
 
@@ -37,7 +39,7 @@ use crate::{
     member::pull::outbox::Outbox,
     member::pull::wire::AgentConfig,
     observe::relist::relisting_watcher,
-    plan::{ChartSource, Job},
+    plan::{Applied, ChartSource, Job},
     queue::Outcome,
 };
 
@@ -282,15 +284,19 @@ impl Agent {
         let CallBody::Work { job, chart } = call.body else {
             return;
         };
-        let outcome = match self.localize(job, chart.as_ref()).await {
-            Ok(job) => {
-                let masked = match &job {
-                    Job::Apply { release, .. } => release.masked.clone(),
-                    _ => Default::default(),
-                };
-                self.local.execute(job).await.masked(&masked)
+        // Nothing known of this release since the agent started: its records may show the work
+        // done by a run whose answer never reached the hub.
+        let held = match self.ran.contains_key(&key) {
+            true => None,
+            false => (self.local.list_releases().await.ok())
+                .and_then(|releases| already_done(&job, releases.get(&key))),
+        };
+        let outcome = match held {
+            Some(outcome) => {
+                tracing::info!(%key, id = call.id, "the member's records show this work done; not run again");
+                outcome
             }
-            Err(outcome) => outcome,
+            None => self.carry_out(job, chart.as_ref()).await,
         };
         tracing::info!(%key, id = call.id, ?outcome, "work carried out");
         self.ran.insert(key.clone(), call.id.clone());
@@ -301,6 +307,24 @@ impl Agent {
             outcome,
         };
         self.outbox.put(answer_name(&key), "answer", &answer);
+    }
+
+    /// Fetches the job's chart and runs it in the member.
+    async fn carry_out(
+        &self,
+        job: Job,
+        chart: Option<&crate::member::pull::messages::ChartRef>,
+    ) -> Outcome {
+        match self.localize(job, chart).await {
+            Ok(job) => {
+                let masked = match &job {
+                    Job::Apply { release, .. } => release.masked.clone(),
+                    _ => Default::default(),
+                };
+                self.local.execute(job).await.masked(&masked)
+            }
+            Err(outcome) => outcome,
+        }
     }
 
     /// The job with its chart fetched to local disk.
@@ -407,5 +431,129 @@ impl Agent {
         if let Ok(job) = self.localize(job, chart.as_ref()).await {
             let _ = self.local.execute(job).await;
         }
+    }
+}
+
+/// What a work call's job already achieved in the member, judged on the release's newest record
+/// there: an apply (not a repair, nothing pending to clear) whose spec that deployed revision was
+/// made from, by the same owner (the record's seal vouches for both). None when it must run.
+fn already_done(job: &Job, applied: Option<&Applied>) -> Option<Outcome> {
+    let Job::Apply {
+        release,
+        stale_pending: None,
+        repair: None,
+    } = job
+    else {
+        return None;
+    };
+    let applied = applied?;
+    let same = applied.owner.as_ref() == Some(&release.owner)
+        && applied.spec_hash.as_deref() == Some(release.spec_hash.as_str())
+        && applied.status == "deployed";
+    same.then(|| Outcome::Applied {
+        revision: applied.revision,
+        chart_version: release.version.clone().unwrap_or_default(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{OwnerId, Release};
+
+    fn release() -> Release {
+        Release {
+            masked: Default::default(),
+            key: "edge-1/team/web".parse().unwrap(),
+            owner: OwnerId {
+                namespace: "team".into(),
+                name: "web".into(),
+            },
+            chart_name: "deployment-example".into(),
+            source: ChartSource::Directory("/charts/deployment-example".into()),
+            version: Some("0.1.0".into()),
+            chart_digest: None,
+            settings: vec![],
+            values: None,
+            rollback_on_failure: false,
+            spec_hash: "0123456789abcdef".into(),
+            identity: None,
+            drift: Default::default(),
+        }
+    }
+
+    fn applied(owner: &str, hash: &str, status: &str) -> Applied {
+        Applied {
+            key: "edge-1/team/web".parse().unwrap(),
+            owner: Some(OwnerId {
+                namespace: "team".into(),
+                name: owner.into(),
+            }),
+            spec_hash: Some(hash.into()),
+            revision: 4,
+            status: status.into(),
+            modified_at: None,
+        }
+    }
+
+    fn apply(repair: Option<&str>) -> Job {
+        Job::Apply {
+            release: Box::new(release()),
+            stale_pending: None,
+            repair: repair.map(String::from),
+        }
+    }
+
+    #[test]
+    fn work_whose_spec_is_deployed_by_its_owner_is_answered_from_the_records() {
+        let done = already_done(
+            &apply(None),
+            Some(&applied("web", "0123456789abcdef", "deployed")),
+        );
+        assert_eq!(
+            done,
+            Some(Outcome::Applied {
+                revision: 4,
+                chart_version: "0.1.0".into()
+            })
+        );
+    }
+
+    #[test]
+    fn work_runs_when_the_records_show_another_spec_owner_or_state() {
+        for (owner, hash, status) in [
+            ("web", "fedcba9876543210", "deployed"),
+            ("other", "0123456789abcdef", "deployed"),
+            ("web", "0123456789abcdef", "failed"),
+            ("web", "0123456789abcdef", "pending-upgrade"),
+        ] {
+            let record = applied(owner, hash, status);
+            assert_eq!(
+                already_done(&apply(None), Some(&record)),
+                None,
+                "{record:?}"
+            );
+        }
+        assert_eq!(already_done(&apply(None), None), None);
+        let unowned = Applied {
+            owner: None,
+            ..applied("web", "0123456789abcdef", "deployed")
+        };
+        assert_eq!(already_done(&apply(None), Some(&unowned)), None);
+    }
+
+    #[test]
+    fn repairs_and_uninstalls_always_run() {
+        let record = applied("web", "0123456789abcdef", "deployed");
+        assert_eq!(
+            already_done(&apply(Some("Deployment/web drifted")), Some(&record)),
+            None
+        );
+        let uninstall = Job::Uninstall {
+            key: "edge-1/team/web".parse().unwrap(),
+            owner: release().owner,
+            identity: None,
+        };
+        assert_eq!(already_done(&uninstall, Some(&record)), None);
     }
 }
