@@ -2,7 +2,7 @@
 # Benchmarks: convergence, status propagation latency, write load, footprint, breadth, growth
 # (namespaces, Controllers, clusters), shards, rollout, fairness and a peer (Flux), on the lab.
 #
-#   lab/bench.sh [--dir DIR] [--only convergence,latency,breadth,footprint,namespaces,controllers,clusters,shards,rollout,fairness,size,fleets,peer]
+#   lab/bench.sh [--dir DIR] [--only convergence,latency,breadth,footprint,namespaces,controllers,clusters,pull,shards,rollout,fairness,size,fleets,peer]
 #                 [--pods P] [--namespaces 10,100,500] [--unrelated-pods N] [--controllers 10,100,1000]
 #                 [--clusters 1,5,10,20] [--quiet-seconds S] [--runs 3] [--shard-controllers 10]
 #                 [--wave N] [--samples K] [--sizes 100,1000,10000] [--readers 1,10,100] [--peer flux] [--json FILE]
@@ -11,7 +11,10 @@
 # runs the scenarios (each with an operator of its own), prints a table and writes the figures as
 # JSON (default: DIR/bench.json). Figures are reported, never asserted; see BENCHMARKS.md.
 # The rollout scenario needs three members: start the lab with lab/up.sh --members 3 --dir DIR first;
-# the clusters scenario as many members as its largest count (lab/up.sh --members 20 --dir DIR).
+# the clusters scenario as many members as its largest count (lab/up.sh --members 20 --dir DIR),
+# the pull scenario as many pull members (lab/up.sh --members 1 --pull-members 20 --dir DIR): the hub's
+# cost per pull member (operator, hub API server, connections) and a spec change's latency, pull
+# against push.
 # The rollout, namespaces, controllers, clusters, shards, fairness (a small change's latency while
 # another owner's wave of N installs runs, 1,000 by default) and size (plan time and operator memory
 # against one Controller of --sizes charts) scenarios run only when named in --only; so does fleets
@@ -33,7 +36,7 @@ while (($#)); do
         --peer)
             [[ ${2:-} == flux ]] || die "--peer takes flux (the only peer)"
             PEER=flux; PASS+=(--peer flux); shift 2 ;;
-        -h | --help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) PASS+=("$1"); shift ;;
     esac
 done

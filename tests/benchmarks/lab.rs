@@ -7,7 +7,8 @@
 //! [--sizes 100,1000,10000] [--readers 1,10,100] [--peer flux]`.
 //! `TENANCY_HUB_OPERATOR=PATH` runs another build of the operator (a baseline) in every scenario.
 //! The `rollout` scenario needs three members, `clusters` as many as its largest count
-//! (`lab/up.sh --members 20`); they, the other growth scenarios, `shards` and `fairness`
+//! (`lab/up.sh --members 20`), `pull` as many pull members (`lab/up.sh --members 1 --pull-members 20`:
+//! the hub's cost per pull member and a spec change's latency, pull against push); they, the other growth scenarios, `shards` and `fairness`
 //! (`--wave N` installs, 1,000 by default, `--samples K` small changes, 5 by default) and `size`
 //! (plan time and operator memory against one Controller of `--sizes` charts, with and without
 //! duplicates) and `fleets` (plan time of 100 clusters × 10 charts with per-cluster values
@@ -20,6 +21,7 @@
 mod common;
 mod fleets;
 mod flux;
+mod pull;
 mod size;
 
 use std::{
@@ -819,17 +821,7 @@ async fn hub_requests(hub: &kube::Client) -> f64 {
 async fn clusters(a: &Args) -> Value {
     let lab = Lab::get();
     let members: Vec<String> = lab.contexts().into_iter().filter(|c| c != "hub").collect();
-    let counts: Vec<usize> = a
-        .clusters
-        .iter()
-        .copied()
-        .filter(|k| *k <= members.len())
-        .collect();
-    assert!(
-        !counts.is_empty(),
-        "the lab has {} members; start one with lab/up.sh --members N",
-        members.len()
-    );
+    let counts = counts_within(&a.clusters, members.len(), "members", "--members");
     let kubeconfig = bench_identity(&lab);
     let admin = lab.client("hub").await;
     let mut points = Vec::new();
@@ -852,16 +844,7 @@ async fn clusters(a: &Args) -> Value {
         ));
         let requests0 = hub_requests(&admin).await;
         let started = Instant::now();
-        let operator = common::operator::Operator::start_with(
-            &lab,
-            &hub.namespace,
-            &[
-                "--kubeconfig",
-                kubeconfig.to_str().unwrap(),
-                "--clusters",
-                file.to_str().unwrap(),
-            ],
-        );
+        let operator = bench_operator(&lab, &hub, &kubeconfig, &file);
         let pid = operator.pid();
         let ns = unique("cl");
         let targets: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -913,6 +896,37 @@ async fn clusters(a: &Args) -> Value {
             "hub_requests_per_minute_quiet",
         ],
         1000.0,
+    )
+}
+
+/// The counts of `wanted` that the lab's `have` members (of the kind `what`) allow; a panic
+/// saying how to start a lab with enough (lab/up.sh `flag` N) when none does.
+fn counts_within(wanted: &[usize], have: usize, what: &str, flag: &str) -> Vec<usize> {
+    let counts: Vec<usize> = wanted.iter().copied().filter(|k| *k <= have).collect();
+    assert!(
+        !counts.is_empty(),
+        "the lab has {have} {what}; start one with lab/up.sh {flag} N"
+    );
+    counts
+}
+
+/// An operator for hub namespace `hub` acting as the benchmarks' counted identity (the
+/// kubeconfig of [`bench_identity`]) with the registration file `clusters`.
+fn bench_operator(
+    lab: &Lab,
+    hub: &Hub,
+    kubeconfig: &std::path::Path,
+    clusters: &std::path::Path,
+) -> common::operator::Operator {
+    common::operator::Operator::start_with(
+        lab,
+        &hub.namespace,
+        &[
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--clusters",
+            clusters.to_str().unwrap(),
+        ],
     )
 }
 
@@ -1754,6 +1768,10 @@ async fn main() {
     // Needs a lab of many members (lab/up.sh --members 20): only when asked for.
     if named("clusters") {
         results.insert("clusters", clusters(&a).await);
+    }
+    // Needs a lab of pull members (lab/up.sh --pull-members 20): only when asked for.
+    if named("pull") {
+        results.insert("pull", pull::pull(&a).await);
     }
     if named("shards") {
         results.insert("shards", shards(&a).await);
