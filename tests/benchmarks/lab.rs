@@ -21,6 +21,7 @@
 mod common;
 mod fleets;
 mod flux;
+mod procs;
 mod pull;
 mod size;
 
@@ -842,6 +843,8 @@ async fn clusters(a: &Args) -> Value {
         progress(&format!(
             "clusters: {k} member clusters, one release on each"
         ));
+        let apiserver = procs::lab_pid(&lab, "hub-kube-apiserver");
+        let (_, _, api0) = usage(apiserver);
         let requests0 = hub_requests(&admin).await;
         let started = Instant::now();
         let operator = bench_operator(&lab, &hub, &kubeconfig, &file);
@@ -858,13 +861,20 @@ async fn clusters(a: &Args) -> Value {
         let converge_seconds = started.elapsed().as_secs_f64();
         let (_, _, converge_cpu) = usage(pid);
         let helm_cpu = children_cpu(pid);
+        let (_, _, api1) = usage(apiserver);
         let requests1 = hub_requests(&admin).await;
         let quiet = Duration::from_secs(a.quiet_seconds);
         let quiet_cpu = cpu_over(pid, quiet).await;
+        let (_, _, api2) = usage(apiserver);
         let requests2 = hub_requests(&admin).await;
         let (rss, peak, _) = usage(pid);
+        let connections = procs::connections(pid, &lab);
         let point = json!({
             "clusters": k,
+            "hub_apiserver_cpu_seconds_to_converge": api1 - api0,
+            "quiet_hub_apiserver_cores": (api2 - api1) / quiet.as_secs_f64(),
+            "hub_connections": connections.get("hub").copied().unwrap_or(0),
+            "member_connections": connections.iter().filter(|(c, _)| *c != "hub").map(|(_, n)| n).sum::<usize>(),
             "converge_seconds": converge_seconds,
             "converge_cpu_seconds": converge_cpu,
             "helm_cpu_seconds": helm_cpu,
@@ -894,6 +904,10 @@ async fn clusters(a: &Args) -> Value {
             "watch_streams",
             "hub_requests_to_converge",
             "hub_requests_per_minute_quiet",
+            "hub_apiserver_cpu_seconds_to_converge",
+            "quiet_hub_apiserver_cores",
+            "hub_connections",
+            "member_connections",
         ],
         1000.0,
     )

@@ -24,7 +24,9 @@ use super::{
         hub::Hub,
         lab::Lab,
     },
-    counts_within, cpu_over, fitted, hub_requests, percentile, progress, usage,
+    counts_within, cpu_over, fitted, hub_requests, percentile,
+    procs::{connections, lab_pid, tree_cpu, tree_rss},
+    progress, usage,
 };
 
 /// Growth in pull members, then the spec-change latency of a pull and a push member.
@@ -228,103 +230,6 @@ async fn deployed(member: &kube::Client, namespace: &str, revision: i64) {
     }
 }
 
-/// The pid of the lab's process `name` (as lab/up.sh wrote it into DIR/pids).
-fn lab_pid(lab: &Lab, name: &str) -> u32 {
-    let pids = std::fs::read_to_string(lab.dir.join("pids")).unwrap();
-    pids.lines()
-        .find_map(|l| {
-            let mut f = l.split_whitespace();
-            let pid = f.next()?.parse().ok()?;
-            (f.next()? == name).then_some(pid)
-        })
-        .unwrap_or_else(|| panic!("no {name} in the lab's pids"))
-}
-
-/// The live children of a process, from /proc.
-fn children(pid: u32) -> Vec<u32> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
-        .flat_map(|c| {
-            c.split_whitespace()
-                .filter_map(|p| p.parse().ok())
-                .collect::<Vec<u32>>()
-        })
-        .collect()
-}
-
-/// CPU seconds of a process and its live children (an agent and its Helm executor).
-fn tree_cpu(pid: u32) -> f64 {
-    usage(pid).2 + children(pid).into_iter().map(tree_cpu).sum::<f64>()
-}
-
-/// RSS in MiB of a process and its live children.
-fn tree_rss(pid: u32) -> f64 {
-    usage(pid).0 as f64 / 1024.0 + children(pid).into_iter().map(tree_rss).sum::<f64>()
-}
-
 fn agents_cpu(agents: &[Agent]) -> f64 {
     agents.iter().map(|g| tree_cpu(g.pid())).sum()
-}
-
-/// The established TCP connections of process `pid` to the lab's API servers, counted by
-/// cluster (`hub`, the members' contexts, `pull-K`); from /proc's socket tables.
-fn connections(pid: u32, lab: &Lab) -> BTreeMap<String, usize> {
-    let mut ports: BTreeMap<u16, String> = BTreeMap::new();
-    let mut learn = |kubeconfig: &kube::config::Kubeconfig| {
-        for c in &kubeconfig.clusters {
-            let port = c
-                .cluster
-                .as_ref()
-                .and_then(|c| c.server.as_ref())
-                .and_then(|s| s.rsplit(':').next()?.trim_end_matches('/').parse().ok());
-            if let Some(port) = port {
-                ports.insert(port, c.name.clone());
-            }
-        }
-    };
-    learn(&lab.kubeconfig);
-    for name in lab.pull_members() {
-        if let Ok(k) = kube::config::Kubeconfig::read_from(lab.pull_kubeconfig(&name)) {
-            learn(&k);
-        }
-    }
-    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|fds| {
-            fds.flatten()
-                .filter_map(|fd| std::fs::read_link(fd.path()).ok())
-                .filter_map(|l| {
-                    let l = l.to_string_lossy().into_owned();
-                    Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut counts = BTreeMap::new();
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else {
-            continue;
-        };
-        for line in text.lines().skip(1) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            // remote address, state (01: established), inode
-            let (Some(remote), Some(state), Some(inode)) = (f.get(2), f.get(3), f.get(9)) else {
-                continue;
-            };
-            if *state != "01" || !inodes.iter().any(|i| i == inode) {
-                continue;
-            }
-            let port = remote
-                .rsplit(':')
-                .next()
-                .and_then(|p| u16::from_str_radix(p, 16).ok());
-            if let Some(cluster) = port.and_then(|p| ports.get(&p)) {
-                *counts.entry(cluster.clone()).or_insert(0) += 1;
-            }
-        }
-    }
-    counts
 }
