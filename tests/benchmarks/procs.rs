@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{common::lab::Lab, usage};
+use super::{children_cpu, common::lab::Lab, usage};
 
 /// The pid of the lab's process `name` (as lab/up.sh wrote it into DIR/pids).
 pub(crate) fn lab_pid(lab: &Lab, name: &str) -> u32 {
@@ -32,9 +32,10 @@ fn children(pid: u32) -> Vec<u32> {
         .collect()
 }
 
-/// CPU seconds of a process and its live children (an agent and its Helm executor).
+/// CPU seconds of a process and its children, live (an agent and its Helm executor) or reaped
+/// (an executor stopped when idle), so the sum never goes back.
 pub(crate) fn tree_cpu(pid: u32) -> f64 {
-    usage(pid).2 + children(pid).into_iter().map(tree_cpu).sum::<f64>()
+    usage(pid).2 + children_cpu(pid) + children(pid).into_iter().map(tree_cpu).sum::<f64>()
 }
 
 /// RSS in MiB of a process and its live children.
