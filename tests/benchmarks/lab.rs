@@ -861,6 +861,8 @@ async fn clusters(a: &Args) -> Value {
         let converge_seconds = started.elapsed().as_secs_f64();
         let (_, _, converge_cpu) = usage(pid);
         let helm_cpu = children_cpu(pid);
+        // Helm's work with the long-lived executor: the operator's live and reaped children.
+        let executor_cpu = procs::tree_cpu(pid) - converge_cpu;
         let (_, _, api1) = usage(apiserver);
         let requests1 = hub_requests(&admin).await;
         let quiet = Duration::from_secs(a.quiet_seconds);
@@ -878,6 +880,7 @@ async fn clusters(a: &Args) -> Value {
             "converge_seconds": converge_seconds,
             "converge_cpu_seconds": converge_cpu,
             "helm_cpu_seconds": helm_cpu,
+            "executor_cpu_seconds": executor_cpu,
             "quiet_cpu_cores": quiet_cpu,
             "rss_mib": rss as f64 / 1024.0,
             "peak_rss_mib": peak as f64 / 1024.0,
@@ -900,6 +903,7 @@ async fn clusters(a: &Args) -> Value {
             "rss_mib",
             "converge_cpu_seconds",
             "helm_cpu_seconds",
+            "executor_cpu_seconds",
             "quiet_cpu_cores",
             "watch_streams",
             "hub_requests_to_converge",
