@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Starts a local lab: a hub and N member Kubernetes clusters as plain processes on loopback.
 #
-#   lab/up.sh [--members N] [--pull-members N] [--nodes N] [--dir DIR]
+#   lab/up.sh [--members N] [--pull-members N] [--nodes N] [--light] [--dir DIR]
 #
 # Each cluster has its own kube-apiserver (TLS, client-certificate auth, RBAC), controller-manager,
 # scheduler and kwok (fake nodes, so pods reach Running); they share one etcd under separate
@@ -15,6 +15,12 @@
 #   DIR/pull/pull-K.kubeconfig  context pull-K, that member's admin
 #   DIR/pull/hub-server         the hub API server's URL
 #   DIR/pull/hub.ca.crt         the CA that signed the hub API server's certificate
+# With --light, every cluster but the hub runs the least a member needs (for many members on one
+# machine, as lab/bench.sh's scale scenarios do): the controller-manager runs only the controllers
+# that make and remove what charts deliver (workloads, jobs, namespaces, garbage collection,
+# service accounts, node readiness), the API server skips priority and fairness, and each
+# process collects its garbage sooner (GOGC=50). The hub is never lightened: it is what the
+# benchmarks measure.
 # lab/down.sh --dir DIR stops exactly these processes.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -22,13 +28,15 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 MEMBERS=2
 PULL_MEMBERS=
 NODES=1
+LIGHT=false
 LAB_DIR=$(default_lab_dir)
-usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
     case $1 in
         --members) MEMBERS=${2:?--members needs a number}; shift 2 ;;
         --pull-members) PULL_MEMBERS=${2:?--pull-members needs a number}; shift 2 ;;
         --nodes) NODES=${2:?--nodes needs a number}; shift 2 ;;
+        --light) LIGHT=true; shift ;;
         --dir) LAB_DIR=${2:?--dir needs a directory}; shift 2 ;;
         -h | --help) usage; exit 0 ;;
         *) usage >&2; die "unknown argument: $1" ;;
@@ -146,9 +154,12 @@ chmod 600 "$PKI"/*.key
 # its command line in LAB_DIR/cmds/NAME so lab/ctl.sh can start it again.
 start() {
     local name=$1 bin=$2; shift 2
+    local gogc=${GOGC:-100}
+    if $LIGHT && [[ $name != hub-* && $name != etcd ]]; then gogc=50; fi
     mkdir -p "$LAB_DIR/cmds"
-    printf '%q ' "$BIN/$bin" "$@" >"$LAB_DIR/cmds/$name"
-    setsid "$BIN/$bin" "$@" >"$LOGS/$name.log" 2>&1 </dev/null &
+    printf 'env GOGC=%q %q ' "$gogc" "$BIN/$bin" >"$LAB_DIR/cmds/$name"
+    printf '%q ' "$@" >>"$LAB_DIR/cmds/$name"
+    GOGC=$gogc setsid "$BIN/$bin" "$@" >"$LOGS/$name.log" 2>&1 </dev/null &
     printf '%s %s %s\n' "$!" "$name" "$BIN/$bin" >>"$LAB_DIR/pids"
 }
 
@@ -167,6 +178,21 @@ contexts: [{name: $name, context: {cluster: $name, user: admin@$name}}]
 current-context: $name
 KC
     chmod 600 "$1"
+}
+
+# light_for CLUSTER ARGS...: ARGS when the lab is light and CLUSTER is not the hub.
+light_for() {
+    local c=$1; shift
+    if $LIGHT && [[ $c != hub ]]; then printf '%s ' "$@"; fi
+}
+
+# controllers_for CLUSTER: the controller-manager's --controllers for CLUSTER.
+controllers_for() {
+    if $LIGHT && [[ $1 != hub ]]; then
+        echo 'deployment,replicaset,statefulset,daemonset,job,namespace,garbagecollector,serviceaccount,serviceaccount-token,root-ca-cert-publisher,nodelifecycle'
+    else
+        echo '*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle-controller,-node-route-controller'
+    fi
 }
 
 ETCD_PORT=$(free_port)
@@ -193,7 +219,7 @@ for c in "${ALL[@]}"; do
         --service-account-issuer "https://kubernetes.default.svc" \
         --service-account-key-file "$PKI/$c-sa.pub" --service-account-signing-key-file "$PKI/$c-sa.key" \
         --service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true --profiling=false \
-        --endpoint-reconciler-type none
+        --endpoint-reconciler-type none $(light_for "$c" --enable-priority-and-fairness=false)
 done
 
 for c in "${ALL[@]}"; do
@@ -232,7 +258,7 @@ for c in "${ALL[@]}"; do
         --leader-elect=false --use-service-account-credentials --kube-api-qps 200 --kube-api-burst 400 \
         --service-account-private-key-file "$PKI/$c-sa.key" --root-ca-file "$PKI/${CA[$c]}.crt" \
         --cluster-signing-cert-file "$PKI/${CA[$c]}.crt" --cluster-signing-key-file "$PKI/${CA[$c]}.key" \
-        --controllers '*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle-controller,-node-route-controller'
+        --controllers "$(controllers_for "$c")"
     start "$c-kube-scheduler" kube-scheduler \
         --kubeconfig "$dir/scheduler.kubeconfig" \
         --authentication-kubeconfig "$dir/scheduler.kubeconfig" \
