@@ -6,8 +6,9 @@ use std::{collections::BTreeMap, time::Duration};
 
 use common::{
     agent::{Agent, deployed_revision, hub_cli, join, join_with},
-    fixtures::{DEADLINE, chart, ready, tenancy, unique, wait_until, web},
-    hub::Hub,
+    fixtures::{DEADLINE, chart, message, ready, tenancy, unique, wait_until, web},
+    hub::{Hub, allow_all},
+    repo::{ChartRepo, OciRegistry, example_chart},
 };
 use tenancy_hub::api::{crd::ControllerSpec, member_cluster::pull_namespace};
 
@@ -671,6 +672,88 @@ async fn an_agent_whose_answer_was_lost_with_a_restart_makes_no_second_revision(
     })
     .await;
     hub.delete_and_wait_gone("web").await;
+    hub_cli(&hub.lab, &["cluster", "remove", &name]);
+    agent.stop();
+}
+
+#[tokio::test]
+#[ignore = "needs the lab with pull members: lab/up.sh --pull-members 2, then --include-ignored"]
+async fn repository_and_oci_charts_reach_a_pull_member_through_the_hub_as_digest_named_chunks() {
+    let _serial = SERIAL.lock().await;
+    let lab = common::lab::Lab::get();
+    let registry = OciRegistry::serve(&lab);
+    registry.push(&lab, &example_chart(), "0.1.0").await;
+    let repo = ChartRepo::serve(&lab, &["0.2.0"]);
+    repo.wait_ready().await;
+    // The hub fetches and verifies; helm on the hub trusts the registry through the lab's CA.
+    let hub = Hub::with_env(
+        "pull-sources",
+        &[],
+        &[("SSL_CERT_FILE", registry.ca.as_str())],
+    )
+    .await;
+    hub.policy(
+        &hub.namespace,
+        allow_all(&hub.namespace, &[&repo.url, &registry.prefix()]),
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("edge");
+    let agent = join(&hub.lab, &name, "pull-2", dir.path());
+    let namespace = unique("sources");
+    let mut from_repo = chart("deployment-example", "from-repo", &[]);
+    from_repo.repo = Some(repo.url.clone());
+    from_repo.version = Some("0.2.0".into());
+    let mut from_oci = chart(&registry.reference("deployment-example"), "from-oci", &[]);
+    from_oci.version = Some("0.1.0".into());
+    let spec = ControllerSpec {
+        tenancies: vec![tenancy(&namespace, &[&name], vec![from_repo, from_oci])],
+        ..Default::default()
+    };
+    hub.apply("sources", spec).await;
+    let status = hub
+        .status_until("sources", "both charts deployed in the pull member", ready)
+        .await;
+    for (release, version) in [("from-repo", "0.2.0"), ("from-oci", "0.1.0")] {
+        let m = message(&status, &name, release).unwrap_or_else(|| panic!("{status:?}"));
+        assert_eq!(m.chart_version, version, "{m:?}");
+    }
+    let releases = hub.lab.pull_releases("pull-2", &namespace);
+    assert_eq!(releases.get("from-repo"), Some(&(1, "deployed".to_owned())));
+    assert_eq!(releases.get("from-oci"), Some(&(1, "deployed".to_owned())));
+
+    // What the agent put together came from chunks the hub published in the member's hub
+    // namespace, named for the archive's sha256: one archive per chart, each under 1 MiB.
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(hub.client.clone(), &pull_namespace(&name.parse().unwrap()));
+    let chunks: Vec<(String, usize)> = secrets
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|s| {
+            let name = s.metadata.name.clone()?;
+            let size = s.data.as_ref()?.values().map(|v| v.0.len()).sum();
+            name.starts_with("chart-").then_some((name, size))
+        })
+        .collect();
+    let digests: std::collections::BTreeSet<&str> = chunks
+        .iter()
+        .filter_map(|(n, _)| n.strip_prefix("chart-")?.rsplit_once('-').map(|(d, _)| d))
+        .collect();
+    assert!(digests.len() >= 2, "one archive per chart: {chunks:?}");
+    assert!(
+        digests
+            .iter()
+            .all(|d| d.len() == 40 && d.bytes().all(|b| b.is_ascii_hexdigit())),
+        "{chunks:?}"
+    );
+    assert!(
+        chunks.iter().all(|(_, size)| *size < 1024 * 1024),
+        "{chunks:?}"
+    );
+    hub.delete_and_wait_gone("sources").await;
     hub_cli(&hub.lab, &["cluster", "remove", &name]);
     agent.stop();
 }
