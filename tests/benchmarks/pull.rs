@@ -51,7 +51,7 @@ pub(crate) async fn pull(a: &Args) -> Value {
             .map(|(name, member)| join(&lab, name, member, dir.path()))
             .collect();
         progress(&format!("pull: {k} members joined"));
-        let apiserver = lab_pid(&lab, "hub-kube-apiserver");
+        let apiserver = lab.pid("hub-kube-apiserver");
         let requests0 = hub_requests(&admin).await;
         let (_, _, cpu0) = usage(pid);
         let (_, _, api0) = usage(apiserver);
@@ -226,18 +226,6 @@ async fn deployed(member: &kube::Client, namespace: &str, revision: i64) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// The pid of the lab's process `name` (as lab/up.sh wrote it into DIR/pids).
-fn lab_pid(lab: &Lab, name: &str) -> u32 {
-    let pids = std::fs::read_to_string(lab.dir.join("pids")).unwrap();
-    pids.lines()
-        .find_map(|l| {
-            let mut f = l.split_whitespace();
-            let pid = f.next()?.parse().ok()?;
-            (f.next()? == name).then_some(pid)
-        })
-        .unwrap_or_else(|| panic!("no {name} in the lab's pids"))
 }
 
 /// The live children of a process, from /proc.

@@ -205,6 +205,10 @@ async fn follow_published(admin: &Client) -> (Published, tokio::task::JoinHandle
 struct Counters {
     at: Instant,
     operator_cpu: f64,
+    /// The hub API server's and etcd's.
+    hub_cpu: f64,
+    /// This process's: the simulated members'.
+    members_cpu: f64,
     operator_requests: f64,
     member_requests: f64,
     status_writes: f64,
@@ -323,6 +327,11 @@ impl Run<'_> {
         Counters {
             at: Instant::now(),
             operator_cpu: super::operator::usage(self.operator().pid()).2,
+            hub_cpu: ["hub-kube-apiserver", "etcd"]
+                .map(|p| super::operator::usage(self.lab.pid(p)).2)
+                .iter()
+                .sum(),
+            members_cpu: super::operator::usage(std::process::id()).2,
             operator_requests: match flow {
                 Some(flow) => dispatched(&self.admin, flow).await,
                 None => f64::NAN,
@@ -342,6 +351,14 @@ impl Run<'_> {
             (
                 "operator_cpu_seconds_per_member",
                 (after.operator_cpu - before.operator_cpu) / n,
+            ),
+            (
+                "hub_cpu_seconds_per_member",
+                (after.hub_cpu - before.hub_cpu) / n,
+            ),
+            (
+                "members_cpu_seconds_per_member",
+                (after.members_cpu - before.members_cpu) / n,
             ),
             (
                 "operator_requests_per_member",
@@ -558,7 +575,8 @@ impl Run<'_> {
         (operator, dispatched(&self.admin, MEMBERS_FLOW).await)
     }
 
-    /// Deletes the members (their hub namespaces go with them) and stops the operator.
+    /// Deletes the members (their hub namespaces go with them), stops the operator and waits for
+    /// the namespaces to be gone.
     async fn remove(&mut self) {
         let api: Api<MemberCluster> = Api::all(self.admin.clone());
         let deletes = self.names.iter().map(|name| {
@@ -576,5 +594,19 @@ impl Run<'_> {
         if let Some(operator) = self.operator.take() {
             operator.stop();
         }
+        // Their namespaces are gone before the next run, so it does not pay for their deletion.
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.admin.clone());
+        let prefix = format!("tenancy-hub-member-{}-", self.label);
+        wait_until("the members' hub namespaces deleted", PHASE, || async {
+            let left = namespaces.list_metadata(&Default::default()).await.ok()?;
+            let ours = left.items.iter().filter(|n| {
+                n.metadata
+                    .name
+                    .as_ref()
+                    .is_some_and(|n| n.starts_with(&prefix))
+            });
+            (ours.count() == 0).then_some(())
+        })
+        .await;
     }
 }
