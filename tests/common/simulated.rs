@@ -121,23 +121,25 @@ pub async fn add(
 impl Fleet {
     /// Joins each of `names` (added with [`add`]) once the operator has enrolled it: its
     /// configuration read, a token of its own agent ServiceAccount from the TokenRequest API, and
-    /// its tasks started; [`JOIN_AT_ONCE`] at a time.
+    /// its tasks started at once; [`JOIN_AT_ONCE`] at a time.
     pub async fn join(lab: &Lab, admin: &Client, names: &[String]) -> Self {
         let errors = Arc::new(Mutex::new(Vec::new()));
         let (stop, tasks) = (CancellationToken::new(), TaskTracker::new());
+        // Each member starts as soon as it has joined, as agents come up one by one.
         let joins = names.iter().map(|name| {
-            let errors = errors.clone();
-            async move { Member::join(lab, admin, name, errors).await }
+            let (errors, stop, tasks) = (errors.clone(), stop.clone(), tasks.clone());
+            async move {
+                let member = Member::join(lab, admin, name, errors).await;
+                tasks.spawn(member.outbox.clone().run(stop.clone()));
+                tasks.spawn(member.clone().renew(stop.clone()));
+                tasks.spawn(member.clone().serve(stop));
+                member
+            }
         });
         let members: Vec<Arc<Member>> = futures::stream::iter(joins)
             .buffer_unordered(JOIN_AT_ONCE)
             .collect()
             .await;
-        for member in &members {
-            tasks.spawn(member.outbox.clone().run(stop.clone()));
-            tasks.spawn(member.clone().renew(stop.clone()));
-            tasks.spawn(member.clone().serve(stop.clone()));
-        }
         Self {
             members,
             errors,
