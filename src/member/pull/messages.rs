@@ -25,11 +25,11 @@ use crate::{
 /// Label on the hub's calls and chart chunks: `work`, `ask`, `watch` or `chart`.
 pub const CALL_LABEL: &str = "multitenancy.dev/pull-call";
 /// Label on the agent's reports: `answer`, `reply`, `records`, `observed` or `status`.
-pub const REPORT_LABEL: &str = "multitenancy.dev/pull-report";
+pub(crate) const REPORT_LABEL: &str = "multitenancy.dev/pull-report";
 /// Secret data key of a report's JSON.
-pub const REPORT_KEY: &str = "report";
+pub(crate) const REPORT_KEY: &str = "report";
 /// The one watch call of a member: which namespaces its agent watches.
-pub const WATCH_NAME: &str = "watch";
+pub(crate) const WATCH_NAME: &str = "watch";
 /// The agent's status report.
 pub const STATUS_NAME: &str = "agent-status";
 /// The field manager of what the agent writes on the hub (its Lease and reports).
@@ -169,13 +169,13 @@ pub fn lease(cluster: &ClusterName, seconds: i32) -> Lease {
 
 /// A chart archive published for an agent, in chunks, by its digest.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChartRef {
+pub(crate) struct ChartRef {
     /// SHA-256 of the archive, hex.
-    pub digest: String,
+    pub(crate) digest: String,
     /// Its size in bytes.
-    pub size: u64,
+    pub(crate) size: u64,
     /// How many chunks hold it.
-    pub chunks: u32,
+    pub(crate) chunks: u32,
 }
 
 /// What the agent answers for one work call, under [`answer_name`] of its release.
