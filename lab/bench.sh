@@ -2,10 +2,11 @@
 # Benchmarks: convergence, status propagation latency, write load, footprint, breadth, growth
 # (namespaces, Controllers, clusters), shards, rollout, fairness and a peer (Flux), on the lab.
 #
-#   lab/bench.sh [--dir DIR] [--only convergence,latency,breadth,footprint,namespaces,controllers,clusters,pull,shards,rollout,fairness,size,fleets,peer]
+#   lab/bench.sh [--dir DIR] [--only convergence,latency,breadth,footprint,namespaces,controllers,clusters,pull,shards,rollout,fairness,size,fleets,peer,envelope]
 #                 [--pods P] [--namespaces 10,100,500] [--unrelated-pods N] [--controllers 10,100,1000]
 #                 [--clusters 1,5,10,20] [--quiet-seconds S] [--runs 3] [--shard-controllers 10]
-#                 [--wave N] [--samples K] [--sizes 100,1000,10000] [--readers 1,10,100] [--peer flux] [--json FILE]
+#                 [--wave N] [--samples K] [--sizes 100,1000,10000] [--readers 1,10,100] [--peer flux]
+#                 [--envelope 100,500,1000] [--json FILE]
 #
 # Brings the lab up in DIR if it is not running (default: .lab), builds tenancy-hub in release mode,
 # runs the scenarios (each with an operator of its own), prints a table and writes the figures as
@@ -22,6 +23,8 @@
 # requests for --readers Controllers reading one Secret).
 # So does peer: `--only peer --peer flux` builds Flux's helm-controller and source-controller once
 # (lab/peer-flux.sh, cached) and runs them against the operator on the same releases, --runs times.
+# So does envelope: the hub with --envelope 100,500,1000 simulated pull members (generated: each its own
+# agent identity, Lease, reports and answers) against the real operator, hub API server and etcd.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -36,7 +39,7 @@ while (($#)); do
         --peer)
             [[ ${2:-} == flux ]] || die "--peer takes flux (the only peer)"
             PEER=flux; PASS+=(--peer flux); shift 2 ;;
-        -h | --help) sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) PASS+=("$1"); shift ;;
     esac
 done

@@ -30,7 +30,9 @@ use kube::{Api, api::PostParams};
 use sha2::{Digest, Sha256};
 
 use crate::api::key::ClusterName;
-use crate::plan::{OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, SPEC_HASH_LABEL};
+use crate::plan::{
+    MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, SPEC_HASH_LABEL,
+};
 
 /// Label holding the record's seal: 32 hex digits of an HMAC-SHA256.
 pub(crate) const SEAL_LABEL: &str = "multitenancy.dev/seal";
@@ -83,23 +85,23 @@ impl serde::Serialize for SealKey {
 
 /// What a seal binds: where the record is, whose it is, what spec it came from, and what it holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Sealed<'a> {
+pub struct Sealed<'a> {
     /// The registered cluster name.
-    pub(crate) cluster: &'a str,
+    pub cluster: &'a str,
     /// The release's namespace.
-    pub(crate) namespace: &'a str,
+    pub namespace: &'a str,
     /// The release name.
-    pub(crate) release: &'a str,
+    pub release: &'a str,
     /// The Helm revision.
-    pub(crate) revision: i64,
+    pub revision: i64,
     /// The owning Controller's hub namespace.
-    pub(crate) owner_namespace: &'a str,
+    pub owner_namespace: &'a str,
     /// The owning Controller's name.
-    pub(crate) owner_name: &'a str,
+    pub owner_name: &'a str,
     /// The spec hash label.
-    pub(crate) spec_hash: &'a str,
+    pub spec_hash: &'a str,
     /// The content digest label.
-    pub(crate) content: &'a str,
+    pub content: &'a str,
 }
 
 /// The bytes a seal is the HMAC of: fields one per line after a version tag. No field may hold
@@ -199,6 +201,27 @@ impl SealKey {
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes any key length");
         mac.update(message(s).as_bytes());
         hex(&mac.finalize().into_bytes()[..16])
+    }
+
+    /// The labels of the deployed record `s` sealed with this key, as Helm and the executor
+    /// leave them: Helm's own (`owner`, `name`, `status`, `version`), the owner, spec hash and
+    /// managed-by labels, the content digest and the seal.
+    pub fn record_labels(&self, s: &Sealed<'_>) -> BTreeMap<String, String> {
+        [
+            ("owner", "helm"),
+            ("name", s.release),
+            ("status", "deployed"),
+            ("version", &s.revision.to_string()),
+            (MANAGED_BY_LABEL, MANAGED_BY),
+            (OWNER_NAMESPACE_LABEL, s.owner_namespace),
+            (OWNER_NAME_LABEL, s.owner_name),
+            (SPEC_HASH_LABEL, s.spec_hash),
+            (CONTENT_LABEL, s.content),
+            (SEAL_LABEL, &self.seal(s)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
     }
 
     /// The key an agent seals the records of its own `cluster` with: derived from this one, so

@@ -1,7 +1,7 @@
 //! What runs in the members: pod and workload watchers and the model they feed.
 
 pub(crate) mod drift;
-pub(crate) mod model;
+pub mod model;
 pub(crate) mod record_feed;
 pub mod records;
 pub mod releases;

@@ -10,7 +10,7 @@ use crate::api::key::{ClusterName, ClusterNamespace};
 
 /// The kinds of workload tenancy-hub reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub(crate) enum WorkloadKind {
+pub enum WorkloadKind {
     /// apps/v1 Deployment.
     Deployment,
     /// apps/v1 StatefulSet.
@@ -29,24 +29,24 @@ impl fmt::Display for WorkloadKind {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct WorkloadRef {
     /// Its kind.
-    pub(crate) kind: WorkloadKind,
+    pub kind: WorkloadKind,
     /// Its name.
-    pub(crate) name: String,
+    pub name: String,
 }
 
 /// What the status needs of one workload.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct WorkloadInfo {
+pub struct WorkloadInfo {
     /// Kind and name.
-    pub(crate) id: WorkloadRef,
+    pub id: WorkloadRef,
     /// Release that owns it (`meta.helm.sh/release-name`).
-    pub(crate) release: Option<String>,
+    pub release: Option<String>,
     /// Ready replicas (or scheduled pods for a DaemonSet).
     pub ready: i32,
     /// Desired replicas.
-    pub(crate) desired: i32,
+    pub desired: i32,
     /// Rolled out as `kubectl rollout status` means it: the newest spec everywhere, all ready.
-    pub(crate) rolled_out: bool,
+    pub rolled_out: bool,
 }
 
 /// What the status needs of one pod.

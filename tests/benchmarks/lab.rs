@@ -4,7 +4,7 @@
 //! `TENANCY_HUB_LAB_DIR=.lab cargo bench --bench lab -- [--only NAME] [--json FILE] [--pods P]
 //! [--namespaces 10,100,500] [--unrelated-pods N] [--controllers 10,100,1000]
 //! [--clusters 1,5,10,20] [--quiet-seconds S] [--runs 3] [--shard-controllers 10] [--wave N] [--samples K]
-//! [--sizes 100,1000,10000] [--readers 1,10,100] [--peer flux]`.
+//! [--sizes 100,1000,10000] [--readers 1,10,100] [--peer flux] [--envelope 100,500,1000]`.
 //! `TENANCY_HUB_OPERATOR=PATH` runs another build of the operator (a baseline) in every scenario.
 //! The `rollout` scenario needs three members, `clusters` as many as its largest count
 //! (`lab/up.sh --members 20`), `pull` as many pull members (`lab/up.sh --members 1 --pull-members 20`:
@@ -16,9 +16,12 @@
 //! reading one Secret) run only when named in `--only`. So does `peer` (`--only peer --peer flux`, the convergence scenario's releases
 //! from a loopback Helm repository, `--runs` times each side): it needs Flux's controllers, built by
 //! lab/peer-flux.sh into the directory named by `TENANCY_HUB_FLUX_DIR` (lab/bench.sh does both).
+//! So does `envelope` (`--only envelope --envelope 100,500,1000`): the hub with that many simulated
+//! pull members against the real operator (any lab; the members are generated, see BENCHMARKS.md).
 
 #[path = "../common/mod.rs"]
 mod common;
+mod envelope;
 mod fleets;
 mod flux;
 mod procs;
@@ -34,6 +37,7 @@ use common::{
     fixtures::{DEADLINE, chart, entry, ready, spread, tenancy, unique, wait_until, web},
     hub::Hub,
     lab::Lab,
+    operator::usage,
     repo::example_chart,
 };
 use futures::StreamExt;
@@ -69,6 +73,7 @@ struct Args {
     sizes: Vec<usize>,
     fleet_readers: Vec<usize>,
     peer: Option<String>,
+    envelope: Vec<usize>,
 }
 
 fn args() -> Args {
@@ -91,6 +96,7 @@ fn args() -> Args {
         sizes: vec![100, 1000, 10_000],
         fleet_readers: vec![1, 10, 100],
         peer: None,
+        envelope: vec![100, 500, 1000],
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -116,6 +122,7 @@ fn args() -> Args {
             "--sizes" => a.sizes = counts(&flag, &value()),
             "--readers" => a.fleet_readers = counts(&flag, &value()),
             "--peer" => a.peer = Some(value()),
+            "--envelope" => a.envelope = counts(&flag, &value()),
             "--bench" => {}
             other => panic!("unknown argument {other}; see the top of tests/benchmarks/lab.rs"),
         }
@@ -394,27 +401,6 @@ async fn latency(a: &Args) -> Value {
 }
 
 /// Resident set now, peak resident set (both KiB) and CPU seconds used, from /proc.
-fn usage(pid: u32) -> (u64, u64, f64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib = |key: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .collect();
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-    (kib("VmRSS:"), kib("VmHWM:"), ticks / 100.0)
-}
-
 async fn cpu_over(pid: u32, window: Duration) -> f64 {
     let (_, _, before) = usage(pid);
     tokio::time::sleep(window).await; // a measurement window, not a wait for a condition
@@ -711,14 +697,7 @@ fn fitted(points: Vec<Value>, x: &str, figures: &[&str], at: f64) -> Value {
 
 /// CPU seconds used by the reaped children of a process (helm, for the operator), from /proc.
 fn children_cpu(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .collect();
-    (fields[13].parse::<f64>().unwrap() + fields[14].parse::<f64>().unwrap()) / 100.0
+    common::operator::cpu_seconds(pid, 13)
 }
 
 /// The identity the `clusters` scenario gives its operators on the hub: a service account with
@@ -741,24 +720,15 @@ kind: ClusterRoleBinding
 metadata: {{name: {BENCH_ACCOUNT}}}
 roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}}
 subjects: [{{kind: ServiceAccount, name: {BENCH_ACCOUNT}, namespace: tenancy-hub}}]
----
-apiVersion: flowcontrol.apiserver.k8s.io/v1
-kind: FlowSchema
-metadata: {{name: {BENCH_ACCOUNT}}}
-spec:
-  priorityLevelConfiguration: {{name: workload-high}}
-  matchingPrecedence: 100
-  distinguisherMethod: {{type: ByUser}}
-  rules:
-    - subjects: [{{kind: ServiceAccount, serviceAccount: {{name: {BENCH_ACCOUNT}, namespace: tenancy-hub}}}}]
-      resourceRules:
-        - {{verbs: ['*'], apiGroups: ['*'], resources: ['*'], clusterScope: true, namespaces: ['*']}}
-      nonResourceRules: [{{verbs: ['*'], nonResourceURLs: ['*']}}]
 "
         ),
     )
     .unwrap();
     lab.kubectl("hub", &["apply", "-f", manifest.to_str().unwrap()]);
+    let subject = format!(
+        "        - {{kind: ServiceAccount, serviceAccount: {{name: {BENCH_ACCOUNT}, namespace: tenancy-hub}}}}\n"
+    );
+    common::envelope::flow_schema(lab, BENCH_ACCOUNT, "workload-high", 100, &subject);
     let token = lab.kubectl(
         "hub",
         &[
@@ -801,17 +771,7 @@ current-context: hub
 /// Requests the hub API server has dispatched for [`BENCH_ACCOUNT`] so far (its FlowSchema's
 /// `apiserver_flowcontrol_dispatched_requests_total`).
 async fn hub_requests(hub: &kube::Client) -> f64 {
-    let text = hub
-        .request_text(http::Request::get("/metrics").body(vec![]).unwrap())
-        .await
-        .expect("the hub API server serves /metrics");
-    text.lines()
-        .filter(|l| {
-            l.starts_with("apiserver_flowcontrol_dispatched_requests_total{")
-                && l.contains(&format!("flow_schema=\"{BENCH_ACCOUNT}\""))
-        })
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum()
+    common::envelope::dispatched(hub, BENCH_ACCOUNT).await
 }
 
 /// Growth in member clusters: for each count k, an operator registered with the first k members
@@ -843,7 +803,7 @@ async fn clusters(a: &Args) -> Value {
         progress(&format!(
             "clusters: {k} member clusters, one release on each"
         ));
-        let apiserver = procs::lab_pid(&lab, "hub-kube-apiserver");
+        let apiserver = lab.pid("hub-kube-apiserver");
         let (_, _, api0) = usage(apiserver);
         let requests0 = hub_requests(&admin).await;
         let started = Instant::now();
@@ -1814,6 +1774,10 @@ async fn main() {
     // reading one Secret: only when asked for.
     if named("fleets") {
         results.insert("fleets", fleets::fleets(&a).await);
+    }
+    // Up to 1,000 simulated pull members against the operator: only when asked for.
+    if named("envelope") {
+        results.insert("envelope", envelope::envelope(&a).await);
     }
     // Flux against the operator, alternating runs: only when asked for.
     if named("peer") {

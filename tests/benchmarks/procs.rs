@@ -1,20 +1,8 @@
-//! What the lab's processes use, read from /proc: a lab process's pid, a process tree's CPU and RSS, and a process's connections to the lab's API servers.
+//! What the lab's processes use, read from /proc: a process tree's CPU and RSS, and a process's connections to the lab's API servers.
 
 use std::collections::BTreeMap;
 
 use super::{children_cpu, common::lab::Lab, usage};
-
-/// The pid of the lab's process `name` (as lab/up.sh wrote it into DIR/pids).
-pub(crate) fn lab_pid(lab: &Lab, name: &str) -> u32 {
-    let pids = std::fs::read_to_string(lab.dir.join("pids")).unwrap();
-    pids.lines()
-        .find_map(|l| {
-            let mut f = l.split_whitespace();
-            let pid = f.next()?.parse().ok()?;
-            (f.next()? == name).then_some(pid)
-        })
-        .unwrap_or_else(|| panic!("no {name} in the lab's pids"))
-}
 
 /// The live children of a process, from /proc.
 fn children(pid: u32) -> Vec<u32> {

@@ -25,7 +25,7 @@ use super::{
         lab::Lab,
     },
     counts_within, cpu_over, fitted, hub_requests, percentile,
-    procs::{connections, lab_pid, tree_cpu, tree_rss},
+    procs::{connections, tree_cpu, tree_rss},
     progress, usage,
 };
 
@@ -53,7 +53,7 @@ pub(crate) async fn pull(a: &Args) -> Value {
             .map(|(name, member)| join(&lab, name, member, dir.path()))
             .collect();
         progress(&format!("pull: {k} members joined"));
-        let apiserver = lab_pid(&lab, "hub-kube-apiserver");
+        let apiserver = lab.pid("hub-kube-apiserver");
         let requests0 = hub_requests(&admin).await;
         let (_, _, cpu0) = usage(pid);
         let (_, _, api0) = usage(apiserver);

@@ -307,6 +307,18 @@ impl Lab {
         client_of(kubeconfig, name, &format!("pull member {name} as {user}")).await
     }
 
+    /// The pid of the lab's process `name` (as lab/up.sh wrote it into DIR/pids).
+    pub fn pid(&self, name: &str) -> u32 {
+        let pids = std::fs::read_to_string(self.dir.join("pids")).unwrap();
+        pids.lines()
+            .find_map(|l| {
+                let mut f = l.split_whitespace();
+                let pid = f.next()?.parse().ok()?;
+                (f.next()? == name).then_some(pid)
+            })
+            .unwrap_or_else(|| panic!("no {name} in the lab's pids"))
+    }
+
     /// The hub API server's URL, as a member-side join is given it (`--hub-server`).
     pub fn hub_server(&self) -> String {
         let path = self.pull_dir().join("hub-server");

@@ -1,6 +1,7 @@
 //! Shared helpers of the end-to-end tests, one module per concern; tests import from the modules.
 
 pub mod agent;
+pub mod envelope;
 pub mod fixtures;
 pub mod forge;
 pub mod hub;
@@ -8,3 +9,4 @@ pub mod lab;
 pub mod operator;
 pub mod proxy;
 pub mod repo;
+pub mod simulated;

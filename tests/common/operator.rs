@@ -275,3 +275,32 @@ pub fn http_get(addr: std::net::SocketAddr, path: &str, token: Option<&str>) -> 
         .unwrap_or_default();
     (code, body)
 }
+
+/// The RSS and peak RSS (KiB) and CPU seconds so far of process `pid`, from /proc.
+#[allow(dead_code)] // used by some test crates only
+pub fn usage(pid: u32) -> (u64, u64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (kib("VmRSS:"), kib("VmHWM:"), cpu_seconds(pid, 11))
+}
+
+/// CPU seconds of process `pid` from /proc's stat: user and system time from field `first`
+/// after the command (11: the process's own, 13: its reaped children's).
+#[allow(dead_code)] // used by some test crates only
+pub fn cpu_seconds(pid: u32, first: usize) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    (fields[first].parse::<f64>().unwrap() + fields[first + 1].parse::<f64>().unwrap()) / 100.0
+}

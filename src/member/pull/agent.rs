@@ -11,16 +11,10 @@ use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use dashmap::DashMap;
 use futures::StreamExt as _;
-use k8s_openapi::{
-    api::{
-        coordination::v1::{Lease, LeaseSpec},
-        core::v1::Secret,
-    },
-    apimachinery::pkg::apis::meta::v1::MicroTime,
-};
+use k8s_openapi::api::{coordination::v1::Lease, core::v1::Secret};
 use kube::{
     Api, ResourceExt,
-    api::{ObjectMeta, Patch, PatchParams},
+    api::{Patch, PatchParams},
     runtime::watcher,
 };
 use tokio_util::sync::CancellationToken;
@@ -32,8 +26,8 @@ use crate::{
     member::link::{DriftCheck, MemberLink},
     member::pull::charts,
     member::pull::messages::{
-        AgentStatus, Answer, CALL_LABEL, Call, CallBody, Replied, Reply, STATUS_NAME, answer_name,
-        reply_name,
+        AGENT_MANAGER, AgentStatus, Answer, CALL_LABEL, Call, CallBody, Replied, Reply,
+        STATUS_NAME, answer_name, lease, reply_name,
     },
     member::pull::observer::{self, Wanted},
     member::pull::outbox::Outbox,
@@ -132,19 +126,8 @@ impl Agent {
         let leases: Api<Lease> = Api::namespaced(self.hub.clone(), &self.namespace());
         let every = Duration::from_secs(u64::try_from(self.lease_seconds / 3).unwrap_or(1).max(1));
         loop {
-            let lease = Lease {
-                metadata: ObjectMeta {
-                    name: Some(AGENT_LEASE.into()),
-                    ..Default::default()
-                },
-                spec: Some(LeaseSpec {
-                    holder_identity: Some(self.config.cluster.to_string()),
-                    lease_duration_seconds: Some(self.lease_seconds),
-                    renew_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
-                    ..Default::default()
-                }),
-            };
-            let params = PatchParams::apply("tenancy-hub-agent").force();
+            let lease = lease(&self.config.cluster, self.lease_seconds);
+            let params = PatchParams::apply(AGENT_MANAGER).force();
             let renewed = tokio::time::timeout(
                 crate::api::HUB_WRITE_TIMEOUT,
                 leases.patch(AGENT_LEASE, &params, &Patch::Apply(&lease)),
@@ -228,23 +211,7 @@ impl Agent {
     fn take(self: &Arc<Self>, secret: &Secret) {
         let name = secret.name_any();
         let empty = Default::default();
-        let call = self
-            .config
-            .open(&name, secret.data.as_ref().unwrap_or(&empty))
-            .and_then(|bytes| {
-                serde_json::from_slice::<Call>(bytes).map_err(|e| {
-                    crate::member::pull::wire::WireError::Malformed {
-                        what: name.clone(),
-                        detail: e.to_string(),
-                    }
-                })
-            })
-            .and_then(|call| {
-                self.config
-                    .check_cluster(&name, &call.cluster)
-                    .map(|()| call)
-            });
-        let call = match call {
+        let call = match Call::open(&self.config, &name, secret.data.as_ref().unwrap_or(&empty)) {
             Ok(call) => call,
             Err(e) => {
                 tracing::warn!(cluster = %self.config.cluster, error = %e, "a call was refused");

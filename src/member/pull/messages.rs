@@ -1,23 +1,29 @@
 //! The messages of the pull protocol: the calls the hub publishes for one member (signed, see [`crate::member::pull::wire`]) and the reports its agent writes, with the object names and labels they live under in the member's hub namespace.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::{
+    ByteString,
+    api::coordination::v1::{Lease, LeaseSpec},
+    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
+};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::{
     api::key::{ClusterName, ReleaseKey},
+    api::member_cluster::AGENT_LEASE,
     member::link::DriftCheck,
+    member::pull::wire::{AgentConfig, WireError},
     observe::drift::ObjectDrift,
     observe::model::{PodInfo, WorkloadInfo},
     observe::records::Deployed,
-    plan::Job,
+    plan::{Job, OwnerId},
     queue::Outcome,
 };
 
 /// Label on the hub's calls and chart chunks: `work`, `ask`, `watch` or `chart`.
-pub(crate) const CALL_LABEL: &str = "multitenancy.dev/pull-call";
+pub const CALL_LABEL: &str = "multitenancy.dev/pull-call";
 /// Label on the agent's reports: `answer`, `reply`, `records`, `observed` or `status`.
 pub(crate) const REPORT_LABEL: &str = "multitenancy.dev/pull-report";
 /// Secret data key of a report's JSON.
@@ -25,14 +31,16 @@ pub(crate) const REPORT_KEY: &str = "report";
 /// The one watch call of a member: which namespaces its agent watches.
 pub(crate) const WATCH_NAME: &str = "watch";
 /// The agent's status report.
-pub(crate) const STATUS_NAME: &str = "agent-status";
+pub const STATUS_NAME: &str = "agent-status";
+/// The field manager of what the agent writes on the hub (its Lease and reports).
+pub const AGENT_MANAGER: &str = "tenancy-hub-agent";
 /// The largest call or report, in bytes: well under an object's 1 MiB.
 pub(crate) const MAX_MESSAGE: usize = 768 * 1024;
 
 /// One call the hub publishes for a member's agent.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct Call {
+pub struct Call {
     /// The cluster it is signed for.
     pub(crate) cluster: ClusterName,
     /// Unique per call: the answer or reply names it.
@@ -68,6 +76,97 @@ pub(crate) enum CallBody {
     },
 }
 
+impl Call {
+    /// Opens the call that the Secret `name` holds in `data`: only one signed by the hub's work
+    /// key for `config`'s cluster opens.
+    pub fn open(
+        config: &AgentConfig,
+        name: &str,
+        data: &BTreeMap<String, ByteString>,
+    ) -> Result<Self, WireError> {
+        let bytes = config.open(name, data)?;
+        let call: Call = serde_json::from_slice(bytes).map_err(|e| WireError::Malformed {
+            what: name.to_owned(),
+            detail: e.to_string(),
+        })?;
+        config.check_cluster(name, &call.cluster)?;
+        Ok(call)
+    }
+
+    /// Its id, which the answer names.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// What a work call asks, told without its job; None for any other call.
+    pub fn work(&self) -> Option<Work> {
+        let CallBody::Work { job, .. } = &self.body else {
+            return None;
+        };
+        let release = match job {
+            Job::Apply { release, .. } => Some(release),
+            _ => None,
+        };
+        Some(Work {
+            key: job.key().clone(),
+            owner: job.owner().clone(),
+            uninstall: matches!(job, Job::Uninstall { .. }),
+            spec_hash: release.map(|r| r.spec_hash.clone()),
+            chart_version: release.and_then(|r| r.version.clone()),
+        })
+    }
+
+    /// The reply of a member where nothing drifted, to a drift check call; None for any other
+    /// call.
+    pub fn nothing_drifted(&self) -> Option<Replied> {
+        matches!(self.body, CallBody::Drift(_)).then(|| Replied {
+            cluster: self.cluster.clone(),
+            id: self.id.clone(),
+            reply: Reply::Drift(Ok(Vec::new())),
+        })
+    }
+
+    /// The namespaces a watch call asks the agent to watch; None for any other call.
+    pub fn watched(&self) -> Option<&BTreeSet<String>> {
+        match &self.body {
+            CallBody::Watch { namespaces } => Some(namespaces),
+            _ => None,
+        }
+    }
+}
+
+/// What one work call asks, as [`Call::work`] tells it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Work {
+    /// The release.
+    pub key: ReleaseKey,
+    /// The Controller it is done for.
+    pub owner: OwnerId,
+    /// True for an uninstall.
+    pub uninstall: bool,
+    /// The spec hash an apply's records are to carry; None for an uninstall or a rollback.
+    pub spec_hash: Option<String>,
+    /// The chart version an apply installs, when the Controller names one.
+    pub chart_version: Option<String>,
+}
+
+/// The agent's Lease of `cluster`, renewed now and held `seconds`: written in the member's hub
+/// namespace under [`AGENT_LEASE`].
+pub fn lease(cluster: &ClusterName, seconds: i32) -> Lease {
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(AGENT_LEASE.into()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(cluster.to_string()),
+            lease_duration_seconds: Some(seconds),
+            renew_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+            ..Default::default()
+        }),
+    }
+}
+
 /// A chart archive published for an agent, in chunks, by its digest.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct ChartRef {
@@ -81,15 +180,15 @@ pub(crate) struct ChartRef {
 
 /// What the agent answers for one work call, under [`answer_name`] of its release.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct Answer {
+pub struct Answer {
     /// The cluster it reports for.
-    pub(crate) cluster: ClusterName,
+    pub cluster: ClusterName,
     /// The release.
-    pub(crate) key: ReleaseKey,
+    pub key: ReleaseKey,
     /// The call answered.
-    pub(crate) id: String,
+    pub id: String,
     /// How it went.
-    pub(crate) outcome: Outcome,
+    pub outcome: Outcome,
 }
 
 /// What the agent replies to an ask, under [`reply_name`] of its id.
@@ -104,7 +203,7 @@ pub(crate) enum Reply {
 
 /// A reply with the cluster it is for.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct Replied {
+pub struct Replied {
     /// The cluster it reports for.
     pub(crate) cluster: ClusterName,
     /// The ask replied to.
@@ -115,44 +214,44 @@ pub(crate) struct Replied {
 
 /// The release records of one selector, as the agent last saw them, under [`records_name`].
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct RecordsReport {
+pub struct RecordsReport {
     /// The cluster it reports for.
-    pub(crate) cluster: ClusterName,
+    pub cluster: ClusterName,
     /// The label selector.
-    pub(crate) selector: String,
+    pub selector: String,
     /// Each record's metadata.
-    pub(crate) records: Vec<ObjectMeta>,
+    pub records: Vec<ObjectMeta>,
 }
 
 /// What runs in one watched namespace, under [`observed_name`].
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct Observed {
+pub struct Observed {
     /// The cluster it reports for.
-    pub(crate) cluster: ClusterName,
+    pub cluster: ClusterName,
     /// The namespace.
-    pub(crate) namespace: String,
+    pub namespace: String,
     /// Its pods.
-    pub(crate) pods: Vec<PodInfo>,
+    pub pods: Vec<PodInfo>,
     /// Its workloads.
-    pub(crate) workloads: Vec<WorkloadInfo>,
+    pub workloads: Vec<WorkloadInfo>,
     /// Why its watches are not live, when they are not.
-    pub(crate) problem: Option<String>,
+    pub problem: Option<String>,
 }
 
 /// The agent's own state, under [`STATUS_NAME`].
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct AgentStatus {
+pub struct AgentStatus {
     /// The cluster it reports for.
-    pub(crate) cluster: Option<ClusterName>,
+    pub cluster: Option<ClusterName>,
     /// The agent's version.
-    pub(crate) version: String,
+    pub version: String,
     /// The member's Kubernetes version.
-    pub(crate) kube_version: Option<String>,
+    pub kube_version: Option<String>,
     /// The API versions the member serves.
-    pub(crate) api_versions: Vec<String>,
+    pub api_versions: Vec<String>,
     /// What keeps it from working, when something does.
-    pub(crate) problem: Option<String>,
+    pub problem: Option<String>,
 }
 
 /// 16 hex digits naming a release's objects in the member's hub namespace.
@@ -162,12 +261,12 @@ fn short(key: &ReleaseKey) -> String {
 }
 
 /// The work call of a release: one per release, the newest replacing the last.
-pub(crate) fn work_name(key: &ReleaseKey) -> String {
+pub fn work_name(key: &ReleaseKey) -> String {
     format!("work-{}", short(key))
 }
 
 /// The agent's answer for a release's work.
-pub(crate) fn answer_name(key: &ReleaseKey) -> String {
+pub fn answer_name(key: &ReleaseKey) -> String {
     format!("answer-{}", short(key))
 }
 
@@ -177,7 +276,7 @@ pub(crate) fn ask_name(id: &str) -> String {
 }
 
 /// The agent's reply to an ask.
-pub(crate) fn reply_name(id: &str) -> String {
+pub fn reply_name(id: &str) -> String {
     format!("reply-{id}")
 }
 
@@ -187,7 +286,7 @@ pub(crate) fn chunk_name(digest: &str, index: u32) -> String {
 }
 
 /// The records report of the managed (`true`) or the foreign records.
-pub(crate) fn records_name(managed: bool) -> &'static str {
+pub fn records_name(managed: bool) -> &'static str {
     if managed {
         "records-managed"
     } else {
@@ -196,7 +295,7 @@ pub(crate) fn records_name(managed: bool) -> &'static str {
 }
 
 /// The observation report of a namespace.
-pub(crate) fn observed_name(namespace: &str) -> String {
+pub fn observed_name(namespace: &str) -> String {
     format!("observed-{namespace}")
 }
 

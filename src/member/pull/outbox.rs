@@ -15,7 +15,7 @@ use serde::Serialize;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::member::pull::messages::{MAX_MESSAGE, REPORT_KEY, REPORT_LABEL};
+use crate::member::pull::messages::{AGENT_MANAGER, MAX_MESSAGE, REPORT_KEY, REPORT_LABEL};
 
 /// How often the outbox tries again while the hub does not take its reports.
 const RETRY_EVERY: Duration = Duration::from_secs(2);
@@ -29,7 +29,7 @@ enum Pending {
 }
 
 /// The reports not yet on the hub, the newest of each name.
-pub(crate) struct Outbox {
+pub struct Outbox {
     secrets: Api<Secret>,
     pending: Mutex<BTreeMap<String, (u64, Pending)>>,
     count: Mutex<u64>,
@@ -40,7 +40,7 @@ pub(crate) struct Outbox {
 
 impl Outbox {
     /// An outbox writing into the member's hub namespace through `secrets`.
-    pub(crate) fn new(secrets: Api<Secret>) -> Arc<Self> {
+    pub fn new(secrets: Api<Secret>) -> Arc<Self> {
         Arc::new(Self {
             secrets,
             pending: Mutex::default(),
@@ -56,7 +56,7 @@ impl Outbox {
     }
 
     /// Puts `report` (of `kind`) under `name`, replacing what waited there.
-    pub(crate) fn put(&self, name: String, kind: &'static str, report: &impl Serialize) {
+    pub fn put(&self, name: String, kind: &'static str, report: &impl Serialize) {
         let mut bytes = serde_json::to_vec(report).unwrap_or_default();
         if bytes.len() > MAX_MESSAGE {
             tracing::warn!(
@@ -88,7 +88,7 @@ impl Outbox {
     }
 
     /// Writes what waits, and again after each failure, until `stop`.
-    pub(crate) async fn run(self: Arc<Self>, stop: CancellationToken) {
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
         loop {
             let batch: Vec<(String, u64)> = self
                 .pending
@@ -147,7 +147,7 @@ impl Outbox {
     }
 
     /// How many reports wait.
-    pub(crate) fn waiting(&self) -> usize {
+    pub fn waiting(&self) -> usize {
         self.pending.lock().expect("outbox lock").len()
     }
 
@@ -161,7 +161,7 @@ impl Outbox {
             data: Some([(REPORT_KEY.to_owned(), ByteString(bytes))].into()),
             ..Default::default()
         };
-        let params = PatchParams::apply("tenancy-hub-agent").force();
+        let params = PatchParams::apply(AGENT_MANAGER).force();
         tokio::time::timeout(
             crate::api::HUB_WRITE_TIMEOUT,
             self.secrets.patch(name, &params, &Patch::Apply(&secret)),

@@ -24,7 +24,7 @@ const WORK_KEY_PURPOSE: &str = "tenancy-hub-work/v1";
 
 /// Errors of reading the protocol's objects.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum WireError {
+pub enum WireError {
     /// A field is missing or malformed.
     #[error("{what} is missing or malformed: {detail}")]
     Malformed {
@@ -56,11 +56,11 @@ pub(crate) enum WireError {
 /// writes it in the member's hub namespace as the Secret
 /// [`crate::api::member_cluster::AGENT_CONFIG_SECRET`].
 #[derive(Clone)]
-pub(crate) struct AgentConfig {
+pub struct AgentConfig {
     /// The member's registered name.
-    pub(crate) cluster: ClusterName,
+    pub cluster: ClusterName,
     /// The key its records are sealed with.
-    pub(crate) seal: SealKey,
+    pub seal: SealKey,
     /// The hub's public Ed25519 key, which every call must verify under.
     pub(crate) work_key: Vec<u8>,
 }
@@ -100,7 +100,7 @@ impl AgentConfig {
     }
 
     /// Read back from the data of its Secret.
-    pub(crate) fn from_data(data: &BTreeMap<String, ByteString>) -> Result<Self, WireError> {
+    pub fn from_data(data: &BTreeMap<String, ByteString>) -> Result<Self, WireError> {
         let field = |key: &str| {
             data.get(key)
                 .and_then(|v| String::from_utf8(v.0.clone()).ok())
