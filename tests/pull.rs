@@ -10,7 +10,11 @@ use common::{
     hub::{Hub, allow_all},
     repo::{ChartRepo, OciRegistry, example_chart},
 };
-use tenancy_hub::api::{crd::ControllerSpec, member_cluster::pull_namespace};
+use tenancy_hub::api::{
+    crd::ControllerSpec,
+    member_cluster::pull_namespace,
+    policy::{Impersonation, TenancyPolicySpec},
+};
 
 /// One pull test at a time: each has its own operator, and a member is enrolled by one.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -754,6 +758,69 @@ async fn repository_and_oci_charts_reach_a_pull_member_through_the_hub_as_digest
         "{chunks:?}"
     );
     hub.delete_and_wait_gone("sources").await;
+    hub_cli(&hub.lab, &["cluster", "remove", &name]);
+    agent.stop();
+}
+
+#[tokio::test]
+#[ignore = "needs the lab with pull members: lab/up.sh --pull-members 2, then --include-ignored"]
+async fn a_pull_member_runs_helm_as_the_policys_identity_and_its_scopes_are_in_the_status_api() {
+    let _serial = SERIAL.lock().await;
+    let hub = Hub::with_args("pull-imp", &["--tenancy-policy", "enforce"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("edge");
+    let agent = join(&hub.lab, &name, "pull-1", dir.path());
+    let open = unique("open");
+    let narrowed = unique("narrowed");
+    let deployer = unique("deployer");
+    let rule = |namespace: &str, impersonate: Option<Impersonation>| TenancyPolicySpec {
+        hub_namespaces: vec![hub.namespace.clone()],
+        clusters: vec![name.clone()],
+        namespaces: vec![namespace.to_owned()],
+        chart_sources: vec!["chart-home".into()],
+        trusted: impersonate.is_none(),
+        impersonate,
+        ..Default::default()
+    };
+    hub.policy(&open, rule(&open, None)).await;
+    // Helm acts in the member as a user who may only view the namespace.
+    let who = Impersonation {
+        user: deployer.clone(),
+        groups: Vec::new(),
+        namespace_role: Some("view".into()),
+    };
+    hub.policy(&narrowed, rule(&narrowed, Some(who))).await;
+    hub.apply("open", web(&open, &[&name], "1")).await;
+    hub.apply("narrowed", web(&narrowed, &[&name], "1")).await;
+    hub.status_until("open", "the open release Ready in the pull member", ready)
+        .await;
+    let status = hub
+        .status_until(
+            "narrowed",
+            "the impersonated install refused by the member",
+            |s| message(s, &name, "web").is_some_and(|m| m.phase == "Failed"),
+        )
+        .await;
+    let refused = message(&status, &name, "web").unwrap();
+    assert!(
+        refused.error_message.contains("forbidden") && refused.error_message.contains(&deployer),
+        "{}",
+        refused.error_message
+    );
+    assert_eq!(hub.lab.pull_releases("pull-1", &narrowed).get("web"), None);
+
+    // The status API serves the pull member's scope as it serves a push member's.
+    let token = hub.reader_token().await;
+    let (code, body) = hub.operator.as_ref().unwrap().get_as(
+        &format!("/api/v1/clusters/{name}/namespaces/{open}"),
+        &token,
+    );
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("web"), "{body}");
+
+    for controller in ["open", "narrowed"] {
+        hub.delete_and_wait_gone(controller).await;
+    }
     hub_cli(&hub.lab, &["cluster", "remove", &name]);
     agent.stop();
 }

@@ -106,9 +106,21 @@ impl Visible {
     }
 }
 
-/// Every registered cluster's entry, in registry order (the hub first).
+/// Every registered cluster's entry, in registry order (the hub first), then the joined (pull)
+/// members, which have no kubeconfig context: the status API serves both alike.
 pub(crate) fn registered(registry: &ClusterRegistry) -> Vec<ClusterEntry> {
-    registry.iter().map(|m| m.entry.clone()).collect()
+    let pushed = registry.iter().map(|m| m.entry.clone());
+    let joined = registry.names().into_iter().filter_map(|name| {
+        let joined = registry.joined(&name)?;
+        Some(ClusterEntry {
+            name,
+            context: String::new(),
+            kubeconfig: None,
+            labels: joined.entry.labels.clone(),
+            variables: joined.entry.variables.clone(),
+        })
+    });
+    pushed.chain(joined).collect()
 }
 
 /// How many of something are ready, of how many.
