@@ -3,12 +3,14 @@
 pub(crate) mod agent;
 pub(crate) mod args;
 pub(crate) mod diff;
+pub(crate) mod errors;
 pub(crate) mod inspect;
 pub(crate) mod membership;
 pub(crate) mod rollout;
 pub(crate) mod table;
 
 pub use args::{ClusterArgs, PolicyMode, RunArgs};
+pub use errors::error_line;
 pub(crate) use table::{Output, table};
 
 use std::{io::Write, path::PathBuf, process::ExitCode};
@@ -150,10 +152,7 @@ impl Command {
     /// Runs the command.
     pub async fn execute(self) -> anyhow::Result<ExitCode> {
         match self {
-            Command::Diff(args) => Ok(diff::run(args).await.unwrap_or_else(|e| {
-                eprintln!("error: {e:#}");
-                ExitCode::from(2)
-            })),
+            Command::Diff(args) => Ok(diff::run(args).await.unwrap_or_else(errors::exit_2)),
             Command::Rollout(args) => {
                 rollout::run(args).await?;
                 Ok(ExitCode::SUCCESS)
