@@ -144,7 +144,6 @@ impl FluxProcess {
         namespace: &str,
         extra: &[String],
         controllers: &[&str],
-        workers: usize,
     ) -> Self {
         let log = lab.dir.join(format!("{}.log", unique(name)));
         let file = std::fs::File::create(&log).unwrap();
@@ -154,7 +153,6 @@ impl FluxProcess {
                 "--watch-all-namespaces=false",
                 "--enable-leader-election=false",
                 "--log-encoding=json",
-                &format!("--concurrent={workers}"),
                 &format!("--metrics-addr={}", free_addr()),
                 &format!("--health-addr={health}"),
             ])
@@ -461,9 +459,9 @@ async fn flux_run(
             ),
             format!("--storage-addr={storage}"),
             format!("--storage-adv-addr={storage}"),
+            format!("--concurrent={}", peer.workers),
         ],
         &["helmrepository", "helmchart"],
-        peer.workers,
     );
     let helm = FluxProcess::start(
         lab,
@@ -471,9 +469,8 @@ async fn flux_run(
         "helm-controller",
         &kubeconfig,
         &namespace,
-        &[],
+        &[format!("--concurrent={}", peer.workers)],
         &["helmrelease"],
-        peer.workers,
     );
     let pids = [helm.pid(), source.pid()];
     let run = unique("pf");
