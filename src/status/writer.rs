@@ -52,9 +52,21 @@ pub(crate) struct StatusWriter {
     /// When each resource's oldest change not yet written came in.
     pending_since: DashMap<ObjectRef<Controller>, Instant>,
     notify: Notify,
+    /// Tells the transitions each write makes.
+    notifier: crate::notify::Notifier,
+    /// Whether each resource has failed since it was last Ready (a later Ready is a recovery).
+    failing: DashMap<ObjectRef<Controller>, bool>,
 }
 
 impl StatusWriter {
+    /// A writer that tells `notifier` the transitions of the statuses it writes.
+    pub(crate) fn telling(notifier: crate::notify::Notifier) -> Self {
+        Self {
+            notifier,
+            ..Self::default()
+        }
+    }
+
     /// Records the release side of a resource's status; it is written on the next pass if it changed.
     pub(crate) fn submit(&self, owner: ObjectRef<Controller>, report: ReleaseReport) {
         let changed = self.reports.get(&owner).is_none_or(|r| *r != report);
@@ -84,6 +96,7 @@ impl StatusWriter {
         self.reports.remove(owner);
         self.written.remove(owner);
         self.pending_since.remove(owner);
+        self.failing.remove(owner);
     }
 
     /// Writes marked statuses until cancelled. A resource not written within the last `interval`
@@ -200,6 +213,7 @@ impl StatusWriter {
                     ctx.metrics
                         .status_propagation(since.elapsed().as_secs_f64());
                 }
+                self.tell(&owner, &previous, &status);
                 self.written.insert(owner, status);
             }
             Err(e) => {
@@ -211,6 +225,61 @@ impl StatusWriter {
             }
         }
     }
+}
+
+impl StatusWriter {
+    /// Tells the transitions from the status written before to the one just written, once each:
+    /// only a write that succeeded tells, and a retried write compares with what was written.
+    fn tell(
+        &self,
+        owner: &ObjectRef<Controller>,
+        previous: &ControllerStatus,
+        next: &ControllerStatus,
+    ) {
+        let was = self
+            .failing
+            .get(owner)
+            .map(|f| *f)
+            .unwrap_or_else(|| crate::notify::transitions::failing(&previous.conditions));
+        let (told, failing) =
+            crate::notify::transitions::transitions(&previous.conditions, &next.conditions, was);
+        self.failing.insert(owner.clone(), failing);
+        for t in told {
+            let (cluster, release) = concerned(next, t.event);
+            self.notifier.tell(crate::notify::Notice {
+                controller: owner.name.clone(),
+                namespace: owner.namespace.clone().unwrap_or_default(),
+                cluster,
+                release,
+                event: t.event,
+                reason: t.reason,
+                message: t.message,
+                time: Timestamp::now(),
+            });
+        }
+    }
+}
+
+/// The first release a transition concerns, by the phase its event is about: a failed, invalid,
+/// conflicting or forbidden release; none for a recovery.
+fn concerned(
+    status: &ControllerStatus,
+    event: crate::api::alert::AlertEvent,
+) -> (Option<String>, Option<String>) {
+    use crate::{api::alert::AlertEvent, status::phase};
+    let phases: &[&str] = match event {
+        AlertEvent::Forbidden => &[phase::FORBIDDEN],
+        AlertEvent::Stalled => &[phase::FAILED, phase::INVALID, phase::CONFLICT],
+        _ => &[],
+    };
+    status
+        .updated_tenancies
+        .iter()
+        .flat_map(|t| t.chart_messages.iter().map(move |m| (t, m)))
+        .find(|(_, m)| phases.contains(&m.phase.as_str()))
+        .map_or((None, None), |(t, m)| {
+            (Some(t.cluster.clone()), Some(m.release_name.clone()))
+        })
 }
 
 /// A merge patch that sets every status field, clearing those now empty.
