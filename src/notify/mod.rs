@@ -75,3 +75,34 @@ impl Notifier {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_queue_drops_and_counts_without_waiting() {
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let (notifier, mut rx) = Notifier::new(metrics.clone());
+        let notice = Notice {
+            controller: "shop".into(),
+            namespace: "team-a".into(),
+            cluster: None,
+            release: None,
+            event: AlertEvent::Stalled,
+            reason: "ReleaseFailed".into(),
+            message: String::new(),
+            time: Timestamp::UNIX_EPOCH,
+        };
+        for _ in 0..QUEUE + 3 {
+            notifier.tell(notice.clone());
+        }
+        let text = metrics.render(&crate::metrics::Gauges::default());
+        assert!(
+            text.contains("tenancy_hub_notifications_total{result=\"dropped\"} 3"),
+            "{text}"
+        );
+        assert_eq!(std::iter::from_fn(|| rx.try_recv().ok()).count(), QUEUE);
+        Notifier::default().tell(notice);
+    }
+}

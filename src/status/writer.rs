@@ -347,6 +347,51 @@ mod tests {
     }
 
     #[test]
+    fn a_written_transition_is_told_once_and_a_recovery_after_it() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+        let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
+        let (notifier, mut notices) = crate::notify::Notifier::new(metrics);
+        let writer = StatusWriter::telling(notifier);
+        let owner = ObjectRef::new("shop").within("team-a");
+        let status = |ready: bool, stalled: bool| ControllerStatus {
+            conditions: [
+                ("Ready", ready, "Ready"),
+                ("Stalled", stalled, "ReleaseFailed"),
+            ]
+            .map(|(type_, ok, reason)| Condition {
+                type_: type_.into(),
+                status: if ok { "True" } else { "False" }.into(),
+                reason: reason.into(),
+                message: String::new(),
+                last_transition_time: Time(Timestamp::UNIX_EPOCH),
+                observed_generation: None,
+            })
+            .to_vec(),
+            ..Default::default()
+        };
+        let (good, failed, waiting) = (
+            status(true, false),
+            status(false, true),
+            status(false, false),
+        );
+        writer.tell(&owner, &good, &failed);
+        writer.tell(&owner, &failed, &failed);
+        writer.tell(&owner, &failed, &waiting);
+        writer.tell(&owner, &waiting, &good);
+        writer.tell(&owner, &good, &good);
+        let mut told = Vec::new();
+        while let Ok(n) = notices.try_recv() {
+            assert_eq!(
+                (n.namespace.as_str(), n.controller.as_str()),
+                ("team-a", "shop")
+            );
+            told.push(n.event);
+        }
+        use crate::api::alert::AlertEvent;
+        assert_eq!(told, [AlertEvent::Stalled, AlertEvent::Recovered]);
+    }
+
+    #[test]
     fn an_unchanged_report_marks_nothing() {
         let writer = StatusWriter::default();
         let owner = ObjectRef::new("x").within("default");
