@@ -183,6 +183,7 @@ pub(crate) fn ready(
 struct Readiness {
     hub: kube::Client,
     admission: AdmissionNow,
+    internal: bool,
 }
 
 /// Follows the Alerts of `scope` (every namespace when None): the store the dispatcher reads,
@@ -190,7 +191,7 @@ struct Readiness {
 pub(crate) fn follow(
     hub: kube::Client,
     scope: Option<&str>,
-    admission: AdmissionNow,
+    (admission, internal): (AdmissionNow, bool),
     cancel: CancellationToken,
 ) -> (
     Store<Alert>,
@@ -203,7 +204,11 @@ pub(crate) fn follow(
     let runtime = Runtime::new(api, watcher::Config::default())
         .graceful_shutdown_on(cancel.cancelled_owned());
     let store = runtime.store();
-    let ctx = Arc::new(Readiness { hub, admission });
+    let ctx = Arc::new(Readiness {
+        hub,
+        admission,
+        internal,
+    });
     let run = runtime
         .run(look, |_, _, _| Action::requeue(RECHECK), ctx)
         .for_each(|_| async {});
@@ -213,7 +218,7 @@ pub(crate) fn follow(
 /// Looks at one Alert: its Secret resolved as a send would, and the status written when what it
 /// says changed.
 async fn look(alert: Arc<Alert>, ctx: Arc<Readiness>) -> Result<Action, kube::Error> {
-    let found = resolve(&ctx.hub, &alert, &(ctx.admission)()).await;
+    let found = resolve(&ctx.hub, &alert, &(ctx.admission)(), ctx.internal).await;
     let status = alert.status.clone().unwrap_or_default();
     let generation = alert.metadata.generation;
     let condition = ready(

@@ -34,6 +34,8 @@ pub(crate) struct Dispatcher {
     pub(crate) alerts: Store<Alert>,
     /// What the policies allow now.
     pub(crate) admission: AdmissionNow,
+    /// Whether webhooks may lead back into the hub (`--notify-internal-addresses`).
+    pub(crate) internal: bool,
     /// Counts per Alert, written to their status.
     pub(crate) book: Arc<AlertBook>,
     /// Operator metrics.
@@ -67,14 +69,19 @@ impl SendError {
     }
 }
 
-/// The HTTP client messages go out with: no redirects followed, a short timeout.
-pub(crate) fn client() -> reqwest::Client {
-    reqwest::Client::builder()
+/// The HTTP client messages go out with: no redirects followed, a short timeout, names that
+/// resolve back into the hub refused unless `internal`.
+pub(crate) fn client(internal: bool) -> reqwest::Client {
+    let builder = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(ATTEMPT_TIMEOUT)
-        .connect_timeout(ATTEMPT_TIMEOUT)
-        .build()
-        .expect("the notification HTTP client builds")
+        .connect_timeout(ATTEMPT_TIMEOUT);
+    match internal {
+        true => builder,
+        false => builder.dns_resolver(Arc::new(crate::charts::fetch::PublicResolver)),
+    }
+    .build()
+    .expect("the notification HTTP client builds")
 }
 
 impl Dispatcher {
@@ -86,7 +93,7 @@ impl Dispatcher {
         tasks: TaskTracker,
         cancel: CancellationToken,
     ) {
-        let http = client();
+        let http = client(self.internal);
         let slots = Arc::new(Semaphore::new(IN_FLIGHT));
         let mut buckets: HashMap<ObjectRef<Alert>, TokenBucket> = HashMap::new();
         loop {
@@ -141,7 +148,7 @@ impl Dispatcher {
         cancel: &CancellationToken,
     ) {
         let key = ObjectRef::from_obj(alert);
-        let endpoint = match resolve(&self.hub, alert, &(self.admission)()).await {
+        let endpoint = match resolve(&self.hub, alert, &(self.admission)(), self.internal).await {
             Ok(e) => e,
             Err(problem) => {
                 self.metrics.notification("failed");
@@ -262,7 +269,7 @@ mod tests {
             hmac_key: Some(b"k".to_vec()),
         };
         let payload = br#"{"time":"now"}"#;
-        let http = client();
+        let http = client(true);
         assert_eq!(
             post(&http, &endpoint, payload).await,
             Err(SendError::Status(302))

@@ -81,7 +81,7 @@ pub(crate) enum Problem {
     AddressInvalid {
         namespace: String,
         name: String,
-        why: &'static str,
+        why: String,
     },
 }
 
@@ -109,6 +109,7 @@ pub(crate) fn endpoint(
     provider: ProviderType,
     found: &Found,
     admission: &Admission,
+    internal: bool,
 ) -> Result<Endpoint, Problem> {
     let (namespace, name) = (namespace.to_owned(), name.to_owned());
     let Some((labels, data)) = found else {
@@ -120,18 +121,23 @@ pub(crate) fn endpoint(
     let Some(raw) = data.get(ADDRESS_KEY) else {
         return Err(Problem::AddressMissing { namespace, name });
     };
-    let invalid = |why| Problem::AddressInvalid {
+    let invalid = |why: &str| Problem::AddressInvalid {
         namespace: namespace.clone(),
         name: name.clone(),
-        why,
+        why: why.to_owned(),
     };
     let text = std::str::from_utf8(&raw.0).map_err(|_| invalid("is not text"))?;
     let url = url::Url::parse(text.trim()).map_err(|_| invalid("is not a URL"))?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(invalid("is not http(s)"));
     }
-    if metadata_host(&url) {
-        return Err(invalid("names a link-local or metadata address"));
+    let inside = url.host().map_or(Some("no host"), |h| {
+        crate::policy::source::internal_host(&h)
+    });
+    if let Some(why) = inside.filter(|_| !internal) {
+        return Err(invalid(&format!(
+            "leads back into the hub ({why}); such a webhook is refused unless the operator runs with --notify-internal-addresses"
+        )));
     }
     let hmac_key = match provider {
         ProviderType::Generic => data
@@ -147,25 +153,13 @@ pub(crate) fn endpoint(
     })
 }
 
-/// True for a host where cloud metadata answers: link-local addresses and `.internal` names.
-fn metadata_host(url: &url::Url) -> bool {
-    match url.host() {
-        Some(url::Host::Ipv4(ip)) => ip.is_link_local() || ip.is_unspecified(),
-        Some(url::Host::Ipv6(ip)) => (ip.segments()[0] & 0xffc0) == 0xfe80 || ip.is_unspecified(),
-        Some(url::Host::Domain(d)) => {
-            let d = d.trim_end_matches('.').to_ascii_lowercase();
-            d == "internal" || d.ends_with(".internal")
-        }
-        None => true,
-    }
-}
-
 /// Reads the Secret an Alert names, in the Alert's namespace only (a list narrowed to its name,
 /// as `valuesFrom` reads), then makes its endpoint.
 pub(crate) async fn resolve(
     hub: &kube::Client,
     alert: &Alert,
     admission: &Admission,
+    internal: bool,
 ) -> Result<Endpoint, Problem> {
     let namespace = alert.namespace().unwrap_or_default();
     let name = alert.spec.provider.secret_ref.name.clone();
@@ -198,6 +192,7 @@ pub(crate) async fn resolve(
         alert.spec.provider.type_,
         &found,
         admission,
+        internal,
     )
 }
 
@@ -260,6 +255,7 @@ mod tests {
             ProviderType::Generic,
             &secret(&[("address", URL.as_bytes()), ("hmacKey", b"k3y")]),
             &allowed(),
+            false,
         )
         .unwrap();
         assert_eq!(e.url.as_str(), URL);
@@ -280,6 +276,7 @@ mod tests {
             ProviderType::Generic,
             &secret(&[("address", URL.as_bytes())]),
             &allowed(),
+            false,
         )
         .unwrap_err();
         assert_eq!(refused.reason(), "SecretNotAllowed");
@@ -292,6 +289,7 @@ mod tests {
             ProviderType::Generic,
             &secret(&[("address", URL.as_bytes())]),
             &allowed(),
+            false,
         )
         .unwrap_err();
         assert!(ungoverned.to_string().contains("no TenancyPolicy governs"));
@@ -316,11 +314,55 @@ mod tests {
             ),
         ];
         for (found, admission) in cases {
-            let e =
-                endpoint("team-a", "hook", ProviderType::Generic, &found, &admission).unwrap_err();
+            let e = endpoint(
+                "team-a",
+                "hook",
+                ProviderType::Generic,
+                &found,
+                &admission,
+                false,
+            )
+            .unwrap_err();
             let text = e.to_string();
             assert!(!text.contains("s3cr3t") && !text.contains("k3y"), "{text}");
             assert!(text.contains("team-a/hook"), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_webhook_leading_back_into_the_hub_is_refused_unless_the_operator_allows_it() {
+        for address in [
+            "http://127.0.0.1:8080/hook",
+            "http://[::1]/hook",
+            "http://localhost/hook",
+            "http://169.254.169.254/latest",
+        ] {
+            let found = secret(&[("address", address.as_bytes())]);
+            let refused = endpoint(
+                "team-a",
+                "hook",
+                ProviderType::Generic,
+                &found,
+                &allowed(),
+                false,
+            )
+            .unwrap_err();
+            assert_eq!(refused.reason(), "AddressInvalid");
+            assert!(
+                refused.to_string().contains("--notify-internal-addresses"),
+                "{refused}"
+            );
+            assert!(
+                endpoint(
+                    "team-a",
+                    "hook",
+                    ProviderType::Generic,
+                    &found,
+                    &allowed(),
+                    true
+                )
+                .is_ok()
+            );
         }
     }
 
@@ -335,14 +377,25 @@ mod tests {
             BTreeMap::from([("notify".into(), "true".into())]),
             BTreeMap::from([("address".into(), ByteString(URL.into()))]),
         ));
-        assert!(endpoint("team-a", "any", ProviderType::Slack, &labelled, &by_label).is_ok());
+        assert!(
+            endpoint(
+                "team-a",
+                "any",
+                ProviderType::Slack,
+                &labelled,
+                &by_label,
+                false
+            )
+            .is_ok()
+        );
         assert!(
             endpoint(
                 "team-a",
                 "any",
                 ProviderType::Slack,
                 &secret(&[("address", URL.as_bytes())]),
-                &by_label
+                &by_label,
+                false
             )
             .is_err()
         );

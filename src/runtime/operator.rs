@@ -117,7 +117,7 @@ async fn start(
         address,
         sharded,
     } = parts;
-    spawn_notifications(&ctx, notices, cancel, tasks);
+    spawn_notifications(&ctx, notices, config.notify_internal, cancel, tasks);
     tasks.spawn(until(
         cancel,
         watch_policies(
@@ -184,6 +184,7 @@ async fn start(
 fn spawn_notifications(
     ctx: &Arc<Context>,
     notices: mpsc::Receiver<crate::notify::Notice>,
+    internal: bool,
     cancel: &CancellationToken,
     tasks: &TaskTracker,
 ) {
@@ -195,7 +196,7 @@ fn spawn_notifications(
     let (store, follow) = alerts::follow(
         ctx.hub.clone(),
         ctx.settings.scope.as_deref(),
-        admission.clone(),
+        (admission.clone(), internal),
         cancel.clone(),
     );
     tasks.spawn(follow.instrument(tracing::info_span!("alerts")));
@@ -208,6 +209,7 @@ fn spawn_notifications(
         hub: ctx.hub.clone(),
         alerts: store,
         admission,
+        internal,
         book,
         metrics: ctx.metrics.clone(),
     };
