@@ -12,9 +12,10 @@ use kube::{
     Api, ResourceExt,
     api::{Patch, PatchParams},
     runtime::{
-        Controller as Runtime,
+        Controller as Runtime, PredicateConfig, WatchStreamExt,
         controller::Action,
-        reflector::{ObjectRef, Store},
+        predicates,
+        reflector::{self, ObjectRef, Store},
         watcher,
     },
 };
@@ -201,9 +202,15 @@ pub(crate) fn follow(
         Some(ns) => Api::namespaced(hub.clone(), ns),
         None => Api::all(hub.clone()),
     };
-    let runtime = Runtime::new(api, watcher::Config::default())
-        .graceful_shutdown_on(cancel.cancelled_owned());
-    let store = runtime.store();
+    // Looked at again on a new generation (or deletion), not on the status writes it makes.
+    let (store, writer) = reflector::store();
+    let changes = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(predicates::generation, PredicateConfig::default());
+    let runtime =
+        Runtime::for_stream(changes, store.clone()).graceful_shutdown_on(cancel.cancelled_owned());
     let ctx = Arc::new(Readiness {
         hub,
         admission,
