@@ -2,10 +2,11 @@
 # Benchmarks: convergence, status propagation latency, write load, footprint, breadth, growth
 # (namespaces, Controllers, clusters), shards, rollout, fairness and a peer (Flux), on the lab.
 #
-#   lab/bench.sh [--dir DIR] [--only convergence,latency,breadth,footprint,namespaces,controllers,clusters,pull,shards,rollout,fairness,size,fleets,peer,envelope]
+#   lab/bench.sh [--dir DIR] [--only convergence,latency,breadth,footprint,namespaces,controllers,clusters,pull,shards,rollout,waves,fairness,size,fleets,peer,envelope]
 #                 [--pods P] [--namespaces 10,100,500] [--unrelated-pods N] [--controllers 10,100,1000]
 #                 [--clusters 1,5,10,20] [--quiet-seconds S] [--runs 3] [--shard-controllers 10]
 #                 [--wave N] [--samples K] [--sizes 100,1000,10000] [--readers 1,10,100] [--peer flux]
+#                 [--peer-targets hub,member-1,member-2] [--peer-workers 4] [--peer-setups flux,flux_shared,flux_wait]
 #                 [--envelope 100,500,1000] [--json FILE]
 #
 # Brings the lab up in DIR if it is not running (default: .lab), builds tenancy-hub in release mode,
@@ -16,6 +17,8 @@
 # the pull scenario as many pull members (lab/up.sh --members 1 --pull-members 20 --dir DIR): the hub's
 # cost per pull member (operator, hub API server, connections) and a spec change's latency, pull
 # against push.
+# The waves scenario (a change in three health-gated waves across every member) needs many members
+# too (lab/up.sh --light --members 20 --dir DIR).
 # The rollout, namespaces, controllers, clusters, shards, fairness (a small change's latency while
 # another owner's wave of N installs runs, 1,000 by default) and size (plan time and operator memory
 # against one Controller of --sizes charts) scenarios run only when named in --only; so does fleets
@@ -39,7 +42,7 @@ while (($#)); do
         --peer)
             [[ ${2:-} == flux ]] || die "--peer takes flux (the only peer)"
             PEER=flux; PASS+=(--peer flux); shift 2 ;;
-        -h | --help) sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; exit 0 ;;
         *) PASS+=("$1"); shift ;;
     esac
 done

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates the CRDs from the types: deploy/crd.yaml (all of them) and one file per CRD in crds/.
+# Regenerates the CRDs from the types: deploy/crd.yaml (all of them), one file per CRD in crds/,
+# and the same files in deploy/chart/crds/ (where Helm installs them from).
 #
 #   lab/crds.sh
 set -euo pipefail
@@ -14,11 +15,12 @@ import sys
 text = open(sys.argv[1]).read()
 alerts, controllers, members, policies = text.split("---\n", 3)
 open("deploy/crd.yaml", "w").write(text)
-open("crds/alerts.multitenancy.dev.yaml", "w").write(alerts)
-# The later files keep their document marker, so `cat crds/*.yaml` (alerts, controllers,
-# memberclusters, tenancypolicies: the order of their names) is exactly `tenancy-hub crd`.
-open("crds/controllers.multitenancy.dev.yaml", "w").write("---\n" + controllers)
-open("crds/memberclusters.multitenancy.dev.yaml", "w").write("---\n" + members)
-open("crds/tenancypolicies.multitenancy.dev.yaml", "w").write("---\n" + policies)
+for directory in ("crds", "deploy/chart/crds"):
+    open(f"{directory}/alerts.multitenancy.dev.yaml", "w").write(alerts)
+    # The later files keep their document marker, so `cat crds/*.yaml` (alerts, controllers,
+    # memberclusters, tenancypolicies: the order of their names) is exactly `tenancy-hub crd`.
+    open(f"{directory}/controllers.multitenancy.dev.yaml", "w").write("---\n" + controllers)
+    open(f"{directory}/memberclusters.multitenancy.dev.yaml", "w").write("---\n" + members)
+    open(f"{directory}/tenancypolicies.multitenancy.dev.yaml", "w").write("---\n" + policies)
 PY
-echo "wrote deploy/crd.yaml and crds/{alerts,controllers,memberclusters,tenancypolicies}.multitenancy.dev.yaml"
+echo "wrote deploy/crd.yaml and {crds,deploy/chart/crds}/{alerts,controllers,memberclusters,tenancypolicies}.multitenancy.dev.yaml"

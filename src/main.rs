@@ -7,7 +7,7 @@ async fn main() -> std::process::ExitCode {
     match cli.command.execute().await {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", tenancy_hub::cli::error_line(&e));
             std::process::ExitCode::FAILURE
         }
     }

@@ -34,6 +34,47 @@ fn version_names_the_helm_sdk_and_the_executor_protocol() {
     }
 }
 
+/// How many times `needle` occurs in `haystack`.
+fn times(haystack: &str, needle: &str) -> usize {
+    haystack.matches(needle).count()
+}
+
+#[test]
+fn an_error_says_each_cause_once_naming_the_cluster_once() {
+    let missing = "No such file or directory";
+    let file = std::env::temp_dir().join(format!("{}.yaml", unique("controller")));
+    std::fs::write(&file, "apiVersion: multitenancy.dev/v1alpha1\n").unwrap();
+    let kubeconfig = [
+        "--kubeconfig",
+        "/nonexistent/kubeconfig",
+        "--context",
+        "hub",
+    ];
+    let runs: [(Vec<&str>, i32); 3] = [
+        ([&["clusters"][..], &kubeconfig].concat(), 1),
+        (
+            vec!["clusters", "--clusters", "/nonexistent/clusters.yaml"],
+            1,
+        ),
+        (
+            [&["diff", "-f", file.to_str().unwrap()][..], &kubeconfig].concat(),
+            2,
+        ),
+    ];
+    for (args, code) in runs {
+        let out = Command::new(env!("CARGO_BIN_EXE_tenancy-hub"))
+            .args(&args)
+            .env_remove("KUBECONFIG")
+            .output()
+            .expect("the binary runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+        assert_eq!(times(&stderr, missing), 1, "{args:?}: {stderr}");
+        assert!(times(&stderr, "cluster hub") <= 1, "{args:?}: {stderr}");
+    }
+    std::fs::remove_file(&file).unwrap();
+}
+
 #[test]
 #[ignore = "needs the lab: run tests/run.sh"]
 fn clusters_shows_every_lab_cluster_reachable_with_its_version() {

@@ -7,14 +7,14 @@ use std::{
     panic::AssertUnwindSafe,
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    time::Duration,
 };
 
 use common::{
     fixtures::{DEADLINE, chart, entry, message, ready, tenancy, unique, wait_until},
     hub::{create_namespace, install_crd, reader_token},
     lab::Lab,
-    operator::{http_get, stop_on_drop, terminate},
+    manifests::{Process, documents, find, kind, service_account_kubeconfig, stream},
+    operator::http_get,
 };
 use futures::FutureExt as _;
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::Namespace, events::v1::Event};
@@ -22,7 +22,6 @@ use kube::{
     Api,
     api::{DeleteParams, ListParams, Patch, PatchParams},
 };
-use serde::Deserialize as _;
 use serde_yaml::Value;
 use tenancy_hub::{
     api::crd::{Controller, ControllerSpec},
@@ -62,33 +61,6 @@ const KINDS: [(&str, &str); 11] = [
 
 fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy")
-}
-
-/// The YAML documents of a stream, empty ones left out.
-fn documents(text: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(text)
-        .map(|d| Value::deserialize(d).expect("valid YAML"))
-        .filter(|d| !d.is_null())
-        .collect()
-}
-
-/// One stream of YAML documents.
-fn stream(docs: &[Value]) -> String {
-    docs.iter()
-        .map(|d| serde_yaml::to_string(d).unwrap())
-        .collect::<Vec<_>>()
-        .join("---\n")
-}
-
-fn kind(doc: &Value) -> &str {
-    doc["kind"].as_str().unwrap_or_default()
-}
-
-/// The one document of `kind` named `name`.
-fn find<'a>(docs: &'a [Value], kind_: &str, name: &str) -> &'a Value {
-    docs.iter()
-        .find(|d| kind(d) == kind_ && d["metadata"]["name"].as_str() == Some(name))
-        .unwrap_or_else(|| panic!("no {kind_} {name} in deploy/"))
 }
 
 /// The documents of one file of deploy/, read without kustomize.
@@ -365,149 +337,32 @@ fn the_kustomization_applies_to_the_hub_with_server_side_dry_run() {
     );
 }
 
-/// The operator started by hand, as its Deployment would, stopped with SIGTERM when dropped.
-struct Process {
-    child: std::process::Child,
-    log: PathBuf,
-    http: std::net::SocketAddr,
-}
-
-impl Process {
-    fn start(lab: &Lab, kubeconfig: &Path, namespace: &str) -> Self {
-        let log = lab.dir.join(format!("{}.log", unique("operator-deploy")));
-        let http = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .unwrap();
-        let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_tenancy-hub"))
-            .arg("run")
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(["--context", "hub", "--namespace", namespace])
-            .arg("--clusters")
-            .arg(lab.clusters_path())
-            .arg("--chart-home")
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts"))
-            .arg("--helm")
-            .arg(lab.bin_dir().join("helm"))
-            // The image ships the long-lived executor beside helm.
-            .arg("--helm-executor")
-            .arg(lab.executor())
-            // The Deployment's Lease: limited to one namespace, the operator would take a Lease
-            // of that scope, which the RBAC does not grant.
-            .args(["--leader-elect", "--lease-namespace", NAMESPACE])
-            .args(["--lease-name", "tenancy-hub"])
-            .arg("--http-addr")
-            .arg(http.to_string())
-            // Nothing may fall back to the lab's admin kubeconfig for the hub.
-            .env_remove("KUBECONFIG")
-            .env_remove("POD_NAMESPACE")
-            .env("RUST_LOG", "info,tenancy_hub=debug")
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .expect("the operator starts");
-        let process = Self { child, log, http };
-        process.wait_ready();
-        process
-    }
-
-    /// Panics with the first thing the hub refused the operator, if it logged any.
-    fn assert_not_refused(&self) {
-        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-        if let Some(line) = log.lines().find(|l| l.to_lowercase().contains("forbidden")) {
-            panic!(
-                "the hub refused the operator something; see {}:\n{line}",
-                self.log.display()
-            );
-        }
-    }
-
-    fn wait_ready(&self) {
-        use std::io::Read as _;
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while std::time::Instant::now() < deadline {
-            if let Ok(mut stream) = std::net::TcpStream::connect(self.http) {
-                write!(
-                    stream,
-                    "GET /readyz HTTP/1.0\r\nHost: {}\r\n\r\n",
-                    self.http
-                )
-                .unwrap();
-                let mut response = String::new();
-                let _ = stream.read_to_string(&mut response);
-                if response.starts_with("HTTP/1.1 200") || response.starts_with("HTTP/1.0 200") {
-                    return;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!(
-            "the operator was not ready within 60s; see {}",
-            self.log.display()
-        );
-    }
-
-    /// Stops it with SIGTERM, as the kubelet would, within 60 seconds.
-    fn stop(&mut self) {
-        terminate(&mut self.child, "the operator", &self.log);
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        stop_on_drop(&mut self.child, "the operator", &self.log);
-    }
-}
-
-/// The hub kubeconfig the Deployment uses, pointed at the lab's hub and a token file of the service account.
-fn service_account_kubeconfig(lab: &Lab, docs: &[Value], dir: &Path) -> PathBuf {
-    let configmap = find(docs, "ConfigMap", "tenancy-hub-clusters");
-    let text = configmap["data"]["hub-kubeconfig.yaml"].as_str().unwrap();
-    let mut kubeconfig: Value = serde_yaml::from_str(text).unwrap();
-    let cluster = &mut kubeconfig["clusters"][0]["cluster"];
-    assert_eq!(
-        cluster["server"].as_str(),
-        Some("https://kubernetes.default.svc")
-    );
-    let lab_hub = lab
-        .kubeconfig
-        .clusters
-        .iter()
-        .find(|c| c.name == "hub")
-        .and_then(|c| c.cluster.clone())
-        .expect("the lab has a hub cluster");
-    cluster["server"] = lab_hub.server.unwrap().into();
-    let mapping = cluster.as_mapping_mut().unwrap();
-    mapping.remove("certificate-authority");
-    mapping.insert(
-        "certificate-authority-data".into(),
-        lab_hub.certificate_authority_data.unwrap().into(),
-    );
-    let user = &mut kubeconfig["users"][0]["user"];
-    assert_eq!(
-        user["tokenFile"].as_str(),
-        Some("/var/run/secrets/kubernetes.io/serviceaccount/token")
-    );
-    // A token of the service account, as the kubelet would project it.
-    let token = dir.join("token");
-    let issued = kubectl_ok(
-        lab,
-        &[
-            "create",
-            "token",
-            "tenancy-hub",
-            "-n",
-            NAMESPACE,
-            "--duration=1h",
-        ],
-        None,
-    );
-    std::fs::write(&token, issued.trim()).unwrap();
-    user["tokenFile"] = token.to_str().unwrap().into();
-    let path = dir.join("hub-kubeconfig.yaml");
-    std::fs::write(&path, serde_yaml::to_string(&kubeconfig).unwrap()).unwrap();
-    path
+/// The operator as its Deployment runs it, with the hub kubeconfig `kubeconfig`, reconciling the
+/// Controllers of hub namespace `namespace`.
+fn start_operator(lab: &Lab, kubeconfig: &Path, namespace: &str) -> Process {
+    let http = Process::free_address();
+    let path = |p: &Path| p.to_str().unwrap().to_owned();
+    let args = [
+        "run".into(),
+        format!("--kubeconfig={}", path(kubeconfig)),
+        "--context=hub".into(),
+        format!("--namespace={namespace}"),
+        format!("--clusters={}", path(&lab.clusters_path())),
+        format!(
+            "--chart-home={}",
+            path(&Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts"))
+        ),
+        format!("--helm={}", path(&lab.bin_dir().join("helm"))),
+        // The image ships the long-lived executor beside helm.
+        format!("--helm-executor={}", path(&lab.executor())),
+        // The Deployment's Lease: limited to one namespace, the operator would take a Lease of
+        // that scope, which the RBAC does not grant.
+        "--leader-elect".into(),
+        format!("--lease-namespace={NAMESPACE}"),
+        "--lease-name=tenancy-hub".into(),
+        format!("--http-addr={http}"),
+    ];
+    Process::start(lab, &args, &[], http)
 }
 
 /// The example hub tenant namespace and its RoleBinding, for namespace `name`.
@@ -639,7 +494,14 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
         .expect("the TenancyPolicy applies");
     apply(lab, &hub_tenant(hub_ns));
     let scratch = tempfile::tempdir().unwrap();
-    let kubeconfig = service_account_kubeconfig(lab, &docs, scratch.path());
+    let configmap = find(&docs, "ConfigMap", "tenancy-hub-clusters");
+    let kubeconfig = service_account_kubeconfig(
+        lab,
+        configmap["data"]["hub-kubeconfig.yaml"].as_str().unwrap(),
+        NAMESPACE,
+        "tenancy-hub",
+        scratch.path(),
+    );
     let whoami = kubectl_as(
         lab,
         &kubeconfig,
@@ -657,7 +519,7 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
         whoami.stderr
     );
 
-    let mut operator = Process::start(lab, &kubeconfig, home);
+    let mut operator = start_operator(lab, &kubeconfig, home);
     let identity = format!("-{}", operator.child.id());
     let leases: Api<Lease> = Api::namespaced(admin.clone(), NAMESPACE);
     wait_until("the operator to hold the Lease", DEADLINE, || async {

@@ -207,7 +207,7 @@ pub struct RunArgs {
 impl RunArgs {
     /// The long-lived executor to run jobs with, by `--executor` and `--helm-executor`; with
     /// `sdk`, the path is kept even when missing, so starting it fails with its own error.
-    fn sdk(&self) -> Option<PathBuf> {
+    pub(crate) fn sdk(&self) -> Option<PathBuf> {
         let found = crate::helm::sdk::locate(self.helm_executor.as_deref(), &self.helm);
         match self.executor {
             ExecutorKind::Cli => None,
@@ -285,6 +285,16 @@ impl RunArgs {
                 format!("{host}-{}", std::process::id()),
             )
         })
+    }
+
+    /// The Leases the operator reads and renews by name: none without leader election, its
+    /// Lease alone, or (None) Leases of any name when it runs shards.
+    pub(crate) fn lease_names(&self) -> Vec<Option<String>> {
+        match (self.leader_elect, self.shards) {
+            (false, _) => Vec::new(),
+            (true, 1) => vec![Some(self.lease_name())],
+            (true, _) => vec![None],
+        }
     }
 
     /// `--lease-name`, or one Lease per scope: `tenancy-hub`, or `tenancy-hub-<ns>` with `--namespace`.

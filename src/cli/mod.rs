@@ -1,14 +1,17 @@
-//! Command-line interface: `run`, `agent`, `crd`, `clusters`, `status`, `diff` and `rollout`.
+//! Command-line interface: `run`, `agent`, `crd`, `clusters`, `status`, `diff`, `doctor` and `rollout`.
 
 pub(crate) mod agent;
 pub(crate) mod args;
 pub(crate) mod diff;
+pub(crate) mod doctor;
+pub(crate) mod errors;
 pub(crate) mod inspect;
 pub(crate) mod membership;
 pub(crate) mod rollout;
 pub(crate) mod table;
 
 pub use args::{ClusterArgs, PolicyMode, RunArgs};
+pub use errors::error_line;
 pub(crate) use table::{Output, table};
 
 use std::{io::Write, path::PathBuf, process::ExitCode};
@@ -138,6 +141,20 @@ pub enum Command {
         after_help = "Examples:\n  tenancy-hub diff -f controller.yaml --clusters .lab/clusters.yaml --kubeconfig .lab/kubeconfig --context hub --chart-home config/charts\n  tenancy-hub diff -f controller.yaml --cluster member-1 -o json\n  kubectl kustomize team-a/ | tenancy-hub diff -f -"
     )]
     Diff(diff::DiffArgs),
+    /// Check what a new install gets wrong, one line per check with its fix: the CRDs on the hub
+    /// and whether they are this binary's, the operator's RBAC there, each member of the
+    /// registration file reachable with the rights delivery needs, helm and the Helm executor
+    /// (its protocol), the chart home, and a TenancyPolicy for each hub namespace holding
+    /// Controllers.
+    ///
+    /// Takes `run`'s options, so a `run` command line is checked by putting `doctor` in place of
+    /// `run`; the rights checked are those of the identity it runs as, so run it with the
+    /// operator's kubeconfig. Exits 0 when no check failed (warnings aside), 1 when one did, 2
+    /// when it cannot run (the hub's kubeconfig or context cannot be loaded).
+    #[command(
+        after_help = "Examples:\n  tenancy-hub doctor --kubeconfig .lab/kubeconfig --context hub --clusters .lab/clusters.yaml --chart-home config/charts\n  tenancy-hub doctor --clusters clusters.yaml -o json | jq '.checks[] | select(.verdict == \"fail\")'"
+    )]
+    Doctor(doctor::DoctorArgs),
     /// Resumes a halted rollout, or restarts the newest generation's rollout from the first wave,
     /// by setting the `multitenancy.dev/rollout` annotation the operator acts on.
     #[command(
@@ -150,10 +167,8 @@ impl Command {
     /// Runs the command.
     pub async fn execute(self) -> anyhow::Result<ExitCode> {
         match self {
-            Command::Diff(args) => Ok(diff::run(args).await.unwrap_or_else(|e| {
-                eprintln!("error: {e:#}");
-                ExitCode::from(2)
-            })),
+            Command::Diff(args) => Ok(diff::run(args).await.unwrap_or_else(errors::exit_2)),
+            Command::Doctor(args) => Ok(doctor::run(args).await.unwrap_or_else(errors::exit_2)),
             Command::Rollout(args) => {
                 rollout::run(args).await?;
                 Ok(ExitCode::SUCCESS)

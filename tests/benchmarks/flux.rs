@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use tenancy_hub::api::crd::ControllerSpec;
 
 use super::{
-    Args, CLUSTERS, LONG, children_cpu, common,
+    Args, LONG, children_cpu, common,
     common::{
         fixtures::{chart, ready, tenancy, unique, wait_until},
         hub::{Hub, allow_all, create_namespace},
@@ -39,8 +39,22 @@ const RELEASE: &str = "app";
 const SAMPLE: Duration = Duration::from_millis(100);
 /// A fixed settle period after convergence before the idle figures are read.
 const IDLE_SETTLE: Duration = Duration::from_secs(10);
-/// Workers of each side: Flux's `--concurrent`, the operator's `--workers`.
-const WORKERS: &str = "4";
+
+/// How a peer run is set up (`--peer-targets`, `--peer-workers`, `--peer-setups`).
+#[derive(Clone, Copy)]
+struct Peer<'a> {
+    /// The clusters every release goes to.
+    targets: &'a [&'a str],
+    /// Workers of each side: Flux's `--concurrent`, the operator's `--workers`.
+    workers: usize,
+}
+
+impl Peer<'_> {
+    /// The operator's `--per-cluster`: the workers shared over the targets, at least 2.
+    fn per_cluster(self) -> usize {
+        self.workers.div_ceil(self.targets.len()).max(2)
+    }
+}
 
 /// How a Flux run finds its chart and when it calls a release done.
 #[derive(Clone, Copy, PartialEq)]
@@ -139,7 +153,6 @@ impl FluxProcess {
                 "--watch-all-namespaces=false",
                 "--enable-leader-election=false",
                 "--log-encoding=json",
-                &format!("--concurrent={WORKERS}"),
                 &format!("--metrics-addr={}", free_addr()),
                 &format!("--health-addr={health}"),
             ])
@@ -342,9 +355,9 @@ fn condition(object: &DynamicObject, type_: &str, status: &str) -> Option<String
 
 /// Secret `<cluster>-kubeconfig` (key `value`) in `namespace` for each member, as HelmReleases'
 /// `spec.kubeConfig.secretRef` name it.
-async fn kubeconfig_secrets(lab: &Lab, client: &Client, namespace: &str) {
+async fn kubeconfig_secrets(lab: &Lab, client: &Client, namespace: &str, peer: Peer<'_>) {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    for cluster in CLUSTERS.iter().filter(|c| **c != "hub") {
+    for cluster in peer.targets.iter().filter(|c| **c != "hub") {
         let secret: Secret = serde_json::from_value(json!({
             "metadata": {"name": format!("{cluster}-kubeconfig")},
             "stringData": {"value": kubeconfig_of(lab, cluster)},
@@ -404,9 +417,9 @@ async fn delete_all(client: &Client, namespace: &str, kind: &str) {
 }
 
 /// Deletes the run's target namespaces on every cluster, without waiting.
-fn delete_namespaces(lab: &Lab, run: &str, releases: usize) {
+fn delete_namespaces(lab: &Lab, run: &str, releases: usize, peer: Peer<'_>) {
     let names: Vec<String> = (0..releases).map(|i| format!("{run}-{i}")).collect();
-    for c in CLUSTERS {
+    for c in peer.targets {
         let mut args = vec!["delete", "namespace", "--wait=false", "--ignore-not-found"];
         args.extend(names.iter().map(String::as_str));
         lab.kubectl(c, &args);
@@ -416,12 +429,18 @@ fn delete_namespaces(lab: &Lab, run: &str, releases: usize) {
 /// One Flux run: fresh controllers in a hub namespace of their own, the repository and one
 /// HelmRelease per release created at once, timed until every HelmRelease is Ready; then the
 /// idle figures, and everything removed (the releases uninstalled by helm-controller).
-async fn flux_run(lab: &Lab, repo: &ChartRepo, setup: Setup, releases: usize) -> Value {
+async fn flux_run(
+    lab: &Lab,
+    repo: &ChartRepo,
+    setup: Setup,
+    releases: usize,
+    peer: Peer<'_>,
+) -> Value {
     let bin = flux_dir().join("bin");
     let client = lab.client("hub").await;
     let namespace = unique("bench-flux");
     create_namespace(&client, &namespace).await;
-    kubeconfig_secrets(lab, &client, &namespace).await;
+    kubeconfig_secrets(lab, &client, &namespace, peer).await;
     let scratch = tempfile::tempdir().unwrap();
     let kubeconfig = scratch.path().join("hub.kubeconfig");
     std::fs::write(&kubeconfig, kubeconfig_of(lab, "hub")).unwrap();
@@ -440,6 +459,7 @@ async fn flux_run(lab: &Lab, repo: &ChartRepo, setup: Setup, releases: usize) ->
             ),
             format!("--storage-addr={storage}"),
             format!("--storage-adv-addr={storage}"),
+            format!("--concurrent={}", peer.workers),
         ],
         &["helmrepository", "helmchart"],
     );
@@ -449,12 +469,12 @@ async fn flux_run(lab: &Lab, repo: &ChartRepo, setup: Setup, releases: usize) ->
         "helm-controller",
         &kubeconfig,
         &namespace,
-        &[],
+        &[format!("--concurrent={}", peer.workers)],
         &["helmrelease"],
     );
     let pids = [helm.pid(), source.pid()];
     let run = unique("pf");
-    let total = releases * CLUSTERS.len();
+    let total = releases * peer.targets.len();
     let hrs = flux_api(&client, &namespace, "HelmRelease");
 
     let cpu0 = cpu_seconds(&pids, false);
@@ -482,7 +502,7 @@ async fn flux_run(lab: &Lab, repo: &ChartRepo, setup: Setup, releases: usize) ->
         .await;
     }
     for i in 0..releases {
-        for cluster in CLUSTERS {
+        for cluster in peer.targets {
             create(&hrs, helm_release(setup, &run, i, cluster)).await;
         }
     }
@@ -517,7 +537,7 @@ async fn flux_run(lab: &Lab, repo: &ChartRepo, setup: Setup, releases: usize) ->
     delete_all(&client, &namespace, "HelmRepository").await;
     drop(helm);
     drop(source);
-    delete_namespaces(lab, &run, releases);
+    delete_namespaces(lab, &run, releases, peer);
     lab.kubectl(
         "hub",
         &["delete", "namespace", "--wait=false", namespace.as_str()],
@@ -535,20 +555,26 @@ async fn flux_run(lab: &Lab, repo: &ChartRepo, setup: Setup, releases: usize) ->
 
 /// One run of the operator (4 workers, 2 per cluster) naming the same repository chart: timed to
 /// every release deployed (`summary.releases` 30/30) and, in the same run, to `Ready`.
-async fn ours_run(lab: &Lab, repo: &ChartRepo, releases: usize) -> Value {
-    let hub = Hub::with_args("bench-peer", &["--workers", WORKERS, "--per-cluster", "2"]).await;
+async fn ours_run(lab: &Lab, repo: &ChartRepo, releases: usize, peer: Peer<'_>) -> Value {
+    let workers = peer.workers.to_string();
+    let per_cluster = peer.per_cluster().to_string();
+    let hub = Hub::with_args(
+        "bench-peer",
+        &["--workers", &workers, "--per-cluster", &per_cluster],
+    )
+    .await;
     // A plain-http repository is used only under a prefix a policy lists.
     hub.policy(&hub.namespace, allow_all(&hub.namespace, &[&repo.url]))
         .await;
     let pid = hub.operator.as_ref().unwrap().pid();
     let run = unique("po");
-    let total = releases * CLUSTERS.len();
+    let total = releases * peer.targets.len();
     let mut from_repo = chart(CHART, RELEASE, &[]);
     from_repo.repo = Some(repo.url.clone());
     from_repo.version = Some(VERSION.into());
     let spec = ControllerSpec {
         tenancies: (0..releases)
-            .map(|i| tenancy(&format!("{run}-{i}"), &CLUSTERS, vec![from_repo.clone()]))
+            .map(|i| tenancy(&format!("{run}-{i}"), peer.targets, vec![from_repo.clone()]))
             .collect(),
         ..Default::default()
     };
@@ -604,7 +630,7 @@ async fn ours_run(lab: &Lab, repo: &ChartRepo, releases: usize) -> Value {
             hub.namespace.as_str(),
         ],
     );
-    delete_namespaces(lab, &run, releases);
+    delete_namespaces(lab, &run, releases, peer);
     lab.kubectl(
         "hub",
         &[
@@ -687,9 +713,11 @@ fn medians(side: &str, runs: &[Value], figures: &[&str], out: &mut serde_json::M
 }
 
 /// Flux (helm-controller and source-controller) against the operator on the convergence
-/// scenario's releases (`--releases` × hub, member-1, member-2) from a loopback Helm repository,
-/// `--runs` times each, alternating: Flux with one HelmChart per HelmRelease, ours, Flux with one
-/// shared HelmChart, Flux waiting for the workloads. Medians of each side and the ratios ours/Flux.
+/// scenario's releases (`--releases` × `--peer-targets`, default hub, member-1, member-2) from a
+/// loopback Helm repository, `--runs` times each, alternating: ours, then each of
+/// `--peer-setups`: Flux with one HelmChart per HelmRelease (`flux`), with one shared HelmChart
+/// (`flux_shared`), waiting for the workloads (`flux_wait`). Both sides run `--peer-workers`
+/// workers (default 4). Medians of each side and the ratios ours/Flux.
 pub async fn peer(a: &Args) -> Value {
     match a.peer.as_deref() {
         Some("flux") => {}
@@ -701,22 +729,32 @@ pub async fn peer(a: &Args) -> Value {
     install_flux_crds(&lab);
     let repo = ChartRepo::serve(&lab, &[VERSION]);
     repo.wait_ready().await;
+    let targets: Vec<&str> = a.peer_targets.iter().map(String::as_str).collect();
+    let peer = Peer {
+        targets: &targets,
+        workers: a.peer_workers,
+    };
+    let setups: Vec<Setup> = [Setup::PerRelease, Setup::SharedChart, Setup::Waiting]
+        .into_iter()
+        .filter(|s| a.peer_setups.iter().any(|named| named == s.label()))
+        .collect();
     let mut runs = Vec::new();
     for run in 1..=a.runs {
-        for setup in [Setup::PerRelease, Setup::SharedChart, Setup::Waiting] {
-            if setup == Setup::SharedChart {
-                progress(&format!("peer: run {run}/{}, ours", a.runs));
-                runs.push(ours_run(&lab, &repo, a.releases).await);
-            }
+        progress(&format!("peer: run {run}/{}, ours", a.runs));
+        runs.push(ours_run(&lab, &repo, a.releases, peer).await);
+        for &setup in &setups {
             progress(&format!("peer: run {run}/{}, {}", a.runs, setup.label()));
-            runs.push(flux_run(&lab, &repo, setup, a.releases).await);
+            runs.push(flux_run(&lab, &repo, setup, a.releases, peer).await);
         }
     }
     let mut out = serde_json::Map::new();
     for (name, version) in flux_versions() {
         out.insert(name, json!(version));
     }
-    out.insert("releases".into(), json!(a.releases * CLUSTERS.len()));
+    out.insert("releases".into(), json!(a.releases * targets.len()));
+    out.insert("targets".into(), json!(targets));
+    out.insert("workers".into(), json!(a.peer_workers));
+    out.insert("per_cluster".into(), json!(peer.per_cluster()));
     let figures = [
         "deployed_seconds",
         "releases_per_second",
@@ -784,9 +822,14 @@ pub async fn peer(a: &Args) -> Value {
             "flux_median_idle_rss_mib",
         ),
     ];
+    // A ratio whose Flux side was not run (`--peer-setups`) is left out.
     for (ratio, over, under) in ratios {
-        let value = out[over].as_f64().unwrap() / out[under].as_f64().unwrap();
-        out.insert(format!("ratio_{ratio}"), json!(value));
+        if let (Some(over), Some(under)) = (
+            out.get(over).and_then(Value::as_f64),
+            out.get(under).and_then(Value::as_f64),
+        ) {
+            out.insert(format!("ratio_{ratio}"), json!(over / under));
+        }
     }
     out.insert("runs".into(), Value::Array(runs));
     Value::Object(out)

@@ -4,7 +4,8 @@
 //! `TENANCY_HUB_LAB_DIR=.lab cargo bench --bench lab -- [--only NAME] [--json FILE] [--pods P]
 //! [--namespaces 10,100,500] [--unrelated-pods N] [--controllers 10,100,1000]
 //! [--clusters 1,5,10,20] [--quiet-seconds S] [--runs 3] [--shard-controllers 10] [--wave N] [--samples K]
-//! [--sizes 100,1000,10000] [--readers 1,10,100] [--peer flux] [--envelope 100,500,1000]`.
+//! [--sizes 100,1000,10000] [--readers 1,10,100] [--peer flux] [--peer-targets hub,member-1,member-2] [--peer-workers 4]
+//! [--peer-setups flux,flux_shared,flux_wait] [--envelope 100,500,1000]`.
 //! `TENANCY_HUB_OPERATOR=PATH` runs another build of the operator (a baseline) in every scenario.
 //! The `rollout` scenario needs three members, `clusters` as many as its largest count
 //! (`lab/up.sh --members 20`), `pull` as many pull members (`lab/up.sh --members 1 --pull-members 20`:
@@ -27,6 +28,7 @@ mod flux;
 mod procs;
 mod pull;
 mod size;
+mod waves;
 
 use std::{
     collections::BTreeMap,
@@ -73,6 +75,9 @@ struct Args {
     sizes: Vec<usize>,
     fleet_readers: Vec<usize>,
     peer: Option<String>,
+    peer_targets: Vec<String>,
+    peer_workers: usize,
+    peer_setups: Vec<String>,
     envelope: Vec<usize>,
 }
 
@@ -96,6 +101,11 @@ fn args() -> Args {
         sizes: vec![100, 1000, 10_000],
         fleet_readers: vec![1, 10, 100],
         peer: None,
+        peer_targets: CLUSTERS.map(String::from).to_vec(),
+        peer_workers: 4,
+        peer_setups: ["flux", "flux_shared", "flux_wait"]
+            .map(String::from)
+            .to_vec(),
         envelope: vec![100, 500, 1000],
     };
     let mut it = std::env::args().skip(1);
@@ -122,12 +132,24 @@ fn args() -> Args {
             "--sizes" => a.sizes = counts(&flag, &value()),
             "--readers" => a.fleet_readers = counts(&flag, &value()),
             "--peer" => a.peer = Some(value()),
+            "--peer-targets" => a.peer_targets = names(&value()),
+            "--peer-workers" => a.peer_workers = value().parse().expect("--peer-workers N"),
+            "--peer-setups" => a.peer_setups = names(&value()),
             "--envelope" => a.envelope = counts(&flag, &value()),
             "--bench" => {}
             other => panic!("unknown argument {other}; see the top of tests/benchmarks/lab.rs"),
         }
     }
     a
+}
+
+/// A comma-separated list of names, as `--peer-targets member-1` takes.
+fn names(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 /// A comma-separated list of counts, as `--namespaces 10,100,500` takes.
@@ -1757,6 +1779,11 @@ async fn main() {
     // Needs three members (lab/up.sh --members 3): only when asked for.
     if named("rollout") {
         results.insert("rollout", rollout(&a).await);
+    }
+    // A change in three waves across every member of the lab (lab/up.sh --members 20): only
+    // when asked for.
+    if named("waves") {
+        results.insert("waves", waves::waves(&a).await);
     }
     // Release records installed by helm itself: only when asked for.
     if named("records") {

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use super::{
     Args, LONG, bench_identity, bench_operator,
     common::{
-        agent::{Agent, hub_cli, join},
+        agent::{Agent, hub_cli, join, join_with},
         fixtures::{ready, unique, wait_until, web},
         hub::Hub,
         lab::Lab,
@@ -50,7 +50,11 @@ pub(crate) async fn pull(a: &Args) -> Value {
         let agents: Vec<Agent> = names
             .iter()
             .zip(&pulls)
-            .map(|(name, member)| join(&lab, name, member, dir.path()))
+            .map(|(name, member)| {
+                // The agent's own default Lease, not the tests' short one: its renewals are part
+                // of a pull member's steady cost.
+                join_with(&lab, name, member, dir.path(), &["--lease-seconds", "60"])
+            })
             .collect();
         progress(&format!("pull: {k} members joined"));
         let apiserver = lab.pid("hub-kube-apiserver");

@@ -15,6 +15,8 @@ use super::{
 
 /// The namespace of the member the agent finds its Secret `hub-credentials` in, as deploy/agent/.
 pub const AGENT_NAMESPACE: &str = "tenancy-hub-agent";
+/// The Lease test agents hold, in seconds (the agent's default is 60).
+pub const TEST_LEASE_SECONDS: &str = "15";
 
 /// A running `tenancy-hub agent`, stopped with SIGTERM to its pid when dropped (SIGKILL when the
 /// test is panicking).
@@ -66,6 +68,8 @@ impl Agent {
             .arg(lab.pull_kubeconfig(cluster))
             .args(["--context", cluster])
             .args(default("--namespace", AGENT_NAMESPACE.into()))
+            // A short Lease, so tests see a stopped agent shown stale within seconds.
+            .args(default("--lease-seconds", TEST_LEASE_SECONDS.into()))
             .args(default("--executor", lab.executor().into()))
             .args(default(
                 "--chart-cache",

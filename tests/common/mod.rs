@@ -6,6 +6,7 @@ pub mod fixtures;
 pub mod forge;
 pub mod hub;
 pub mod lab;
+pub mod manifests;
 pub mod operator;
 pub mod proxy;
 pub mod repo;

@@ -54,7 +54,7 @@ use super::lab::Lab;
 /// Ready pods each release shows in its member (one Deployment of that many replicas).
 pub const PODS_PER_RELEASE: usize = 3;
 /// Seconds a simulated member's Lease holds: the agent's default (`--lease-seconds`).
-pub const LEASE_SECONDS: i32 = 15;
+pub const LEASE_SECONDS: i32 = 60;
 /// How many members join at once.
 const JOIN_AT_ONCE: usize = 16;
 /// How long a member's enrollment may take to show.

@@ -37,7 +37,7 @@ use kube::{
     api::{Patch, PatchParams, PostParams},
     runtime::{
         Controller, WatchStreamExt,
-        controller::Action,
+        controller::{self, Action},
         reflector::{self, ObjectRef},
         watcher,
     },
@@ -135,6 +135,11 @@ struct Enrollment {
 
 /// Keeps every `MemberCluster` enrolled until `stop`: one reconcile per member on its changes,
 /// its agent's Lease changes, and at least every minute.
+/// Members enrolled at once. Each enrollment writes a handful of objects on the hub; 1,000
+/// `MemberCluster`s created together, all enrolled at once, overflowed the operator's priority
+/// and fairness queue on the hub (429) and timed its status writes out.
+const ENROLL_CONCURRENCY: u16 = 8;
+
 pub(crate) async fn run(
     hub: Client,
     seal: SealKey,
@@ -168,6 +173,7 @@ pub(crate) async fn run(
             let member = member_of_pull_namespace(lease.metadata.namespace.as_deref()?)?;
             Some(ObjectRef::new(member.as_str()))
         })
+        .with_config(controller::Config::default().concurrency(ENROLL_CONCURRENCY))
         .graceful_shutdown_on(stop.cancelled_owned())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {

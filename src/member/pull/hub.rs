@@ -22,7 +22,7 @@ use kube::{
     runtime::watcher,
 };
 use serde::de::DeserializeOwned;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -99,6 +99,12 @@ impl Member {
     }
 }
 
+/// Calls written or deleted on the hub at once, over every pull member. The hub API server's
+/// priority and fairness queues one identity's requests in a queue of 50 (default) and refuses
+/// the rest with 429; publishing the work of 1,000 members at once did just that, so the
+/// operator paces its own calls well under it.
+const WRITES_IN_FLIGHT: usize = 16;
+
 /// The hub's side of every pull member.
 pub(crate) struct PullHub {
     client: kube::Client,
@@ -109,6 +115,8 @@ pub(crate) struct PullHub {
     pending: DashMap<ReleaseKey, (String, String)>,
     /// Set once [`PullHub::run`] follows the reports; until then they are read when asked for.
     following: AtomicBool,
+    /// Permits for [`WRITES_IN_FLIGHT`] calls written or deleted at once.
+    writes: Semaphore,
 }
 
 impl PullHub {
@@ -120,6 +128,7 @@ impl PullHub {
             members: DashMap::new(),
             pending: DashMap::new(),
             following: AtomicBool::new(false),
+            writes: Semaphore::new(WRITES_IN_FLIGHT),
         })
     }
 
@@ -169,6 +178,7 @@ impl PullHub {
             ..Default::default()
         };
         let params = PatchParams::apply("tenancy-hub").force();
+        let _permit = self.writes.acquire().await.expect("never closed");
         self.secrets(&call.cluster)
             .patch(name, &params, &Patch::Apply(&secret))
             .await
@@ -184,6 +194,7 @@ impl PullHub {
 
     /// Deletes the Secret `name` of `cluster`'s hub namespace, when it is there.
     pub(crate) async fn remove(&self, cluster: &ClusterName, name: &str) {
+        let _permit = self.writes.acquire().await.expect("never closed");
         if let Err(e) = self
             .secrets(cluster)
             .delete(name, &DeleteParams::default())
