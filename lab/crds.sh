@@ -13,13 +13,14 @@ cargo run -q --locked -- crd > "$generated"
 python3 - "$generated" <<'PY'
 import sys
 text = open(sys.argv[1]).read()
-controllers, members, policies = text.split("---\n", 2)
+alerts, controllers, members, policies = text.split("---\n", 3)
 open("deploy/crd.yaml", "w").write(text)
 for directory in ("crds", "deploy/chart/crds"):
-    open(f"{directory}/controllers.multitenancy.dev.yaml", "w").write(controllers)
-    # The later files keep their document marker, so `cat crds/*.yaml` (controllers,
+    open(f"{directory}/alerts.multitenancy.dev.yaml", "w").write(alerts)
+    # The later files keep their document marker, so `cat crds/*.yaml` (alerts, controllers,
     # memberclusters, tenancypolicies: the order of their names) is exactly `tenancy-hub crd`.
+    open(f"{directory}/controllers.multitenancy.dev.yaml", "w").write("---\n" + controllers)
     open(f"{directory}/memberclusters.multitenancy.dev.yaml", "w").write("---\n" + members)
     open(f"{directory}/tenancypolicies.multitenancy.dev.yaml", "w").write("---\n" + policies)
 PY
-echo "wrote deploy/crd.yaml and {crds,deploy/chart/crds}/{controllers,memberclusters,tenancypolicies}.multitenancy.dev.yaml"
+echo "wrote deploy/crd.yaml and {crds,deploy/chart/crds}/{alerts,controllers,memberclusters,tenancypolicies}.multitenancy.dev.yaml"

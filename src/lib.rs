@@ -4,7 +4,8 @@
 //! resources and typed keys), `clusters` (registration, clients, health), `policy` (admission),
 //! `plan` (planner, rollout gates, claims), `queue` (the fair queue), `charts` (sources, cache,
 //! versions), `helm` (the executors, release-record seals), `observe` (release records, pod and
-//! workload watches, drift comparison), `member` (the seam: one link per member cluster), `status`,
+//! workload watches, drift comparison), `member` (the seam: one link per member cluster), `notify`
+//! (Alerts: what happened told to webhooks), `status`,
 //! `controller` (the reconciler, its per-Controller index and loops), `runtime` (operator phases,
 //! leader election, shards, HTTP) and `cli`. Only what the binary and the tests use is public.
 
@@ -18,6 +19,7 @@ pub mod controller;
 pub mod helm;
 pub mod member;
 pub mod metrics;
+pub(crate) mod notify;
 pub mod observe;
 pub mod plan;
 pub mod policy;
@@ -31,7 +33,7 @@ mod tests {
 
     /// The folders from the pure core up to the binary's edge; a module may use only its own
     /// folder and those before it (`metrics` is used by every layer).
-    const LAYERS: [&str; 13] = [
+    const LAYERS: [&str; 14] = [
         "api",
         "clusters",
         "policy",
@@ -41,6 +43,7 @@ mod tests {
         "helm",
         "observe",
         "member",
+        "notify",
         "status",
         "controller",
         "runtime",

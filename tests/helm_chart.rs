@@ -39,7 +39,8 @@ use tenancy_hub::{
 const RELEASE: &str = "tenancy-hub";
 
 /// The CRDs the chart ships in crds/, as Helm expects them.
-const CRDS: [&str; 3] = [
+const CRDS: [&str; 4] = [
+    "alerts.multitenancy.dev",
     "controllers.multitenancy.dev",
     "memberclusters.multitenancy.dev",
     "tenancypolicies.multitenancy.dev",

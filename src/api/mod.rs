@@ -1,5 +1,6 @@
-//! The `Controller`, `TenancyPolicy` and `MemberCluster` resources and the typed keys every other module speaks in.
+//! The `Controller`, `TenancyPolicy`, `MemberCluster` and `Alert` resources and the typed keys every other module speaks in.
 
+pub mod alert;
 pub(crate) mod controller_status;
 pub mod crd;
 pub mod key;
@@ -11,10 +12,11 @@ pub mod policy;
 pub const HUB_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Every CustomResourceDefinition of the project as one YAML stream, as `tenancy-hub crd` prints
-/// it and `deploy/crd.yaml` holds it.
+/// it and `deploy/crd.yaml` holds it: in the order of their names, as `cat crds/*.yaml` gives them.
 pub fn crds_yaml() -> String {
     format!(
-        "{}---\n{}---\n{}",
+        "{}---\n{}---\n{}---\n{}",
+        alert::alert_crd_yaml(),
         crd::crd_yaml(),
         member_cluster::member_cluster_crd_yaml(),
         policy_crd_yaml()

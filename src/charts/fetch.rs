@@ -78,7 +78,7 @@ fn causes(error: &(dyn std::error::Error + 'static)) -> String {
 /// (loopback, link-local where cloud metadata answers, unspecified), so a repository's name
 /// (its DNS answer, which a tenant may control) cannot turn a fetch onto the hub itself.
 /// Literal addresses never reach a resolver: admission checks them.
-struct PublicResolver;
+pub(crate) struct PublicResolver;
 
 impl reqwest::dns::Resolve for PublicResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {

@@ -107,6 +107,11 @@ pub struct RunArgs {
     /// when it is reachable again.
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) drift_interval: u64,
+    /// Lets Alerts send to webhooks that lead back into the hub: loopback and link-local
+    /// addresses, `localhost` and metadata names, and names resolving to them. Refused by
+    /// default, since a tenant writes the webhook's URL; for a receiver beside the operator.
+    #[arg(long)]
+    pub(crate) notify_internal_addresses: bool,
     /// Helm jobs run at once, over all clusters.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
     pub(crate) workers: u16,
@@ -252,6 +257,7 @@ impl RunArgs {
                 ..QueueConfig::default()
             },
             http_addr: self.http_addr,
+            notify_internal: self.notify_internal_addresses,
             leader: self.lease(),
             shards: self.shards,
             status_interval: Duration::from_millis(self.status_interval_ms),

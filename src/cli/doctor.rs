@@ -18,7 +18,7 @@ use kube::{
 };
 
 use crate::{
-    api::{crd::Controller, member_cluster::MemberCluster, policy::TenancyPolicy},
+    api::{alert::Alert, crd::Controller, member_cluster::MemberCluster, policy::TenancyPolicy},
     cli::{
         Output,
         args::{ExecutorKind, PolicyMode, RunArgs},
@@ -150,6 +150,7 @@ async fn crds(client: &Client) -> Vec<Finding> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut out = Vec::new();
     for generated in [
+        Alert::crd(),
         Controller::crd(),
         TenancyPolicy::crd(),
         MemberCluster::crd(),

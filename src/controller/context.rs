@@ -57,6 +57,8 @@ pub(crate) struct Context {
     pub(crate) watches: crate::observe::supervisor::WatchSupervisor,
     /// Paced status writes.
     pub(crate) writer: crate::status::writer::StatusWriter,
+    /// Tells the Alerts what happened (drift, repairs, rollout halts), never waiting.
+    pub(crate) notifier: crate::notify::Notifier,
     /// Reachability of every cluster, from periodic probes.
     pub(crate) health: std::sync::Arc<crate::clusters::health::HealthBoard>,
     /// Operator metrics.

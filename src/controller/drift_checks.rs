@@ -7,12 +7,13 @@ use kube::runtime::{events::EventType, reflector::ObjectRef};
 use tokio::sync::mpsc::{Sender, UnboundedReceiver};
 
 use crate::{
+    api::alert::AlertEvent,
     api::crd::{Controller, DriftMode},
     api::key::ReleaseKey,
     controller::{
         context::Context,
         drift::{CONCURRENT_CHECKS, DriftChange, DriftCheckRequest, GATHER, Watched},
-        events::publish,
+        events::{notice, publish},
     },
     member::DriftCheck,
     observe::drift::{self, ObjectDrift},
@@ -168,6 +169,13 @@ async fn tell(
                 "release {key} (revision {revision}) differs from its manifest: {summary}; {what}"
             );
             tracing::warn!(release = %key, revision, drift = %summary, "drift found");
+            ctx.notifier.tell(notice(
+                &watched.owner,
+                Some((key.scope.cluster.as_str(), &key.release)),
+                AlertEvent::DriftDetected,
+                "DriftDetected",
+                note.clone(),
+            ));
             if let Some(c) = ctx.controllers.get(object) {
                 publish(
                     &ctx.events,

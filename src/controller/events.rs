@@ -114,6 +114,27 @@ pub(crate) async fn publish(
     }
 }
 
+/// What happened to `owner`'s release `key` (or to the Controller as a whole), as a notice for
+/// its Alerts.
+pub(crate) fn notice(
+    owner: &crate::plan::OwnerId,
+    key: Option<(&str, &str)>,
+    event: crate::api::alert::AlertEvent,
+    reason: &str,
+    message: String,
+) -> crate::notify::Notice {
+    crate::notify::Notice {
+        controller: owner.name.clone(),
+        namespace: owner.namespace.clone(),
+        cluster: key.map(|(cluster, _)| cluster.to_owned()),
+        release: key.map(|(_, release)| release.to_owned()),
+        event,
+        reason: reason.to_owned(),
+        message,
+        time: k8s_openapi::jiff::Timestamp::now(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -137,6 +137,7 @@ impl Fixture {
             model: Default::default(),
             watches: WatchSupervisor::new(changes, cancel.clone(), Default::default()),
             writer: StatusWriter::default(),
+            notifier: Default::default(),
             health: Default::default(),
             metrics: Default::default(),
             index: crate::controller::index::ControllerIndex::new(

@@ -13,7 +13,8 @@ use kube::{
 };
 use tokio::sync::mpsc::{Receiver, Sender};
 
-use crate::controller::events::publish;
+use crate::api::alert::AlertEvent;
+use crate::controller::events::{notice, publish};
 use crate::plan::owner_id;
 
 use crate::charts::catalog as charts;
@@ -226,6 +227,15 @@ pub(crate) async fn record_outcomes(
                 settled,
             },
         );
+        if reason == "DriftRepaired" {
+            ctx.notifier.tell(notice(
+                &owner,
+                Some((key.scope.cluster.as_str(), &key.release)),
+                AlertEvent::DriftRepaired,
+                reason,
+                note.clone(),
+            ));
+        }
         let object = ObjectRef::new(&owner.name).within(&owner.namespace);
         if let Some(c) = ctx.controllers.get(&object) {
             publish(&ctx.events, &c, type_, reason, "Helm", note).await;

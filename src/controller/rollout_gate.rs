@@ -10,10 +10,11 @@ use k8s_openapi::jiff::Timestamp;
 use kube::{Resource, ResourceExt, runtime::events::EventType};
 
 use crate::{
+    api::alert::AlertEvent,
     api::crd::Controller,
     api::key::{ClusterName, ReleaseKey},
     controller::context::Context,
-    controller::events::publish,
+    controller::events::{notice, publish},
     observe::model::ScopeState,
     plan::rollout,
     plan::{self, Applied, OwnerId, owner_id},
@@ -140,6 +141,23 @@ async fn tell(ctx: &Context, c: &Controller, owner: &OwnerId, happened: &[rollou
             _ => EventType::Normal,
         };
         tracing::info!(controller = %owner, reason, "{note}");
+        match happened {
+            rollout::RolloutEvent::Halted(h) => ctx.notifier.tell(notice(
+                owner,
+                Some((&h.cluster, &h.release)),
+                AlertEvent::RolloutHalted,
+                reason,
+                note.clone(),
+            )),
+            rollout::RolloutEvent::Resumed => ctx.notifier.tell(notice(
+                owner,
+                None,
+                AlertEvent::RolloutResumed,
+                reason,
+                note.clone(),
+            )),
+            _ => {}
+        }
         publish(&ctx.events, c, kind, reason, "Rollout", note).await;
         if let rollout::RolloutEvent::Finished { duration_ms, .. } = happened {
             ctx.metrics.rollout(*duration_ms as f64 / 1000.0);

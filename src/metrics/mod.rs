@@ -10,6 +10,7 @@ mod charts;
 mod clusters;
 mod common;
 mod helm_jobs;
+mod notifications;
 mod reconciles;
 mod releases;
 mod status_writes;
@@ -25,6 +26,7 @@ use common::{
     gauge_value,
 };
 use helm_jobs::HelmJobs;
+use notifications::Notifications;
 use reconciles::Reconciles;
 use releases::Releases;
 use status_writes::StatusWrites;
@@ -43,6 +45,7 @@ pub(crate) struct Metrics {
     clusters: Clusters,
     channels: Channels,
     charts: Charts,
+    notifications: Notifications,
     /// Held while the scrape-time gauges are set and encoded, so scrapes do not interleave.
     scrape: Mutex<()>,
 }
@@ -67,9 +70,18 @@ impl Metrics {
             clusters: Clusters::register(&mut r),
             channels: Channels::register(&mut r),
             charts: Charts::register(&mut r),
+            notifications: Notifications::register(&mut r),
             registry: r,
             scrape: Mutex::new(()),
         }
+    }
+
+    /// Counts one notification by its `result`: `sent`, `failed`, `dropped` or `rate_limited`.
+    pub(crate) fn notification(&self, result: &'static str) {
+        self.notifications
+            .total
+            .get_or_create(&ResultLabels { result })
+            .inc();
     }
 
     /// Counts one chart archive wanted: found in the cache (`hit`) or not.

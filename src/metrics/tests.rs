@@ -335,8 +335,40 @@ fn every_family_is_declared_once_with_help_and_a_type() {
     let kinds = |kind: &str| declared.iter().filter(|(_, k)| *k == kind).count();
     assert_eq!(
         (kinds("counter"), kinds("histogram"), kinds("gauge")),
-        (12, 5, 8),
+        (13, 5, 8),
         "{declared:?}"
+    );
+}
+
+#[test]
+fn notifications_are_counted_by_result_every_result_shown_from_the_start() {
+    let m = Metrics::new();
+    assert_eq!(
+        samples(
+            &m.render(&Gauges::default()),
+            "tenancy_hub_notifications_total"
+        ),
+        [
+            "tenancy_hub_notifications_total{result=\"dropped\"} 0",
+            "tenancy_hub_notifications_total{result=\"failed\"} 0",
+            "tenancy_hub_notifications_total{result=\"rate_limited\"} 0",
+            "tenancy_hub_notifications_total{result=\"sent\"} 0",
+        ]
+    );
+    m.notification("sent");
+    m.notification("sent");
+    m.notification("rate_limited");
+    let text = m.render(&Gauges::default());
+    assert_eq!(
+        value(&text, "tenancy_hub_notifications_total{result=\"sent\"}"),
+        Some(2.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            "tenancy_hub_notifications_total{result=\"rate_limited\"}"
+        ),
+        Some(1.0)
     );
 }
 
@@ -404,6 +436,7 @@ const DECLARED: &[&str] = &[
     "# HELP tenancy_hub_helm_job_duration_seconds Time Helm jobs took, by cluster.",
     "# HELP tenancy_hub_helm_jobs Helm jobs finished, by cluster and outcome.",
     "# HELP tenancy_hub_jobs_running Helm jobs running now.",
+    "# HELP tenancy_hub_notifications Messages to the Alerts' webhooks, by result: sent, failed (every attempt failed, or the Alert cannot send), dropped (the queue or the messages on their way were full), rate_limited (over the Alert's rate).",
     "# HELP tenancy_hub_orphaned_releases Releases left without a manager, by reason: their Controller is gone, or their cluster is no longer registered.",
     "# HELP tenancy_hub_queue_depth Helm jobs waiting in the queue.",
     "# HELP tenancy_hub_queue_wait_seconds Time Helm jobs waited in the queue before they started.",
@@ -430,6 +463,7 @@ const DECLARED: &[&str] = &[
     "# TYPE tenancy_hub_helm_job_duration_seconds histogram",
     "# TYPE tenancy_hub_helm_jobs counter",
     "# TYPE tenancy_hub_jobs_running gauge",
+    "# TYPE tenancy_hub_notifications counter",
     "# TYPE tenancy_hub_orphaned_releases gauge",
     "# TYPE tenancy_hub_queue_depth gauge",
     "# TYPE tenancy_hub_queue_wait_seconds histogram",
@@ -465,6 +499,7 @@ const DECLARED: &[&str] = &[
     "tenancy_hub_helm_job_duration_seconds_sum{cluster}",
     "tenancy_hub_helm_jobs_total{cluster,outcome}",
     "tenancy_hub_jobs_running{}",
+    "tenancy_hub_notifications_total{result}",
     "tenancy_hub_orphaned_releases{reason}",
     "tenancy_hub_queue_depth{}",
     "tenancy_hub_queue_wait_seconds_bucket{le} le 0.005 0.01 0.02 0.04 0.08 0.16 0.32 0.64 1.28 2.56 5.12 10.24 20.48 40.96 +Inf",

@@ -28,6 +28,8 @@ pub(crate) struct RunConfig {
     pub(crate) queue: QueueConfig,
     /// Where the HTTP endpoints listen (health, readiness, metrics, status API).
     pub(crate) http_addr: std::net::SocketAddr,
+    /// Whether Alerts may send to addresses that lead back into the hub (loopback, link-local).
+    pub(crate) notify_internal: bool,
     /// At most one status write per resource in this window.
     pub(crate) status_interval: Duration,
     /// Leader election: only the holder of this Lease works; None runs without election.

@@ -112,10 +112,12 @@ async fn start(
         outboxes,
         inboxes: (records, outcomes, changes),
         drift,
+        notices,
         ready,
         address,
         sharded,
     } = parts;
+    spawn_notifications(&ctx, notices, config.notify_internal, cancel, tasks);
     tasks.spawn(until(
         cancel,
         watch_policies(
@@ -175,6 +177,47 @@ async fn start(
         lost,
         sharded,
     }
+}
+
+/// The Alerts followed (their `Ready` and counts written) and the dispatcher that sends what
+/// the status writer and the loops tell them.
+fn spawn_notifications(
+    ctx: &Arc<Context>,
+    notices: mpsc::Receiver<crate::notify::Notice>,
+    internal: bool,
+    cancel: &CancellationToken,
+    tasks: &TaskTracker,
+) {
+    use crate::notify::{alerts, dispatch::Dispatcher, provider::AdmissionNow};
+    let admission: AdmissionNow = {
+        let (policies, settings) = (ctx.policies.clone(), ctx.settings.clone());
+        Arc::new(move || crate::controller::context::admission_of(&policies, &settings))
+    };
+    let (store, follow) = alerts::follow(
+        ctx.hub.clone(),
+        ctx.settings.scope.as_deref(),
+        (admission.clone(), internal),
+        cancel.clone(),
+    );
+    tasks.spawn(follow.instrument(tracing::info_span!("alerts")));
+    let book = Arc::new(alerts::AlertBook::default());
+    tasks.spawn({
+        let (book, hub, cancel) = (book.clone(), ctx.hub.clone(), cancel.clone());
+        async move { book.write(hub, cancel).await }
+    });
+    let dispatcher = Dispatcher {
+        hub: ctx.hub.clone(),
+        alerts: store,
+        admission,
+        internal,
+        book,
+        metrics: ctx.metrics.clone(),
+    };
+    tasks.spawn(
+        dispatcher
+            .run(notices, tasks.clone(), cancel.clone())
+            .instrument(tracing::info_span!("notify")),
+    );
 }
 
 /// The loops that follow outcomes, records, workload changes, freed claims, drift, ownerless

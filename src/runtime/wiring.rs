@@ -199,6 +199,8 @@ pub(crate) struct Parts {
         mpsc::Receiver<crate::observe::model::Tagged>,
     ),
     pub(crate) drift: mpsc::UnboundedReceiver<crate::controller::drift::DriftCheckRequest>,
+    /// What the status writer and the loops tell the Alerts, for the dispatcher.
+    pub(crate) notices: mpsc::Receiver<crate::notify::Notice>,
     pub(crate) ready: Arc<arc_swap::ArcSwap<Readiness>>,
     pub(crate) address: std::net::SocketAddr,
     pub(crate) sharded: bool,
@@ -220,6 +222,7 @@ pub(crate) async fn build(
     ));
     let health = Arc::new(HealthBoard::default());
     let metrics = Arc::new(Metrics::new());
+    let (notifier, notices) = crate::notify::Notifier::new(metrics.clone());
     let chart_cache = open_chart_cache(config, &metrics).await?;
     // One watch of every pull member's reports and one of their Leases, whatever their number.
     let pull = PullHub::new(hub.client.clone(), Some(Signer::new(&hub.seal)));
@@ -268,7 +271,8 @@ pub(crate) async fn build(
         model: Arc::new(Model::default()),
         links: links.clone(),
         watches: WatchSupervisor::new(outboxes.changes.clone(), cancel.clone(), tasks.clone()),
-        writer: StatusWriter::default(),
+        writer: StatusWriter::telling(notifier.clone()),
+        notifier,
         health,
         metrics,
         index: ControllerIndex::new(drift),
@@ -292,6 +296,7 @@ pub(crate) async fn build(
         outboxes,
         inboxes: (inboxes.records, inboxes.outcomes, inboxes.changes),
         drift: drift_rx,
+        notices,
         ready,
         address,
         sharded,

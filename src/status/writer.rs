@@ -52,9 +52,21 @@ pub(crate) struct StatusWriter {
     /// When each resource's oldest change not yet written came in.
     pending_since: DashMap<ObjectRef<Controller>, Instant>,
     notify: Notify,
+    /// Tells the transitions each write makes.
+    notifier: crate::notify::Notifier,
+    /// Whether each resource has failed since it was last Ready (a later Ready is a recovery).
+    failing: DashMap<ObjectRef<Controller>, bool>,
 }
 
 impl StatusWriter {
+    /// A writer that tells `notifier` the transitions of the statuses it writes.
+    pub(crate) fn telling(notifier: crate::notify::Notifier) -> Self {
+        Self {
+            notifier,
+            ..Self::default()
+        }
+    }
+
     /// Records the release side of a resource's status; it is written on the next pass if it changed.
     pub(crate) fn submit(&self, owner: ObjectRef<Controller>, report: ReleaseReport) {
         let changed = self.reports.get(&owner).is_none_or(|r| *r != report);
@@ -84,6 +96,7 @@ impl StatusWriter {
         self.reports.remove(owner);
         self.written.remove(owner);
         self.pending_since.remove(owner);
+        self.failing.remove(owner);
     }
 
     /// Writes marked statuses until cancelled. A resource not written within the last `interval`
@@ -200,6 +213,7 @@ impl StatusWriter {
                     ctx.metrics
                         .status_propagation(since.elapsed().as_secs_f64());
                 }
+                self.tell(&owner, &previous, &status);
                 self.written.insert(owner, status);
             }
             Err(e) => {
@@ -211,6 +225,61 @@ impl StatusWriter {
             }
         }
     }
+}
+
+impl StatusWriter {
+    /// Tells the transitions from the status written before to the one just written, once each:
+    /// only a write that succeeded tells, and a retried write compares with what was written.
+    fn tell(
+        &self,
+        owner: &ObjectRef<Controller>,
+        previous: &ControllerStatus,
+        next: &ControllerStatus,
+    ) {
+        let was = self
+            .failing
+            .get(owner)
+            .map(|f| *f)
+            .unwrap_or_else(|| crate::notify::transitions::failing(&previous.conditions));
+        let (told, failing) =
+            crate::notify::transitions::transitions(&previous.conditions, &next.conditions, was);
+        self.failing.insert(owner.clone(), failing);
+        for t in told {
+            let (cluster, release) = concerned(next, t.event);
+            self.notifier.tell(crate::notify::Notice {
+                controller: owner.name.clone(),
+                namespace: owner.namespace.clone().unwrap_or_default(),
+                cluster,
+                release,
+                event: t.event,
+                reason: t.reason,
+                message: t.message,
+                time: Timestamp::now(),
+            });
+        }
+    }
+}
+
+/// The first release a transition concerns, by the phase its event is about: a failed, invalid,
+/// conflicting or forbidden release; none for a recovery.
+fn concerned(
+    status: &ControllerStatus,
+    event: crate::api::alert::AlertEvent,
+) -> (Option<String>, Option<String>) {
+    use crate::{api::alert::AlertEvent, status::phase};
+    let phases: &[&str] = match event {
+        AlertEvent::Forbidden => &[phase::FORBIDDEN],
+        AlertEvent::Stalled => &[phase::FAILED, phase::INVALID, phase::CONFLICT],
+        _ => &[],
+    };
+    status
+        .updated_tenancies
+        .iter()
+        .flat_map(|t| t.chart_messages.iter().map(move |m| (t, m)))
+        .find(|(_, m)| phases.contains(&m.phase.as_str()))
+        .map_or((None, None), |(t, m)| {
+            (Some(t.cluster.clone()), Some(m.release_name.clone()))
+        })
 }
 
 /// A merge patch that sets every status field, clearing those now empty.
@@ -275,6 +344,51 @@ mod tests {
             );
         }
         assert_eq!(rollout["generation"], 2);
+    }
+
+    #[test]
+    fn a_written_transition_is_told_once_and_a_recovery_after_it() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+        let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
+        let (notifier, mut notices) = crate::notify::Notifier::new(metrics);
+        let writer = StatusWriter::telling(notifier);
+        let owner = ObjectRef::new("shop").within("team-a");
+        let status = |ready: bool, stalled: bool| ControllerStatus {
+            conditions: [
+                ("Ready", ready, "Ready"),
+                ("Stalled", stalled, "ReleaseFailed"),
+            ]
+            .map(|(type_, ok, reason)| Condition {
+                type_: type_.into(),
+                status: if ok { "True" } else { "False" }.into(),
+                reason: reason.into(),
+                message: String::new(),
+                last_transition_time: Time(Timestamp::UNIX_EPOCH),
+                observed_generation: None,
+            })
+            .to_vec(),
+            ..Default::default()
+        };
+        let (good, failed, waiting) = (
+            status(true, false),
+            status(false, true),
+            status(false, false),
+        );
+        writer.tell(&owner, &good, &failed);
+        writer.tell(&owner, &failed, &failed);
+        writer.tell(&owner, &failed, &waiting);
+        writer.tell(&owner, &waiting, &good);
+        writer.tell(&owner, &good, &good);
+        let mut told = Vec::new();
+        while let Ok(n) = notices.try_recv() {
+            assert_eq!(
+                (n.namespace.as_str(), n.controller.as_str()),
+                ("team-a", "shop")
+            );
+            told.push(n.event);
+        }
+        use crate::api::alert::AlertEvent;
+        assert_eq!(told, [AlertEvent::Stalled, AlertEvent::Recovered]);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use kube::{
     Api, Client, CustomResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
 };
+use tenancy_hub::api::alert::Alert;
 use tenancy_hub::api::crd::{Controller, ControllerSpec, ControllerStatus};
 use tenancy_hub::api::member_cluster::MemberCluster;
 use tenancy_hub::api::policy::{
@@ -23,12 +24,13 @@ use super::{
     operator::Operator,
 };
 
-/// Applies the Controller, TenancyPolicy and MemberCluster CRDs to the hub and waits until they are
+/// Applies the Alert, Controller, TenancyPolicy and MemberCluster CRDs to the hub and waits until they are
 /// established.
 #[allow(dead_code)] // used by some test crates only
 pub async fn install_crd(hub: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(hub.clone());
     for crd in [
+        Alert::crd(),
         Controller::crd(),
         TenancyPolicy::crd(),
         MemberCluster::crd(),

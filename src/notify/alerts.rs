@@ -1,0 +1,320 @@
+//! Each Alert's status: `Ready` from its Secret and the policies, looked at on every change and every minute, and what was sent, failed or dropped, written at most once a second.
+
+use std::{collections::HashSet, sync::Arc, time::Duration};
+
+use dashmap::DashMap;
+use futures::StreamExt as _;
+use k8s_openapi::{
+    apimachinery::pkg::apis::meta::v1::{Condition, Time},
+    jiff::Timestamp,
+};
+use kube::{
+    Api, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::{
+        Controller as Runtime, PredicateConfig, WatchStreamExt,
+        controller::Action,
+        predicates,
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    api::alert::Alert,
+    notify::provider::{AdmissionNow, Endpoint, Problem, resolve, shown},
+};
+
+/// How often an Alert's Secret is looked at again, so one created or fixed shows within this.
+pub(crate) const RECHECK: Duration = Duration::from_secs(60);
+/// The least time between two writes of the counts.
+const COUNT_WRITES: Duration = Duration::from_secs(1);
+
+/// What each Alert sent, failed to send and dropped since the operator started.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Counts {
+    /// Messages delivered.
+    pub(crate) sent: u64,
+    /// Messages given up.
+    pub(crate) failed: u64,
+    /// Messages dropped (rate limit, full queue).
+    pub(crate) dropped: u64,
+    /// When the last one was delivered.
+    pub(crate) last_sent: Option<String>,
+}
+
+/// The counts of every Alert, and which changed since they were last written.
+#[derive(Default)]
+pub(crate) struct AlertBook {
+    counts: DashMap<ObjectRef<Alert>, Counts>,
+    dirty: std::sync::Mutex<HashSet<ObjectRef<Alert>>>,
+    changed: Notify,
+}
+
+impl AlertBook {
+    fn count(&self, alert: &ObjectRef<Alert>, add: impl FnOnce(&mut Counts)) {
+        add(&mut self.counts.entry(alert.clone()).or_default());
+        self.dirty
+            .lock()
+            .expect("alert book lock")
+            .insert(alert.clone());
+        self.changed.notify_one();
+    }
+
+    /// Counts a message delivered now.
+    pub(crate) fn sent(&self, alert: &ObjectRef<Alert>) {
+        self.count(alert, |c| {
+            c.sent += 1;
+            c.last_sent = Some(Timestamp::now().to_string());
+        });
+    }
+
+    /// Counts a message given up.
+    pub(crate) fn failed(&self, alert: &ObjectRef<Alert>) {
+        self.count(alert, |c| c.failed += 1);
+    }
+
+    /// Counts a message dropped.
+    pub(crate) fn dropped(&self, alert: &ObjectRef<Alert>) {
+        self.count(alert, |c| c.dropped += 1);
+    }
+
+    /// The counts of one Alert.
+    pub(crate) fn of(&self, alert: &ObjectRef<Alert>) -> Counts {
+        self.counts
+            .get(alert)
+            .map(|c| c.clone())
+            .unwrap_or_default()
+    }
+
+    /// Writes the counts that changed, at most once per second, until cancelled.
+    pub(crate) async fn write(&self, hub: kube::Client, cancel: CancellationToken) {
+        loop {
+            tokio::select! {
+                () = self.changed.notified() => {}
+                () = cancel.cancelled() => return,
+            }
+            let due: Vec<ObjectRef<Alert>> = self
+                .dirty
+                .lock()
+                .expect("alert book lock")
+                .drain()
+                .collect();
+            for alert in due {
+                let c = self.of(&alert);
+                let patch = serde_json::json!({"status": {
+                    "sent": c.sent, "failed": c.failed, "dropped": c.dropped,
+                    "lastSentTime": c.last_sent,
+                }});
+                if let Err(why) = patch_status(&hub, &alert, &patch).await {
+                    tracing::debug!(%alert, %why, "writing an Alert's counts failed");
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(COUNT_WRITES) => {}
+                () = cancel.cancelled() => return,
+            }
+        }
+    }
+}
+
+async fn patch_status(
+    hub: &kube::Client,
+    alert: &ObjectRef<Alert>,
+    patch: &serde_json::Value,
+) -> Result<(), String> {
+    let api: Api<Alert> =
+        Api::namespaced(hub.clone(), alert.namespace.as_deref().unwrap_or_default());
+    let (params, patch) = (PatchParams::default(), Patch::Merge(patch));
+    let write = api.patch_status(&alert.name, &params, &patch);
+    match tokio::time::timeout(crate::api::HUB_WRITE_TIMEOUT, write).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("the hub did not answer in time".into()),
+    }
+}
+
+/// The `Ready` condition for what resolving the Alert found (pure): True naming where messages
+/// go, or False with the problem's reason and words.
+pub(crate) fn ready(
+    found: &Result<Endpoint, Problem>,
+    suspended: bool,
+    previous: &[Condition],
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Condition {
+    let (status, reason, message) = match found {
+        Ok(e) if suspended => (
+            "False",
+            "Suspended",
+            format!(
+                "suspended: nothing is sent to {} until suspend is unset",
+                shown(&e.url)
+            ),
+        ),
+        Ok(e) => (
+            "True",
+            "Ready",
+            format!(
+                "messages go to {} as {}{}",
+                shown(&e.url),
+                e.provider,
+                if e.hmac_key.is_some() { ", signed" } else { "" }
+            ),
+        ),
+        Err(problem) => ("False", problem.reason(), problem.to_string()),
+    };
+    let since = previous
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == status)
+        .map_or(Time(now), |c| c.last_transition_time.clone());
+    Condition {
+        type_: "Ready".into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        last_transition_time: since,
+        observed_generation: generation,
+    }
+}
+
+/// What the Alert readiness loop uses.
+struct Readiness {
+    hub: kube::Client,
+    admission: AdmissionNow,
+    internal: bool,
+}
+
+/// Follows the Alerts of `scope` (every namespace when None): the store the dispatcher reads,
+/// and each Alert's `Ready` kept current until cancelled.
+pub(crate) fn follow(
+    hub: kube::Client,
+    scope: Option<&str>,
+    (admission, internal): (AdmissionNow, bool),
+    cancel: CancellationToken,
+) -> (
+    Store<Alert>,
+    impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let api: Api<Alert> = match scope {
+        Some(ns) => Api::namespaced(hub.clone(), ns),
+        None => Api::all(hub.clone()),
+    };
+    // Looked at again on a new generation (or deletion), not on the status writes it makes.
+    let (store, writer) = reflector::store();
+    let changes = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(predicates::generation, PredicateConfig::default());
+    let runtime =
+        Runtime::for_stream(changes, store.clone()).graceful_shutdown_on(cancel.cancelled_owned());
+    let ctx = Arc::new(Readiness {
+        hub,
+        admission,
+        internal,
+    });
+    let run = runtime
+        .run(look, |_, _, _| Action::requeue(RECHECK), ctx)
+        .for_each(|_| async {});
+    (store, run)
+}
+
+/// Looks at one Alert: its Secret resolved as a send would, and the status written when what it
+/// says changed.
+async fn look(alert: Arc<Alert>, ctx: Arc<Readiness>) -> Result<Action, kube::Error> {
+    let found = resolve(&ctx.hub, &alert, &(ctx.admission)(), ctx.internal).await;
+    let status = alert.status.clone().unwrap_or_default();
+    let generation = alert.metadata.generation;
+    let condition = ready(
+        &found,
+        alert.spec.suspend,
+        &status.conditions,
+        generation,
+        Timestamp::now(),
+    );
+    let endpoint = found.as_ref().ok().map(|e| shown(&e.url));
+    let same = status.conditions.iter().any(|c| {
+        c.type_ == "Ready"
+            && c.status == condition.status
+            && c.reason == condition.reason
+            && c.message == condition.message
+    }) && status.endpoint == endpoint
+        && status.observed_generation == generation;
+    if !same {
+        if let Err(problem) = &found {
+            tracing::warn!(alert = %format!("{}/{}", alert.namespace().unwrap_or_default(), alert.name_any()), reason = problem.reason(), "Alert cannot send: {problem}");
+        }
+        let patch = serde_json::json!({"status": {
+            "conditions": [condition],
+            "endpoint": endpoint,
+            "observedGeneration": generation,
+        }});
+        patch_status(&ctx.hub, &ObjectRef::from_obj(&*alert), &patch)
+            .await
+            .map_err(|why| kube::Error::Service(why.into()))?;
+    }
+    Ok(Action::requeue(RECHECK))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::alert::ProviderType;
+
+    #[test]
+    fn ready_says_where_messages_go_and_keeps_its_transition_time() {
+        let e = Endpoint {
+            provider: ProviderType::Generic,
+            url: "https://hooks.example.com:8443/s3cr3t".parse().unwrap(),
+            hmac_key: Some(b"k".to_vec()),
+        };
+        let t0 = Timestamp::UNIX_EPOCH;
+        let c = ready(&Ok(e.clone()), false, &[], Some(1), t0);
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "Ready"));
+        assert_eq!(
+            c.message,
+            "messages go to https://hooks.example.com:8443 as generic, signed"
+        );
+        let later = ready(
+            &Ok(e.clone()),
+            false,
+            std::slice::from_ref(&c),
+            Some(2),
+            Timestamp::now(),
+        );
+        assert_eq!(later.last_transition_time, c.last_transition_time);
+        let suspended = ready(&Ok(e), true, &[c], Some(2), Timestamp::now());
+        assert_eq!(suspended.reason, "Suspended");
+        let missing = ready(
+            &Err(Problem::SecretMissing {
+                namespace: "a".into(),
+                name: "hook".into(),
+            }),
+            false,
+            &[],
+            None,
+            t0,
+        );
+        assert_eq!(
+            (missing.status.as_str(), missing.reason.as_str()),
+            ("False", "SecretNotFound")
+        );
+        assert!(missing.message.contains("a/hook"));
+    }
+
+    #[test]
+    fn counts_mark_their_alert_for_writing() {
+        let book = AlertBook::default();
+        let a = ObjectRef::new("on-call").within("team-a");
+        book.sent(&a);
+        book.dropped(&a);
+        book.failed(&a);
+        let c = book.of(&a);
+        assert_eq!((c.sent, c.failed, c.dropped), (1, 1, 1));
+        assert!(c.last_sent.is_some());
+        assert_eq!(book.dirty.lock().unwrap().len(), 1);
+    }
+}
