@@ -20,9 +20,8 @@ use kube::{
 use crate::{
     api::{alert::Alert, crd::Controller, member_cluster::MemberCluster, policy::TenancyPolicy},
     cli::{
-        Output,
         args::{ExecutorKind, PolicyMode, RunArgs},
-        table,
+        table::{self, Output},
     },
     clusters::registry::{self, ClusterEntry, ClusterRegistry, HubSource, RegistrationFile},
     helm::args::HelmOptions,
@@ -420,7 +419,7 @@ fn render(report: &Report, output: Output) -> anyhow::Result<String> {
                     ]
                 })
                 .collect();
-            table(&["RESULT", "CHECK", "SUBJECT", "DETAIL"], &rows)
+            table::table(&["RESULT", "CHECK", "SUBJECT", "DETAIL"], &rows)
         }
     })
 }

@@ -4,7 +4,9 @@ use kube::CustomResourceExt as _;
 
 use super::judge::{self, Access, Finding, Report, Verdict};
 use super::render;
-use crate::{api::crd::Controller, cli::Output, cli::args::ExecutorKind, helm::protocol::Hello};
+use crate::{
+    api::crd::Controller, cli::args::ExecutorKind, cli::table::Output, helm::protocol::Hello,
+};
 
 fn has(accesses: &[Access], text: &str) -> Option<bool> {
     accesses
