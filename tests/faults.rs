@@ -702,3 +702,80 @@ async fn a_silent_member_is_found_out_by_its_probe_and_holds_up_no_one() {
     hub.releases_become("member-2", &ns, &[]).await;
     hub.delete_and_wait_gone("silent").await;
 }
+
+/// The operator's live Helm executor (its newest child `tenancy-hub-helm` not yet exited), if
+/// one runs.
+fn executor_of(operator: u32) -> Option<u32> {
+    std::fs::read_dir("/proc")
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                let (comm, rest) = stat.split_once(") ").unwrap_or_default();
+                let mut fields = rest.split_whitespace();
+                let (state, parent) = (fields.next(), fields.next());
+                comm.ends_with("(tenancy-hub-hel")
+                    && state != Some("Z")
+                    && parent == Some(&operator.to_string())
+            })
+        })
+        .max()
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn an_executor_killed_mid_install_leaves_no_release_waiting_out_helms_timeout() {
+    let _turn = LAB_FAULTS.lock().await;
+    let hub = Hub::new("exec-kill").await;
+    let ns = unique("exec-kill");
+    // Enough releases that the executor has installs in flight for a few seconds.
+    let names: Vec<String> = (0..16).map(|i| format!("r{i}")).collect();
+    let spec = ControllerSpec {
+        tenancies: vec![tenancy(
+            &ns,
+            &["member-1"],
+            names
+                .iter()
+                .map(|r| chart("deployment-example", r, &[]))
+                .collect(),
+        )],
+        ..Default::default()
+    };
+    let operator = hub.operator.as_ref().unwrap().pid();
+    let member = hub.lab.client("member-1").await;
+    let records: kube::Api<k8s_openapi::api::core::v1::Secret> = kube::Api::namespaced(member, &ns);
+    let pending = ListParams::default().labels("owner=helm,status=pending-install");
+    hub.apply("exec-kill", spec).await;
+    // The executor is killed while an install it runs has written its pending revision.
+    let executor = wait_until("an install in flight in the executor", DEADLINE, || async {
+        let listed = records.list_metadata(&pending).await.ok()?;
+        if listed.items.is_empty() {
+            return None;
+        }
+        executor_of(operator)
+    })
+    .await;
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &executor.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success(), "kill -KILL {executor}");
+    let started = Instant::now();
+    // Every release deployed at revision 1 within DEADLINE (120 s): well inside helm's timeout
+    // (300 s), which a revision left pending would otherwise wait out.
+    let all: Vec<(&str, i64)> = names.iter().map(|n| (n.as_str(), 1)).collect();
+    hub.releases_become("member-1", &ns, &all).await;
+    hub.status_until("exec-kill", "every release deployed once", ready)
+        .await;
+    assert!(
+        started.elapsed().as_secs() < 120,
+        "the releases waited {:?}",
+        started.elapsed()
+    );
+    let log = hub.operator.as_ref().unwrap().logged();
+    assert!(
+        log.contains("stopped the helm executor: its output ended"),
+        "the operator saw the executor it ran installs in stop:\n{log}"
+    );
+    hub.delete_and_wait_gone("exec-kill").await;
+}

@@ -29,7 +29,7 @@ use crate::{
     helm::args::HelmOptions,
     helm::cli::HelmCli,
     helm::outcome as helm,
-    helm::pipe::Pipe,
+    helm::pipe::{ExecutorError, Pipe},
     helm::protocol::{Answer, ClusterRef, release_request, upgrade_request},
     plan::{ChartSource, Job, Release},
     queue::{Executor, FailureKind, Outcome},
@@ -127,6 +127,24 @@ impl HelmExecutor {
                 revision: answer.revision,
                 chart_version: answer.chart_version,
             },
+            Err(e @ (ExecutorError::Stopped | ExecutorError::Overdue(_))) => {
+                // The executor is gone with the install or upgrade in flight: a revision it left
+                // pending is cleared now, so the job tried again does not wait out helm's timeout.
+                match helm::clear_orphaned_pending(prepared.member.client.clone(), &release.key)
+                    .await
+                {
+                    Ok(Some(revision)) => tracing::warn!(
+                        revision,
+                        "cleared the revision a stopped helm executor left pending"
+                    ),
+                    Ok(None) => {}
+                    Err(error) => tracing::warn!(
+                        %error,
+                        "could not look for a revision the stopped helm executor left pending; helm's timeout clears it"
+                    ),
+                }
+                Outcome::failed(e.to_string(), FailureKind::Transient)
+            }
             Err(e) => Outcome::failed(e.to_string(), FailureKind::Transient),
         };
         self.cli
