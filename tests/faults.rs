@@ -743,10 +743,9 @@ async fn an_executor_killed_mid_install_leaves_no_release_waiting_out_helms_time
     };
     let operator = hub.operator.as_ref().unwrap().pid();
     let member = hub.lab.client("member-1").await;
-    let records: kube::Api<k8s_openapi::api::core::v1::Secret> =
-        kube::Api::namespaced(member, &ns);
-    let pending = kube::runtime::watcher::Config::default()
-        .labels("owner=helm,status=pending-install");
+    let records: kube::Api<k8s_openapi::api::core::v1::Secret> = kube::Api::namespaced(member, &ns);
+    let pending =
+        kube::runtime::watcher::Config::default().labels("owner=helm,status=pending-install");
     let mut seen = Box::pin(kube::runtime::watcher::watcher(records, pending));
     hub.apply("exec-kill", spec).await;
     // The executor is killed as soon as an install it runs has written its pending revision,
