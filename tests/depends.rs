@@ -22,7 +22,7 @@ fn member(lab: &Lab) -> String {
     lab.contexts()
         .into_iter()
         .find(|c| c != "hub")
-        .expect("the lab has a member (lab/up.sh --members 1)")
+        .expect("the lab has a member (kind/up.sh --members 1)")
 }
 
 /// A `deployment-example` release `release` with `settings`, depending on `depends_on`.

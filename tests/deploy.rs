@@ -177,7 +177,7 @@ fn the_deployed_crd_is_the_generated_one() {
     let shipped = std::fs::read_to_string(deploy_dir().join("crd.yaml")).unwrap();
     assert!(
         shipped == tenancy_hub::api::crds_yaml(),
-        "deploy/crd.yaml is stale: run lab/crds.sh"
+        "deploy/crd.yaml is stale: run kind/crds.sh"
     );
 }
 
@@ -924,7 +924,7 @@ fn the_agent_manifests_apply_to_a_pull_member_and_grant_what_the_agent_needs() {
         .pull_members()
         .into_iter()
         .next()
-        .unwrap_or_else(|| panic!("this test needs a pull member: lab/up.sh --pull-members 1"));
+        .unwrap_or_else(|| panic!("this test needs a pull member: kind/up.sh --pull-members 1"));
     let kubeconfig = lab.pull_kubeconfig(&member);
     let on_member = |args: &[&str], stdin: Option<&str>| {
         succeeded(kubectl_on(&lab, &kubeconfig, &member, args, stdin), args)

@@ -7,7 +7,7 @@ use std::time::Duration;
 use common::{envelope::Envelope, lab::Lab};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the lab: lab/up.sh, then --include-ignored"]
+#[ignore = "needs the lab: kind/up.sh, then --include-ignored"]
 async fn fifty_simulated_pull_members_have_their_work_taken_within_a_bounded_status() {
     let run = Envelope {
         members: 50,

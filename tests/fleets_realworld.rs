@@ -1,5 +1,5 @@
 //! Fleets that differ, with a real-world chart no one here wrote: ExternalDNS's own Helm chart
-//! (fetched by `lab/real-chart.sh` from the Go module `sigs.k8s.io/external-dns`, pinned there)
+//! (fetched by `kind/real-chart.sh` from the Go module `sigs.k8s.io/external-dns`, pinned there)
 //! delivered to two members, each with values rendered from its own registration, a values
 //! Secret of the hub read through `valuesFrom` under a TenancyPolicy's `valuesFrom` rule, and
 //! that Secret's content kept out of everything the hub shows.
@@ -32,7 +32,7 @@ use tenancy_hub::api::{
     policy::ValuesRule,
 };
 
-/// The chart's directory name under the chart home `lab/real-chart.sh` makes.
+/// The chart's directory name under the chart home `kind/real-chart.sh` makes.
 const CHART: &str = "external-dns";
 
 /// The release that renders and runs.
@@ -46,7 +46,7 @@ const REFUSED: &str = "dns-refused";
 const SECRET: &str = "dns-credentials";
 
 /// The chart home holding the real-world chart: the one the lab's env file names, or the one
-/// `lab/real-chart.sh` fetches (cached) for a lab started before it named one.
+/// `kind/real-chart.sh` fetches (cached) for a lab started before it named one.
 fn chart_home(lab: &Lab) -> PathBuf {
     let env = std::fs::read_to_string(lab.dir.join("env")).unwrap_or_default();
     if let Some(dir) = env.lines().find_map(|l| {
@@ -56,13 +56,13 @@ fn chart_home(lab: &Lab) -> PathBuf {
         return dir.into();
     }
     let out = std::process::Command::new(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lab/real-chart.sh"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kind/real-chart.sh"),
     )
     .output()
-    .expect("lab/real-chart.sh runs");
+    .expect("kind/real-chart.sh runs");
     assert!(
         out.status.success(),
-        "lab/real-chart.sh failed: {}",
+        "kind/real-chart.sh failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap().trim().into()

@@ -91,20 +91,20 @@ fn deploy_file(name: &str) -> Vec<Value> {
     documents(&std::fs::read_to_string(repo().join("deploy").join(name)).unwrap())
 }
 
-/// The lab's helm: the running lab's, else the one lab/build.sh built (lab/lib.sh's cache).
+/// The lab's helm: the running lab's, else the one kind/build.sh built (kind/lib.sh's cache).
 fn helm() -> PathBuf {
     if std::env::var_os("TENANCY_HUB_LAB_DIR").is_some() {
         return Lab::get().bin_dir().join("helm");
     }
     let out = Command::new("bash")
-        .args(["-c", "source lab/lib.sh && lab_cache_dir"])
+        .args(["-c", "source kind/lib.sh && lab_cache_dir"])
         .current_dir(repo())
         .output()
         .expect("bash runs");
     let helm = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("bin/helm");
     assert!(
         out.status.success() && helm.is_file(),
-        "no helm at {}: run lab/build.sh\n{}",
+        "no helm at {}: run kind/build.sh\n{}",
         helm.display(),
         String::from_utf8_lossy(&out.stderr)
     );
@@ -196,20 +196,20 @@ fn the_charts_crds_are_the_generated_ones() {
         let generated = std::fs::read_to_string(repo().join("crds").join(&file)).unwrap();
         assert!(
             shipped == generated,
-            "deploy/chart/crds/{file} differs from crds/{file}: run lab/crds.sh"
+            "deploy/chart/crds/{file} differs from crds/{file}: run kind/crds.sh"
         );
         joined.push_str(&shipped);
     }
     assert!(
         joined == tenancy_hub::api::crds_yaml(),
-        "deploy/chart/crds/ is stale: run lab/crds.sh"
+        "deploy/chart/crds/ is stale: run kind/crds.sh"
     );
     let files = std::fs::read_dir(chart_dir().join("crds")).unwrap().count();
     assert_eq!(files, CRDS.len(), "deploy/chart/crds/ holds only the CRDs");
 }
 
 #[test]
-#[ignore = "needs the lab's helm: lab/build.sh, then cargo test --test helm_chart -- --ignored"]
+#[ignore = "needs the lab's helm: kind/build.sh, then cargo test --test helm_chart -- --ignored"]
 fn the_chart_lints_clean_with_its_defaults_and_every_variant() {
     let chart = chart_dir();
     let defaults: (&[&str], &[&str]) = (&[], &[]);
@@ -225,7 +225,7 @@ fn the_chart_lints_clean_with_its_defaults_and_every_variant() {
 }
 
 #[test]
-#[ignore = "needs the lab's helm: lab/build.sh, then cargo test --test helm_chart -- --ignored"]
+#[ignore = "needs the lab's helm: kind/build.sh, then cargo test --test helm_chart -- --ignored"]
 fn the_chart_grants_the_rules_deploy_grants() {
     let chart = render(&[]);
     let deploy = deploy_file("rbac.yaml");
@@ -283,7 +283,7 @@ fn the_chart_grants_the_rules_deploy_grants() {
 }
 
 #[test]
-#[ignore = "needs the lab's helm: lab/build.sh, then cargo test --test helm_chart -- --ignored"]
+#[ignore = "needs the lab's helm: kind/build.sh, then cargo test --test helm_chart -- --ignored"]
 fn the_chart_runs_the_container_of_deploy_with_its_flags() {
     let chart = render(&[]);
     let deploy = deploy_file("deployment.yaml");
@@ -345,7 +345,7 @@ fn the_chart_runs_the_container_of_deploy_with_its_flags() {
 }
 
 #[test]
-#[ignore = "needs the lab's helm: lab/build.sh, then cargo test --test helm_chart -- --ignored"]
+#[ignore = "needs the lab's helm: kind/build.sh, then cargo test --test helm_chart -- --ignored"]
 fn every_flag_the_chart_renders_is_one_the_operator_accepts() {
     let defaults: (&[&str], &[&str]) = (&[], &[]);
     for (sets, expected) in std::iter::once(defaults).chain(VARIANTS) {
@@ -367,7 +367,7 @@ fn every_flag_the_chart_renders_is_one_the_operator_accepts() {
 }
 
 #[test]
-#[ignore = "needs the lab's helm: lab/build.sh, then cargo test --test helm_chart -- --ignored"]
+#[ignore = "needs the lab's helm: kind/build.sh, then cargo test --test helm_chart -- --ignored"]
 fn the_service_monitor_is_rendered_only_when_asked_and_scrapes_the_service() {
     assert!(!render(&[]).iter().any(|d| kind(d) == "ServiceMonitor"));
     let docs = render(&[
@@ -397,7 +397,7 @@ fn the_service_monitor_is_rendered_only_when_asked_and_scrapes_the_service() {
 }
 
 #[test]
-#[ignore = "needs the lab's helm: lab/build.sh, then cargo test --test helm_chart -- --ignored"]
+#[ignore = "needs the lab's helm: kind/build.sh, then cargo test --test helm_chart -- --ignored"]
 fn the_clusters_value_renders_a_registration_file_the_operator_reads() {
     let empty = render(&[]);
     let entries = |docs: &[Value]| {

@@ -20,7 +20,7 @@ use tenancy_hub::api::{
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test]
-#[ignore = "needs the lab with pull members: lab/up.sh --pull-members 2, then --include-ignored"]
+#[ignore = "needs the lab with pull members: kind/up.sh --pull-members 2, then --include-ignored"]
 async fn a_pull_member_joins_and_its_agent_delivers_into_the_same_status() {
     let _serial = SERIAL.lock().await;
     let hub = Hub::new("pull").await;
@@ -146,7 +146,7 @@ async fn a_pull_member_joins_and_its_agent_delivers_into_the_same_status() {
 }
 
 #[tokio::test]
-#[ignore = "needs the lab with pull members: lab/up.sh --pull-members 2, then --include-ignored"]
+#[ignore = "needs the lab with pull members: kind/up.sh --pull-members 2, then --include-ignored"]
 async fn an_agents_hub_identity_reads_only_its_own_work_and_dies_with_its_member() {
     let _serial = SERIAL.lock().await;
     let hub = Hub::new("pull-rbac").await;
@@ -250,7 +250,7 @@ async fn an_agents_hub_identity_reads_only_its_own_work_and_dies_with_its_member
 
 // The proxy's tasks must run while the test waits for the agent synchronously.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the lab with pull members: lab/up.sh --pull-members 2, then --include-ignored"]
+#[ignore = "needs the lab with pull members: kind/up.sh --pull-members 2, then --include-ignored"]
 async fn an_agent_cut_off_from_the_hub_keeps_what_runs_repairs_drift_and_catches_up() {
     use tenancy_hub::api::crd::{DriftDetection, DriftMode};
     let _serial = SERIAL.lock().await;
@@ -361,7 +361,7 @@ async fn an_agent_cut_off_from_the_hub_keeps_what_runs_repairs_drift_and_catches
 }
 
 #[tokio::test]
-#[ignore = "needs the lab with pull members: lab/up.sh --pull-members 2, then --include-ignored"]
+#[ignore = "needs the lab with pull members: kind/up.sh --pull-members 2, then --include-ignored"]
 async fn a_rollout_moves_across_push_and_pull_members_in_its_waves() {
     use std::collections::BTreeMap;
     use tenancy_hub::api::crd::{ClusterSelector, Rollout, Wave};
@@ -425,7 +425,7 @@ async fn a_rollout_moves_across_push_and_pull_members_in_its_waves() {
 }
 
 #[tokio::test]
-#[ignore = "needs the lab with pull members: lab/up.sh --pull-members 2, then --include-ignored"]
+#[ignore = "needs the lab with pull members: kind/up.sh --pull-members 2, then --include-ignored"]
 async fn an_agent_killed_mid_helm_loses_no_install_or_uninstall() {
     let _serial = SERIAL.lock().await;
     let hub = Hub::with_args("pull-crash", &["--pending-timeout", "5"]).await;
@@ -540,7 +540,7 @@ async fn hub_takes(hub: &kube::Client, token: &str) -> bool {
 }
 
 #[tokio::test]
-#[ignore = "needs the lab with pull members: lab/up.sh --pull-members 2, then --include-ignored"]
+#[ignore = "needs the lab with pull members: kind/up.sh --pull-members 2, then --include-ignored"]
 async fn an_agents_hub_token_rotates_without_a_restart_and_the_replaced_one_is_refused() {
     let _serial = SERIAL.lock().await;
     let hub = Hub::new("pull-token").await;
@@ -622,7 +622,7 @@ async fn answers(hub: &kube::Client, member: &str) -> BTreeMap<String, String> {
 }
 
 #[tokio::test]
-#[ignore = "needs the lab with pull members: lab/up.sh --pull-members 2, then --include-ignored"]
+#[ignore = "needs the lab with pull members: kind/up.sh --pull-members 2, then --include-ignored"]
 async fn an_agent_whose_answer_was_lost_with_a_restart_makes_no_second_revision() {
     let _serial = SERIAL.lock().await;
     let hub = Hub::new("pull-lost").await;
@@ -681,7 +681,7 @@ async fn an_agent_whose_answer_was_lost_with_a_restart_makes_no_second_revision(
 }
 
 #[tokio::test]
-#[ignore = "needs the lab with pull members: lab/up.sh --pull-members 2, then --include-ignored"]
+#[ignore = "needs the lab with pull members: kind/up.sh --pull-members 2, then --include-ignored"]
 async fn repository_and_oci_charts_reach_a_pull_member_through_the_hub_as_digest_named_chunks() {
     let _serial = SERIAL.lock().await;
     let lab = common::lab::Lab::get();
@@ -763,7 +763,7 @@ async fn repository_and_oci_charts_reach_a_pull_member_through_the_hub_as_digest
 }
 
 #[tokio::test]
-#[ignore = "needs the lab with pull members: lab/up.sh --pull-members 2, then --include-ignored"]
+#[ignore = "needs the lab with pull members: kind/up.sh --pull-members 2, then --include-ignored"]
 async fn a_pull_member_runs_helm_as_the_policys_identity_and_its_scopes_are_in_the_status_api() {
     let _serial = SERIAL.lock().await;
     let hub = Hub::with_args("pull-imp", &["--tenancy-policy", "enforce"]).await;

@@ -51,7 +51,7 @@ fn call(name: &str, data: std::collections::BTreeMap<String, ByteString>) -> Sec
 }
 
 #[tokio::test]
-#[ignore = "needs the lab with pull members: lab/up.sh --pull-members 2, then --include-ignored"]
+#[ignore = "needs the lab with pull members: kind/up.sh --pull-members 2, then --include-ignored"]
 async fn a_pull_members_work_cannot_be_written_by_a_tenant_nor_replayed_or_changed_by_a_member() {
     let _serial = SERIAL.lock().await;
     let hub = Hub::new("pull-calls").await;
@@ -192,7 +192,7 @@ fn platform(member: &str, victim: &str, attacker: &str, replicas: &str) -> Contr
 }
 
 #[tokio::test]
-#[ignore = "needs the lab with pull members: lab/up.sh --pull-members 2, then --include-ignored"]
+#[ignore = "needs the lab with pull members: kind/up.sh --pull-members 2, then --include-ignored"]
 async fn release_records_forged_in_a_pull_member_are_never_acted_on() {
     let _serial = SERIAL.lock().await;
     let hub = Hub::with_args("pull-forged", &["--tenancy-policy", "enforce"]).await;

@@ -17,12 +17,12 @@ use tenancy_hub::api::crd::{
 /// The rollout tests take turns: one of them stops a member's API server.
 static LAB_TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// The lab's first three members; the rollout tests need three (lab/up.sh --members 3).
+/// The lab's first three members; the rollout tests need three (kind/up.sh --members 3).
 fn members(lab: &Lab) -> [String; 3] {
     let members: Vec<String> = lab.contexts().into_iter().filter(|c| c != "hub").collect();
     assert!(
         members.len() >= 3,
-        "the rollout tests need a lab with at least 3 members (lab/up.sh --members 3), this one has {members:?}"
+        "the rollout tests need a lab with at least 3 members (kind/up.sh --members 3), this one has {members:?}"
     );
     [members[0].clone(), members[1].clone(), members[2].clone()]
 }

@@ -45,7 +45,7 @@ cleanup() {
             done
         fi
         phase "lab down"
-        "$REPO/lab/down.sh" --dir "$LAB_DIR" || true
+        "$REPO/kind/down.sh" --dir "$LAB_DIR" || true
     fi
     report
     exit $rc
@@ -57,7 +57,7 @@ cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 
 phase "lab binaries"
-"$REPO/lab/build.sh" >/dev/null
+"$REPO/kind/build.sh" >/dev/null
 
 phase "unit tests"
 cargo test --locked --lib --bins 2>&1 | tee -a "$RESULTS"
@@ -67,7 +67,7 @@ phase "executor tests"
 
 phase "lab up"
 lab_started=true
-"$REPO/lab/up.sh" --members "${TEST_MEMBERS:-3}" --pull-members "${TEST_PULL_MEMBERS:-2}" --dir "$LAB_DIR"
+"$REPO/kind/up.sh" --members "${TEST_MEMBERS:-3}" --pull-members "${TEST_PULL_MEMBERS:-2}" --dir "$LAB_DIR"
 
 phase "end-to-end tests"
 TENANCY_HUB_LAB_DIR=$LAB_DIR cargo test --locked --test '*' -- --include-ignored 2>&1 | tee -a "$RESULTS"

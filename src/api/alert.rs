@@ -233,7 +233,7 @@ mod tests {
         let committed = include_str!("../../crds/alerts.multitenancy.dev.yaml");
         assert!(
             committed == alert_crd_yaml(),
-            "crds/alerts.multitenancy.dev.yaml is stale: run lab/crds.sh"
+            "crds/alerts.multitenancy.dev.yaml is stale: run kind/crds.sh"
         );
     }
 

@@ -179,7 +179,7 @@ mod tests {
         let committed = include_str!("../../crds/memberclusters.multitenancy.dev.yaml");
         assert!(
             committed.strip_prefix("---\n") == Some(member_cluster_crd_yaml().as_str()),
-            "crds/memberclusters.multitenancy.dev.yaml is stale: run lab/crds.sh"
+            "crds/memberclusters.multitenancy.dev.yaml is stale: run kind/crds.sh"
         );
     }
 

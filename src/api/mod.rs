@@ -37,7 +37,7 @@ mod tests {
         let deployed = include_str!("../../deploy/crd.yaml");
         assert!(
             deployed == super::crds_yaml(),
-            "deploy/crd.yaml is stale: run lab/crds.sh"
+            "deploy/crd.yaml is stale: run kind/crds.sh"
         );
     }
 }

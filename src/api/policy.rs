@@ -228,7 +228,7 @@ mod tests {
         let committed = include_str!("../../crds/tenancypolicies.multitenancy.dev.yaml");
         assert!(
             committed.strip_prefix("---\n") == Some(crate::api::policy_crd_yaml().as_str()),
-            "crds/tenancypolicies.multitenancy.dev.yaml is stale: run lab/crds.sh"
+            "crds/tenancypolicies.multitenancy.dev.yaml is stale: run kind/crds.sh"
         );
     }
 

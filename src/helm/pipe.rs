@@ -32,7 +32,7 @@ pub(crate) const ANSWER_GRACE: Duration = Duration::from_secs(60);
 pub(crate) const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What to do about an executor that speaks another protocol, or none.
-pub(crate) const REBUILD: &str = "rebuild the executor from this operator's source with lab/executor.sh \
+pub(crate) const REBUILD: &str = "rebuild the executor from this operator's source with kind/executor.sh \
     (the image from deploy/Dockerfile builds both from one source)";
 
 /// Why the long-lived executor did not answer a request.

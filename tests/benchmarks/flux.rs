@@ -78,19 +78,19 @@ impl Setup {
     }
 }
 
-/// Where lab/peer-flux.sh left the controllers (`bin/`) and their CRDs (`crds/`).
+/// Where kind/peer-flux.sh left the controllers (`bin/`) and their CRDs (`crds/`).
 fn flux_dir() -> PathBuf {
     std::env::var_os("TENANCY_HUB_FLUX_DIR")
         .map(PathBuf::from)
         .expect(
-            "the peer scenario needs Flux: run lab/bench.sh --only peer --peer flux, or set \
-             TENANCY_HUB_FLUX_DIR to the directory lab/peer-flux.sh prints",
+            "the peer scenario needs Flux: run kind/bench.sh --only peer --peer flux, or set \
+             TENANCY_HUB_FLUX_DIR to the directory kind/peer-flux.sh prints",
         )
 }
 
-/// The Flux versions pinned in lab/versions.env, as `(name, version)`.
+/// The Flux versions pinned in kind/versions.env, as `(name, version)`.
 fn flux_versions() -> Vec<(String, String)> {
-    let pins = include_str!("../../lab/versions.env");
+    let pins = include_str!("../../kind/versions.env");
     pins.lines()
         .filter_map(|l| l.strip_prefix("FLUX_")?.split_once('='))
         .map(|(k, v)| (k.to_lowercase(), v.to_owned()))
@@ -679,7 +679,7 @@ fn tree_rss_kib(pid: u32) -> u64 {
         .sum()
 }
 
-/// Applies Flux's CRDs (lab/peer-flux.sh copied them from the modules) to the hub and waits
+/// Applies Flux's CRDs (kind/peer-flux.sh copied them from the modules) to the hub and waits
 /// until they are established.
 fn install_flux_crds(lab: &Lab) {
     let crds = flux_dir().join("crds");

@@ -1,6 +1,6 @@
 //! Benchmarks on the lab: convergence, status latency, write load, footprint, breadth, growth (namespaces, Controllers, clusters), shards, rollout, queue fairness, Controller size and a peer (Flux), as a table and JSON.
 //!
-//! Run with `lab/bench.sh` (it brings the lab up and builds in release mode), or on a running lab:
+//! Run with `kind/bench.sh` (it brings the lab up and builds in release mode), or on a running lab:
 //! `TENANCY_HUB_LAB_DIR=.lab cargo bench --bench lab -- [--only NAME] [--json FILE] [--pods P]
 //! [--namespaces 10,100,500] [--unrelated-pods N] [--controllers 10,100,1000]
 //! [--clusters 1,5,10,20] [--quiet-seconds S] [--runs 3] [--shard-controllers 10] [--wave N] [--samples K]
@@ -8,7 +8,7 @@
 //! [--peer-setups flux,flux_shared,flux_wait] [--envelope 100,500,1000]`.
 //! `TENANCY_HUB_OPERATOR=PATH` runs another build of the operator (a baseline) in every scenario.
 //! The `rollout` scenario needs three members, `clusters` as many as its largest count
-//! (`lab/up.sh --members 20`), `pull` as many pull members (`lab/up.sh --members 1 --pull-members 20`:
+//! (`kind/up.sh --members 20`), `pull` as many pull members (`kind/up.sh --members 1 --pull-members 20`:
 //! the hub's cost per pull member and a spec change's latency, pull against push); they, the other growth scenarios, `shards` and `fairness`
 //! (`--wave N` installs, 1,000 by default, `--samples K` small changes, 5 by default) and `size`
 //! (plan time and operator memory against one Controller of `--sizes` charts, with and without
@@ -16,7 +16,7 @@
 //! against the same spec written out, and the hub's Secret requests for `--readers` Controllers
 //! reading one Secret) run only when named in `--only`. So does `peer` (`--only peer --peer flux`, the convergence scenario's releases
 //! from a loopback Helm repository, `--runs` times each side): it needs Flux's controllers, built by
-//! lab/peer-flux.sh into the directory named by `TENANCY_HUB_FLUX_DIR` (lab/bench.sh does both).
+//! kind/peer-flux.sh into the directory named by `TENANCY_HUB_FLUX_DIR` (kind/bench.sh does both).
 //! So does `envelope` (`--only envelope --envelope 100,500,1000`): the hub with that many simulated
 //! pull members against the real operator (any lab; the members are generated, see BENCHMARKS.md).
 
@@ -900,12 +900,12 @@ async fn clusters(a: &Args) -> Value {
 }
 
 /// The counts of `wanted` that the lab's `have` members (of the kind `what`) allow; a panic
-/// saying how to start a lab with enough (lab/up.sh `flag` N) when none does.
+/// saying how to start a lab with enough (kind/up.sh `flag` N) when none does.
 fn counts_within(wanted: &[usize], have: usize, what: &str, flag: &str) -> Vec<usize> {
     let counts: Vec<usize> = wanted.iter().copied().filter(|k| *k <= have).collect();
     assert!(
         !counts.is_empty(),
-        "the lab has {have} {what}; start one with lab/up.sh {flag} N"
+        "the lab has {have} {what}; start one with kind/up.sh {flag} N"
     );
     counts
 }
@@ -1410,7 +1410,7 @@ async fn rollout(_a: &Args) -> Value {
         .collect();
     assert!(
         members.len() == 3,
-        "the rollout scenario needs 3 members: lab/up.sh --members 3"
+        "the rollout scenario needs 3 members: kind/up.sh --members 3"
     );
     progress("rollout: three health-gated steps by hand (the floor)");
     let steps = gated_steps_by_hand(&lab, &members, &unique("floor")).await;
@@ -1765,22 +1765,22 @@ async fn main() {
     if named("controllers") {
         results.insert("controllers", controllers(&a).await);
     }
-    // Needs a lab of many members (lab/up.sh --members 20): only when asked for.
+    // Needs a lab of many members (kind/up.sh --members 20): only when asked for.
     if named("clusters") {
         results.insert("clusters", clusters(&a).await);
     }
-    // Needs a lab of pull members (lab/up.sh --pull-members 20): only when asked for.
+    // Needs a lab of pull members (kind/up.sh --pull-members 20): only when asked for.
     if named("pull") {
         results.insert("pull", pull::pull(&a).await);
     }
     if named("shards") {
         results.insert("shards", shards(&a).await);
     }
-    // Needs three members (lab/up.sh --members 3): only when asked for.
+    // Needs three members (kind/up.sh --members 3): only when asked for.
     if named("rollout") {
         results.insert("rollout", rollout(&a).await);
     }
-    // A change in three waves across every member of the lab (lab/up.sh --members 20): only
+    // A change in three waves across every member of the lab (kind/up.sh --members 20): only
     // when asked for.
     if named("waves") {
         results.insert("waves", waves::waves(&a).await);

@@ -66,7 +66,7 @@ pub(crate) async fn waves(_a: &Args) -> Value {
     let n = members.len();
     assert!(
         n >= 3,
-        "the waves scenario needs at least three members: lab/up.sh --members 20"
+        "the waves scenario needs at least three members: kind/up.sh --members 20"
     );
     let file = lab.dir.join(format!("{}.yaml", unique("waves")));
     let entries: String = members

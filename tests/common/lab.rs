@@ -8,10 +8,10 @@ use kube::{
 };
 
 /// What to tell someone who runs the end-to-end tests without a lab.
-pub const NEEDS_LAB: &str = "needs the lab: run tests/run.sh, or lab/up.sh and then \
+pub const NEEDS_LAB: &str = "needs the lab: run tests/run.sh, or kind/up.sh and then \
     `cargo test -- --ignored` with TENANCY_HUB_LAB_DIR set to the lab's directory";
 
-/// A running lab, as left by lab/up.sh.
+/// A running lab, as left by kind/up.sh.
 #[allow(dead_code)] // used by some test crates only
 pub struct Lab {
     /// The lab's directory.
@@ -103,7 +103,7 @@ impl Lab {
             .to_owned()
     }
 
-    /// The lab's long-lived Helm executor (tenancy-hub-helm), built by `lab/executor.sh`.
+    /// The lab's long-lived Helm executor (tenancy-hub-helm), built by `kind/executor.sh`.
     pub fn executor(&self) -> PathBuf {
         self.exported("TENANCY_HUB_HELM_EXECUTOR").into()
     }
@@ -252,7 +252,7 @@ impl Lab {
         }
     }
 
-    /// The lab's pull members, `pull-1` … `pull-N` in order (`lab/up.sh --pull-members N`):
+    /// The lab's pull members, `pull-1` … `pull-N` in order (`kind/up.sh --pull-members N`):
     /// members the hub side holds no credentials for, in neither its kubeconfig nor its
     /// registration file. Empty when the lab has none.
     pub fn pull_members(&self) -> Vec<String> {
@@ -277,7 +277,7 @@ impl Lab {
         assert!(
             path.is_file(),
             "no pull member {name} in the lab at {} (it has {:?}); start one with \
-             lab/up.sh --pull-members N",
+             kind/up.sh --pull-members N",
             self.dir.display(),
             self.pull_members()
         );
@@ -307,7 +307,7 @@ impl Lab {
         client_of(kubeconfig, name, &format!("pull member {name} as {user}")).await
     }
 
-    /// The pid of the lab's process `name` (as lab/up.sh wrote it into DIR/pids).
+    /// The pid of the lab's process `name` (as kind/up.sh wrote it into DIR/pids).
     pub fn pid(&self, name: &str) -> u32 {
         let pids = std::fs::read_to_string(self.dir.join("pids")).unwrap();
         pids.lines()
@@ -325,7 +325,7 @@ impl Lab {
         std::fs::read_to_string(&path)
             .unwrap_or_else(|e| {
                 panic!(
-                    "{}: {e}; the lab writes it with lab/up.sh --pull-members N",
+                    "{}: {e}; the lab writes it with kind/up.sh --pull-members N",
                     path.display()
                 )
             })
@@ -339,7 +339,7 @@ impl Lab {
         let path = self.pull_dir().join("hub.ca.crt");
         assert!(
             path.is_file(),
-            "no {}; the lab writes it with lab/up.sh --pull-members N",
+            "no {}; the lab writes it with kind/up.sh --pull-members N",
             path.display()
         );
         path
@@ -426,17 +426,17 @@ async fn client_of(kubeconfig: Kubeconfig, context: &str, what: &str) -> Client 
     Client::try_from(config).unwrap()
 }
 
-/// Runs a lab control command (lab/ctl.sh) on the test's lab.
+/// Runs a lab control command (kind/ctl.sh) on the test's lab.
 #[allow(dead_code)] // used by some test crates only
 pub fn lab_ctl(lab: &Lab, args: &[&str]) {
     let status =
-        std::process::Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("lab/ctl.sh"))
+        std::process::Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("kind/ctl.sh"))
             .args(args)
             .arg("--dir")
             .arg(&lab.dir)
             .status()
-            .expect("lab/ctl.sh runs");
-    assert!(status.success(), "lab/ctl.sh {args:?} failed");
+            .expect("kind/ctl.sh runs");
+    assert!(status.success(), "kind/ctl.sh {args:?} failed");
 }
 
 /// A member's control-plane processes, in the order they start.

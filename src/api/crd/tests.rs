@@ -51,6 +51,6 @@ fn the_committed_crd_matches_the_code() {
     let committed = include_str!("../../../crds/controllers.multitenancy.dev.yaml");
     assert!(
         committed.strip_prefix("---\n") == Some(crd_yaml().as_str()),
-        "crds/controllers.multitenancy.dev.yaml is stale: run lab/crds.sh"
+        "crds/controllers.multitenancy.dev.yaml is stale: run kind/crds.sh"
     );
 }

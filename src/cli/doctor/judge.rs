@@ -406,7 +406,7 @@ pub(crate) fn executor(
         || crate::helm::sdk::BINARY.to_owned(),
         |p| p.display().to_string(),
     );
-    let install = "put tenancy-hub-helm beside --helm or on PATH, or pass --helm-executor PATH (lab/executor.sh builds it)";
+    let install = "put tenancy-hub-helm beside --helm or on PATH, or pass --helm-executor PATH (kind/executor.sh builds it)";
     match (kind, hello) {
         (ExecutorKind::Cli, _) => Finding::pass(
             "executor",

@@ -487,7 +487,7 @@ async fn an_executor_of_another_protocol_is_stopped_with_an_error_naming_both_ve
             executor.to_str().unwrap(),
             "speaks protocol 99 (Helm v4.9.0)",
             &format!("this operator protocol {PROTOCOL_VERSION}"),
-            "lab/executor.sh",
+            "kind/executor.sh",
         ],
     );
     assert!(pipe.process.lock().await.is_none(), "it was kept");
@@ -512,7 +512,7 @@ async fn an_executor_that_says_no_hello_is_refused_after_the_hello_timeout() {
             executor.to_str().unwrap(),
             "nothing within 10s",
             &format!("this operator speaks protocol {PROTOCOL_VERSION}"),
-            "lab/executor.sh",
+            "kind/executor.sh",
         ],
     );
 }

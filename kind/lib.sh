@@ -26,7 +26,7 @@ lab_cache_dir() {
     root=$(cache_root)
     local go_version sum
     go_version=$(go env GOVERSION 2>/dev/null) || die "Go is required to build the lab (https://go.dev/doc/install)"
-    # The Flux pins at the end of versions.env key the peer's cache (lab/peer-flux.sh), not this one.
+    # The Flux pins at the end of versions.env key the peer's cache (kind/peer-flux.sh), not this one.
     sum=$(recipe_digest <(sed '/^# Flux/,$d' "$LAB_ROOT/versions.env") \
         "$LAB_ROOT/tools/go.mod" "$LAB_ROOT/tools/go.sum" "$LAB_ROOT/build.sh")
     printf '%s/k8s-%s-etcd-%s-kwok-%s-helm-%s-%s-%s' "$root" "$KUBERNETES_VERSION" "$ETCD_VERSION" \

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Builds the lab's binaries from Go modules into a cache outside the repo, once; prints the bin dir.
 #
-#   lab/build.sh            build what is missing, print the bin directory on stdout
+#   kind/build.sh            build what is missing, print the bin directory on stdout
 #
 # Components: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl (through the
-# wrapper module in lab/tools, which pins k8s.io/kubernetes and its staging modules), kwok and helm
+# wrapper module in kind/tools, which pins k8s.io/kubernetes and its staging modules), kwok and helm
 # (through `go install module@version`), and an OCI registry (distribution) for chart tests.
-# Versions are in lab/versions.env.
+# Versions are in kind/versions.env.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 

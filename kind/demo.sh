@@ -3,9 +3,9 @@
 # CRD on the hub, shows every registered cluster reachable, runs the operator, and delivers the seed's
 # example Controller to the hub and a second tenancy to both members.
 #
-#   lab/demo.sh [--members N] [--dir DIR]
+#   kind/demo.sh [--members N] [--dir DIR]
 #
-# The lab stays up afterwards so you can explore it; lab/down.sh --dir DIR stops it.
+# The lab stays up afterwards so you can explore it; kind/down.sh --dir DIR stops it.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -86,5 +86,5 @@ The operator stops as this script ends; the lab and the releases stay. Try:
   source $LAB_DIR/env
   kubectl --context hub get controllers -o yaml
   $TH run --kubeconfig \$KUBECONFIG --context hub --clusters $LAB_DIR/clusters.yaml --chart-home config/charts
-Stop the lab with: lab/down.sh --dir $LAB_DIR
+Stop the lab with: kind/down.sh --dir $LAB_DIR
 MSG

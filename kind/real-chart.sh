@@ -2,7 +2,7 @@
 # Fetches a real-world Helm chart no one here wrote, for the end-to-end test of fleets that differ
 # (tests/fleets_realworld.rs), into a chart home outside the repo, once; prints the chart home.
 #
-#   lab/real-chart.sh       fetch it when missing, print the chart home (holding external-dns/)
+#   kind/real-chart.sh       fetch it when missing, print the chart home (holding external-dns/)
 #
 # The chart is ExternalDNS's own, `charts/external-dns` of the Go module sigs.k8s.io/external-dns
 # at the version pinned below (its Chart.yaml says chart 1.21.1, app 0.21.0), taken from the module

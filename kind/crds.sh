@@ -2,7 +2,7 @@
 # Regenerates the CRDs from the types: deploy/crd.yaml (all of them), one file per CRD in crds/,
 # and the same files in deploy/chart/crds/ (where Helm installs them from).
 #
-#   lab/crds.sh
+#   kind/crds.sh
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reports whether every process of a lab is alive and every API server is ready; exits 1 if not.
 #
-#   lab/status.sh [--dir DIR]
+#   kind/status.sh [--dir DIR]
 #
 # The API servers are the hub's and the members' (contexts of DIR/kubeconfig) and the pull
 # members' (DIR/pull/pull-K.kubeconfig), each asked with its own admin certificate.

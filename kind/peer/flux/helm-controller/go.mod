@@ -1,4 +1,4 @@
-// Wrapper module that pins Flux's helm-controller for the peer benchmark (lab/peer-flux.sh). Its
+// Wrapper module that pins Flux's helm-controller for the peer benchmark (kind/peer-flux.sh). Its
 // go.mod carries replace directives, so it cannot be built with `go install pkg@version`; requiring
 // it from here, with the same replaces (but its api module from the proxy), builds it.
 module tenancy-hub.local/peer-flux-helm-controller

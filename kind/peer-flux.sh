@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Builds Flux's helm-controller and source-controller, the peer of `lab/bench.sh --peer flux`, from
+# Builds Flux's helm-controller and source-controller, the peer of `kind/bench.sh --peer flux`, from
 # their Go modules into a cache outside the repo, once, with their CRDs; prints the directory.
 #
-#   lab/peer-flux.sh        build what is missing, print the directory (bin/ and crds/) on stdout
+#   kind/peer-flux.sh        build what is missing, print the directory (bin/ and crds/) on stdout
 #
-# Versions are the FLUX_* pins in lab/versions.env. Both controllers' go.mod carry replace
-# directives, so each is built through a wrapper module in lab/peer/flux/ that repeats them.
+# Versions are the FLUX_* pins in kind/versions.env. Both controllers' go.mod carry replace
+# directives, so each is built through a wrapper module in kind/peer/flux/ that repeats them.
 # The CRDs come from the modules' config/crd/bases.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -33,7 +33,7 @@ flux_build() { (cd "$WRAPPERS/$1" && go build -o "$out" -ldflags "-s -w" "github
 build_controller() {
     local name=$1 version=$2 step=$3 module="github.com/fluxcd/$1"
     grep -q "^require $module v$version\$" "$WRAPPERS/$name/go.mod" ||
-        die "lab/peer/flux/$name/go.mod does not require $module v$version (lab/versions.env); update the wrapper"
+        die "kind/peer/flux/$name/go.mod does not require $module v$version (kind/versions.env); update the wrapper"
     build_with_progress "$DIR/bin/$name" "($step/2) $name $version" flux_build "$name"
 }
 

@@ -2,7 +2,7 @@
 // (Helm's Go SDK, one kube client per cluster) instead of one `helm` process per release: the
 // figure the choice of executor rests on (BENCHMARKS.md, "The helm call").
 //
-//	cd lab/sdk-probe && go run . -kubeconfig ../../.lab/kubeconfig -context member-1 -releases 20
+//	cd kind/sdk-probe && go run . -kubeconfig ../../.lab/kubeconfig -context member-1 -releases 20
 //
 // It installs the example chart into `-releases` new namespaces, upgrades each once, and prints
 // the CPU seconds per release of each step, the first release's cost (discovery and clients

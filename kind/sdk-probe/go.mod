@@ -1,4 +1,4 @@
-// The probe of lab/sdk-probe/main.go; its own module, so the lab build never compiles it.
+// The probe of kind/sdk-probe/main.go; its own module, so the lab build never compiles it.
 module tenancy-hub.local/sdk-probe
 
 go 1.26.0

@@ -1,4 +1,4 @@
-// Wrapper module that pins Flux's source-controller for the peer benchmark (lab/peer-flux.sh). Its
+// Wrapper module that pins Flux's source-controller for the peer benchmark (kind/peer-flux.sh). Its
 // go.mod carries replace directives, so it cannot be built with `go install pkg@version`; requiring
 // it from here, with the same replaces (but its api module from the proxy), builds it.
 // go.sum starts from source-controller's own: the checksum database reached here does not answer

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Stops or starts one process of a running lab, for fault tests and experiments.
 #
-#   lab/ctl.sh stop NAME [--dir DIR]     e.g. lab/ctl.sh stop member-2-kube-apiserver
-#   lab/ctl.sh start NAME [--dir DIR]    starts it again with the same command line
-#   lab/ctl.sh pause NAME [--dir DIR]    freezes it (SIGSTOP): connections hang, as to a silent host
-#   lab/ctl.sh resume NAME [--dir DIR]   lets it run again (SIGCONT)
-#   lab/ctl.sh list [--dir DIR]          the names of the lab's processes
+#   kind/ctl.sh stop NAME [--dir DIR]     e.g. kind/ctl.sh stop member-2-kube-apiserver
+#   kind/ctl.sh start NAME [--dir DIR]    starts it again with the same command line
+#   kind/ctl.sh pause NAME [--dir DIR]    freezes it (SIGSTOP): connections hang, as to a silent host
+#   kind/ctl.sh resume NAME [--dir DIR]   lets it run again (SIGCONT)
+#   kind/ctl.sh list [--dir DIR]          the names of the lab's processes
 #
 # `start` waits until an API server (a pull member's too: pull-1-kube-apiserver) answers /readyz
 # again (up to 60 s).
@@ -31,7 +31,7 @@ if [[ $ACTION == list ]]; then
     exit 0
 fi
 entry=$(awk -v n="$NAME" '$2 == n' "$PIDS")
-[[ -n $entry ]] || die "no process named $NAME in $LAB_DIR; see: lab/ctl.sh list --dir $LAB_DIR"
+[[ -n $entry ]] || die "no process named $NAME in $LAB_DIR; see: kind/ctl.sh list --dir $LAB_DIR"
 read -r pid _ bin <<<"$entry"
 running() { [[ $(readlink "/proc/$pid/exe" 2>/dev/null) == "$bin" ]]; }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Profiles one `helm upgrade --install` as the operator runs it, per chart source, on the lab.
 
-    lab/helm-profile.py [--dir DIR] [--cluster member-1] [--calls 6] sources|trim|phases
+    kind/helm-profile.py [--dir DIR] [--cluster member-1] [--calls 6] sources|trim|phases
 
 - sources: helm's CPU seconds, wall time and peak RSS per call, and the API server's CPU seconds and
   requests per call, for a chart-home directory, a repository chart (a small index and a 10 MiB
@@ -12,7 +12,7 @@
 - phases: where helm's CPU goes, from Go CPU profiles (HELM_PPROF_CPU_PROFILE) of every call,
   each sample put in the first phase whose functions are on its stack.
 
-Needs a running lab (lab/up.sh); serves its chart sources on loopback (an HTTP repository, an OCI
+Needs a running lab (kind/up.sh); serves its chart sources on loopback (an HTTP repository, an OCI
 registry with a certificate from the lab's CA) and stops them when done. Figures are medians.
 """
 import argparse

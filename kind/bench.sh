@@ -2,7 +2,7 @@
 # Benchmarks: convergence, status propagation latency, write load, footprint, breadth, growth
 # (namespaces, Controllers, clusters), shards, rollout, fairness and a peer (Flux), on the lab.
 #
-#   lab/bench.sh [--dir DIR] [--only convergence,latency,breadth,footprint,namespaces,controllers,clusters,pull,shards,rollout,waves,fairness,size,fleets,peer,envelope]
+#   kind/bench.sh [--dir DIR] [--only convergence,latency,breadth,footprint,namespaces,controllers,clusters,pull,shards,rollout,waves,fairness,size,fleets,peer,envelope]
 #                 [--pods P] [--namespaces 10,100,500] [--unrelated-pods N] [--controllers 10,100,1000]
 #                 [--clusters 1,5,10,20] [--quiet-seconds S] [--runs 3] [--shard-controllers 10]
 #                 [--wave N] [--samples K] [--sizes 100,1000,10000] [--readers 1,10,100] [--peer flux]
@@ -12,20 +12,20 @@
 # Brings the lab up in DIR if it is not running (default: .lab), builds tenancy-hub in release mode,
 # runs the scenarios (each with an operator of its own), prints a table and writes the figures as
 # JSON (default: DIR/bench.json). Figures are reported, never asserted; see BENCHMARKS.md.
-# The rollout scenario needs three members: start the lab with lab/up.sh --members 3 --dir DIR first;
-# the clusters scenario as many members as its largest count (lab/up.sh --members 20 --dir DIR),
-# the pull scenario as many pull members (lab/up.sh --members 1 --pull-members 20 --dir DIR): the hub's
+# The rollout scenario needs three members: start the lab with kind/up.sh --members 3 --dir DIR first;
+# the clusters scenario as many members as its largest count (kind/up.sh --members 20 --dir DIR),
+# the pull scenario as many pull members (kind/up.sh --members 1 --pull-members 20 --dir DIR): the hub's
 # cost per pull member (operator, hub API server, connections) and a spec change's latency, pull
 # against push.
 # The waves scenario (a change in three health-gated waves across every member) needs many members
-# too (lab/up.sh --light --members 20 --dir DIR).
+# too (kind/up.sh --light --members 20 --dir DIR).
 # The rollout, namespaces, controllers, clusters, shards, fairness (a small change's latency while
 # another owner's wave of N installs runs, 1,000 by default) and size (plan time and operator memory
 # against one Controller of --sizes charts) scenarios run only when named in --only; so does fleets
 # (plan time of 100 clusters × 10 charts with per-cluster values, in process, and the hub's Secret
 # requests for --readers Controllers reading one Secret).
 # So does peer: `--only peer --peer flux` builds Flux's helm-controller and source-controller once
-# (lab/peer-flux.sh, cached) and runs them against the operator on the same releases, --runs times.
+# (kind/peer-flux.sh, cached) and runs them against the operator on the same releases, --runs times.
 # So does envelope: the hub with --envelope 100,500,1000 simulated pull members (generated: each its own
 # agent identity, Lease, reports and answers) against the real operator, hub API server and etcd.
 set -euo pipefail
