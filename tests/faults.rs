@@ -799,8 +799,8 @@ async fn an_executor_killed_mid_install_leaves_no_release_waiting_out_helms_time
     );
     let log = hub.operator.as_ref().unwrap().logged();
     assert!(
-        log.contains("stopped the helm executor: its output ended"),
-        "the operator saw the executor it ran installs in stop:\n{log}"
+        log.contains("the helm executor's output ended (signal: 9"),
+        "the operator saw the executor it ran installs in killed, and said how:\n{log}"
     );
     hub.delete_and_wait_gone("exec-kill").await;
 }

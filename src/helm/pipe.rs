@@ -112,11 +112,12 @@ impl Process {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        helm::die_with_parent(&mut command);
-        let mut child = command.spawn().map_err(|source| ExecutorError::Spawn {
-            path: binary.to_path_buf(),
-            source,
-        })?;
+        let mut child = helm::spawn_dying_with_operator(command)
+            .await
+            .map_err(|source| ExecutorError::Spawn {
+                path: binary.to_path_buf(),
+                source,
+            })?;
         let pid = child.id().unwrap_or_default();
         let (stdin, stdout, stderr) = (
             child.stdin.take().expect("piped"),
@@ -171,7 +172,7 @@ impl Process {
                     }
                 }
             }
-            reader.kill("its output ended");
+            reader.exited().await;
         });
         Ok(process)
     }
@@ -205,6 +206,33 @@ impl Process {
         if self.end() {
             tracing::warn!(pid = self.pid, "stopped the helm executor: {why}");
         }
+    }
+
+    /// Once its output ended: waiting requests fail, and the log says how it ended (an exit
+    /// code, or the signal that killed it), reaped within a moment or else killed.
+    async fn exited(&self) {
+        if self.dead.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.waiting().clear();
+        let child = self
+            .child
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        let Some(mut child) = child else { return };
+        let how = match tokio::time::timeout(Duration::from_secs(2), child.wait()).await {
+            Ok(Ok(status)) => status.to_string(),
+            Ok(Err(e)) => format!("its exit status cannot be read: {e}"),
+            Err(_) => {
+                let _ = child.start_kill();
+                "it closed its output but did not exit, and was killed".to_owned()
+            }
+        };
+        tracing::warn!(
+            pid = self.pid,
+            "the helm executor's output ended ({how}); the next job starts it again"
+        );
     }
 
     /// Ends the process; false when it had ended already.

@@ -84,8 +84,7 @@ pub(crate) async fn run_helm(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    die_with_parent(&mut command);
-    let child = command.spawn().map_err(|e| {
+    let child = spawn_dying_with_operator(command).await.map_err(|e| {
         let message = format!(
             "cannot run {}: {e}; install helm or pass --helm",
             options.binary.display()
@@ -146,3 +145,50 @@ pub(crate) fn die_with_parent(command: &mut Command) {
 
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn die_with_parent(_command: &mut Command) {}
+
+/// A command to fork on the forking thread, and where its child goes.
+struct Fork {
+    command: Command,
+    runtime: tokio::runtime::Handle,
+    reply: tokio::sync::oneshot::Sender<std::io::Result<tokio::process::Child>>,
+}
+
+/// Spawns `command` so that it dies with the operator (see [`die_with_parent`]), and only then.
+///
+/// The kernel sends the parent-death signal when the *thread* that forked the child ends, not
+/// the process. Tokio ends threads of its blocking pool after 10 s idle, and a worker that ran
+/// `block_in_place` joins that pool, so a child forked on a runtime thread could be killed in the
+/// middle of its releases by a thread's retirement (the executor was, under 10 installs at once).
+/// Every such child is therefore forked by one thread that lives as long as the operator.
+pub(crate) async fn spawn_dying_with_operator(
+    mut command: Command,
+) -> std::io::Result<tokio::process::Child> {
+    static FORKER: std::sync::OnceLock<std::sync::mpsc::Sender<Fork>> = std::sync::OnceLock::new();
+    die_with_parent(&mut command);
+    let forker = FORKER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Fork>();
+        std::thread::Builder::new()
+            .name("tenancy-hub-fork".into())
+            .spawn(move || {
+                for mut fork in rx {
+                    // The child's pipes and reaping belong to the runtime that asked.
+                    let _runtime = fork.runtime.enter();
+                    let _ = fork.reply.send(fork.command.spawn());
+                }
+            })
+            .expect("the operator can start a thread");
+        tx
+    });
+    let (reply, child) = tokio::sync::oneshot::channel();
+    let fork = Fork {
+        command,
+        runtime: tokio::runtime::Handle::current(),
+        reply,
+    };
+    let gone = || std::io::Error::other("the thread that forks helm processes has ended");
+    forker.send(fork).map_err(|_| gone())?;
+    child.await.map_err(|_| gone())?
+}
+
+#[cfg(test)]
+mod tests;
