@@ -5,9 +5,7 @@ mod common;
 use common::{
     fixtures::{DEADLINE, chart, entry, message, tenancy, unique, wait_until},
     forge::{assert_forgeries_ran_nothing, forge_two, namespace_admin},
-    hub::{Hub, allow_all, create_namespace},
-    lab::Lab,
-    operator::Operator,
+    hub::{Hub, allow_all},
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, api::PostParams};
@@ -218,22 +216,8 @@ async fn a_release_no_policy_allows_removing_is_left_in_place() {
 async fn a_controller_cannot_squat_a_key_its_policy_refuses() {
     // Two teams, each with a hub namespace and a policy of its own, on one operator.
     let id = unique("squat");
-    let (team_a, team_b, ns_a) = (format!("{id}-a"), format!("{id}-b"), format!("{id}-apps"));
-    let mut hub = Hub::without_operator(Lab::get(), team_a.clone()).await;
-    create_namespace(&hub.client, &team_b).await;
-    let selector = format!("hostile.tenancy-hub.test/run={id}");
-    hub.operator = Some(Operator::start_with(
-        &hub.lab,
-        &team_a,
-        &[
-            "--selector",
-            &selector,
-            "--lease-name",
-            &id,
-            "--tenancy-policy",
-            "enforce",
-        ],
-    ));
+    let (hub, team_b) = Hub::two_teams(&id, "hostile.tenancy-hub.test/run", &[]).await;
+    let (team_a, ns_a) = (hub.namespace.clone(), format!("{id}-apps"));
     let mut a = allow_all(&team_a, &[]);
     a.namespaces = vec![ns_a.clone()];
     hub.policy(&team_a, a).await;

@@ -1,4 +1,4 @@
-//! End-to-end tests of notifications: a webhook receiver on loopback gets one signed message per transition (failure, recovery, drift, a rollout halt), none for reconciles that change nothing, delivery goes on while it is down or slow, and a Secret no policy allows sends nothing.
+//! End-to-end tests of notifications: a webhook receiver on loopback gets one signed message per transition (failure, recovery, drift, a rollout halt), none for reconciles that change nothing, delivery goes on while it is down or slow, a Secret no policy allows sends nothing, and a tenant's Alerts, written as its own identity, hear nothing of another team's Controllers.
 
 mod common;
 
@@ -18,7 +18,9 @@ use common::{
 };
 use hmac::{Hmac, Mac};
 use k8s_openapi::{
-    ByteString, api::core::v1::Secret, apimachinery::pkg::util::intstr::IntOrString,
+    ByteString,
+    api::core::v1::{Event, Secret},
+    apimachinery::pkg::util::intstr::IntOrString,
 };
 use kube::{
     Api,
@@ -28,8 +30,8 @@ use serde_json::Value;
 use sha2::Sha256;
 use tenancy_hub::api::{
     alert::{Alert, AlertSpec, AlertStatus, ProviderType, SecretName},
-    crd::{ControllerSpec, DriftDetection, DriftMode, Rollout},
-    policy::ValuesRule,
+    crd::{Controller, ControllerSpec, DriftDetection, DriftMode, Rollout, ValuesKind},
+    policy::{TenancyPolicySpec, ValuesRule},
 };
 
 /// The signing key the receiver checks.
@@ -144,8 +146,8 @@ impl Receiver {
     }
 }
 
-/// Applies Secret `name` of the hub namespace with `data`.
-async fn secret(hub: &Hub, name: &str, data: &[(&str, &[u8])]) {
+/// Creates Secret `name` with `data` through `api` (its client and namespace).
+async fn secret(api: &Api<Secret>, name: &str, data: &[(&str, &[u8])]) {
     let s = Secret {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -158,14 +160,17 @@ async fn secret(hub: &Hub, name: &str, data: &[(&str, &[u8])]) {
         ),
         ..Default::default()
     };
-    Api::<Secret>::namespaced(hub.client.clone(), &hub.namespace)
-        .create(&PostParams::default(), &s)
-        .await
-        .unwrap();
+    api.create(&PostParams::default(), &s).await.unwrap();
 }
 
-/// Applies Alert `name` sending every event to the webhook of Secret `secret_name`.
-async fn alert(hub: &Hub, name: &str, secret_name: &str) {
+/// Applies Alert `name` through `api` (its client and namespace), sending every event of
+/// `controllers` (of every Controller when empty) to the webhook of Secret `secret_name`.
+async fn alert(
+    api: &Api<Alert>,
+    name: &str,
+    secret_name: &str,
+    controllers: &[&str],
+) -> Result<Alert, kube::Error> {
     let a = Alert::new(
         name,
         AlertSpec {
@@ -175,27 +180,25 @@ async fn alert(hub: &Hub, name: &str, secret_name: &str) {
                     name: secret_name.into(),
                 },
             },
+            controllers: controllers.iter().map(|c| c.to_string()).collect(),
             ..Default::default()
         },
     );
-    Api::<Alert>::namespaced(hub.client.clone(), &hub.namespace)
-        .patch(
-            name,
-            &PatchParams::apply("tenancy-hub-tests").force(),
-            &Patch::Apply(&a),
-        )
-        .await
-        .unwrap();
+    api.patch(
+        name,
+        &PatchParams::apply("tenancy-hub-tests").force(),
+        &Patch::Apply(&a),
+    )
+    .await
 }
 
-/// Waits until Alert `name`'s status satisfies `check`.
+/// Waits until the status of Alert `name`, read through `api`, satisfies `check`.
 async fn alert_until(
-    hub: &Hub,
+    api: &Api<Alert>,
     name: &str,
     what: &str,
     check: impl Fn(&AlertStatus) -> bool,
 ) -> AlertStatus {
-    let api: Api<Alert> = Api::namespaced(hub.client.clone(), &hub.namespace);
     wait_until(what, DEADLINE, || async {
         let status = api.get(name).await.ok()?.status?;
         check(&status).then_some(status)
@@ -209,6 +212,42 @@ fn alert_ready(status: &AlertStatus) -> Option<(&str, &str, &str)> {
         .iter()
         .find(|c| c.type_ == "Ready")
         .map(|c| (c.status.as_str(), c.reason.as_str(), c.message.as_str()))
+}
+
+/// Waits until Alert `name`, read through `api`, is Ready sending to the webhook at `address`.
+async fn alert_sends_to(api: &Api<Alert>, name: &str, address: SocketAddr) -> AlertStatus {
+    let status = alert_until(api, name, &format!("Alert {name} to be Ready"), |s| {
+        alert_ready(s).is_some_and(|r| r.0 == "True")
+    })
+    .await;
+    assert_eq!(
+        status.endpoint.as_deref(),
+        Some(format!("http://{address}").as_str())
+    );
+    status
+}
+
+/// Waits until Alert `name`, read through `api`, is refused (`Ready=False`) for `reason`,
+/// showing no endpoint; returns the condition's message.
+async fn alert_refused(api: &Api<Alert>, name: &str, reason: &str) -> String {
+    let status = alert_until(api, name, &format!("Alert {name} to be refused"), |s| {
+        alert_ready(s).is_some_and(|r| r.0 == "False")
+    })
+    .await;
+    let (_, why, message) = alert_ready(&status).unwrap();
+    assert_eq!(why, reason, "{message}");
+    assert_eq!(status.endpoint, None);
+    message.to_owned()
+}
+
+/// `policy` letting the Alerts of its hub namespaces send to the webhook of Secret `name`.
+fn with_webhook(mut policy: TenancyPolicySpec, name: &str) -> TenancyPolicySpec {
+    policy.values_from = vec![ValuesRule {
+        kind: Some(ValuesKind::Secret),
+        names: vec![name.into()],
+        ..Default::default()
+    }];
+    policy
 }
 
 /// `web` on member-1 with `settings`, drift repaired, rolled out one cluster at a time with a
@@ -260,51 +299,42 @@ async fn a_webhook_gets_one_signed_message_per_transition_and_delivery_goes_on_w
     .await;
     let (receiver, address) = Receiver::start().await;
     let (sneaky_receiver, sneaky_address) = Receiver::start().await;
-    let mut policy = allow_all(&hub.namespace, &[]);
-    policy.values_from = vec![ValuesRule {
-        kind: Some(tenancy_hub::api::crd::ValuesKind::Secret),
-        names: vec!["hook".into()],
-        ..Default::default()
-    }];
-    hub.policy(&hub.namespace, policy).await;
+    hub.policy(
+        &hub.namespace,
+        with_webhook(allow_all(&hub.namespace, &[]), "hook"),
+    )
+    .await;
+    let (secrets, alerts) = (
+        Api::namespaced(hub.client.clone(), &hub.namespace),
+        Api::namespaced(hub.client.clone(), &hub.namespace),
+    );
     let url = format!("http://{address}/hook/s3cr3t-t0ken");
     secret(
-        &hub,
+        &secrets,
         "hook",
         &[("address", url.as_bytes()), ("hmacKey", KEY)],
     )
     .await;
-    alert(&hub, "on-call", "hook").await;
+    alert(&alerts, "on-call", "hook", &[]).await.unwrap();
     // A Secret of the namespace no policy rule allows: the Alert says so and sends nothing.
     let sneaky_url = format!("http://{sneaky_address}/hook/platform");
     secret(
-        &hub,
+        &secrets,
         "platform-token",
         &[("address", sneaky_url.as_bytes())],
     )
     .await;
-    alert(&hub, "sneaky", "platform-token").await;
-    let status = alert_until(&hub, "on-call", "Alert on-call to be Ready", |s| {
-        alert_ready(s).is_some_and(|r| r.0 == "True")
-    })
-    .await;
-    assert_eq!(
-        status.endpoint.as_deref(),
-        Some(format!("http://{address}").as_str())
-    );
+    alert(&alerts, "sneaky", "platform-token", &[])
+        .await
+        .unwrap();
+    let status = alert_sends_to(&alerts, "on-call", address).await;
     assert!(!format!("{status:?}").contains("s3cr3t"), "{status:?}");
-    let sneaky = alert_until(&hub, "sneaky", "Alert sneaky to be refused", |s| {
-        alert_ready(s).is_some_and(|r| r.0 == "False")
-    })
-    .await;
-    let (_, reason, message) = alert_ready(&sneaky).unwrap();
-    assert_eq!(reason, "SecretNotAllowed");
+    let message = alert_refused(&alerts, "sneaky", "SecretNotAllowed").await;
     assert!(
         message.contains(&format!("Secret {}/platform-token", hub.namespace))
             && message.contains("a platform admin adds one"),
         "{message}"
     );
-    assert_eq!(sneaky.endpoint, None);
 
     // A first install that becomes Ready is no transition.
     let ns = unique("shop");
@@ -415,7 +445,7 @@ async fn a_webhook_gets_one_signed_message_per_transition_and_delivery_goes_on_w
         || async { (receiver.turned_away.load(Ordering::SeqCst) >= turned_away + 4).then_some(()) },
     )
     .await;
-    alert_until(&hub, "on-call", "a message given up counted", |s| {
+    alert_until(&alerts, "on-call", "a message given up counted", |s| {
         s.failed > 0
     })
     .await;
@@ -433,9 +463,9 @@ async fn a_webhook_gets_one_signed_message_per_transition_and_delivery_goes_on_w
         sneaky_receiver.messages().is_empty(),
         "nothing goes to a Secret no policy allows"
     );
-    let sent = alert_until(&hub, "on-call", "the counts written", |s| s.sent >= 6).await;
+    let sent = alert_until(&alerts, "on-call", "the counts written", |s| s.sent >= 6).await;
     assert!(sent.last_sent_time.is_some());
-    let sneaky = alert_until(&hub, "sneaky", "the refused sends counted", |s| {
+    let sneaky = alert_until(&alerts, "sneaky", "the refused sends counted", |s| {
         s.failed > 0
     })
     .await;
@@ -445,5 +475,239 @@ async fn a_webhook_gets_one_signed_message_per_transition_and_delivery_goes_on_w
     assert!(
         !log.contains("s3cr3t-t0ken") && !log.contains("/hook/platform"),
         "a webhook's path never reaches the log"
+    );
+}
+
+/// The label selecting the Controllers of a test whose operator follows several hub namespaces.
+const RUN: &str = "notify.tenancy-hub.test/run";
+
+/// Controller `name` with `spec`, labelled for the operator of run `id`.
+fn labelled(name: &str, spec: ControllerSpec, id: &str) -> Controller {
+    let mut c = Controller::new(name, spec);
+    c.metadata.labels = Some([(RUN.to_owned(), id.to_owned())].into());
+    c
+}
+
+/// Server-side applies Controller `c` through `api` (its client and namespace).
+async fn apply_controller(api: &Api<Controller>, c: &Controller) {
+    let name = c.metadata.name.as_deref().expect("a named Controller");
+    api.patch(
+        name,
+        &PatchParams::apply("tenant").force(),
+        &Patch::Apply(c),
+    )
+    .await
+    .unwrap();
+}
+
+/// The API server's refusal of `what`: its status code and message.
+fn refusal<T: std::fmt::Debug>(what: &str, result: Result<T, kube::Error>) -> (u16, String) {
+    match result {
+        Err(kube::Error::Api(s)) => (s.code, s.message),
+        other => panic!("{what}: the API server was to refuse it, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_tenants_alerts_hear_nothing_of_another_teams_controllers_and_send_nothing_to_a_secret_no_policy_allows()
+ {
+    // Two teams on one operator: each a hub namespace whose group may write Controllers and
+    // Alerts there and nothing else (the Role of deploy/examples/team-a-hub.yaml), and a policy
+    // allowing its own webhook Secret. Team B's namespace also holds a platform token.
+    let id = unique("tenants");
+    let (hub, team_b) = Hub::two_teams(&id, RUN, &["--notify-internal-addresses"]).await;
+    let team_a = hub.namespace.clone();
+    let (shop_ns, apps_b) = (unique("shop"), format!("{id}-apps"));
+    let (receiver_a, address_a) = Receiver::start().await;
+    let (receiver_b, address_b) = Receiver::start().await;
+    let (platform, platform_address) = Receiver::start().await;
+    let mut clients = Vec::new();
+    for (team, hook, address, allowed) in [
+        (&team_a, "hook-a", address_a, &shop_ns),
+        (&team_b, "hook-b", address_b, &apps_b),
+    ] {
+        hub.tenant_may_write(team, ("Group", team), &["controllers", "alerts"])
+            .await;
+        let mut policy = with_webhook(allow_all(team, &[]), hook);
+        policy.namespaces = vec![allowed.clone()];
+        hub.policy(team, policy).await;
+        let url = format!("http://{address}/hook/{team}-s3cr3t");
+        let secrets = Api::namespaced(hub.client.clone(), team);
+        secret(
+            &secrets,
+            hook,
+            &[("address", url.as_bytes()), ("hmacKey", KEY)],
+        )
+        .await;
+        let client = hub
+            .lab
+            .client_as_in("hub", &format!("{team}-dev"), &[team])
+            .await;
+        let own: Api<Alert> = Api::namespaced(client.clone(), team);
+        wait_until("the team's Role to take effect", DEADLINE, || async {
+            own.list(&Default::default()).await.ok()
+        })
+        .await;
+        clients.push(client);
+    }
+    let url = format!("http://{platform_address}/hook/platform-s3cr3t");
+    let secrets_b = Api::namespaced(hub.client.clone(), &team_b);
+    secret(
+        &secrets_b,
+        "platform-token",
+        &[("address", url.as_bytes()), ("hmacKey", KEY)],
+    )
+    .await;
+
+    // Team A, as itself: Controller shop, and an Alert of it to its own webhook.
+    let (as_a, as_b) = (clients[0].clone(), clients[1].clone());
+    let controllers_a: Api<Controller> = Api::namespaced(as_a.clone(), &team_a);
+    let alerts_a: Api<Alert> = Api::namespaced(as_a, &team_a);
+    let healthy = shop(&shop_ns, &[("replicaCount", "1")], false);
+    apply_controller(&controllers_a, &labelled("shop", healthy, &id)).await;
+    alert(&alerts_a, "on-call", "hook-a", &["shop"])
+        .await
+        .unwrap();
+
+    // Team B, as itself, in its own namespace: an Alert naming team A's Controller by its name,
+    // one of every Controller, one of its platform token, one of team A's Secret by its name.
+    let alerts_b: Api<Alert> = Api::namespaced(as_b.clone(), &team_b);
+    for (name, secret_name, controllers) in [
+        ("spy", "hook-b", &["shop"][..]),
+        ("spy-all", "hook-b", &[]),
+        ("platform", "platform-token", &[]),
+        ("borrow", "hook-a", &[]),
+    ] {
+        alert(&alerts_b, name, secret_name, controllers)
+            .await
+            .unwrap();
+    }
+    // Naming it with its namespace: refused when written, no Controller's name holds a '/'.
+    let across = format!("{team_a}/shop");
+    let (code, message) = refusal(
+        "an Alert naming namespace/name",
+        alert(&alerts_b, "spy-across", "hook-b", &[&across]).await,
+    );
+    assert_eq!(code, 422, "{message}");
+    assert!(message.contains("spec.controllers[0]"), "{message}");
+    // Team A's namespace is not team B's to write or read, nor is any Secret.
+    let in_a = Api::<Alert>::namespaced(as_b.clone(), &team_a);
+    let secret_of = |namespace: &str| Api::<Secret>::namespaced(as_b.clone(), namespace);
+    for (what, (code, message)) in [
+        (
+            "writes an Alert in team A's namespace",
+            refusal("write", alert(&in_a, "spy", "hook-b", &[]).await),
+        ),
+        (
+            "reads team A's Alert",
+            refusal("read", in_a.get("on-call").await),
+        ),
+        (
+            "reads team A's Secret",
+            refusal("read", secret_of(&team_a).get("hook-a").await),
+        ),
+        (
+            "reads the platform token",
+            refusal("read", secret_of(&team_b).get("platform-token").await),
+        ),
+    ] {
+        assert_eq!(code, 403, "team B {what}: {message}");
+    }
+
+    // As the operator sees them: an Alert whose Secret its policy allows is Ready, the others
+    // say why not.
+    alert_sends_to(&alerts_a, "on-call", address_a).await;
+    for name in ["spy", "spy-all"] {
+        alert_sends_to(&alerts_b, name, address_b).await;
+    }
+    let message = alert_refused(&alerts_b, "platform", "SecretNotAllowed").await;
+    assert!(
+        message.contains(&format!("Secret {team_b}/platform-token"))
+            && message.contains("a platform admin adds one"),
+        "{message}"
+    );
+    // A name team B's policy does not allow, absent from its namespace, is refused as an
+    // existing one would be: whether it exists is not told.
+    let message = alert_refused(&alerts_b, "borrow", "SecretNotAllowed").await;
+    assert!(
+        message.contains(&format!("Secret {team_b}/hook-a")),
+        "{message}"
+    );
+
+    // Team A's shop fails: its own webhook is told.
+    hub.status_until("shop", "team A's shop to be Ready", ready)
+        .await;
+    let failing = shop(&shop_ns, &[("replicaCount", "-1")], false);
+    apply_controller(&controllers_a, &labelled("shop", failing, &id)).await;
+    let failed = receiver_a.until("shop", "Stalled").await;
+    assert_eq!(failed["namespace"].as_str(), Some(team_a.as_str()));
+    // Then team B's own Controller is refused by its policy. The dispatcher takes notices in
+    // order, so once team B's Alerts have sent (or failed to send) that one, whatever they were
+    // to send of team A's failure has come too.
+    let controllers_b: Api<Controller> = Api::namespaced(as_b, &team_b);
+    let elsewhere = web(&format!("{id}-elsewhere"), &["member-1"], "1");
+    apply_controller(&controllers_b, &labelled("cart", elsewhere, &id)).await;
+    receiver_b.until("cart", "Forbidden").await;
+    alert_until(&alerts_b, "spy-all", "team B's message counted", |s| {
+        s.sent >= 1
+    })
+    .await;
+    for name in ["platform", "borrow"] {
+        alert_until(&alerts_b, name, "a send refused, counted", |s| {
+            s.failed >= 1 && s.sent == 0
+        })
+        .await;
+    }
+    assert!(
+        receiver_b
+            .messages()
+            .iter()
+            .all(|m| m["namespace"] == team_b.as_str() && m["controller"] == "cart"),
+        "team B hears of its own Controllers only: {:?}",
+        receiver_b.messages()
+    );
+    assert!(
+        receiver_a
+            .messages()
+            .iter()
+            .all(|m| m["namespace"] == team_a.as_str()),
+        "{:?}",
+        receiver_a.messages()
+    );
+    assert!(
+        platform.messages().is_empty(),
+        "nothing goes to a Secret no policy allows"
+    );
+    let spy = alert_sends_to(&alerts_b, "spy", address_b).await;
+    assert_eq!(
+        (spy.sent, spy.failed),
+        (0, 0),
+        "it names no Controller of its namespace"
+    );
+
+    // No Secret value in either team's Alerts' status, the Events or the operator's log.
+    let mut shown = hub.log();
+    for namespace in [&team_a, &team_b] {
+        let list = Default::default();
+        let alerts = Api::<Alert>::namespaced(hub.client.clone(), namespace);
+        let events = Api::<Event>::namespaced(hub.client.clone(), namespace);
+        let (alerts, events) = (alerts.list(&list).await, events.list(&list).await);
+        let statuses: Vec<_> = alerts
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|a| a.status)
+            .collect();
+        shown += &serde_json::to_string(&(statuses, events.unwrap().items)).unwrap();
+    }
+    for looked_at in ["Failed", "Forbidden", "SecretNotAllowed"] {
+        let reason = format!("\"reason\":\"{looked_at}\"");
+        assert!(shown.contains(&reason), "no {reason} in {shown}");
+    }
+    let key = std::str::from_utf8(KEY).unwrap();
+    assert!(
+        !shown.contains("s3cr3t") && !shown.contains(key),
+        "a webhook's path or key never reaches a status, an Event or the log"
     );
 }

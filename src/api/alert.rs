@@ -5,6 +5,10 @@ use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// A Controller's name as the API server allows it (a DNS-1123 subdomain): what `controllers`
+/// holds, so a `namespace/name` is refused when the Alert is written rather than never matched.
+const CONTROLLER_NAME: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+
 /// Sends the events of the Controllers of its own hub namespace to a webhook.
 ///
 /// Written by tenants: an Alert sees only the Controllers of its namespace, and its Secret is
@@ -49,9 +53,12 @@ pub struct AlertSpec {
     pub events: Vec<AlertEvent>,
 
     /// Names of Controllers of this namespace whose events are sent; every Controller of the
-    /// namespace when empty.
+    /// namespace when empty. A name only: another namespace's Controllers cannot be named.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 256), inner(length(min = 1, max = 253)))]
+    #[schemars(
+        length(max = 256),
+        inner(length(min = 1, max = 253), regex(pattern = CONTROLLER_NAME))
+    )]
     pub controllers: Vec<String>,
 
     /// Sends nothing while true; events in the meantime are not sent later.
@@ -226,6 +233,15 @@ mod tests {
         for needle in ["DriftRepaired", "msteams", "secretRef", "subresources"] {
             assert!(yaml.contains(needle), "CRD lacks {needle:?}");
         }
+    }
+
+    #[test]
+    fn controllers_are_names_of_the_alerts_own_namespace_never_namespace_slash_name() {
+        let crd = serde_json::to_value(Alert::crd()).unwrap();
+        let items = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            ["properties"]["controllers"]["items"];
+        let pattern = items["pattern"].as_str().unwrap_or_default();
+        assert_eq!(pattern, CONTROLLER_NAME, "{items}");
     }
 
     #[test]

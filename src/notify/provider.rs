@@ -113,6 +113,11 @@ pub(crate) fn endpoint(
 ) -> Result<Endpoint, Problem> {
     let (namespace, name) = (namespace.to_owned(), name.to_owned());
     let Some((labels, data)) = found else {
+        // Refused as an unlabelled one that exists would be: whether a Secret no rule allows
+        // exists is never told.
+        admission
+            .may_read_values(&namespace, ValuesKind::Secret, &name, &BTreeMap::new())
+            .map_err(Problem::SecretNotAllowed)?;
         return Err(Problem::SecretMissing { namespace, name });
     };
     admission
@@ -293,6 +298,41 @@ mod tests {
         )
         .unwrap_err();
         assert!(ungoverned.to_string().contains("no TenancyPolicy governs"));
+    }
+
+    #[test]
+    fn a_missing_secret_no_policy_allows_is_refused_as_one_that_exists() {
+        let refused = |found: &Found| {
+            endpoint(
+                "team-a",
+                "platform-token",
+                ProviderType::Generic,
+                found,
+                &allowed(),
+                false,
+            )
+            .unwrap_err()
+        };
+        let (absent, present) = (
+            refused(&None),
+            refused(&secret(&[("address", URL.as_bytes())])),
+        );
+        assert_eq!(absent.reason(), "SecretNotAllowed");
+        assert_eq!(absent.to_string(), present.to_string());
+        let missing = endpoint(
+            "team-a",
+            "hook",
+            ProviderType::Generic,
+            &None,
+            &allowed(),
+            false,
+        )
+        .unwrap_err();
+        assert_eq!(
+            missing.reason(),
+            "SecretNotFound",
+            "an allowed name is told"
+        );
     }
 
     #[test]

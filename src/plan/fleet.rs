@@ -226,7 +226,17 @@ fn read(
         }
     };
     match (fleet.lookup)(&source) {
-        ValuesLookup::Missing => missing(format!("{source} does not exist")),
+        ValuesLookup::Missing => {
+            // Refused as an unlabelled one that exists would be: whether a Secret no rule lets
+            // this namespace read exists is never told, optional or not.
+            admission.may_read_values(
+                &source.namespace,
+                source.kind,
+                &source.name,
+                &BTreeMap::new(),
+            )?;
+            missing(format!("{source} does not exist"))
+        }
         ValuesLookup::Unreadable(why) => Err(format!("{source} cannot be read: {why}")),
         ValuesLookup::Found { data, labels } => {
             admission.may_read_values(&source.namespace, source.kind, &source.name, &labels)?;

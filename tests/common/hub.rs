@@ -129,6 +129,27 @@ impl Hub {
         }
     }
 
+    /// Two teams on one operator: hub namespaces `<id>-a` (the test's own, returned with the
+    /// hub) and `<id>-b`; the operator enforces the policies and reconciles the Controllers
+    /// labelled `<label>=<id>` of both, with `extra` arguments for its `run`.
+    pub async fn two_teams(id: &str, label: &str, extra: &[&str]) -> (Self, String) {
+        let team_b = format!("{id}-b");
+        let mut hub = Self::without_operator(Lab::get(), format!("{id}-a")).await;
+        create_namespace(&hub.client, &team_b).await;
+        let selector = format!("{label}={id}");
+        let args = [
+            "--selector",
+            &selector,
+            "--lease-name",
+            id,
+            "--tenancy-policy",
+            "enforce",
+        ];
+        let args = [&args[..], extra].concat();
+        hub.operator = Some(Operator::start_with(&hub.lab, &hub.namespace, &args));
+        (hub, team_b)
+    }
+
     /// The Controllers of the test's hub namespace.
     pub fn api(&self) -> Api<Controller> {
         Api::namespaced(self.client.clone(), &self.namespace)
@@ -245,26 +266,39 @@ impl Hub {
 
     /// Lets `user` manage Controllers in the test's hub namespace, and nothing else: the tenant.
     pub async fn tenant_may_write_controllers(&self, user: &str) {
+        self.tenant_may_write(&self.namespace, ("User", user), &["controllers"])
+            .await;
+    }
+
+    /// Lets `subject` (its kind, `User` or `Group`, and name) manage `resources` of
+    /// multitenancy.dev in hub namespace `namespace`, and nothing else: the tenant's Role of
+    /// deploy/examples/team-a-hub.yaml.
+    pub async fn tenant_may_write(
+        &self,
+        namespace: &str,
+        (kind, name): (&str, &str),
+        resources: &[&str],
+    ) {
         let apply = PatchParams::apply("tenancy-hub-tests").force();
         let role: Role = serde_json::from_value(serde_json::json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": "controller-author", "namespace": self.namespace},
-            "rules": [{"apiGroups": ["multitenancy.dev"], "resources": ["controllers"],
+            "metadata": {"name": "controller-author", "namespace": namespace},
+            "rules": [{"apiGroups": ["multitenancy.dev"], "resources": resources,
                        "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]}],
         }))
         .unwrap();
         let binding: RoleBinding = serde_json::from_value(serde_json::json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": "controller-author", "namespace": self.namespace},
+            "metadata": {"name": "controller-author", "namespace": namespace},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "controller-author"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name}],
         }))
         .unwrap();
-        Api::<Role>::namespaced(self.client.clone(), &self.namespace)
+        Api::<Role>::namespaced(self.client.clone(), namespace)
             .patch("controller-author", &apply, &Patch::Apply(&role))
             .await
             .unwrap();
-        Api::<RoleBinding>::namespaced(self.client.clone(), &self.namespace)
+        Api::<RoleBinding>::namespaced(self.client.clone(), namespace)
             .patch("controller-author", &apply, &Patch::Apply(&binding))
             .await
             .unwrap();

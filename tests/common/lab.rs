@@ -73,6 +73,13 @@ impl Lab {
     /// credentials), as a tenant would act with its own identity.
     #[allow(dead_code)] // used by some test crates only
     pub async fn client_as(&self, context: &str, user: &str) -> Client {
+        self.client_as_in(context, user, &[]).await
+    }
+
+    /// Like [`Lab::client_as`], the user a member of `groups`, as a tenant's credentials name
+    /// its team.
+    #[allow(dead_code)] // used by some test crates only
+    pub async fn client_as_in(&self, context: &str, user: &str, groups: &[&str]) -> Client {
         let mut kubeconfig = self.kubeconfig.clone();
         let auth = kubeconfig
             .contexts
@@ -86,6 +93,8 @@ impl Lab {
                 && let Some(info) = named.auth_info.as_mut()
             {
                 info.impersonate = Some(user.to_owned());
+                info.impersonate_groups =
+                    (!groups.is_empty()).then(|| groups.iter().map(|g| g.to_string()).collect());
             }
         }
         client_of(kubeconfig, context, &format!("context {context} as {user}")).await

@@ -27,8 +27,8 @@ fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// A policy governing `tenants` that lets it read the Secrets labelled `values: "true"` and the
-/// ConfigMap `shared`.
+/// A policy governing `tenants` that lets it read the Secrets labelled `values: "true"`, the
+/// ConfigMap `shared` and the Secret `nope` (which does not exist).
 fn admission() -> Admission {
     Admission {
         policies: vec![NamedPolicy {
@@ -44,6 +44,12 @@ fn admission() -> Admission {
                     ValuesRule {
                         kind: Some(ValuesKind::ConfigMap),
                         names: vec!["shared".into()],
+                        ..Default::default()
+                    },
+                    // Allowed by name before the platform writes it.
+                    ValuesRule {
+                        kind: Some(ValuesKind::Secret),
+                        names: vec!["nope".into()],
                         ..Default::default()
                     },
                 ],
@@ -331,6 +337,28 @@ fn a_missing_object_or_key_holds_the_release_unless_optional() {
     });
     let r = render_for("member-1", &[("region", "east")], &optional).unwrap();
     assert_eq!(r.values.unwrap()["replicaCount"], json!(2));
+}
+
+#[test]
+fn a_missing_secret_no_rule_allows_is_refused_as_one_that_exists_optional_or_not() {
+    let refusal = |name: &str, optional: bool| {
+        let chart = from(ValuesReference {
+            optional,
+            ..secret(name)
+        });
+        render_for("member-1", &[("region", "east")], &chart)
+            .unwrap_err()
+            .why
+    };
+    let present = refusal("creds-west", false);
+    for optional in [false, true] {
+        let absent = refusal("ghost", optional);
+        assert_eq!(
+            absent,
+            present.replace("creds-west", "ghost"),
+            "whether it exists is not told"
+        );
+    }
 }
 
 #[test]
