@@ -920,11 +920,10 @@ fn the_agent_tenant_role_grants_what_the_hub_tenant_role_does() {
 #[ignore = "needs the lab with a pull member: run tests/run.sh"]
 fn the_agent_manifests_apply_to_a_pull_member_and_grant_what_the_agent_needs() {
     let lab = Lab::get();
-    let member = lab
-        .pull_members()
-        .into_iter()
-        .next()
-        .unwrap_or_else(|| panic!("this test needs a pull member: kind/up.sh --pull-members 1"));
+    let member =
+        lab.pull_members().into_iter().next().unwrap_or_else(|| {
+            panic!("this test needs a pull member: kind/up.sh --pull-members 1")
+        });
     let kubeconfig = lab.pull_kubeconfig(&member);
     let on_member = |args: &[&str], stdin: Option<&str>| {
         succeeded(kubectl_on(&lab, &kubeconfig, &member, args, stdin), args)
