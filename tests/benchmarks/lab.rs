@@ -5,7 +5,8 @@
 //! [--namespaces 10,100,500] [--unrelated-pods N] [--controllers 10,100,1000]
 //! [--clusters 1,5,10,20] [--quiet-seconds S] [--runs 3] [--shard-controllers 10] [--wave N] [--samples K]
 //! [--sizes 100,1000,10000] [--readers 1,10,100] [--peer flux] [--peer-targets hub,member-1,member-2] [--peer-workers 4]
-//! [--peer-setups flux,flux_shared,flux_wait] [--envelope 100,500,1000]`.
+//! [--peer-setups flux,flux_shared,flux_wait] [--envelope 100,500,1000] [--envelope-replicas 1,2,4]
+//! [--envelope-controllers 8]`.
 //! `TENANCY_HUB_OPERATOR=PATH` runs another build of the operator (a baseline) in every scenario.
 //! The `rollout` scenario needs three members, `clusters` as many as its largest count
 //! (`kind/up.sh --members 20`), `pull` as many pull members (`kind/up.sh --members 1 --pull-members 20`:
@@ -18,7 +19,9 @@
 //! from a loopback Helm repository, `--runs` times each side): it needs Flux's controllers, built by
 //! kind/peer-flux.sh into the directory named by `TENANCY_HUB_FLUX_DIR` (kind/bench.sh does both).
 //! So does `envelope` (`--only envelope --envelope 100,500,1000`): the hub with that many simulated
-//! pull members against the real operator (any lab; the members are generated, see BENCHMARKS.md).
+//! pull members against the real operator (any lab; the members are generated, see BENCHMARKS.md);
+//! with `--envelope-replicas 1,2,4`, the same members again against 1, 2 and 4 replicas run as
+//! that many shards, `--envelope-controllers 8` Controllers dividing the members between them.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -79,6 +82,8 @@ struct Args {
     peer_workers: usize,
     peer_setups: Vec<String>,
     envelope: Vec<usize>,
+    envelope_replicas: Vec<usize>,
+    envelope_controllers: usize,
 }
 
 fn args() -> Args {
@@ -107,6 +112,8 @@ fn args() -> Args {
             .map(String::from)
             .to_vec(),
         envelope: vec![100, 500, 1000],
+        envelope_replicas: Vec::new(),
+        envelope_controllers: 8,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -136,6 +143,10 @@ fn args() -> Args {
             "--peer-workers" => a.peer_workers = value().parse().expect("--peer-workers N"),
             "--peer-setups" => a.peer_setups = names(&value()),
             "--envelope" => a.envelope = counts(&flag, &value()),
+            "--envelope-replicas" => a.envelope_replicas = counts(&flag, &value()),
+            "--envelope-controllers" => {
+                a.envelope_controllers = value().parse().expect("--envelope-controllers N")
+            }
             "--bench" => {}
             other => panic!("unknown argument {other}; see the top of tests/benchmarks/lab.rs"),
         }

@@ -5,9 +5,13 @@
 //! Controller `some` on [`Envelope::sample`] members, created and then changed, the time to each
 //! of its works published timed by a watch of the work Secrets; the operator restarted and the
 //! time to its full resync; then everything removed. Figures are returned as JSON.
+//! [`Envelope::sharded`] (in `shards`) measures the same members against several replicas.
+
+mod shards;
 
 use std::{
     collections::{BTreeMap, HashMap},
+    path::PathBuf,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -21,7 +25,7 @@ use kube::{
 };
 use serde_json::{Value, json};
 use tenancy_hub::{
-    api::crd::{ClusterSelector, Controller, ControllerSpec},
+    api::crd::{ClusterSelector, Controller, ControllerSpec, ControllerStatus},
     api::member_cluster::MemberCluster,
     member::pull::messages::{CALL_LABEL, work_name},
 };
@@ -45,7 +49,7 @@ const PHASE: Duration = Duration::from_secs(1200);
 pub struct Envelope {
     /// How many members.
     pub members: usize,
-    /// How many of them the timed Controller goes to.
+    /// How many of them the timed Controller goes to (the run on shards times none).
     pub sample: usize,
     /// The quiet window over which idle costs are measured.
     pub quiet: Duration,
@@ -220,8 +224,11 @@ struct Run<'a> {
     lab: &'a Lab,
     admin: Client,
     hub: Hub,
-    operator: Option<Operator>,
+    /// The operator, or the replicas of a run on shards.
+    operators: Vec<Operator>,
     args: Vec<String>,
+    /// The registration file of no cluster the operators are given.
+    clusters_file: PathBuf,
     names: Vec<String>,
     label: String,
     published: Published,
@@ -230,40 +237,21 @@ struct Run<'a> {
     figures: serde_json::Map<String, Value>,
 }
 
-/// The label of every member of a run, and of the sampled ones.
+/// The label of every member of a run, of the sampled ones, and of each part (on shards).
 const ALL_LABEL: &str = "envelope";
 const SOME_LABEL: &str = "envelope-sample";
+const PART_LABEL: &str = "envelope-part";
 
 impl Envelope {
     /// Runs it on `lab`.
     #[allow(dead_code)] // used by some test crates only
     pub async fn run(&self, lab: &Lab) -> Found {
-        let admin = lab.client("hub").await;
-        let label = unique("env");
-        let names: Vec<String> = (0..self.members).map(|i| format!("{label}-{i}")).collect();
-        members_flow(lab, &names);
-        let hub = Hub::without_operator(Lab::get(), unique("bench-env")).await;
-        let none = lab.dir.join(format!("{label}-clusters.yaml"));
-        std::fs::write(&none, "clusters: []\n").unwrap();
-        let mut args = self.operator_args.clone();
-        args.extend(["--clusters".into(), none.to_string_lossy().into_owned()]);
-        let (published, follower) = follow_published(&admin).await;
-        let mut run = Run {
-            envelope: self,
-            lab,
-            admin,
-            hub,
-            operator: None,
-            args,
-            names,
-            label,
-            published,
-            watches_before: 0.0,
-            figures: serde_json::Map::new(),
-        };
-        run.start_operator().await;
+        let mut run = Run::new(self, lab).await;
+        let (published, follower) = follow_published(&run.admin).await;
+        run.published = published;
+        run.start_operators(1, &[]).await;
         progress("operator started", &run);
-        let fleet = run.join().await;
+        let fleet = run.join(None).await;
         progress("members joined", &run);
         let status_bytes = run.converge(&fleet).await;
         progress("work of every member taken", &run);
@@ -285,12 +273,46 @@ impl Envelope {
         fleet.stop().await;
         run.remove().await;
         follower.abort();
-        std::fs::remove_file(&none).unwrap();
         Found {
             figures: Value::Object(run.figures),
             errors,
             answered,
             status_bytes,
+        }
+    }
+}
+
+impl<'a> Run<'a> {
+    /// A run of `envelope` on `lab` with no operator yet: its members named, their FlowSchema,
+    /// a hub namespace, and the operator's arguments.
+    async fn new(envelope: &'a Envelope, lab: &'a Lab) -> Self {
+        let admin = lab.client("hub").await;
+        let label = unique("env");
+        let names: Vec<String> = (0..envelope.members)
+            .map(|i| format!("{label}-{i}"))
+            .collect();
+        members_flow(lab, &names);
+        let hub = Hub::without_operator(Lab::get(), unique("bench-env")).await;
+        let clusters_file = lab.dir.join(format!("{label}-clusters.yaml"));
+        std::fs::write(&clusters_file, "clusters: []\n").unwrap();
+        let mut args = envelope.operator_args.clone();
+        args.extend([
+            "--clusters".into(),
+            clusters_file.to_string_lossy().into_owned(),
+        ]);
+        Run {
+            envelope,
+            lab,
+            admin,
+            hub,
+            operators: Vec::new(),
+            args,
+            clusters_file,
+            names,
+            label,
+            published: Published::default(),
+            watches_before: 0.0,
+            figures: serde_json::Map::new(),
         }
     }
 }
@@ -301,32 +323,56 @@ impl Run<'_> {
         format!("{}-{controller}", self.label)
     }
 
-    /// Starts the operator (off the runtime's threads: it waits for /readyz).
-    async fn start_operator(&mut self) {
-        let (namespace, args) = (self.hub.namespace.clone(), self.args.clone());
-        let operator = tokio::task::spawn_blocking(move || {
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            Operator::start_with(&Lab::get(), &namespace, &args)
-        })
-        .await
-        .unwrap();
-        self.operator = Some(operator);
+    /// Starts `count` operators with `extra` arguments beside the run's, at once (off the
+    /// runtime's threads: each waits for its /readyz).
+    async fn start_operators(&mut self, count: usize, extra: &[String]) {
+        let starts = (0..count).map(|_| {
+            let namespace = self.hub.namespace.clone();
+            let args: Vec<String> = self.args.iter().chain(extra).cloned().collect();
+            tokio::task::spawn_blocking(move || {
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                Operator::start_with(&Lab::get(), &namespace, &args)
+            })
+        });
+        for started in futures::future::join_all(starts).await {
+            self.operators.push(started.unwrap());
+        }
     }
 
+    /// Stops every operator with SIGTERM, at once, and waits for them to exit.
+    async fn stop_operators(&mut self) {
+        let stops = self
+            .operators
+            .drain(..)
+            .map(|operator| tokio::task::spawn_blocking(move || operator.stop()));
+        for stopped in futures::future::join_all(stops).await {
+            stopped.unwrap();
+        }
+    }
+
+    /// The operator of a run on one.
     fn operator(&self) -> &Operator {
-        self.operator.as_ref().expect("the operator runs")
+        self.operators.first().expect("the operator runs")
     }
 
-    /// A metric of the operator (read off the runtime's threads).
+    /// A metric summed over the operators (read off the runtime's threads).
     fn metric(&self, name: &str) -> f64 {
-        tokio::task::block_in_place(|| self.operator().metric(name))
+        tokio::task::block_in_place(|| self.operators.iter().map(|o| o.metric(name)).sum())
+    }
+
+    /// CPU seconds so far of each operator.
+    fn operators_cpu(&self) -> Vec<f64> {
+        self.operators
+            .iter()
+            .map(|o| super::operator::usage(o.pid()).2)
+            .collect()
     }
 
     async fn counters(&self) -> Counters {
         let flow = self.envelope.operator_flow.as_deref();
         Counters {
             at: Instant::now(),
-            operator_cpu: super::operator::usage(self.operator().pid()).2,
+            operator_cpu: self.operators_cpu().iter().sum(),
             hub_cpu: ["hub-kube-apiserver", "etcd"]
                 .map(|p| super::operator::usage(self.lab.pid(p)).2)
                 .iter()
@@ -341,12 +387,12 @@ impl Run<'_> {
         }
     }
 
-    /// Records the costs between `before` and now under `phase`.
-    async fn costs(&mut self, phase: &str, before: Counters) {
+    /// The costs between `before` and now (every operator's together), named after `phase`.
+    async fn costs(&self, phase: &str, before: Counters) -> serde_json::Map<String, Value> {
         let after = self.counters().await;
         let n = self.envelope.members as f64;
         let minutes = after.at.duration_since(before.at).as_secs_f64() / 60.0;
-        for (figure, value) in [
+        [
             ("seconds", after.at.duration_since(before.at).as_secs_f64()),
             (
                 "operator_cpu_seconds_per_member",
@@ -372,14 +418,15 @@ impl Run<'_> {
                 "status_writes_per_minute",
                 (after.status_writes - before.status_writes) / minutes,
             ),
-        ] {
-            self.figures
-                .insert(format!("{phase}_{figure}"), json!(value));
-        }
+        ]
+        .map(|(figure, value)| (format!("{phase}_{figure}"), json!(value)))
+        .into_iter()
+        .collect()
     }
 
-    /// Adds and joins every member; records the time it took and the watch streams it opened.
-    async fn join(&mut self) -> Fleet {
+    /// Adds and joins every member, each labelled with its part too when `parts` is given
+    /// (member i in part i % parts); records the time it took and the watch streams before it.
+    async fn join(&mut self, parts: Option<usize>) -> Fleet {
         self.watches_before = watches(&self.admin).await;
         let before = self.counters().await;
         let (label, sample) = (self.label.clone(), self.envelope.sample);
@@ -388,11 +435,15 @@ impl Run<'_> {
             if i < sample {
                 labels.insert(SOME_LABEL.into(), label.clone());
             }
+            if let Some(parts) = parts {
+                labels.insert(PART_LABEL.into(), format!("{label}-{}", i % parts));
+            }
             labels
         })
         .await;
         let fleet = Fleet::join(self.lab, &self.admin, &self.names).await;
-        self.costs("join", before).await;
+        let costs = self.costs("join", before).await;
+        self.figures.extend(costs);
         fleet
     }
 
@@ -404,7 +455,8 @@ impl Run<'_> {
         let spec = spec(&self.namespace("all"), (ALL_LABEL, &self.label), "3");
         self.hub.apply("all", spec).await;
         let status = self.taken("all", n).await;
-        self.costs("converge", before).await;
+        let costs = self.costs("converge", before).await;
+        self.figures.extend(costs);
         assert_eq!(
             fleet.answered(&self.namespace("all"), RELEASE),
             n,
@@ -419,32 +471,31 @@ impl Run<'_> {
         bytes
     }
 
-    /// Waits until Controller `name`'s status says its `n` releases deployed, its generation
-    /// observed, and Ready.
-    async fn taken(&self, name: &str, n: usize) -> tenancy_hub::api::crd::ControllerStatus {
-        let want = format!("{n}/{n}");
+    /// Waits until Controller `name`'s work is taken on its `n` members (see [`taken_status`]).
+    async fn taken(&self, name: &str, n: usize) -> ControllerStatus {
         let api = self.hub.api();
         wait_until(
             &format!("the work of Controller {name} taken on {n} members"),
             PHASE,
-            || async {
-                let c: Controller = api.get(name).await.ok()?;
-                let s = c.status?;
-                let current = s.observed_generation == c.metadata.generation;
-                (current && s.summary.as_ref()?.releases == want && ready(&s)).then_some(s)
-            },
+            || async { taken_status(api.get(name).await.ok()?, n) },
         )
         .await
     }
+}
+
+/// `c`'s status when it says its `n` releases deployed, its generation observed, and Ready.
+fn taken_status(c: Controller, n: usize) -> Option<ControllerStatus> {
+    let s = c.status?;
+    let current = s.observed_generation == c.metadata.generation;
+    (current && s.summary.as_ref()?.releases == format!("{n}/{n}") && ready(&s)).then_some(s)
 }
 
 impl Run<'_> {
     /// Idle costs over the quiet window: operator CPU and memory, requests and status writes
     /// per minute, and the operator's own watch streams.
     async fn quiet(&mut self) {
-        let before = self.counters().await;
-        tokio::time::sleep(self.envelope.quiet).await; // a measurement window, not a wait
-        self.costs("quiet", before).await;
+        let costs = self.quiet_costs().await;
+        self.figures.extend(costs);
         let (rss, peak, _) = super::operator::usage(self.operator().pid());
         let n = self.envelope.members as f64;
         for (figure, value) in [
@@ -461,11 +512,23 @@ impl Run<'_> {
             ),
             (
                 "hub_watch_streams_per_member",
-                (watches(&self.admin).await - self.watches_before) / n,
+                self.watch_streams_per_member().await,
             ),
         ] {
             self.figures.insert(figure.into(), json!(value));
         }
+    }
+
+    /// The costs over the quiet window (see [`Run::costs`]).
+    async fn quiet_costs(&self) -> serde_json::Map<String, Value> {
+        let before = self.counters().await;
+        tokio::time::sleep(self.envelope.quiet).await; // a measurement window, not a wait
+        self.costs("quiet", before).await
+    }
+
+    /// Watch streams open on the hub API server beyond those before the members joined, per member.
+    async fn watch_streams_per_member(&self) -> f64 {
+        (watches(&self.admin).await - self.watches_before) / self.envelope.members as f64
     }
 
     /// Applies Controller `some` (one release of `replicas` on the sampled members) and times
@@ -520,10 +583,10 @@ impl Run<'_> {
     /// the Controllers reconciled, nothing queued or running, both statuses Ready for the current
     /// generation; counts the work it published again meanwhile (none is needed).
     async fn resync(&mut self) {
-        self.operator.take().expect("the operator runs").stop();
+        self.stop_operators().await;
         let before = self.counters_without_operator().await;
         let started = Instant::now();
-        self.start_operator().await;
+        self.start_operators(1, &[]).await;
         let ready_seconds = started.elapsed().as_secs_f64();
         let n = self.envelope.members as f64;
         let scopes = self.figures["operator_watched_namespaces"]
@@ -575,7 +638,7 @@ impl Run<'_> {
         (operator, dispatched(&self.admin, MEMBERS_FLOW).await)
     }
 
-    /// Deletes the members (their hub namespaces go with them), stops the operator and waits for
+    /// Deletes the members (their hub namespaces go with them), stops the operators and waits for
     /// the namespaces to be gone.
     async fn remove(&mut self) {
         let api: Api<MemberCluster> = Api::all(self.admin.clone());
@@ -591,9 +654,7 @@ impl Run<'_> {
             deleted.iter().all(Result::is_ok),
             "the hub deletes the MemberClusters"
         );
-        if let Some(operator) = self.operator.take() {
-            operator.stop();
-        }
+        self.stop_operators().await;
         // Their namespaces are gone before the next run, so it does not pay for their deletion.
         let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.admin.clone());
         let prefix = format!("tenancy-hub-member-{}-", self.label);
@@ -608,5 +669,6 @@ impl Run<'_> {
             (ours.count() == 0).then_some(())
         })
         .await;
+        std::fs::remove_file(&self.clusters_file).unwrap();
     }
 }
