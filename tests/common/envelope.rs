@@ -267,7 +267,7 @@ impl Envelope {
         run.figures
             .insert("reports_waiting_at_end".into(), json!(fleet.waiting()));
         for controller in ["all", "some"] {
-            run.hub.delete_and_wait_gone(controller).await;
+            run.hub.delete_and_wait_gone_within(controller, PHASE).await;
         }
         let errors = fleet.errors();
         fleet.stop().await;

@@ -205,14 +205,19 @@ impl Hub {
 
     /// Deletes Controller `name` and waits until its finalizer has run and it is gone.
     pub async fn delete_and_wait_gone(&self, name: &str) {
+        self.delete_and_wait_gone_within(name, DEADLINE).await;
+    }
+
+    /// As [`Self::delete_and_wait_gone`], for a Controller of many releases: within `deadline`.
+    pub async fn delete_and_wait_gone_within(&self, name: &str, deadline: Duration) {
         self.api()
             .delete(name, &DeleteParams::default())
             .await
             .unwrap();
         let api = self.api();
         wait_until(
-            "the Controller to be deleted (finalizer removed)",
-            DEADLINE,
+            &format!("Controller {name} to be deleted (finalizer removed)"),
+            deadline,
             || async { api.get_opt(name).await.ok()?.is_none().then_some(()) },
         )
         .await;

@@ -166,7 +166,18 @@ impl Run<'_> {
             json!(rss.iter().sum::<f64>()),
         );
         progress(&format!("{k} replicas: quiet window measured"), self);
-        join_all(parts.iter().map(|p| self.hub.delete_and_wait_gone(&p.name))).await;
+        // Every release uninstalled by the members before the finalizers go: timed.
+        let deleting = std::time::Instant::now();
+        join_all(
+            parts
+                .iter()
+                .map(|p| self.hub.delete_and_wait_gone_within(&p.name, PHASE)),
+        )
+        .await;
+        figures.insert(
+            "delete_seconds".into(),
+            json!(deleting.elapsed().as_secs_f64()),
+        );
         self.stop_operators().await;
         delete_leases(&self.admin, &base).await;
         OnReplicas {
