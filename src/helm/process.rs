@@ -130,7 +130,7 @@ fn child_environment(command: &mut Command, options: &HelmOptions) {
 /// Makes helm die with the operator, even on SIGKILL, so a crashed operator leaves no helm running
 /// that a restarted one could race on the same release.
 #[cfg(target_os = "linux")]
-pub(crate) fn die_with_parent(command: &mut Command) {
+fn die_with_parent(command: &mut Command) {
     // SAFETY: prctl is async-signal-safe and touches only the child between fork and exec.
     unsafe {
         command.pre_exec(|| {
@@ -144,7 +144,7 @@ pub(crate) fn die_with_parent(command: &mut Command) {
 }
 
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn die_with_parent(_command: &mut Command) {}
+fn die_with_parent(_command: &mut Command) {}
 
 /// A command to fork on the forking thread, and where its child goes.
 struct Fork {
