@@ -1,4 +1,4 @@
-//! End-to-end sharding on the lab: three replicas split the Controllers, each shard led through its own Lease, a killed replica's shard taken over.
+//! End-to-end sharding on the lab: three replicas split the Controllers, each shard led through its own Lease, a killed replica's shard taken over; two replicas each tell a pull member's agent the namespaces of their own shard.
 
 mod common;
 
@@ -8,6 +8,7 @@ use std::{
 };
 
 use common::{
+    agent::{hub_cli, join},
     fixtures::{ready, unique, wait_until, web},
     hub::Hub,
     lab::Lab,
@@ -253,4 +254,94 @@ async fn a_lone_replica_leads_every_shard_and_hands_one_over_when_another_joins(
     }
     first.stop();
     second.stop();
+}
+
+#[tokio::test]
+#[ignore = "needs the lab with a pull member: kind/up.sh --pull-members 1, then --include-ignored"]
+async fn two_replicas_each_have_a_pull_member_watch_their_own_shards_namespaces() {
+    let hub = Hub::without_operator(Lab::get(), unique("shpull")).await;
+    let namespace = hub.namespace.clone();
+    let args = sharded(&namespace, "2");
+    let leases: Api<Lease> = Api::namespaced(hub.client.clone(), &namespace);
+    let replicas: Vec<Operator> = (0..2)
+        .map(|_| Operator::start_with(&hub.lab, &namespace, &args))
+        .collect();
+    wait_until("two replicas to lead one shard each", DEADLINE, || async {
+        let led = holders_of(&leases, 2).await;
+        let distinct: BTreeSet<&String> = led.values().collect();
+        (led.len() == 2 && distinct.len() == 2).then_some(())
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let edge = unique("edge");
+    let _agent = join(&hub.lab, &edge, "pull-1", dir.path());
+
+    // One Controller in each shard, both delivering to the pull member: each replica tells the
+    // member's agent to watch its own Controller's namespace, and neither replaces the other's.
+    let run = unique("sp");
+    let mut names: BTreeMap<u32, String> = BTreeMap::new();
+    for i in 0.. {
+        if names.len() == 2 {
+            break;
+        }
+        let name = format!("p{i}");
+        names.entry(shard_of(&namespace, &name, 2)).or_insert(name);
+    }
+    let target = |name: &str| format!("{run}-{name}");
+    for name in names.values() {
+        hub.apply(name, web(&target(name), &[&edge], "1")).await;
+    }
+    for name in names.values() {
+        hub.status_until(
+            name,
+            "the pull member's pod and Deployment reported by the agent",
+            |s| {
+                ready(s)
+                    && s.updated_tenancies.iter().any(|t| {
+                        t.cluster == edge
+                            && t.namespace == target(name)
+                            && t.pod_status.len() == 1
+                            && t.replication_controller_status
+                                .iter()
+                                .any(|w| w.ready == "1/1")
+                    })
+            },
+        )
+        .await;
+    }
+    // One shard's replica widens its watch call with a second namespace; the other shard's call
+    // stays, so a change there is still seen.
+    let second = names[&1].clone();
+    let extra = (0..)
+        .map(|i| format!("q{i}"))
+        .find(|n| shard_of(&namespace, n, 2) == 0)
+        .unwrap();
+    hub.apply(&extra, web(&target(&extra), &[&edge], "1")).await;
+    hub.status_until(&extra, "the new namespace's pod reported", |s| {
+        s.updated_tenancies
+            .iter()
+            .any(|t| t.cluster == edge && t.pod_status.len() == 1)
+    })
+    .await;
+    hub.apply(&second, web(&target(&second), &[&edge], "2"))
+        .await;
+    hub.status_until(
+        &second,
+        "two pods reported from the other shard's namespace",
+        |s| {
+            s.updated_tenancies.iter().any(|t| {
+                t.cluster == edge && t.namespace == target(&second) && t.pod_status.len() == 2
+            })
+        },
+    )
+    .await;
+    hub.delete_and_wait_gone(&extra).await;
+
+    for name in names.values() {
+        hub.delete_and_wait_gone(name).await;
+    }
+    for replica in replicas {
+        replica.stop();
+    }
+    hub_cli(&hub.lab, &["cluster", "remove", &edge]);
 }
