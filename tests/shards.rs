@@ -16,7 +16,7 @@ use common::{
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
-use tenancy_hub::controller::shard::shard_of;
+use tenancy_hub::api::shard::shard_of;
 
 const DEADLINE: Duration = Duration::from_secs(180);
 const SHARDS: u32 = 3;

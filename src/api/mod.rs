@@ -1,4 +1,4 @@
-//! The `Controller`, `TenancyPolicy`, `MemberCluster` and `Alert` resources and the typed keys every other module speaks in.
+//! The `Controller`, `TenancyPolicy`, `MemberCluster` and `Alert` resources, the typed keys every other module speaks in, and the shard each `Controller` falls in.
 
 pub mod alert;
 pub(crate) mod controller_status;
@@ -6,6 +6,7 @@ pub mod crd;
 pub mod key;
 pub mod member_cluster;
 pub mod policy;
+pub mod shard;
 
 /// How long any one write to the hub (a status patch, an Event, the Lease) may take before it is
 /// given up and tried again later, so a hub that stops answering holds up no loop.

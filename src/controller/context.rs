@@ -67,7 +67,7 @@ pub(crate) struct Context {
     /// drift tracking.
     pub(crate) index: crate::controller::index::ControllerIndex,
     /// The shards led here: only their Controllers are worked (planned, delivered, reported).
-    pub(crate) shards: std::sync::Arc<crate::controller::shard::Shards>,
+    pub(crate) shards: std::sync::Arc<crate::api::shard::Shards>,
     /// The hub's Secrets and ConfigMaps `valuesFrom` reads, and who reads them.
     pub(crate) values: std::sync::Arc<crate::controller::hub_values::HubValues>,
     /// Planning settings.

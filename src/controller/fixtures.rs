@@ -135,7 +135,12 @@ impl Fixture {
                 Reporter::from("tenancy-hub"),
             )),
             model: Default::default(),
-            watches: WatchSupervisor::new(changes, cancel.clone(), Default::default()),
+            watches: WatchSupervisor::new(
+                changes,
+                cancel.clone(),
+                Default::default(),
+                Default::default(),
+            ),
             writer: StatusWriter::default(),
             notifier: Default::default(),
             health: Default::default(),

@@ -18,4 +18,3 @@ pub(crate) mod reconcile;
 pub(crate) mod reload;
 pub(crate) mod repairs;
 pub(crate) mod rollout_gate;
-pub mod shard;

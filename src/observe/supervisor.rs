@@ -15,8 +15,9 @@ use tracing::Instrument;
 use crate::{
     api::crd::Controller,
     api::key::{ClusterName, ClusterNamespace},
+    api::shard::{Shards, shard_of},
     observe::model::Tagged,
-    observe::watch::{ClusterWatch, Namespaces, Observers},
+    observe::watch::{ClusterWatch, Namespaces, Observers, ShardShares},
 };
 
 /// Watch streams one watched cluster holds open (Pods, Deployments, StatefulSets, DaemonSets).
@@ -73,12 +74,15 @@ pub(crate) struct WatchSupervisor {
     events: Sender<Tagged>,
     parent: CancellationToken,
     tasks: TaskTracker,
+    /// The shards of the Controllers, and those led here.
+    shards: Arc<Shards>,
     state: Mutex<State>,
 }
 
 struct Running {
     namespaces: Namespaces,
     grown: watch::Sender<u64>,
+    shares: ShardShares,
     stop: CancellationToken,
 }
 
@@ -91,16 +95,19 @@ struct State {
 }
 
 impl WatchSupervisor {
-    /// A supervisor sending tagged changes on `events`; its watchers stop with `parent`.
+    /// A supervisor sending tagged changes on `events`, telling each watch the namespaces of
+    /// each of `shards`; its watchers stop with `parent`.
     pub(crate) fn new(
         events: Sender<Tagged>,
         parent: CancellationToken,
         tasks: TaskTracker,
+        shards: Arc<Shards>,
     ) -> Self {
         Self {
             events,
             parent,
             tasks,
+            shards,
             state: Mutex::default(),
         }
     }
@@ -161,6 +168,7 @@ impl WatchSupervisor {
                 )
             })
             .collect();
+        let mut by_shard = self.by_shard(state, observers);
         let step = step(&running, &target);
         for cluster in &step.stop {
             if let Some(r) = state.running.remove(cluster) {
@@ -184,6 +192,10 @@ impl WatchSupervisor {
             let running = Running {
                 namespaces: Arc::new(RwLock::new(namespaces)),
                 grown: watch::Sender::new(0),
+                shares: ShardShares {
+                    by_shard: Default::default(),
+                    shards: self.shards.clone(),
+                },
                 stop: self.parent.child_token(),
             };
             let span = tracing::info_span!("watch", %cluster);
@@ -191,6 +203,7 @@ impl WatchSupervisor {
                 cluster: cluster.clone(),
                 namespaces: running.namespaces.clone(),
                 grown: running.grown.subscribe(),
+                shares: running.shares.clone(),
                 events: self.events.clone(),
                 stop: running.stop.clone(),
             }) else {
@@ -200,10 +213,49 @@ impl WatchSupervisor {
             tracing::info!(%cluster, namespaces = count, "watching pods and workloads cluster-wide");
             state.running.insert(cluster, running);
         }
+        for (cluster, r) in &state.running {
+            let shares = by_shard.remove(cluster).unwrap_or_default();
+            let mut now = r.shares.by_shard.write().expect("shares lock");
+            if *now != shares {
+                *now = shares;
+            }
+        }
         for scope in &step.gone {
             tracing::info!(cluster = %scope.cluster, namespace = %scope.namespace, "stopped watching");
         }
         step.gone
+    }
+
+    /// The namespaces targeted in each cluster `observers` knows, by the shard of the
+    /// Controllers targeting them.
+    fn by_shard(
+        &self,
+        state: &State,
+        observers: &dyn Observers,
+    ) -> BTreeMap<ClusterName, BTreeMap<u32, BTreeSet<String>>> {
+        let total = self.shards.total();
+        let mut shard_of_owner: HashMap<&ObjectRef<Controller>, u32> = HashMap::new();
+        let mut by_shard: BTreeMap<ClusterName, BTreeMap<u32, BTreeSet<String>>> = BTreeMap::new();
+        for (scope, owners) in &state.owners {
+            if !observers.knows(&scope.cluster) {
+                continue;
+            }
+            let shares = by_shard.entry(scope.cluster.clone()).or_default();
+            for owner in owners {
+                let shard = *shard_of_owner.entry(owner).or_insert_with(|| {
+                    shard_of(
+                        owner.namespace.as_deref().unwrap_or_default(),
+                        &owner.name,
+                        total,
+                    )
+                });
+                shares
+                    .entry(shard)
+                    .or_default()
+                    .insert(scope.namespace.clone());
+            }
+        }
+        by_shard
     }
 
     /// Follows a new registry: watches of unregistered clusters stop, those of `changed` clusters

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     api::key::{ClusterName, ClusterNamespace},
+    api::shard::Shards,
     observe::model::{Change, Tagged},
     observe::relist::relisting_watcher,
     observe::workloads::Watched,
@@ -30,6 +31,17 @@ const RELIST_COALESCE: std::time::Duration = std::time::Duration::from_millis(30
 /// The namespaces of one cluster whose changes are wanted, shared with that cluster's streams.
 pub(crate) type Namespaces = Arc<RwLock<BTreeSet<String>>>;
 
+/// The namespaces of one cluster by the shard of the Controllers that target them, with the
+/// shards led here: what a pull member's watch calls say, one per shard led here (a watch in
+/// the cluster itself needs only the union).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ShardShares {
+    /// Shard → the namespaces its Controllers target in the cluster (shards targeting none left out).
+    pub(crate) by_shard: Arc<RwLock<BTreeMap<u32, BTreeSet<String>>>>,
+    /// The shards, and those led here.
+    pub(crate) shards: Arc<Shards>,
+}
+
 /// What watching one cluster's pods and workloads is asked for: the namespaces wanted (they
 /// change while it runs), a tick each time some are added (a relist), where the tagged changes go,
 /// and when to stop. A member link carries it out, wherever the watches run.
@@ -40,6 +52,8 @@ pub(crate) struct ClusterWatch {
     pub(crate) namespaces: Namespaces,
     /// Ticks when namespaces are added.
     pub(crate) grown: watch::Receiver<u64>,
+    /// The same namespaces by shard.
+    pub(crate) shares: ShardShares,
     /// Where the tagged changes go; a full channel makes the watches wait.
     pub(crate) events: Sender<Tagged>,
     /// Stops the watches.
@@ -170,6 +184,7 @@ pub(crate) async fn watch_cluster(client: Client, watch: ClusterWatch) {
         mut grown,
         events,
         stop,
+        ..
     } = watch;
     loop {
         tokio::select! {

@@ -28,7 +28,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    controller::shard::Shards,
+    api::shard::Shards,
     runtime::leader::{Leadership, LeaseConfig, Observer, may_acquire},
 };
 

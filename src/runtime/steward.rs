@@ -8,9 +8,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use crate::{
+    api::shard::shard_of,
     controller::context::Context,
     controller::reconcile,
-    controller::shard::shard_of,
     runtime::config::RunConfig,
     runtime::http::Readiness,
     runtime::shards::{Steward, campaign},

@@ -20,6 +20,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use crate::{
     api::crd::{Controller, HUB_CLUSTER},
     api::policy::TenancyPolicy,
+    api::shard::Shards,
     charts::cache::ChartCache,
     charts::catalog::ChartCatalog,
     clusters::health::HealthBoard,
@@ -29,7 +30,6 @@ use crate::{
     controller::drift::DriftBoard,
     controller::events::Events,
     controller::index::ControllerIndex,
-    controller::shard::Shards,
     helm::cli::HelmCli,
     helm::sdk::HelmExecutor,
     helm::seal::SealKey,
@@ -253,6 +253,11 @@ pub(crate) async fn build(
         cancel,
     );
     let sharded = config.shards > 1 && config.leader.is_some();
+    let shards = Arc::new(if sharded {
+        Shards::none_of(config.shards)
+    } else {
+        Shards::default()
+    });
     let (drift, drift_rx) = DriftBoard::new(config.settings.drift_interval);
     let ctx = Arc::new(Context {
         hub: hub.client.clone(),
@@ -270,17 +275,18 @@ pub(crate) async fn build(
         events: Events::new(Recorder::new(hub.client, Reporter::from("tenancy-hub"))),
         model: Arc::new(Model::default()),
         links: links.clone(),
-        watches: WatchSupervisor::new(outboxes.changes.clone(), cancel.clone(), tasks.clone()),
+        watches: WatchSupervisor::new(
+            outboxes.changes.clone(),
+            cancel.clone(),
+            tasks.clone(),
+            shards.clone(),
+        ),
         writer: StatusWriter::telling(notifier.clone()),
         notifier,
         health,
         metrics,
         index: ControllerIndex::new(drift),
-        shards: Arc::new(if sharded {
-            Shards::none_of(config.shards)
-        } else {
-            Shards::default()
-        }),
+        shards: shards.clone(),
         settings: Settings {
             chart_home: hub.chart_home,
             ..config.settings.clone()

@@ -945,13 +945,13 @@ fn bench_operator(
 const SHARD_LEASE: &str = "bench-sh";
 
 /// `n` Controller names of hub namespace `namespace`, as evenly split between two shards as
-/// [`tenancy_hub::controller::shard::shard_of`] allows (alternating, first come).
+/// [`tenancy_hub::api::shard::shard_of`] allows (alternating, first come).
 fn balanced(namespace: &str, n: usize) -> Vec<String> {
     let mut per_shard: [Vec<String>; 2] = [Vec::new(), Vec::new()];
     let mut i = 0;
     while per_shard.iter().map(Vec::len).sum::<usize>() < n {
         let name = format!("c{i}");
-        let shard = tenancy_hub::controller::shard::shard_of(namespace, &name, 2) as usize;
+        let shard = tenancy_hub::api::shard::shard_of(namespace, &name, 2) as usize;
         if per_shard[shard].len() < n.div_ceil(2) {
             per_shard[shard].push(name);
         }

@@ -42,6 +42,7 @@ use tenancy_hub::{
             STATUS_NAME, Work, answer_name, lease, observed_name, records_name, reply_name,
         },
         outbox::Outbox,
+        watching::WatchCalls,
         wire::AgentConfig,
     },
     observe::model::{PodInfo, WorkloadInfo, WorkloadKind, WorkloadRef},
@@ -84,6 +85,8 @@ struct State {
     records: BTreeMap<ReleaseKey, ObjectMeta>,
     /// The id of the last work call answered for each release.
     answered: BTreeMap<ReleaseKey, String>,
+    /// The hub's watch calls, one per shard; it watches their union.
+    watches: WatchCalls,
     /// The namespaces the hub asked it to watch.
     watched: BTreeSet<String>,
 }
@@ -307,8 +310,13 @@ impl Member {
             Ok(call) => call,
             Err(e) => return self.error(format!("a call was refused: {e}")),
         };
-        if let Some(namespaces) = call.watched() {
-            self.state.lock().unwrap().watched = namespaces.clone();
+        if let Some(watched) = call.watched() {
+            let namespaces = {
+                let mut state = self.state.lock().unwrap();
+                state.watches.take(&secret.name_any(), watched);
+                state.watched = state.watches.wanted();
+                state.watched.clone()
+            };
             namespaces.iter().for_each(|ns| self.report_observed(ns));
         }
         if let Some(work) = call.work() {

@@ -31,6 +31,7 @@ use crate::{
     },
     member::pull::observer::{self, Wanted},
     member::pull::outbox::Outbox,
+    member::pull::watching::{WatchCalls, is_watch_name},
     member::pull::wire::AgentConfig,
     observe::relist::relisting_watcher,
     plan::{Applied, ChartSource, Job},
@@ -51,6 +52,8 @@ pub(crate) struct Agent {
     lease_seconds: i32,
     outbox: Arc<Outbox>,
     wanted: Arc<Wanted>,
+    /// The hub's watch calls, one per shard of its Controllers: `wanted` is their union.
+    watches: std::sync::Mutex<WatchCalls>,
     /// The newest call seen per release, and the id of the last one run.
     newest: DashMap<ReleaseKey, Call>,
     ran: DashMap<ReleaseKey, String>,
@@ -76,6 +79,7 @@ impl Agent {
             charts,
             lease_seconds,
             wanted: Wanted::new(),
+            watches: Default::default(),
             newest: DashMap::new(),
             ran: DashMap::new(),
             running: DashMap::new(),
@@ -178,6 +182,11 @@ impl Agent {
                 Ok(watcher::Event::Apply(secret) | watcher::Event::InitApply(secret)) => {
                     self.take(&secret);
                 }
+                Ok(watcher::Event::Delete(secret)) if is_watch_name(&secret.name_any()) => {
+                    let mut watches = self.watches.lock().expect("watch calls lock");
+                    watches.remove(&secret.name_any());
+                    self.wanted.set(watches.wanted());
+                }
                 Ok(_) => {}
                 Err(e) => {
                     tracing::debug!(error = %e, "the hub's calls watch broke; it lists again")
@@ -219,7 +228,15 @@ impl Agent {
             }
         };
         match &call.body {
-            CallBody::Watch { namespaces } => self.wanted.set(namespaces.clone()),
+            CallBody::Watch { .. } => {
+                let Some(watched) = call.watched().filter(|_| is_watch_name(&name)) else {
+                    tracing::warn!(cluster = %self.config.cluster, name, "a watch call under another name was refused");
+                    return;
+                };
+                let mut watches = self.watches.lock().expect("watch calls lock");
+                watches.take(&name, watched);
+                self.wanted.set(watches.wanted());
+            }
             CallBody::Work { job, .. } => {
                 let key = job.key().clone();
                 if job.key().scope.cluster != self.config.cluster {

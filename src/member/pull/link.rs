@@ -1,7 +1,7 @@
 //! A pull member as the hub reaches it: every [`MemberLink`] call becomes a signed call in the member's hub namespace and waits for its agent's report, so nothing above the seam knows the member is pulled.
 
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::Arc,
     time::Duration,
 };
@@ -20,13 +20,14 @@ use crate::{
     member::pull::charts,
     member::pull::hub::{LOOK_EVERY, Member, PullHub},
     member::pull::messages::{
-        Call, CallBody, ChartRef, Reply, WATCH_NAME, ask_name, new_id, reply_name, work_name,
+        Call, CallBody, ChartRef, Reply, ask_name, new_id, reply_name, work_name,
     },
+    member::pull::watching::watch_name,
     observe::drift::{self, ObjectDrift},
     observe::model::{Change, WorkloadKind},
     observe::records::{self, RecordEvents},
     observe::releases,
-    observe::watch::ClusterWatch,
+    observe::watch::{ClusterWatch, ShardShares},
     plan::{Applied, ChartSource, Job, Release},
     queue::{FailureKind, Outcome},
 };
@@ -388,32 +389,19 @@ async fn ask(hub: &PullHub, cluster: &ClusterName, body: CallBody) -> Result<Rep
     reply
 }
 
-/// Tells the agent which namespaces to watch, and passes on what it reports of them as
-/// relists, tagged with their cluster/namespace; while the agent is away, each is lost.
+/// Tells the agent which namespaces to watch, one call per shard led here (so replicas leading
+/// other shards write calls of their own), and passes on what it reports of them as relists,
+/// tagged with their cluster/namespace; while the agent is away, each is lost.
 async fn follow_workloads(hub: Arc<PullHub>, watch: ClusterWatch) {
     let cluster = watch.cluster.clone();
     let member = hub.member(&cluster);
     let (mut changed, mut grown) = (member.subscribe(), watch.grown.clone());
-    let mut published: Option<BTreeSet<String>> = None;
+    let mut published: BTreeMap<u32, BTreeSet<String>> = BTreeMap::new();
     let mut seen: HashMap<String, u64> = HashMap::new();
     let mut lost = false;
     loop {
         let wanted = watch.namespaces.read().expect("namespaces lock").clone();
-        if published.as_ref() != Some(&wanted) {
-            let call = Call {
-                cluster: cluster.clone(),
-                id: new_id(),
-                body: CallBody::Watch {
-                    namespaces: wanted.clone(),
-                },
-            };
-            match hub.publish(WATCH_NAME, "watch", &call).await {
-                Ok(()) => published = Some(wanted.clone()),
-                Err(e) => {
-                    tracing::warn!(%cluster, error = %e, "could not tell the agent what to watch")
-                }
-            }
-        }
+        tell_what_to_watch(&hub, &cluster, &watch.shares, &mut published).await;
         let mut changes = Vec::new();
         match away(&cluster, &member) {
             Some(why) if !lost => {
@@ -458,6 +446,52 @@ async fn follow_workloads(hub: Arc<PullHub>, watch: ClusterWatch) {
             _ = tokio::time::sleep(LOOK_EVERY) => {}
         }
     }
+}
+
+/// Writes the watch call of each shard led here whose namespaces in `cluster` differ from what
+/// `published` holds; forgets the shards no longer led here, writing nothing for them (their
+/// new leader writes their call).
+async fn tell_what_to_watch(
+    hub: &PullHub,
+    cluster: &ClusterName,
+    shares: &ShardShares,
+    published: &mut BTreeMap<u32, BTreeSet<String>>,
+) {
+    let led = shares.shards.led();
+    let total = shares.shards.total();
+    published.retain(|shard, _| led.contains(shard));
+    let by_shard = shares.by_shard.read().expect("shares lock").clone();
+    for shard in led {
+        let namespaces = by_shard.get(&shard).cloned().unwrap_or_default();
+        if published.get(&shard) == Some(&namespaces) {
+            continue;
+        }
+        let call = Call {
+            cluster: cluster.clone(),
+            id: new_id(),
+            body: CallBody::Watch {
+                namespaces: namespaces.clone(),
+                shard,
+                shards: total,
+                at_millis: now_millis(),
+            },
+        };
+        match hub.publish(&watch_name(shard, total), "watch", &call).await {
+            Ok(()) => {
+                published.insert(shard, namespaces);
+            }
+            Err(e) => {
+                tracing::warn!(%cluster, shard, error = %e, "could not tell the agent what to watch")
+            }
+        }
+    }
+}
+
+/// Milliseconds since the epoch now, by this host's clock.
+fn now_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// One namespace's report as the relists a watch would give.

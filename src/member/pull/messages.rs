@@ -14,6 +14,7 @@ use crate::{
     api::key::{ClusterName, ReleaseKey},
     api::member_cluster::AGENT_LEASE,
     member::link::DriftCheck,
+    member::pull::watching::Watched,
     member::pull::wire::{AgentConfig, WireError},
     observe::drift::ObjectDrift,
     observe::model::{PodInfo, WorkloadInfo},
@@ -28,8 +29,6 @@ pub const CALL_LABEL: &str = "multitenancy.dev/pull-call";
 pub(crate) const REPORT_LABEL: &str = "multitenancy.dev/pull-report";
 /// Secret data key of a report's JSON.
 pub(crate) const REPORT_KEY: &str = "report";
-/// The one watch call of a member: which namespaces its agent watches.
-pub(crate) const WATCH_NAME: &str = "watch";
 /// The agent's status report.
 pub const STATUS_NAME: &str = "agent-status";
 /// The field manager of what the agent writes on the hub (its Lease and reports).
@@ -69,10 +68,20 @@ pub(crate) enum CallBody {
         /// The revision.
         revision: i64,
     },
-    /// Watch the pods and workloads of these namespaces.
+    /// Watch the pods and workloads of these namespaces: those of one shard's Controllers (see
+    /// [`crate::member::pull::watching`]).
     Watch {
         /// The namespaces.
         namespaces: BTreeSet<String>,
+        /// The shard whose Controllers target them.
+        #[serde(default)]
+        shard: u32,
+        /// The shard count of the replica that wrote the call.
+        #[serde(default = "one")]
+        shards: u32,
+        /// When the call was written, in milliseconds since the epoch.
+        #[serde(default)]
+        at_millis: u64,
     },
 }
 
@@ -126,10 +135,19 @@ impl Call {
         })
     }
 
-    /// The namespaces a watch call asks the agent to watch; None for any other call.
-    pub fn watched(&self) -> Option<&BTreeSet<String>> {
+    /// What a watch call asks the agent to watch; None for any other call.
+    pub fn watched(&self) -> Option<Watched> {
         match &self.body {
-            CallBody::Watch { namespaces } => Some(namespaces),
+            CallBody::Watch {
+                namespaces,
+                shards,
+                at_millis,
+                ..
+            } => Some(Watched {
+                shards: *shards,
+                at_millis: *at_millis,
+                namespaces: namespaces.clone(),
+            }),
             _ => None,
         }
     }
@@ -297,6 +315,11 @@ pub fn records_name(managed: bool) -> &'static str {
 /// The observation report of a namespace.
 pub fn observed_name(namespace: &str) -> String {
     format!("observed-{namespace}")
+}
+
+/// The shard count of a watch call that names none: one.
+fn one() -> u32 {
+    1
 }
 
 /// A fresh call id: 32 hex digits from the operating system's randomness.

@@ -3,7 +3,8 @@
 //! [`wire`] is the protocol both sides share: the calls the hub publishes (signed), the reports
 //! the agent writes, and the agent's configuration. [`enroll`] keeps each member's hub namespace,
 //! identities and configuration; [`login`] is how the agent logs in to the hub and keeps its
-//! token fresh; [`link`] is the hub's side of one member, [`agent`] the member's.
+//! token fresh; [`link`] is the hub's side of one member, [`agent`] the member's; [`watching`]
+//! is which namespaces an agent watches, one call per shard.
 
 pub(crate) mod agent;
 pub(crate) mod charts;
@@ -14,4 +15,5 @@ pub(crate) mod login;
 pub mod messages;
 pub(crate) mod observer;
 pub mod outbox;
+pub mod watching;
 pub mod wire;

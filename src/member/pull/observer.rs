@@ -77,6 +77,7 @@ pub(crate) async fn observe(
         cluster: cluster.clone(),
         namespaces: wanted.namespaces.clone(),
         grown: wanted.grown.subscribe(),
+        shares: Default::default(),
         events,
         stop: stop.clone(),
     };

@@ -14,7 +14,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, api::DeleteParams};
 use serde::Serialize;
 use serde_json::{Value, json};
-use tenancy_hub::controller::shard::shard_of;
+use tenancy_hub::api::shard::shard_of;
 
 use super::{
     super::{
