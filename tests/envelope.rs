@@ -1,4 +1,4 @@
-//! The scale envelope reduced to 50 simulated pull members against the real operator, and against two replicas as two shards: no error, every member's work published and taken, the Controller's status bounded, each replica leading a shard; times are reported by the benchmark, not asserted.
+//! The scale envelope reduced to 50 simulated pull members against the real operator, and against two replicas as two shards: no error, every member's work published and taken, the Controller's status bounded, each replica leading a shard, the members enrolled by shard 0's leader alone; times are reported by the benchmark, not asserted.
 
 mod common;
 
@@ -93,5 +93,20 @@ async fn fifty_simulated_pull_members_are_served_by_two_replicas_each_leading_on
             replica.pid,
             replica.rss_mib
         );
+        // The members are enrolled by the leader of shard 0 alone: the other replica applies
+        // none of their hub objects again.
+        if replica.shards.contains(&0) {
+            assert!(
+                replica.enrolled > 0,
+                "replica {} leads shard 0 and enrolled no member",
+                replica.pid
+            );
+        } else {
+            assert_eq!(
+                replica.enrolled, 0,
+                "replica {} leads shard {:?}, not 0, and enrolled members",
+                replica.pid, replica.shards
+            );
+        }
     }
 }

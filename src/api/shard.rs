@@ -1,4 +1,4 @@
-//! Which Controllers this replica works: the shard of each, by a stable hash, and the shards led here.
+//! Which Controllers this replica works: the shard of each, by a stable hash, and the shards led here (shard 0's leader also does the hub's own work: enrolling pull members).
 
 use std::{collections::BTreeSet, sync::RwLock};
 
@@ -18,6 +18,8 @@ pub fn shard_of(namespace: &str, name: &str, shards: u32) -> u32 {
 pub(crate) struct Shards {
     total: u32,
     led: RwLock<BTreeSet<u32>>,
+    /// Ticks each time the shards led here change.
+    changed: tokio::sync::watch::Sender<u64>,
 }
 
 impl Default for Shards {
@@ -33,6 +35,7 @@ impl Shards {
         Self {
             total: total.max(1),
             led: RwLock::new(led.into_iter().collect()),
+            changed: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -57,13 +60,28 @@ impl Shards {
         self.led.read().expect("shards lock").contains(&shard)
     }
 
+    /// True when the work of the hub as a whole (enrolling pull members, writing their status)
+    /// is done here: by the replica leading shard 0, so by one replica however many run.
+    pub(crate) fn leads_the_hub(&self) -> bool {
+        self.led.read().expect("shards lock").contains(&0)
+    }
+
+    /// Ticks each time the shards led here change.
+    pub(crate) fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
     /// Notes that a shard is led here now, or no longer.
     pub(crate) fn set(&self, shard: u32, led: bool) {
         let mut all = self.led.write().expect("shards lock");
-        if led {
-            all.insert(shard);
+        let changed = if led {
+            all.insert(shard)
         } else {
-            all.remove(&shard);
+            all.remove(&shard)
+        };
+        drop(all);
+        if changed {
+            self.changed.send_modify(|n| *n += 1);
         }
     }
 }
@@ -91,5 +109,23 @@ mod tests {
         assert!(!some.owns("a", "b"));
         some.set(shard_of("a", "b", 2), true);
         assert!(some.owns("a", "b"));
+    }
+
+    #[test]
+    fn the_hub_work_is_done_by_shard_zeros_leader_and_a_change_of_shards_ticks() {
+        assert!(Shards::default().leads_the_hub(), "one replica does it all");
+        let shards = Shards::none_of(2);
+        let mut changed = shards.subscribe();
+        assert!(!shards.leads_the_hub());
+        shards.set(1, true);
+        assert!(changed.has_changed().unwrap());
+        changed.borrow_and_update();
+        assert!(!shards.leads_the_hub(), "shard 1 is not the hub's");
+        shards.set(1, true);
+        assert!(!changed.has_changed().unwrap(), "nothing changed, no tick");
+        shards.set(0, true);
+        assert!(shards.leads_the_hub() && changed.has_changed().unwrap());
+        shards.set(0, false);
+        assert!(!shards.leads_the_hub());
     }
 }

@@ -314,6 +314,7 @@ fn spawn_loops(
                 ctx.hub.clone(),
                 seal,
                 ctx.registry.clone(),
+                ctx.shards.clone(),
                 cancel.clone(),
             )
             .instrument(tracing::info_span!("enroll")),

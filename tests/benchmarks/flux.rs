@@ -578,13 +578,25 @@ async fn ours_run(lab: &Lab, repo: &ChartRepo, releases: usize, peer: Peer<'_>) 
             .collect(),
         ..Default::default()
     };
+    let operator = hub.operator.as_ref().unwrap();
+    // The API servers the releases go through (and the hub's, which takes the status), and etcd.
+    let planes: Vec<u32> = std::iter::once("hub")
+        .chain(peer.targets.iter().copied().filter(|t| *t != "hub"))
+        .map(|c| format!("{c}-kube-apiserver"))
+        .chain(["etcd".to_owned()])
+        .map(|p| lab.pid(&p))
+        .collect();
     let cpu0 = (cpu_seconds(&[pid], false), helm_cpu(pid));
+    let planes_cpu0 = cpu_seconds(&planes, false);
+    let writes0 = operator.metric("tenancy_hub_status_writes_total");
     let with_helm = PeakRss::start(vec![pid], true);
     let started = Instant::now();
     hub.apply("peer", spec).await;
     let want = format!("{total}/{total}");
     let api = hub.api();
-    wait_until("every release deployed", LONG, || async {
+    // When each quarter of the releases was deployed, to see whether the rate falls as they grow.
+    let quarters = std::sync::Mutex::new(Vec::<f64>::new());
+    let status_bytes = wait_until("every release deployed", LONG, || async {
         let status = api.get("peer").await.ok()?.status?;
         let refused = status
             .updated_tenancies
@@ -594,12 +606,29 @@ async fn ours_run(lab: &Lab, repo: &ChartRepo, releases: usize, peer: Peer<'_>) 
         if let Some(m) = refused {
             panic!("release {} refused: {}", m.release_name, m.error_message);
         }
-        (status.summary?.releases == want).then_some(())
+        let releases = status.summary.as_ref()?.releases.clone();
+        let deployed: usize = releases.split('/').next()?.parse().ok()?;
+        let mut quarters = quarters.lock().unwrap();
+        while quarters.len() < 4 && deployed * 4 >= total * (quarters.len() + 1) {
+            quarters.push(started.elapsed().as_secs_f64());
+        }
+        (releases == want).then(|| serde_json::to_vec(&status).map_or(0, |b| b.len()))
     })
     .await;
     let seconds = started.elapsed().as_secs_f64();
     let own = cpu_seconds(&[pid], false) - cpu0.0;
     let helm = helm_cpu(pid) - cpu0.1;
+    let planes_cpu = cpu_seconds(&planes, false) - planes_cpu0;
+    let status_writes = operator.metric("tenancy_hub_status_writes_total") - writes0;
+    let quarters = quarters.into_inner().unwrap();
+    let quarter_seconds: Vec<f64> = quarters
+        .iter()
+        .scan(0.0, |last, t| {
+            let took = t - *last;
+            *last = *t;
+            Some(took)
+        })
+        .collect();
     let (peak, peak_pss) = with_helm.stop();
     let (_, alone, _) = usage(pid);
     wait_until("the Controller Ready", LONG, || async {
@@ -645,6 +674,10 @@ async fn ours_run(lab: &Lab, repo: &ChartRepo, releases: usize, peer: Peer<'_>) 
         "releases_per_second": total as f64 / seconds, "ready_seconds": ready_seconds,
         "cpu_seconds": own + helm, "operator_cpu_seconds": own, "helm_cpu_seconds": helm,
         "cpu_seconds_per_release": (own + helm) / total as f64,
+        "control_planes_cpu_seconds": planes_cpu,
+        "control_planes_cpu_seconds_per_release": planes_cpu / total as f64,
+        "status_writes": status_writes, "status_bytes_at_end": status_bytes,
+        "quarter_seconds": quarter_seconds,
         "peak_rss_mib": mib(peak), "peak_pss_mib": mib(peak_pss), "operator_peak_rss_mib": mib(alone),
         "idle_rss_mib": mib(idle), "idle_rss_after_executor_exit_mib": mib(idle_after_exit),
         "idle_cpu_cores": idle_cpu,

@@ -51,6 +51,7 @@ use crate::{
         member_cluster::{
             AGENT_LEASE, MEMBER_LABEL, MemberCluster, member_of_pull_namespace, pull_namespace,
         },
+        shard::Shards,
     },
     clusters::registry::SharedRegistry,
     helm::seal::SealKey,
@@ -131,19 +132,24 @@ struct Enrollment {
     namespaces: reflector::Store<Namespace>,
     /// When the objects of each `MemberCluster` (by uid) were last applied by this process.
     applied: Mutex<HashMap<String, Instant>>,
+    /// Enrollment is done only while shard 0 is led here, so by one replica of many.
+    shards: Arc<Shards>,
 }
 
-/// Keeps every `MemberCluster` enrolled until `stop`: one reconcile per member on its changes,
-/// its agent's Lease changes, and at least every minute.
 /// Members enrolled at once. Each enrollment writes a handful of objects on the hub; 1,000
 /// `MemberCluster`s created together, all enrolled at once, overflowed the operator's priority
 /// and fairness queue on the hub (429) and timed its status writes out.
 const ENROLL_CONCURRENCY: u16 = 8;
 
+/// Keeps every `MemberCluster` enrolled until `stop`: one reconcile per member on its changes,
+/// its agent's Lease changes, and at least every minute; only while `shards` says this replica
+/// does the hub's own work (with `--shards`, the leader of shard 0), and every member at once
+/// when it comes to.
 pub(crate) async fn run(
     hub: Client,
     seal: SealKey,
     registry: SharedRegistry,
+    shards: Arc<Shards>,
     stop: CancellationToken,
 ) {
     let (leases, writer) = reflector::store();
@@ -158,6 +164,18 @@ pub(crate) async fn run(
         .default_backoff()
         .reflect(writer)
         .touched_objects();
+    // A tick each time this replica comes to do the hub's work.
+    let gained = futures::stream::unfold(
+        (shards.subscribe(), shards.clone()),
+        |(mut changed, shards)| async move {
+            loop {
+                changed.changed().await.ok()?;
+                if shards.leads_the_hub() {
+                    return Some(((), (changed, shards)));
+                }
+            }
+        },
+    );
     let ctx = Arc::new(Enrollment {
         operator: whoami(&hub).await,
         hub: hub.clone(),
@@ -166,6 +184,7 @@ pub(crate) async fn run(
         leases,
         namespaces,
         applied: Mutex::default(),
+        shards,
     });
     Controller::new(Api::<MemberCluster>::all(hub), watcher::Config::default())
         .owns_stream(namespace_events)
@@ -173,6 +192,7 @@ pub(crate) async fn run(
             let member = member_of_pull_namespace(lease.metadata.namespace.as_deref()?)?;
             Some(ObjectRef::new(member.as_str()))
         })
+        .reconcile_all_on(gained)
         .with_config(controller::Config::default().concurrency(ENROLL_CONCURRENCY))
         .graceful_shutdown_on(stop.cancelled_owned())
         .run(reconcile, error_policy, ctx)
@@ -203,7 +223,8 @@ async fn whoami(hub: &Client) -> Option<Subject> {
 async fn reconcile(mc: Arc<MemberCluster>, ctx: Arc<Enrollment>) -> Result<Action, EnrollError> {
     let name = mc.name_any();
     let cluster: ClusterName = name.parse().map_err(|_| EnrollError::BadName { name })?;
-    if mc.metadata.deletion_timestamp.is_some() {
+    if mc.metadata.deletion_timestamp.is_some() || !ctx.shards.leads_the_hub() {
+        // Another replica enrolls while it leads shard 0; gaining it reconciles every member.
         return Ok(Action::await_change());
     }
     ctx.enroll(&cluster, &mc).await

@@ -48,12 +48,8 @@ impl Observers for Capture {
 async fn each_watch_knows_its_namespaces_by_the_shard_of_the_controllers_targeting_them() {
     let shards = Arc::new(Shards::led_here(2, [0, 1]));
     let (events, _rx) = tokio::sync::mpsc::channel(8);
-    let supervisor = WatchSupervisor::new(
-        events,
-        CancellationToken::new(),
-        TaskTracker::new(),
-        shards,
-    );
+    let supervisor =
+        WatchSupervisor::new(events, CancellationToken::new(), TaskTracker::new(), shards);
     // A Controller of each shard.
     let owner = |shard: u32| {
         (0..)

@@ -88,6 +88,9 @@ pub struct Replica {
     pub peak_rss_mib: f64,
     /// Its CPU seconds from the Controllers' apply until every one's work was taken.
     pub converge_cpu_seconds: f64,
+    /// The members it enrolled (applied their hub objects again): the hub's own work, done by
+    /// the leader of shard 0 only.
+    pub enrolled: usize,
 }
 
 /// One part's Controller on one count of replicas.
@@ -277,6 +280,7 @@ impl Run<'_> {
                     rss_mib: rss as f64 / 1024.0,
                     peak_rss_mib: peak as f64 / 1024.0,
                     converge_cpu_seconds: *cpu,
+                    enrolled: operator.logged().matches("pull member enrolled").count(),
                 }
             })
             .collect()
