@@ -612,7 +612,14 @@ impl Run<'_> {
             .filter(|t| **t >= started)
             .count();
         let after = self.counters().await;
+        // Every member's agent renews its Lease throughout: none is to be shown unreachable.
+        let unreachable = self
+            .operators
+            .iter()
+            .map(|o| o.logged().matches("cluster is unreachable").count())
+            .sum::<usize>();
         for (figure, value) in [
+            ("resync_members_shown_unreachable", unreachable as f64),
             ("resync_ready_seconds", ready_seconds),
             ("resync_seconds", resync),
             ("resync_work_published_again", republished as f64),

@@ -115,6 +115,9 @@ pub(crate) struct PullHub {
     pending: DashMap<ReleaseKey, (String, String)>,
     /// Set once [`PullHub::run`] follows the reports; until then they are read when asked for.
     following: AtomicBool,
+    /// Set once the agents' Leases and reports are listed by [`PullHub::run`]: until then no
+    /// agent is judged away (an operator just started has not seen their Leases yet).
+    listed: watch::Sender<[bool; 2]>,
     /// Permits for [`WRITES_IN_FLIGHT`] calls written or deleted at once.
     writes: Semaphore,
 }
@@ -128,6 +131,7 @@ impl PullHub {
             members: DashMap::new(),
             pending: DashMap::new(),
             following: AtomicBool::new(false),
+            listed: watch::Sender::new([false; 2]),
             writes: Semaphore::new(WRITES_IN_FLIGHT),
         })
     }
@@ -228,6 +232,7 @@ impl PullHub {
     /// what a look from the CLI sees.
     pub(crate) async fn read_now(&self, cluster: &ClusterName) -> Result<(), String> {
         if self.following.load(Ordering::Relaxed) {
+            self.listed_first().await;
             return Ok(());
         }
         let namespace = pull_namespace(cluster);
@@ -245,6 +250,18 @@ impl PullHub {
         Ok(())
     }
 
+    /// Waits, for [`LISTED_WITHIN`] at most, until [`PullHub::run`] has listed every agent's
+    /// Leases and reports once, so a member is not judged away only because they are not read
+    /// yet (every pull member was shown unreachable for one probe after each start).
+    pub(crate) async fn listed_first(&self) {
+        if !self.following.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut listed = self.listed.subscribe();
+        let _ =
+            tokio::time::timeout(LISTED_WITHIN, listed.wait_for(|l| l.iter().all(|l| *l))).await;
+    }
+
     /// Follows every agent's reports and Leases until `stop`.
     pub(crate) async fn run(self: Arc<Self>, stop: CancellationToken) {
         self.following.store(true, Ordering::Relaxed);
@@ -258,6 +275,9 @@ impl PullHub {
         let this = self.clone();
         let follow_reports = reports.for_each(|event| {
             if let Ok(event) = event {
+                if matches!(event, watcher::Event::InitDone) {
+                    this.listed.send_modify(|l| l[0] = true);
+                }
                 this.on_report(event);
             }
             futures::future::ready(())
@@ -265,6 +285,9 @@ impl PullHub {
         let this = self.clone();
         let follow_leases = leases.for_each(|event| {
             if let Ok(event) = event {
+                if matches!(event, watcher::Event::InitDone) {
+                    this.listed.send_modify(|l| l[1] = true);
+                }
                 this.on_lease(event);
             }
             futures::future::ready(())
@@ -393,6 +416,10 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Option<T> {
     }
     serde_json::from_slice(bytes).ok()
 }
+
+/// How long a look at a member waits at most for the first list of every agent's Lease and
+/// reports after the operator starts.
+const LISTED_WITHIN: Duration = Duration::from_secs(30);
 
 /// How long a waiter sleeps at most between looks at the agent's Lease.
 pub(crate) const LOOK_EVERY: Duration = Duration::from_secs(2);

@@ -298,6 +298,7 @@ async fn publish_chart(
 
 /// Waits for the answer to the work `id` of `key`, as long as the agent is there.
 async fn wait_answer(hub: &PullHub, cluster: &ClusterName, key: &ReleaseKey, id: &str) -> Outcome {
+    hub.listed_first().await;
     let member = hub.member(cluster);
     let mut changed = member.subscribe();
     let deadline = Instant::now() + ANSWER_WITHIN;
@@ -399,6 +400,7 @@ async fn follow_workloads(hub: Arc<PullHub>, watch: ClusterWatch) {
     let mut published: BTreeMap<u32, BTreeSet<String>> = BTreeMap::new();
     let mut seen: HashMap<String, u64> = HashMap::new();
     let mut lost = false;
+    hub.listed_first().await;
     loop {
         let wanted = watch.namespaces.read().expect("namespaces lock").clone();
         tell_what_to_watch(&hub, &cluster, &watch.shares, &mut published).await;
