@@ -55,6 +55,21 @@ async fn holders_of(leases: &Api<Lease>, shards: u32) -> BTreeMap<u32, String> {
     led
 }
 
+/// One Controller name (`<prefix><i>`, the first found) for each of `shards` shards of `namespace`.
+fn one_per_shard(namespace: &str, prefix: &str, shards: u32) -> BTreeMap<u32, String> {
+    let mut names = BTreeMap::new();
+    for i in 0.. {
+        if names.len() == shards as usize {
+            break;
+        }
+        let name = format!("{prefix}{i}");
+        names
+            .entry(shard_of(namespace, &name, shards))
+            .or_insert(name);
+    }
+    names
+}
+
 /// Lines of a replica's log that tell of the install of release `web` in member-1/`namespace`.
 fn helm_lines(operator: &Operator, namespace: &str) -> usize {
     operator
@@ -194,14 +209,7 @@ async fn a_lone_replica_leads_every_shard_and_hands_one_over_when_another_joins(
     .await;
     // Its Controllers in both shards are delivered.
     let run = unique("rb");
-    let mut names: BTreeMap<u32, String> = BTreeMap::new();
-    for i in 0.. {
-        if names.len() == 2 {
-            break;
-        }
-        let name = format!("c{i}");
-        names.entry(shard_of(&namespace, &name, 2)).or_insert(name);
-    }
+    let names = one_per_shard(&namespace, "c", 2);
     for name in names.values() {
         hub.apply(name, web(&format!("{run}-{name}"), &["member-1"], "1"))
             .await;
@@ -279,14 +287,7 @@ async fn two_replicas_each_have_a_pull_member_watch_their_own_shards_namespaces(
     // One Controller in each shard, both delivering to the pull member: each replica tells the
     // member's agent to watch its own Controller's namespace, and neither replaces the other's.
     let run = unique("sp");
-    let mut names: BTreeMap<u32, String> = BTreeMap::new();
-    for i in 0.. {
-        if names.len() == 2 {
-            break;
-        }
-        let name = format!("p{i}");
-        names.entry(shard_of(&namespace, &name, 2)).or_insert(name);
-    }
+    let names = one_per_shard(&namespace, "p", 2);
     let target = |name: &str| format!("{run}-{name}");
     for name in names.values() {
         hub.apply(name, web(&target(name), &[&edge], "1")).await;
