@@ -1,11 +1,11 @@
-//! Hostile parties against pull members on the lab: a hub tenant writing a member's work, a member that holds its agent's identity replaying or changing the hub's signed calls, and a tenant of a pull member forging release records there.
+//! Hostile parties against pull members on the lab: a hub tenant writing a member's work, a member that holds its agent's identity replaying or changing the hub's signed calls or flooding the hub with reports, and a tenant of a pull member forging release records there or writing records past what is reported.
 
 mod common;
 
 use common::{
-    agent::{deployed_revision, hub_cli, join},
+    agent::{deployed_revision, hub_cli, join, join_with},
     fixtures::{DEADLINE, chart, message, tenancy, unique, wait_until, web},
-    forge::{assert_forgeries_ran_nothing, forge_two, namespace_admin},
+    forge::{assert_forgeries_ran_nothing, forge_two, may_create_secrets, namespace_admin},
     hub::{Hub, allow_all},
 };
 use k8s_openapi::{
@@ -16,7 +16,10 @@ use kube::{
     Api,
     api::{ListParams, ObjectMeta, PostParams},
 };
-use tenancy_hub::api::{crd::ControllerSpec, member_cluster::pull_namespace};
+use tenancy_hub::api::{
+    crd::ControllerSpec,
+    member_cluster::{MemberCluster, pull_namespace},
+};
 
 /// One pull test at a time: each has its own operator, and a member is enrolled by one.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -285,6 +288,289 @@ async fn release_records_forged_in_a_pull_member_are_never_acted_on() {
     .await;
 
     assert_forgeries_ran_nothing(&member, &secrets, &victim, &mallory).await;
+    hub_cli(&hub.lab, &["cluster", "remove", &edge]);
+    agent.stop();
+}
+
+/// `count` release-shaped Secrets of `namespace`, each with an annotation of `bytes`, created at
+/// once with `client` (the tenant's own identity); how many were created.
+async fn release_shaped(
+    client: &kube::Client,
+    namespace: &str,
+    count: usize,
+    bytes: usize,
+) -> usize {
+    use futures::StreamExt as _;
+    let api = Api::<Secret>::namespaced(client.clone(), namespace);
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                let secret: Secret = serde_json::from_value(serde_json::json!({
+                    "metadata": {
+                        "name": format!("sh.helm.release.v1.fake{i}.v1"),
+                        "labels": {"owner": "helm", "name": format!("fake{i}"), "status": "deployed",
+                                   "version": "1", "multitenancy.dev/managed-by": "tenancy-hub"},
+                        "annotations": {"padding": "a".repeat(bytes)},
+                    },
+                    "type": "helm.sh/release.v1",
+                }))
+                .unwrap();
+                api.create(&PostParams::default(), &secret).await.is_ok()
+            }
+        })
+        .buffer_unordered(16)
+        .filter(|made| futures::future::ready(*made))
+        .count()
+        .await
+}
+
+/// The `ReportsTaken` condition of pull member `member`, as (status, message).
+async fn reports_taken(hub: &Hub, member: &str) -> Option<(String, String)> {
+    let mc = Api::<MemberCluster>::all(hub.client.clone())
+        .get(member)
+        .await
+        .ok()?;
+    let c = mc
+        .status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "ReportsTaken")?;
+    Some((c.status, c.message))
+}
+
+#[tokio::test]
+#[ignore = "needs the lab with pull members: kind/up.sh --pull-members 1, then --include-ignored"]
+async fn oversize_records_in_a_tenants_pull_namespace_freeze_no_other_team() {
+    let _serial = SERIAL.lock().await;
+    let args = ["--tenancy-policy", "enforce"];
+    let mut hub = Hub::with_args("pull-oversize", &args).await;
+    hub.policy(&hub.namespace, allow_all(&hub.namespace, &[]))
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let edge = unique("edge");
+    let agent = join_with(
+        &hub.lab,
+        &edge,
+        "pull-1",
+        dir.path(),
+        &["--max-namespace-records", "20"],
+    );
+    let (victim, attacker, mallory) = (unique("victim"), unique("attacker"), unique("mallory"));
+    hub.apply("platform", platform(&edge, &victim, &attacker, "1"))
+        .await;
+    let member = hub.lab.pull_client("pull-1").await;
+    wait_until(
+        "the platform's releases in the pull member",
+        DEADLINE,
+        || async {
+            (deployed_revision(&hub.lab, "pull-1", &victim, "web") == Some(1)
+                && deployed_revision(&hub.lab, "pull-1", &attacker, "agent") == Some(1))
+            .then_some(())
+        },
+    )
+    .await;
+    namespace_admin(&member, &attacker, &mallory).await;
+
+    // Mallory, admin of her own namespace only, writes release-shaped Secrets there: 4 with
+    // 250 KB annotations each (one report of every record was cut to nothing by them), then
+    // more than the agent reports of one namespace.
+    let as_mallory = hub.lab.pull_client_as("pull-1", &mallory).await;
+    wait_until("mallory's rights", DEADLINE, || {
+        may_create_secrets(&as_mallory, &attacker)
+    })
+    .await;
+    assert_eq!(release_shaped(&as_mallory, &attacker, 4, 250_000).await, 4);
+    hub.apply("platform", platform(&edge, &victim, &attacker, "2"))
+        .await;
+    wait_until(
+        "revision 2 of web beside the large records",
+        DEADLINE,
+        || async {
+            (deployed_revision(&hub.lab, "pull-1", &victim, "web") == Some(2)).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        reports_taken(&hub, &edge)
+            .await
+            .is_none_or(|(status, _)| status == "True"),
+        "annotations are not reported, so nothing is refused"
+    );
+    assert_eq!(release_shaped(&as_mallory, &attacker, 30, 1_000).await, 26);
+
+    // The hub says which namespace it could not take, on the member's status and in an Event...
+    let (_, message) = wait_until(
+        "the member's status to name mallory's namespace",
+        DEADLINE,
+        || async {
+            reports_taken(&hub, &edge)
+                .await
+                .filter(|(status, message)| status == "False" && message.contains(&attacker))
+        },
+    )
+    .await;
+    assert!(
+        message.contains("more than the 20 a namespace reports"),
+        "{message}"
+    );
+    assert!(!message.contains(&victim), "{message}");
+    let events =
+        Api::<k8s_openapi::api::core::v1::Event>::namespaced(hub.client.clone(), "default");
+    let params = ListParams::default().fields(&format!("involvedObject.name={edge}"));
+    wait_until(
+        "a ReportsRefused Event on the MemberCluster",
+        DEADLINE,
+        || async {
+            events
+                .list(&params)
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("ReportsRefused"))
+        },
+    )
+    .await;
+    // ...while the other team's changes are delivered, also by an operator started afresh.
+    hub.apply("platform", platform(&edge, &victim, &attacker, "3"))
+        .await;
+    wait_until("revision 3 of web", DEADLINE, || async {
+        (deployed_revision(&hub.lab, "pull-1", &victim, "web") == Some(3)).then_some(())
+    })
+    .await;
+    hub.operator.take().unwrap().stop();
+    hub.operator = Some(common::operator::Operator::start_with(
+        &hub.lab,
+        &hub.namespace,
+        &args,
+    ));
+    hub.apply("platform", platform(&edge, &victim, &attacker, "4"))
+        .await;
+    wait_until("revision 4 of web after the restart", DEADLINE, || async {
+        (deployed_revision(&hub.lab, "pull-1", &victim, "web") == Some(4)).then_some(())
+    })
+    .await;
+    // Mallory's own release is left as it was last reported: not uninstalled, not run again.
+    assert_eq!(
+        deployed_revision(&hub.lab, "pull-1", &attacker, "agent"),
+        Some(1)
+    );
+
+    hub.delete_and_wait_gone("platform").await;
+    hub_cli(&hub.lab, &["cluster", "remove", &edge]);
+    agent.stop();
+}
+
+/// The Secrets of kind `kind` in the hub namespace `namespace`.
+async fn reports(hub: &Hub, namespace: &str, kind: &str) -> usize {
+    Api::<Secret>::namespaced(hub.client.clone(), namespace)
+        .list_metadata(
+            &ListParams::default().labels(&format!("multitenancy.dev/pull-report={kind}")),
+        )
+        .await
+        .map_or(usize::MAX, |l| l.items.len())
+}
+
+/// Creates `count` Secrets named `prefix-<i>` in `api`'s namespace at once, labelled `labels`,
+/// each holding `bytes`; how many the API server refused for the namespace's quota.
+async fn flood(
+    api: &Api<Secret>,
+    prefix: &str,
+    count: usize,
+    labels: serde_json::Value,
+    bytes: usize,
+) -> usize {
+    use futures::StreamExt as _;
+    let data = ByteString(vec![b'x'; bytes]);
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let (api, labels, data) = (api.clone(), labels.clone(), data.clone());
+            async move {
+                let secret: Secret = serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": format!("{prefix}-{i:032x}"), "labels": labels},
+                }))
+                .unwrap();
+                let secret = Secret {
+                    data: Some([("report".to_owned(), data)].into()),
+                    ..secret
+                };
+                match api.create(&PostParams::default(), &secret).await {
+                    Err(kube::Error::Api(e)) if e.message.contains("exceeded quota") => 1,
+                    Ok(_) => 0,
+                    Err(e) => panic!("creating {prefix}-{i}: {e}"),
+                }
+            }
+        })
+        .buffer_unordered(32)
+        .fold(0, |n, refused| futures::future::ready(n + refused))
+        .await
+}
+
+#[tokio::test]
+#[ignore = "needs the lab with pull members: kind/up.sh --pull-members 1, then --include-ignored"]
+async fn a_reply_flood_from_an_agent_is_pruned_bounded_and_stopped_by_the_quota() {
+    let _serial = SERIAL.lock().await;
+    let hub = Hub::with_args("pull-flood", &["--pull-member-secrets", "300"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let edge = unique("edge");
+    let agent = join(&hub.lab, &edge, "pull-1", dir.path());
+    let namespace = unique("flood");
+    hub.apply("web", web(&namespace, &[&edge], "1")).await;
+    wait_until("revision 1 in the pull member", DEADLINE, || async {
+        (deployed_revision(&hub.lab, "pull-1", &namespace, "web") == Some(1)).then_some(())
+    })
+    .await;
+    let operator = hub.operator.as_ref().unwrap();
+    let metric = format!("tenancy_hub_pull_member_bytes{{cluster=\"{edge}\"}}");
+    let before = operator.metric(&metric);
+
+    // The agent's own identity writes 200 replies of 100 KB to asks the hub never made.
+    let hub_ns = pull_namespace(&edge.parse().unwrap());
+    let as_agent = hub
+        .lab
+        .client_as("hub", &format!("system:serviceaccount:{hub_ns}:agent"))
+        .await;
+    let secrets = Api::<Secret>::namespaced(as_agent, &hub_ns);
+    let labels = serde_json::json!({"multitenancy.dev/pull-report": "reply"});
+    assert_eq!(flood(&secrets, "reply", 200, labels, 100_000).await, 0);
+    wait_until("every reply to no ask pruned", DEADLINE, || async {
+        (reports(&hub, &hub_ns, "reply").await == 0).then_some(())
+    })
+    .await;
+    let after = operator.metric(&metric);
+    assert!(before > 0.0, "the member's reports are counted: {before}");
+    assert!(
+        after < before + 100_000.0,
+        "the operator holds {after} bytes for the member after the flood ({before} before)"
+    );
+    // The hub still delivers to the member.
+    hub.apply("web", web(&namespace, &[&edge], "2")).await;
+    wait_until("revision 2 in the pull member", DEADLINE, || async {
+        (deployed_revision(&hub.lab, "pull-1", &namespace, "web") == Some(2)).then_some(())
+    })
+    .await;
+
+    // Past the namespace's quota, the API server refuses the agent's Secrets.
+    let labels = serde_json::json!({"flood": "yes"});
+    let refused = flood(&secrets, "flood", 400, labels, 10).await;
+    assert!(refused >= 100, "only {refused} of 400 Secrets refused");
+    let held = Api::<Secret>::namespaced(hub.client.clone(), &hub_ns)
+        .list_metadata(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .len();
+    assert!(held <= 300, "{held} Secrets in {hub_ns}");
+    Api::<Secret>::namespaced(hub.client.clone(), &hub_ns)
+        .delete_collection(
+            &kube::api::DeleteParams::default(),
+            &ListParams::default().labels("flood=yes"),
+        )
+        .await
+        .unwrap();
+
+    hub.delete_and_wait_gone("web").await;
     hub_cli(&hub.lab, &["cluster", "remove", &edge]);
     agent.stop();
 }

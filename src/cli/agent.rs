@@ -46,6 +46,11 @@ pub struct AgentArgs {
     /// renewal; a replaced token is refused 90 s after its renewal).
     #[arg(long, hide = true, value_parser = clap::value_parser!(u64).range(5..))]
     pub(crate) token_renew_seconds: Option<u64>,
+    /// Release records one namespace of the member reports at most; past it, the namespace's
+    /// records are reported as unreadable (the hub keeps what it last had there and says so on
+    /// the MemberCluster), so no tenant writing Secrets in its namespace holds up another's.
+    #[arg(long, default_value_t = crate::member::pull::pieces::MAX_NAMESPACE_RECORDS as u32, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub(crate) max_namespace_records: u32,
     /// Address of `/healthz`.
     #[arg(long, default_value = "127.0.0.1:8081")]
     pub(crate) http_addr: SocketAddr,
@@ -72,6 +77,7 @@ impl AgentArgs {
                 .clone()
                 .unwrap_or_else(|| crate::charts::cache::default_dir().join("agent")),
             lease_seconds: self.lease_seconds,
+            namespace_records: self.max_namespace_records as usize,
             token_renew_every: self.token_renew_seconds.map(std::time::Duration::from_secs),
             http_addr: self.http_addr,
         }

@@ -199,6 +199,11 @@ pub struct RunArgs {
     /// two lease durations. 1 (the default): one leader works everything. Needs leader election.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub(crate) shards: u32,
+    /// Secrets a pull member's hub namespace may hold, kept as its ResourceQuota: the member's
+    /// work, its agent's reports and its charts. The default fits 1,000 releases in 1,000
+    /// namespaces; an agent past it is refused by the API server.
+    #[arg(long, default_value_t = 6_000, value_parser = clap::value_parser!(u32).range(100..=100_000))]
+    pub(crate) pull_member_secrets: u32,
     /// Milliseconds between status writes of one resource, at most; changes in between are coalesced.
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(100..=10_000))]
     pub(crate) status_interval_ms: u64,
@@ -260,6 +265,7 @@ impl RunArgs {
             notify_internal: self.notify_internal_addresses,
             leader: self.lease(),
             shards: self.shards,
+            pull_member_secrets: self.pull_member_secrets,
             status_interval: Duration::from_millis(self.status_interval_ms),
             chart_cache_dir: self
                 .chart_cache_dir

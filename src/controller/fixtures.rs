@@ -118,7 +118,7 @@ impl Fixture {
             links: crate::member::Links::new(
                 registry.clone(),
                 Arc::new(executor),
-                crate::member::pull::hub::PullHub::new(hub_client.clone(), None),
+                crate::member::pull::hub::PullHub::new(hub_client.clone(), None, None),
             ),
             registry,
             releases,

@@ -59,13 +59,18 @@ impl Links {
     pub(crate) fn looking(registry: ClusterRegistry, signer: Option<Signer>) -> Self {
         let hub = registry
             .get(&HUB_CLUSTER.parse().expect("the hub's name is valid"))
-            .map(|hub| PullHub::new(hub.client.clone(), signer));
+            .map(|hub| PullHub::new(hub.client.clone(), signer, None));
         Self {
             registry: Arc::new(arc_swap::ArcSwap::from_pointee(registry)),
             executor: None,
             kinds: Arc::default(),
             pull: hub,
         }
+    }
+
+    /// The hub's side of the pull members, when there is one.
+    pub(crate) fn pull_hub(&self) -> Option<Arc<PullHub>> {
+        self.pull.clone()
     }
 
     /// The link of `cluster`, when it is registered (in the file, or joined).

@@ -13,6 +13,7 @@ pub(crate) struct Clusters {
     pub(crate) reachable: Family<ClusterLabels, Gauge>,
     pub(crate) reloads: Counter,
     pub(crate) rejects: Counter,
+    pub(crate) pull_bytes: Family<ClusterLabels, Gauge>,
 }
 
 impl Clusters {
@@ -35,6 +36,12 @@ impl Clusters {
                 "registry_rejects",
                 "Edits of the registration file refused; the last good registry stayed in force",
                 Counter::default(),
+            ),
+            pull_bytes: registered(
+                r,
+                "pull_member_bytes",
+                "Bytes of a pull member's reports the operator holds (bounded per member)",
+                Family::default(),
             ),
         }
     }

@@ -76,6 +76,16 @@ impl Metrics {
         }
     }
 
+    /// Sets the bytes of pull member `cluster`'s reports held.
+    pub(crate) fn pull_member_bytes(&self, cluster: &str, bytes: usize) {
+        self.clusters
+            .pull_bytes
+            .get_or_create(&ClusterLabels {
+                cluster: cluster.to_owned(),
+            })
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
     /// Counts one notification by its `result`: `sent`, `failed`, `dropped` or `rate_limited`.
     pub(crate) fn notification(&self, result: &'static str) {
         self.notifications

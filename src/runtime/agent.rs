@@ -34,6 +34,8 @@ pub(crate) struct AgentSettings {
     pub(crate) chart_dir: PathBuf,
     /// Seconds the agent's Lease holds without renewal.
     pub(crate) lease_seconds: i32,
+    /// Release records one namespace reports at most.
+    pub(crate) namespace_records: usize,
     /// Renew the hub token this often instead of at half its life (tests).
     pub(crate) token_renew_every: Option<std::time::Duration>,
     /// Address of `/healthz`.
@@ -127,6 +129,7 @@ pub(crate) async fn run(settings: AgentSettings) -> Result<(), AgentError> {
         link,
         charts_dir.join("archives"),
         settings.lease_seconds,
+        settings.namespace_records,
     );
     tasks.spawn(agent.run(stop.clone()));
     crate::runtime::tasks::shutdown_signal().await;

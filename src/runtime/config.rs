@@ -37,6 +37,8 @@ pub(crate) struct RunConfig {
     /// Shards the Controllers are split into, each led by one replica through its own Lease
     /// named after `leader`'s; 1 is a single leader for everything.
     pub(crate) shards: u32,
+    /// Secrets each pull member's hub namespace may hold (its ResourceQuota).
+    pub(crate) pull_member_secrets: u32,
     /// Where the chart cache keeps chart archives.
     pub(crate) chart_cache_dir: PathBuf,
     /// Bytes of chart archives the chart cache keeps at most.

@@ -311,10 +311,14 @@ fn spawn_loops(
     if let Some(seal) = config.helm.seal.clone() {
         tasks.spawn(
             crate::member::pull::enroll::run(
-                ctx.hub.clone(),
-                seal,
-                ctx.registry.clone(),
-                ctx.shards.clone(),
+                crate::member::pull::enroll::Enrolling {
+                    client: ctx.hub.clone(),
+                    seal,
+                    registry: ctx.registry.clone(),
+                    shards: ctx.shards.clone(),
+                    reports: ctx.links.pull_hub(),
+                    secrets: config.pull_member_secrets,
+                },
                 cancel.clone(),
             )
             .instrument(tracing::info_span!("enroll")),

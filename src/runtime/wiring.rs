@@ -225,7 +225,11 @@ pub(crate) async fn build(
     let (notifier, notices) = crate::notify::Notifier::new(metrics.clone());
     let chart_cache = open_chart_cache(config, &metrics).await?;
     // One watch of every pull member's reports and one of their Leases, whatever their number.
-    let pull = PullHub::new(hub.client.clone(), Some(Signer::new(&hub.seal)));
+    let pull = PullHub::new(
+        hub.client.clone(),
+        Some(Signer::new(&hub.seal)),
+        Some(metrics.clone()),
+    );
     tasks.spawn(pull.clone().run(cancel.clone()));
     let links = Links::new(
         shared.clone(),

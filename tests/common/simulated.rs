@@ -2,7 +2,7 @@
 //!
 //! A simulated member renews its Lease as the agent does, reports its status and release records
 //! at start, answers each signed work call with an `Applied` outcome and a sealed record of the new
-//! revision in its `records-managed` report (what the hub waits for before it takes the outcome),
+//! revision in its records report (a piece and the `records-managed` manifest) (what the hub waits for before it takes the outcome),
 //! replies to each drift check that nothing drifted, and reports [`PODS_PER_RELEASE`] ready pods and one Deployment per release in each namespace the
 //! hub's watch call names. It runs no Helm, fetches no chart and has no API server of its own.
 
@@ -38,8 +38,8 @@ use tenancy_hub::{
     helm::seal::Sealed,
     member::pull::{
         messages::{
-            AGENT_MANAGER, AgentStatus, Answer, CALL_LABEL, Call, Observed, RecordsReport,
-            STATUS_NAME, Work, answer_name, lease, observed_name, records_name, reply_name,
+            AGENT_MANAGER, AgentStatus, Answer, CALL_LABEL, Call, Observed, STATUS_NAME, Work,
+            answer_name, lease, observed_name, reply_name,
         },
         outbox::Outbox,
         watching::WatchCalls,
@@ -89,6 +89,8 @@ struct State {
     watches: WatchCalls,
     /// The namespaces the hub asked it to watch.
     watched: BTreeSet<String>,
+    /// The record pieces last written: managed, then foreign.
+    pieces: [BTreeSet<String>; 2],
 }
 
 /// Creates the `MemberCluster` of each of `names`, labelled by `labels` of its index, as
@@ -246,18 +248,10 @@ impl Member {
     }
 
     fn report_records(&self, managed: bool, records: Vec<ObjectMeta>) {
-        let report = RecordsReport {
-            cluster: self.cluster().clone(),
-            selector: if managed {
-                tenancy_hub::observe::records::MANAGED_SELECTOR
-            } else {
-                tenancy_hub::observe::records::FOREIGN_SELECTOR
-            }
-            .into(),
-            records,
-        };
+        let mut state = self.state.lock().unwrap();
+        let written = &mut state.pieces[usize::from(!managed)];
         self.outbox
-            .put(records_name(managed).into(), "records", &report);
+            .put_records(self.cluster(), managed, records, written);
     }
 
     /// Renews the Lease at a third of its duration, as the agent does, until `stop`.

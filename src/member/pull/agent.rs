@@ -69,11 +69,12 @@ impl Agent {
         local: Arc<dyn MemberLink>,
         charts: PathBuf,
         lease_seconds: i32,
+        namespace_records: usize,
     ) -> Arc<Self> {
         let secrets = Api::namespaced(hub.clone(), &pull_namespace(&config.cluster));
         Arc::new(Self {
             hub,
-            outbox: Outbox::new(secrets),
+            outbox: Outbox::limited(secrets, namespace_records),
             config,
             local,
             charts,

@@ -38,6 +38,7 @@ use kube::{
     runtime::{
         Controller, WatchStreamExt,
         controller::{self, Action},
+        events::{Event, EventType, Recorder, Reporter},
         reflector::{self, ObjectRef},
         watcher,
     },
@@ -57,8 +58,9 @@ use crate::{
     helm::seal::SealKey,
     member::pull::enroll::{
         objects::{enrolled, is_members, subject_of},
-        status::{Standing, look_again, status},
+        status::{REPORTS_TAKEN, Standing, look_again, reports_taken, status},
     },
+    member::pull::hub::PullHub,
 };
 
 /// The field manager of every object enrollment applies.
@@ -134,6 +136,28 @@ struct Enrollment {
     applied: Mutex<HashMap<String, Instant>>,
     /// Enrollment is done only while shard 0 is led here, so by one replica of many.
     shards: Arc<Shards>,
+    /// What the hub could not take of each member's reports, said on its status.
+    reports: Option<Arc<PullHub>>,
+    /// Secrets each member's hub namespace may hold.
+    secrets: u32,
+    /// Publishes the Events of reports the hub could not take.
+    recorder: Recorder,
+}
+
+/// What enrollment is started with.
+pub(crate) struct Enrolling {
+    /// The hub.
+    pub(crate) client: Client,
+    /// The operator's sealing key: each agent's configuration derives from it.
+    pub(crate) seal: SealKey,
+    /// The registry: the registration file's names win.
+    pub(crate) registry: SharedRegistry,
+    /// Which shards this replica leads.
+    pub(crate) shards: Arc<Shards>,
+    /// The hub's side of the pull members: what it could not take of their reports.
+    pub(crate) reports: Option<Arc<PullHub>>,
+    /// Secrets each member's hub namespace may hold (its ResourceQuota).
+    pub(crate) secrets: u32,
 }
 
 /// Members enrolled at once. Each enrollment writes a handful of objects on the hub; 1,000
@@ -145,13 +169,15 @@ const ENROLL_CONCURRENCY: u16 = 8;
 /// its agent's Lease changes, and at least every minute; only while `shards` says this replica
 /// does the hub's own work (with `--shards`, the leader of shard 0), and every member at once
 /// when it comes to.
-pub(crate) async fn run(
-    hub: Client,
-    seal: SealKey,
-    registry: SharedRegistry,
-    shards: Arc<Shards>,
-    stop: CancellationToken,
-) {
+pub(crate) async fn run(with: Enrolling, stop: CancellationToken) {
+    let Enrolling {
+        client: hub,
+        seal,
+        registry,
+        shards,
+        reports,
+        secrets,
+    } = with;
     let (leases, writer) = reflector::store();
     let by_name = watcher::Config::default().fields(&format!("metadata.name={AGENT_LEASE}"));
     let lease_events = watcher(Api::<Lease>::all(hub.clone()), by_name)
@@ -185,6 +211,9 @@ pub(crate) async fn run(
         namespaces,
         applied: Mutex::default(),
         shards,
+        reports,
+        secrets,
+        recorder: Recorder::new(hub.clone(), Reporter::from("tenancy-hub")),
     });
     Controller::new(Api::<MemberCluster>::all(hub), watcher::Config::default())
         .owns_stream(namespace_events)
@@ -312,7 +341,13 @@ impl Enrollment {
         let owner = mc
             .controller_owner_ref(&())
             .expect("a MemberCluster read from the hub has a name and a uid");
-        let e = enrolled(cluster, owner, self.operator.as_ref(), &self.seal);
+        let e = enrolled(
+            cluster,
+            owner,
+            self.operator.as_ref(),
+            &self.seal,
+            self.secrets,
+        );
         let namespace = pull_namespace(cluster);
         self.make_namespace(cluster, &e.namespace).await?;
         if let Some(binding) = &e.operator {
@@ -332,6 +367,8 @@ impl Enrollment {
         for binding in &e.bindings {
             apply(cluster, &bindings, binding).await?;
         }
+        let quotas = Api::namespaced(self.hub.clone(), &namespace);
+        apply(cluster, &quotas, &e.quota).await?;
         let secrets = Api::namespaced(self.hub.clone(), &namespace);
         apply(cluster, &secrets, &e.config).await
     }
@@ -385,7 +422,7 @@ impl Enrollment {
         standing: &Standing<'_>,
     ) -> Result<(), EnrollError> {
         let previous = mc.status.as_ref();
-        let fresh = status(
+        let mut fresh = status(
             cluster,
             &pull_namespace(cluster),
             standing,
@@ -393,6 +430,14 @@ impl Enrollment {
             previous,
             Timestamp::now(),
         );
+        if let Some(reports) = &self.reports {
+            let problems = reports.problems(cluster);
+            let taken = reports_taken(cluster, &problems, &fresh, previous);
+            if taken.status == "False" && !reports_refused(previous, &taken.message) {
+                self.tell_refused(mc, &taken.message).await;
+            }
+            fresh.conditions.push(taken);
+        }
         if previous == Some(&fresh) {
             return Ok(());
         }
@@ -412,6 +457,36 @@ impl Enrollment {
                 source,
             })
     }
+}
+
+impl Enrollment {
+    /// Publishes a Warning Event on `mc` saying which of its reports the hub could not take.
+    async fn tell_refused(&self, mc: &MemberCluster, message: &str) {
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "ReportsRefused".into(),
+            note: Some(message.chars().take(1024).collect()),
+            action: "TakeReports".into(),
+            secondary: None,
+        };
+        let reference = mc.object_ref(&());
+        let publish = self.recorder.publish(&event, &reference);
+        if let Ok(Err(e)) = tokio::time::timeout(crate::api::HUB_WRITE_TIMEOUT, publish).await {
+            tracing::warn!(error = %e, "could not publish an event");
+        }
+    }
+}
+
+/// Whether `previous` says already that the reports were refused, with `message`.
+fn reports_refused(
+    previous: Option<&crate::api::member_cluster::MemberClusterStatus>,
+    message: &str,
+) -> bool {
+    previous.is_some_and(|p| {
+        p.conditions
+            .iter()
+            .any(|c| c.type_ == REPORTS_TAKEN && c.status == "False" && c.message == message)
+    })
 }
 
 /// A write to the hub, given up after [`crate::api::HUB_WRITE_TIMEOUT`].

@@ -1,7 +1,6 @@
 //! The hub's side of every pull member at once: one watch of all agents' reports and one of their Leases (a constant number of streams whatever the number of members), what each member last reported, and the publishing of signed calls.
 
 use std::{
-    collections::HashMap,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -14,61 +13,26 @@ use futures::StreamExt as _;
 use k8s_openapi::{
     api::{coordination::v1::Lease, core::v1::Secret},
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    jiff::Timestamp,
 };
 use kube::{
     Api, ResourceExt,
     api::{DeleteParams, Patch, PatchParams},
     runtime::watcher,
 };
-use serde::de::DeserializeOwned;
 use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
     api::key::{ClusterName, ReleaseKey},
-    api::member_cluster::{AGENT_LEASE, pull_namespace},
+    api::member_cluster::{AGENT_LEASE, member_of_pull_namespace, pull_namespace},
+    member::pull::held::{Reports, Taken},
     member::pull::messages::{
-        AgentStatus, Answer, CALL_LABEL, Call, MAX_MESSAGE, Observed, REPORT_KEY, REPORT_LABEL,
-        RecordsReport, Replied, Reply, STATUS_NAME, answer_name,
+        CALL_LABEL, Call, MAX_MESSAGE, REPORT_KEY, REPORT_LABEL, answer_name,
     },
     member::pull::wire::Signer,
+    metrics::Metrics,
     observe::relist::relisting_watcher,
 };
-
-/// What one member's agent last reported.
-#[derive(Default)]
-pub(crate) struct Reports {
-    /// Work answers, by release.
-    pub(crate) answers: HashMap<ReleaseKey, Answer>,
-    /// Replies to asks, by id.
-    pub(crate) replies: HashMap<String, Reply>,
-    /// Records reports: managed, then foreign.
-    pub(crate) records: [Option<Arc<Vec<ObjectMeta>>>; 2],
-    /// Observations, by namespace, each with the count of its updates.
-    pub(crate) observed: HashMap<String, (u64, Arc<Observed>)>,
-    /// The agent's own report.
-    pub(crate) status: Option<AgentStatus>,
-    /// When the agent last renewed its Lease, and for how long.
-    pub(crate) renewed: Option<(Timestamp, i64)>,
-    /// Bumped on every change, for the waiters.
-    pub(crate) version: u64,
-}
-
-impl Reports {
-    /// When the agent's Lease runs out (None: it never held one).
-    pub(crate) fn expires(&self) -> Option<Timestamp> {
-        let (renewed, seconds) = self.renewed?;
-        renewed
-            .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(seconds))
-            .ok()
-    }
-
-    /// Whether the agent holds a Lease that has not run out.
-    pub(crate) fn live(&self) -> bool {
-        self.expires().is_some_and(|at| at > Timestamp::now())
-    }
-}
 
 /// One member's reports and a channel that ticks when they change.
 pub(crate) struct Member {
@@ -83,14 +47,15 @@ impl Member {
     }
 
     /// Changes the reports and wakes the waiters.
-    fn write(&self, f: impl FnOnce(&mut Reports)) {
-        let version = {
+    pub(crate) fn write<T>(&self, f: impl FnOnce(&mut Reports) -> T) -> T {
+        let (out, version) = {
             let mut reports = self.reports.lock().expect("reports lock");
-            f(&mut reports);
+            let out = f(&mut reports);
             reports.version += 1;
-            reports.version
+            (out, reports.version)
         };
         self.changed.send_replace(version);
+        out
     }
 
     /// A receiver that ticks on each change.
@@ -120,11 +85,19 @@ pub(crate) struct PullHub {
     listed: watch::Sender<[bool; 2]>,
     /// Permits for [`WRITES_IN_FLIGHT`] calls written or deleted at once.
     writes: Semaphore,
+    /// The answers and replies waited on, by hub namespace and object name: no other is held.
+    expected: DashMap<(String, String), ()>,
+    /// Where the bytes held per member are counted.
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl PullHub {
     /// The hub side reached with `client`, signing with `signer`.
-    pub(crate) fn new(client: kube::Client, signer: Option<Signer>) -> Arc<Self> {
+    pub(crate) fn new(
+        client: kube::Client,
+        signer: Option<Signer>,
+        metrics: Option<Arc<Metrics>>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             client,
             signer,
@@ -133,6 +106,8 @@ impl PullHub {
             following: AtomicBool::new(false),
             listed: watch::Sender::new([false; 2]),
             writes: Semaphore::new(WRITES_IN_FLIGHT),
+            expected: DashMap::new(),
+            metrics,
         })
     }
 
@@ -218,14 +193,22 @@ impl PullHub {
             return pending.0.clone();
         }
         let id = crate::member::pull::messages::new_id();
+        self.expect(&key.scope.cluster, &answer_name(key), true);
         self.pending
             .insert(key.clone(), (id.clone(), content.to_owned()));
         id
     }
 
-    /// Forgets the pending work of `key` once answered.
+    /// Forgets the pending work of `key` once answered, and its answer.
     pub(crate) fn answered(&self, key: &ReleaseKey, id: &str) {
-        self.pending.remove_if(key, |_, (pending, _)| pending == id);
+        if self
+            .pending
+            .remove_if(key, |_, (pending, _)| pending == id)
+            .is_some()
+        {
+            self.expect(&key.scope.cluster, &answer_name(key), false);
+            self.member(&key.scope.cluster).write(|r| r.answered(key));
+        }
     }
 
     /// Reads `cluster`'s reports and Lease now, unless [`PullHub::run`] follows them already:
@@ -241,7 +224,7 @@ impl PullHub {
         };
         let params = kube::api::ListParams::default().labels(REPORT_LABEL);
         for secret in self.secrets(cluster).list(&params).await.map_err(hub)? {
-            self.take_report(&secret, false);
+            let _ = self.take_report(&secret, false);
         }
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), &namespace);
         if let Some(lease) = leases.get_opt(AGENT_LEASE).await.map_err(hub)? {
@@ -299,13 +282,20 @@ impl PullHub {
         }
     }
 
-    fn on_report(&self, event: watcher::Event<Secret>) {
-        match event {
+    /// Takes one event of the reports' watch in; deletes from the hub a reply to no ask waited
+    /// on.
+    fn on_report(self: &Arc<Self>, event: watcher::Event<Secret>) {
+        let prune = match event {
             watcher::Event::Apply(secret) | watcher::Event::InitApply(secret) => {
-                self.take_report(&secret, false);
+                self.take_report(&secret, false)
             }
             watcher::Event::Delete(secret) => self.take_report(&secret, true),
-            watcher::Event::Init | watcher::Event::InitDone => {}
+            watcher::Event::Init | watcher::Event::InitDone => None,
+        };
+        if let Some((cluster, name)) = prune {
+            tracing::debug!(%cluster, name, "a reply to no ask waited on is deleted");
+            let this = self.clone();
+            tokio::spawn(async move { this.remove(&cluster, &name).await });
         }
     }
 
@@ -332,89 +322,56 @@ impl PullHub {
             .write(|r| r.renewed = Some((renewed, i64::from(seconds))));
     }
 
-    /// Takes one report Secret in, when it is in the namespace of the cluster it names.
-    fn take_report(&self, secret: &Secret, deleted: bool) {
+    /// Takes one report Secret in, when it is in a member's hub namespace, judged by its kind
+    /// and name before it is decoded (see [`Reports::take`]); a reply to no ask waited on is
+    /// deleted from the hub.
+    fn take_report(&self, secret: &Secret, deleted: bool) -> Option<(ClusterName, String)> {
         let (Some(namespace), name) = (secret.namespace(), secret.name_any()) else {
-            return;
+            return None;
         };
+        let cluster = member_of_pull_namespace(&namespace)?;
         let kind = secret
             .labels()
             .get(REPORT_LABEL)
             .cloned()
             .unwrap_or_default();
-        let Some(bytes) = secret.data.as_ref().and_then(|d| d.get(REPORT_KEY)) else {
-            return;
-        };
-        let bytes = &bytes.0;
-        let in_place = |cluster: &ClusterName| pull_namespace(cluster) == namespace;
-        match kind.as_str() {
-            "answer" => {
-                if let Some(a) = decode::<Answer>(bytes).filter(|a| {
-                    in_place(&a.cluster)
-                        && a.key.scope.cluster == a.cluster
-                        && answer_name(&a.key) == name
-                }) {
-                    let key = a.key.clone();
-                    self.member(&a.cluster).write(|r| {
-                        if deleted {
-                            r.answers.remove(&key);
-                        } else {
-                            r.answers.insert(key, a.clone());
-                        }
-                    });
-                }
-            }
-            "reply" => {
-                if let Some(a) = decode::<Replied>(bytes).filter(|a| in_place(&a.cluster)) {
-                    self.member(&a.cluster).write(|r| {
-                        if deleted {
-                            r.replies.remove(&a.id);
-                        } else {
-                            r.replies.insert(a.id.clone(), a.reply.clone());
-                        }
-                    });
-                }
-            }
-            "records" => {
-                if let Some(a) = decode::<RecordsReport>(bytes).filter(|a| in_place(&a.cluster)) {
-                    let managed = a.selector == crate::observe::records::MANAGED_SELECTOR;
-                    let records = (!deleted).then(|| Arc::new(a.records.clone()));
-                    self.member(&a.cluster)
-                        .write(|r| r.records[usize::from(!managed)] = records);
-                }
-            }
-            "observed" => {
-                if let Some(a) = decode::<Observed>(bytes).filter(|a| in_place(&a.cluster)) {
-                    let cluster = a.cluster.clone();
-                    self.member(&cluster).write(|r| {
-                        if deleted {
-                            r.observed.remove(&a.namespace);
-                        } else {
-                            let count = r.version + 1;
-                            r.observed.insert(a.namespace.clone(), (count, Arc::new(a)));
-                        }
-                    });
-                }
-            }
-            "status" if name == STATUS_NAME => {
-                if let Some(a) = decode::<AgentStatus>(bytes)
-                    && let Some(cluster) = a.cluster.clone().filter(|c| in_place(c))
-                {
-                    self.member(&cluster)
-                        .write(|r| r.status = (!deleted).then_some(a));
-                }
-            }
-            _ => {}
+        let bytes = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(REPORT_KEY))
+            .map(|b| b.0.as_slice());
+        if bytes.is_none() && !deleted {
+            return None;
+        }
+        let expected = self
+            .expected
+            .contains_key(&(namespace.clone(), name.clone()));
+        let member = self.member(&cluster);
+        let taken =
+            member.write(|r| r.take(&cluster, &kind, &name, bytes.filter(|_| !deleted), expected));
+        if let Some(metrics) = &self.metrics {
+            metrics.pull_member_bytes(cluster.as_str(), member.read(Reports::bytes));
+        }
+        (taken == Taken::Prune && self.signer.is_some()).then_some((cluster, name))
+    }
+
+    /// Marks the answer or reply `name` of `cluster` as waited on (true) or not.
+    pub(crate) fn expect(&self, cluster: &ClusterName, name: &str, waited: bool) {
+        let key = (pull_namespace(cluster), name.to_owned());
+        if waited {
+            self.expected.insert(key, ());
+        } else {
+            self.expected.remove(&key);
         }
     }
-}
 
-/// A report's JSON, within bounds; None when it is not one.
-fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Option<T> {
-    if bytes.len() > MAX_MESSAGE {
-        return None;
+    /// What the hub could not take of `cluster`'s reports, each saying what and why.
+    pub(crate) fn problems(&self, cluster: &ClusterName) -> Vec<String> {
+        self.members
+            .get(cluster)
+            .map(|m| m.read(Reports::problems))
+            .unwrap_or_default()
     }
-    serde_json::from_slice(bytes).ok()
 }
 
 /// How long a look at a member waits at most for the first list of every agent's Lease and

@@ -330,7 +330,7 @@ async fn wait_answer(hub: &PullHub, cluster: &ClusterName, key: &ReleaseKey, id:
 /// Waits, within [`SETTLE_WITHIN`], until the agent's records report shows what `outcome` did
 /// to `key`: its new revision, or its records gone.
 async fn settle(member: &Member, key: &ReleaseKey, outcome: &Outcome) {
-    let shows = |r: &crate::member::pull::hub::Reports| {
+    let shows = |r: &crate::member::pull::held::Reports| {
         let Some(records) = &r.records[0] else {
             return false;
         };
@@ -368,7 +368,11 @@ async fn ask(hub: &PullHub, cluster: &ClusterName, body: CallBody) -> Result<Rep
         id: id.clone(),
         body,
     };
-    hub.publish(&ask_name(&id), "ask", &call).await?;
+    hub.expect(cluster, &reply_name(&id), true);
+    if let Err(e) = hub.publish(&ask_name(&id), "ask", &call).await {
+        hub.expect(cluster, &reply_name(&id), false);
+        return Err(e);
+    }
     let member = hub.member(cluster);
     let mut changed = member.subscribe();
     let deadline = Instant::now() + REPLY_WITHIN;
@@ -385,6 +389,8 @@ async fn ask(hub: &PullHub, cluster: &ClusterName, body: CallBody) -> Result<Rep
         }
         let _ = tokio::time::timeout(LOOK_EVERY, changed.changed()).await;
     };
+    hub.expect(cluster, &reply_name(&id), false);
+    member.write(|r| r.replied(&id));
     hub.remove(cluster, &ask_name(&id)).await;
     hub.remove(cluster, &reply_name(&id)).await;
     reply

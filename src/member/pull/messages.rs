@@ -25,8 +25,11 @@ use crate::{
 
 /// Label on the hub's calls and chart chunks: `work`, `ask`, `watch` or `chart`.
 pub const CALL_LABEL: &str = "multitenancy.dev/pull-call";
-/// Label on the agent's reports: `answer`, `reply`, `records`, `observed` or `status`.
+/// Label on the agent's reports: `answer`, `reply`, `records` (a manifest), `records-piece`,
+/// `observed` or `status`.
 pub(crate) const REPORT_LABEL: &str = "multitenancy.dev/pull-report";
+/// The [`REPORT_LABEL`] of a piece of the release records (see [`crate::member::pull::pieces`]).
+pub(crate) const PIECE_KIND: &str = "records-piece";
 /// Secret data key of a report's JSON.
 pub(crate) const REPORT_KEY: &str = "report";
 /// The agent's status report.
@@ -230,17 +233,6 @@ pub struct Replied {
     pub(crate) reply: Reply,
 }
 
-/// The release records of one selector, as the agent last saw them, under [`records_name`].
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct RecordsReport {
-    /// The cluster it reports for.
-    pub cluster: ClusterName,
-    /// The label selector.
-    pub selector: String,
-    /// Each record's metadata.
-    pub records: Vec<ObjectMeta>,
-}
-
 /// What runs in one watched namespace, under [`observed_name`].
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Observed {
@@ -301,15 +293,6 @@ pub fn reply_name(id: &str) -> String {
 /// One chunk of a published chart.
 pub(crate) fn chunk_name(digest: &str, index: u32) -> String {
     format!("chart-{}-{index}", &digest[..digest.len().min(40)])
-}
-
-/// The records report of the managed (`true`) or the foreign records.
-pub fn records_name(managed: bool) -> &'static str {
-    if managed {
-        "records-managed"
-    } else {
-        "records-foreign"
-    }
 }
 
 /// The observation report of a namespace.

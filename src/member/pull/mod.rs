@@ -9,11 +9,13 @@
 pub(crate) mod agent;
 pub(crate) mod charts;
 pub(crate) mod enroll;
+pub(crate) mod held;
 pub(crate) mod hub;
 pub(crate) mod link;
 pub(crate) mod login;
 pub mod messages;
 pub(crate) mod observer;
 pub mod outbox;
+pub mod pieces;
 pub mod watching;
 pub mod wire;

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     api::key::ClusterName,
     member::link::MemberLink,
-    member::pull::messages::{Observed, RecordsReport, observed_name, records_name},
+    member::pull::messages::{Observed, observed_name},
     member::pull::outbox::Outbox,
     observe::model::ScopeState,
     observe::records::{FOREIGN_SELECTOR, MANAGED_SELECTOR},
@@ -125,8 +125,8 @@ pub(crate) async fn observe(
     }
 }
 
-/// Follows the release records of `local`, managed or foreign, and reports them whole, at most
-/// once a second, until `stop`.
+/// Follows the release records of `local`, managed or foreign, and reports them in pieces (each
+/// cut to what the hub reads), at most once a second, until `stop`.
 pub(crate) async fn records(
     cluster: ClusterName,
     local: Arc<dyn MemberLink>,
@@ -143,6 +143,7 @@ pub(crate) async fn records(
     let mut held: BTreeMap<(String, String), ObjectMeta> = BTreeMap::new();
     let mut listing: Option<BTreeMap<(String, String), ObjectMeta>> = None;
     let mut dirty = false;
+    let mut written = BTreeSet::new();
     let mut tick = tokio::time::interval(COALESCE);
     let id = |m: &ObjectMeta| {
         (
@@ -150,10 +151,7 @@ pub(crate) async fn records(
             m.name.clone().unwrap_or_default(),
         )
     };
-    let strip = |mut m: ObjectMeta| {
-        m.managed_fields = None;
-        m
-    };
+    let strip = crate::member::pull::pieces::slim;
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
@@ -183,12 +181,7 @@ pub(crate) async fn records(
             }
             _ = tick.tick(), if dirty => {
                 dirty = false;
-                let report = RecordsReport {
-                    cluster: cluster.clone(),
-                    selector: selector.to_owned(),
-                    records: held.values().cloned().collect(),
-                };
-                outbox.put(records_name(managed).to_owned(), "records", &report);
+                outbox.put_records(&cluster, managed, held.values().cloned(), &mut written);
             }
         }
     }

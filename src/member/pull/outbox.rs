@@ -1,7 +1,7 @@
 //! The agent's reports on their way to the hub: the newest of each report, kept until the hub has it, so an agent cut off from the hub catches up when it returns.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -15,7 +15,11 @@ use serde::Serialize;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::member::pull::messages::{AGENT_MANAGER, MAX_MESSAGE, REPORT_KEY, REPORT_LABEL};
+use crate::{
+    api::key::ClusterName,
+    member::pull::messages::{AGENT_MANAGER, MAX_MESSAGE, PIECE_KIND, REPORT_KEY, REPORT_LABEL},
+    member::pull::pieces,
+};
 
 /// How often the outbox tries again while the hub does not take its reports.
 const RETRY_EVERY: Duration = Duration::from_secs(2);
@@ -36,12 +40,21 @@ pub struct Outbox {
     wake: Notify,
     /// True while the hub takes the reports.
     reachable: watch::Sender<bool>,
+    /// Release records one namespace reports at most.
+    namespace_records: usize,
 }
 
 impl Outbox {
     /// An outbox writing into the member's hub namespace through `secrets`.
     pub fn new(secrets: Api<Secret>) -> Arc<Self> {
+        Self::limited(secrets, pieces::MAX_NAMESPACE_RECORDS)
+    }
+
+    /// Like [`Outbox::new`], reporting at most `namespace_records` release records of one
+    /// namespace.
+    pub(crate) fn limited(secrets: Api<Secret>, namespace_records: usize) -> Arc<Self> {
         Arc::new(Self {
+            namespace_records,
             secrets,
             pending: Mutex::default(),
             count: Mutex::default(),
@@ -67,6 +80,36 @@ impl Outbox {
             bytes = b"null".to_vec();
         }
         self.enqueue(name, Pending::Write(kind, bytes));
+    }
+
+    /// Puts `records`, the managed or the foreign records of `cluster`, as pieces and their
+    /// manifest (see [`crate::member::pull::pieces`]), and deletes the pieces of `written` (the
+    /// names last put) that are no more; `written` becomes the names put now.
+    pub fn put_records(
+        &self,
+        cluster: &ClusterName,
+        managed: bool,
+        records: impl IntoIterator<Item = ObjectMeta>,
+        written: &mut BTreeSet<String>,
+    ) {
+        let (manifest, pieces) = pieces::split(
+            cluster,
+            managed,
+            records.into_iter().map(pieces::slim),
+            self.namespace_records,
+        );
+        for gone in written.iter().filter(|name| !pieces.contains_key(*name)) {
+            self.delete(gone.clone());
+        }
+        *written = pieces.keys().cloned().collect();
+        for (name, bytes) in pieces {
+            self.enqueue(name, Pending::Write(PIECE_KIND, bytes));
+        }
+        self.put(
+            pieces::manifest_name(managed).to_owned(),
+            "records",
+            &manifest,
+        );
     }
 
     /// Deletes the report `name`.

@@ -4,10 +4,13 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::{
     api::{
-        core::v1::{Namespace, Secret, ServiceAccount},
+        core::v1::{Namespace, ResourceQuota, ResourceQuotaSpec, Secret, ServiceAccount},
         rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject},
     },
-    apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
+    apimachinery::pkg::{
+        api::resource::Quantity,
+        apis::meta::v1::{ObjectMeta, OwnerReference},
+    },
 };
 
 use crate::{
@@ -59,7 +62,16 @@ pub(crate) struct Enrolled {
     pub(crate) bindings: [RoleBinding; 2],
     /// The agent's configuration (its cluster, its sealing key, the hub's work key).
     pub(crate) config: Secret,
+    /// What the namespace may hold: an agent may write Secrets there, and only this bounds how
+    /// many.
+    pub(crate) quota: ResourceQuota,
 }
+
+/// The name of the ResourceQuota of a member's hub namespace.
+pub(crate) const QUOTA: &str = "tenancy-hub-member";
+/// ConfigMaps a member's hub namespace may hold: the protocol writes none (Kubernetes writes its
+/// CA bundle).
+const MEMBER_CONFIGMAPS: u32 = 8;
 
 /// The objects that enroll `cluster`, whose `MemberCluster` is `owner`, for the operator acting
 /// as `operator` with the sealing key `seal`.
@@ -68,6 +80,7 @@ pub(crate) fn enrolled(
     owner: OwnerReference,
     operator: Option<&Subject>,
     seal: &SealKey,
+    secrets: u32,
 ) -> Enrolled {
     let ns = pull_namespace(cluster);
     let namespace = Namespace {
@@ -111,6 +124,20 @@ pub(crate) fn enrolled(
             binding(cluster, &ns, BOOTSTRAP_ACCOUNT),
         ],
         config,
+        quota: ResourceQuota {
+            metadata: meta(cluster, &ns, QUOTA),
+            spec: Some(ResourceQuotaSpec {
+                hard: Some(BTreeMap::from([
+                    ("count/secrets".to_owned(), Quantity(secrets.to_string())),
+                    (
+                        "count/configmaps".to_owned(),
+                        Quantity(MEMBER_CONFIGMAPS.to_string()),
+                    ),
+                ])),
+                ..ResourceQuotaSpec::default()
+            }),
+            ..ResourceQuota::default()
+        },
     }
 }
 
@@ -280,7 +307,7 @@ mod tests {
     fn a_member_is_enrolled_in_its_own_labelled_namespace_owned_by_its_member_cluster() {
         let seal = SealKey::from_bytes(&[3u8; 32]).unwrap();
         let me = subject_of("system:serviceaccount:tenancy-hub:tenancy-hub");
-        let e = enrolled(&edge1(), owner(), Some(&me), &seal);
+        let e = enrolled(&edge1(), owner(), Some(&me), &seal, 6_000);
         let operator = e.operator.unwrap();
         assert_eq!(operator.role_ref.name, NAMESPACE_ROLE);
         assert_eq!(operator.subjects.unwrap(), [me]);
@@ -320,7 +347,7 @@ mod tests {
     #[test]
     fn the_bootstrap_identity_may_only_get_a_token_of_the_agent() {
         let seal = SealKey::from_bytes(&[3u8; 32]).unwrap();
-        let e = enrolled(&edge1(), owner(), None, &seal);
+        let e = enrolled(&edge1(), owner(), None, &seal, 6_000);
         assert!(e.operator.is_none());
         let bootstrap = e.roles[1].rules.as_ref().unwrap();
         assert_eq!(bootstrap.len(), 1);

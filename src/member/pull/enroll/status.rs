@@ -158,6 +158,63 @@ pub(crate) fn status(
     }
 }
 
+/// The condition saying whether the hub takes every report of the member's agent.
+pub(crate) const REPORTS_TAKEN: &str = "ReportsTaken";
+/// The most refused reports a status names.
+const NAMED_AT_MOST: usize = 8;
+
+/// The [`REPORTS_TAKEN`] condition of `cluster`, from what the hub could not take of its reports
+/// (`problems`), beside the conditions of `fresh`; its transition time kept from `previous`.
+pub(crate) fn reports_taken(
+    cluster: &ClusterName,
+    problems: &[String],
+    fresh: &MemberClusterStatus,
+    previous: Option<&MemberClusterStatus>,
+) -> Condition {
+    let (status, reason, message) = if problems.is_empty() {
+        (
+            "True",
+            "AllTaken",
+            format!("the hub takes every report of cluster {cluster}'s agent"),
+        )
+    } else {
+        let named: Vec<&str> = problems
+            .iter()
+            .take(NAMED_AT_MOST)
+            .map(String::as_str)
+            .collect();
+        let more = problems.len().saturating_sub(NAMED_AT_MOST);
+        let more = if more > 0 {
+            format!(" (and {more} more)")
+        } else {
+            String::new()
+        };
+        (
+            "False",
+            "ReportsRefused",
+            format!(
+                "the hub could not take some of cluster {cluster}'s reports; the release records of a namespace it names are held as last taken, so nothing new is decided there from them: {}{more}",
+                named.join("; ")
+            ),
+        )
+    };
+    let since = previous
+        .and_then(|p| {
+            p.conditions
+                .iter()
+                .find(|c| c.type_ == REPORTS_TAKEN && c.status == status)
+        })
+        .map_or(Time(Timestamp::now()), |c| c.last_transition_time.clone());
+    Condition {
+        type_: REPORTS_TAKEN.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        observed_generation: fresh.observed_generation,
+        last_transition_time: since,
+    }
+}
+
 /// `at` as `lastSeen`, or the previous `lastSeen` when `at` is less than [`LAST_SEEN_STEP`] later.
 fn stepped(at: Timestamp, previous: Option<&MemberClusterStatus>) -> String {
     let kept = previous.and_then(|p| p.last_seen.as_ref()).filter(|seen| {
