@@ -251,7 +251,7 @@ impl Member {
         let mut state = self.state.lock().unwrap();
         let written = &mut state.pieces[usize::from(!managed)];
         self.outbox
-            .put_records(self.cluster(), managed, records, written);
+            .put_records(self.cluster(), managed, records, |_| true, written);
     }
 
     /// Renews the Lease at a third of its duration, as the agent does, until `stop`.

@@ -115,6 +115,7 @@ impl Agent {
                 cluster.clone(),
                 self.local.clone(),
                 managed,
+                self.config.seal.clone(),
                 self.outbox.clone(),
                 stop.clone(),
             ));

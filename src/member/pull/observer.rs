@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     api::key::ClusterName,
+    helm::seal::SealKey,
     member::link::MemberLink,
     member::pull::messages::{Observed, observed_name},
     member::pull::outbox::Outbox,
@@ -131,6 +132,7 @@ pub(crate) async fn records(
     cluster: ClusterName,
     local: Arc<dyn MemberLink>,
     managed: bool,
+    seal: SealKey,
     outbox: Arc<Outbox>,
     stop: CancellationToken,
 ) {
@@ -181,7 +183,13 @@ pub(crate) async fn records(
             }
             _ = tick.tick(), if dirty => {
                 dirty = false;
-                outbox.put_records(&cluster, managed, held.values().cloned(), &mut written);
+                let sealed = |r: &ObjectMeta| {
+                    let (Some(namespace), Some(labels)) = (&r.namespace, &r.labels) else {
+                        return false;
+                    };
+                    seal.verifies(&cluster, namespace, labels)
+                };
+                outbox.put_records(&cluster, managed, held.values().cloned(), sealed, &mut written);
             }
         }
     }

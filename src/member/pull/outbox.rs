@@ -83,13 +83,15 @@ impl Outbox {
     }
 
     /// Puts `records`, the managed or the foreign records of `cluster`, as pieces and their
-    /// manifest (see [`crate::member::pull::pieces`]), and deletes the pieces of `written` (the
+    /// manifest (see [`crate::member::pull::pieces`]; past the bound of a namespace, only those
+    /// `sealed`), and deletes the pieces of `written` (the
     /// names last put) that are no more; `written` becomes the names put now.
     pub fn put_records(
         &self,
         cluster: &ClusterName,
         managed: bool,
         records: impl IntoIterator<Item = ObjectMeta>,
+        sealed: impl Fn(&ObjectMeta) -> bool,
         written: &mut BTreeSet<String>,
     ) {
         let (manifest, pieces) = pieces::split(
@@ -97,6 +99,7 @@ impl Outbox {
             managed,
             records.into_iter().map(pieces::slim),
             self.namespace_records,
+            sealed,
         );
         for gone in written.iter().filter(|name| !pieces.contains_key(*name)) {
             self.delete(gone.clone());

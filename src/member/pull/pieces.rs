@@ -133,13 +133,15 @@ pub fn slim(meta: ObjectMeta) -> ObjectMeta {
 }
 
 /// The pieces of `records` (already slimmed) as the agent writes them: by name, each piece's
-/// JSON; with the manifest naming them all. A namespace of more than `namespace_records` records
-/// is reported as one piece that says so.
+/// JSON; with the manifest naming them all. Of a namespace of more than `namespace_records`
+/// records, only those `sealed` (by the operator, as the agent's seal key verifies) are reported,
+/// and its first piece says so.
 pub fn split(
     cluster: &ClusterName,
     managed: bool,
     records: impl IntoIterator<Item = ObjectMeta>,
     namespace_records: usize,
+    sealed: impl Fn(&ObjectMeta) -> bool,
 ) -> (RecordsManifest, BTreeMap<String, Vec<u8>>) {
     let mut by_namespace: BTreeMap<String, Vec<ObjectMeta>> = BTreeMap::new();
     for record in records {
@@ -161,10 +163,21 @@ pub fn split(
         }
         let pieces = if records.len() > namespace_records {
             let why = format!(
-                "namespace {namespace} of cluster {cluster} holds {} Helm release records, more than the {namespace_records} a namespace reports; delete the Secrets that are not Helm's own there",
+                "namespace {namespace} of cluster {cluster} holds {} Helm release records, more than the {namespace_records} a namespace reports: only those sealed by the operator are reported; delete the Secrets that are not Helm's own there",
                 records.len()
             );
-            vec![piece(&namespace, 0, Vec::new(), Some(why))]
+            let kept: Vec<ObjectMeta> = records
+                .into_iter()
+                .filter(|r| sealed(r))
+                .take(namespace_records)
+                .collect();
+            let mut pages: Vec<RecordsPiece> = pages(kept)
+                .into_iter()
+                .enumerate()
+                .map(|(page, records)| piece(&namespace, page as u32, records, None))
+                .collect();
+            pages[0].problem = Some(why);
+            pages
         } else {
             pages(records)
                 .into_iter()
@@ -214,6 +227,8 @@ pub(crate) struct HeldPiece {
     pub(crate) digest: String,
     /// Its namespace and records, or why it cannot be taken.
     pub(crate) read: Result<(String, Vec<ObjectMeta>), String>,
+    /// Why its namespace's records are reported only in part, when they are.
+    pub(crate) partial: Option<String>,
 }
 
 /// Reads a piece's `bytes`, written under `name` in the hub namespace of `cluster`, for the
@@ -225,12 +240,17 @@ pub(crate) fn take_piece(
     name: &str,
     bytes: &[u8],
 ) -> HeldPiece {
+    let mut partial = None;
     let read = serde_json::from_slice::<RecordsPiece>(bytes)
         .map_err(|e| format!("piece {name} of cluster {cluster} is not a records piece: {e}"))
-        .and_then(|p| check(cluster, managed, name, p));
+        .and_then(|mut p| {
+            partial = p.problem.take();
+            check(cluster, managed, name, p)
+        });
     HeldPiece {
         digest: digest(bytes),
         read,
+        partial,
     }
 }
 
@@ -247,9 +267,6 @@ fn check(
         return Err(format!(
             "piece {name} of cluster {cluster} names another cluster, kind or namespace than its name says"
         ));
-    }
-    if let Some(problem) = piece.problem {
-        return Err(problem);
     }
     if let Some(stray) = piece
         .records
@@ -270,7 +287,8 @@ fn check(
 pub(crate) struct Assembled {
     /// The records of every namespace: as reported, or as last taken where a piece could not be.
     pub(crate) records: Vec<ObjectMeta>,
-    /// Each namespace whose records could not be taken, with why; its records are as last taken.
+    /// Each piece that could not be taken (its namespace's records are as last taken), or that
+    /// reports its namespace in part (only the sealed records), with why.
     pub(crate) unknown: BTreeMap<String, String>,
 }
 
@@ -283,8 +301,12 @@ pub(crate) fn assemble(
 ) -> Option<Assembled> {
     let mut fine: BTreeMap<String, Vec<ObjectMeta>> = BTreeMap::new();
     let mut unknown: BTreeMap<String, String> = BTreeMap::new();
+    let mut partial: BTreeMap<String, String> = BTreeMap::new();
     for (name, digest) in &manifest.pieces {
         let piece = held.get(name).filter(|p| &p.digest == digest)?;
+        if let Some(why) = &piece.partial {
+            partial.insert(name.clone(), why.clone());
+        }
         match &piece.read {
             Ok((namespace, records)) => fine
                 .entry(namespace.clone())
@@ -316,6 +338,7 @@ pub(crate) fn assemble(
                 .cloned(),
         );
     }
+    unknown.extend(partial);
     Some(Assembled { records, unknown })
 }
 

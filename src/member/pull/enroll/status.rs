@@ -193,7 +193,7 @@ pub(crate) fn reports_taken(
             "False",
             "ReportsRefused",
             format!(
-                "the hub could not take some of cluster {cluster}'s reports; the release records of a namespace it names are held as last taken, so nothing new is decided there from them: {}{more}",
+                "the hub could not take some of cluster {cluster}'s reports; a namespace it names is reported by its sealed records alone, or held as last taken when its piece cannot be read: {}{more}",
                 named.join("; ")
             ),
         )

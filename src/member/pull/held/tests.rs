@@ -148,6 +148,7 @@ fn records_are_taken_once_the_manifest_and_its_pieces_agree_and_a_bad_piece_is_t
         true,
         vec![record("team-a", "web"), record("team-b", "api")],
         pieces::MAX_NAMESPACE_RECORDS,
+        |_| true,
     );
     let bad = pieces::piece_name(true, "mallory", 0);
     manifest.pieces.insert(bad.clone(), pieces::digest(b"[]"));

@@ -68,7 +68,13 @@ fn a_thousand_releases_travel_in_bounded_pieces_and_assemble_whole() {
         .map(|i| slim(record(&format!("team-{}", i % 10), &format!("r{i}"))))
         .collect();
     records.extend((0..1_500).map(|i| slim(record("big", &format!("b{i}")))));
-    let (manifest, written) = split(&edge(), true, records.clone(), MAX_NAMESPACE_RECORDS);
+    let (manifest, written) = split(
+        &edge(),
+        true,
+        records.clone(),
+        MAX_NAMESPACE_RECORDS,
+        |_| false,
+    );
     assert!(written.len() > 11, "the big namespace is paged");
     for (name, bytes) in &written {
         assert!(bytes.len() <= PIECE_BYTES + 2048, "{name}: {}", bytes.len());
@@ -87,8 +93,8 @@ fn a_set_is_taken_only_once_every_piece_matches_its_manifest() {
             .map(|i| slim(record(&format!("team-{}", i % 4), &format!("r{i}-{rev}"))))
             .collect::<Vec<_>>()
     };
-    let (old_manifest, old) = split(&edge(), true, records(1), MAX_NAMESPACE_RECORDS);
-    let (manifest, new) = split(&edge(), true, records(2), MAX_NAMESPACE_RECORDS);
+    let (old_manifest, old) = split(&edge(), true, records(1), MAX_NAMESPACE_RECORDS, |_| false);
+    let (manifest, new) = split(&edge(), true, records(2), MAX_NAMESPACE_RECORDS, |_| false);
     // The new manifest arrives with only some of its pieces: the old ones are still held.
     let mut mixed = held(true, &old);
     let first = new.keys().next().unwrap().clone();
@@ -104,7 +110,7 @@ fn a_set_is_taken_only_once_every_piece_matches_its_manifest() {
 }
 
 #[test]
-fn a_namespace_over_its_bound_is_reported_unknown_and_keeps_its_last_records_alone() {
+fn a_namespace_over_its_bound_reports_only_its_sealed_records_and_says_so() {
     let before: Vec<ObjectMeta> = vec![
         slim(record("mallory", "old")),
         slim(record("team-a", "web")),
@@ -112,17 +118,20 @@ fn a_namespace_over_its_bound_is_reported_unknown_and_keeps_its_last_records_alo
     let mut now: Vec<ObjectMeta> = (0..=MAX_NAMESPACE_RECORDS)
         .map(|i| slim(record("mallory", &format!("fake{i}"))))
         .collect();
+    now.push(slim(record("mallory", "agent")));
     now.push(slim(record("team-a", "web")));
     now.push(slim(record("team-b", "api")));
-    let (manifest, written) = split(&edge(), true, now, MAX_NAMESPACE_RECORDS);
+    let sealed = |r: &ObjectMeta| r.name.as_deref() == Some("sh.helm.release.v1.agent.v1");
+    let (manifest, written) = split(&edge(), true, now, MAX_NAMESPACE_RECORDS, sealed);
     let set = assemble(&manifest, &held(true, &written), Some(&before)).unwrap();
     assert_eq!(set.unknown.len(), 1);
     let why = set.unknown.values().next().unwrap();
     assert!(why.contains("namespace mallory of cluster edge-1"), "{why}");
+    assert!(why.contains("only those sealed by the operator"), "{why}");
     assert_eq!(
         names(&set.records),
         names(&[
-            slim(record("mallory", "old")),
+            slim(record("mallory", "agent")),
             slim(record("team-a", "web")),
             slim(record("team-b", "api"))
         ])
@@ -137,6 +146,7 @@ fn a_piece_that_cannot_be_read_names_itself_and_leaves_its_namespace_as_it_was()
         true,
         vec![slim(record("team-a", "web")), slim(record("team-b", "new"))],
         MAX_NAMESPACE_RECORDS,
+        |_| false,
     );
     let broken = piece_name(true, "team-b", 0);
     written.insert(broken.clone(), b"{not json".to_vec());
@@ -154,6 +164,7 @@ fn a_piece_naming_another_namespace_cluster_or_kind_is_refused() {
         true,
         vec![slim(record("team-a", "web"))],
         MAX_NAMESPACE_RECORDS,
+        |_| false,
     );
     let (name, bytes) = written.into_iter().next().unwrap();
     assert!(take_piece(&edge(), true, &name, &bytes).read.is_ok());
