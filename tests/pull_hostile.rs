@@ -1,12 +1,13 @@
-//! Hostile parties against pull members on the lab: a hub tenant writing a member's work, a member that holds its agent's identity replaying or changing the hub's signed calls or flooding the hub with reports, and a tenant of a pull member forging release records there or writing records past what is reported.
+//! Hostile parties against pull members on the lab: a hub tenant writing a member's work, a member that holds its agent's identity replaying or changing the hub's signed calls or flooding the hub with reports, members that renew their Lease and never answer, a member sealing records for a team that never delivers there, and a tenant of a pull member forging release records there or writing records past what is reported.
 
 mod common;
 
 use common::{
     agent::{deployed_revision, hub_cli, join, join_with},
-    fixtures::{DEADLINE, chart, message, tenancy, unique, wait_until, web},
+    fixtures::{DEADLINE, chart, message, ready, tenancy, unique, wait_until, web},
     forge::{assert_forgeries_ran_nothing, forge_two, may_create_secrets, namespace_admin},
     hub::{Hub, allow_all},
+    simulated::{self, Fleet},
 };
 use k8s_openapi::{
     ByteString,
@@ -16,9 +17,14 @@ use kube::{
     Api,
     api::{ListParams, ObjectMeta, PostParams},
 };
-use tenancy_hub::api::{
-    crd::ControllerSpec,
-    member_cluster::{MemberCluster, pull_namespace},
+use std::time::{Duration, Instant};
+use tenancy_hub::{
+    api::{
+        crd::ControllerSpec,
+        key::ReleaseKey,
+        member_cluster::{MemberCluster, pull_namespace},
+    },
+    plan::OwnerId,
 };
 
 /// One pull test at a time: each has its own operator, and a member is enrolled by one.
@@ -573,4 +579,183 @@ async fn a_reply_flood_from_an_agent_is_pruned_bounded_and_stopped_by_the_quota(
     hub.delete_and_wait_gone("web").await;
     hub_cli(&hub.lab, &["cluster", "remove", &edge]);
     agent.stop();
+}
+
+#[tokio::test]
+#[ignore = "needs the lab with pull members: kind/up.sh --pull-members 2, then --include-ignored"]
+async fn members_that_renew_their_lease_but_never_answer_hold_no_helm_worker() {
+    let _serial = SERIAL.lock().await;
+    // Two Helm workers; the silent members' four jobs outnumber them.
+    let hub = Hub::with_args(
+        "pull-silent",
+        &["--workers", "2", "--pull-answer-within", "20"],
+    )
+    .await;
+    let admin = hub.lab.client("hub").await;
+    let silent = [unique("silent-a"), unique("silent-b")];
+    simulated::add(&admin, &silent, |_| Default::default()).await;
+    // Each renews its Lease as its agent's own identity and reports, and answers nothing.
+    let fleet = Fleet::join_silent(&hub.lab, &admin, &silent).await;
+    let (stuck, elsewhere) = (unique("stuck"), unique("elsewhere"));
+    let targets: Vec<&str> = silent.iter().map(String::as_str).collect();
+    let two = vec![
+        chart("deployment-example", "one", &[]),
+        chart("deployment-example", "two", &[]),
+    ];
+    hub.apply(
+        "stuck",
+        ControllerSpec {
+            tenancies: vec![tenancy(&stuck, &targets, two)],
+            ..Default::default()
+        },
+    )
+    .await;
+    wait_until(
+        "two jobs published to each silent member",
+        DEADLINE,
+        || async {
+            let mut published = 0;
+            for member in &silent {
+                published += work_calls(&hub, member).await.len();
+            }
+            (published == 4).then_some(())
+        },
+    )
+    .await;
+
+    // Another cluster's change is delivered while all four wait for their answers.
+    let applied = Instant::now();
+    hub.apply("elsewhere", web(&elsewhere, &["member-1"], "1"))
+        .await;
+    wait_until(
+        "web delivered to member-1 beside the silent members",
+        Duration::from_secs(30),
+        || async {
+            let releases = hub.lab.releases("member-1", &elsewhere);
+            (releases.get("web").map(|(r, s)| (*r, s.as_str())) == Some((1, "deployed")))
+                .then_some(())
+        },
+    )
+    .await;
+    let delivered = applied.elapsed();
+    assert!(
+        fleet.errors().is_empty(),
+        "the silent members: {:?}",
+        fleet.errors()
+    );
+
+    // Past the answer deadline, each silent release is reported on its cluster, with what to do.
+    let status = hub
+        .status_until("stuck", "the silent releases reported unanswered", |s| {
+            silent.iter().all(|member| {
+                ["one", "two"].iter().all(|release| {
+                    message(s, member, release).is_some_and(|m| {
+                        m.error_message.contains(&format!(
+                            "the agent of pull member {member} renews its Lease but did not answer"
+                        ))
+                    })
+                })
+            })
+        })
+        .await;
+    let reported = message(&status, &silent[0], "one").unwrap();
+    assert!(
+        reported.error_message.contains("within 20 s")
+            && reported.error_message.contains("agent's log"),
+        "{reported:?}"
+    );
+    eprintln!("delivered beside four unanswered jobs on two workers in {delivered:?}");
+
+    // Neither deletion waits on the silent members, which hold none of their releases.
+    tokio::join!(
+        hub.delete_and_wait_gone("elsewhere"),
+        hub.delete_and_wait_gone("stuck")
+    );
+    fleet.stop().await;
+    for member in &silent {
+        hub_cli(&hub.lab, &["cluster", "remove", member]);
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the lab with pull members: kind/up.sh --pull-members 2, then --include-ignored"]
+async fn records_a_pull_member_seals_for_a_team_that_never_delivers_there_are_not_that_teams() {
+    let _serial = SERIAL.lock().await;
+    let hub = Hub::with_args("pull-disowned", &["--tenancy-policy", "enforce"]).await;
+    // The team may deliver to member-1 only.
+    let mut member_1_only = allow_all(&hub.namespace, &[]);
+    member_1_only.clusters = vec!["member-1".into()];
+    member_1_only.cluster_selector = None;
+    hub.policy(&hub.namespace, member_1_only).await;
+    let admin = hub.lab.client("hub").await;
+    let edge = [unique("edge")];
+    simulated::add(&admin, &edge, |_| Default::default()).await;
+    let fleet = Fleet::join(&hub.lab, &admin, &edge).await;
+    let namespace = unique("victim");
+    hub.apply("victim", web(&namespace, &["member-1"], "1"))
+        .await;
+    hub.releases_become("member-1", &namespace, &[("web", 1)])
+        .await;
+
+    // The member's agent identity seals, with its own key, a record claiming the team's
+    // Controller, which never delivers there.
+    let victim = OwnerId {
+        namespace: hub.namespace.clone(),
+        name: "victim".into(),
+    };
+    let forged: ReleaseKey = format!("{}/{namespace}/ghost", edge[0]).parse().unwrap();
+    fleet.forge_record(0, &forged, &victim);
+    let disowned = |log: &str| {
+        log.lines()
+            .filter(|l| {
+                l.contains("claims a Controller that does not deliver there")
+                    && l.contains(&forged.to_string())
+            })
+            .count()
+    };
+    wait_until(
+        "the operator to disown the forged record",
+        DEADLINE,
+        || async { (disowned(&hub.log()) > 0).then_some(()) },
+    )
+    .await;
+
+    // The team's next change goes out, and its status knows nothing of the member.
+    hub.apply("victim", web(&namespace, &["member-1"], "2"))
+        .await;
+    hub.releases_become("member-1", &namespace, &[("web", 2)])
+        .await;
+    let status = hub
+        .status_until("victim", "revision 2 reported ready", |s| {
+            ready(s) && message(s, "member-1", "web").is_some_and(|m| m.revision == Some(2))
+        })
+        .await;
+    assert!(
+        status
+            .updated_tenancies
+            .iter()
+            .all(|t| t.cluster == "member-1")
+            && status.clusters.iter().all(|c| c.name != edge[0]),
+        "{status:?}"
+    );
+    assert!(
+        status
+            .updated_tenancies
+            .iter()
+            .flat_map(|t| &t.chart_messages)
+            .all(|m| m.phase != "Forbidden"),
+        "{status:?}"
+    );
+    // Nothing was queued for it there: no uninstall of the forged release was ever published.
+    assert!(work_calls(&hub, &edge[0]).await.is_empty());
+    // Its deletion waits for nothing on the member.
+    let deleting = Instant::now();
+    hub.delete_and_wait_gone("victim").await;
+    hub.releases_become("member-1", &namespace, &[]).await;
+    assert!(work_calls(&hub, &edge[0]).await.is_empty());
+    assert_eq!(disowned(&hub.log()), 1, "logged once");
+    eprintln!("deleted in {:?}", deleting.elapsed());
+
+    fleet.stop().await;
+    hub_cli(&hub.lab, &["cluster", "remove", &edge[0]]);
 }

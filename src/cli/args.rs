@@ -168,6 +168,12 @@ pub struct RunArgs {
     /// an unreachable cluster is waited for without using up tries.
     #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub(crate) max_attempts: u32,
+    /// Seconds a pull member's agent may take to answer a Helm job once it is published. The
+    /// answer is awaited without holding a Helm worker; past this, the release is reported
+    /// failed for that cluster on its Controller and the job is tried again with backoff.
+    /// Longer than --helm-timeout, which bounds the agent's own helm call.
+    #[arg(long, default_value_t = crate::member::pull::link::ANSWER_WITHIN.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) pull_answer_within: u64,
     /// Address of the HTTP endpoints: /healthz, /readyz, /metrics and the /api/v1 status API.
     #[arg(long, env = "TENANCY_HUB_HTTP_ADDR", default_value = "127.0.0.1:9090")]
     pub(crate) http_addr: std::net::SocketAddr,
@@ -273,6 +279,7 @@ impl RunArgs {
                 .unwrap_or_else(cache::default_dir),
             chart_cache_size: self.chart_cache_size,
             chart_index_limit: self.chart_index_limit,
+            pull_answer_within: Duration::from_secs(self.pull_answer_within),
         }
     }
 

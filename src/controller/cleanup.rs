@@ -17,6 +17,7 @@ use crate::{
     controller::depends_gate::removal_held,
     controller::events::publish,
     controller::finalizer::{Error, Result},
+    controller::vouch::Delivers,
     plan::{self, Applied, Job, OwnerId, depends::Held, owner_id},
     queue::Outcome,
     status::report as status,
@@ -39,7 +40,7 @@ pub(crate) async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
         tracing::info!(controller = %owner, dropped, "being deleted: dropped its queued installs and upgrades");
     }
     let synced = ctx.releases.synced();
-    let mut owned = owned_releases(ctx, &owner);
+    let mut owned = owned_releases(ctx, c, &owner);
     // Suspended releases get no Helm call, uninstall included: they are left in place.
     let registered = ctx.registry.load().labels();
     let held = plan::Held::of(&c.spec, &registered);
@@ -105,10 +106,13 @@ pub(crate) async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
 
 /// The releases `owner` holds: those the release records show, and those a finished job
 /// installed that the records do not show yet.
-fn owned_releases(ctx: &Context, owner: &OwnerId) -> BTreeSet<ReleaseKey> {
+fn owned_releases(ctx: &Context, c: &Controller, owner: &OwnerId) -> BTreeSet<ReleaseKey> {
+    let named = ctx.claims.keys_of(owner);
+    let basis = ctx.claim_basis();
+    let delivers = Delivers::new(c, owner, &named, &basis);
     let mut applied: HashMap<ReleaseKey, Applied> = ctx
         .releases
-        .owned_by(owner)
+        .owned_by(owner, &|k| delivers.to(k))
         .into_iter()
         .map(|a| (a.key.clone(), a))
         .collect();

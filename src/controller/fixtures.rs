@@ -119,6 +119,7 @@ impl Fixture {
                 registry.clone(),
                 Arc::new(executor),
                 crate::member::pull::hub::PullHub::new(hub_client.clone(), None, None),
+                crate::member::pull::link::ANSWER_WITHIN,
             ),
             registry,
             releases,

@@ -18,3 +18,4 @@ pub(crate) mod reconcile;
 pub(crate) mod reload;
 pub(crate) mod repairs;
 pub(crate) mod rollout_gate;
+pub(crate) mod vouch;

@@ -28,6 +28,7 @@ use crate::{
     controller::problems::report_new_problems,
     controller::repairs::limit_repairs,
     controller::rollout_gate::{ROLLOUT_POLL, gate_rollout},
+    controller::vouch::Delivers,
     plan::fleet::Fleet,
     plan::rollout,
     plan::{self, Applied, Inputs, Job, OwnerId, owner_id},
@@ -106,7 +107,10 @@ fn observe(c: &Controller, ctx: &Context) -> Observed {
     let clusters = basis.labels.clone();
     ctx.claims.update(c, &basis);
     let named = ctx.claims.keys_of(&owner);
-    let applied = ctx.releases.applied_for(&owner, &named);
+    let delivers = Delivers::new(c, &owner, &named, &basis);
+    let applied = ctx
+        .releases
+        .applied_for(&owner, &named, &|k| delivers.to(k));
     let synced = ctx.releases.synced();
     let claims = ctx.claims.holders(&named, &applied);
     Observed {

@@ -66,6 +66,16 @@ pub enum Error {
     },
 }
 
+/// Whose key sealed a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Sealer {
+    /// The operator's own key: only the operator's Helm actions write it.
+    Operator,
+    /// The key derived for the record's cluster, which a pull member's agent holds: it vouches
+    /// for the record's owner only where that owner delivers to the member.
+    Member,
+}
+
 /// The operator's sealing key. Never printed: its `Debug` shows nothing of it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SealKey(Arc<Vec<u8>>);
@@ -250,10 +260,26 @@ impl SealKey {
         namespace: &str,
         labels: &BTreeMap<String, String>,
     ) -> bool {
-        self.verifies_exactly(cluster, namespace, labels)
-            || self
-                .for_cluster(cluster)
-                .verifies_exactly(cluster, namespace, labels)
+        self.sealed_by(cluster, namespace, labels).is_some()
+    }
+
+    /// Whose key sealed a record's labels (see [`SealKey::verifies`]), when one did.
+    pub(crate) fn sealed_by(
+        &self,
+        cluster: &ClusterName,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Option<Sealer> {
+        if self.verifies_exactly(cluster, namespace, labels) {
+            Some(Sealer::Operator)
+        } else if self
+            .for_cluster(cluster)
+            .verifies_exactly(cluster, namespace, labels)
+        {
+            Some(Sealer::Member)
+        } else {
+            None
+        }
     }
 
     /// Whether a record's labels carry a seal of exactly this key.

@@ -14,7 +14,7 @@ use crate::{
     observe::records::RecordEvents,
     observe::watch::ClusterWatch,
     plan::{Applied, Job},
-    queue::Outcome,
+    queue::{Outcome, Started},
 };
 
 /// One drift check the hub asks of a member: compare a release's revision with the live objects.
@@ -37,6 +37,13 @@ pub(crate) trait MemberLink: Send + Sync {
     fn cluster(&self) -> &ClusterName;
     /// Carries out one Helm job there and tells how it went.
     fn execute(&self, job: Job) -> BoxFuture<'static, Outcome>;
+    /// Starts one Helm job there: a member that answers later (a pull member's agent) hands
+    /// back its answer to await; by default the whole job runs now.
+    fn start(&self, job: Job) -> BoxFuture<'static, Started> {
+        use futures::FutureExt as _;
+        let run = self.execute(job);
+        async move { Started::Finished(run.await) }.boxed()
+    }
     /// The events of its release records matching a label selector.
     fn release_records(&self, selector: &str) -> RecordEvents;
     /// The task that watches its pods and workloads as `watch` asks.

@@ -23,7 +23,7 @@ use crate::{
     observe::drift::Kinds,
     observe::watch::{ClusterWatch, Observers},
     plan::Job,
-    queue::{Executor, Outcome},
+    queue::{Executor, Outcome, Started},
 };
 
 /// The member links of every registered cluster, following the registry as it is reloaded.
@@ -35,21 +35,25 @@ pub(crate) struct Links {
     kinds: Arc<Kinds>,
     /// The hub's side of the pull members.
     pull: Option<Arc<PullHub>>,
+    /// How long a pull member's answer to a job may take.
+    answer_within: std::time::Duration,
 }
 
 impl Links {
     /// Links to the clusters of `registry`, running Helm jobs with `executor`, reaching pull
-    /// members through `pull`.
+    /// members through `pull`, whose answers to jobs may take `answer_within`.
     pub(crate) fn new(
         registry: SharedRegistry,
         executor: Arc<HelmExecutor>,
         pull: Arc<PullHub>,
+        answer_within: std::time::Duration,
     ) -> Self {
         Self {
             registry,
             executor: Some(executor),
             kinds: Arc::default(),
             pull: Some(pull),
+            answer_within,
         }
     }
 
@@ -65,6 +69,7 @@ impl Links {
             executor: None,
             kinds: Arc::default(),
             pull: hub,
+            answer_within: pull::link::ANSWER_WITHIN,
         }
     }
 
@@ -103,6 +108,7 @@ impl Links {
             cluster,
             hub,
             self.executor.clone(),
+            self.answer_within,
         )))
     }
 
@@ -123,16 +129,20 @@ impl Links {
 
 impl Executor for Links {
     async fn execute(&self, job: Job) -> Outcome {
+        self.start(job).await.outcome().await
+    }
+
+    async fn start(&self, job: Job) -> Started {
         let masked = match &job {
             Job::Apply { release, .. } => release.masked.clone(),
             _ => Default::default(),
         };
-        let outcome = match self.get(&job.key().scope.cluster) {
-            Some(link) => link.execute(job).await,
-            None => unregistered(job.key()),
+        let started = match self.get(&job.key().scope.cluster) {
+            Some(link) => link.start(job).await,
+            None => Started::Finished(unregistered(job.key())),
         };
         // Helm's errors may quote values: what came from a Secret never goes further.
-        outcome.masked(&masked)
+        started.map(move |outcome| outcome.masked(&masked))
     }
 }
 

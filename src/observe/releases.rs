@@ -19,7 +19,11 @@
 //! A record counts as managed only when its seal verifies (`helm::seal`): one whose labels
 //! name a Controller but that this operator did not seal (forged by whoever may write Secrets in
 //! the namespace, or written by another operator) is held as foreign, so it is never taken as
-//! anyone's, never uninstalled, upgraded or repaired, and logged once per revision.
+//! anyone's, never uninstalled, upgraded or repaired, and logged once per revision. A pull
+//! member's agent seals the records of its cluster with a key of its own, so its seal vouches
+//! for an owner only where that owner delivers to the member: the planner and the cleanup read
+//! an owner's releases through [`ReleaseIndex::owned_by`] with a test of that (see
+//! `controller::vouch`), and one that fails it is held as foreign for that owner, logged once.
 //!
 //! Holding compact records instead of a reflector store of `ObjectMeta` (labels, annotations,
 //! managed fields) and looking releases up by key and owner makes a reconcile read only the
@@ -73,7 +77,14 @@ pub(crate) struct ReleaseIndex {
     clusters: DashMap<ClusterName, Watched>,
     tasks: TaskTracker,
     seal: Option<SealKey>,
+    /// Records sealed by a pull member for an owner that does not deliver there, already
+    /// logged (bounded).
+    disowned: std::sync::Mutex<std::collections::HashSet<(ReleaseKey, i64)>>,
 }
+
+/// Whether an owner delivers to the cluster of a release (so a pull member's seal there vouches
+/// for it).
+pub(crate) type Vouch<'a> = &'a dyn Fn(&ReleaseKey) -> bool;
 
 impl ReleaseIndex {
     /// An empty index whose watch tasks are tracked by `tasks`, taking a record as managed only
@@ -83,6 +94,7 @@ impl ReleaseIndex {
             clusters: DashMap::new(),
             tasks,
             seal,
+            disowned: Default::default(),
         }
     }
 
@@ -189,27 +201,56 @@ impl ReleaseIndex {
             .collect()
     }
 
-    /// The newest record of each release `owner` holds, in every cluster.
-    pub(crate) fn owned_by(&self, owner: &OwnerId) -> Vec<Applied> {
+    /// The newest record of each release `owner` holds, in every cluster; a record sealed by a
+    /// pull member's agent only where `vouch` says the owner delivers (else it is the owner's
+    /// in no way: left out, and logged once).
+    pub(crate) fn owned_by(&self, owner: &OwnerId, vouch: Vouch<'_>) -> Vec<Applied> {
         let mut owned = Vec::new();
         for watched in &self.clusters {
             let records = watched.read();
-            if let Some(keys) = records.by_owner.get(owner) {
-                owned.extend(keys.iter().filter_map(|k| records.newest(k)));
+            let Some(keys) = records.by_owner.get(owner) else {
+                continue;
+            };
+            for key in keys {
+                let Some(applied) = records.newest(key) else {
+                    continue;
+                };
+                if records.sealed_by_member(key) && !vouch(key) {
+                    self.disown(owner, &applied);
+                } else {
+                    owned.push(applied);
+                }
             }
         }
         owned
     }
 
+    /// Logs, once per release and revision, a record a pull member sealed for an owner that
+    /// does not deliver there.
+    fn disown(&self, owner: &OwnerId, applied: &Applied) {
+        const REMEMBERED: usize = 10_000;
+        let mut disowned = self.disowned.lock().expect("disowned lock");
+        if disowned.len() < REMEMBERED && disowned.insert((applied.key.clone(), applied.revision)) {
+            tracing::warn!(
+                release = %applied.key,
+                revision = applied.revision,
+                claims = %owner,
+                "a release record sealed by pull member {}'s agent claims a Controller that does not deliver there; it is held as foreign for that Controller and never acted on",
+                applied.key.scope.cluster
+            );
+        }
+    }
+
     /// What planning `owner` needs: the newest record of each of `keys` and of each release
-    /// `owner` holds, by key.
+    /// `owner` holds (as [`ReleaseIndex::owned_by`] with `vouch` reads them), by key.
     pub(crate) fn applied_for<'a>(
         &self,
         owner: &OwnerId,
         keys: impl IntoIterator<Item = &'a ReleaseKey>,
+        vouch: Vouch<'_>,
     ) -> HashMap<ReleaseKey, Applied> {
         let mut applied: HashMap<ReleaseKey, Applied> = self
-            .owned_by(owner)
+            .owned_by(owner, vouch)
             .into_iter()
             .map(|a| (a.key.clone(), a))
             .collect();

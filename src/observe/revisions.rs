@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::{
     api::key::{ClusterName, ReleaseKey},
-    helm::seal::SealKey,
+    helm::seal::{SealKey, Sealer},
     observe::records::{FOREIGN_SELECTOR, MANAGED_SELECTOR, Record, applied_from},
     plan::{Applied, OwnerId},
 };
@@ -34,6 +34,8 @@ pub(crate) struct Revision {
     spec_hash: Option<String>,
     status: String,
     modified_at: Option<i64>,
+    /// Sealed with the key of a pull member's agent, not the operator's own.
+    by_member: bool,
 }
 
 /// One record as held: a managed revision's details, or only that a foreign revision exists.
@@ -68,6 +70,18 @@ pub(crate) struct Records {
 }
 
 impl Records {
+    /// Whether the newest record of a release is managed and sealed by a pull member's agent
+    /// (which vouches for its owner only where that owner delivers to the member).
+    pub(crate) fn sealed_by_member(&self, key: &ReleaseKey) -> bool {
+        let managed = self.managed.get(key).and_then(|revs| revs.last_key_value());
+        managed.is_some_and(|(rev, r)| {
+            r.by_member
+                && self
+                    .newest(key)
+                    .is_some_and(|a| a.owner.is_some() && a.revision == *rev)
+        })
+    }
+
     /// The newest record of a release, managed or not; a foreign one carries its revision only.
     pub(crate) fn newest(&self, key: &ReleaseKey) -> Option<Applied> {
         let managed = self.managed.get(key).and_then(|revs| revs.last_key_value());
@@ -223,9 +237,16 @@ pub(crate) fn read(
     seal: Option<&SealKey>,
 ) -> Option<(ReleaseKey, i64, Held)> {
     let applied = applied_from(cluster, record, seal)?;
-    let held = match applied.owner {
+    let by_member = || {
+        let labels = record.metadata.labels.as_ref();
+        seal.zip(labels).is_some_and(|(seal, labels)| {
+            seal.sealed_by(cluster, &applied.key.scope.namespace, labels) == Some(Sealer::Member)
+        })
+    };
+    let held = match applied.owner.clone() {
         Some(owner) => Held::Managed(Revision {
             owner,
+            by_member: by_member(),
             spec_hash: applied.spec_hash,
             status: applied.status,
             modified_at: applied.modified_at,

@@ -20,7 +20,7 @@ use crate::{
     api::key::{ClusterName, ReleaseKey},
     plan::{Job, OwnerId},
     queue::state::{Finished, State},
-    queue::{Completed, Enqueued, Executor, FailureKind, Outcome, QueueConfig},
+    queue::{Completed, Enqueued, Executor, FailureKind, Outcome, QueueConfig, Started},
 };
 
 /// Handle to the queue; cheap to clone.
@@ -99,6 +99,10 @@ impl HelmQueue {
     }
 
     /// Runs jobs until `cancel` fires; then starts nothing new, waits up to shutdown_grace for running jobs, and drops (aborts) the rest. Each finished job is sent on `done` (ignore send errors).
+    ///
+    /// A job handed over to a member that answers later frees its worker at once; its answer is
+    /// awaited beside the workers, its key busy meanwhile. At shutdown those are dropped at once:
+    /// they hold nothing here, and the next leader publishes the same work again.
     pub(crate) async fn run<E: Executor>(
         &self,
         executor: Arc<E>,
@@ -106,6 +110,7 @@ impl HelmQueue {
         cancel: CancellationToken,
     ) {
         let mut tasks = JoinSet::new();
+        let mut awaiting = JoinSet::new();
         while !cancel.is_cancelled() {
             let now = Instant::now();
             self.start_ready(&executor, &mut tasks, now);
@@ -113,33 +118,32 @@ impl HelmQueue {
             tokio::select! {
                 biased;
                 () = cancel.cancelled() => {}
-                Some(joined) = tasks.join_next() => self.complete(joined, &done).await,
+                Some(joined) = tasks.join_next() => match joined {
+                    Ok(Ran::HandedOver(handed)) => {
+                        self.lock().hand_over(handed.job.key());
+                        awaiting.spawn(handed.answer());
+                    }
+                    Ok(Ran::Finished(completed)) => self.complete(Ok(completed), &done).await,
+                    Err(e) => self.complete(Err(e), &done).await,
+                },
+                Some(joined) = awaiting.join_next() => self.complete(joined, &done).await,
                 () = self.wake.notified() => {}
                 () = sleep_until(wake) => {}
             }
         }
+        awaiting.abort_all();
+        self.lock().abandon_awaiting(Instant::now());
         self.shut_down(tasks, &done).await;
     }
 
-    fn start_ready<E: Executor>(
-        &self,
-        executor: &Arc<E>,
-        tasks: &mut JoinSet<Completed>,
-        now: Instant,
-    ) {
+    fn start_ready<E: Executor>(&self, executor: &Arc<E>, tasks: &mut JoinSet<Ran>, now: Instant) {
         let ready: Vec<_> = {
             let mut state = self.lock();
             std::iter::from_fn(|| state.start_next(now)).collect()
         };
         for (job, attempt, waited) in ready {
-            let key = job.key();
-            let span = tracing::info_span!(
-                "helm_job",
-                cluster = %key.scope.cluster,
-                namespace = %key.scope.namespace,
-                release = %key.release,
-            );
-            tasks.spawn(execute(executor.clone(), job, attempt, waited).instrument(span));
+            let span = job_span(job.key());
+            tasks.spawn(start(executor.clone(), job, attempt, waited).instrument(span));
         }
     }
 
@@ -159,11 +163,18 @@ impl HelmQueue {
         let _ = done.send(completed).await;
     }
 
-    async fn shut_down(&self, mut tasks: JoinSet<Completed>, done: &Sender<Completed>) {
+    async fn shut_down(&self, mut tasks: JoinSet<Ran>, done: &Sender<Completed>) {
         let grace = self.lock().config.shutdown_grace;
         let drain = async {
             while let Some(joined) = tasks.join_next().await {
-                self.complete(joined, done).await;
+                match joined {
+                    // Handed over as the workers stop: dropped like the others awaiting.
+                    Ok(Ran::HandedOver(handed)) => {
+                        self.lock().release(handed.job.key(), Instant::now())
+                    }
+                    Ok(Ran::Finished(completed)) => self.complete(Ok(completed), done).await,
+                    Err(e) => self.complete(Err(e), done).await,
+                }
             }
         };
         if tokio::time::timeout(grace, drain).await.is_err() {
@@ -178,19 +189,86 @@ impl HelmQueue {
     }
 }
 
-/// Runs one job, turning a panicking executor into a retryable failure.
-async fn execute<E: Executor>(
-    executor: Arc<E>,
+/// What a worker's task came to.
+enum Ran {
+    /// The job ran to its end.
+    Finished(Completed),
+    /// The job was handed over; its answer is still to come.
+    HandedOver(HandedOver),
+}
+
+/// A job handed over to a member that answers later, and its answer to await.
+struct HandedOver {
     job: Job,
     attempt: u32,
     waited: Duration,
-) -> Completed {
-    let started = Instant::now();
-    let outcome = AssertUnwindSafe(executor.execute(job.clone()))
+    started: Instant,
+    answer: futures::future::BoxFuture<'static, Outcome>,
+}
+
+impl HandedOver {
+    /// Awaits the answer (which has its own deadline), in the job's span.
+    fn answer(self) -> impl std::future::Future<Output = Completed> + Send + 'static {
+        let span = job_span(self.job.key());
+        async move {
+            let outcome = caught(self.answer).await;
+            Completed {
+                job: self.job,
+                outcome,
+                attempt: self.attempt,
+                waited: self.waited,
+                elapsed: self.started.elapsed(),
+                next_retry: None,
+                stalled: false,
+            }
+        }
+        .instrument(span)
+    }
+}
+
+/// The span of one job's work.
+fn job_span(key: &ReleaseKey) -> tracing::Span {
+    tracing::info_span!(
+        "helm_job",
+        cluster = %key.scope.cluster,
+        namespace = %key.scope.namespace,
+        release = %key.release,
+    )
+}
+
+/// The outcome of `run`, a panic turned into a retryable failure.
+async fn caught(run: impl std::future::Future<Output = Outcome>) -> Outcome {
+    AssertUnwindSafe(run)
         .catch_unwind()
         .await
-        .unwrap_or_else(|_| Outcome::failed("the Helm executor panicked", FailureKind::Transient));
-    Completed {
+        .unwrap_or_else(|_| panicked())
+}
+
+/// What a job whose executor panicked came to.
+fn panicked() -> Outcome {
+    Outcome::failed("the Helm executor panicked", FailureKind::Transient)
+}
+
+/// Starts one job: runs it to its end, or until it is handed over.
+async fn start<E: Executor>(executor: Arc<E>, job: Job, attempt: u32, waited: Duration) -> Ran {
+    let started = Instant::now();
+    let run = AssertUnwindSafe(executor.start(job.clone()))
+        .catch_unwind()
+        .await;
+    let outcome = match run {
+        Ok(Started::Awaiting(answer)) => {
+            return Ran::HandedOver(HandedOver {
+                job,
+                attempt,
+                waited,
+                started,
+                answer,
+            });
+        }
+        Ok(Started::Finished(outcome)) => outcome,
+        Err(_) => panicked(),
+    };
+    Ran::Finished(Completed {
         job,
         outcome,
         attempt,
@@ -198,7 +276,7 @@ async fn execute<E: Executor>(
         elapsed: started.elapsed(),
         next_retry: None,
         stalled: false,
-    }
+    })
 }
 
 /// Sleeps until `at`, or forever when there is nothing to wait for.

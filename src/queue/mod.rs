@@ -125,10 +125,44 @@ impl Outcome {
     }
 }
 
+/// How a job went once a worker started it: to its end, or handed over to a member that answers
+/// later (a pull member's agent), whose answer is awaited without holding the worker.
+pub(crate) enum Started {
+    /// The job ran to its end.
+    Finished(Outcome),
+    /// The job was handed over; this is its answer, with its own deadline.
+    Awaiting(futures::future::BoxFuture<'static, Outcome>),
+}
+
+impl Started {
+    /// The same start with `f` applied to its outcome, now or when it is answered.
+    pub(crate) fn map(self, f: impl FnOnce(Outcome) -> Outcome + Send + 'static) -> Self {
+        use futures::FutureExt as _;
+        match self {
+            Started::Finished(outcome) => Started::Finished(f(outcome)),
+            Started::Awaiting(answer) => Started::Awaiting(answer.map(f).boxed()),
+        }
+    }
+
+    /// The outcome, waiting for the answer of a job handed over.
+    pub(crate) async fn outcome(self) -> Outcome {
+        match self {
+            Started::Finished(outcome) => outcome,
+            Started::Awaiting(answer) => answer.await,
+        }
+    }
+}
+
 /// Runs one job. Implemented by the Helm executor; the only place processes are spawned.
 pub(crate) trait Executor: Send + Sync + 'static {
     /// Carries out `job` and tells how it went.
     fn execute(&self, job: Job) -> impl std::future::Future<Output = Outcome> + Send;
+
+    /// Starts `job`: what needs a worker runs now; a job handed over to a member that answers
+    /// later returns its answer to await. By default the whole job runs now.
+    fn start(&self, job: Job) -> impl std::future::Future<Output = Started> + Send {
+        async move { Started::Finished(self.execute(job).await) }
+    }
 }
 
 /// A finished job, reported to whoever reconciles its owner.

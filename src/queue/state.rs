@@ -74,6 +74,10 @@ pub(crate) struct State {
     pub(crate) running: HashMap<ReleaseKey, (String, OwnerId)>,
     /// Jobs running per cluster (clusters with none are left out).
     pub(crate) running_per_cluster: HashMap<ClusterName, usize>,
+    /// The running jobs handed over to a member that answers later: their keys stay busy and
+    /// their cluster's count taken, but they hold no worker and count toward no owner's or
+    /// tenant's cap.
+    pub(crate) awaiting: HashSet<ReleaseKey>,
     /// The last `seq` given out.
     pub(crate) last_seq: u64,
 }
@@ -92,6 +96,7 @@ impl State {
             backing_off: HashMap::new(),
             running: HashMap::new(),
             running_per_cluster: HashMap::new(),
+            awaiting: HashSet::new(),
             last_seq: 0,
         }
     }
@@ -263,7 +268,7 @@ impl State {
     /// turns; a cluster at its cap is passed over.
     pub(crate) fn start_next(&mut self, now: Instant) -> Option<(Job, u32, Duration)> {
         self.promote_due(now);
-        if self.running.len() >= self.config.workers {
+        if self.running.len() - self.awaiting.len() >= self.config.workers {
             return None;
         }
         let config = &self.config;
@@ -322,6 +327,29 @@ impl State {
         ))
     }
 
+    /// Frees the worker of the running job of `key`, handed over to a member that answers later:
+    /// the job stays running (its key busy, its cluster's count taken) until it is finished, but
+    /// no longer counts toward the workers nor its owner's and tenant's caps.
+    pub(crate) fn hand_over(&mut self, key: &ReleaseKey) {
+        let Some((_, owner)) = self.running.get(key) else {
+            return;
+        };
+        if !self.awaiting.insert(key.clone()) {
+            return;
+        }
+        self.count_off(&owner.clone());
+    }
+
+    /// Takes one running job off the counts of `owner` and its tenant.
+    fn count_off(&mut self, owner: &OwnerId) {
+        if let Some(q) = self.owners.get_mut(owner) {
+            q.running -= 1;
+        }
+        if let Some(t) = self.tenants.get_mut(&owner.namespace) {
+            t.running -= 1;
+        }
+    }
+
     /// Marks the job of `key` no longer running, and files a job queued for the key meanwhile.
     pub(crate) fn release(&mut self, key: &ReleaseKey, now: Instant) {
         if let Some((_, owner)) = self.running.remove(key) {
@@ -332,11 +360,8 @@ impl State {
                     self.running_per_cluster.remove(cluster);
                 }
             }
-            if let Some(q) = self.owners.get_mut(&owner) {
-                q.running -= 1;
-            }
-            if let Some(t) = self.tenants.get_mut(&owner.namespace) {
-                t.running -= 1;
+            if !self.awaiting.remove(key) {
+                self.count_off(&owner);
             }
             self.tidy(&owner);
         }
@@ -404,6 +429,14 @@ impl State {
     pub(crate) fn abandon_running(&mut self, now: Instant) {
         let keys: Vec<ReleaseKey> = self.running.keys().cloned().collect();
         for key in keys {
+            self.release(&key, now);
+        }
+    }
+
+    /// Forgets every job handed over, for example when shutdown drops their answers.
+    pub(crate) fn abandon_awaiting(&mut self, now: Instant) {
+        for key in std::mem::take(&mut self.awaiting) {
+            self.awaiting.insert(key.clone());
             self.release(&key, now);
         }
     }

@@ -957,3 +957,109 @@ fn a_started_job_tells_how_long_it_waited_once_eligible() {
     let (_, _, waited) = s.start_next(now + Duration::from_secs(3)).unwrap();
     assert_eq!(waited, Duration::from_secs(3));
 }
+
+#[test]
+fn a_job_handed_over_frees_its_worker_and_its_owners_cap_but_keeps_its_key_busy() {
+    let mut s = State::new(QueueConfig {
+        workers: 1,
+        per_cluster: 1,
+        per_owner: 1,
+        per_tenant: 1,
+        ..QueueConfig::default()
+    });
+    let now = Instant::now();
+    s.enqueue(apply("pull-1/ns/a", "h1"), now);
+    s.enqueue(apply("member-1/ns/b", "h1"), now);
+    let (handed, attempt, _) = s.start_next(now).unwrap();
+    assert!(s.start_next(now).is_none(), "its one worker is taken");
+    s.hand_over(handed.key());
+    let (other, _, _) = s.start_next(now).expect("the worker is free again");
+    assert_eq!(other.key().to_string(), "member-1/ns/b");
+    // A newer job for the key handed over waits behind it, as behind any running job.
+    s.enqueue(apply("pull-1/ns/a", "h2"), now);
+    assert_eq!(s.waiting[handed.key()].slot, Slot::Parked);
+    s.finish(&other, 1, &Outcome::Uninstalled, now);
+    assert!(
+        s.start_next(now).is_none(),
+        "pull-1's one slot is still taken"
+    );
+    let late = Outcome::failed("did not answer", FailureKind::Transient);
+    assert_eq!(s.finish(&handed, attempt, &late, now), Finished::Done);
+    let (next, _, _) = s.start_next(now).unwrap();
+    assert_eq!(next, apply("pull-1/ns/a", "h2"));
+    assert!(s.awaiting.is_empty());
+}
+
+/// An executor that hands the jobs of cluster `pull-*` over, their answers sent by the test,
+/// and finishes every other job at once.
+struct HandsOver {
+    answers: mpsc::UnboundedSender<(Job, oneshot::Sender<Outcome>)>,
+}
+
+impl Executor for HandsOver {
+    async fn execute(&self, job: Job) -> Outcome {
+        self.start(job).await.outcome().await
+    }
+
+    async fn start(&self, job: Job) -> Started {
+        if !job.key().scope.cluster.as_str().starts_with("pull-") {
+            return Started::Finished(Outcome::Uninstalled);
+        }
+        let (answer, outcome) = oneshot::channel();
+        self.answers.send((job, answer)).expect("the test listens");
+        let deadline = Duration::from_secs(600);
+        Started::Awaiting(Box::pin(async move {
+            tokio::time::timeout(deadline, outcome).await.map_or_else(
+                |_| failed(true),
+                |answered| answered.unwrap_or(failed(true)),
+            )
+        }))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn members_that_never_answer_hold_no_worker_and_time_out_into_backoff() {
+    let queue = HelmQueue::new(QueueConfig {
+        workers: 2,
+        per_cluster: 2,
+        ..QueueConfig::default()
+    });
+    let (answers_tx, mut answers) = mpsc::unbounded_channel();
+    let (done_tx, mut done) = mpsc::channel(64);
+    let cancel = CancellationToken::new();
+    let executor = Arc::new(HandsOver {
+        answers: answers_tx,
+    });
+    let run = tokio::spawn({
+        let (queue, cancel) = (queue.clone(), cancel.clone());
+        async move { queue.run(executor, done_tx, cancel).await }
+    });
+    let silent = ["pull-1/ns/a", "pull-1/ns/b", "pull-2/ns/a", "pull-2/ns/b"];
+    for key in silent {
+        queue.enqueue(apply(key, "h1"));
+    }
+    let mut unanswered = Vec::new();
+    for _ in silent {
+        unanswered.push(within(answers.recv()).await.unwrap());
+    }
+    assert_eq!(queue.running(), 4, "four jobs in flight on two workers");
+    // Another cluster's change still runs at once.
+    let started = Instant::now();
+    queue.enqueue(apply("member-1/ns/web", "h1"));
+    let completed = within(done.recv()).await.unwrap();
+    assert_eq!(completed.job.key().to_string(), "member-1/ns/web");
+    assert_eq!(Instant::now(), started);
+    // Past the deadline each silent job fails and backs off; none is lost.
+    let mut timed_out = Vec::new();
+    for _ in silent {
+        let completed = within(done.recv()).await.unwrap();
+        assert!(completed.next_retry.is_some(), "{completed:?}");
+        assert_eq!(completed.elapsed, Duration::from_secs(600));
+        timed_out.push(completed.job.key().to_string());
+    }
+    timed_out.sort();
+    assert_eq!(timed_out, silent);
+    drop(unanswered);
+    cancel.cancel();
+    within(run).await.unwrap();
+}

@@ -45,6 +45,8 @@ pub(crate) struct RunConfig {
     pub(crate) chart_cache_size: u64,
     /// Bytes a repository index may have at most.
     pub(crate) chart_index_limit: u64,
+    /// How long a pull member's agent may take to answer a Helm job.
+    pub(crate) pull_answer_within: Duration,
 }
 
 /// Why the operator could not start.

@@ -235,6 +235,7 @@ pub(crate) async fn build(
         shared.clone(),
         executor(config, &shared, &health, &chart_cache)?,
         pull,
+        config.pull_answer_within,
     );
     let releases = ReleaseIndex::new(tasks.clone(), Some(hub.seal));
     for link in links.all() {

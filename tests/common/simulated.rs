@@ -46,6 +46,7 @@ use tenancy_hub::{
         wire::AgentConfig,
     },
     observe::model::{PodInfo, WorkloadInfo, WorkloadKind, WorkloadRef},
+    plan::OwnerId,
     queue::Outcome,
 };
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
@@ -128,6 +129,17 @@ impl Fleet {
     /// configuration read, a token of its own agent ServiceAccount from the TokenRequest API, and
     /// its tasks started at once; [`JOIN_AT_ONCE`] at a time.
     pub async fn join(lab: &Lab, admin: &Client, names: &[String]) -> Self {
+        Self::join_serving(lab, admin, names, true).await
+    }
+
+    /// Like [`Fleet::join`], but the members never answer a call: each renews its Lease and
+    /// reports its status and (empty) records, and leaves the hub's work unanswered.
+    #[allow(dead_code)] // used by some test crates only
+    pub async fn join_silent(lab: &Lab, admin: &Client, names: &[String]) -> Self {
+        Self::join_serving(lab, admin, names, false).await
+    }
+
+    async fn join_serving(lab: &Lab, admin: &Client, names: &[String], serving: bool) -> Self {
         let errors = Arc::new(Mutex::new(Vec::new()));
         let (stop, tasks) = (CancellationToken::new(), TaskTracker::new());
         // Each member starts as soon as it has joined, as agents come up one by one.
@@ -137,7 +149,9 @@ impl Fleet {
                 let member = Member::join(lab, admin, name, errors).await;
                 tasks.spawn(member.outbox.clone().run(stop.clone()));
                 tasks.spawn(member.clone().renew(stop.clone()));
-                tasks.spawn(member.clone().serve(stop));
+                if serving {
+                    tasks.spawn(member.clone().serve(stop));
+                }
                 member
             }
         });
@@ -170,6 +184,26 @@ impl Fleet {
                     .any(|k| k.scope.namespace == namespace && k.release == release)
             })
             .count()
+    }
+
+    /// Has member `member` report, beside its own records, a record of revision 1 of `key`
+    /// sealed with its own key and claiming `owner`, as its agent's identity may.
+    #[allow(dead_code)] // used by some test crates only
+    pub fn forge_record(&self, member: usize, key: &ReleaseKey, owner: &OwnerId) {
+        let member = &self.members[member];
+        let work = Work {
+            key: key.clone(),
+            owner: owner.clone(),
+            uninstall: false,
+            spec_hash: Some("forged".into()),
+            chart_version: None,
+        };
+        let records = {
+            let mut state = member.state.lock().unwrap();
+            state.records.insert(key.clone(), member.record(&work, 1));
+            state.records.values().cloned().collect()
+        };
+        member.report_records(true, records);
     }
 
     /// Reports not yet on the hub, over every member.

@@ -299,7 +299,8 @@ impl PullHub {
         }
     }
 
-    fn on_lease(&self, event: watcher::Event<Lease>) {
+    /// Takes one event of an agent's Lease in: when it was renewed, and for how long.
+    pub(crate) fn on_lease(&self, event: watcher::Event<Lease>) {
         let (watcher::Event::Apply(lease) | watcher::Event::InitApply(lease)) = event else {
             return;
         };

@@ -29,11 +29,13 @@ use crate::{
     observe::releases,
     observe::watch::{ClusterWatch, ShardShares},
     plan::{Applied, ChartSource, Job, Release},
-    queue::{FailureKind, Outcome},
+    queue::{FailureKind, Outcome, Started},
 };
 
-/// How long a Helm job's answer may take once published to a live agent.
-const ANSWER_WITHIN: Duration = Duration::from_secs(15 * 60);
+/// How long a Helm job's answer may take once published to a live agent, unless the operator
+/// is told otherwise (`--pull-answer-within`). The answer is awaited without holding a Helm
+/// worker, so the bound is on how long a release stays in flight, not on the hub's work.
+pub(crate) const ANSWER_WITHIN: Duration = Duration::from_secs(10 * 60);
 /// How long a job's outcome waits for the agent's records to show it.
 const SETTLE_WITHIN: Duration = Duration::from_secs(10);
 /// How long a drift check or a manifest read may take.
@@ -46,19 +48,24 @@ pub(crate) struct PullLink {
     /// The operator's executor, whose chart cache holds remote charts; none for a link that
     /// only looks.
     executor: Option<Arc<HelmExecutor>>,
+    /// How long a job's answer may take once published.
+    answer_within: Duration,
 }
 
 impl PullLink {
-    /// The link of pull member `cluster` through `hub`.
+    /// The link of pull member `cluster` through `hub`, waiting `answer_within` for each job's
+    /// answer.
     pub(crate) fn new(
         cluster: ClusterName,
         hub: Arc<PullHub>,
         executor: Option<Arc<HelmExecutor>>,
+        answer_within: Duration,
     ) -> Self {
         Self {
             cluster,
             hub,
             executor,
+            answer_within,
         }
     }
 }
@@ -86,18 +93,26 @@ impl MemberLink for PullLink {
     }
 
     fn execute(&self, job: Job) -> BoxFuture<'static, Outcome> {
+        let start = self.start(job);
+        async move { start.await.outcome().await }.boxed()
+    }
+
+    /// Publishes the job's chart and call (what holds a Helm worker), then hands back the
+    /// agent's answer to await, within the link's deadline.
+    fn start(&self, job: Job) -> BoxFuture<'static, Started> {
         let (hub, cluster, executor) = (
             self.hub.clone(),
             self.cluster.clone(),
             self.executor.clone(),
         );
+        let within = self.answer_within;
         async move {
             let key = job.key().clone();
             let chart = match &job {
                 Job::Apply { release, .. } => {
                     match publish_chart(&hub, &cluster, executor.as_deref(), release).await {
                         Ok(chart) => Some(chart),
-                        Err(outcome) => return outcome,
+                        Err(outcome) => return Started::Finished(outcome),
                     }
                 }
                 _ => None,
@@ -114,9 +129,10 @@ impl MemberLink for PullLink {
                 body: CallBody::Work { job, chart },
             };
             if let Err(e) = hub.publish(&work_name(&key), "work", &call).await {
-                return Outcome::failed(e, FailureKind::Transient);
+                return Started::Finished(Outcome::failed(e, FailureKind::Transient));
             }
-            wait_answer(&hub, &cluster, &key, &id).await
+            let answer = async move { wait_answer(&hub, &cluster, &key, &id, within).await };
+            Started::Awaiting(answer.boxed())
         }
         .boxed()
     }
@@ -296,12 +312,19 @@ async fn publish_chart(
     })
 }
 
-/// Waits for the answer to the work `id` of `key`, as long as the agent is there.
-async fn wait_answer(hub: &PullHub, cluster: &ClusterName, key: &ReleaseKey, id: &str) -> Outcome {
+/// Waits for the answer to the work `id` of `key`, as long as the agent is there and `within`
+/// at most.
+async fn wait_answer(
+    hub: &PullHub,
+    cluster: &ClusterName,
+    key: &ReleaseKey,
+    id: &str,
+    within: Duration,
+) -> Outcome {
     hub.listed_first().await;
     let member = hub.member(cluster);
     let mut changed = member.subscribe();
-    let deadline = Instant::now() + ANSWER_WITHIN;
+    let deadline = Instant::now() + within;
     loop {
         let answer = member.read(|r| r.answers.get(key).filter(|a| a.id == id).cloned());
         if let Some(answer) = answer {
@@ -315,16 +338,22 @@ async fn wait_answer(hub: &PullHub, cluster: &ClusterName, key: &ReleaseKey, id:
             return Outcome::failed(why, FailureKind::Unavailable);
         }
         if Instant::now() >= deadline {
-            return Outcome::failed(
-                format!(
-                    "the agent of pull member {cluster} did not answer for release {key} within {} s; it is tried again",
-                    ANSWER_WITHIN.as_secs()
-                ),
-                FailureKind::Transient,
-            );
+            return unanswered(cluster, key, within);
         }
         let _ = tokio::time::timeout(LOOK_EVERY, changed.changed()).await;
     }
+}
+
+/// The failure of a job whose answer did not come `within` its deadline from an agent that
+/// renews its Lease.
+fn unanswered(cluster: &ClusterName, key: &ReleaseKey, within: Duration) -> Outcome {
+    Outcome::failed(
+        format!(
+            "the agent of pull member {cluster} renews its Lease but did not answer the work for release {key} within {} s: see the agent's log in cluster {cluster} (is it stuck, or another version?) and restart it; the work is tried again with backoff",
+            within.as_secs()
+        ),
+        FailureKind::Transient,
+    )
 }
 
 /// Waits, within [`SETTLE_WITHIN`], until the agent's records report shows what `outcome` did
@@ -524,3 +553,6 @@ fn relist(observed: &crate::member::pull::messages::Observed) -> Vec<(String, Ch
     }
     changes
 }
+
+#[cfg(test)]
+mod tests;

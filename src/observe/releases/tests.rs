@@ -282,7 +282,7 @@ fn a_release_installed_by_hand_is_held_without_owner_so_it_is_never_taken_over()
     let a = index.get(&web()).unwrap();
     assert_eq!((a.owner, a.revision), (None, 2));
     assert!(index.managed(None).is_empty());
-    let applied = index.applied_for(&owner("a"), [&web()]);
+    let applied = index.applied_for(&owner("a"), [&web()], &|_| false);
     assert_eq!(applied.get(&web()).map(|a| a.owner.clone()), Some(None));
 }
 
@@ -293,13 +293,13 @@ fn planning_reads_the_keys_it_names_and_the_releases_its_owner_holds() {
     elsewhere.metadata.namespace = Some("old".into());
     let other = named_db(by_hand("1"));
     index.seed(hub(), vec![managed("1", "a", "deployed"), elsewhere, other]);
-    let applied = index.applied_for(&owner("a"), std::iter::empty());
+    let applied = index.applied_for(&owner("a"), std::iter::empty(), &|_| false);
     let mut keys: Vec<String> = applied.keys().map(ToString::to_string).collect();
     keys.sort();
     assert_eq!(keys, ["hub/old/web", "hub/team/web"]);
     assert!(
         index
-            .applied_for(&owner("b"), std::iter::empty())
+            .applied_for(&owner("b"), std::iter::empty(), &|_| false)
             .is_empty()
     );
     assert_eq!(index.synced(), BTreeSet::from([hub()]));
@@ -384,4 +384,59 @@ fn a_record_claiming_an_owner_counts_as_managed_only_when_its_seal_verifies() {
     )
     .unwrap();
     assert_eq!(held, Held::Foreign, "the managed watch holds it as foreign");
+}
+
+#[test]
+fn a_pull_members_seal_vouches_for_an_owner_only_where_it_delivers() {
+    use crate::helm::seal::{SealKey, Sealed};
+    let master = SealKey::from_bytes(&[9u8; 32]).unwrap();
+    let edge: ClusterName = "edge-1".parse().unwrap();
+    let sealed = |key: &SealKey, release: &str| {
+        let mut r = Record::default();
+        r.metadata.namespace = Some("team".into());
+        r.metadata.labels = Some(key.record_labels(&Sealed {
+            cluster: "edge-1",
+            namespace: "team",
+            release,
+            revision: 1,
+            owner_namespace: "default",
+            owner_name: "a",
+            spec_hash: "h",
+            content: "00112233445566778899aabbccddeeff",
+        }));
+        r
+    };
+    let index = ReleaseIndex::new(TaskTracker::new(), Some(master.clone()));
+    index.seed(
+        edge.clone(),
+        vec![
+            sealed(&master, "by-operator"),
+            sealed(&master.for_cluster(&edge), "by-agent"),
+        ],
+    );
+    let owned = |vouch: Vouch<'_>| {
+        let mut keys: Vec<String> = index
+            .owned_by(&owner("a"), vouch)
+            .iter()
+            .map(|a| a.key.to_string())
+            .collect();
+        keys.sort();
+        keys
+    };
+    assert_eq!(
+        owned(&|_| true),
+        ["edge-1/team/by-agent", "edge-1/team/by-operator"]
+    );
+    // Where the owner does not deliver, only the operator's own seal makes a record its own.
+    assert_eq!(owned(&|_| false), ["edge-1/team/by-operator"]);
+    let asked: std::cell::RefCell<Vec<String>> = Default::default();
+    owned(&|k| {
+        asked.borrow_mut().push(k.to_string());
+        false
+    });
+    assert_eq!(
+        *asked.borrow(),
+        ["edge-1/team/by-agent"],
+        "asked for agent-sealed records only"
+    );
 }
