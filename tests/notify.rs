@@ -16,6 +16,7 @@ use common::{
     fixtures::{DEADLINE, chart, ready, tenancy, unique, wait_until, web},
     hub::{Hub, allow_all},
 };
+use futures::StreamExt as _;
 use hmac::{Hmac, Mac};
 use k8s_openapi::{
     ByteString,
@@ -23,7 +24,7 @@ use k8s_openapi::{
     apimachinery::pkg::util::intstr::IntOrString,
 };
 use kube::{
-    Api,
+    Api, Client,
     api::{ObjectMeta, Patch, PatchParams, PostParams},
 };
 use serde_json::Value;
@@ -31,7 +32,7 @@ use sha2::Sha256;
 use tenancy_hub::api::{
     alert::{Alert, AlertSpec, AlertStatus, ProviderType, SecretName},
     crd::{Controller, ControllerSpec, DriftDetection, DriftMode, Rollout, ValuesKind},
-    policy::{TenancyPolicySpec, ValuesRule},
+    policy::{AlertSecretRule, TenancyPolicySpec},
 };
 
 /// The signing key the receiver checks.
@@ -227,23 +228,23 @@ async fn alert_sends_to(api: &Api<Alert>, name: &str, address: SocketAddr) -> Al
     status
 }
 
-/// Waits until Alert `name`, read through `api`, is refused (`Ready=False`) for `reason`,
-/// showing no endpoint; returns the condition's message.
-async fn alert_refused(api: &Api<Alert>, name: &str, reason: &str) -> String {
-    let status = alert_until(api, name, &format!("Alert {name} to be refused"), |s| {
-        alert_ready(s).is_some_and(|r| r.0 == "False")
+/// Waits until Alert `name`, read through `api`, is refused (`Ready=False`) for `reason` with
+/// a message saying each of `says`, showing no endpoint; returns the condition's message.
+async fn alert_refused(api: &Api<Alert>, name: &str, reason: &str, says: &[&str]) -> String {
+    let what = format!("Alert {name} to be refused for {reason}, saying {says:?}");
+    let status = alert_until(api, name, &what, |s| {
+        alert_ready(s).is_some_and(|(status, why, message)| {
+            status == "False" && why == reason && says.iter().all(|w| message.contains(w))
+        })
     })
     .await;
-    let (_, why, message) = alert_ready(&status).unwrap();
-    assert_eq!(why, reason, "{message}");
     assert_eq!(status.endpoint, None);
-    message.to_owned()
+    alert_ready(&status).unwrap().2.to_owned()
 }
 
 /// `policy` letting the Alerts of its hub namespaces send to the webhook of Secret `name`.
 fn with_webhook(mut policy: TenancyPolicySpec, name: &str) -> TenancyPolicySpec {
-    policy.values_from = vec![ValuesRule {
-        kind: Some(ValuesKind::Secret),
+    policy.alert_secrets = vec![AlertSecretRule {
         names: vec![name.into()],
         ..Default::default()
     }];
@@ -329,12 +330,14 @@ async fn a_webhook_gets_one_signed_message_per_transition_and_delivery_goes_on_w
         .unwrap();
     let status = alert_sends_to(&alerts, "on-call", address).await;
     assert!(!format!("{status:?}").contains("s3cr3t"), "{status:?}");
-    let message = alert_refused(&alerts, "sneaky", "SecretNotAllowed").await;
-    assert!(
-        message.contains(&format!("Secret {}/platform-token", hub.namespace))
-            && message.contains("a platform admin adds one"),
-        "{message}"
-    );
+    let secret_name = format!("Secret {}/platform-token", hub.namespace);
+    alert_refused(
+        &alerts,
+        "sneaky",
+        "SecretNotAllowed",
+        &[&secret_name, "a platform admin adds one"],
+    )
+    .await;
 
     // A first install that becomes Ready is no transition.
     let ns = unique("shop");
@@ -621,18 +624,22 @@ async fn a_tenants_alerts_hear_nothing_of_another_teams_controllers_and_send_not
     for name in ["spy", "spy-all"] {
         alert_sends_to(&alerts_b, name, address_b).await;
     }
-    let message = alert_refused(&alerts_b, "platform", "SecretNotAllowed").await;
-    assert!(
-        message.contains(&format!("Secret {team_b}/platform-token"))
-            && message.contains("a platform admin adds one"),
-        "{message}"
-    );
+    let platform_secret = format!("Secret {team_b}/platform-token");
+    alert_refused(
+        &alerts_b,
+        "platform",
+        "SecretNotAllowed",
+        &[&platform_secret, "a platform admin adds one"],
+    )
+    .await;
     // A name team B's policy does not allow, absent from its namespace, is refused as an
     // existing one would be: whether it exists is not told.
-    let message = alert_refused(&alerts_b, "borrow", "SecretNotAllowed").await;
-    assert!(
-        message.contains(&format!("Secret {team_b}/hook-a")),
-        "{message}"
+    let borrowed = format!("Secret {team_b}/hook-a");
+    let absent = alert_refused(&alerts_b, "borrow", "SecretNotAllowed", &[&borrowed]).await;
+    assert_eq!(
+        absent.replace("hook-a", "platform-token"),
+        alert_refused(&alerts_b, "platform", "SecretNotAllowed", &[]).await,
+        "an absent Secret is refused in the words of one that exists"
     );
 
     // Team A's shop fails: its own webhook is told.
@@ -710,4 +717,243 @@ async fn a_tenants_alerts_hear_nothing_of_another_teams_controllers_and_send_not
         !shown.contains("s3cr3t") && !shown.contains(key),
         "a webhook's path or key never reaches a status, an Event or the log"
     );
+}
+
+/// The hub API server's URL, from the lab's kubeconfig.
+fn hub_api_url(hub: &Hub) -> String {
+    let config = &hub.lab.kubeconfig;
+    let context = config.contexts.iter().find(|c| c.name == "hub").unwrap();
+    let cluster = &context.context.as_ref().unwrap().cluster;
+    let server = config.clusters.iter().find(|c| &c.name == cluster).unwrap();
+    server.cluster.as_ref().unwrap().server.clone().unwrap()
+}
+
+/// `team`'s policy: its Controllers deliver to namespaces `<team>-*`, its Alerts send to the
+/// webhooks of Secrets `secrets` and may reach loopback.
+fn loopback_policy(team: &str, secrets: &[&str]) -> TenancyPolicySpec {
+    let mut policy = allow_all(team, &[]);
+    policy.namespaces = vec![format!("{team}-*")];
+    policy.alert_secrets = vec![AlertSecretRule {
+        names: secrets.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }];
+    policy.alert_internal_addresses = vec!["127.0.0.1/32".into()];
+    policy
+}
+
+/// Two teams on one operator that refuses webhooks inside the cluster: each team may write
+/// Controllers and Alerts in its hub namespace, its policy allows its own webhook Secret `hook`
+/// and loopback (where the test's receivers listen). Returns the hub, team B's namespace and
+/// each team's own client.
+async fn two_teams_on_loopback(id: &str) -> (Hub, String, Client, Client) {
+    let (hub, team_b) = Hub::two_teams(id, RUN, &[]).await;
+    let mut clients = Vec::new();
+    for team in [hub.namespace.clone(), team_b.clone()] {
+        hub.tenant_may_write(&team, ("Group", &team), &["controllers", "alerts"])
+            .await;
+        hub.policy(&team, loopback_policy(&team, &["hook"])).await;
+        let client = hub
+            .lab
+            .client_as_in("hub", &format!("{team}-dev"), &[&team])
+            .await;
+        let own: Api<Alert> = Api::namespaced(client.clone(), &team);
+        wait_until("the team's Role to take effect", DEADLINE, || async {
+            own.list(&Default::default()).await.ok()
+        })
+        .await;
+        clients.push(client);
+    }
+    let as_b = clients.pop().unwrap();
+    let as_a = clients.pop().unwrap();
+    (hub, team_b, as_a, as_b)
+}
+
+/// Team B's Alerts `on-call-0` … to its receiver, each Ready.
+async fn team_b_alerts(hub: &Hub, team_b: &str, as_b: &Client, count: usize) -> Receiver {
+    let (receiver, address) = Receiver::start().await;
+    let url = format!("http://{address}/hook/{team_b}-s3cr3t");
+    let secrets = Api::namespaced(hub.client.clone(), team_b);
+    secret(
+        &secrets,
+        "hook",
+        &[("address", url.as_bytes()), ("hmacKey", KEY)],
+    )
+    .await;
+    let alerts: Api<Alert> = Api::namespaced(as_b.clone(), team_b);
+    for i in 0..count {
+        alert(&alerts, &format!("on-call-{i}"), "hook", &[])
+            .await
+            .unwrap();
+    }
+    for i in 0..count {
+        alert_sends_to(&alerts, &format!("on-call-{i}"), address).await;
+    }
+    receiver
+}
+
+/// Team B's Controller `cart` fails: each of its `count` Alerts tells `receiver` once.
+async fn team_b_fails(
+    team_b: &str,
+    as_b: &Client,
+    id: &str,
+    (receiver, count): (&Receiver, usize),
+) {
+    let controllers: Api<Controller> = Api::namespaced(as_b.clone(), team_b);
+    let failing = web(&format!("{team_b}-cart"), &["member-1"], "-1");
+    apply_controller(&controllers, &labelled("cart", failing, id)).await;
+    wait_until(
+        "every Alert of team B to tell its failure",
+        DEADLINE,
+        || async { (receiver.count("cart", "Stalled") >= count).then_some(()) },
+    )
+    .await;
+    assert_eq!(receiver.count("cart", "Stalled"), count);
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn webhooks_inside_the_cluster_are_refused_a_tarpit_holds_only_its_tenants_share_and_an_alert_secret_feeds_no_values()
+ {
+    let id = unique("inside");
+    let (hub, team_b, as_a, as_b) = two_teams_on_loopback(&id).await;
+    let team_a = hub.namespace.clone();
+    let secrets_a = Api::namespaced(hub.client.clone(), &team_a);
+    let alerts_a: Api<Alert> = Api::namespaced(as_a.clone(), &team_a);
+    const TEAM_B_ALERTS: usize = 3;
+    let receiver_b = team_b_alerts(&hub, &team_b, &as_b, TEAM_B_ALERTS).await;
+
+    // Alerts of addresses inside the cluster, each in a Secret of its own no rule allows yet.
+    let hub_api = format!("{}/api/v1/secrets", hub_api_url(&hub));
+    let inside = [
+        ("http://10.0.0.1/hook/x", "RFC 1918"),
+        (
+            "http://100.100.100.200/latest/meta-data",
+            "carrier-grade NAT",
+        ),
+        ("http://kubernetes.default.svc/api", "cluster-internal name"),
+        (
+            "http://grafana.monitoring.svc.cluster.local:3000/x",
+            "cluster-internal name",
+        ),
+        ("http://[fd00::1]/hook/x", "unique local"),
+        (hub_api.as_str(), "the hub's own API server"),
+    ];
+    let names: Vec<String> = (0..inside.len()).map(|i| format!("inside-{i}")).collect();
+    for (name, (address, _)) in names.iter().zip(inside) {
+        secret(&secrets_a, name, &[("address", address.as_bytes())]).await;
+        alert(&alerts_a, name, name, &[]).await.unwrap();
+    }
+    for name in &names {
+        alert_refused(
+            &alerts_a,
+            name,
+            "SecretNotAllowed",
+            &["no alertSecrets rule"],
+        )
+        .await;
+    }
+    // The policy allows them now: each is judged again within seconds (not on its minute), and
+    // refused for where its address leads.
+    let mut allowed: Vec<&str> = names.iter().map(String::as_str).collect();
+    allowed.push("hook");
+    hub.policy(&team_a, loopback_policy(&team_a, &allowed))
+        .await;
+    let changed = std::time::Instant::now();
+    for (name, (_, says)) in names.iter().zip(inside) {
+        let what = format!("Alert {name} judged again for its address");
+        let status = wait_until(&what, Duration::from_secs(20), || async {
+            let status = alerts_a.get(name).await.ok()?.status?;
+            let (_, reason, message) = alert_ready(&status)?;
+            (reason == "AddressInvalid" && message.contains(says)).then(|| message.to_owned())
+        })
+        .await;
+        assert!(
+            !status.contains("/hook/x") && !status.contains("meta-data"),
+            "{status}"
+        );
+    }
+    eprintln!(
+        "Alerts judged again {:?} after the policy changed",
+        changed.elapsed()
+    );
+
+    // A tarpit: team A's receiver takes 30 s to answer, and 70 Alerts of team A send to it.
+    let (tarpit, tarpit_address) = Receiver::start().await;
+    tarpit.mode.store(SLOW, Ordering::SeqCst);
+    let url = format!("http://{tarpit_address}/hook/{team_a}-s3cr3t");
+    secret(&secrets_a, "hook", &[("address", url.as_bytes())]).await;
+    futures::stream::iter(0..70)
+        .map(|i| {
+            let alerts_a = alerts_a.clone();
+            async move { alert(&alerts_a, &format!("tarpit-{i:02}"), "hook", &[]).await }
+        })
+        .buffer_unordered(16)
+        .for_each(|written| async move {
+            written.unwrap();
+        })
+        .await;
+    alert_sends_to(&alerts_a, "tarpit-69", tarpit_address).await;
+    // Team A's Controller fails (its chart's values asked of the Alert's Secret, which feeds
+    // no values): every one of its Alerts is to tell the tarpit.
+    let controllers_a: Api<Controller> = Api::namespaced(as_a, &team_a);
+    let mut spec = web(&format!("{team_a}-shop"), &["member-1"], "1");
+    spec.tenancies[0].charts[0].values_from = vec![tenancy_hub::api::crd::ValuesReference {
+        kind: ValuesKind::Secret,
+        name: "hook".into(),
+        ..Default::default()
+    }];
+    apply_controller(&controllers_a, &labelled("shop", spec, &id)).await;
+    let status = hub
+        .status_until("shop", "the Alert's Secret refused as values", |s| {
+            common::fixtures::message(s, "member-1", "web").is_some_and(|m| {
+                m.phase == "Invalid" && m.error_message.contains("may not be read")
+            })
+        })
+        .await;
+    let said = &common::fixtures::message(&status, "member-1", "web")
+        .unwrap()
+        .error_message;
+    assert!(said.contains(&format!("Secret {team_a}/hook")), "{said}");
+    assert!(!said.contains("s3cr3t"), "{said}");
+    wait_until("the tarpit to be sent to", DEADLINE, || async {
+        (tarpit.turned_away.load(Ordering::SeqCst) > 0).then_some(())
+    })
+    .await;
+    // Team A's sends past its share of the pool are dropped and counted on its Alerts.
+    let dropped = wait_until(
+        "team A's sends past its share dropped",
+        DEADLINE,
+        || async {
+            let list = alerts_a.list(&Default::default()).await.ok()?;
+            let dropped: u64 = list
+                .items
+                .iter()
+                .filter_map(|a| Some(a.status.as_ref()?.dropped))
+                .sum();
+            (dropped >= 70 - 8).then_some(dropped)
+        },
+    )
+    .await;
+
+    // Meanwhile every Alert of team B tells its own failure.
+    let started = std::time::Instant::now();
+    team_b_fails(&team_b, &as_b, &id, (&receiver_b, TEAM_B_ALERTS)).await;
+    let told_in = started.elapsed();
+    let reached = tarpit.turned_away.load(Ordering::SeqCst);
+    eprintln!(
+        "team B told in {told_in:?} while team A's tarpit was tried {reached} times; team A dropped {dropped}"
+    );
+    let alerts_b: Api<Alert> = Api::namespaced(as_b, &team_b);
+    for i in 0..TEAM_B_ALERTS {
+        let name = format!("on-call-{i}");
+        let status = alert_until(&alerts_b, &name, "team B's message counted", |s| {
+            s.sent >= 1
+        })
+        .await;
+        assert_eq!(
+            (status.sent, status.dropped, status.failed),
+            (1, 0, 0),
+            "{name}"
+        );
+    }
 }

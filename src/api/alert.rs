@@ -12,7 +12,8 @@ const CONTROLLER_NAME: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0
 /// Sends the events of the Controllers of its own hub namespace to a webhook.
 ///
 /// Written by tenants: an Alert sees only the Controllers of its namespace, and its Secret is
-/// read only when a `TenancyPolicy` governing that namespace allows it as it allows `valuesFrom`.
+/// read only when a `TenancyPolicy` governing that namespace allows it (`alertSecrets`). The
+/// operator follows the first 100 Alerts of a namespace (oldest first); later ones send nothing.
 #[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
@@ -77,7 +78,7 @@ pub struct AlertProvider {
 
     /// A Secret of the Alert's own namespace with key `address` (the webhook's `http(s)` URL)
     /// and, for `generic`, optional key `hmacKey`. A TenancyPolicy governing the namespace must
-    /// allow it (`valuesFrom`, kind Secret).
+    /// allow it (`alertSecrets`).
     pub secret_ref: SecretName,
 }
 

@@ -107,6 +107,65 @@ pub struct TenancyPolicySpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub values_from: Vec<ValuesRule>,
+
+    /// Which Secrets of the governed hub namespaces their `Alert`s may send to (the Secret holds
+    /// the webhook's URL and signing key). Separate from `valuesFrom`, which never allows an
+    /// Alert's Secret, nor this a chart's values. None when empty: an Alert's Secret is read
+    /// only when a rule here allows it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub alert_secrets: Vec<AlertSecretRule>,
+
+    /// Addresses inside the cluster or a private network the governed namespaces' Alerts may
+    /// send to, otherwise refused: a CIDR (`10.20.0.0/16`, `fd00:1::/64`, `127.0.0.1/32`) or a
+    /// host name exactly (`alertmanager.monitoring.svc`). The hub's own API server is never
+    /// allowed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 32),
+        inner(
+            length(min = 1, max = 253),
+            regex(pattern = r"^([0-9a-fA-F:.]+/[0-9]{1,3}|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$")
+        )
+    )]
+    pub alert_internal_addresses: Vec<String>,
+}
+
+/// Secrets an Alert of a governed hub namespace may send to: those named here or carrying
+/// every label here; every Secret of the namespace when neither is given.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AlertSecretRule {
+    /// Secret names, exactly.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256), inner(length(min = 1, max = 253)))]
+    pub names: Vec<String>,
+    /// Labels every allowed Secret carries, with these values.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+}
+
+impl AlertSecretRule {
+    /// The same rule as a `valuesFrom` rule of kind Secret, which decides alike.
+    fn as_values_rule(&self) -> ValuesRule {
+        ValuesRule {
+            kind: Some(crate::api::crd::ValuesKind::Secret),
+            names: self.names.clone(),
+            match_labels: self.match_labels.clone(),
+        }
+    }
+
+    /// True when the rule allows the Secret `name` with `labels`.
+    pub fn allows(&self, name: &str, labels: &BTreeMap<String, String>) -> bool {
+        self.as_values_rule()
+            .allows(crate::api::crd::ValuesKind::Secret, name, labels)
+    }
+
+    /// True when the rule may allow a Secret of that name only by its labels (so they must be
+    /// looked at); false when it allows or refuses by name alone.
+    pub fn needs_labels(&self, name: &str) -> bool {
+        !self.match_labels.is_empty() && !self.allows(name, &BTreeMap::new())
+    }
 }
 
 /// Hub objects a governed Controller may read values from: those of the kind (both when

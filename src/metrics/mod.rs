@@ -94,6 +94,14 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts one read of an Alert's Secret returning `bytes` of data.
+    pub(crate) fn alert_secret_read(&self, bytes: usize) {
+        self.notifications.secret_reads.inc();
+        self.notifications
+            .secret_read_bytes
+            .inc_by(u64::try_from(bytes).unwrap_or(u64::MAX));
+    }
+
     /// Counts one chart archive wanted: found in the cache (`hit`) or not.
     pub(crate) fn chart_cache(&self, hit: bool) {
         if hit {

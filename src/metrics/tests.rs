@@ -335,7 +335,7 @@ fn every_family_is_declared_once_with_help_and_a_type() {
     let kinds = |kind: &str| declared.iter().filter(|(_, k)| *k == kind).count();
     assert_eq!(
         (kinds("counter"), kinds("histogram"), kinds("gauge")),
-        (13, 5, 8),
+        (15, 5, 8),
         "{declared:?}"
     );
 }
@@ -426,6 +426,8 @@ fn declarations(text: &str) -> Vec<String> {
 /// What a scrape declares: each metric's help, type and unit, the label names of its series
 /// and a histogram's bucket bounds.
 const DECLARED: &[&str] = &[
+    "# HELP tenancy_hub_alert_secret_read_bytes Bytes of data the reads of Alerts' Secrets returned.",
+    "# HELP tenancy_hub_alert_secret_reads Reads of the Secrets Alerts name (whole Secrets; a Secret no alertSecrets rule allows is never read).",
     "# HELP tenancy_hub_channel_depth Messages waiting in a bounded channel between components; a full channel makes its senders wait, nothing is dropped.",
     "# HELP tenancy_hub_chart_cache_bytes Size of the chart archives kept in the chart cache.",
     "# HELP tenancy_hub_chart_cache_hits Chart archives wanted (by a resolution or a helm call) and found in the chart cache.",
@@ -453,6 +455,8 @@ const DECLARED: &[&str] = &[
     "# HELP tenancy_hub_watch_restarts Watch streams restarted after breaking, by cluster.",
     "# HELP tenancy_hub_watch_streams Watch streams open to the clusters, by what they watch: a few per cluster, however many namespaces are watched.",
     "# HELP tenancy_hub_watched_namespaces Cluster namespaces watched.",
+    "# TYPE tenancy_hub_alert_secret_read_bytes counter",
+    "# TYPE tenancy_hub_alert_secret_reads counter",
     "# TYPE tenancy_hub_channel_depth gauge",
     "# TYPE tenancy_hub_chart_cache_bytes gauge",
     "# TYPE tenancy_hub_chart_cache_hits counter",
@@ -487,6 +491,8 @@ const DECLARED: &[&str] = &[
     "# UNIT tenancy_hub_reconcile_duration_seconds seconds",
     "# UNIT tenancy_hub_rollout_duration_seconds seconds",
     "# UNIT tenancy_hub_status_propagation_seconds seconds",
+    "tenancy_hub_alert_secret_read_bytes_total{}",
+    "tenancy_hub_alert_secret_reads_total{}",
     "tenancy_hub_channel_depth{channel}",
     "tenancy_hub_chart_cache_bytes{}",
     "tenancy_hub_chart_cache_hits_total{}",

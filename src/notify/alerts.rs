@@ -1,4 +1,4 @@
-//! Each Alert's status: `Ready` from its Secret and the policies, looked at on every change and every minute, and what was sent, failed or dropped, written at most once a second.
+//! Each Alert's status: `Ready` from its Secret and the policies, looked at on every change of the Alert or of a policy and every minute (a few at once), and what was sent, failed or dropped, written at most once a second.
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
@@ -13,22 +13,27 @@ use kube::{
     api::{Patch, PatchParams},
     runtime::{
         Controller as Runtime, PredicateConfig, WatchStreamExt,
-        controller::Action,
+        controller::{Action, Config as RuntimeConfig},
         predicates,
         reflector::{self, ObjectRef, Store},
         watcher,
     },
 };
-use tokio::sync::Notify;
+use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
     api::alert::Alert,
-    notify::provider::{AdmissionNow, Endpoint, Problem, resolve, shown},
+    notify::{
+        budget::{ALERTS_PER_NAMESPACE, rank},
+        provider::{AdmissionNow, Endpoint, Problem, Reach, SecretReader, shown},
+    },
 };
 
 /// How often an Alert's Secret is looked at again, so one created or fixed shows within this.
 pub(crate) const RECHECK: Duration = Duration::from_secs(60);
+/// Alerts looked at at once.
+pub(crate) const LOOKS: u16 = 8;
 /// The least time between two writes of the counts.
 const COUNT_WRITES: Duration = Duration::from_secs(1);
 
@@ -184,23 +189,39 @@ pub(crate) fn ready(
 struct Readiness {
     hub: kube::Client,
     admission: AdmissionNow,
-    internal: bool,
+    reach: Reach,
+    reader: Arc<SecretReader>,
+    store: Store<Alert>,
+}
+
+/// What following the Alerts takes: the hub, what the policies allow now, where webhooks may
+/// lead, and the reader of their Secrets.
+pub(crate) struct Follow {
+    /// Client of the hub.
+    pub(crate) hub: kube::Client,
+    /// What the policies allow now.
+    pub(crate) admission: AdmissionNow,
+    /// Where webhooks may lead.
+    pub(crate) reach: Reach,
+    /// Reads the Alerts' Secrets.
+    pub(crate) reader: Arc<SecretReader>,
 }
 
 /// Follows the Alerts of `scope` (every namespace when None): the store the dispatcher reads,
-/// and each Alert's `Ready` kept current until cancelled.
+/// and each Alert's `Ready` kept current until cancelled, judged again at once whenever
+/// `policies` says a TenancyPolicy changed.
 pub(crate) fn follow(
-    hub: kube::Client,
+    parts: Follow,
     scope: Option<&str>,
-    (admission, internal): (AdmissionNow, bool),
+    policies: mpsc::Receiver<()>,
     cancel: CancellationToken,
 ) -> (
     Store<Alert>,
     impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let api: Api<Alert> = match scope {
-        Some(ns) => Api::namespaced(hub.clone(), ns),
-        None => Api::all(hub.clone()),
+        Some(ns) => Api::namespaced(parts.hub.clone(), ns),
+        None => Api::all(parts.hub.clone()),
     };
     // Looked at again on a new generation (or deletion), not on the status writes it makes.
     let (store, writer) = reflector::store();
@@ -209,12 +230,19 @@ pub(crate) fn follow(
         .reflect(writer)
         .applied_objects()
         .predicate_filter(predicates::generation, PredicateConfig::default());
-    let runtime =
-        Runtime::for_stream(changes, store.clone()).graceful_shutdown_on(cancel.cancelled_owned());
+    let policies = futures::stream::unfold(policies, |mut rx| async move {
+        rx.recv().await.map(|r| (r, rx))
+    });
+    let runtime = Runtime::for_stream(changes, store.clone())
+        .with_config(RuntimeConfig::default().concurrency(LOOKS))
+        .reconcile_all_on(policies)
+        .graceful_shutdown_on(cancel.cancelled_owned());
     let ctx = Arc::new(Readiness {
-        hub,
-        admission,
-        internal,
+        hub: parts.hub,
+        admission: parts.admission,
+        reach: parts.reach,
+        reader: parts.reader,
+        store: store.clone(),
     });
     let run = runtime
         .run(look, |_, _, _| Action::requeue(RECHECK), ctx)
@@ -222,10 +250,27 @@ pub(crate) fn follow(
     (store, run)
 }
 
+/// What an Alert can send to: nothing past the namespace's cap (its Secret not even judged),
+/// else its Secret judged and resolved as a send would.
+async fn found(alert: &Alert, ctx: &Readiness) -> Result<Endpoint, Problem> {
+    if let Some((place, count)) = rank(&ctx.store.state(), alert)
+        && place >= ALERTS_PER_NAMESPACE
+    {
+        return Err(Problem::TooManyAlerts {
+            namespace: alert.namespace().unwrap_or_default(),
+            count,
+            cap: ALERTS_PER_NAMESPACE,
+        });
+    }
+    ctx.reader
+        .resolve(alert, &(ctx.admission)(), &ctx.reach)
+        .await
+}
+
 /// Looks at one Alert: its Secret resolved as a send would, and the status written when what it
 /// says changed.
 async fn look(alert: Arc<Alert>, ctx: Arc<Readiness>) -> Result<Action, kube::Error> {
-    let found = resolve(&ctx.hub, &alert, &(ctx.admission)(), ctx.internal).await;
+    let found = found(&alert, &ctx).await;
     let status = alert.status.clone().unwrap_or_default();
     let generation = alert.metadata.generation;
     let condition = ready(

@@ -1,9 +1,12 @@
-//! The dispatcher: notices matched against the Alerts, each Alert's rate limited, and each message sent from a task of its own (a few attempts with backoff), so a slow or absent webhook holds up nothing else.
+//! The dispatcher: notices matched against the Alerts, each Alert's rate limited, and each message sent from a task of its own (a few attempts with backoff) holding a slot of a pool shared fairly by the hub namespaces, so a slow or absent webhook holds up nothing of another tenant.
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
-use kube::runtime::reflector::{ObjectRef, Store};
-use tokio::sync::{Semaphore, mpsc};
+use kube::{
+    ResourceExt as _,
+    runtime::reflector::{ObjectRef, Store},
+};
+use tokio::sync::mpsc;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
@@ -11,11 +14,13 @@ use crate::{
     metrics::Metrics,
     notify::{
         Notice,
+        address::{Allowed, WebhookResolver},
         alerts::AlertBook,
+        budget::{Full, TenantSlots, over_cap},
         filter::accepts,
         limits::{TokenBucket, jitter, retry_after},
         payload::{SIGNATURE_HEADER, body},
-        provider::{AdmissionNow, Endpoint, resolve, shown},
+        provider::{AdmissionNow, Endpoint, Reach, SecretReader, shown},
     },
 };
 
@@ -24,18 +29,21 @@ pub(crate) const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Messages on their way at once (attempts and pauses between them); beyond, new ones are
 /// dropped and counted.
 pub(crate) const IN_FLIGHT: usize = 64;
+/// Of those, the most one hub namespace's Alerts have on their way: a tenant whose receiver
+/// never answers holds these and no more.
+pub(crate) const IN_FLIGHT_PER_TENANT: usize = 8;
 
 /// What the dispatcher reads and writes through.
 #[derive(Clone)]
 pub(crate) struct Dispatcher {
-    /// Client of the hub: the Alerts' Secrets are read through it.
-    pub(crate) hub: kube::Client,
+    /// Reads the Alerts' Secrets.
+    pub(crate) reader: Arc<SecretReader>,
     /// The Alerts.
     pub(crate) alerts: Store<Alert>,
     /// What the policies allow now.
     pub(crate) admission: AdmissionNow,
-    /// Whether webhooks may lead back into the hub (`--notify-internal-addresses`).
-    pub(crate) internal: bool,
+    /// Where webhooks may lead.
+    pub(crate) reach: Reach,
     /// Counts per Alert, written to their status.
     pub(crate) book: Arc<AlertBook>,
     /// Operator metrics.
@@ -69,19 +77,32 @@ impl SendError {
     }
 }
 
-/// The HTTP client messages go out with: no redirects followed, a short timeout, names that
-/// resolve back into the hub refused unless `internal`.
-pub(crate) fn client(internal: bool) -> reqwest::Client {
-    let builder = reqwest::Client::builder()
+/// The HTTP client messages go out with: no redirects followed, a short timeout, names whose
+/// addresses lead inside refused unless `allowed` lists them.
+pub(crate) fn client(allowed: Allowed) -> reqwest::Client {
+    reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(ATTEMPT_TIMEOUT)
-        .connect_timeout(ATTEMPT_TIMEOUT);
-    match internal {
-        true => builder,
-        false => builder.dns_resolver(Arc::new(crate::charts::fetch::PublicResolver)),
+        .connect_timeout(ATTEMPT_TIMEOUT)
+        .dns_resolver(Arc::new(WebhookResolver(allowed)))
+        .build()
+        .expect("the notification HTTP client builds")
+}
+
+/// One HTTP client per allowance of internal addresses (most namespaces share the empty one).
+#[derive(Default)]
+struct Clients(HashMap<Allowed, reqwest::Client>);
+
+impl Clients {
+    fn for_allowance(&mut self, allowed: Allowed) -> reqwest::Client {
+        if self.0.len() > 256 {
+            self.0.clear();
+        }
+        self.0
+            .entry(allowed.clone())
+            .or_insert_with(|| client(allowed))
+            .clone()
     }
-    .build()
-    .expect("the notification HTTP client builds")
 }
 
 impl Dispatcher {
@@ -93,8 +114,8 @@ impl Dispatcher {
         tasks: TaskTracker,
         cancel: CancellationToken,
     ) {
-        let http = client(self.internal);
-        let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+        let slots = TenantSlots::new(IN_FLIGHT, IN_FLIGHT_PER_TENANT);
+        let mut clients = Clients::default();
         let mut buckets: HashMap<ObjectRef<Alert>, TokenBucket> = HashMap::new();
         loop {
             let notice = tokio::select! {
@@ -103,13 +124,12 @@ impl Dispatcher {
             };
             let now = std::time::Instant::now();
             let alerts = self.alerts.state();
+            let over = over_cap(&alerts);
             buckets.retain(|a, _| self.alerts.get(a).is_some());
+            let admission = (self.admission)();
             for alert in alerts.iter().filter(|a| {
-                accepts(
-                    a.metadata.namespace.as_deref().unwrap_or_default(),
-                    &a.spec,
-                    &notice,
-                )
+                let namespace = a.namespace().unwrap_or_default();
+                accepts(&namespace, &a.spec, &notice) && !over.contains(&(namespace, a.name_any()))
             }) {
                 let key = ObjectRef::from_obj(&**alert);
                 let bucket = buckets
@@ -121,14 +141,26 @@ impl Dispatcher {
                     tracing::warn!(alert = %key, event = %notice.event, "notification over the Alert's rate limit; dropped");
                     continue;
                 }
-                let Ok(slot) = slots.clone().try_acquire_owned() else {
-                    self.metrics.notification("dropped");
-                    self.book.dropped(&key);
-                    tracing::warn!(alert = %key, "too many notifications on their way; dropped");
-                    continue;
+                let slot = match slots.take(&notice.namespace) {
+                    Ok(slot) => slot,
+                    Err(full) => {
+                        self.metrics.notification("dropped");
+                        self.book.dropped(&key);
+                        let whose = match full {
+                            Full::Tenant => "this namespace's",
+                            Full::Pool => "every namespace's",
+                        };
+                        tracing::warn!(alert = %key, "too many of {whose} notifications on their way; dropped");
+                        continue;
+                    }
                 };
-                let (this, http, alert, notice) =
-                    (self.clone(), http.clone(), alert.clone(), notice.clone());
+                let allowed = self.reach.allowed(&admission, &notice.namespace);
+                let (this, http, alert, notice) = (
+                    self.clone(),
+                    clients.for_allowance(allowed),
+                    alert.clone(),
+                    notice.clone(),
+                );
                 let cancel = cancel.clone();
                 tasks.spawn(async move {
                     this.deliver(&http, &alert, &notice, &cancel).await;
@@ -138,7 +170,8 @@ impl Dispatcher {
         }
     }
 
-    /// Reads the Alert's Secret now (so a change or a tightened policy counts at once) and
+    /// Resolves the Alert's Secret now (the policies asked at once, the Secret read within
+    /// [`crate::notify::provider::REUSE`]) and
     /// sends the message, retrying what may succeed later.
     async fn deliver(
         &self,
@@ -148,7 +181,11 @@ impl Dispatcher {
         cancel: &CancellationToken,
     ) {
         let key = ObjectRef::from_obj(alert);
-        let endpoint = match resolve(&self.hub, alert, &(self.admission)(), self.internal).await {
+        let resolved = self
+            .reader
+            .resolve(alert, &(self.admission)(), &self.reach)
+            .await;
+        let endpoint = match resolved {
             Ok(e) => e,
             Err(problem) => {
                 self.metrics.notification("failed");
@@ -269,7 +306,7 @@ mod tests {
             hmac_key: Some(b"k".to_vec()),
         };
         let payload = br#"{"time":"now"}"#;
-        let http = client(true);
+        let http = client(Allowed::parse(&["127.0.0.1/32".into()]));
         assert_eq!(
             post(&http, &endpoint, payload).await,
             Err(SendError::Status(302))

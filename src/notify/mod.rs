@@ -5,10 +5,13 @@
 //! takes it or it is dropped and counted. The dispatcher (`dispatch`) matches it against the
 //! Alerts, limits each Alert's rate, and sends from tasks of its own with retries; `alerts`
 //! keeps each Alert's `Ready` condition and counts. The pure parts are `transitions`, `filter`,
-//! `payload` and `limits`; the Secret an Alert names is read in `provider`, as `valuesFrom`
-//! reads hub Secrets (own namespace, allowed by a policy).
+//! `payload`, `limits`, `budget` (what one tenant may take) and `address` (where a webhook may
+//! lead); the Secret an Alert names is read in `provider`, own namespace only, once a policy's
+//! `alertSecrets` rule allows it.
 
+pub(crate) mod address;
 pub(crate) mod alerts;
+pub(crate) mod budget;
 pub(crate) mod dispatch;
 pub(crate) mod filter;
 pub(crate) mod limits;

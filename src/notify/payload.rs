@@ -86,27 +86,49 @@ fn slack(n: &Notice) -> Value {
     })
 }
 
+/// Teams renders a MessageCard's title, text and facts as Markdown with some HTML: `&`, `<`
+/// and `>` become entities and every Markdown mark is escaped, so a name or a message shows as
+/// written and never as a link, an image or markup.
+fn teams_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '\\' | '`' | '*' | '_' | '{' | '}' | '[' | ']' | '(' | ')' | '#' | '+' | '-' | '.'
+            | '!' | '|' | '~' | '"' | '\'' => {
+                out.push('\\');
+                out.push(c);
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
 fn msteams(n: &Notice) -> Value {
+    let fact = |name: &str, value: &str| json!({"name": name, "value": teams_escape(value)});
     let mut facts = vec![
-        json!({"name": "Controller", "value": format!("{}/{}", n.namespace, n.controller)}),
-        json!({"name": "Event", "value": n.event.as_str()}),
-        json!({"name": "Reason", "value": n.reason}),
+        fact("Controller", &format!("{}/{}", n.namespace, n.controller)),
+        fact("Event", n.event.as_str()),
+        fact("Reason", &n.reason),
     ];
     if let Some(c) = &n.cluster {
-        facts.push(json!({"name": "Cluster", "value": c}));
+        facts.push(fact("Cluster", c));
     }
     if let Some(r) = &n.release {
-        facts.push(json!({"name": "Release", "value": r}));
+        facts.push(fact("Release", r));
     }
-    facts.push(json!({"name": "Time", "value": n.time.to_string()}));
+    facts.push(fact("Time", &n.time.to_string()));
     let title = format!("{} {}", n.event, subject(n));
     json!({
         "@type": "MessageCard",
         "@context": "https://schema.org/extensions",
         "summary": title,
         "themeColor": if n.event.is_warning() { "D93F0B" } else { "2EA44F" },
-        "title": title,
-        "text": bounded(&n.message),
+        "title": teams_escape(&title),
+        "text": teams_escape(&bounded(&n.message)),
         "sections": [{"facts": facts}],
     })
 }
@@ -192,6 +214,28 @@ mod tests {
             facts
                 .iter()
                 .any(|f| f["name"] == "Release" && f["value"] == "web")
+        );
+    }
+
+    #[test]
+    fn teams_text_cannot_carry_links_images_or_markup() {
+        let n = Notice {
+            reason: "[click](https://evil.example/x)".into(),
+            message: "![img](https://evil.example/p.png) <img src=x onerror=alert(1)> **bold** _it_ `code` & done".into(),
+            ..notice()
+        };
+        let v: Value = serde_json::from_slice(&body(ProviderType::Msteams, &n)).unwrap();
+        let text = v["text"].as_str().unwrap();
+        assert_eq!(
+            text,
+            r"\!\[img\]\(https://evil\.example/p\.png\) &lt;img src=x onerror=alert\(1\)&gt; \*\*bold\*\* \_it\_ \`code\` &amp; done"
+        );
+        let reason = &v["sections"][0]["facts"][2];
+        assert_eq!(reason["name"], "Reason");
+        assert_eq!(reason["value"], r"\[click\]\(https://evil\.example/x\)");
+        assert_eq!(
+            v["title"],
+            r"Stalled team\-a/shop \(member\-1, release web\)"
         );
     }
 

@@ -75,6 +75,17 @@ pub(crate) enum Verdict {
     Refused(String),
 }
 
+/// What admission says of an Alert's Secret before it is read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum AlertSecret {
+    /// Allowed by its name: read it.
+    Allowed,
+    /// Allowed only if its labels match a rule: read its metadata, then ask again.
+    ByLabels,
+    /// Refused by name: nothing of it is read; the refusal says what to do.
+    Refused(String),
+}
+
 /// Where the hub's fetches for one chart must stay (see [`Admission::fetch_scope`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Scope {
@@ -319,6 +330,70 @@ impl Admission {
                 policies.join(", ")
             )
         })
+    }
+
+    /// Whether an Alert of `hub_namespace` may send to the webhook of its Secret `name`, judged
+    /// before anything of the Secret is read: by name ([`AlertSecret::Allowed`] or
+    /// [`AlertSecret::Refused`]), or only once its labels are known ([`AlertSecret::ByLabels`],
+    /// then [`Admission::may_send_alert`]). Only `alertSecrets` rules count, in every mode.
+    pub(crate) fn alert_secret(&self, hub_namespace: &str, name: &str) -> AlertSecret {
+        let governing = self.governing(hub_namespace);
+        let rules = || governing.iter().flat_map(|p| &p.spec.alert_secrets);
+        if rules().any(|r| r.allows(name, &BTreeMap::new())) {
+            AlertSecret::Allowed
+        } else if rules().any(|r| r.needs_labels(name)) {
+            AlertSecret::ByLabels
+        } else {
+            AlertSecret::Refused(self.alert_refusal(hub_namespace, name))
+        }
+    }
+
+    /// Whether an Alert of `hub_namespace` may send to the webhook of Secret `name` carrying
+    /// `labels` (an absent Secret is judged as one without labels, so a refusal says the same
+    /// whether it exists).
+    pub(crate) fn may_send_alert(
+        &self,
+        hub_namespace: &str,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        match self
+            .governing(hub_namespace)
+            .iter()
+            .flat_map(|p| &p.spec.alert_secrets)
+            .any(|r| r.allows(name, labels))
+        {
+            true => Ok(()),
+            false => Err(self.alert_refusal(hub_namespace, name)),
+        }
+    }
+
+    fn alert_refusal(&self, hub_namespace: &str, name: &str) -> String {
+        let governing = self.governing(hub_namespace);
+        let policies: Vec<&str> = governing.iter().map(|p| p.name.as_str()).collect();
+        if policies.is_empty() {
+            format!(
+                "Secret {hub_namespace}/{name} may not be read: no TenancyPolicy governs hub namespace {hub_namespace}"
+            )
+        } else {
+            format!(
+                "Secret {hub_namespace}/{name} may not be read: no alertSecrets rule of the policies governing {hub_namespace} ({}) allows it; a platform admin adds one",
+                policies.join(", ")
+            )
+        }
+    }
+
+    /// The internal addresses (CIDRs and host names) the policies governing `hub_namespace`
+    /// let its Alerts send to.
+    pub(crate) fn alert_internal_addresses(&self, hub_namespace: &str) -> Vec<String> {
+        let mut all: Vec<String> = self
+            .governing(hub_namespace)
+            .iter()
+            .flat_map(|p| p.spec.alert_internal_addresses.iter().cloned())
+            .collect();
+        all.sort();
+        all.dedup();
+        all
     }
 
     /// What the policies say of one release of a `Controller` in `hub_namespace`: allowed (and as

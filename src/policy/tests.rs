@@ -31,6 +31,8 @@ fn team_a() -> NamedPolicy {
         name: "team-a".into(),
         spec: TenancyPolicySpec {
             values_from: Default::default(),
+            alert_secrets: Default::default(),
+            alert_internal_addresses: Default::default(),
             hub_namespaces: vec!["team-a".into()],
             clusters: vec!["member-1".into()],
             cluster_selector: Some(PolicyClusterSelector {

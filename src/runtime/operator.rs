@@ -117,14 +117,14 @@ async fn start(
         address,
         sharded,
     } = parts;
-    spawn_notifications(&ctx, notices, config.notify_internal, cancel, tasks);
+    let alerts = spawn_notifications(&ctx, notices, config.notify_internal, cancel, tasks);
     tasks.spawn(until(
         cancel,
         watch_policies(
             policies,
             policy_writer,
             (ctx.policies.clone(), ctx.settings.clone()),
-            outboxes.everything.clone(),
+            (outboxes.everything.clone(), alerts),
         ),
     ));
     let workers = tokio::spawn({
@@ -180,23 +180,40 @@ async fn start(
 }
 
 /// The Alerts followed (their `Ready` and counts written) and the dispatcher that sends what
-/// the status writer and the loops tell them.
+/// the status writer and the loops tell them; returns where to say that a policy changed.
 fn spawn_notifications(
     ctx: &Arc<Context>,
     notices: mpsc::Receiver<crate::notify::Notice>,
     internal: bool,
     cancel: &CancellationToken,
     tasks: &TaskTracker,
-) {
-    use crate::notify::{alerts, dispatch::Dispatcher, provider::AdmissionNow};
+) -> mpsc::Sender<()> {
+    use crate::notify::{
+        address::HubApi,
+        alerts,
+        dispatch::Dispatcher,
+        provider::{AdmissionNow, Reach, SecretReader},
+    };
     let admission: AdmissionNow = {
         let (policies, settings) = (ctx.policies.clone(), ctx.settings.clone());
         Arc::new(move || crate::controller::context::admission_of(&policies, &settings))
     };
+    let reach = Reach {
+        internal,
+        hub: HubApi::of(&hub_server(ctx)),
+    };
+    let reader = Arc::new(SecretReader::new(ctx.hub.clone(), ctx.metrics.clone()));
+    let (changed, policies) = mpsc::channel(1);
+    let parts = alerts::Follow {
+        hub: ctx.hub.clone(),
+        admission: admission.clone(),
+        reach: reach.clone(),
+        reader: reader.clone(),
+    };
     let (store, follow) = alerts::follow(
-        ctx.hub.clone(),
+        parts,
         ctx.settings.scope.as_deref(),
-        (admission.clone(), internal),
+        policies,
         cancel.clone(),
     );
     tasks.spawn(follow.instrument(tracing::info_span!("alerts")));
@@ -206,10 +223,10 @@ fn spawn_notifications(
         async move { book.write(hub, cancel).await }
     });
     let dispatcher = Dispatcher {
-        hub: ctx.hub.clone(),
+        reader,
         alerts: store,
         admission,
-        internal,
+        reach,
         book,
         metrics: ctx.metrics.clone(),
     };
@@ -218,6 +235,31 @@ fn spawn_notifications(
             .run(notices, tasks.clone(), cancel.clone())
             .instrument(tracing::info_span!("notify")),
     );
+    changed
+}
+
+/// The hub API server's URL, from the kubeconfig and context the hub's client was built from
+/// (none in a Pod: `HubApi` reads the in-cluster Service from the environment).
+fn hub_server(ctx: &Context) -> Vec<url::Url> {
+    let registry = ctx.registry.load();
+    let Some(hub) = registry.get(&crate::api::crd::HUB_CLUSTER.parse().expect("valid")) else {
+        return Vec::new();
+    };
+    let Ok(config) = kube::config::Kubeconfig::read_from(&hub.kubeconfig) else {
+        return Vec::new();
+    };
+    let cluster = config
+        .contexts
+        .iter()
+        .find(|c| c.name == hub.entry.context)
+        .and_then(|c| c.context.as_ref())
+        .map(|c| c.cluster.clone());
+    config
+        .clusters
+        .iter()
+        .filter(|c| Some(&c.name) == cluster.as_ref())
+        .filter_map(|c| c.cluster.as_ref()?.server.as_deref()?.parse().ok())
+        .collect()
 }
 
 /// The loops that follow outcomes, records, workload changes, freed claims, drift, ownerless

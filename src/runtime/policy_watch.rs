@@ -1,4 +1,4 @@
-//! Follows the `TenancyPolicy` resources: keeps their store current, plans again on a change and warns of policies that allow nothing or disagree.
+//! Follows the `TenancyPolicy` resources: keeps their store current, plans again and judges the Alerts again on a change, and warns of policies that allow nothing or disagree.
 
 use std::collections::BTreeSet;
 
@@ -17,13 +17,14 @@ use crate::{
     api::policy::TenancyPolicy, controller::context::Settings, controller::context::admission_of,
 };
 
-/// Keeps the `TenancyPolicy` store current and has every `Controller` planned again whenever a
-/// policy is created, changed or deleted, so policy changes take effect without a restart.
+/// Keeps the `TenancyPolicy` store current and has every `Controller` planned again, and every
+/// `Alert` judged again (`alerts`), whenever a policy is created, changed or deleted, so policy
+/// changes take effect without a restart.
 pub(crate) async fn watch_policies(
     api: Api<TenancyPolicy>,
     writer: reflector::store::Writer<TenancyPolicy>,
     (store, settings): (reflector::Store<TenancyPolicy>, Settings),
-    everything: mpsc::Sender<()>,
+    (everything, alerts): (mpsc::Sender<()>, mpsc::Sender<()>),
 ) {
     let mut events = std::pin::pin!(
         watcher(api, watcher::Config::default())
@@ -37,10 +38,13 @@ pub(crate) async fn watch_policies(
                 tracing::info!(policy = %kube::ResourceExt::name_any(&p), "a TenancyPolicy changed; planning every Controller again");
                 said = warn_of_policies(&admission_of(&store, &settings), said);
                 let _ = everything.send(()).await;
+                // Full: a judgement of every Alert is pending already.
+                let _ = alerts.try_send(());
             }
             Ok(watcher::Event::InitDone) => {
                 said = warn_of_policies(&admission_of(&store, &settings), said);
                 let _ = everything.send(()).await;
+                let _ = alerts.try_send(());
             }
             Ok(_) => {}
             Err(error) => tracing::warn!(%error, "watching TenancyPolicies failed; retrying"),

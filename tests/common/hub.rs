@@ -76,6 +76,8 @@ pub fn allow_all(namespace: &str, sources: &[&str]) -> TenancyPolicySpec {
         impersonate: None,
         trusted: true,
         values_from: Vec::new(),
+        alert_secrets: Vec::new(),
+        alert_internal_addresses: Vec::new(),
     }
 }
 
