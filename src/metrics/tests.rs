@@ -335,7 +335,7 @@ fn every_family_is_declared_once_with_help_and_a_type() {
     let kinds = |kind: &str| declared.iter().filter(|(_, k)| *k == kind).count();
     assert_eq!(
         (kinds("counter"), kinds("histogram"), kinds("gauge")),
-        (13, 5, 8),
+        (15, 5, 8),
         "{declared:?}"
     );
 }
@@ -446,9 +446,11 @@ const DECLARED: &[&str] = &[
     "# HELP tenancy_hub_registry_rejects Edits of the registration file refused; the last good registry stayed in force.",
     "# HELP tenancy_hub_registry_reloads Edits of the registration file applied without a restart.",
     "# HELP tenancy_hub_rollout_duration_seconds Time a progressive rollout took from its start until every cluster was healthy on the generation.",
+    "# HELP tenancy_hub_status_api_reviews Reviews the status API asked the hub, by kind: TokenReview or SubjectAccessReview (answers shared by concurrent callers and remembered are not counted again).",
     "# HELP tenancy_hub_status_propagation_seconds Time from a change reaching a resource's report or the model to its status write.",
     "# HELP tenancy_hub_status_writes Status writes to Controller resources.",
     "# HELP tenancy_hub_status_writes_skipped Status writes skipped because nothing had changed.",
+    "# HELP tenancy_hub_values_reads Secrets and ConfigMaps of hub namespaces whose content was read for valuesFrom, by kind (only objects a policy rule allows are read).",
     "# HELP tenancy_hub_watch_events Events delivered by the watches of cluster namespaces.",
     "# HELP tenancy_hub_watch_restarts Watch streams restarted after breaking, by cluster.",
     "# HELP tenancy_hub_watch_streams Watch streams open to the clusters, by what they watch: a few per cluster, however many namespaces are watched.",
@@ -473,9 +475,11 @@ const DECLARED: &[&str] = &[
     "# TYPE tenancy_hub_registry_rejects counter",
     "# TYPE tenancy_hub_registry_reloads counter",
     "# TYPE tenancy_hub_rollout_duration_seconds histogram",
+    "# TYPE tenancy_hub_status_api_reviews counter",
     "# TYPE tenancy_hub_status_propagation_seconds histogram",
     "# TYPE tenancy_hub_status_writes counter",
     "# TYPE tenancy_hub_status_writes_skipped counter",
+    "# TYPE tenancy_hub_values_reads counter",
     "# TYPE tenancy_hub_watch_events counter",
     "# TYPE tenancy_hub_watch_restarts counter",
     "# TYPE tenancy_hub_watch_streams gauge",
@@ -515,11 +519,13 @@ const DECLARED: &[&str] = &[
     "tenancy_hub_rollout_duration_seconds_bucket{le} le 0.1 0.2 0.4 0.8 1.6 3.2 6.4 12.8 25.6 51.2 102.4 204.8 409.6 819.2 +Inf",
     "tenancy_hub_rollout_duration_seconds_count{}",
     "tenancy_hub_rollout_duration_seconds_sum{}",
+    "tenancy_hub_status_api_reviews_total{kind}",
     "tenancy_hub_status_propagation_seconds_bucket{le} le 0.1 0.2 0.4 0.8 1.6 3.2 6.4 12.8 25.6 51.2 102.4 204.8 409.6 819.2 +Inf",
     "tenancy_hub_status_propagation_seconds_count{}",
     "tenancy_hub_status_propagation_seconds_sum{}",
     "tenancy_hub_status_writes_skipped_total{}",
     "tenancy_hub_status_writes_total{}",
+    "tenancy_hub_values_reads_total{kind}",
     "tenancy_hub_watch_events_total{}",
     "tenancy_hub_watch_restarts_total{cluster}",
     "tenancy_hub_watch_streams{source}",
