@@ -1,4 +1,4 @@
-//! Hostile tenants against the lab: forged release records, removals no policy allows, and keys let go by their holder.
+//! Hostile tenants against the lab: forged release records, removals no policy allows, keys let go by their holder, probes of Secrets no rule allows, values nested too deep.
 
 mod common;
 
@@ -9,7 +9,10 @@ use common::{
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, api::PostParams};
-use tenancy_hub::api::crd::{Controller, ControllerSpec};
+use tenancy_hub::api::{
+    crd::{Controller, ControllerSpec, ValuesKind, ValuesReference},
+    policy::ValuesRule,
+};
 
 const MEMBER: &str = "member-1";
 
@@ -248,4 +251,123 @@ async fn a_controller_cannot_squat_a_key_its_policy_refuses() {
         })
         .await;
     assert!(entry(&status, MEMBER, &ns_a).is_some());
+}
+
+/// One release named `release` of the example chart in `namespace` of the member, its values
+/// read from the Secret `secret` of the hub namespace.
+fn reading(namespace: &str, release: &str, secret: &str) -> ControllerSpec {
+    let mut spec = one_release(namespace, "deployment-example", release);
+    spec.tenancies[0].charts[0].values_from = vec![ValuesReference {
+        kind: ValuesKind::Secret,
+        name: secret.into(),
+        ..Default::default()
+    }];
+    spec
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_secret_no_rule_allows_is_refused_alike_absent_present_or_large_and_never_read() {
+    let hub = Hub::with_args("values-probe", &["--tenancy-policy", "enforce"]).await;
+    let mut policy = allow_all(&hub.namespace, &[]);
+    policy.values_from = vec![
+        ValuesRule {
+            kind: Some(ValuesKind::Secret),
+            names: vec!["allowed".into()],
+            ..Default::default()
+        },
+        ValuesRule {
+            kind: Some(ValuesKind::Secret),
+            match_labels: [("tenancy-hub.test/values".to_owned(), "yes".to_owned())].into(),
+            ..Default::default()
+        },
+    ];
+    hub.policy(&hub.namespace, policy).await;
+    // Two Secrets of the namespace no rule allows: a small one and one of 900 KB.
+    let secrets = Api::<Secret>::namespaced(hub.client.clone(), &hub.namespace);
+    for (name, size) in [("present", 16), ("large", 900_000)] {
+        let mut secret = Secret::default();
+        secret.metadata.name = Some(name.into());
+        secret.string_data =
+            Some([("values.yaml".to_owned(), format!("a: {}", "x".repeat(size)))].into());
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+    }
+    // The tenant names each, one that does not exist, and an allowed one (absent too).
+    let tenant = unique("tenant");
+    hub.tenant_may_write_controllers(&tenant).await;
+    let ns = unique("probe");
+    let probes = ["absent", "present", "large", "allowed"];
+    futures::future::join_all(
+        probes.map(|name| hub.apply_as(&tenant, name, reading(&ns, name, name))),
+    )
+    .await;
+    let mut said = Vec::new();
+    for name in probes {
+        let status = hub
+            .status_until(name, "the read to be judged", |s| {
+                message(s, MEMBER, name).is_some_and(|m| m.phase == "Invalid")
+            })
+            .await;
+        let error = message(&status, MEMBER, name)
+            .unwrap()
+            .error_message
+            .clone();
+        said.push(error.replace(name, "NAME"));
+    }
+    assert!(said[0].contains("may not be read"), "{}", said[0]);
+    assert_eq!(said[0], said[1], "absent and present are told apart");
+    assert_eq!(said[0], said[2], "absent and large are told apart");
+    assert!(said[3].contains("does not exist"), "{}", said[3]);
+    // The operator read the content of the allowed name alone (of none of the others).
+    let op = hub.operator.as_ref().unwrap();
+    assert_eq!(
+        op.metric(r#"tenancy_hub_values_reads_total{kind="Secret"}"#),
+        1.0
+    );
+    assert!(
+        hub.lab.releases(MEMBER, &ns).is_empty(),
+        "nothing was installed"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn values_nested_too_deep_are_refused_on_their_controller_alone_and_others_deliver() {
+    let hub = Hub::with_args("deep-values", &["--tenancy-policy", "enforce"]).await;
+    hub.policy(&hub.namespace, allow_all(&hub.namespace, &[]))
+        .await;
+    let tenant = unique("tenant");
+    hub.tenant_may_write_controllers(&tenant).await;
+    let (deep_ns, fine_ns) = (unique("deep"), unique("fine"));
+    // Deeper than the JSON parser's own limit (128): the API server stores it all the same.
+    let mut values = serde_json::json!("leaf");
+    for _ in 0..200 {
+        values = serde_json::json!({ "a": values });
+    }
+    let mut deep = Controller::new("deep", one_release(&deep_ns, "deployment-example", "web"));
+    deep.spec.tenancies[0].charts[0].values = Some(values);
+    let as_tenant =
+        Api::<Controller>::namespaced(hub.lab.client_as("hub", &tenant).await, &hub.namespace);
+    wait_until(
+        "the tenant to create its deep Controller",
+        DEADLINE,
+        || async { as_tenant.create(&PostParams::default(), &deep).await.ok() },
+    )
+    .await;
+    hub.apply("fine", one_release(&fine_ns, "deployment-example", "web"))
+        .await;
+    hub.releases_become(MEMBER, &fine_ns, &[("web", 1)]).await;
+    let status = hub
+        .status_until("deep", "the deep values to be refused", |s| {
+            message(s, MEMBER, "web").is_some_and(|m| m.phase == "Invalid")
+        })
+        .await;
+    let said = &message(&status, MEMBER, "web").unwrap().error_message;
+    assert!(said.contains("nest deeper than 64 levels"), "{said}");
+    assert!(hub.lab.releases(MEMBER, &deep_ns).is_empty());
+    hub.delete_and_wait_gone("deep").await;
+    hub.delete_and_wait_gone("fine").await;
 }

@@ -8,7 +8,8 @@ use common::{
     fixtures::{
         DEADLINE, SEED, chart, create_seed, entry, ready, tenancy, unique, wait_until, web,
     },
-    hub::Hub,
+    hub::{Hub, READER, create_namespace, reader_token},
+    operator::Operator,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
@@ -308,37 +309,23 @@ async fn a_token_sees_only_the_scopes_of_the_hub_namespaces_it_may_read() {
     );
     assert_eq!((code, unwatched_code), (404, 404), "{hidden}");
     assert_eq!(hidden.replace(&ns_b, "never-watched"), unwatched);
-    let namespaces_of = |token: &str| -> Vec<String> {
-        let (code, body) = op_b.get_as("/api/v1/clusters/member-1", token);
-        assert_eq!(code, 200, "{body}");
-        let detail: serde_json::Value = serde_json::from_str(&body).unwrap();
-        detail["namespaces"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|n| n["namespace"].as_str().unwrap().to_owned())
-            .collect()
-    };
-    assert_eq!(namespaces_of(&token_a), Vec::<String>::new());
-    assert_eq!(namespaces_of(&token_b), [ns_b.as_str()]);
-    let member_1_count = |token: &str| {
-        let (code, body) = op_b.get_as("/api/v1/clusters", token);
-        assert_eq!(code, 200, "{body}");
-        let list: serde_json::Value = serde_json::from_str(&body).unwrap();
-        let names: Vec<&str> = list
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c["name"].as_str().unwrap())
-            .collect();
-        // The hub and every member of the lab, however many it has, then any pull member
-        // joined on the hub (another test's, while it runs).
-        let contexts = a.lab.contexts();
-        assert!(names.len() >= contexts.len(), "{names:?}");
-        assert_eq!(names[..contexts.len()], contexts, "every cluster is listed");
-        list[1]["namespaces"].as_u64().unwrap()
-    };
-    assert_eq!((member_1_count(&token_a), member_1_count(&token_b)), (0, 1));
+    let (code, body) = op_b.get_as("/api/v1/clusters/member-1", &token_b);
+    assert_eq!(code, 200, "{body}");
+    let detail: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        detail["namespaces"][0]["namespace"],
+        ns_b.as_str(),
+        "{detail}"
+    );
+    // A cluster no Controller A may read targets answers as one that is not registered.
+    let (code, hidden) = op_b.get_as("/api/v1/clusters/member-1", &token_a);
+    let (unknown_code, unknown) = op_b.get_as("/api/v1/clusters/no-such-cluster", &token_a);
+    assert_eq!((code, unknown_code), (404, 404), "{hidden}");
+    assert_eq!(hidden.replace("member-1", "no-such-cluster"), unknown);
+    // The list shows each caller the clusters its Controllers target, and no other.
+    assert_eq!(cluster_names(op_b, &token_a), Vec::<String>::new());
+    assert_eq!(cluster_names(op_b, &token_b), ["member-1"]);
+    assert_eq!(cluster_names(op_a, &token_a), ["member-1"]);
 
     // No token, or one the hub rejects: 401 with a JSON error. Health and metrics stay open.
     for (code, body) in [
@@ -358,4 +345,151 @@ async fn a_token_sees_only_the_scopes_of_the_hub_namespaces_it_may_read() {
 
     a.delete_and_wait_gone("web").await;
     b.delete_and_wait_gone("web").await;
+}
+
+/// The clusters `/api/v1/clusters` lists for `token`.
+fn cluster_names(op: &Operator, token: &str) -> Vec<String> {
+    let (code, body) = op.get_as("/api/v1/clusters", token);
+    assert_eq!(code, 200, "{body}");
+    let list: serde_json::Value = serde_json::from_str(&body).unwrap();
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The operator's count of reviews of `kind` asked of the hub.
+fn reviews(op: &Operator, kind: &str) -> f64 {
+    op.metric(&format!(
+        "tenancy_hub_status_api_reviews_total{{kind=\"{kind}\"}}"
+    ))
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_flood_of_calls_from_one_token_costs_the_hub_a_few_reviews_and_others_are_answered() {
+    let hub = Hub::new("review-flood").await;
+    let ns = unique("review-flood");
+    hub.apply("web", web(&ns, &["member-1"], "1")).await;
+    let op = hub.operator.as_ref().unwrap();
+    let token = hub.reader_token().await;
+    wait_until("the reader to see its cluster", DEADLINE, || async {
+        (cluster_names(op, &token) == ["member-1"]).then_some(())
+    })
+    .await;
+    // A fresh token of the same account is a caller the operator knows nothing of (its
+    // credential differs); another team's reader, one that may read none of these Controllers.
+    let flood = hub
+        .lab
+        .kubectl("hub", &["create", "token", READER, "-n", &hub.namespace])
+        .trim()
+        .to_owned();
+    let other_ns = unique("review-other");
+    create_namespace(&hub.client, &other_ns).await;
+    let other = reader_token(&hub.lab, &hub.client, &other_ns).await;
+    let (sars, tokens) = (
+        reviews(op, "SubjectAccessReview"),
+        reviews(op, "TokenReview"),
+    );
+    let started = Instant::now();
+    let answers: Vec<(bool, u16, String)> = std::thread::scope(|scope| {
+        let calls: Vec<_> = (0..200)
+            .map(|i| (i % 10 != 0, if i % 10 == 0 { &other } else { &flood }))
+            .map(|(flooding, token)| {
+                scope.spawn(move || {
+                    let (code, body) = op.get_as("/api/v1/clusters", token);
+                    (flooding, code, body)
+                })
+            })
+            .collect();
+        calls.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    for (flooding, code, body) in &answers {
+        assert_eq!(*code, 200, "{body}");
+        let expected = if *flooding {
+            r#""name":"member-1""#
+        } else {
+            "[]"
+        };
+        assert!(body.contains(expected), "{flooding}: {body}");
+    }
+    // Each caller's questions were asked once, however many asked them at the same moment:
+    // one TokenReview per token, a review cluster-wide and one of the hub namespace per caller.
+    assert_eq!(reviews(op, "TokenReview") - tokens, 2.0);
+    assert_eq!(reviews(op, "SubjectAccessReview") - sars, 4.0);
+    eprintln!("200 concurrent calls answered in {:?}", started.elapsed());
+    hub.delete_and_wait_gone("web").await;
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_slow_client_is_cut_off_and_connections_past_the_cap_are_closed_at_once() {
+    use std::io::{Read, Write};
+    const CAP: usize = 256;
+    let hub = Hub::new("slow-headers").await;
+    let op = hub.operator.as_ref().unwrap();
+    let started = Instant::now();
+    // A client sending its headers a line at a time, forever.
+    let trickle = std::thread::spawn({
+        let addr = op.http;
+        move || {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+                .unwrap();
+            let at = Instant::now();
+            while at.elapsed() < Duration::from_secs(60) {
+                if s.write_all(b"X-Slow: 1\r\n").is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(200)); // the client's pace, not a wait
+            }
+            at.elapsed()
+        }
+    });
+    // Clients holding every other slot with headers begun and never finished.
+    let slow: Vec<std::net::TcpStream> = (0..CAP - 1)
+        .map(|_| {
+            let mut s = std::net::TcpStream::connect(op.http).unwrap();
+            s.write_all(b"GET /healthz HTTP/1.1\r\n").unwrap();
+            s
+        })
+        .collect();
+    // Past the cap, a connection is closed at once, with no answer.
+    wait_until(
+        "a connection past the cap to be closed",
+        DEADLINE,
+        || async {
+            let mut s = std::net::TcpStream::connect(op.http).ok()?;
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+            let mut answer = Vec::new();
+            let closed = match s.read_to_end(&mut answer) {
+                Ok(_) => answer.is_empty(),
+                Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+            };
+            closed.then_some(())
+        },
+    )
+    .await;
+    // Each slow client is cut off within the header timeout (10 s), and the server answers again.
+    for mut s in slow {
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+    }
+    let cut = started.elapsed();
+    assert!(
+        cut < Duration::from_secs(25),
+        "the slow clients held on for {cut:?}"
+    );
+    let trickled = trickle.join().unwrap();
+    assert!(
+        trickled < Duration::from_secs(20),
+        "the trickling client held on for {trickled:?}"
+    );
+    wait_until("health to be answered again", DEADLINE, || async {
+        (op.get("/healthz").0 == 200).then_some(())
+    })
+    .await;
 }

@@ -240,7 +240,11 @@ pub struct Chart {
     pub settings: Vec<Setting>,
 
     /// Free-form values, passed to Helm as a values file; settings take precedence.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "free_form::bounded"
+    )]
     #[schemars(schema_with = "free_form_object")]
     pub values: Option<serde_json::Value>,
 
@@ -335,7 +339,11 @@ pub struct ChartOverride {
     /// The clusters it applies to, by the labels of their registration.
     pub cluster_selector: ClusterSelector,
     /// Values merged over the chart's (maps merged key by key, anything else replaced).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "free_form::bounded"
+    )]
     #[schemars(schema_with = "free_form_object")]
     pub values: Option<serde_json::Value>,
     /// Settings after the chart's; a key set again takes the later value.
@@ -434,6 +442,8 @@ pub fn crd_yaml() -> String {
     let crd = Controller::crd();
     serde_yaml::to_string(&crd).expect("a CustomResourceDefinition always serializes")
 }
+
+pub mod free_form;
 
 #[cfg(test)]
 mod tests;

@@ -248,7 +248,7 @@ impl HubState {
             synced,
             claims,
             variables: BTreeMap::new(),
-            values: HubValues::new(hub),
+            values: HubValues::new(hub, Default::default()),
             now,
         })
     }
@@ -368,12 +368,8 @@ async fn plan_files(
             })
         };
         let mut plan = run();
-        if plan
-            .sources
-            .iter()
-            .any(|s| state.values.lookup(s).is_none())
-        {
-            state.values.load(&plan.sources).await;
+        if state.values.any_pending(&plan.sources, &state.admission) {
+            state.values.load(&plan.sources, &state.admission).await;
             plan = run();
         }
         for job in &plan.jobs {

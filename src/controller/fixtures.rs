@@ -114,6 +114,7 @@ impl Fixture {
             hub: hub_client.clone(),
             values: Arc::new(crate::controller::hub_values::HubValues::new(
                 hub_client.clone(),
+                Default::default(),
             )),
             links: crate::member::Links::new(
                 registry.clone(),

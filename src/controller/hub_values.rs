@@ -7,11 +7,17 @@
 //! namespace, so one tenant's objects cannot crowd out another's. An object is read by listing
 //! its namespace with a field selector on its name: the operator already lists Secrets to watch
 //! release records, and is granted no `get` on them.
+//!
+//! Nothing is read of an object no policy rule could allow (planning refuses it first); of one
+//! only a rule on labels could allow, its labels are read first and its content only when they
+//! match. Objects are read concurrently, each once for every Controller wanting it at the moment.
 
 use std::{
-    collections::{BTreeSet, HashMap, HashSet},
-    sync::Mutex,
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
+    sync::{Arc, Mutex},
 };
+
+use dashmap::DashMap;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -25,11 +31,15 @@ use tokio::sync::mpsc::Sender;
 
 use crate::{
     api::crd::{Controller, ValuesKind},
+    metrics::Metrics,
     plan::{ValuesLookup, ValuesSource},
+    policy::{Admission, ValuesAccess},
 };
 
 /// Bytes of values content held for the Controllers of one hub namespace at most.
 pub(crate) const MAX_BYTES_PER_NAMESPACE: usize = 16 << 20;
+/// Objects one load reads at once.
+const PARALLEL_READS: usize = 8;
 
 /// One object as read: what planning is told, and its resource version (None when missing).
 #[derive(Clone, Debug)]
@@ -37,6 +47,29 @@ struct Read {
     lookup: ValuesLookup,
     version: Option<String>,
     bytes: usize,
+    /// The labels, when only they were read: no rule allowed the object with them, and
+    /// planning is told it is missing, as it would be of an absent one.
+    withheld: Option<BTreeMap<String, String>>,
+}
+
+impl Read {
+    fn missing(version: Option<String>, withheld: Option<BTreeMap<String, String>>) -> Self {
+        Self {
+            lookup: ValuesLookup::Missing,
+            version,
+            bytes: 0,
+            withheld,
+        }
+    }
+
+    fn unreadable(why: String, version: Option<String>) -> Self {
+        Self {
+            lookup: ValuesLookup::Unreadable(why),
+            version,
+            bytes: 0,
+            withheld: None,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -54,18 +87,21 @@ struct State {
 pub(crate) struct HubValues {
     hub: kube::Client,
     state: Mutex<State>,
-    /// Taken while reading: Controllers planned at the same moment wait for one read of an
-    /// object instead of each reading it.
-    reading: tokio::sync::Mutex<()>,
+    /// Held while one object is read: Controllers planned at the same moment wait for that read
+    /// instead of each reading it; reads of other objects go on meanwhile.
+    reading: DashMap<ValuesSource, Arc<tokio::sync::Mutex<()>>>,
+    /// Counts the objects whose content is read.
+    metrics: Arc<Metrics>,
 }
 
 impl HubValues {
-    /// Reads through `hub`.
-    pub(crate) fn new(hub: kube::Client) -> Self {
+    /// Reads through `hub`, counting its reads in `metrics`.
+    pub(crate) fn new(hub: kube::Client, metrics: Arc<Metrics>) -> Self {
         Self {
             hub,
             state: Mutex::default(),
-            reading: tokio::sync::Mutex::new(()),
+            reading: DashMap::new(),
+            metrics,
         }
     }
 
@@ -80,39 +116,118 @@ impl HubValues {
         self.state().read.get(source).map(|r| r.lookup.clone())
     }
 
-    /// Reads every object of `sources` not read yet.
-    pub(crate) async fn load(&self, sources: impl IntoIterator<Item = &ValuesSource>) {
-        let _reading = self.reading.lock().await;
-        let missing: Vec<ValuesSource> = {
-            let state = self.state();
-            sources
-                .into_iter()
-                .filter(|s| !state.read.contains_key(*s))
-                .cloned()
-                .collect()
-        };
-        for source in missing {
-            let read = self.fetch(&source).await;
-            let mut state = self.state();
-            let held = state.bytes.get(&source.namespace).copied().unwrap_or(0);
-            let read = if held + read.bytes > MAX_BYTES_PER_NAMESPACE {
-                Read {
-                    lookup: ValuesLookup::Unreadable(format!(
-                        "the values read for hub namespace {} would pass {} MiB; read fewer or smaller objects",
-                        source.namespace,
-                        MAX_BYTES_PER_NAMESPACE >> 20
-                    )),
-                    version: read.version,
-                    bytes: 0,
-                }
-            } else {
-                read
-            };
-            *state.bytes.entry(source.namespace.clone()).or_default() += read.bytes;
-            if let Some(old) = state.read.insert(source.clone(), read) {
-                release_bytes(&mut state.bytes, &source.namespace, old.bytes);
-            }
+    /// Whether `source` is to be read: not read yet, or only its labels were and `admission`
+    /// now allows it with them.
+    fn pending(&self, source: &ValuesSource, admission: &Admission) -> bool {
+        match self.state().read.get(source) {
+            None => true,
+            Some(Read {
+                withheld: Some(labels),
+                ..
+            }) => admission
+                .may_read_values(&source.namespace, source.kind, &source.name, labels)
+                .is_ok(),
+            Some(_) => false,
         }
+    }
+
+    /// Whether any of `sources` is to be read.
+    pub(crate) fn any_pending<'a>(
+        &self,
+        sources: impl IntoIterator<Item = &'a ValuesSource>,
+        admission: &Admission,
+    ) -> bool {
+        sources.into_iter().any(|s| self.pending(s, admission))
+    }
+
+    /// Reads every object of `sources` that is to be read, as far as `admission` allows, a few
+    /// at once.
+    pub(crate) async fn load(
+        &self,
+        sources: impl IntoIterator<Item = &ValuesSource>,
+        admission: &Admission,
+    ) {
+        let pending: Vec<ValuesSource> = sources
+            .into_iter()
+            .filter(|s| self.pending(s, admission))
+            .cloned()
+            .collect();
+        futures::stream::iter(pending)
+            .for_each_concurrent(PARALLEL_READS, |source| async move {
+                let gate = self.reading.entry(source.clone()).or_default().clone();
+                {
+                    let _reading = gate.lock().await;
+                    if self.pending(&source, admission) {
+                        let read = self.read(&source, admission).await;
+                        self.keep(source.clone(), read);
+                    }
+                }
+                // The last reader done with the object lets its gate go (the map holds one more).
+                self.reading
+                    .remove_if(&source, |_, held| Arc::strong_count(held) <= 2);
+            })
+            .await;
+    }
+
+    /// Holds `read` of `source`, within the byte bound of its namespace.
+    fn keep(&self, source: ValuesSource, read: Read) {
+        let mut state = self.state();
+        let held = state.bytes.get(&source.namespace).copied().unwrap_or(0);
+        let read = if held + read.bytes > MAX_BYTES_PER_NAMESPACE {
+            Read::unreadable(
+                format!(
+                    "the values read for hub namespace {} would pass {} MiB; read fewer or smaller objects",
+                    source.namespace,
+                    MAX_BYTES_PER_NAMESPACE >> 20
+                ),
+                read.version,
+            )
+        } else {
+            read
+        };
+        *state.bytes.entry(source.namespace.clone()).or_default() += read.bytes;
+        if let Some(old) = state.read.insert(source.clone(), read) {
+            release_bytes(&mut state.bytes, &source.namespace, old.bytes);
+        }
+    }
+
+    /// Reads what `admission` allows of one object: its content, or its labels first when only
+    /// a rule on labels could allow it (and its content when they do).
+    async fn read(&self, source: &ValuesSource, admission: &Admission) -> Read {
+        let (namespace, kind, name) = (&source.namespace, source.kind, &source.name);
+        match admission.values_access(namespace, kind, name) {
+            Ok(ValuesAccess::Content) => self.fetch(source).await,
+            Ok(ValuesAccess::LabelsFirst) => match self.labels(source).await {
+                Ok(Some((labels, version))) => {
+                    if admission
+                        .may_read_values(namespace, kind, name, &labels)
+                        .is_ok()
+                    {
+                        self.fetch(source).await
+                    } else {
+                        Read::missing(version, Some(labels))
+                    }
+                }
+                Ok(None) => Read::missing(None, None),
+                Err(e) => Read::unreadable(format!("the hub answered: {}", short(&e)), None),
+            },
+            // Planning refuses it before asking; nothing is read.
+            Err(_) => Read::missing(None, Some(BTreeMap::new())),
+        }
+    }
+
+    /// The labels and resource version of one object (None when missing), its content unread.
+    async fn labels(
+        &self,
+        source: &ValuesSource,
+    ) -> kube::Result<Option<(BTreeMap<String, String>, Option<String>)>> {
+        let params = ListParams::default().fields(&format!("metadata.name={}", source.name));
+        let (namespace, hub) = (&source.namespace, self.hub.clone());
+        let listed = match source.kind {
+            ValuesKind::Secret => first_metadata::<Secret>(hub, namespace, &params).await?,
+            ValuesKind::ConfigMap => first_metadata::<ConfigMap>(hub, namespace, &params).await?,
+        };
+        Ok(listed.map(|m| (m.labels.unwrap_or_default(), m.resource_version)))
     }
 
     /// Notes what `reader` reads now; objects no one reads any more are let go.
@@ -155,7 +270,7 @@ impl HubValues {
         (state.read.len(), state.bytes.values().sum())
     }
 
-    /// Reads one object; what cannot be read says why, never what it holds.
+    /// Reads one object's content; what cannot be read says why, never what it holds.
     async fn fetch(&self, source: &ValuesSource) -> Read {
         let params = ListParams::default().fields(&format!("metadata.name={}", source.name));
         let found = match source.kind {
@@ -184,6 +299,10 @@ impl HubValues {
                 })
             }
         };
+        self.metrics.values_read(match source.kind {
+            ValuesKind::Secret => "Secret",
+            ValuesKind::ConfigMap => "ConfigMap",
+        });
         match found {
             Ok(Some((labels, version, data))) => {
                 let bytes = data
@@ -194,18 +313,14 @@ impl HubValues {
                     lookup: ValuesLookup::Found { data, labels },
                     version,
                     bytes,
+                    withheld: None,
                 }
             }
-            Ok(None) => Read {
-                lookup: ValuesLookup::Missing,
-                version: None,
-                bytes: 0,
-            },
-            Err(e) => Read {
-                lookup: ValuesLookup::Unreadable(format!("the hub answered: {}", short(&e))),
-                version: Some(String::new()),
-                bytes: 0,
-            },
+            Ok(None) => Read::missing(None, None),
+            Err(e) => Read::unreadable(
+                format!("the hub answered: {}", short(&e)),
+                Some(String::new()),
+            ),
         }
     }
 
@@ -252,6 +367,24 @@ impl HubValues {
             }
         }
     }
+}
+
+/// The metadata of the first `K` of `namespace` that `params` lists, its content unread.
+async fn first_metadata<K>(
+    hub: kube::Client,
+    namespace: &str,
+    params: &ListParams,
+) -> kube::Result<Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    let list = Api::<K>::namespaced(hub, namespace)
+        .list_metadata(params)
+        .await?;
+    Ok(list.items.into_iter().next().map(|o| o.metadata))
 }
 
 /// An API of `K`'s metadata in `scope`, or in every namespace.

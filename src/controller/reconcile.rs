@@ -167,8 +167,8 @@ async fn plan_work(c: &Controller, ctx: &Context, seen: &Observed) -> plan::Plan
     let mut plan = run();
     // The hub objects its values read, read once when first named (their names may depend on
     // the cluster, so only planning knows them), then planned with.
-    if plan.sources.iter().any(|s| ctx.values.lookup(s).is_none()) {
-        ctx.values.load(&plan.sources).await;
+    if ctx.values.any_pending(&plan.sources, admission) {
+        ctx.values.load(&plan.sources, admission).await;
         plan = run();
     }
     ctx.values

@@ -10,6 +10,7 @@ mod charts;
 mod clusters;
 mod common;
 mod helm_jobs;
+mod hub_reads;
 mod notifications;
 mod reconciles;
 mod releases;
@@ -26,6 +27,7 @@ use common::{
     gauge_value,
 };
 use helm_jobs::HelmJobs;
+use hub_reads::HubReads;
 use notifications::Notifications;
 use reconciles::Reconciles;
 use releases::Releases;
@@ -46,6 +48,7 @@ pub(crate) struct Metrics {
     channels: Channels,
     charts: Charts,
     notifications: Notifications,
+    hub_reads: HubReads,
     /// Held while the scrape-time gauges are set and encoded, so scrapes do not interleave.
     scrape: Mutex<()>,
 }
@@ -71,6 +74,7 @@ impl Metrics {
             channels: Channels::register(&mut r),
             charts: Charts::register(&mut r),
             notifications: Notifications::register(&mut r),
+            hub_reads: HubReads::register(&mut r),
             registry: r,
             scrape: Mutex::new(()),
         }
@@ -100,6 +104,22 @@ impl Metrics {
         self.notifications
             .secret_read_bytes
             .inc_by(u64::try_from(bytes).unwrap_or(u64::MAX));
+    }
+
+    /// Counts one review the status API asked the hub: `TokenReview` or `SubjectAccessReview`.
+    pub(crate) fn status_api_review(&self, kind: &'static str) {
+        self.hub_reads
+            .reviews
+            .get_or_create(&KindLabels { kind })
+            .inc();
+    }
+
+    /// Counts one values object whose content was read: `Secret` or `ConfigMap`.
+    pub(crate) fn values_read(&self, kind: &'static str) {
+        self.hub_reads
+            .values
+            .get_or_create(&KindLabels { kind })
+            .inc();
     }
 
     /// Counts one chart archive wanted: found in the cache (`hit`) or not.

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use crate::{
-    api::crd::{Chart, ValuesKind, ValuesReference},
+    api::crd::{Chart, ValuesKind, ValuesReference, free_form::too_deep},
     api::key::{ClusterName, ReleaseKey},
     plan::release::{Masked, OwnerId, ValuesLookup, ValuesSource},
     plan::values::{self, MAX_RENDERED_BYTES, Scope, TemplateError},
@@ -145,6 +145,9 @@ fn build(
         any = true;
     }
     if let Some(own) = &chart.values {
+        if let Some(why) = too_deep(own) {
+            return Err(why);
+        }
         let own = values::render_value(own, scope).map_err(|e| in_spec("values", e))?;
         values::merge(&mut merged, &own);
         any = true;
@@ -155,6 +158,9 @@ fn build(
             continue;
         }
         if let Some(values) = &over.values {
+            if let Some(why) = too_deep(values) {
+                return Err(format!("overrides[{i}].{why}"));
+            }
             let values = values::render_value(values, scope)
                 .map_err(|e| in_spec(&format!("overrides[{i}].values"), e))?;
             values::merge(&mut merged, &values);
@@ -214,6 +220,9 @@ fn read(
         namespace: owner.namespace.clone(),
         name,
     };
+    // Admission before any read: a name no rule could allow is never looked up, so its
+    // refusal is the same whether the object exists, is large or is absent.
+    admission.values_access(&source.namespace, source.kind, &source.name)?;
     out.sources.insert(source.clone());
     let key = reference.values_key.as_deref().unwrap_or("values.yaml");
     let missing = |what: String| {

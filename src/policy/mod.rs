@@ -49,6 +49,15 @@ impl NamedPolicy {
     }
 }
 
+/// What may be read of a `valuesFrom` object before its content: see [`Admission::values_access`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ValuesAccess {
+    /// Its content: a rule allows it by name (or any object of its kind).
+    Content,
+    /// Its labels first, and its content only when they let a rule allow it.
+    LabelsFirst,
+}
+
 /// Everything admission needs: the mode, the policies (in name order) and the namespaces no
 /// pattern may match.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -319,8 +328,39 @@ impl Admission {
         }) {
             return Ok(());
         }
+        Err(Self::values_refusal(&governing, hub_namespace, kind, name))
+    }
+
+    /// What may be read of the hub object of `kind` and `name` before anything of it is known,
+    /// so that nothing is read of an object no rule could allow: [`ValuesAccess::Content`] when
+    /// a rule allows it whatever its labels, [`ValuesAccess::LabelsFirst`] when only a rule on
+    /// labels could. The refusal is [`Self::may_read_values`]'s, word for word, so it never
+    /// tells whether the object exists or how large it is.
+    pub(crate) fn values_access(
+        &self,
+        hub_namespace: &str,
+        kind: crate::api::crd::ValuesKind,
+        name: &str,
+    ) -> Result<ValuesAccess, String> {
+        let governing = self.governing(hub_namespace);
+        let rules = || governing.iter().flat_map(|p| &p.spec.values_from);
+        if rules().any(|r| r.allows(kind, name, &BTreeMap::new())) {
+            Ok(ValuesAccess::Content)
+        } else if rules().any(|r| r.kind.is_none_or(|k| k == kind) && !r.match_labels.is_empty()) {
+            Ok(ValuesAccess::LabelsFirst)
+        } else {
+            Err(Self::values_refusal(&governing, hub_namespace, kind, name))
+        }
+    }
+
+    fn values_refusal(
+        governing: &[&NamedPolicy],
+        hub_namespace: &str,
+        kind: crate::api::crd::ValuesKind,
+        name: &str,
+    ) -> String {
         let policies: Vec<&str> = governing.iter().map(|p| p.name.as_str()).collect();
-        Err(if policies.is_empty() {
+        if policies.is_empty() {
             format!(
                 "{kind} {hub_namespace}/{name} may not be read: no TenancyPolicy governs hub namespace {hub_namespace}"
             )
@@ -329,7 +369,7 @@ impl Admission {
                 "{kind} {hub_namespace}/{name} may not be read: no valuesFrom rule of the policies governing {hub_namespace} ({}) allows it; a platform admin adds one",
                 policies.join(", ")
             )
-        })
+        }
     }
 
     /// Whether an Alert of `hub_namespace` may send to the webhook of its Secret `name`, judged

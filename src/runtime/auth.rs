@@ -1,9 +1,13 @@
-//! Who calls the status API: bearer tokens reviewed by the hub (TokenReview), the hub namespaces each caller may read (SubjectAccessReview), answers cached briefly, reviews of new tokens rate-limited.
+//! Who calls the status API: bearer tokens reviewed by the hub (TokenReview), the hub namespaces each caller may read (SubjectAccessReview), answers cached briefly and shared by concurrent callers, reviews budgeted per address and per caller.
 //!
 //! A token the operator has not seen costs a TokenReview on the hub. Answers are remembered (a
 //! bounded cache), and reviews of new tokens are budgeted per remote address and in all (token
 //! buckets): a flood of random tokens costs the hub at most the budget's reviews, and its callers
 //! get 429 with `Retry-After`, while tokens already reviewed keep being answered from the cache.
+//! Access reviews are asked once for callers asking the same question at the same time (the
+//! others wait for that answer), remembered by user, groups, extra and namespace, and budgeted
+//! per user name: a caller's flood (many requests, many tokens of one account) costs the hub at
+//! most its budget of reviews, and then 429, while other callers are answered.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -20,7 +24,7 @@ use axum::{
     http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::{
     authentication::v1::{TokenReview, TokenReviewSpec, UserInfo},
     authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec},
@@ -29,7 +33,12 @@ use kube::{Api, Client, Resource, api::PostParams};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
-use crate::api::crd::Controller;
+use dashmap::DashMap;
+
+use crate::{api::crd::Controller, metrics::Metrics};
+
+pub(crate) use budgets::Rate;
+use budgets::{Buckets, Budgets};
 
 /// How long the hub may take to answer one review before the request is answered 503.
 pub(crate) const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
@@ -53,6 +62,13 @@ pub(crate) const NEW_TOKENS_IN_ALL: Rate = Rate {
 };
 /// Remote addresses whose budgets are remembered at most.
 const ADDRESSES: usize = 4096;
+/// Access reviews one caller (by user name) may cause: a burst, then so many per second.
+pub(crate) const ACCESS_REVIEWS_PER_CALLER: Rate = Rate {
+    burst: 64,
+    per_second: 8,
+};
+/// Callers whose budgets of access reviews are remembered at most.
+const CALLERS: usize = 4096;
 
 /// Why a request to the status API has no identity to answer for.
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +93,17 @@ pub(crate) enum AuthError {
         /// How long until a review of a new token is allowed again.
         retry_after: Duration,
     },
+    /// The caller caused more access reviews lately than its budget allows.
+    #[error(
+        "{user} caused too many access reviews lately; try again in {}s (the answers already given are remembered)",
+        retry_after.as_secs()
+    )]
+    CallerBusy {
+        /// The caller's user name.
+        user: String,
+        /// How long until the caller's next access review is allowed.
+        retry_after: Duration,
+    },
     /// The hub failed a review or did not answer in time.
     #[error("cannot check the caller with the hub ({review}): {reason}; try again later")]
     Hub {
@@ -92,7 +119,7 @@ impl IntoResponse for AuthError {
         let body = Json(serde_json::json!({ "error": self.to_string() }));
         match self {
             Self::Hub { .. } => (StatusCode::SERVICE_UNAVAILABLE, body).into_response(),
-            Self::Busy { retry_after } => (
+            Self::Busy { retry_after } | Self::CallerBusy { retry_after, .. } => (
                 StatusCode::TOO_MANY_REQUESTS,
                 [(header::RETRY_AFTER, retry_after.as_secs().to_string())],
                 body,
@@ -229,135 +256,83 @@ impl<K: Eq + Hash + Clone, V: Clone> Expiring<K, V> {
     }
 }
 
-/// A token bucket's size: how many at once, and how many more each second.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Rate {
-    /// Taken at once from a full bucket.
-    pub(crate) burst: u32,
-    /// Added back each second, up to the burst.
-    pub(crate) per_second: u32,
-}
-
-/// One token bucket: what is left, as of when.
-#[derive(Clone, Copy, Debug)]
-struct Bucket {
-    left: f64,
-    at: Instant,
-}
-
-impl Bucket {
-    fn full(rate: Rate, now: Instant) -> Self {
-        Self {
-            left: f64::from(rate.burst),
-            at: now,
-        }
-    }
-
-    /// Refills for the time since it was last looked at; returns what is left.
-    fn refill(&mut self, rate: Rate, now: Instant) -> f64 {
-        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-        self.left = (self.left + elapsed * f64::from(rate.per_second)).min(f64::from(rate.burst));
-        self.at = now;
-        self.left
-    }
-
-    /// How long until one can be taken (zero when one can be now).
-    fn wait(&self, rate: Rate) -> Duration {
-        if self.left >= 1.0 {
-            return Duration::ZERO;
-        }
-        Duration::from_secs_f64((1.0 - self.left) / f64::from(rate.per_second.max(1)))
-    }
-}
-
-/// The budgets of reviews of new tokens: one bucket per remote address (at most [`ADDRESSES`]
-/// remembered) and one for every caller together.
-struct Budgets {
-    per_address: (Rate, HashMap<IpAddr, Bucket>),
-    all: (Rate, Bucket),
-}
-
-impl Budgets {
-    fn new(per_address: Rate, all: Rate, now: Instant) -> Self {
-        Self {
-            per_address: (per_address, HashMap::new()),
-            all: (all, Bucket::full(all, now)),
-        }
-    }
-
-    /// Takes one review from the budget of `from` (when known) and from the common one; when
-    /// either is spent, takes nothing and says how long until both allow one.
-    fn take(&mut self, from: Option<IpAddr>, now: Instant) -> Result<(), Duration> {
-        let (rate, buckets) = &mut self.per_address;
-        if let Some(address) = from
-            && !buckets.contains_key(&address)
-            && buckets.len() >= ADDRESSES
-        {
-            // Full buckets tell nothing: forget them first, then the fullest.
-            let rate = *rate;
-            buckets.retain(|_, b| b.refill(rate, now) < f64::from(rate.burst));
-            if buckets.len() >= ADDRESSES
-                && let Some(fullest) = buckets
-                    .iter()
-                    .max_by(|a, b| a.1.left.total_cmp(&b.1.left))
-                    .map(|(a, _)| *a)
-            {
-                buckets.remove(&fullest);
-            }
-        }
-        let mine = from.map(|a| buckets.entry(a).or_insert_with(|| Bucket::full(*rate, now)));
-        let (all_rate, all) = &mut self.all;
-        all.refill(*all_rate, now);
-        let wait = match mine {
-            Some(bucket) => {
-                bucket.refill(*rate, now);
-                let wait = bucket.wait(*rate).max(all.wait(*all_rate));
-                if wait.is_zero() {
-                    bucket.left -= 1.0;
-                }
-                wait
-            }
-            None => all.wait(*all_rate),
-        };
-        if !wait.is_zero() {
-            // Whole seconds, rounded up, as `Retry-After` says them.
-            return Err(Duration::from_secs(wait.as_secs_f64().ceil() as u64));
-        }
-        all.left -= 1.0;
-        Ok(())
-    }
-}
-
 /// Checks callers with the hub, remembering each answer for [`REVIEW_TTL`], so a dashboard that
 /// polls does not cost the hub a review per request; reviews of new tokens are budgeted per remote
-/// address and in all.
+/// address and in all, access reviews per caller.
 pub(crate) struct Reviewer {
     hub: Client,
     /// Token digest → who it belongs to, or None when the hub rejected it.
     tokens: Mutex<Expiring<[u8; 32], Option<Arc<Identity>>>>,
     /// Whether an identity may get Controllers in a hub namespace (or cluster-wide).
     access: Mutex<Expiring<AccessKey, bool>>,
+    /// Held while the hub reviews one token: who sends the same waits for its answer.
+    reviewing: Gates<[u8; 32]>,
+    /// Held while the hub is asked one access question: who asks the same waits for its answer.
+    asking: Gates<AccessKey>,
     /// What reviews of new tokens are left, per remote address and in all.
     budgets: Mutex<Budgets>,
+    /// What access reviews are left, per caller's user name.
+    callers: Mutex<Buckets<String>>,
+    /// Counts the reviews asked.
+    metrics: Arc<Metrics>,
 }
 
 /// Who, and in which hub namespace (None: cluster-wide).
 type AccessKey = (Arc<Identity>, Option<String>);
 
+/// One gate per question being asked of the hub.
+type Gates<K> = DashMap<K, Arc<tokio::sync::Mutex<()>>>;
+
+/// Runs `ask` holding the gate of `key`: callers of the same key wait for one another (each
+/// `ask` looks first for the answer the one before remembered), other keys go on meanwhile.
+/// The last caller done lets the gate go.
+async fn one_at_a_time<K: Eq + Hash + Clone, T>(
+    gates: &Gates<K>,
+    key: &K,
+    ask: impl Future<Output = T>,
+) -> T {
+    let gate = gates.entry(key.clone()).or_default().clone();
+    let answer = {
+        let _asking = gate.lock().await;
+        ask.await
+    };
+    // The map holds one more than this caller: no one else waits.
+    gates.remove_if(key, |_, held| Arc::strong_count(held) <= 2);
+    answer
+}
+
 impl Reviewer {
-    /// A reviewer asking `hub`, with nothing remembered yet.
-    pub(crate) fn new(hub: Client) -> Self {
-        Self::with_budgets(hub, NEW_TOKENS_PER_ADDRESS, NEW_TOKENS_IN_ALL)
+    /// A reviewer asking `hub`, with nothing remembered yet, counting its reviews in `metrics`.
+    pub(crate) fn new(hub: Client, metrics: Arc<Metrics>) -> Self {
+        Self::with_budgets(hub, metrics, NEW_TOKENS_PER_ADDRESS, NEW_TOKENS_IN_ALL)
     }
 
     /// A reviewer asking `hub`, whose reviews of new tokens are budgeted at `per_address` for
     /// each remote address and `in_all` for every caller together.
-    pub(crate) fn with_budgets(hub: Client, per_address: Rate, in_all: Rate) -> Self {
+    pub(crate) fn with_budgets(
+        hub: Client,
+        metrics: Arc<Metrics>,
+        per_address: Rate,
+        in_all: Rate,
+    ) -> Self {
         Self {
             hub,
             tokens: Mutex::new(Expiring::new(REVIEW_TTL, TOKEN_ENTRIES)),
             access: Mutex::new(Expiring::new(REVIEW_TTL, ACCESS_ENTRIES)),
+            reviewing: DashMap::new(),
+            asking: DashMap::new(),
             budgets: Mutex::new(Budgets::new(per_address, in_all, Instant::now())),
+            callers: Mutex::new(Buckets::new(ACCESS_REVIEWS_PER_CALLER, CALLERS)),
+            metrics,
+        }
+    }
+
+    /// The same, with access reviews budgeted at `per_caller` for each user name.
+    #[cfg(test)]
+    pub(crate) fn with_caller_budget(self, per_caller: Rate) -> Self {
+        Self {
+            callers: Mutex::new(Buckets::new(per_caller, CALLERS)),
+            ..self
         }
     }
 
@@ -379,18 +354,25 @@ impl Reviewer {
         let identity = match known {
             Some(identity) => identity,
             None => {
-                lock(&self.budgets)
-                    .take(from, Instant::now())
-                    .map_err(|retry_after| AuthError::Busy { retry_after })?;
-                let reviewed = self.review_token(token).await?;
-                lock(&self.tokens).insert(key, reviewed.clone(), Instant::now());
-                reviewed
+                one_at_a_time(&self.reviewing, &key, async {
+                    if let Some(identity) = lock(&self.tokens).get(&key, Instant::now()) {
+                        return Ok(identity); // reviewed while this caller waited
+                    }
+                    lock(&self.budgets)
+                        .take(from, Instant::now())
+                        .map_err(|retry_after| AuthError::Busy { retry_after })?;
+                    let reviewed = self.review_token(token).await?;
+                    lock(&self.tokens).insert(key, reviewed.clone(), Instant::now());
+                    Ok(reviewed)
+                })
+                .await?
             }
         };
         identity.ok_or(AuthError::Rejected)
     }
 
     async fn review_token(&self, token: &Token) -> Result<Option<Arc<Identity>>, AuthError> {
+        self.metrics.status_api_review("TokenReview");
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: token.0.clone(),
@@ -424,19 +406,25 @@ impl Reviewer {
         if self.may_get(who, None).await? {
             return Ok(Access::Everywhere);
         }
-        let allowed = futures::stream::iter(namespaces)
+        // Every review asked is let finish, so its answer is remembered even when another of
+        // the request's is refused: a retry gets further rather than asking again.
+        let answers: Vec<Result<Option<String>, AuthError>> = futures::stream::iter(namespaces)
             .map(|namespace| async move {
                 let allowed = self.may_get(who, Some(namespace.clone())).await?;
-                Ok::<_, AuthError>(allowed.then_some(namespace))
+                Ok(allowed.then_some(namespace))
             })
             .buffer_unordered(PARALLEL_REVIEWS)
-            .try_filter_map(|allowed| futures::future::ready(Ok(allowed)))
-            .try_collect()
-            .await?;
+            .collect()
+            .await;
+        let mut allowed = BTreeSet::new();
+        for answer in answers {
+            allowed.extend(answer?);
+        }
         Ok(Access::Namespaces(allowed))
     }
 
-    /// Whether `who` may get Controllers in `namespace` (cluster-wide when None).
+    /// Whether `who` may get Controllers in `namespace` (cluster-wide when None): remembered,
+    /// or asked once for every caller asking it now, within the caller's budget.
     async fn may_get(
         &self,
         who: &Arc<Identity>,
@@ -446,16 +434,38 @@ impl Reviewer {
         if let Some(allowed) = lock(&self.access).get(&key, Instant::now()) {
             return Ok(allowed);
         }
-        let review = access_review(who, key.1.clone());
+        one_at_a_time(&self.asking, &key, async {
+            if let Some(allowed) = lock(&self.access).get(&key, Instant::now()) {
+                return Ok(allowed); // answered while this caller waited
+            }
+            lock(&self.callers)
+                .take(&who.username, Instant::now())
+                .map_err(|retry_after| AuthError::CallerBusy {
+                    user: who.username.clone(),
+                    retry_after,
+                })?;
+            let allowed = self.ask_access(who, key.1.clone()).await?;
+            lock(&self.access).insert(key.clone(), allowed, Instant::now());
+            Ok(allowed)
+        })
+        .await
+    }
+
+    /// Asks the hub whether `who` may get Controllers in `namespace` (cluster-wide when None).
+    async fn ask_access(
+        &self,
+        who: &Identity,
+        namespace: Option<String>,
+    ) -> Result<bool, AuthError> {
+        self.metrics.status_api_review("SubjectAccessReview");
+        let review = access_review(who, namespace);
         let api: Api<SubjectAccessReview> = Api::all(self.hub.clone());
         let answer = on_time(
             "SubjectAccessReview",
             api.create(&PostParams::default(), &review),
         )
         .await?;
-        let allowed = answer.status.is_some_and(|s| s.allowed);
-        lock(&self.access).insert(key, allowed, Instant::now());
-        Ok(allowed)
+        Ok(answer.status.is_some_and(|s| s.allowed))
     }
 }
 
@@ -583,6 +593,8 @@ pub(crate) mod fake {
         answer
     }
 }
+
+mod budgets;
 
 #[cfg(test)]
 mod tests;

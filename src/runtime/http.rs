@@ -20,7 +20,7 @@ use tracing::Instrument;
 
 use crate::{
     api::crd::Controller,
-    api::key::ClusterNamespace,
+    api::key::{ClusterName, ClusterNamespace},
     clusters::registry::SharedRegistry,
     metrics::{Gauges, Metrics},
     observe::model::Model,
@@ -28,7 +28,7 @@ use crate::{
     runtime::auth::{Access, AuthError, Identity, Reviewer, Token},
     runtime::status_api::{
         ApiError, ClusterSummary, NamespaceSummary, Result, ScopeRelease, ScopeView, Visible,
-        cluster_detail, cluster_list, find, gauges, registered, scope_view,
+        cluster_detail, cluster_list, gauges, registered, scope_view,
     },
 };
 
@@ -253,7 +253,8 @@ pub(crate) fn router(state: ApiState) -> Router {
         .with_state(state)
 }
 
-/// Listens on `addr` and serves [`router`] until `cancel` fires; returns the bound address.
+/// Listens on `addr` and serves [`router`] until `cancel` fires, within the bounds of
+/// [`connections`]; returns the bound address.
 ///
 /// # Errors
 /// When `addr` cannot be bound; the error names the address.
@@ -271,16 +272,8 @@ pub(crate) async fn serve(
     })?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, "serving health, metrics and the status API");
-    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
-    let server = axum::serve(listener, app).with_graceful_shutdown(cancel.cancelled_owned());
-    tasks.spawn(
-        async move {
-            if let Err(error) = server.await {
-                tracing::error!(%error, "the HTTP server stopped");
-            }
-        }
-        .instrument(tracing::info_span!("http", %addr)),
-    );
+    let accept = connections::accept(listener, router(state), cancel, tasks.clone());
+    tasks.spawn(accept.instrument(tracing::info_span!("http", %addr)));
     Ok(addr)
 }
 
@@ -342,11 +335,11 @@ async fn cluster(
     Path(cluster): Path<String>,
 ) -> Result<Json<ClusterSummary<Vec<NamespaceSummary>>>> {
     serving(&state)?;
-    let registered = registered(&state.registry.load());
-    let name = &find(&registered, &cluster)?.name;
+    let name: ClusterName = cluster.parse()?;
     let scopes = state.model.scopes();
-    let scopes = scopes.into_iter().filter(|s| &s.cluster == name).collect();
+    let scopes = scopes.into_iter().filter(|s| s.cluster == name).collect();
     let visible = state.visible(&caller, scopes).await?;
+    let registered = registered(&state.registry.load());
     cluster_detail(&state.model, &registered, &cluster, &visible).map(Json)
 }
 
@@ -356,16 +349,17 @@ async fn namespace(
     Path((cluster, namespace)): Path<(String, String)>,
 ) -> Result<Json<ScopeView>> {
     serving(&state)?;
-    let registered = registered(&state.registry.load());
-    let entry = find(&registered, &cluster)?;
-    let key = ClusterNamespace::new(entry.name.clone(), &namespace)?;
+    let key = ClusterNamespace::new(cluster.parse()?, &namespace)?;
     let (visible, access) = state
         .visible_with_access(&caller, vec![key.clone()])
         .await?;
+    let registered = registered(&state.registry.load());
     let mut view = scope_view(&state.model, &registered, &cluster, &namespace, &visible)?;
     view.releases = state.releases.shown(&key, &access);
     Ok(Json(view))
 }
+
+mod connections;
 
 #[cfg(test)]
 mod tests;

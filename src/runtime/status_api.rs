@@ -45,6 +45,15 @@ pub(crate) enum ApiError {
         /// The requested namespace.
         namespace: String,
     },
+    /// The cluster is not registered, or none of the Controllers the caller may read targets it:
+    /// the two are told apart only to callers who may read Controllers everywhere.
+    #[error(
+        "cluster {cluster} is not registered, or no Controller you may read targets it; `/api/v1/clusters` lists those that do"
+    )]
+    NotShown {
+        /// The requested cluster.
+        cluster: String,
+    },
     /// The caller has no identity the hub accepts, or the hub could not be asked.
     #[error(transparent)]
     Auth(#[from] AuthError),
@@ -58,7 +67,9 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = match self {
             Self::BadName(_) => StatusCode::BAD_REQUEST,
-            Self::UnknownCluster { .. } | Self::NotWatched { .. } => StatusCode::NOT_FOUND,
+            Self::UnknownCluster { .. } | Self::NotWatched { .. } | Self::NotShown { .. } => {
+                StatusCode::NOT_FOUND
+            }
             Self::Auth(e) => return e.into_response(),
             Self::NotServing(_) => StatusCode::SERVICE_UNAVAILABLE,
         };
@@ -102,6 +113,15 @@ impl Visible {
         match self {
             Self::All => true,
             Self::Only(scopes) => scopes.contains(scope),
+        }
+    }
+
+    /// Whether the caller sees cluster `name`: every one, or those holding a scope it may see
+    /// (the clusters the Controllers it may read target).
+    pub(crate) fn shows_cluster(&self, name: &ClusterName) -> bool {
+        match self {
+            Self::All => true,
+            Self::Only(scopes) => scopes.iter().any(|s| &s.cluster == name),
         }
     }
 }
@@ -264,7 +284,8 @@ fn visible_scopes(
     scopes
 }
 
-/// One summary per registered cluster, in registry order, from the `visible` namespaces only.
+/// One summary per registered cluster the caller sees, in registry order, from the `visible`
+/// namespaces only.
 pub(crate) fn cluster_list(
     model: &Model,
     registered: &[ClusterEntry],
@@ -272,6 +293,7 @@ pub(crate) fn cluster_list(
 ) -> Vec<ClusterSummary<usize>> {
     registered
         .iter()
+        .filter(|entry| visible.shows_cluster(&entry.name))
         .map(|entry| {
             let scopes = visible_scopes(model, &entry.name, visible);
             summary(entry, &scopes, scopes.len())
@@ -291,13 +313,19 @@ pub(crate) fn find<'a>(registered: &'a [ClusterEntry], cluster: &str) -> Result<
         })
 }
 
-/// One cluster's summary with a line per `visible` watched namespace.
+/// One cluster's summary with a line per `visible` watched namespace; a cluster the caller
+/// does not see answers as an unregistered one does.
 pub(crate) fn cluster_detail(
     model: &Model,
     registered: &[ClusterEntry],
     cluster: &str,
     visible: &Visible,
 ) -> Result<ClusterSummary<Vec<NamespaceSummary>>> {
+    if !visible.shows_cluster(&cluster.parse()?) {
+        return Err(ApiError::NotShown {
+            cluster: cluster.to_owned(),
+        });
+    }
     let entry = find(registered, cluster)?;
     let scopes = visible_scopes(model, &entry.name, visible);
     let namespaces = scopes
@@ -314,7 +342,8 @@ pub(crate) fn cluster_detail(
     Ok(summary(entry, &scopes, namespaces))
 }
 
-/// Everything known of one namespace of a registered cluster; one not `visible` is not watched.
+/// Everything known of one namespace of a registered cluster; one not `visible` is not watched,
+/// whether its cluster is registered or not.
 pub(crate) fn scope_view(
     model: &Model,
     registered: &[ClusterEntry],
@@ -322,13 +351,16 @@ pub(crate) fn scope_view(
     namespace: &str,
     visible: &Visible,
 ) -> Result<ScopeView> {
-    let entry = find(registered, cluster)?;
-    let key = ClusterNamespace::new(entry.name.clone(), namespace)?;
-    let state = visible.allows(&key).then(|| model.scope(&key)).flatten();
-    let state = state.ok_or_else(|| ApiError::NotWatched {
+    let key = ClusterNamespace::new(cluster.parse()?, namespace)?;
+    let not_watched = || ApiError::NotWatched {
         cluster: cluster.to_owned(),
         namespace: namespace.to_owned(),
-    })?;
+    };
+    if !visible.allows(&key) {
+        return Err(not_watched());
+    }
+    find(registered, cluster)?;
+    let state = model.scope(&key).ok_or_else(not_watched)?;
     Ok(ScopeView {
         cluster: key.cluster.to_string(),
         namespace: key.namespace,

@@ -276,6 +276,7 @@ pub(crate) async fn build(
         policies: policy_store,
         values: Arc::new(crate::controller::hub_values::HubValues::new(
             hub.client.clone(),
+            metrics.clone(),
         )),
         events: Events::new(Recorder::new(hub.client, Reporter::from("tenancy-hub"))),
         model: Arc::new(Model::default()),
@@ -449,7 +450,7 @@ async fn serve_http(
                 "outcomes",
                 outboxes.outcomes.downgrade(),
             )])),
-        reviewer: Arc::new(Reviewer::new(ctx.hub.clone())),
+        reviewer: Arc::new(Reviewer::new(ctx.hub.clone(), ctx.metrics.clone())),
         owners: owners.clone(),
         streams: streams.clone(),
         releases: releases.clone(),

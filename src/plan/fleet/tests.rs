@@ -388,3 +388,69 @@ fn a_chart_without_the_new_fields_renders_to_exactly_its_spec() {
     };
     assert_eq!(render_for("member-1", &[], &bare).unwrap().values, None);
 }
+
+#[test]
+fn a_name_no_rule_could_allow_is_refused_before_it_is_looked_up_and_is_never_read() {
+    // Rules by name only: nothing of another name is looked up, not even its labels.
+    let mut by_name = admission();
+    by_name.policies[0].spec.values_from.remove(0);
+    let variables = BTreeMap::new();
+    let fleet = Fleet {
+        variables: &variables,
+        lookup: &|source| panic!("{source} was looked up"),
+    };
+    let labels = labels(&[("region", "east")]);
+    let mut said = Vec::new();
+    for name in ["creds-east", "creds-west", "absent"] {
+        let chart = from(secret(name));
+        let e = render(
+            &owner(),
+            &key("member-1"),
+            &chart,
+            &labels,
+            &fleet,
+            &by_name,
+        )
+        .unwrap_err();
+        assert!(e.sources.is_empty(), "{name} is among the objects read");
+        said.push(e.why.replace(name, "NAME"));
+    }
+    assert!(
+        said[0].contains("Secret tenants/NAME may not be read"),
+        "{}",
+        said[0]
+    );
+    assert_eq!(said[0], said[1]);
+    assert_eq!(said[0], said[2]);
+}
+
+#[test]
+fn values_nested_too_deep_are_refused_naming_the_bound() {
+    let mut deep = json!(1);
+    for _ in 0..=crate::api::crd::free_form::MAX_VALUES_DEPTH {
+        deep = json!({ "a": deep });
+    }
+    let text = serde_json::to_string(&json!({ "values": deep })).unwrap();
+    #[derive(serde::Deserialize)]
+    struct Holder {
+        #[serde(deserialize_with = "crate::api::crd::free_form::bounded")]
+        values: Option<Value>,
+    }
+    let decoded: Holder = serde_json::from_str(&text).unwrap();
+    for chart in [
+        Chart {
+            values: decoded.values.clone(),
+            ..chart()
+        },
+        Chart {
+            overrides: vec![ChartOverride {
+                values: decoded.values.clone(),
+                ..Default::default()
+            }],
+            ..chart()
+        },
+    ] {
+        let e = render_for("member-1", &[("region", "east")], &chart).unwrap_err();
+        assert!(e.why.contains("nest deeper than 64 levels"), "{}", e.why);
+    }
+}

@@ -143,7 +143,7 @@ const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews
 
 fn reviewer() -> (Arc<Reviewer>, Handle) {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let reviewer = Reviewer::new(Client::new(service, "default"));
+    let reviewer = Reviewer::new(Client::new(service, "default"), Arc::default());
     (Arc::new(reviewer), handle)
 }
 
@@ -221,7 +221,7 @@ async fn a_token_is_reviewed_once_and_its_identity_asked_about_each_namespace_on
 #[tokio::test]
 async fn an_identity_allowed_cluster_wide_is_asked_about_no_namespace() {
     let (hub, asked) = fake::hub();
-    let reviewer = Reviewer::new(hub);
+    let reviewer = Reviewer::new(hub, Arc::default());
     let admin = reviewer
         .authenticate(&header(&format!("Bearer {}", fake::ADMIN)).unwrap(), None)
         .await
@@ -238,7 +238,7 @@ async fn an_identity_allowed_cluster_wide_is_asked_about_no_namespace() {
 #[tokio::test]
 async fn a_rejected_token_is_unauthorized_and_its_rejection_remembered() {
     let (hub, asked) = fake::hub();
-    let reviewer = Reviewer::new(hub);
+    let reviewer = Reviewer::new(hub, Arc::default());
     for _ in 0..3 {
         let err = reviewer
             .authenticate(&header("Bearer garbage").unwrap(), None)
@@ -252,7 +252,7 @@ async fn a_rejected_token_is_unauthorized_and_its_rejection_remembered() {
 #[tokio::test]
 async fn a_failing_hub_is_unavailable_not_unauthorized_and_is_asked_again() {
     let (hub, asked) = fake::hub();
-    let reviewer = Reviewer::new(hub);
+    let reviewer = Reviewer::new(hub, Arc::default());
     let broken = header(&format!("Bearer {}", fake::BROKEN)).unwrap();
     for _ in 0..2 {
         let err = reviewer.authenticate(&broken, None).await.unwrap_err();
@@ -301,7 +301,7 @@ async fn a_flood_of_new_tokens_costs_the_hub_its_budget_and_then_429_while_known
         burst: 5,
         per_second: 2,
     };
-    let reviewer = Reviewer::with_budgets(hub, per_address, in_all);
+    let reviewer = Reviewer::with_budgets(hub, Arc::default(), per_address, in_all);
     let (a, b) = (Some([10, 0, 0, 1].into()), Some([10, 0, 0, 2].into()));
     let admin = header(&format!("Bearer {}", fake::ADMIN)).unwrap();
     reviewer.authenticate(&admin, a).await.unwrap();
@@ -372,14 +372,14 @@ fn the_budgets_remember_a_bounded_number_of_addresses() {
         let address = std::net::Ipv4Addr::from(i);
         assert!(budgets.take(Some(address.into()), now).is_ok());
     }
-    assert!(budgets.per_address.1.len() <= ADDRESSES);
+    assert!(budgets.per_address.buckets.len() <= ADDRESSES);
     assert!(budgets.take(None, now).is_ok(), "the common budget alone");
 }
 
 #[tokio::test(start_paused = true)]
 async fn answers_are_asked_for_again_once_their_time_to_live_is_over() {
     let (hub, asked) = fake::hub();
-    let reviewer = Reviewer::new(hub);
+    let reviewer = Reviewer::new(hub, Arc::default());
     let token = header(&format!("Bearer {}", fake::TEAM_A)).unwrap();
     let who = reviewer.authenticate(&token, None).await.unwrap();
     let namespaces = || BTreeSet::from(["team-a".to_owned()]);
@@ -394,4 +394,76 @@ async fn answers_are_asked_for_again_once_their_time_to_live_is_over() {
     let access = reviewer.access(&who, namespaces()).await.unwrap();
     assert_eq!(access, Access::Namespaces(namespaces()));
     assert_eq!(asked.load(Ordering::SeqCst), 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn callers_asking_the_same_at_once_share_one_access_review() {
+    let (hub, asked) = fake::hub();
+    let reviewer = Arc::new(Reviewer::new(hub, Arc::default()));
+    let token = header(&format!("Bearer {}", fake::TEAM_A)).unwrap();
+    let who = reviewer.authenticate(&token, None).await.unwrap();
+    let namespaces = || BTreeSet::from(["team-a".to_owned(), "team-b".to_owned()]);
+    let callers: Vec<_> = (0..50)
+        .map(|_| {
+            let (reviewer, who) = (reviewer.clone(), who.clone());
+            tokio::spawn(async move { reviewer.access(&who, namespaces()).await })
+        })
+        .collect();
+    for caller in callers {
+        let access = caller.await.unwrap().unwrap();
+        assert_eq!(
+            access,
+            Access::Namespaces(BTreeSet::from(["team-a".into()]))
+        );
+    }
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        4,
+        "one TokenReview, then one review each of cluster-wide, team-a and team-b"
+    );
+    assert!(reviewer.asking.is_empty(), "no question is left held");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_caller_past_its_budget_of_access_reviews_gets_429_while_others_are_answered() {
+    let (hub, asked) = fake::hub();
+    let per_caller = Rate {
+        burst: 3,
+        per_second: 1,
+    };
+    let reviewer = Reviewer::new(hub, Arc::default()).with_caller_budget(per_caller);
+    let team_a = header(&format!("Bearer {}", fake::TEAM_A)).unwrap();
+    let who = reviewer.authenticate(&team_a, None).await.unwrap();
+    let namespaces: BTreeSet<String> = (0..5).map(|i| format!("ns-{i}")).collect();
+    let err = reviewer.access(&who, namespaces.clone()).await.unwrap_err();
+    let AuthError::CallerBusy { user, retry_after } = &err else {
+        panic!("{err}");
+    };
+    assert_eq!(user, "system:serviceaccount:team-a:viewer");
+    assert_eq!(retry_after.as_secs(), 1);
+    assert_eq!(err.into_response().status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        asked.load(Ordering::SeqCst) <= 1 + 3,
+        "the caller's burst, no more"
+    );
+
+    let admin = header(&format!("Bearer {}", fake::ADMIN)).unwrap();
+    let admin = reviewer.authenticate(&admin, None).await.unwrap();
+    let access = reviewer.access(&admin, namespaces.clone()).await.unwrap();
+    assert_eq!(
+        access,
+        Access::Everywhere,
+        "another caller has a budget of its own"
+    );
+
+    // The answers given are remembered: each retry once the budget refills gets further.
+    let mut access = None;
+    for _ in 0..5 {
+        tokio::time::advance(Duration::from_secs(3)).await;
+        if let Ok(answer) = reviewer.access(&who, namespaces.clone()).await {
+            access = Some(answer);
+            break;
+        }
+    }
+    assert_eq!(access, Some(Access::Namespaces(BTreeSet::new())));
 }
