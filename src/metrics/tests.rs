@@ -335,7 +335,7 @@ fn every_family_is_declared_once_with_help_and_a_type() {
     let kinds = |kind: &str| declared.iter().filter(|(_, k)| *k == kind).count();
     assert_eq!(
         (kinds("counter"), kinds("histogram"), kinds("gauge")),
-        (15, 5, 8),
+        (17, 5, 8),
         "{declared:?}"
     );
 }
