@@ -957,3 +957,102 @@ async fn webhooks_inside_the_cluster_are_refused_a_tarpit_holds_only_its_tenants
         );
     }
 }
+
+/// The API server's count of Secret lists and gets so far.
+async fn secret_reads_on_the_hub(hub: &Hub) -> f64 {
+    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = hub.client.request_text(request).await.unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter(|l| l.contains("resource=\"secrets\""))
+        .filter(|l| l.contains("verb=\"LIST\"") || l.contains("verb=\"GET\""))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn two_thousand_alerts_on_a_large_secret_no_rule_allows_read_nothing_and_another_team_is_still_told()
+ {
+    let id = unique("flood");
+    let (hub, team_b, as_a, as_b) = two_teams_on_loopback(&id).await;
+    let team_a = hub.namespace.clone();
+    let operator = hub.operator.as_ref().unwrap();
+    // A 900 KB Secret of team A's namespace that no alertSecrets rule allows.
+    let big = vec![b'x'; 900 * 1024];
+    let secrets_a = Api::namespaced(hub.client.clone(), &team_a);
+    secret(&secrets_a, "big", &[("address", big.as_slice())]).await;
+    let (reads, hub_reads) = (
+        operator.metric("tenancy_hub_alert_secret_reads_total"),
+        secret_reads_on_the_hub(&hub).await,
+    );
+
+    // Team A, as itself, writes 2,000 Alerts naming it, 64 at a time.
+    const FLOOD: usize = 2000;
+    let alerts_a: Api<Alert> = Api::namespaced(as_a, &team_a);
+    let started = std::time::Instant::now();
+    futures::stream::iter(0..FLOOD)
+        .map(|i| {
+            let alerts_a = alerts_a.clone();
+            async move { alert(&alerts_a, &format!("flood-{i:04}"), "big", &[]).await }
+        })
+        .buffer_unordered(64)
+        .for_each(|written| async move {
+            written.unwrap();
+        })
+        .await;
+    let written = started.elapsed();
+
+    // Each is judged: the first 100 by age refused by the policy, the rest over the cap (each
+    // saying how many the namespace held when it was judged: the count is not written again to
+    // every status as the flood grows).
+    let judged = wait_until("every flooding Alert judged", DEADLINE * 2, || async {
+        let list = alerts_a.list(&Default::default()).await.ok()?;
+        let reasons: Vec<String> = list
+            .items
+            .iter()
+            .filter_map(|a| alert_ready(a.status.as_ref()?).map(|r| r.1.to_owned()))
+            .collect();
+        let count = |r: &str| reasons.iter().filter(|x| *x == r).count();
+        (count("SecretNotAllowed") == 100 && count("TooManyAlerts") == FLOOD - 100)
+            .then_some(list.items)
+    })
+    .await;
+    let over = judged
+        .iter()
+        .find(|a| alert_ready(a.status.as_ref().unwrap()).unwrap().1 == "TooManyAlerts")
+        .unwrap();
+    let said = alert_ready(over.status.as_ref().unwrap()).unwrap().2;
+    assert!(
+        said.contains(&format!("hub namespace {team_a} holds "))
+            && said.contains("more than the 100 the operator follows")
+            && said.contains("delete Alerts it does not need"),
+        "{said}"
+    );
+    let judged_in = started.elapsed();
+
+    // Team B is told of its Controller's failure meanwhile.
+    let receiver_b = team_b_alerts(&hub, &team_b, &as_b, 1).await;
+    team_b_fails(&team_b, &as_b, &id, (&receiver_b, 1)).await;
+    assert!(
+        receiver_b
+            .messages()
+            .iter()
+            .all(|m| m["namespace"] == team_b.as_str())
+    );
+
+    // Not a byte of the large Secret was read: the operator read team B's webhook Secret
+    // alone, and the API server served few Secret reads over the whole flood.
+    let read = operator.metric("tenancy_hub_alert_secret_reads_total") - reads;
+    let bytes = operator.metric("tenancy_hub_alert_secret_read_bytes_total");
+    let served = secret_reads_on_the_hub(&hub).await - hub_reads;
+    eprintln!(
+        "{FLOOD} Alerts written in {written:?}, judged in {judged_in:?}; Alert Secret reads {read}, {bytes} bytes; Secret lists and gets served by the hub {served}"
+    );
+    assert!(read <= 5.0, "{read} reads of Alert Secrets");
+    assert!(bytes < 10_000.0, "{bytes} bytes of Alert Secrets read");
+    assert!(
+        served < 200.0,
+        "{served} Secret reads served during the flood"
+    );
+}
