@@ -27,7 +27,7 @@ use crate::{
     api::member_cluster::{AGENT_LEASE, member_of_pull_namespace, pull_namespace},
     member::pull::held::{Reports, Taken},
     member::pull::messages::{
-        CALL_LABEL, Call, MAX_MESSAGE, REPORT_KEY, REPORT_LABEL, answer_name,
+        CALL_LABEL, Call, MAX_MESSAGE, REPORT_KEY, REPORT_LABEL, answer_name, ask_name,
     },
     member::pull::wire::Signer,
     metrics::Metrics,
@@ -293,10 +293,35 @@ impl PullHub {
             watcher::Event::Init | watcher::Event::InitDone => None,
         };
         if let Some((cluster, name)) = prune {
-            tracing::debug!(%cluster, name, "a reply to no ask waited on is deleted");
             let this = self.clone();
-            tokio::spawn(async move { this.remove(&cluster, &name).await });
+            tokio::spawn(async move { this.prune_reply(&cluster, &name).await });
         }
+    }
+
+    /// Deletes the reply `name` that no one in this process waits on, unless its ask is on the
+    /// hub: another process (`diff`, another replica) asked it and deletes both when it has read
+    /// the reply. A reply to no ask at all is deleted without being read.
+    async fn prune_reply(&self, cluster: &ClusterName, name: &str) {
+        if let Some(id) = name.strip_prefix("reply-") {
+            let asked = {
+                let _permit = self.writes.acquire().await.expect("never closed");
+                self.secrets(cluster).get_metadata_opt(&ask_name(id)).await
+            };
+            match asked {
+                // An asker gone before it cleaned up leaves both; they go once it is long over.
+                Ok(Some(ask)) if abandoned(&ask.metadata) => {
+                    self.remove(cluster, &ask_name(id)).await;
+                }
+                Ok(Some(_)) => return,
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::debug!(%cluster, name, error = %e, "could not look for the ask of a reply");
+                    return;
+                }
+            }
+        }
+        tracing::debug!(%cluster, name, "a reply to no ask is deleted");
+        self.remove(cluster, name).await;
     }
 
     /// Takes one event of an agent's Lease in: when it was renewed, and for how long.
@@ -375,9 +400,47 @@ impl PullHub {
     }
 }
 
+/// How long after its ask a reply may stay on the hub before both are taken for abandoned by
+/// an asker gone before it cleaned up (asks wait a minute for their reply).
+const ABANDONED_ASK: Duration = Duration::from_secs(600);
+
+/// Whether the ask of `meta` is older than [`ABANDONED_ASK`].
+fn abandoned(meta: &kube::api::ObjectMeta) -> bool {
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    meta.creation_timestamp
+        .as_ref()
+        .is_some_and(|t| now - t.0.as_second() > ABANDONED_ASK.as_secs() as i64)
+}
+
 /// How long a look at a member waits at most for the first list of every agent's Lease and
 /// reports after the operator starts.
 const LISTED_WITHIN: Duration = Duration::from_secs(30);
 
 /// How long a waiter sleeps at most between looks at the agent's Lease.
 pub(crate) const LOOK_EVERY: Duration = Duration::from_secs(2);
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+
+    use super::*;
+
+    fn created(seconds_ago: i64) -> kube::api::ObjectMeta {
+        let at = Timestamp::from_second(Timestamp::now().as_second() - seconds_ago).unwrap();
+        kube::api::ObjectMeta {
+            creation_timestamp: Some(Time(at)),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_ask_is_abandoned_only_long_after_its_reply_was_due() {
+        assert!(!abandoned(&created(0)));
+        assert!(!abandoned(&created(REPLY_WITHIN_HERE)));
+        assert!(abandoned(&created(ABANDONED_ASK.as_secs() as i64 + 5)));
+        assert!(!abandoned(&kube::api::ObjectMeta::default()));
+    }
+
+    /// An ask waits a minute for its reply (see `link::ask`).
+    const REPLY_WITHIN_HERE: i64 = 60;
+}
