@@ -24,7 +24,7 @@ use k8s_openapi::{
     apimachinery::pkg::util::intstr::IntOrString,
 };
 use kube::{
-    Api, Client,
+    Api, Client, ResourceExt as _,
     api::{ObjectMeta, Patch, PatchParams, PostParams},
 };
 use serde_json::Value;
@@ -1003,9 +1003,7 @@ async fn two_thousand_alerts_on_a_large_secret_no_rule_allows_read_nothing_and_a
         .await;
     let written = started.elapsed();
 
-    // Each is judged: the first 100 by age refused by the policy, the rest over the cap (each
-    // saying how many the namespace held when it was judged: the count is not written again to
-    // every status as the flood grows).
+    // Each is judged: the first 100 by age refused by the policy, the rest over the cap.
     let judged = wait_until("every flooding Alert judged", DEADLINE * 2, || async {
         let list = alerts_a.list(&Default::default()).await.ok()?;
         let reasons: Vec<String> = list
@@ -1024,12 +1022,41 @@ async fn two_thousand_alerts_on_a_large_secret_no_rule_allows_read_nothing_and_a
         .unwrap();
     let said = alert_ready(over.status.as_ref().unwrap()).unwrap().2;
     assert!(
-        said.contains(&format!("hub namespace {team_a} holds "))
-            && said.contains("more than the 100 the operator follows")
-            && said.contains("delete Alerts it does not need"),
+        said.contains(&format!(
+            "hub namespace {team_a} holds more than the 100 Alerts the operator follows"
+        )) && said.contains("delete Alerts it does not need"),
         "{said}"
     );
     let judged_in = started.elapsed();
+
+    // One of the followed Alerts deleted, the oldest refused one is followed within seconds
+    // (it is judged at once, not at its next minute's recheck): its Secret is now what it is
+    // refused for.
+    let mut by_age: Vec<(String, String)> = judged
+        .iter()
+        .map(|a| {
+            let created = a
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .unwrap()
+                .0
+                .to_string();
+            (created, a.name_any())
+        })
+        .collect();
+    by_age.sort();
+    alerts_a
+        .delete(&by_age[0].1, &Default::default())
+        .await
+        .unwrap();
+    let deleted = std::time::Instant::now();
+    alert_refused(&alerts_a, &by_age[100].1, "SecretNotAllowed", &[]).await;
+    assert!(
+        deleted.elapsed() < std::time::Duration::from_secs(20),
+        "the Alert let in was judged after {:?}",
+        deleted.elapsed()
+    );
 
     // Team B is told of its Controller's failure meanwhile.
     let receiver_b = team_b_alerts(&hub, &team_b, &as_b, 1).await;

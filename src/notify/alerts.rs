@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     api::alert::Alert,
     notify::{
-        budget::{ALERTS_PER_NAMESPACE, rank},
+        budget::{ALERTS_PER_NAMESPACE, newly_followed, rank},
         provider::{AdmissionNow, Endpoint, Problem, Reach, SecretReader, shown},
     },
 };
@@ -224,18 +224,34 @@ pub(crate) fn follow(
         None => Api::all(parts.hub.clone()),
     };
     // Looked at again on a new generation (or deletion), not on the status writes it makes.
+    // An Alert deleted in a namespace over the cap lets the oldest one refused in: it is looked
+    // at again at once, not at its next recheck.
     let (store, writer) = reflector::store();
+    let (let_in, admitted) = mpsc::unbounded_channel();
+    let deletions = store.clone();
     let changes = watcher(api, watcher::Config::default())
         .default_backoff()
         .reflect(writer)
+        .inspect(move |event| {
+            if let Ok(watcher::Event::Delete(gone)) = event
+                && let Some(next) =
+                    newly_followed(&deletions.state(), &gone.namespace().unwrap_or_default())
+            {
+                let _ = let_in.send(ObjectRef::from_obj(&*next));
+            }
+        })
         .applied_objects()
         .predicate_filter(predicates::generation, PredicateConfig::default());
     let policies = futures::stream::unfold(policies, |mut rx| async move {
         rx.recv().await.map(|r| (r, rx))
     });
+    let admitted = futures::stream::unfold(admitted, |mut rx| async move {
+        rx.recv().await.map(|r| (r, rx))
+    });
     let runtime = Runtime::for_stream(changes, store.clone())
         .with_config(RuntimeConfig::default().concurrency(LOOKS))
         .reconcile_all_on(policies)
+        .reconcile_on(admitted)
         .graceful_shutdown_on(cancel.cancelled_owned());
     let ctx = Arc::new(Readiness {
         hub: parts.hub,
@@ -253,12 +269,11 @@ pub(crate) fn follow(
 /// What an Alert can send to: nothing past the namespace's cap (its Secret not even judged),
 /// else its Secret judged and resolved as a send would.
 async fn found(alert: &Alert, ctx: &Readiness) -> Result<Endpoint, Problem> {
-    if let Some((place, count)) = rank(&ctx.store.state(), alert)
+    if let Some((place, _)) = rank(&ctx.store.state(), alert)
         && place >= ALERTS_PER_NAMESPACE
     {
         return Err(Problem::TooManyAlerts {
             namespace: alert.namespace().unwrap_or_default(),
-            count,
             cap: ALERTS_PER_NAMESPACE,
         });
     }

@@ -31,6 +31,25 @@ pub(crate) fn rank(all: &[Arc<Alert>], alert: &Alert) -> Option<(usize, usize)> 
     Some((place, same.len()))
 }
 
+/// The Alert of `namespace` in `all` last among those followed, when the namespace holds at
+/// least [`ALERTS_PER_NAMESPACE`]: after a deletion there, the one it let in.
+pub(crate) fn newly_followed(all: &[Arc<Alert>], namespace: &str) -> Option<Arc<Alert>> {
+    let mut same: Vec<&Arc<Alert>> = all
+        .iter()
+        .filter(|a| a.namespace().as_deref() == Some(namespace))
+        .collect();
+    if same.len() < ALERTS_PER_NAMESPACE {
+        return None;
+    }
+    same.sort_by_key(|a| {
+        (
+            a.metadata.creation_timestamp.clone().map(|Time(t)| t),
+            a.name_any(),
+        )
+    });
+    Some(same[ALERTS_PER_NAMESPACE - 1].clone())
+}
+
 /// The Alerts of `all` past the first [`ALERTS_PER_NAMESPACE`] of their namespace.
 pub(crate) fn over_cap(all: &[Arc<Alert>]) -> std::collections::HashSet<(String, String)> {
     let mut by_namespace: HashMap<String, Vec<&Arc<Alert>>> = HashMap::new();
@@ -191,5 +210,19 @@ mod tests {
         assert_eq!(rank(&all, all.last().unwrap()), Some((0, 1)));
         let tie = [alert("team-c", "y", 5), alert("team-c", "x", 5)];
         assert_eq!(rank(&tie, &tie[1]), Some((0, 2)), "one second: by name");
+    }
+
+    #[test]
+    fn a_deletion_in_a_namespace_over_the_cap_lets_the_oldest_refused_one_in() {
+        let mut all: Vec<Arc<Alert>> = (0..ALERTS_PER_NAMESPACE + 2)
+            .map(|i| alert("team-a", &format!("a-{i:04}"), 1000 + i as i64))
+            .collect();
+        all.remove(7);
+        let next = newly_followed(&all, "team-a").unwrap();
+        assert_eq!(next.name_any(), format!("a-{ALERTS_PER_NAMESPACE:04}"));
+        assert!(!over_cap(&all).contains(&("team-a".into(), next.name_any())));
+        all.truncate(ALERTS_PER_NAMESPACE - 1);
+        assert!(newly_followed(&all, "team-a").is_none(), "under the cap");
+        assert!(newly_followed(&all, "team-b").is_none());
     }
 }

@@ -89,13 +89,9 @@ pub(crate) enum Problem {
     AddressMissing { namespace: String, name: String },
     /// The namespace holds more Alerts than the operator follows.
     #[error(
-        "hub namespace {namespace} holds {count} Alerts, more than the {cap} the operator follows per namespace, and this one is among the newest: it sends nothing; delete Alerts it does not need"
+        "hub namespace {namespace} holds more than the {cap} Alerts the operator follows per namespace, and this one is among the newest: it sends nothing; delete Alerts it does not need (the oldest {cap} are followed)"
     )]
-    TooManyAlerts {
-        namespace: String,
-        count: usize,
-        cap: usize,
-    },
+    TooManyAlerts { namespace: String, cap: usize },
     /// The address is no `http(s)` URL.
     #[error("the address in Secret {namespace}/{name} {why}")]
     AddressInvalid {

@@ -27,7 +27,8 @@ use crate::{
     api::member_cluster::{AGENT_LEASE, member_of_pull_namespace, pull_namespace},
     member::pull::held::{Reports, Taken},
     member::pull::messages::{
-        CALL_LABEL, Call, MAX_MESSAGE, REPORT_KEY, REPORT_LABEL, answer_name, ask_name,
+        CALL_LABEL, Call, MAX_MESSAGE, REPORT_KEY, REPORT_LABEL, WORK_CONTENT, WORK_ID,
+        answer_name, ask_name, is_id, new_id, work_name,
     },
     member::pull::wire::Signer,
     metrics::Metrics,
@@ -132,6 +133,19 @@ impl PullHub {
     /// Signs `call` and writes it as the Secret `name` (replacing what was there), labelled as a
     /// call of `kind`.
     pub(crate) async fn publish(&self, name: &str, kind: &str, call: &Call) -> Result<(), String> {
+        self.publish_with(name, kind, call, None).await
+    }
+
+    /// [`PullHub::publish`], the call annotated with its id and `content` digest when it is
+    /// work, so a later leader can tell the same work still in flight (see
+    /// [`PullHub::work_id`]).
+    async fn publish_with(
+        &self,
+        name: &str,
+        kind: &str,
+        call: &Call,
+        content: Option<&str>,
+    ) -> Result<(), String> {
         let signer = self.signer.as_ref().ok_or_else(|| {
             format!(
                 "cluster {} is a pull member: only the operator signs its calls",
@@ -151,6 +165,13 @@ impl PullHub {
             metadata: ObjectMeta {
                 name: Some(name.to_owned()),
                 labels: Some([(CALL_LABEL.to_owned(), kind.to_owned())].into()),
+                annotations: content.map(|content| {
+                    [
+                        (WORK_ID.to_owned(), call.id.clone()),
+                        (WORK_CONTENT.to_owned(), content.to_owned()),
+                    ]
+                    .into()
+                }),
                 ..Default::default()
             },
             data: Some(signer.sign(bytes)),
@@ -184,19 +205,78 @@ impl PullHub {
         }
     }
 
-    /// The id to publish the work of `key` under: the unanswered one of the same content when
-    /// there is one (so an agent away meanwhile runs it once), else a new one.
-    pub(crate) fn work_id(&self, key: &ReleaseKey, content: &str) -> String {
-        if let Some(pending) = self.pending.get(key)
-            && pending.1 == content
-        {
-            return pending.0.clone();
-        }
-        let id = crate::member::pull::messages::new_id();
+    /// Publishes `call`, the work of `key` whose job digests to `content`, under the id it
+    /// should carry: the unanswered one of the same content when there is one (so an agent away
+    /// meanwhile runs it once), else a new one. Returns that id.
+    ///
+    /// The first work of `key` in this process looks at the work call on the hub: work of the
+    /// same content published by an earlier leader (before a restart or a hand-over) keeps its
+    /// id, so the agent, which runs each id once, does not run again what it is running or ran
+    /// and the hub takes the answer it gives or gave.
+    pub(crate) async fn publish_work(
+        &self,
+        key: &ReleaseKey,
+        content: &str,
+        call: &mut Call,
+    ) -> Result<String, String> {
+        let id = match self.pending.get(key).map(|p| p.clone()) {
+            Some((id, pending)) if pending == content => id,
+            Some(_) => self.pend(key, new_id(), content),
+            None => match self.earlier_work(key, content).await {
+                Some(id) => {
+                    let id = self.pend(key, id, content);
+                    self.take_answer_now(key).await;
+                    id
+                }
+                None => self.pend(key, new_id(), content),
+            },
+        };
+        call.id = id.clone();
+        self.publish_with(&work_name(key), "work", call, Some(content))
+            .await
+            .map(|()| id)
+    }
+
+    /// Marks `id` as the pending work of `key` (of `content`), its answer waited on.
+    fn pend(&self, key: &ReleaseKey, id: String, content: &str) -> String {
         self.expect(&key.scope.cluster, &answer_name(key), true);
         self.pending
             .insert(key.clone(), (id.clone(), content.to_owned()));
         id
+    }
+
+    /// The id of the work of `key` on the hub when it is of `content`.
+    async fn earlier_work(&self, key: &ReleaseKey, content: &str) -> Option<String> {
+        let found = {
+            let _permit = self.writes.acquire().await.expect("never closed");
+            self.secrets(&key.scope.cluster)
+                .get_metadata_opt(&work_name(key))
+                .await
+        };
+        let found = found
+            .inspect_err(
+                |e| tracing::debug!(%key, error = %e, "could not read the work call on the hub"),
+            )
+            .ok()??;
+        let annotations = found.metadata.annotations.unwrap_or_default();
+        (annotations.get(WORK_CONTENT).map(String::as_str) == Some(content))
+            .then(|| annotations.get(WORK_ID).cloned())
+            .flatten()
+            .filter(|id| is_id(id))
+    }
+
+    /// Reads the answer of `key` now, when [`PullHub::run`] passed it by before it was waited
+    /// on.
+    async fn take_answer_now(&self, key: &ReleaseKey) {
+        let found = {
+            let _permit = self.writes.acquire().await.expect("never closed");
+            self.secrets(&key.scope.cluster)
+                .get_opt(&answer_name(key))
+                .await
+        };
+        if let Ok(Some(answer)) = found {
+            let _ = self.take_report(&answer, false);
+        }
     }
 
     /// Forgets the pending work of `key` once answered, and its answer.

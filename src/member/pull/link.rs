@@ -19,9 +19,7 @@ use crate::{
     member::link::{DriftCheck, MemberLink},
     member::pull::charts,
     member::pull::hub::{LOOK_EVERY, Member, PullHub},
-    member::pull::messages::{
-        Call, CallBody, ChartRef, Reply, ask_name, new_id, reply_name, work_name,
-    },
+    member::pull::messages::{Call, CallBody, ChartRef, Reply, ask_name, new_id, reply_name},
     member::pull::watching::watch_name,
     observe::drift::{self, ObjectDrift},
     observe::model::{Change, WorkloadKind},
@@ -122,15 +120,15 @@ impl MemberLink for PullLink {
                 .iter()
                 .map(|b| format!("{b:02x}"))
                 .collect();
-            let id = hub.work_id(&key, &content);
-            let call = Call {
+            let mut call = Call {
                 cluster: cluster.clone(),
-                id: id.clone(),
+                id: String::new(),
                 body: CallBody::Work { job, chart },
             };
-            if let Err(e) = hub.publish(&work_name(&key), "work", &call).await {
-                return Started::Finished(Outcome::failed(e, FailureKind::Transient));
-            }
+            let id = match hub.publish_work(&key, &content, &mut call).await {
+                Ok(id) => id,
+                Err(e) => return Started::Finished(Outcome::failed(e, FailureKind::Transient)),
+            };
             let answer = async move { wait_answer(&hub, &cluster, &key, &id, within).await };
             Started::Awaiting(answer.boxed())
         }

@@ -25,6 +25,11 @@ use crate::{
 
 /// Label on the hub's calls and chart chunks: `work`, `ask`, `watch` or `chart`.
 pub const CALL_LABEL: &str = "multitenancy.dev/pull-call";
+/// The annotation of a work call naming its id, read by a later leader (see
+/// `PullHub::publish_work`).
+pub(crate) const WORK_ID: &str = "multitenancy.dev/pull-work-id";
+/// The annotation of a work call holding its job's digest.
+pub(crate) const WORK_CONTENT: &str = "multitenancy.dev/pull-work-content";
 /// Label on the agent's reports: `answer`, `reply`, `records` (a manifest), `records-piece`,
 /// `observed` or `status`.
 pub(crate) const REPORT_LABEL: &str = "multitenancy.dev/pull-report";
@@ -313,9 +318,26 @@ pub(crate) fn new_id() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Whether `id` has the form [`new_id`] gives.
+pub(crate) fn is_id(id: &str) -> bool {
+    id.len() == 32
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_ids_of_the_form_new_id_gives_are_taken_back() {
+        assert!(is_id(&new_id()));
+        assert!(!is_id(""));
+        assert!(!is_id(&"A".repeat(32)));
+        assert!(!is_id(&"0".repeat(33)));
+        assert!(!is_id("../../../../../../etc/passwd/0000"));
+    }
 
     #[test]
     fn object_names_are_valid_and_differ_per_release() {
