@@ -210,7 +210,8 @@ fn the_charts_crds_are_the_generated_ones() {
 
 #[test]
 fn the_charts_admission_policy_is_the_generated_one() {
-    let shipped = std::fs::read_to_string(chart_dir().join("templates/admission-policy.yaml")).unwrap();
+    let shipped =
+        std::fs::read_to_string(chart_dir().join("templates/admission-policy.yaml")).unwrap();
     let generated = format!(
         "{{{{- if .Values.valuesDepthPolicy.enabled }}}}\n{}{{{{- end }}}}\n",
         tenancy_hub::api::crd::depth_policy::policy_yaml()
@@ -523,6 +524,9 @@ async fn install_upgrade_deliver_uninstall(lab: &Lab, names: &Names) {
     if shared_role {
         install.extend(["--set", "rbac.createMemberNamespaceRole=false"]);
     }
+    // The cluster-wide values depth policy is the lab's (every test's hub installs it with the
+    // CRDs), so an uninstall here never takes it from tests running beside this one.
+    install.extend(["--set", "valuesDepthPolicy.enabled=false"]);
     let notes = lab.helm("hub", &install);
     for next in [
         format!("{release}-kubeconfigs"),
@@ -834,5 +838,8 @@ fn the_values_depth_policy_is_rendered_unless_turned_off_and_matches_deploy() {
         );
     }
     let off = render(&["valuesDepthPolicy.enabled=false"]);
-    assert!(!off.iter().any(|d| kind(d).starts_with("ValidatingAdmissionPolicy")));
+    assert!(
+        !off.iter()
+            .any(|d| kind(d).starts_with("ValidatingAdmissionPolicy"))
+    );
 }
