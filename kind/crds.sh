@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the CRDs from the types: deploy/crd.yaml (all of them), one file per CRD in crds/,
-# and the same files in deploy/chart/crds/ (where Helm installs them from).
+# and the same files in deploy/chart/crds/ (where Helm installs them from); and the admission policy
+# refusing too-deep values: deploy/admission-policy.yaml and the chart's template of it.
 #
 #   kind/crds.sh
 set -euo pipefail
@@ -23,4 +24,12 @@ for directory in ("crds", "deploy/chart/crds"):
     open(f"{directory}/memberclusters.multitenancy.dev.yaml", "w").write("---\n" + members)
     open(f"{directory}/tenancypolicies.multitenancy.dev.yaml", "w").write("---\n" + policies)
 PY
+cargo run -q --locked -- admission-policy > "$generated"
+cp "$generated" deploy/admission-policy.yaml
+{
+    echo '{{- if .Values.valuesDepthPolicy.enabled }}'
+    cat "$generated"
+    echo '{{- end }}'
+} > deploy/chart/templates/admission-policy.yaml
+echo "wrote deploy/admission-policy.yaml and deploy/chart/templates/admission-policy.yaml"
 echo "wrote deploy/crd.yaml and {crds,deploy/chart/crds}/{alerts,controllers,memberclusters,tenancypolicies}.multitenancy.dev.yaml"

@@ -45,6 +45,7 @@ TH="$(cd "$REPO_ROOT" && cargo metadata --locked --format-version 1 --no-deps |
 step "3/6 installing the CRDs on the hub, the admin's TenancyPolicy for the examples (and namespace tenancy-hub for the operator's Lease)"
 kubectl --context hub create namespace tenancy-hub --dry-run=client -o yaml | kubectl --context hub apply -f - >/dev/null
 "$TH" crd | kubectl --context hub apply --server-side --force-conflicts --field-manager tenancy-hub -f -
+"$TH" admission-policy | kubectl --context hub apply --server-side --force-conflicts --field-manager tenancy-hub -f -
 kubectl --context hub wait --for condition=Established --timeout 60s \
     crd/controllers.multitenancy.dev crd/tenancypolicies.multitenancy.dev
 kubectl --context hub apply -f "$REPO_ROOT/config/admin-policy.yaml"

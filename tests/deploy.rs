@@ -39,7 +39,7 @@ const SERVICE_ACCOUNT: &str = "system:serviceaccount:tenancy-hub:tenancy-hub";
 const FIELD_MANAGER: &str = "tenancy-hub-deploy-tests";
 
 /// Every kind the kustomization ships, with the prefix `kubectl apply` names it by.
-const KINDS: [(&str, &str); 11] = [
+const KINDS: [(&str, &str); 13] = [
     ("Namespace", "namespace/"),
     (
         "CustomResourceDefinition",
@@ -57,6 +57,14 @@ const KINDS: [(&str, &str); 11] = [
     ("Secret", "secret/"),
     ("Deployment", "deployment.apps/"),
     ("Service", "service/"),
+    (
+        "ValidatingAdmissionPolicy",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/",
+    ),
+    (
+        "ValidatingAdmissionPolicyBinding",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/",
+    ),
 ];
 
 fn deploy_dir() -> PathBuf {

@@ -209,6 +209,20 @@ fn the_charts_crds_are_the_generated_ones() {
 }
 
 #[test]
+fn the_charts_admission_policy_is_the_generated_one() {
+    let shipped =
+        std::fs::read_to_string(chart_dir().join("templates/admission-policy.yaml")).unwrap();
+    let generated = format!(
+        "{{{{- if .Values.valuesDepthPolicy.enabled }}}}\n{}{{{{- end }}}}\n",
+        tenancy_hub::api::crd::depth_policy::policy_yaml()
+    );
+    assert!(
+        shipped == generated,
+        "deploy/chart/templates/admission-policy.yaml is stale: run kind/crds.sh"
+    );
+}
+
+#[test]
 #[ignore = "needs the lab's helm: kind/build.sh, then cargo test --test helm_chart -- --ignored"]
 fn the_chart_lints_clean_with_its_defaults_and_every_variant() {
     let chart = chart_dir();
@@ -510,6 +524,9 @@ async fn install_upgrade_deliver_uninstall(lab: &Lab, names: &Names) {
     if shared_role {
         install.extend(["--set", "rbac.createMemberNamespaceRole=false"]);
     }
+    // The cluster-wide values depth policy is the lab's (every test's hub installs it with the
+    // CRDs), so an uninstall here never takes it from tests running beside this one.
+    install.extend(["--set", "valuesDepthPolicy.enabled=false"]);
     let notes = lab.helm("hub", &install);
     for next in [
         format!("{release}-kubeconfigs"),
@@ -803,4 +820,26 @@ async fn deliver_seed(admin: &kube::Client, names: &Names, operator: &Process) {
         },
     )
     .await;
+}
+
+#[test]
+#[ignore = "needs the lab's helm: kind/build.sh, then cargo test --test helm_chart -- --ignored"]
+fn the_values_depth_policy_is_rendered_unless_turned_off_and_matches_deploy() {
+    let docs = render(&[]);
+    let deployed = deploy_file("admission-policy.yaml");
+    for kind_ in [
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ] {
+        assert_eq!(
+            find(&docs, kind_, "tenancy-hub-values-depth")["spec"],
+            find(&deployed, kind_, "tenancy-hub-values-depth")["spec"],
+            "the chart's {kind_} differs from deploy/admission-policy.yaml's"
+        );
+    }
+    let off = render(&["valuesDepthPolicy.enabled=false"]);
+    assert!(
+        !off.iter()
+            .any(|d| kind(d).starts_with("ValidatingAdmissionPolicy"))
+    );
 }

@@ -1,4 +1,4 @@
-//! Hostile tenants against the lab: forged release records, removals no policy allows, keys let go by their holder, probes of Secrets no rule allows, values nested too deep.
+//! Hostile tenants against the lab: forged release records, removals no policy allows, keys let go by their holder, probes of Secrets no rule allows, values nested too deep (refused by the API server, and Invalid alone when stored past it).
 
 mod common;
 
@@ -10,7 +10,7 @@ use common::{
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, api::PostParams};
 use tenancy_hub::api::{
-    crd::{Controller, ControllerSpec, ValuesKind, ValuesReference},
+    crd::{ChartOverride, Controller, ControllerSpec, ValuesKind, ValuesReference},
     policy::ValuesRule,
 };
 
@@ -333,33 +333,172 @@ async fn a_secret_no_rule_allows_is_refused_alike_absent_present_or_large_and_ne
     );
 }
 
+/// Values nesting `depth` levels of objects (and arrays, every other level), around one string.
+fn nested(depth: usize) -> serde_json::Value {
+    let mut values = serde_json::json!("leaf");
+    for level in 1..=depth {
+        values = if level % 2 == 0 && level < depth {
+            serde_json::json!([values])
+        } else {
+            serde_json::json!({ "a": values })
+        };
+    }
+    values
+}
+
+/// What the API server answered a write with: the refusal's message, or that it took it.
+fn refusal<T>(answer: kube::Result<T>) -> String {
+    match answer {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!(e.code, 422, "refused as invalid: {e:?}");
+            e.message
+        }
+        Err(e) => panic!("not an answer of the API server: {e}"),
+        Ok(_) => panic!("the API server took it"),
+    }
+}
+
+/// Asserts that `said` names the Controller, the path, the depth and the limit, and what to do.
+fn says_too_deep(said: &str, controller: &str, path: &str) {
+    for expected in [
+        controller,
+        path,
+        "nest more than 64 levels of objects and arrays",
+        "at least 65",
+        "the limit is 64",
+        "flatten them",
+    ] {
+        assert!(said.contains(expected), "{expected:?} in {said}");
+    }
+}
+
 #[tokio::test]
 #[ignore = "needs the lab: run tests/run.sh"]
-async fn values_nested_too_deep_are_refused_on_their_controller_alone_and_others_deliver() {
-    let hub = Hub::with_args("deep-values", &["--tenancy-policy", "enforce"]).await;
+async fn values_nested_past_the_limit_are_refused_by_the_api_server_and_others_deliver() {
+    let hub = Hub::with_args("deep-refused", &["--tenancy-policy", "enforce"]).await;
     hub.policy(&hub.namespace, allow_all(&hub.namespace, &[]))
         .await;
     let tenant = unique("tenant");
     hub.tenant_may_write_controllers(&tenant).await;
-    let (deep_ns, fine_ns) = (unique("deep"), unique("fine"));
-    // Deeper than the JSON parser's own limit (128): the API server stores it all the same.
-    let mut values = serde_json::json!("leaf");
-    for _ in 0..200 {
-        values = serde_json::json!({ "a": values });
-    }
-    let mut deep = Controller::new("deep", one_release(&deep_ns, "deployment-example", "web"));
-    deep.spec.tenancies[0].charts[0].values = Some(values);
     let as_tenant =
         Api::<Controller>::namespaced(hub.lab.client_as("hub", &tenant).await, &hub.namespace);
-    wait_until(
-        "the tenant to create its deep Controller",
-        DEADLINE,
-        || async { as_tenant.create(&PostParams::default(), &deep).await.ok() },
-    )
+    let (deep_ns, edge_ns, fine_ns) = (unique("deep"), unique("edge"), unique("fine"));
+    wait_until("the tenant may create Controllers", DEADLINE, || async {
+        as_tenant
+            .create(
+                &PostParams {
+                    dry_run: true,
+                    ..PostParams::default()
+                },
+                &Controller::new("probe", one_release(&deep_ns, "deployment-example", "web")),
+            )
+            .await
+            .ok()
+    })
     .await;
+    let ns = &hub.namespace;
+
+    // One level past the limit, and far past the JSON parser's own (128): refused, with the path.
+    for depth in [65, 200] {
+        let mut deep = Controller::new("deep", one_release(&deep_ns, "deployment-example", "web"));
+        deep.spec.tenancies[0].charts[0].values = Some(nested(depth));
+        let said = refusal(as_tenant.create(&PostParams::default(), &deep).await);
+        says_too_deep(
+            &said,
+            &format!("Controller {ns}/deep"),
+            "spec.tenancies[0].charts[0].values",
+        );
+    }
+    let mut overridden =
+        Controller::new("deep", one_release(&deep_ns, "deployment-example", "web"));
+    overridden.spec.tenancies[0].charts[0].overrides = vec![ChartOverride {
+        values: Some(nested(65)),
+        ..ChartOverride::default()
+    }];
+    let said = refusal(as_tenant.create(&PostParams::default(), &overridden).await);
+    says_too_deep(
+        &said,
+        &format!("Controller {ns}/deep"),
+        "spec.tenancies[0].charts[0].overrides[0].values",
+    );
+    assert!(
+        hub.api().get_opt("deep").await.unwrap().is_none(),
+        "nothing was stored"
+    );
+
+    // At the limit: stored and delivered.
+    let mut edge = Controller::new("edge", one_release(&edge_ns, "deployment-example", "web"));
+    edge.spec.tenancies[0].charts[0].values = Some(nested(64));
+    as_tenant
+        .create(&PostParams::default(), &edge)
+        .await
+        .expect("values 64 levels deep are taken");
+    hub.releases_become(MEMBER, &edge_ns, &[("web", 1)]).await;
+
+    // An update past the limit is refused, and the stored spec keeps delivering.
+    let mut stored = as_tenant.get("edge").await.unwrap();
+    let generation = stored.metadata.generation;
+    stored.spec.tenancies[0].charts[0].values = Some(nested(65));
+    let said = refusal(
+        as_tenant
+            .replace("edge", &PostParams::default(), &stored)
+            .await,
+    );
+    says_too_deep(
+        &said,
+        &format!("Controller {ns}/edge"),
+        "spec.tenancies[0].charts[0].values",
+    );
+    assert_eq!(
+        as_tenant.get("edge").await.unwrap().metadata.generation,
+        generation
+    );
+
+    // Another Controller still delivers, and so does the one at the limit.
     hub.apply("fine", one_release(&fine_ns, "deployment-example", "web"))
         .await;
     hub.releases_become(MEMBER, &fine_ns, &[("web", 1)]).await;
+    hub.status_until("edge", "the Controller at the limit to be Ready", |s| {
+        message(s, MEMBER, "web").is_some_and(|m| m.phase == "Deployed")
+    })
+    .await;
+    assert!(hub.lab.releases(MEMBER, &deep_ns).is_empty());
+    assert_eq!(hub.lab.releases(MEMBER, &edge_ns).len(), 1);
+    hub.delete_and_wait_gone("edge").await;
+    hub.delete_and_wait_gone("fine").await;
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_too_deep_controller_stored_past_admission_is_invalid_on_its_own_and_others_deliver() {
+    let hub = Hub::with_args("deep-stored", &["--tenancy-policy", "enforce"]).await;
+    hub.policy(&hub.namespace, allow_all(&hub.namespace, &[]))
+        .await;
+    let (deep_ns, fine_ns) = (unique("deep"), unique("fine"));
+    // Deeper than the JSON parser's own limit (128), written to etcd as a Controller stored before
+    // the admission policy existed would be: the operator's decoder is the backstop.
+    let mut deep = Controller::new("deep", one_release(&deep_ns, "deployment-example", "web"));
+    deep.metadata.namespace = Some(hub.namespace.clone());
+    deep.metadata.uid = Some(unique("uid"));
+    deep.metadata.generation = Some(1);
+    let mut object = serde_json::to_value(&deep).unwrap();
+    object["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z".into();
+    object["spec"]["tenancies"][0]["charts"][0]["values"] = serde_json::json!("VALUES");
+    let object = object.to_string().replace(
+        r#""VALUES""#,
+        &format!("{}\"leaf\"{}", "{\"a\":".repeat(200), "}".repeat(200)),
+    );
+    hub.lab
+        .store_past_admission(
+            "hub",
+            &format!("multitenancy.dev/controllers/{}/deep", hub.namespace),
+            &object,
+        )
+        .await;
+    hub.apply("fine", one_release(&fine_ns, "deployment-example", "web"))
+        .await;
+    hub.releases_become(MEMBER, &fine_ns, &[("web", 1)]).await;
+    // The operator's own writes to it (its finalizer) leave the spec alone: the policy lets them by.
     let status = hub
         .status_until("deep", "the deep values to be refused", |s| {
             message(s, MEMBER, "web").is_some_and(|m| m.phase == "Invalid")

@@ -443,6 +443,7 @@ pub fn crd_yaml() -> String {
     serde_yaml::to_string(&crd).expect("a CustomResourceDefinition always serializes")
 }
 
+pub mod depth_policy;
 pub mod free_form;
 
 #[cfg(test)]

@@ -86,6 +86,12 @@ pub enum Command {
     /// Print the Controller and TenancyPolicy CustomResourceDefinitions as YAML.
     #[command(after_help = "Example:\n  tenancy-hub crd | kubectl apply --server-side -f -")]
     Crd,
+    /// Print the ValidatingAdmissionPolicy (and its binding) with which the API server refuses a
+    /// Controller whose values nest too deep, as YAML.
+    #[command(
+        after_help = "Example:\n  tenancy-hub admission-policy | kubectl apply --server-side -f -"
+    )]
+    AdmissionPolicy,
     /// Show every registered cluster: context, reachability and API server version.
     ///
     /// Exits non-zero when a cluster is unreachable.
@@ -193,6 +199,12 @@ impl Command {
                 std::io::stdout()
                     .write_all(crate::api::crds_yaml().as_bytes())
                     .context("writing the CRDs to stdout")?;
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::AdmissionPolicy => {
+                std::io::stdout()
+                    .write_all(crate::api::crd::depth_policy::policy_yaml().as_bytes())
+                    .context("writing the admission policy to stdout")?;
                 Ok(ExitCode::SUCCESS)
             }
             Command::Clusters { clusters, output } => {

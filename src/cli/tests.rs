@@ -35,6 +35,12 @@ fn the_log_format_is_text_unless_json_is_asked_for() {
 }
 
 #[test]
+fn the_admission_policy_is_a_command_of_its_own() {
+    let parsed = Cli::try_parse_from(["tenancy-hub", "admission-policy"]).unwrap();
+    assert!(matches!(parsed.command, Command::AdmissionPolicy));
+}
+
+#[test]
 fn sizes_are_read_in_bytes_with_binary_and_decimal_units() {
     assert_eq!(parse_size("1Gi"), Ok(1 << 30));
     assert_eq!(parse_size("512Mi"), Ok(512 << 20));

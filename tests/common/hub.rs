@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::{
+    admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding},
     core::v1::{Namespace, ServiceAccount},
     rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject},
 };
@@ -12,20 +13,24 @@ use kube::{
     api::{DeleteParams, Patch, PatchParams, PostParams},
 };
 use tenancy_hub::api::alert::Alert;
-use tenancy_hub::api::crd::{Controller, ControllerSpec, ControllerStatus};
+use tenancy_hub::api::crd::{
+    Controller, ControllerSpec, ControllerStatus,
+    depth_policy::{self, POLICY_NAME},
+    free_form::MAX_VALUES_DEPTH,
+};
 use tenancy_hub::api::member_cluster::MemberCluster;
 use tenancy_hub::api::policy::{
     Impersonation, PolicyClusterSelector, TenancyPolicy, TenancyPolicySpec,
 };
 
 use super::{
-    fixtures::{DEADLINE, unique, wait_until},
+    fixtures::{DEADLINE, chart, tenancy, unique, wait_until},
     lab::Lab,
     operator::Operator,
 };
 
 /// Applies the Alert, Controller, TenancyPolicy and MemberCluster CRDs to the hub and waits until they are
-/// established.
+/// established, then the admission policy refusing too-deep values, until the API server enforces it.
 #[allow(dead_code)] // used by some test crates only
 pub async fn install_crd(hub: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(hub.clone());
@@ -58,6 +63,50 @@ pub async fn install_crd(hub: &Client) {
         )
         .await;
     }
+    install_values_depth_policy(hub).await;
+}
+
+/// Applies the admission policy (and binding) refusing Controllers whose values nest too deep, as
+/// deploy/ ships it, and waits until a dry run of such a Controller is refused.
+async fn install_values_depth_policy(hub: &Client) {
+    let params = PatchParams::apply("tenancy-hub-tests").force();
+    Api::<ValidatingAdmissionPolicy>::all(hub.clone())
+        .patch(POLICY_NAME, &params, &Patch::Apply(depth_policy::policy()))
+        .await
+        .expect("the values depth policy applies to the hub");
+    Api::<ValidatingAdmissionPolicyBinding>::all(hub.clone())
+        .patch(POLICY_NAME, &params, &Patch::Apply(depth_policy::binding()))
+        .await
+        .expect("the values depth policy's binding applies to the hub");
+    let mut values = serde_json::json!("leaf");
+    for _ in 0..=MAX_VALUES_DEPTH {
+        values = serde_json::json!({ "a": values });
+    }
+    let mut probe = chart("probe", "probe", &[]);
+    probe.values = Some(values);
+    let probe = Controller::new(
+        "values-depth-probe",
+        ControllerSpec {
+            tenancies: vec![tenancy("probe", &[], vec![probe])],
+            ..ControllerSpec::default()
+        },
+    );
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let controllers = Api::<Controller>::namespaced(hub.clone(), "default");
+    wait_until(
+        "the API server to enforce the values depth policy",
+        Duration::from_secs(30),
+        || async {
+            match controllers.create(&dry_run, &probe).await {
+                Err(kube::Error::Api(e)) if e.message.contains(POLICY_NAME) => Some(()),
+                _ => None,
+            }
+        },
+    )
+    .await;
 }
 
 /// A policy letting the Controllers of hub namespace `namespace` deliver anywhere (the hub

@@ -421,6 +421,42 @@ impl Lab {
         ))
         .unwrap()
     }
+
+    /// Writes `object` (JSON) under `key` of `context`'s storage in the lab's etcd, past the API
+    /// server and its admission: how an object stored before a policy existed looks to it.
+    /// `key` is what follows the API server's prefix, such as `multitenancy.dev/controllers/NS/NAME`.
+    pub async fn store_past_admission(&self, context: &str, key: &str, object: &str) {
+        use base64::Engine;
+        let command = std::fs::read_to_string(
+            self.dir
+                .join("cmds")
+                .join(format!("{context}-kube-apiserver")),
+        )
+        .expect("the lab keeps the API server's command line");
+        let flag = |name: &str| {
+            let mut words = command.split_whitespace();
+            words.find(|w| *w == name);
+            words
+                .next()
+                .map(str::to_owned)
+                .unwrap_or_else(|| panic!("{name} in {command}"))
+        };
+        let (etcd, prefix) = (flag("--etcd-servers"), flag("--etcd-prefix"));
+        let b64 = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
+        let put = serde_json::json!({"key": b64(&format!("{prefix}/{key}")), "value": b64(object)});
+        let answer = reqwest::Client::new()
+            .post(format!("{etcd}/v3/kv/put"))
+            .header("content-type", "application/json")
+            .body(put.to_string())
+            .send()
+            .await
+            .expect("etcd answers");
+        assert!(
+            answer.status().is_success(),
+            "etcd refused the put: {}",
+            answer.status()
+        );
+    }
 }
 
 /// A client for `context` of `kubeconfig`; panics naming `what` when it cannot be made.

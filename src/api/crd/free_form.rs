@@ -4,7 +4,9 @@
 //! deeper ones; one such Controller would fail every list and watch of Controllers, for every
 //! tenant. Free-form values are therefore taken as raw text first (skipped without recursion),
 //! their depth counted, and parsed only when within [`MAX_VALUES_DEPTH`]; deeper values decode as
-//! a marker that planning refuses with [`too_deep`], on that Controller alone.
+//! a marker that planning refuses with [`too_deep`], on that Controller alone. The API server
+//! refuses such values first, with the admission policy of [`super::depth_policy`]; this is the
+//! backstop for a Controller stored without it.
 
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::Value;
