@@ -6,7 +6,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::{cli::args::ExecutorKind, helm::protocol::Hello};
+use crate::{api::policy::Impersonation, cli::args::ExecutorKind, helm::protocol::Hello};
 
 /// How one check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -25,7 +25,7 @@ pub(crate) enum Verdict {
 /// One line of the report: what was checked, on what, how it came out, and what to do.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct Finding {
-    /// The check: `hub`, `crd`, `hub-rbac`, `clusters-file`, `member`, `member-rbac`, `helm`,
+    /// The check: `hub`, `crd`, `hub-rbac`, `hub-rbac-width`, `clusters-file`, `member`, `member-rbac`, `helm`,
     /// `executor`, `chart-home` or `policy`.
     pub(crate) check: &'static str,
     /// What it was checked on: a cluster, a CRD, a path, a hub namespace.
@@ -296,22 +296,70 @@ fn accesses(
     out
 }
 
+/// The identities the TenancyPolicies impersonate: what the operator's `impersonate` rights on
+/// the hub should name, and no more.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Identities {
+    /// Users, ServiceAccounts (`system:serviceaccount:NS:NAME`) included.
+    pub(crate) users: std::collections::BTreeSet<String>,
+    /// Groups.
+    pub(crate) groups: std::collections::BTreeSet<String>,
+}
+
+impl Identities {
+    /// The identities of `policies`' `impersonate`.
+    pub(crate) fn of<'a>(policies: impl IntoIterator<Item = &'a Impersonation>) -> Self {
+        let mut out = Self::default();
+        for who in policies {
+            out.users.insert(who.user.clone());
+            out.groups.extend(who.groups.iter().cloned());
+        }
+        out
+    }
+
+    /// The `impersonate` accesses Kubernetes checks for these identities: a ServiceAccount user
+    /// as `serviceaccounts` of its name in its namespace, any other user as `users`, each group
+    /// as `groups`.
+    fn accesses(&self) -> Vec<Access> {
+        let one = |resource: &str, name: &str, namespace: Option<&str>| Access {
+            group: String::new(),
+            resource: resource.into(),
+            subresource: None,
+            verb: "impersonate".into(),
+            name: Some(name.into()),
+            namespace: namespace.map(str::to_owned),
+            required: true,
+        };
+        let users = self.users.iter().map(|user| {
+            match user
+                .strip_prefix("system:serviceaccount:")
+                .and_then(|rest| rest.split_once(':'))
+            {
+                Some((namespace, name)) => one("serviceaccounts", name, Some(namespace)),
+                None => one("users", user, None),
+            }
+        });
+        let groups = self.groups.iter().map(|group| one("groups", group, None));
+        users.chain(groups).collect()
+    }
+}
+
 /// What the operator's identity on the hub must be allowed, from deploy/rbac.yaml: the rules
 /// of ClusterRole tenancy-hub cluster-wide, and those of Role tenancy-hub in `lease_namespace`,
 /// with `leases` (the Lease names, None for any name; none without leader election) in place of
-/// the Role's Lease name. Impersonating is required only when `impersonating` (a policy
-/// impersonates).
+/// the Role's Lease name. The `impersonate` rules name the identities the policies name
+/// (`identities`), whatever names the file's example gives.
 pub(crate) fn hub_rights(
     lease_namespace: &str,
     leases: &[Option<String>],
-    impersonating: bool,
+    identities: &Identities,
 ) -> Vec<Access> {
     let cluster = rules_of(DEPLOYED_RBAC, "ClusterRole", "tenancy-hub");
-    let mut out = accesses(
-        &cluster,
-        |_| None,
-        |verb, _| verb != "impersonate" || impersonating,
-    );
+    let mut out: Vec<Access> = accesses(&cluster, |_| None, |_, _| true)
+        .into_iter()
+        .filter(|a| a.verb != "impersonate")
+        .collect();
+    out.extend(identities.accesses());
     let role = rules_of(DEPLOYED_RBAC, "Role", "tenancy-hub");
     for access in accesses(&role, |_| Some(lease_namespace.to_owned()), |_, _| true) {
         match (access.resource.as_str(), &access.name) {
@@ -324,6 +372,107 @@ pub(crate) fn hub_rights(
         }
     }
     out
+}
+
+/// Rights Kubernetes gives every authenticated identity (ClusterRole system:basic-user): asking
+/// what oneself may do.
+const EVERYONE_MAY: [(&str, &str); 3] = [
+    ("authorization.k8s.io", "selfsubjectaccessreviews"),
+    ("authorization.k8s.io", "selfsubjectrulesreviews"),
+    ("authentication.k8s.io", "selfsubjectreviews"),
+];
+
+/// How many of the rights wider than documented a finding lists by name.
+const WIDER_LISTED: usize = 12;
+
+/// Judges the rights the operator's identity holds in every namespace (`held`, a
+/// SelfSubjectRulesReview's resource rules in a namespace with no binding of its own) against
+/// the documented ones: ClusterRole tenancy-hub of deploy/rbac.yaml, with `impersonate` of
+/// `identities` alone. `rolebinding_anywhere` says whether a dry-run RoleBinding in a namespace
+/// the operator did not create was accepted (None: not known). Warns naming each wider right.
+pub(crate) fn wider_rights(
+    held: &[k8s_openapi::api::authorization::v1::ResourceRule],
+    identities: &Identities,
+    rolebinding_anywhere: Option<bool>,
+) -> Finding {
+    let documented = hub_rights("", &[], identities);
+    let covered = |group: &str, resource: &str, verb: &str, name: Option<&str>| {
+        let (resource, subresource) = match resource.split_once('/') {
+            Some((r, s)) => (r, Some(s)),
+            None => (resource, None),
+        };
+        (verb == "create" && EVERYONE_MAY.contains(&(group, resource)))
+            || documented.iter().any(|a| {
+                a.namespace.is_none()
+                    && a.group == group
+                    && a.resource == resource
+                    && a.subresource.as_deref() == subresource
+                    && a.verb == verb
+                    && (a.name.is_none() || a.name.as_deref() == name.filter(|n| !n.is_empty()))
+            })
+    };
+    let mut wider = Vec::new();
+    for rule in held {
+        let names: Vec<Option<&str>> = match &rule.resource_names {
+            Some(names) if !names.is_empty() => names.iter().map(|n| Some(n.as_str())).collect(),
+            _ => vec![None],
+        };
+        for group in rule.api_groups.iter().flatten() {
+            for resource in rule.resources.iter().flatten() {
+                for verb in &rule.verbs {
+                    for name in &names {
+                        if !covered(group, resource, verb, *name) {
+                            let group = if group.is_empty() {
+                                String::new()
+                            } else {
+                                format!(".{group}")
+                            };
+                            wider.push(match name {
+                                Some(name) => format!("{verb} {resource}{group} {name}"),
+                                None => format!("{verb} {resource}{group} (any name)"),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut fix = Vec::new();
+    if !wider.is_empty() {
+        fix.push(
+            "keep in the ClusterRoles bound to the operator's identity only deploy/rbac.yaml's              ClusterRole tenancy-hub (kubectl get clusterrolebindings -o wide shows what is              bound), with `impersonate` limited by resourceNames to the users and groups the              TenancyPolicies name"
+                .to_owned(),
+        );
+    }
+    if rolebinding_anywhere == Some(true) {
+        wider.push("create rolebindings in namespace default, which it did not create".into());
+        fix.push(
+            "apply deploy/rbac.yaml's ValidatingAdmissionPolicy tenancy-hub-rolebindings and its              binding, naming the operator's ServiceAccount"
+                .to_owned(),
+        );
+    }
+    if wider.is_empty() {
+        return Finding::pass(
+            "hub-rbac-width",
+            "hub",
+            "no right beyond deploy/rbac.yaml's, impersonating only what the policies name".into(),
+        );
+    }
+    let count = wider.len();
+    let mut listed: Vec<String> = wider.into_iter().take(WIDER_LISTED).collect();
+    if count > WIDER_LISTED {
+        listed.push(format!("and {} more", count - WIDER_LISTED));
+    }
+    Finding::not_passed(
+        "hub-rbac-width",
+        "hub",
+        Verdict::Warn,
+        format!(
+            "wider than deploy/rbac.yaml by {count}: {}",
+            listed.join(", ")
+        ),
+        fix.join("; "),
+    )
 }
 
 /// The kinds the operator watches in every member (observe/releases.rs, observe/watch.rs), as
