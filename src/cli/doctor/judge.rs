@@ -440,14 +440,18 @@ pub(crate) fn wider_rights(
     let mut fix = Vec::new();
     if !wider.is_empty() {
         fix.push(
-            "keep in the ClusterRoles bound to the operator's identity only deploy/rbac.yaml's              ClusterRole tenancy-hub (kubectl get clusterrolebindings -o wide shows what is              bound), with `impersonate` limited by resourceNames to the users and groups the              TenancyPolicies name"
+            "keep in the ClusterRoles bound to the operator's identity only deploy/rbac.yaml's \
+             ClusterRole tenancy-hub (kubectl get clusterrolebindings -o wide shows what is \
+             bound), with `impersonate` limited by resourceNames to the users and groups the \
+             TenancyPolicies name"
                 .to_owned(),
         );
     }
     if rolebinding_anywhere == Some(true) {
         wider.push("create rolebindings in namespace default, which it did not create".into());
         fix.push(
-            "apply deploy/rbac.yaml's ValidatingAdmissionPolicy tenancy-hub-rolebindings and its              binding, naming the operator's ServiceAccount"
+            "apply deploy/rbac.yaml's ValidatingAdmissionPolicy tenancy-hub-rolebindings and its \
+             binding, naming the operator's ServiceAccount"
                 .to_owned(),
         );
     }
