@@ -405,6 +405,7 @@ async fn the_operator_runs_under_its_service_account_rbac() {
         home: unique("deploy"),
         hub: unique("deploy-hub"),
         member: unique("deploy-m1"),
+        managed: unique("deploy-managed"),
     };
     let outcome = AssertUnwindSafe(run_under_rbac(&lab, &names))
         .catch_unwind()
@@ -416,11 +417,12 @@ async fn the_operator_runs_under_its_service_account_rbac() {
 }
 
 /// The namespaces one run of the test makes: of its Controller on the hub, of its hub tenancy,
-/// of its member-1 tenancy.
+/// of its member-1 tenancy, and one marked as a pull member's.
 struct Names {
     home: String,
     hub: String,
     member: String,
+    managed: String,
 }
 
 /// Removes what the test made, also after a failure: a Controller left with its finalizer, the
@@ -438,6 +440,7 @@ async fn clean_up(lab: &Lab, names: &Names) {
     let _ = lab.try_helm("member-1", &["uninstall", "web", "-n", &names.member]);
     delete_namespace(&admin, &names.hub).await;
     delete_namespace(&admin, &names.home).await;
+    delete_namespace(&admin, &names.managed).await;
     let policies: Api<TenancyPolicy> = Api::all(admin.clone());
     let _ = policies
         .delete(&names.home, &kube::api::DeleteParams::default())
@@ -460,6 +463,8 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
                 "ClusterRoleBinding",
                 "Role",
                 "RoleBinding",
+                "ValidatingAdmissionPolicy",
+                "ValidatingAdmissionPolicyBinding",
             ]
             .contains(&kind(d))
         })
@@ -656,9 +661,10 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
         // Pods and workloads are watched cluster-wide: a few streams per cluster.
         ("watch", "pods", None),
         ("watch", "daemonsets.apps", None),
-        // Releases a TenancyPolicy with `impersonate` allows on the hub act as its user and groups.
-        ("impersonate", "users", None),
-        ("impersonate", "groups", None),
+        // Releases a TenancyPolicy with `impersonate` allows on the hub act as its user and
+        // groups: those deploy/examples/team-a-hub.yaml names, and no one else.
+        ("impersonate", "users/team-a-deployer", None),
+        ("impersonate", "groups/team-a", None),
         // Pull members: their MemberClusters, their hub namespaces, the operator's rights there.
         ("watch", "memberclusters.multitenancy.dev", None),
         ("list", "memberclusters.multitenancy.dev", None),
@@ -687,6 +693,12 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
         ("patch", "namespaces/kube-system", None),
         ("delete", "memberclusters.multitenancy.dev", None),
         ("impersonate", "serviceaccounts", None),
+        ("impersonate", "users", None),
+        ("impersonate", "users/system:admin", None),
+        ("impersonate", "groups/system:masters", None),
+        // Secrets are listed (as metadata, by the code) but never read by name cluster-wide.
+        ("get", "secrets", None),
+        ("create", "secrets", None),
         ("create", "tenancypolicies.multitenancy.dev", None),
         (
             "create",
@@ -714,6 +726,47 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
         lab.can_i(SERVICE_ACCOUNT, verb, resource, namespace)
     };
     assert_rights("the operator", may, &needed, &refused);
+
+    // RBAC lets it create RoleBindings in every namespace; admission keeps them to the namespaces
+    // it created: refused in a tenant's hub namespace, accepted in a pull member's.
+    let binding = |namespace: &str| {
+        format!(
+            "{{apiVersion: rbac.authorization.k8s.io/v1, kind: RoleBinding, \
+             metadata: {{name: tenancy-hub-probe, namespace: {namespace}}}, \
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, \
+             name: tenancy-hub-member-namespace}}, \
+             subjects: [{{kind: ServiceAccount, name: tenancy-hub, namespace: {NAMESPACE}}}]}}"
+        )
+    };
+    let create = ["create", "--dry-run=server", "-f", "-"];
+    let outside = kubectl_as(lab, &kubeconfig, &create, Some(&binding(hub_ns)));
+    assert!(
+        !outside.ok && outside.stderr.contains("only in namespaces it created"),
+        "a RoleBinding in tenant namespace {hub_ns}: {}{}",
+        outside.stdout,
+        outside.stderr
+    );
+    create_namespace(&admin, &names.managed).await;
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    let mark =
+        serde_json::json!({"metadata": {"labels": {"multitenancy.dev/member-cluster": "probe"}}});
+    namespaces
+        .patch(
+            &names.managed,
+            &PatchParams::default(),
+            &Patch::Merge(&mark),
+        )
+        .await
+        .unwrap();
+    wait_until(
+        "a RoleBinding accepted in a pull member's hub namespace",
+        DEADLINE,
+        || async {
+            let inside = kubectl_as(lab, &kubeconfig, &create, Some(&binding(&names.managed)));
+            inside.ok.then_some(())
+        },
+    )
+    .await;
 }
 
 /// The flags `tenancy-hub agent` is documented to accept (README, "The agent, in a pull member").
@@ -1004,6 +1057,12 @@ fn the_agent_manifests_apply_to_a_pull_member_and_grant_what_the_agent_needs() {
         ("create", "clusterroles", None),
         ("create", "rolebindings", Some("default")),
         ("impersonate", "serviceaccounts", None),
+        ("impersonate", "users", None),
+        ("impersonate", "users/system:admin", None),
+        ("impersonate", "groups/system:masters", None),
+        // Secrets are listed (as metadata, by the code) but never read by name cluster-wide.
+        ("get", "secrets", None),
+        ("create", "secrets", None),
         ("create", "pods", Some("default")),
         ("delete", "nodes", None),
         (

@@ -1,4 +1,4 @@
-//! The hub's side of every pull member at once: one watch of all agents' reports and one of their Leases (a constant number of streams whatever the number of members), what each member last reported, and the publishing of signed calls.
+//! The hub's side of every pull member at once: one metadata watch of all agents' reports (each read in its member's hub namespace alone) and one of their Leases (a constant number of streams whatever the number of members), what each member last reported, and the publishing of signed calls.
 
 use std::{
     sync::{
@@ -17,6 +17,7 @@ use k8s_openapi::{
 use kube::{
     Api, ResourceExt,
     api::{DeleteParams, Patch, PatchParams},
+    core::PartialObjectMeta,
     runtime::watcher,
 };
 use tokio::sync::{Semaphore, watch};
@@ -69,6 +70,9 @@ impl Member {
 /// the rest with 429; publishing the work of 1,000 members at once did just that, so the
 /// operator paces its own calls well under it.
 const WRITES_IN_FLIGHT: usize = 16;
+
+/// Reports read from the members' hub namespaces at once, in the order their watch saw them.
+const REPORT_READS_AT_ONCE: usize = 8;
 
 /// The hub's side of every pull member.
 pub(crate) struct PullHub {
@@ -248,7 +252,9 @@ impl PullHub {
     /// Follows every agent's reports and Leases until `stop`.
     pub(crate) async fn run(self: Arc<Self>, stop: CancellationToken) {
         self.following.store(true, Ordering::Relaxed);
-        let reports = Api::<Secret>::all(self.client.clone());
+        // Metadata only: a Secret anyone labels as a report costs its metadata, and the data of
+        // a report is read in a member's hub namespace alone (`report_of`).
+        let reports = Api::<PartialObjectMeta<Secret>>::all(self.client.clone());
         let leases = Api::<Lease>::all(self.client.clone());
         let reports = relisting_watcher(reports, watcher::Config::default().labels(REPORT_LABEL));
         let leases = relisting_watcher(
@@ -256,15 +262,20 @@ impl PullHub {
             watcher::Config::default().fields(&format!("metadata.name={AGENT_LEASE}")),
         );
         let this = self.clone();
-        let follow_reports = reports.for_each(|event| {
-            if let Ok(event) = event {
+        let follow_reports = reports
+            .filter_map(|event| futures::future::ready(event.ok()))
+            .map(|event| {
+                let this = this.clone();
+                async move { this.report_of(event).await }
+            })
+            .buffered(REPORT_READS_AT_ONCE)
+            .for_each(|event| {
                 if matches!(event, watcher::Event::InitDone) {
                     this.listed.send_modify(|l| l[0] = true);
                 }
                 this.on_report(event);
-            }
-            futures::future::ready(())
-        });
+                futures::future::ready(())
+            });
         let this = self.clone();
         let follow_leases = leases.for_each(|event| {
             if let Ok(event) = event {
@@ -279,6 +290,42 @@ impl PullHub {
             _ = stop.cancelled() => {}
             _ = follow_reports => {}
             _ = follow_leases => {}
+        }
+    }
+
+    /// The event of the reports' metadata watch with the report it names, read from a pull
+    /// member's hub namespace: a labelled Secret of any other namespace is not read, and a
+    /// report that cannot be read is left for its next change (logged).
+    async fn report_of(
+        &self,
+        event: watcher::Event<PartialObjectMeta<Secret>>,
+    ) -> watcher::Event<Secret> {
+        let as_secret = |meta: PartialObjectMeta<Secret>| Secret {
+            metadata: meta.metadata,
+            ..Default::default()
+        };
+        let read = |meta: PartialObjectMeta<Secret>| async move {
+            let namespace = meta.namespace().unwrap_or_default();
+            let Some(cluster) = member_of_pull_namespace(&namespace) else {
+                return as_secret(meta);
+            };
+            let name = meta.name_any();
+            match self.secrets(&cluster).get_opt(&name).await {
+                Ok(Some(secret)) => secret,
+                // Gone meanwhile: its deletion follows.
+                Ok(None) => as_secret(meta),
+                Err(e) => {
+                    tracing::warn!(%cluster, name, error = %e, "could not read a pull member's report; it is read again at its next change");
+                    as_secret(meta)
+                }
+            }
+        };
+        match event {
+            watcher::Event::Apply(meta) => watcher::Event::Apply(read(meta).await),
+            watcher::Event::InitApply(meta) => watcher::Event::InitApply(read(meta).await),
+            watcher::Event::Delete(meta) => watcher::Event::Delete(as_secret(meta)),
+            watcher::Event::Init => watcher::Event::Init,
+            watcher::Event::InitDone => watcher::Event::InitDone,
         }
     }
 
