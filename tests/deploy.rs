@@ -10,6 +10,7 @@ use std::{
 };
 
 use common::{
+    agent::join,
     fixtures::{DEADLINE, chart, entry, message, ready, tenancy, unique, wait_until},
     hub::{create_namespace, install_crd, reader_token},
     lab::Lab,
@@ -25,6 +26,7 @@ use kube::{
 use serde_yaml::Value;
 use tenancy_hub::{
     api::crd::{Controller, ControllerSpec},
+    api::member_cluster::MemberCluster,
     api::policy::{TenancyPolicy, TenancyPolicySpec},
     clusters::registry::RegistrationFile,
 };
@@ -406,6 +408,8 @@ async fn the_operator_runs_under_its_service_account_rbac() {
         hub: unique("deploy-hub"),
         member: unique("deploy-m1"),
         managed: unique("deploy-managed"),
+        pull: unique("deploy-edge"),
+        pulled: unique("deploy-pulled"),
     };
     let outcome = AssertUnwindSafe(run_under_rbac(&lab, &names))
         .catch_unwind()
@@ -417,12 +421,15 @@ async fn the_operator_runs_under_its_service_account_rbac() {
 }
 
 /// The namespaces one run of the test makes: of its Controller on the hub, of its hub tenancy,
-/// of its member-1 tenancy, and one marked as a pull member's.
+/// of its member-1 tenancy, one marked as a pull member's, a pull member and its tenancy.
 struct Names {
     home: String,
     hub: String,
     member: String,
     managed: String,
+    /// A pull member joined for the test, and its tenancy's namespace there.
+    pull: String,
+    pulled: String,
 }
 
 /// Removes what the test made, also after a failure: a Controller left with its finalizer, the
@@ -441,6 +448,18 @@ async fn clean_up(lab: &Lab, names: &Names) {
     delete_namespace(&admin, &names.hub).await;
     delete_namespace(&admin, &names.home).await;
     delete_namespace(&admin, &names.managed).await;
+    let members: Api<MemberCluster> = Api::all(admin.clone());
+    let _ = members.delete(&names.pull, &DeleteParams::default()).await;
+    let _ = lab.try_pull_kubectl(
+        "pull-1",
+        &[
+            "delete",
+            "namespace",
+            &names.pulled,
+            "--ignore-not-found",
+            "--wait=false",
+        ],
+    );
     let policies: Api<TenancyPolicy> = Api::all(admin.clone());
     let _ = policies
         .delete(&names.home, &kube::api::DeleteParams::default())
@@ -483,8 +502,8 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
     let policies: Api<TenancyPolicy> = Api::all(admin.clone());
     let policy = TenancyPolicySpec {
         hub_namespaces: vec![home.clone()],
-        clusters: vec!["hub".into(), "member-1".into()],
-        namespaces: vec![hub_ns.clone(), member_ns.clone()],
+        clusters: vec!["hub".into(), "member-1".into(), names.pull.clone()],
+        namespaces: vec![hub_ns.clone(), member_ns.clone(), names.pulled.clone()],
         chart_sources: vec!["chart-home".into()],
         trusted: true,
         ..Default::default()
@@ -538,11 +557,17 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
     })
     .await;
 
+    // A pull member, enrolled by the operator under these rights: its hub namespace, the
+    // operator's RoleBinding there (which the admission policy lets through), its agent's
+    // identities; its reports read in that namespace alone.
+    let _agent = join(lab, &names.pull, "pull-1", scratch.path());
+
     let web = || vec![chart("deployment-example", "web", &[("replicaCount", "1")])];
     let spec = ControllerSpec {
         tenancies: vec![
             tenancy(member_ns, &["member-1"], web()),
             tenancy(hub_ns, &[], web()),
+            tenancy(&names.pulled, &[names.pull.as_str()], web()),
         ],
         ..Default::default()
     };
@@ -568,7 +593,9 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
                 .replication_controller_status
                 .iter()
                 .any(|w| w.replication_controller_name == "web" && w.ready == "1/1");
-            (ready(&status) && deployed("hub") && deployed("member-1") && running).then_some(())
+            let pulled = deployed(names.pull.as_str());
+            (ready(&status) && deployed("hub") && deployed("member-1") && pulled && running)
+                .then_some(())
         },
     )
     .await;
@@ -632,6 +659,7 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
     .await;
     assert!(lab.releases("hub", hub_ns).is_empty());
     assert!(lab.releases("member-1", member_ns).is_empty());
+    assert!(lab.pull_releases("pull-1", &names.pulled).is_empty());
     operator.assert_not_refused();
 
     operator.stop();
