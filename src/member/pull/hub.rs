@@ -490,4 +490,81 @@ mod tests {
 
     /// An ask waits a minute for its reply (see `link::ask`).
     const REPLY_WITHIN_HERE: i64 = 60;
+
+    /// A Secret of `namespace` labelled as a report, as the metadata watch sees it.
+    fn labelled(namespace: &str) -> PartialObjectMeta<Secret> {
+        PartialObjectMeta {
+            metadata: ObjectMeta {
+                name: Some("records-managed".into()),
+                namespace: Some(namespace.into()),
+                labels: Some([(REPORT_LABEL.to_owned(), "records".to_owned())].into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn data(event: &watcher::Event<Secret>) -> Option<&Vec<u8>> {
+        match event {
+            watcher::Event::Apply(s) => s.data.as_ref()?.get(REPORT_KEY).map(|b| &b.0),
+            _ => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_report_is_read_in_its_members_hub_namespace_and_a_labelled_secret_elsewhere_never() {
+        use http::{Request, Response};
+        use kube::client::Body;
+        let (service, mut server) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let hub = PullHub::new(kube::Client::new(service, "default"), None, None);
+        let within = Duration::from_secs(10);
+
+        // A tenant's Secret with the report label: its metadata alone, no request.
+        let elsewhere = tokio::time::timeout(
+            within,
+            hub.report_of(watcher::Event::Apply(labelled("team-a"))),
+        )
+        .await
+        .expect("no request is made for a Secret outside the members' namespaces");
+        assert_eq!(data(&elsewhere), None);
+
+        // A member's report: one GET of that Secret, in that namespace.
+        let cluster: ClusterName = "edge-1".parse().unwrap();
+        let namespace = pull_namespace(&cluster);
+        let mut report = Secret {
+            metadata: labelled(&namespace).metadata,
+            ..Default::default()
+        };
+        report.data = Some(
+            [(
+                REPORT_KEY.to_owned(),
+                k8s_openapi::ByteString(b"signed".to_vec()),
+            )]
+            .into(),
+        );
+        let answer = serde_json::to_vec(&report).unwrap();
+        let expected = format!("/api/v1/namespaces/{namespace}/secrets/records-managed");
+        let api_server = tokio::spawn(async move {
+            let (request, send) = server.next_request().await.expect("one request");
+            assert_eq!(request.method(), http::Method::GET);
+            assert_eq!(request.uri().path(), expected);
+            send.send_response(Response::new(Body::from(answer)));
+        });
+        let read = tokio::time::timeout(
+            within,
+            hub.report_of(watcher::Event::Apply(labelled(&namespace))),
+        )
+        .await
+        .expect("the report is read");
+        api_server.await.unwrap();
+        assert_eq!(data(&read).map(Vec::as_slice), Some(&b"signed"[..]));
+
+        // A deletion needs no read.
+        let gone = hub
+            .report_of(watcher::Event::Delete(labelled(&namespace)))
+            .await;
+        assert!(
+            matches!(gone, watcher::Event::Delete(s) if s.metadata.namespace == Some(namespace))
+        );
+    }
 }
