@@ -74,6 +74,9 @@ const WRITES_IN_FLIGHT: usize = 16;
 /// Reports read from the members' hub namespaces at once, in the order their watch saw them.
 const REPORT_READS_AT_ONCE: usize = 8;
 
+/// Reads of a report that failed, tried again after 0.5, 1, 2, ... s (about a minute in all).
+const REPORT_READ_RETRIES: u32 = 7;
+
 /// The hub's side of every pull member.
 pub(crate) struct PullHub {
     client: kube::Client,
@@ -295,9 +298,10 @@ impl PullHub {
 
     /// The event of the reports' metadata watch with the report it names, read from a pull
     /// member's hub namespace: a labelled Secret of any other namespace is not read, and a
-    /// report that cannot be read is left for its next change (logged).
+    /// report that cannot be read now (its namespace's RoleBinding not made yet, say) is read
+    /// again in the background ([`PullHub::read_later`]).
     async fn report_of(
-        &self,
+        self: &Arc<Self>,
         event: watcher::Event<PartialObjectMeta<Secret>>,
     ) -> watcher::Event<Secret> {
         let as_secret = |meta: PartialObjectMeta<Secret>| Secret {
@@ -315,7 +319,9 @@ impl PullHub {
                 // Gone meanwhile: its deletion follows.
                 Ok(None) => as_secret(meta),
                 Err(e) => {
-                    tracing::warn!(%cluster, name, error = %e, "could not read a pull member's report; it is read again at its next change");
+                    not_read_yet(&cluster, &name, &e);
+                    let this = self.clone();
+                    tokio::spawn(async move { this.read_later(cluster, name).await });
                     as_secret(meta)
                 }
             }
@@ -327,6 +333,27 @@ impl PullHub {
             watcher::Event::Init => watcher::Event::Init,
             watcher::Event::InitDone => watcher::Event::InitDone,
         }
+    }
+
+    /// Reads the report `name` of `cluster` again, after [`REPORT_READ_RETRIES`] growing pauses
+    /// at most, and takes it in when it is there; logs a warning when it never could.
+    async fn read_later(self: Arc<Self>, cluster: ClusterName, name: String) {
+        let mut pause = Duration::from_millis(500);
+        let mut last = None;
+        for _ in 0..REPORT_READ_RETRIES {
+            tokio::time::sleep(pause).await;
+            pause *= 2;
+            match self.secrets(&cluster).get_opt(&name).await {
+                Ok(Some(secret)) => return self.on_report(watcher::Event::Apply(secret)),
+                Ok(None) => return,
+                Err(e) => {
+                    not_read_yet(&cluster, &name, &e);
+                    last = Some(e);
+                }
+            }
+        }
+        let error = last.map(|e| e.to_string()).unwrap_or_default();
+        tracing::warn!(%cluster, name, error, "could not read a pull member's report; it is read again at its next change");
     }
 
     /// Takes one event of the reports' watch in; deletes from the hub a reply to no ask waited
@@ -465,6 +492,22 @@ const LISTED_WITHIN: Duration = Duration::from_secs(30);
 
 /// How long a waiter sleeps at most between looks at the agent's Lease.
 pub(crate) const LOOK_EVERY: Duration = Duration::from_secs(2);
+
+/// Logs a report read that failed and will be tried again: refused, it is the operator's
+/// RoleBinding in that member's hub namespace that is not made yet (enrollment makes it beside
+/// this watch), which is said as such.
+fn not_read_yet(cluster: &ClusterName, name: &str, error: &kube::Error) {
+    match error {
+        kube::Error::Api(s) if s.code == 403 => tracing::debug!(
+            %cluster,
+            name,
+            "a pull member's report is not readable until the operator's RoleBinding in its hub namespace is made; read again shortly"
+        ),
+        e => {
+            tracing::debug!(%cluster, name, error = %e, "could not read a pull member's report yet; read again shortly")
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
