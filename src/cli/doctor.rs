@@ -1,6 +1,7 @@
 //! `tenancy-hub doctor`: checks what a new install gets wrong and prints one line per check with its fix; the looks at the hub, the members and the disk are here, their judgements in `judge`.
 
 pub(crate) mod judge;
+pub(crate) mod width;
 
 use std::{collections::BTreeMap, path::Path, process::ExitCode, time::Duration};
 
@@ -170,7 +171,7 @@ async fn width(client: &Client, identities: &judge::Identities) -> Finding {
             );
         }
     };
-    judge::wider_rights(&held, identities, rolebinding_anywhere(client).await)
+    width::wider_rights(&held, identities, rolebinding_anywhere(client).await)
 }
 
 /// Whether the hub would accept from the identity a RoleBinding of the ClusterRole the operator

@@ -183,7 +183,7 @@ fn rule(group: &str, resource: &str, verb: &str, names: &[&str]) -> ResourceRule
 
 #[test]
 fn the_shipped_rights_with_the_policies_identities_are_not_wider_than_documented() {
-    let finding = judge::wider_rights(&shipped_rules(), &team_a(), Some(false));
+    let finding = super::width::wider_rights(&shipped_rules(), &team_a(), Some(false));
     assert_eq!(finding.verdict, Verdict::Pass, "{finding:?}");
     assert_eq!(finding.check, "hub-rbac-width");
 }
@@ -192,7 +192,7 @@ fn the_shipped_rights_with_the_policies_identities_are_not_wider_than_documented
 fn secrets_read_in_every_namespace_are_wider_and_named_with_the_fix() {
     let mut held = shipped_rules();
     held.push(rule("", "secrets", "get", &[]));
-    let finding = judge::wider_rights(&held, &team_a(), Some(false));
+    let finding = super::width::wider_rights(&held, &team_a(), Some(false));
     assert_eq!(finding.verdict, Verdict::Warn, "{finding:?}");
     assert!(
         finding.detail.contains("get secrets (any name)"),
@@ -208,7 +208,7 @@ fn secrets_read_in_every_namespace_are_wider_and_named_with_the_fix() {
 fn impersonating_anyone_or_a_name_no_policy_names_is_wider() {
     let mut anyone = shipped_rules();
     anyone.push(rule("", "users", "impersonate", &[]));
-    let finding = judge::wider_rights(&anyone, &team_a(), Some(false));
+    let finding = super::width::wider_rights(&anyone, &team_a(), Some(false));
     assert_eq!(finding.verdict, Verdict::Warn);
     assert!(
         finding.detail.contains("impersonate users (any name)"),
@@ -223,7 +223,7 @@ fn impersonating_anyone_or_a_name_no_policy_names_is_wider() {
         "impersonate",
         &["team-a", "system:masters"],
     ));
-    let finding = judge::wider_rights(&masters, &team_a(), Some(false));
+    let finding = super::width::wider_rights(&masters, &team_a(), Some(false));
     assert!(
         finding.detail.contains("impersonate groups system:masters"),
         "{finding:?}"
@@ -231,7 +231,7 @@ fn impersonating_anyone_or_a_name_no_policy_names_is_wider() {
     assert!(!finding.detail.contains("groups team-a"), "{finding:?}");
 
     // The shipped example names are wider once no policy names them.
-    let finding = judge::wider_rights(&shipped_rules(), &judge::Identities::default(), None);
+    let finding = super::width::wider_rights(&shipped_rules(), &judge::Identities::default(), None);
     assert_eq!(finding.verdict, Verdict::Warn);
     assert!(
         finding.detail.contains("impersonate users team-a-deployer"),
@@ -241,7 +241,7 @@ fn impersonating_anyone_or_a_name_no_policy_names_is_wider() {
 
 #[test]
 fn a_wildcard_rule_is_wider() {
-    let finding = judge::wider_rights(&[rule("*", "*", "*", &[])], &team_a(), None);
+    let finding = super::width::wider_rights(&[rule("*", "*", "*", &[])], &team_a(), None);
     assert_eq!(finding.verdict, Verdict::Warn);
     assert!(finding.detail.contains("* *.* (any name)"), "{finding:?}");
 }
@@ -249,7 +249,7 @@ fn a_wildcard_rule_is_wider() {
 #[test]
 fn a_rolebinding_accepted_outside_the_operators_namespaces_is_wider_with_the_admission_policy_as_fix()
  {
-    let finding = judge::wider_rights(&shipped_rules(), &team_a(), Some(true));
+    let finding = super::width::wider_rights(&shipped_rules(), &team_a(), Some(true));
     assert_eq!(finding.verdict, Verdict::Warn);
     assert!(
         finding
