@@ -10,6 +10,7 @@ use std::{
 };
 
 use common::{
+    agent::join,
     fixtures::{DEADLINE, chart, entry, message, ready, tenancy, unique, wait_until},
     hub::{create_namespace, install_crd, reader_token},
     lab::Lab,
@@ -25,6 +26,7 @@ use kube::{
 use serde_yaml::Value;
 use tenancy_hub::{
     api::crd::{Controller, ControllerSpec},
+    api::member_cluster::MemberCluster,
     api::policy::{TenancyPolicy, TenancyPolicySpec},
     clusters::registry::RegistrationFile,
 };
@@ -53,10 +55,6 @@ const KINDS: [(&str, &str); 13] = [
     ),
     ("Role", "role.rbac.authorization.k8s.io/"),
     ("RoleBinding", "rolebinding.rbac.authorization.k8s.io/"),
-    ("ConfigMap", "configmap/"),
-    ("Secret", "secret/"),
-    ("Deployment", "deployment.apps/"),
-    ("Service", "service/"),
     (
         "ValidatingAdmissionPolicy",
         "validatingadmissionpolicy.admissionregistration.k8s.io/",
@@ -65,6 +63,10 @@ const KINDS: [(&str, &str); 13] = [
         "ValidatingAdmissionPolicyBinding",
         "validatingadmissionpolicybinding.admissionregistration.k8s.io/",
     ),
+    ("ConfigMap", "configmap/"),
+    ("Secret", "secret/"),
+    ("Deployment", "deployment.apps/"),
+    ("Service", "service/"),
 ];
 
 fn deploy_dir() -> PathBuf {
@@ -413,6 +415,9 @@ async fn the_operator_runs_under_its_service_account_rbac() {
         home: unique("deploy"),
         hub: unique("deploy-hub"),
         member: unique("deploy-m1"),
+        managed: unique("deploy-managed"),
+        pull: unique("deploy-edge"),
+        pulled: unique("deploy-pulled"),
     };
     let outcome = AssertUnwindSafe(run_under_rbac(&lab, &names))
         .catch_unwind()
@@ -424,11 +429,15 @@ async fn the_operator_runs_under_its_service_account_rbac() {
 }
 
 /// The namespaces one run of the test makes: of its Controller on the hub, of its hub tenancy,
-/// of its member-1 tenancy.
+/// of its member-1 tenancy, one marked as a pull member's, a pull member and its tenancy.
 struct Names {
     home: String,
     hub: String,
     member: String,
+    managed: String,
+    /// A pull member joined for the test, and its tenancy's namespace there.
+    pull: String,
+    pulled: String,
 }
 
 /// Removes what the test made, also after a failure: a Controller left with its finalizer, the
@@ -446,6 +455,19 @@ async fn clean_up(lab: &Lab, names: &Names) {
     let _ = lab.try_helm("member-1", &["uninstall", "web", "-n", &names.member]);
     delete_namespace(&admin, &names.hub).await;
     delete_namespace(&admin, &names.home).await;
+    delete_namespace(&admin, &names.managed).await;
+    let members: Api<MemberCluster> = Api::all(admin.clone());
+    let _ = members.delete(&names.pull, &DeleteParams::default()).await;
+    let _ = lab.try_pull_kubectl(
+        "pull-1",
+        &[
+            "delete",
+            "namespace",
+            &names.pulled,
+            "--ignore-not-found",
+            "--wait=false",
+        ],
+    );
     let policies: Api<TenancyPolicy> = Api::all(admin.clone());
     let _ = policies
         .delete(&names.home, &kube::api::DeleteParams::default())
@@ -468,6 +490,8 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
                 "ClusterRoleBinding",
                 "Role",
                 "RoleBinding",
+                "ValidatingAdmissionPolicy",
+                "ValidatingAdmissionPolicyBinding",
             ]
             .contains(&kind(d))
         })
@@ -486,8 +510,8 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
     let policies: Api<TenancyPolicy> = Api::all(admin.clone());
     let policy = TenancyPolicySpec {
         hub_namespaces: vec![home.clone()],
-        clusters: vec!["hub".into(), "member-1".into()],
-        namespaces: vec![hub_ns.clone(), member_ns.clone()],
+        clusters: vec!["hub".into(), "member-1".into(), names.pull.clone()],
+        namespaces: vec![hub_ns.clone(), member_ns.clone(), names.pulled.clone()],
         chart_sources: vec!["chart-home".into()],
         trusted: true,
         ..Default::default()
@@ -541,11 +565,17 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
     })
     .await;
 
+    // A pull member, enrolled by the operator under these rights: its hub namespace, the
+    // operator's RoleBinding there (which the admission policy lets through), its agent's
+    // identities; its reports read in that namespace alone.
+    let _agent = join(lab, &names.pull, "pull-1", scratch.path());
+
     let web = || vec![chart("deployment-example", "web", &[("replicaCount", "1")])];
     let spec = ControllerSpec {
         tenancies: vec![
             tenancy(member_ns, &["member-1"], web()),
             tenancy(hub_ns, &[], web()),
+            tenancy(&names.pulled, &[names.pull.as_str()], web()),
         ],
         ..Default::default()
     };
@@ -571,7 +601,9 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
                 .replication_controller_status
                 .iter()
                 .any(|w| w.replication_controller_name == "web" && w.ready == "1/1");
-            (ready(&status) && deployed("hub") && deployed("member-1") && running).then_some(())
+            let pulled = deployed(names.pull.as_str());
+            (ready(&status) && deployed("hub") && deployed("member-1") && pulled && running)
+                .then_some(())
         },
     )
     .await;
@@ -635,6 +667,7 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
     .await;
     assert!(lab.releases("hub", hub_ns).is_empty());
     assert!(lab.releases("member-1", member_ns).is_empty());
+    assert!(lab.pull_releases("pull-1", &names.pulled).is_empty());
     operator.assert_not_refused();
 
     operator.stop();
@@ -664,9 +697,10 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
         // Pods and workloads are watched cluster-wide: a few streams per cluster.
         ("watch", "pods", None),
         ("watch", "daemonsets.apps", None),
-        // Releases a TenancyPolicy with `impersonate` allows on the hub act as its user and groups.
-        ("impersonate", "users", None),
-        ("impersonate", "groups", None),
+        // Releases a TenancyPolicy with `impersonate` allows on the hub act as its user and
+        // groups: those deploy/examples/team-a-hub.yaml names, and no one else.
+        ("impersonate", "users/team-a-deployer", None),
+        ("impersonate", "groups/team-a", None),
         // Pull members: their MemberClusters, their hub namespaces, the operator's rights there.
         ("watch", "memberclusters.multitenancy.dev", None),
         ("list", "memberclusters.multitenancy.dev", None),
@@ -695,6 +729,12 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
         ("patch", "namespaces/kube-system", None),
         ("delete", "memberclusters.multitenancy.dev", None),
         ("impersonate", "serviceaccounts", None),
+        ("impersonate", "users", None),
+        ("impersonate", "users/system:admin", None),
+        ("impersonate", "groups/system:masters", None),
+        // Secrets are listed (as metadata, by the code) but never read by name cluster-wide.
+        ("get", "secrets", None),
+        ("create", "secrets", None),
         ("create", "tenancypolicies.multitenancy.dev", None),
         (
             "create",
@@ -722,6 +762,47 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
         lab.can_i(SERVICE_ACCOUNT, verb, resource, namespace)
     };
     assert_rights("the operator", may, &needed, &refused);
+
+    // RBAC lets it create RoleBindings in every namespace; admission keeps them to the namespaces
+    // it created: refused in a tenant's hub namespace, accepted in a pull member's.
+    let binding = |namespace: &str| {
+        format!(
+            "{{apiVersion: rbac.authorization.k8s.io/v1, kind: RoleBinding, \
+             metadata: {{name: tenancy-hub-probe, namespace: {namespace}}}, \
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, \
+             name: tenancy-hub-member-namespace}}, \
+             subjects: [{{kind: ServiceAccount, name: tenancy-hub, namespace: {NAMESPACE}}}]}}"
+        )
+    };
+    let create = ["create", "--dry-run=server", "-f", "-"];
+    let outside = kubectl_as(lab, &kubeconfig, &create, Some(&binding(hub_ns)));
+    assert!(
+        !outside.ok && outside.stderr.contains("only in namespaces it created"),
+        "a RoleBinding in tenant namespace {hub_ns}: {}{}",
+        outside.stdout,
+        outside.stderr
+    );
+    create_namespace(&admin, &names.managed).await;
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    let mark =
+        serde_json::json!({"metadata": {"labels": {"multitenancy.dev/member-cluster": "probe"}}});
+    namespaces
+        .patch(
+            &names.managed,
+            &PatchParams::default(),
+            &Patch::Merge(&mark),
+        )
+        .await
+        .unwrap();
+    wait_until(
+        "a RoleBinding accepted in a pull member's hub namespace",
+        DEADLINE,
+        || async {
+            let inside = kubectl_as(lab, &kubeconfig, &create, Some(&binding(&names.managed)));
+            inside.ok.then_some(())
+        },
+    )
+    .await;
 }
 
 /// The flags `tenancy-hub agent` is documented to accept (README, "The agent, in a pull member").

@@ -6,10 +6,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{
-    fixtures::{unique, web},
-    hub::{Hub, allow_all},
+    fixtures::{unique, wait_until, web},
+    hub::{Hub, allow_all, impersonating},
     lab::Lab,
 };
+use tenancy_hub::api::policy::Impersonation;
+
+/// How long the API server may take to apply a change of admission policies.
+const DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// What a doctor run gave: its exit code and its JSON report.
 struct Run {
@@ -156,7 +160,13 @@ async fn doctor_passes_on_a_healthy_install_and_fails_a_namespace_no_policy_gove
     );
     assert_eq!(healthy.report["ok"], true);
     for finding in healthy.report["checks"].as_array().unwrap() {
-        assert_eq!(finding["verdict"], "pass", "{finding}");
+        // The lab's admin holds every right, which is wider than the operator's.
+        let expected = if finding["check"] == "hub-rbac-width" {
+            "warn"
+        } else {
+            "pass"
+        };
+        assert_eq!(finding["verdict"], expected, "{finding}");
     }
     for crd in ["controllers", "tenancypolicies", "memberclusters"] {
         assert_eq!(
@@ -294,4 +304,157 @@ fn doctor_that_cannot_load_the_hubs_kubeconfig_exits_2() {
         stderr.contains("cluster hub") && stderr.contains("/nonexistent/kubeconfig"),
         "{stderr}"
     );
+}
+
+/// deploy/rbac.yaml's ClusterRole tenancy-hub and its ValidatingAdmissionPolicy, renamed
+/// `name`, for ServiceAccount `tenancy-hub` of namespace `namespace` (the test's own), with
+/// `extra` rules added to the ClusterRole.
+fn shipped_rbac_for(name: &str, namespace: &str, extra: &str) -> String {
+    let rbac =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/rbac.yaml"))
+            .unwrap();
+    let mut out = Vec::new();
+    for doc in rbac.split("\n---\n") {
+        let mut doc: serde_yaml::Value = serde_yaml::from_str(doc).unwrap();
+        let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
+        let named = |doc: &serde_yaml::Value, n: &str| doc["metadata"]["name"] == n;
+        match kind.as_str() {
+            "ClusterRole" if named(&doc, "tenancy-hub") => {
+                let added: Vec<serde_yaml::Value> = serde_yaml::from_str(extra).unwrap();
+                doc["rules"].as_sequence_mut().unwrap().extend(added);
+            }
+            "ClusterRoleBinding" => {
+                doc["roleRef"]["name"] = name.into();
+                doc["subjects"][0]["namespace"] = namespace.into();
+            }
+            "ValidatingAdmissionPolicy" => {
+                doc["spec"]["matchConditions"][0]["expression"] = format!(
+                    "request.userInfo.username == 'system:serviceaccount:{namespace}:tenancy-hub'"
+                )
+                .into();
+            }
+            "ValidatingAdmissionPolicyBinding" => doc["spec"]["policyName"] = name.into(),
+            _ => continue,
+        }
+        doc["metadata"]["name"] = name.into();
+        out.push(serde_yaml::to_string(&doc).unwrap());
+    }
+    assert_eq!(
+        out.len(),
+        4,
+        "a ClusterRole, its binding, a policy and its binding"
+    );
+    out.join("---\n")
+}
+
+/// Applies `manifests` to the lab's hub as its admin.
+fn apply(lab: &Lab, manifests: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("{}.yaml", unique("doctor-rbac")));
+    std::fs::write(&path, manifests).unwrap();
+    lab.kubectl("hub", &["apply", "-f", path.to_str().unwrap()]);
+    path
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn doctor_warns_when_the_operators_hub_rights_are_wider_than_deploy_rbac() {
+    use futures::FutureExt as _;
+    let hub = Hub::without_operator(Lab::get(), unique("doctor-width")).await;
+    let name = unique("doctor-width");
+    let outcome = std::panic::AssertUnwindSafe(judge_width(&hub, &name))
+        .catch_unwind()
+        .await;
+    // The cluster-wide objects go, also after a failure.
+    let _ = hub.lab.try_kubectl(
+        "hub",
+        &[
+            "delete",
+            "clusterrole,clusterrolebinding,validatingadmissionpolicy,\
+             validatingadmissionpolicybinding,tenancypolicies.multitenancy.dev",
+            &name,
+            "--ignore-not-found",
+        ],
+    );
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// The body of the test above: the shipped rights, then wider ones, for names `name`.
+async fn judge_width(hub: &Hub, name: &str) {
+    // The shipped example names team-a-deployer and team-a: a policy names them.
+    let team_a = Impersonation {
+        user: "team-a-deployer".into(),
+        groups: vec!["team-a".into()],
+        namespace_role: None,
+    };
+    hub.policy(name, impersonating(&hub.namespace, &["*"], team_a))
+        .await;
+    let account = format!("system:serviceaccount:{}:tenancy-hub", hub.namespace);
+    let operator = kubeconfig_with(&hub.lab, |c| set(c, "users", "admin@hub", "as", &account));
+    let base = ["-n", hub.namespace.as_str()];
+
+    let shipped = apply(&hub.lab, &shipped_rbac_for(name, &hub.namespace, "[]"));
+    // The API server takes a new admission policy in within seconds, not at once.
+    let run = wait_until(
+        "doctor to find the shipped rights no wider",
+        DEADLINE,
+        || async {
+            let run = doctor(&hub.lab, &operator, &base);
+            (run.verdict("hub-rbac-width", "hub") == "pass").then_some(run)
+        },
+    )
+    .await;
+    // The identities the policy names may be impersonated (the seal Secret's Role, in the
+    // operator's own namespace, is not the test's).
+    let rbac = run.finding("hub-rbac", "hub")["detail"].to_string();
+    assert!(
+        !rbac.contains("team-a"),
+        "the identities the policy names are held: {rbac}"
+    );
+
+    // Wider: Secrets read in every namespace, anyone impersonated, and no admission policy.
+    let wide = shipped_rbac_for(
+        name,
+        &hub.namespace,
+        "[{apiGroups: [''], resources: [secrets], verbs: [get]}, \
+          {apiGroups: [''], resources: [users], verbs: [impersonate]}]",
+    );
+    let without_policy: Vec<&str> = wide
+        .split("---\n")
+        .filter(|d| !d.contains("kind: ValidatingAdmissionPolicy"))
+        .collect();
+    hub.lab.kubectl(
+        "hub",
+        &[
+            "delete",
+            "validatingadmissionpolicy,validatingadmissionpolicybinding",
+            name,
+        ],
+    );
+    let widened = apply(&hub.lab, &without_policy.join("---\n"));
+    // ...and the removal of one within seconds too.
+    let run = wait_until("doctor to find the rights wider", DEADLINE, || async {
+        let run = doctor(&hub.lab, &operator, &base);
+        let detail = run.finding("hub-rbac-width", "hub")["detail"].to_string();
+        detail.contains("rolebindings").then_some(run)
+    })
+    .await;
+    let width = run.finding("hub-rbac-width", "hub");
+    assert_eq!(width["verdict"], "warn", "{width}");
+    let detail = width["detail"].as_str().unwrap();
+    for wider in [
+        "get secrets (any name)",
+        "impersonate users (any name)",
+        "create rolebindings in namespace default",
+    ] {
+        assert!(detail.contains(wider), "{wider} not in {width}");
+    }
+    let fix = width["fix"].as_str().unwrap();
+    assert!(fix.contains("resourceNames"), "{width}");
+    assert!(fix.contains("tenancy-hub-rolebindings"), "{width}");
+
+    for path in [shipped, widened, operator] {
+        std::fs::remove_file(path).unwrap();
+    }
 }

@@ -288,6 +288,34 @@ fn the_chart_grants_the_rules_deploy_grants() {
             .any(|d| d["metadata"]["name"] == "tenancy-hub-shards"),
         "one shard needs no shard Role"
     );
+    // The admission policy keeping the operator's RoleBindings to its own namespaces is
+    // deploy/'s, for the release's ServiceAccount.
+    let name = "tenancy-hub-rolebindings";
+    for kind_ in [
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ] {
+        assert_eq!(
+            find(&chart, kind_, name)["spec"],
+            find(&deploy, kind_, name)["spec"],
+            "the chart's {kind_} differs from deploy/rbac.yaml's"
+        );
+    }
+    // No identity to impersonate, no impersonation at all.
+    let nobody = render(&[
+        "rbac.impersonate.users=null",
+        "rbac.impersonate.groups=null",
+    ]);
+    let rules = &find(&nobody, "ClusterRole", RELEASE)["rules"];
+    assert!(
+        !rules
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|r| r["verbs"][0] == "impersonate"),
+        "{rules:?}"
+    );
+
     let without = render(&["rbac.createMemberNamespaceRole=false"]);
     assert!(
         !without

@@ -1,14 +1,19 @@
 //! `tenancy-hub doctor`: checks what a new install gets wrong and prints one line per check with its fix; the looks at the hub, the members and the disk are here, their judgements in `judge`.
 
 pub(crate) mod judge;
+pub(crate) mod width;
 
 use std::{collections::BTreeMap, path::Path, process::ExitCode, time::Duration};
 
 use clap::Args;
 use futures::StreamExt as _;
 use k8s_openapi::{
-    api::authorization::v1::{
-        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    api::{
+        authorization::v1::{
+            ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+            SelfSubjectRulesReview, SelfSubjectRulesReviewSpec,
+        },
+        rbac::v1::RoleBinding,
     },
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 };
@@ -89,6 +94,7 @@ async fn on_hub(args: &RunArgs, hub: &registry::Member) -> Vec<Finding> {
             ),
             skipped("crd", "hub"),
             skipped("hub-rbac", "hub"),
+            skipped("hub-rbac-width", "hub"),
             skipped("policy", "hub"),
         ];
     }
@@ -100,10 +106,12 @@ async fn on_hub(args: &RunArgs, hub: &registry::Member) -> Vec<Finding> {
     )];
     findings.extend(crds(client).await);
     let tenancy = tenancy(client, args).await;
-    let impersonating = tenancy
-        .as_ref()
-        .is_ok_and(|(_, policies)| policies.iter().any(|p| p.spec.impersonate.is_some()));
-    let wanted = judge::hub_rights(&args.lease_namespace, &args.lease_names(), impersonating);
+    let identities = judge::Identities::of(
+        tenancy
+            .iter()
+            .flat_map(|(_, policies)| policies.iter().filter_map(|p| p.spec.impersonate.as_ref())),
+    );
+    let wanted = judge::hub_rights(&args.lease_namespace, &args.lease_names(), &identities);
     findings.push(judge::rights(
         "hub-rbac",
         "hub",
@@ -112,6 +120,7 @@ async fn on_hub(args: &RunArgs, hub: &registry::Member) -> Vec<Finding> {
          operator's identity",
         "needed only when a TenancyPolicy impersonates",
     ));
+    findings.push(width(client, &identities).await);
     findings.extend(match tenancy {
         Ok((controllers, policies)) => judge::policies(
             args.tenancy_policy == PolicyMode::Enforce,
@@ -132,6 +141,63 @@ async fn on_hub(args: &RunArgs, hub: &registry::Member) -> Vec<Finding> {
         )],
     });
     findings
+}
+
+/// A namespace no one binds anything in: what the identity may do there, it may do in every
+/// namespace.
+const UNBOUND_NAMESPACE: &str = "tenancy-hub-doctor-unbound";
+
+/// Whether the identity's rights on the hub are wider than deploy/rbac.yaml documents: its
+/// rules in every namespace (a SelfSubjectRulesReview of [`UNBOUND_NAMESPACE`]), and whether a
+/// RoleBinding in namespace `default`, which the operator did not create, would be accepted
+/// (asked with a dry run, so admission, the ValidatingAdmissionPolicy included, answers).
+async fn width(client: &Client, identities: &judge::Identities) -> Finding {
+    let rules: Api<SelfSubjectRulesReview> = Api::all(client.clone());
+    let review = SelfSubjectRulesReview {
+        spec: SelfSubjectRulesReviewSpec {
+            namespace: Some(UNBOUND_NAMESPACE.into()),
+        },
+        ..Default::default()
+    };
+    let held = match bounded(rules.create(&PostParams::default(), &review)).await {
+        Ok(answer) => answer.status.map(|s| s.resource_rules).unwrap_or_default(),
+        Err(Asked::Forbidden(e) | Asked::Failed(e)) => {
+            return Finding::not_passed(
+                "hub-rbac-width",
+                "hub",
+                Verdict::Warn,
+                format!("not known: the hub did not say what the identity may do: {e}"),
+                "run doctor with the operator's identity on a hub with RBAC".into(),
+            );
+        }
+    };
+    width::wider_rights(&held, identities, rolebinding_anywhere(client).await)
+}
+
+/// Whether the hub would accept from the identity a RoleBinding of the ClusterRole the operator
+/// binds itself, in namespace `default` (a dry run: nothing is stored). None when the answer
+/// says neither (the hub unreachable, say).
+async fn rolebinding_anywhere(client: &Client) -> Option<bool> {
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), "default");
+    let binding: RoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "tenancy-hub-doctor-probe"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "tenancy-hub-member-namespace",
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": "tenancy-hub-doctor-probe", "namespace": "default"}],
+    }))
+    .expect("a valid RoleBinding");
+    let params = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    match bounded(bindings.create(&params, &binding)).await {
+        Ok(_) => Some(true),
+        Err(Asked::Forbidden(_)) => Some(false),
+        Err(Asked::Failed(_)) => None,
+    }
 }
 
 fn skipped(check: &'static str, subject: &str) -> Finding {

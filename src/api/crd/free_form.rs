@@ -5,8 +5,8 @@
 //! tenant. Free-form values are therefore taken as raw text first (skipped without recursion),
 //! their depth counted, and parsed only when within [`MAX_VALUES_DEPTH`]; deeper values decode as
 //! a marker that planning refuses with [`too_deep`], on that Controller alone. The API server
-//! refuses such values first, with the admission policy of [`super::depth_policy`]; this is the
-//! backstop for a Controller stored without it.
+//! refuses such values first, with the generated admission policy (`tenancy-hub
+//! admission-policy`); this is the backstop for a Controller stored without it.
 
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::Value;

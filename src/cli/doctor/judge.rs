@@ -6,7 +6,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::{cli::args::ExecutorKind, helm::protocol::Hello};
+use crate::{api::policy::Impersonation, cli::args::ExecutorKind, helm::protocol::Hello};
 
 /// How one check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -25,7 +25,7 @@ pub(crate) enum Verdict {
 /// One line of the report: what was checked, on what, how it came out, and what to do.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct Finding {
-    /// The check: `hub`, `crd`, `hub-rbac`, `clusters-file`, `member`, `member-rbac`, `helm`,
+    /// The check: `hub`, `crd`, `hub-rbac`, `hub-rbac-width`, `clusters-file`, `member`, `member-rbac`, `helm`,
     /// `executor`, `chart-home` or `policy`.
     pub(crate) check: &'static str,
     /// What it was checked on: a cluster, a CRD, a path, a hub namespace.
@@ -296,22 +296,70 @@ fn accesses(
     out
 }
 
+/// The identities the TenancyPolicies impersonate: what the operator's `impersonate` rights on
+/// the hub should name, and no more.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Identities {
+    /// Users, ServiceAccounts (`system:serviceaccount:NS:NAME`) included.
+    pub(crate) users: std::collections::BTreeSet<String>,
+    /// Groups.
+    pub(crate) groups: std::collections::BTreeSet<String>,
+}
+
+impl Identities {
+    /// The identities of `policies`' `impersonate`.
+    pub(crate) fn of<'a>(policies: impl IntoIterator<Item = &'a Impersonation>) -> Self {
+        let mut out = Self::default();
+        for who in policies {
+            out.users.insert(who.user.clone());
+            out.groups.extend(who.groups.iter().cloned());
+        }
+        out
+    }
+
+    /// The `impersonate` accesses Kubernetes checks for these identities: a ServiceAccount user
+    /// as `serviceaccounts` of its name in its namespace, any other user as `users`, each group
+    /// as `groups`.
+    fn accesses(&self) -> Vec<Access> {
+        let one = |resource: &str, name: &str, namespace: Option<&str>| Access {
+            group: String::new(),
+            resource: resource.into(),
+            subresource: None,
+            verb: "impersonate".into(),
+            name: Some(name.into()),
+            namespace: namespace.map(str::to_owned),
+            required: true,
+        };
+        let users = self.users.iter().map(|user| {
+            match user
+                .strip_prefix("system:serviceaccount:")
+                .and_then(|rest| rest.split_once(':'))
+            {
+                Some((namespace, name)) => one("serviceaccounts", name, Some(namespace)),
+                None => one("users", user, None),
+            }
+        });
+        let groups = self.groups.iter().map(|group| one("groups", group, None));
+        users.chain(groups).collect()
+    }
+}
+
 /// What the operator's identity on the hub must be allowed, from deploy/rbac.yaml: the rules
 /// of ClusterRole tenancy-hub cluster-wide, and those of Role tenancy-hub in `lease_namespace`,
 /// with `leases` (the Lease names, None for any name; none without leader election) in place of
-/// the Role's Lease name. Impersonating is required only when `impersonating` (a policy
-/// impersonates).
+/// the Role's Lease name. The `impersonate` rules name the identities the policies name
+/// (`identities`), whatever names the file's example gives.
 pub(crate) fn hub_rights(
     lease_namespace: &str,
     leases: &[Option<String>],
-    impersonating: bool,
+    identities: &Identities,
 ) -> Vec<Access> {
     let cluster = rules_of(DEPLOYED_RBAC, "ClusterRole", "tenancy-hub");
-    let mut out = accesses(
-        &cluster,
-        |_| None,
-        |verb, _| verb != "impersonate" || impersonating,
-    );
+    let mut out: Vec<Access> = accesses(&cluster, |_| None, |_, _| true)
+        .into_iter()
+        .filter(|a| a.verb != "impersonate")
+        .collect();
+    out.extend(identities.accesses());
     let role = rules_of(DEPLOYED_RBAC, "Role", "tenancy-hub");
     for access in accesses(&role, |_| Some(lease_namespace.to_owned()), |_, _| true) {
         match (access.resource.as_str(), &access.name) {

@@ -4,8 +4,13 @@ use kube::CustomResourceExt as _;
 
 use super::judge::{self, Access, Finding, Report, Verdict};
 use super::render;
+use k8s_openapi::api::authorization::v1::ResourceRule;
+
 use crate::{
-    api::crd::Controller, cli::args::ExecutorKind, cli::table::Output, helm::protocol::Hello,
+    api::{crd::Controller, policy::Impersonation},
+    cli::args::ExecutorKind,
+    cli::table::Output,
+    helm::protocol::Hello,
 };
 
 fn has(accesses: &[Access], text: &str) -> Option<bool> {
@@ -70,7 +75,11 @@ fn a_missing_crd_fails_and_an_unreadable_one_warns() {
 
 #[test]
 fn the_hub_rights_are_deploy_rbacs_with_the_lease_names_of_the_run() {
-    let rights = judge::hub_rights("ops", &[Some("my-lease".into())], false);
+    let rights = judge::hub_rights(
+        "ops",
+        &[Some("my-lease".into())],
+        &judge::Identities::default(),
+    );
     assert_eq!(
         has(&rights, "list controllers.multitenancy.dev"),
         Some(true)
@@ -95,14 +104,164 @@ fn the_hub_rights_are_deploy_rbacs_with_the_lease_names_of_the_run() {
         has(&rights, "get leases.coordination.k8s.io tenancy-hub in ops"),
         None
     );
-    assert_eq!(has(&rights, "impersonate users"), Some(false));
-    let impersonating = judge::hub_rights("ops", &[], true);
-    assert_eq!(has(&impersonating, "impersonate users"), Some(true));
+    assert!(
+        !rights.iter().any(|a| a.verb == "impersonate"),
+        "no policy impersonates: no impersonation is needed"
+    );
+    let impersonating = judge::hub_rights("ops", &[], &team_a());
+    assert_eq!(
+        has(&impersonating, "impersonate users team-a-deployer"),
+        Some(true)
+    );
+    assert_eq!(has(&impersonating, "impersonate groups team-a"), Some(true));
+    assert_eq!(has(&impersonating, "impersonate users"), None);
     assert!(
         !impersonating
             .iter()
             .any(|a| a.resource == "leases" && a.namespace.is_some() && a.verb != "create"),
         "no Lease is read without leader election"
+    );
+}
+
+fn team_a() -> judge::Identities {
+    judge::Identities::of([&Impersonation {
+        user: "team-a-deployer".into(),
+        groups: vec!["team-a".into()],
+        namespace_role: None,
+    }])
+}
+
+#[test]
+fn a_serviceaccount_user_is_impersonated_as_its_serviceaccount_in_its_namespace() {
+    let identities = judge::Identities::of([&Impersonation {
+        user: "system:serviceaccount:team-b:deployer".into(),
+        groups: vec![],
+        namespace_role: None,
+    }]);
+    let rights = judge::hub_rights("ops", &[], &identities);
+    assert_eq!(
+        has(&rights, "impersonate serviceaccounts deployer in team-b"),
+        Some(true)
+    );
+    assert!(!rights.iter().any(|a| a.resource == "users"));
+}
+
+/// The rules of deploy/rbac.yaml's ClusterRole tenancy-hub as a SelfSubjectRulesReview returns
+/// them, with what every authenticated identity may do.
+fn shipped_rules() -> Vec<ResourceRule> {
+    let rbac = include_str!("../../../deploy/rbac.yaml");
+    let mut rules: Vec<ResourceRule> = rbac
+        .split("\n---\n")
+        .filter_map(|doc| serde_yaml::from_str::<serde_json::Value>(doc).ok())
+        .filter(|doc| doc["kind"] == "ClusterRole" && doc["metadata"]["name"] == "tenancy-hub")
+        .flat_map(|doc| serde_json::from_value::<Vec<ResourceRule>>(doc["rules"].clone()).unwrap())
+        .collect();
+    assert!(rules.len() > 10, "deploy/rbac.yaml's ClusterRole is read");
+    rules.push(rule(
+        "authorization.k8s.io",
+        "selfsubjectaccessreviews",
+        "create",
+        &[],
+    ));
+    rules.push(rule(
+        "authorization.k8s.io",
+        "selfsubjectrulesreviews",
+        "create",
+        &[],
+    ));
+    rules
+}
+
+fn rule(group: &str, resource: &str, verb: &str, names: &[&str]) -> ResourceRule {
+    ResourceRule {
+        api_groups: Some(vec![group.into()]),
+        resources: Some(vec![resource.into()]),
+        verbs: vec![verb.into()],
+        resource_names: (!names.is_empty()).then(|| names.iter().map(|&n| n.into()).collect()),
+    }
+}
+
+#[test]
+fn the_shipped_rights_with_the_policies_identities_are_not_wider_than_documented() {
+    let finding = super::width::wider_rights(&shipped_rules(), &team_a(), Some(false));
+    assert_eq!(finding.verdict, Verdict::Pass, "{finding:?}");
+    assert_eq!(finding.check, "hub-rbac-width");
+}
+
+#[test]
+fn secrets_read_in_every_namespace_are_wider_and_named_with_the_fix() {
+    let mut held = shipped_rules();
+    held.push(rule("", "secrets", "get", &[]));
+    let finding = super::width::wider_rights(&held, &team_a(), Some(false));
+    assert_eq!(finding.verdict, Verdict::Warn, "{finding:?}");
+    assert!(
+        finding.detail.contains("get secrets (any name)"),
+        "{finding:?}"
+    );
+    assert!(
+        finding.fix.as_deref().unwrap().contains("deploy/rbac.yaml"),
+        "{finding:?}"
+    );
+}
+
+#[test]
+fn impersonating_anyone_or_a_name_no_policy_names_is_wider() {
+    let mut anyone = shipped_rules();
+    anyone.push(rule("", "users", "impersonate", &[]));
+    let finding = super::width::wider_rights(&anyone, &team_a(), Some(false));
+    assert_eq!(finding.verdict, Verdict::Warn);
+    assert!(
+        finding.detail.contains("impersonate users (any name)"),
+        "{finding:?}"
+    );
+    assert!(finding.fix.unwrap().contains("resourceNames"));
+
+    let mut masters = shipped_rules();
+    masters.push(rule(
+        "",
+        "groups",
+        "impersonate",
+        &["team-a", "system:masters"],
+    ));
+    let finding = super::width::wider_rights(&masters, &team_a(), Some(false));
+    assert!(
+        finding.detail.contains("impersonate groups system:masters"),
+        "{finding:?}"
+    );
+    assert!(!finding.detail.contains("groups team-a"), "{finding:?}");
+
+    // The shipped example names are wider once no policy names them.
+    let finding = super::width::wider_rights(&shipped_rules(), &judge::Identities::default(), None);
+    assert_eq!(finding.verdict, Verdict::Warn);
+    assert!(
+        finding.detail.contains("impersonate users team-a-deployer"),
+        "{finding:?}"
+    );
+}
+
+#[test]
+fn a_wildcard_rule_is_wider() {
+    let finding = super::width::wider_rights(&[rule("*", "*", "*", &[])], &team_a(), None);
+    assert_eq!(finding.verdict, Verdict::Warn);
+    assert!(finding.detail.contains("* *.* (any name)"), "{finding:?}");
+}
+
+#[test]
+fn a_rolebinding_accepted_outside_the_operators_namespaces_is_wider_with_the_admission_policy_as_fix()
+ {
+    let finding = super::width::wider_rights(&shipped_rules(), &team_a(), Some(true));
+    assert_eq!(finding.verdict, Verdict::Warn);
+    assert!(
+        finding
+            .detail
+            .contains("create rolebindings in namespace default"),
+        "{finding:?}"
+    );
+    assert!(
+        finding
+            .fix
+            .unwrap()
+            .contains("ValidatingAdmissionPolicy tenancy-hub-rolebindings")
     );
 }
 

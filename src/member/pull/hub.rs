@@ -1,4 +1,4 @@
-//! The hub's side of every pull member at once: one watch of all agents' reports and one of their Leases (a constant number of streams whatever the number of members), what each member last reported, and the publishing of signed calls.
+//! The hub's side of every pull member at once: one metadata watch of all agents' reports (each read in its member's hub namespace alone) and one of their Leases (a constant number of streams whatever the number of members), what each member last reported, and the publishing of signed calls.
 
 use std::{
     sync::{
@@ -11,12 +11,14 @@ use std::{
 use dashmap::DashMap;
 use futures::StreamExt as _;
 use k8s_openapi::{
+    ByteString,
     api::{coordination::v1::Lease, core::v1::Secret},
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
 use kube::{
     Api, ResourceExt,
     api::{DeleteParams, Patch, PatchParams},
+    core::PartialObjectMeta,
     runtime::watcher,
 };
 use tokio::sync::{Semaphore, watch};
@@ -70,6 +72,12 @@ impl Member {
 /// the rest with 429; publishing the work of 1,000 members at once did just that, so the
 /// operator paces its own calls well under it.
 const WRITES_IN_FLIGHT: usize = 16;
+
+/// Reports read from the members' hub namespaces at once, in the order their watch saw them.
+const REPORT_READS_AT_ONCE: usize = 8;
+
+/// Reads of a report that failed, tried again after 0.5, 1, 2, ... s (about a minute in all).
+const REPORT_READ_RETRIES: u32 = 7;
 
 /// The hub's side of every pull member.
 pub(crate) struct PullHub {
@@ -328,7 +336,9 @@ impl PullHub {
     /// Follows every agent's reports and Leases until `stop`.
     pub(crate) async fn run(self: Arc<Self>, stop: CancellationToken) {
         self.following.store(true, Ordering::Relaxed);
-        let reports = Api::<Secret>::all(self.client.clone());
+        // Metadata only: a Secret anyone labels as a report costs its metadata, and the data of
+        // a report is read in a member's hub namespace alone (`report_of`).
+        let reports = Api::<PartialObjectMeta<Secret>>::all(self.client.clone());
         let leases = Api::<Lease>::all(self.client.clone());
         let reports = relisting_watcher(reports, watcher::Config::default().labels(REPORT_LABEL));
         let leases = relisting_watcher(
@@ -336,15 +346,20 @@ impl PullHub {
             watcher::Config::default().fields(&format!("metadata.name={AGENT_LEASE}")),
         );
         let this = self.clone();
-        let follow_reports = reports.for_each(|event| {
-            if let Ok(event) = event {
+        let follow_reports = reports
+            .filter_map(|event| futures::future::ready(event.ok()))
+            .map(|event| {
+                let this = this.clone();
+                async move { this.report_of(event).await }
+            })
+            .buffered(REPORT_READS_AT_ONCE)
+            .for_each(|event| {
                 if matches!(event, watcher::Event::InitDone) {
                     this.listed.send_modify(|l| l[0] = true);
                 }
                 this.on_report(event);
-            }
-            futures::future::ready(())
-        });
+                futures::future::ready(())
+            });
         let this = self.clone();
         let follow_leases = leases.for_each(|event| {
             if let Ok(event) = event {
@@ -360,6 +375,78 @@ impl PullHub {
             _ = follow_reports => {}
             _ = follow_leases => {}
         }
+    }
+
+    /// The event of the reports' metadata watch with the report it names, read from a pull
+    /// member's hub namespace: a labelled Secret of any other namespace is not read, and a
+    /// report that cannot be read now (its namespace's RoleBinding not made yet, say) is read
+    /// again in the background ([`PullHub::read_later`]).
+    async fn report_of(
+        self: &Arc<Self>,
+        event: watcher::Event<PartialObjectMeta<Secret>>,
+    ) -> watcher::Event<Secret> {
+        let as_secret = |meta: PartialObjectMeta<Secret>| Secret {
+            metadata: meta.metadata,
+            ..Default::default()
+        };
+        let read = |meta: PartialObjectMeta<Secret>| async move {
+            let namespace = meta.namespace().unwrap_or_default();
+            let Some(cluster) = member_of_pull_namespace(&namespace) else {
+                return as_secret(meta);
+            };
+            let name = meta.name_any();
+            // An answer or reply no one here waits on is judged by its name alone: not read.
+            let kind = meta.labels().get(REPORT_LABEL).map(String::as_str);
+            if matches!(kind, Some("answer" | "reply"))
+                && !self
+                    .expected
+                    .contains_key(&(namespace.clone(), name.clone()))
+            {
+                return Secret {
+                    data: Some([(REPORT_KEY.to_owned(), ByteString(Vec::new()))].into()),
+                    ..as_secret(meta)
+                };
+            }
+            match self.secrets(&cluster).get_opt(&name).await {
+                Ok(Some(secret)) => secret,
+                // Gone meanwhile: its deletion follows.
+                Ok(None) => as_secret(meta),
+                Err(e) => {
+                    not_read_yet(&cluster, &name, &e);
+                    let this = self.clone();
+                    tokio::spawn(async move { this.read_later(cluster, name).await });
+                    as_secret(meta)
+                }
+            }
+        };
+        match event {
+            watcher::Event::Apply(meta) => watcher::Event::Apply(read(meta).await),
+            watcher::Event::InitApply(meta) => watcher::Event::InitApply(read(meta).await),
+            watcher::Event::Delete(meta) => watcher::Event::Delete(as_secret(meta)),
+            watcher::Event::Init => watcher::Event::Init,
+            watcher::Event::InitDone => watcher::Event::InitDone,
+        }
+    }
+
+    /// Reads the report `name` of `cluster` again, after [`REPORT_READ_RETRIES`] growing pauses
+    /// at most, and takes it in when it is there; logs a warning when it never could.
+    async fn read_later(self: Arc<Self>, cluster: ClusterName, name: String) {
+        let mut pause = Duration::from_millis(500);
+        let mut last = None;
+        for _ in 0..REPORT_READ_RETRIES {
+            tokio::time::sleep(pause).await;
+            pause *= 2;
+            match self.secrets(&cluster).get_opt(&name).await {
+                Ok(Some(secret)) => return self.on_report(watcher::Event::Apply(secret)),
+                Ok(None) => return,
+                Err(e) => {
+                    not_read_yet(&cluster, &name, &e);
+                    last = Some(e);
+                }
+            }
+        }
+        let error = last.map(|e| e.to_string()).unwrap_or_default();
+        tracing::warn!(%cluster, name, error, "could not read a pull member's report; it is read again at its next change");
     }
 
     /// Takes one event of the reports' watch in; deletes from the hub a reply to no ask waited
@@ -499,6 +586,22 @@ const LISTED_WITHIN: Duration = Duration::from_secs(30);
 /// How long a waiter sleeps at most between looks at the agent's Lease.
 pub(crate) const LOOK_EVERY: Duration = Duration::from_secs(2);
 
+/// Logs a report read that failed and will be tried again: refused, it is the operator's
+/// RoleBinding in that member's hub namespace that is not made yet (enrollment makes it beside
+/// this watch), which is said as such.
+fn not_read_yet(cluster: &ClusterName, name: &str, error: &kube::Error) {
+    match error {
+        kube::Error::Api(s) if s.code == 403 => tracing::debug!(
+            %cluster,
+            name,
+            "a pull member's report is not readable until the operator's RoleBinding in its hub namespace is made; read again shortly"
+        ),
+        e => {
+            tracing::debug!(%cluster, name, error = %e, "could not read a pull member's report yet; read again shortly")
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
@@ -523,4 +626,81 @@ mod tests {
 
     /// An ask waits a minute for its reply (see `link::ask`).
     const REPLY_WITHIN_HERE: i64 = 60;
+
+    /// A Secret of `namespace` labelled as a report, as the metadata watch sees it.
+    fn labelled(namespace: &str) -> PartialObjectMeta<Secret> {
+        PartialObjectMeta {
+            metadata: ObjectMeta {
+                name: Some("records-managed".into()),
+                namespace: Some(namespace.into()),
+                labels: Some([(REPORT_LABEL.to_owned(), "records".to_owned())].into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn data(event: &watcher::Event<Secret>) -> Option<&Vec<u8>> {
+        match event {
+            watcher::Event::Apply(s) => s.data.as_ref()?.get(REPORT_KEY).map(|b| &b.0),
+            _ => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_report_is_read_in_its_members_hub_namespace_and_a_labelled_secret_elsewhere_never() {
+        use http::{Request, Response};
+        use kube::client::Body;
+        let (service, mut server) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let hub = PullHub::new(kube::Client::new(service, "default"), None, None);
+        let within = Duration::from_secs(10);
+
+        // A tenant's Secret with the report label: its metadata alone, no request.
+        let elsewhere = tokio::time::timeout(
+            within,
+            hub.report_of(watcher::Event::Apply(labelled("team-a"))),
+        )
+        .await
+        .expect("no request is made for a Secret outside the members' namespaces");
+        assert_eq!(data(&elsewhere), None);
+
+        // A member's report: one GET of that Secret, in that namespace.
+        let cluster: ClusterName = "edge-1".parse().unwrap();
+        let namespace = pull_namespace(&cluster);
+        let mut report = Secret {
+            metadata: labelled(&namespace).metadata,
+            ..Default::default()
+        };
+        report.data = Some(
+            [(
+                REPORT_KEY.to_owned(),
+                k8s_openapi::ByteString(b"signed".to_vec()),
+            )]
+            .into(),
+        );
+        let answer = serde_json::to_vec(&report).unwrap();
+        let expected = format!("/api/v1/namespaces/{namespace}/secrets/records-managed");
+        let api_server = tokio::spawn(async move {
+            let (request, send) = server.next_request().await.expect("one request");
+            assert_eq!(request.method(), http::Method::GET);
+            assert_eq!(request.uri().path(), expected);
+            send.send_response(Response::new(Body::from(answer)));
+        });
+        let read = tokio::time::timeout(
+            within,
+            hub.report_of(watcher::Event::Apply(labelled(&namespace))),
+        )
+        .await
+        .expect("the report is read");
+        api_server.await.unwrap();
+        assert_eq!(data(&read).map(Vec::as_slice), Some(&b"signed"[..]));
+
+        // A deletion needs no read.
+        let gone = hub
+            .report_of(watcher::Event::Delete(labelled(&namespace)))
+            .await;
+        assert!(
+            matches!(gone, watcher::Event::Delete(s) if s.metadata.namespace == Some(namespace))
+        );
+    }
 }
