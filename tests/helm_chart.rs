@@ -866,8 +866,14 @@ fn the_values_depth_policy_is_rendered_unless_turned_off_and_matches_deploy() {
         );
     }
     let off = render(&["valuesDepthPolicy.enabled=false"]);
-    assert!(
-        !off.iter()
-            .any(|d| kind(d).starts_with("ValidatingAdmissionPolicy"))
-    );
+    let depth_policy = |d: &&Value| {
+        kind(d).starts_with("ValidatingAdmissionPolicy")
+            && d["metadata"]["name"] == "tenancy-hub-values-depth"
+    };
+    assert!(!off.iter().any(|d| depth_policy(&d)), "{off:#?}");
+    // The RoleBinding policy of the operator's rights stays.
+    assert!(off.iter().any(|d| {
+        kind(d) == "ValidatingAdmissionPolicy"
+            && d["metadata"]["name"] == "tenancy-hub-rolebindings"
+    }));
 }
