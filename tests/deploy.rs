@@ -805,7 +805,8 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
     .await;
 }
 
-/// The flags `tenancy-hub agent` is documented to accept (README, "The agent, in a pull member").
+/// The flags `tenancy-hub agent` is documented to accept (docs/pull-members.md, "The agent, in a pull
+/// member").
 const AGENT_FLAGS: [&str; 6] = [
     "--namespace",
     "--kubeconfig",
