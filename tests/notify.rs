@@ -519,6 +519,7 @@ async fn a_tenants_alerts_hear_nothing_of_another_teams_controllers_and_send_not
     // Alerts there and nothing else (the Role of deploy/examples/team-a-hub.yaml), and a policy
     // allowing its own webhook Secret. Team B's namespace also holds a platform token.
     let id = unique("tenants");
+    let _turn = HUB_WIDE_ALERTS.lock().await;
     let (hub, team_b) = Hub::two_teams(&id, RUN, &["--notify-internal-addresses"]).await;
     let team_a = hub.namespace.clone();
     let (shop_ns, apps_b) = (unique("shop"), format!("{id}-apps"));
@@ -741,6 +742,11 @@ fn loopback_policy(team: &str, secrets: &[&str]) -> TenancyPolicySpec {
     policy
 }
 
+/// The two-team tests run operators that follow every Alert of the hub. Run together, each
+/// operator would judge the other test's Alerts (and read their Secrets), so their counts and
+/// deadlines would measure each other: they take turns, each holding this for its whole run.
+static HUB_WIDE_ALERTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Two teams on one operator that refuses webhooks inside the cluster: each team may write
 /// Controllers and Alerts in its hub namespace, its policy allows its own webhook Secret `hook`
 /// and loopback (where the test's receivers listen). Returns the hub, team B's namespace and
@@ -815,6 +821,7 @@ async fn team_b_fails(
 async fn webhooks_inside_the_cluster_are_refused_a_tarpit_holds_only_its_tenants_share_and_an_alert_secret_feeds_no_values()
  {
     let id = unique("inside");
+    let _turn = HUB_WIDE_ALERTS.lock().await;
     let (hub, team_b, as_a, as_b) = two_teams_on_loopback(&id).await;
     let team_a = hub.namespace.clone();
     let secrets_a = Api::namespaced(hub.client.clone(), &team_a);
@@ -975,6 +982,7 @@ async fn secret_reads_on_the_hub(hub: &Hub) -> f64 {
 async fn two_thousand_alerts_on_a_large_secret_no_rule_allows_read_nothing_and_another_team_is_still_told()
  {
     let id = unique("flood");
+    let _turn = HUB_WIDE_ALERTS.lock().await;
     let (hub, team_b, as_a, as_b) = two_teams_on_loopback(&id).await;
     let team_a = hub.namespace.clone();
     let operator = hub.operator.as_ref().unwrap();

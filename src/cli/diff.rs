@@ -15,7 +15,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::{Api, ResourceExt, api::ListParams};
 
 use crate::{
-    api::crd::{Controller, HUB_CLUSTER},
+    api::crd::{Controller, DriftStatus, HUB_CLUSTER, RolloutStatus},
     api::key::{ClusterName, ReleaseKey},
     api::policy::TenancyPolicy,
     charts::{
@@ -25,15 +25,20 @@ use crate::{
     cli::args::{ClusterArgs, PolicyMode},
     clusters::registry::ClusterRegistry,
     controller::hub_values::HubValues,
+    controller::observed::{Live, Seen},
+    controller::pipeline::{Planning, decide},
     helm::args::{HelmOptions, RenderFor},
     helm::cli as helm,
     helm::seal::SealKey,
     member::{Links, MemberLink, pull::wire::Signer},
+    observe::drift::RepairVerdict,
+    observe::model::ScopeState,
     observe::records::Deployed,
-    plan::fleet::Fleet,
-    plan::{self, Applied, Inputs, Job, Release, created_secs, owner_id},
+    plan::depends::Edges,
+    plan::{self, Applied, Job, Release, created_secs, owner_id},
     plan::{Masked, values},
     policy::{Admission, NamedPolicy},
+    status::report::LastOutcome,
 };
 
 mod report;
@@ -197,8 +202,10 @@ struct HubState {
     variables: BTreeMap<ClusterName, BTreeMap<String, serde_json::Value>>,
     /// The hub objects `valuesFrom` reads, read as planning names them.
     values: HubValues,
-    /// Now, in Unix seconds.
-    now: i64,
+    /// The rollout each Controller's status on the hub says, by Controller.
+    rollouts: BTreeMap<plan::OwnerId, RolloutStatus>,
+    /// Now.
+    now: Timestamp,
 }
 
 impl HubState {
@@ -222,7 +229,11 @@ impl HubState {
             policies: policies(hub.clone()).await?,
             operator_namespace: args.operator_namespace.clone(),
         };
-        let now = Timestamp::now().as_second();
+        let now = Timestamp::now();
+        let rollouts = on_hub
+            .iter()
+            .filter_map(|c| Some((owner_id(c), c.status.as_ref()?.rollout.clone()?)))
+            .collect();
         let created: BTreeMap<plan::OwnerId, i64> = on_hub
             .iter()
             .map(|c| (owner_id(c), created_secs(c)))
@@ -236,7 +247,7 @@ impl HubState {
             .chain(files.iter())
             .map(|c| {
                 let owner = owner_id(c);
-                let age = created.get(&owner).copied().unwrap_or(now);
+                let age = created.get(&owner).copied().unwrap_or(now.as_second());
                 plan::claimant(owner, age, &c.spec, &clusters, &args.chart_home, &admission)
             })
             .collect::<Vec<_>>();
@@ -249,6 +260,7 @@ impl HubState {
             claims,
             variables: BTreeMap::new(),
             values: HubValues::new(hub, Default::default()),
+            rollouts,
             now,
         })
     }
@@ -317,8 +329,8 @@ impl Charts {
     }
 }
 
-/// Plans every Controller of the file with the operator's planner: what would happen to each
-/// release, and the releases that would be applied, by key.
+/// Decides every Controller of the file as the operator would (the same planner and gates):
+/// what would happen to each release, and the releases that would be applied, by key.
 async fn plan_files(
     files: &[Controller],
     state: &HubState,
@@ -327,59 +339,80 @@ async fn plan_files(
 ) -> (Vec<Entry>, HashMap<ReleaseKey, Release>) {
     let mut all = Vec::new();
     let mut releases = HashMap::new();
+    // A preview plans what a spec asks for; drift repairs belong to the running operator.
+    let drifted = HashMap::new();
+    let planning = Planning {
+        charts: &charts.catalog,
+        chart_home: &args.chart_home,
+        values: &state.values,
+        variables: &state.variables,
+        drifted: &drifted,
+        now: state.now,
+        pending_timeout: charts.helm.timeout + Duration::from_secs(60),
+    };
     for c in files {
         let owner = owner_id(c);
         eprintln!("Planning Controller {owner}…");
-        charts
-            .catalog
-            .prepare(&c.spec, &args.chart_home, &|chart| {
-                state.admission.fetch_scope(&owner.namespace, chart)
-            })
-            .await;
-        let lookup = |source: &plan::ChartSource, version: Option<&str>| {
-            charts.catalog.lookup(source, version)
+        let seen = Seen {
+            owner: &owner,
+            clusters: &state.clusters,
+            applied: &state.applied,
+            synced: &state.synced,
+            claims: &state.claims,
+            admission: &state.admission,
+            orphans: &[],
         };
-        let values = |source: &plan::ValuesSource| {
-            state
-                .values
-                .lookup(source)
-                .unwrap_or_else(|| plan::ValuesLookup::Unreadable("not read yet".into()))
-        };
-        let fleet = Fleet {
-            variables: &state.variables,
-            lookup: &values,
-        };
-        let run = || {
-            plan::plan(&Inputs {
-                owner: &owner,
-                spec: &c.spec,
-                clusters: &state.clusters,
-                synced: &state.synced,
-                applied: &state.applied,
-                claims: &state.claims,
-                admission: &state.admission,
-                // A preview plans what a spec asks for; drift repairs belong to the running operator.
-                drifted: &HashMap::new(),
-                chart_home: &args.chart_home,
-                chart_lookup: &lookup,
-                now: state.now,
-                pending_timeout_secs: charts.helm.timeout.as_secs() as i64 + 60,
-                fleet: &fleet,
-            })
-        };
-        let mut plan = run();
-        if state.values.any_pending(&plan.sources, &state.admission) {
-            state.values.load(&plan.sources, &state.admission).await;
-            plan = run();
-        }
-        for job in &plan.jobs {
+        let decision = decide(c, &seen, &planning, state).await;
+        for job in decision.plan.jobs.iter().chain(&decision.held) {
             if let Job::Apply { release, .. } = job {
                 releases.insert(release.key.clone(), (**release).clone());
             }
         }
-        all.extend(entries(&plan, &state.applied));
+        all.extend(entries(&decision.plan, &decision.held, &state.applied));
     }
     (all, releases)
+}
+
+/// What a preview knows of the fleet as it runs: no job queued or running and no outcome (the
+/// running operator's own), nothing of what runs per namespace (so nothing counts as Ready, as
+/// at the first reconcile of a change), clusters whose releases could not be read taken for
+/// unreachable, and each Controller's rollout as the hub's status says.
+impl Live for HubState {
+    fn busy(&self, _: &ReleaseKey) -> bool {
+        false
+    }
+
+    fn running(&self, _: &ReleaseKey) -> bool {
+        false
+    }
+
+    fn outcome(&self, _: &ReleaseKey) -> Option<LastOutcome> {
+        None
+    }
+
+    fn scope(&self, _: &str, _: &str) -> Option<ScopeState> {
+        None
+    }
+
+    fn reachable(&self, cluster: &ClusterName) -> bool {
+        self.synced.contains(cluster)
+    }
+
+    fn rollout(&self, owner: &plan::OwnerId) -> Option<RolloutStatus> {
+        self.rollouts.get(owner).cloned()
+    }
+
+    fn dependencies(&self, _: &plan::OwnerId) -> Edges {
+        Edges::default()
+    }
+
+    fn drift(&self, _: &HashMap<ReleaseKey, Applied>) -> HashMap<ReleaseKey, DriftStatus> {
+        HashMap::new()
+    }
+
+    fn allow_repair(&self, _: &ReleaseKey, _: i64) -> (RepairVerdict, bool) {
+        (RepairVerdict::Allowed, false)
+    }
 }
 
 /// Gives each entry that would install, upgrade or uninstall its diff: the manifest deployed

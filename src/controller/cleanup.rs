@@ -66,7 +66,7 @@ pub(crate) async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
     let mut ordered = Held::new();
     if c.spec.deletion_policy == DeletionPolicy::Delete {
         // Releases depending on others go first: those they depend on wait, out of the queue.
-        ordered = removal_held(ctx, c, &owner, &registered, &owned, &running);
+        ordered = removal_held(&ctx.index, c, &owner, &registered, &owned, &running);
         if !ordered.is_empty() {
             ctx.queue.retain_planned(
                 &owner,

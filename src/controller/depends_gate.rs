@@ -1,4 +1,4 @@
-//! The `dependsOn` gate in a reconcile and in a deletion: the edges the spec names joined with
+//! The `dependsOn` gate of a decision and of a deletion: the edges the spec names joined with
 //! those remembered for releases it no longer names, each dependency judged by the `Ready` rule
 //! (on the report the rollout gate judged), installs and upgrades held until what they depend on
 //! is Ready, uninstalls until the releases depending on them are gone.
@@ -13,8 +13,8 @@ use k8s_openapi::jiff::Timestamp;
 use crate::{
     api::crd::Controller,
     api::key::{ClusterName, ReleaseKey},
-    controller::context::Context,
-    controller::rollout_gate::live_scope,
+    controller::index::ControllerIndex,
+    controller::observed::Live,
     plan::{self, Applied, OwnerId, Problem, depends},
     status::build::release_readiness,
     status::report::ReleaseReport,
@@ -31,22 +31,24 @@ const SETTLE_SECS: i64 = 10;
 
 /// Holds back the plan's jobs that `dependsOn` orders after others: an install or upgrade until
 /// every release it depends on is deployed from the current spec and Ready by the `Ready` rule
-/// (judged on `report`, built before the gates), an uninstall while a release of this resource
-/// depending on it is still installed or has a job. The held ones leave the jobs for
-/// `dependency_held`, with what each waits for. The edges kept for releases the spec no longer
-/// names are updated in the index.
+/// (judged on `judged`, the report with every job let through), an uninstall while a release of
+/// this resource depending on it is still installed or has a job. The held ones leave the jobs
+/// for `dependency_held`, with what each waits for. Returns the edges to remember: the spec's,
+/// and those `remembered` for releases it no longer names.
 pub(crate) fn gate_dependencies(
-    ctx: &Context,
     owner: &OwnerId,
     plan: &mut plan::Plan,
     applied: &HashMap<ReleaseKey, Applied>,
-    report: &ReleaseReport,
-) {
+    judged: &ReleaseReport,
+    remembered: &depends::Edges,
+    live: &dyn Live,
+    now: Timestamp,
+) -> depends::Edges {
     let present = |k: &ReleaseKey| {
         applied
             .get(k)
             .is_some_and(|a| a.owner.as_ref() == Some(owner))
-            || ctx.queue.is_busy(k)
+            || live.busy(k)
     };
     let named: HashSet<&ReleaseKey> = plan
         .desired
@@ -57,17 +59,16 @@ pub(crate) fn gate_dependencies(
     let edges = depends::remembered(
         &plan.depends_on,
         &|k| named.contains(k),
-        &ctx.index.dependencies(owner),
+        remembered,
         &present,
     );
-    ctx.index.set_dependencies(owner, edges.clone());
-    let scope = |cluster: &str, namespace: &str| live_scope(ctx, cluster, namespace);
-    let now = Timestamp::now().as_second();
+    let scope = |cluster: &str, namespace: &str| live.scope(cluster, namespace);
+    let now = now.as_second();
     let not_ready = |d: &ReleaseKey| {
-        let judged = release_readiness(report, d, &scope);
-        let words = judged.waiting.map(|(_, w)| w).unwrap_or_default();
-        match (judged.deployed, judged.ready) {
-            (_, true) => settling(ctx, d, applied, now),
+        let readiness = release_readiness(judged, d, &scope);
+        let words = readiness.waiting.map(|(_, w)| w).unwrap_or_default();
+        match (readiness.deployed, readiness.ready) {
+            (_, true) => settling(live, d, applied, now),
             (true, false) => Some(format!("not ready: {words}")),
             (false, _) => Some(format!("not deployed: {words}")),
         }
@@ -75,13 +76,14 @@ pub(crate) fn gate_dependencies(
     let (go, held) = depends::gate(std::mem::take(&mut plan.jobs), &edges, &not_ready, &present);
     plan.jobs = go;
     plan.dependency_held = held;
+    edges
 }
 
 /// Why a release judged Ready is not taken for Ready yet: nothing of it (no workload) has been
 /// seen and it was deployed less than [`SETTLE_SECS`] ago, so its workloads may still be on
 /// their way through the watches.
 fn settling(
-    ctx: &Context,
+    live: &dyn Live,
     key: &ReleaseKey,
     applied: &HashMap<ReleaseKey, Applied>,
     now: i64,
@@ -91,7 +93,7 @@ fn settling(
         return None;
     }
     let (cluster, namespace) = (key.scope.cluster.as_str(), key.scope.namespace.as_str());
-    let state = live_scope(ctx, cluster, namespace)?;
+    let state = live.scope(cluster, namespace)?;
     let seen = state
         .workloads
         .values()
@@ -103,7 +105,7 @@ fn settling(
 /// depending on them that are still to be uninstalled or have a job running, by the edges its
 /// spec names and those kept for releases it named before (not known after a restart).
 pub(crate) fn removal_held(
-    ctx: &Context,
+    index: &ControllerIndex,
     c: &Controller,
     owner: &OwnerId,
     registered: &BTreeMap<ClusterName, BTreeMap<String, String>>,
@@ -113,7 +115,7 @@ pub(crate) fn removal_held(
     let edges = depends::remembered(
         &depends::edges(&c.spec, registered),
         &|_| false,
-        &ctx.index.dependencies(owner),
+        &index.dependencies(owner),
         &|_| true,
     );
     let present = |k: &ReleaseKey| owned.contains(k) || running.contains(k);

@@ -80,6 +80,16 @@ impl Events {
     }
 }
 
+/// How a reconcile tells what happened: Events on the resource, the Alerts, the metrics.
+pub(crate) struct Telling<'a> {
+    /// Events on `Controller` resources.
+    pub(crate) events: &'a Events,
+    /// The Alerts, told without waiting.
+    pub(crate) notifier: &'a crate::notify::Notifier,
+    /// Operator metrics.
+    pub(crate) metrics: &'a crate::metrics::Metrics,
+}
+
 /// Publishes an Event on a `Controller`, within the limiter's bounds; failures are logged, never fatal.
 pub(crate) async fn publish(
     events: &Events,

@@ -13,6 +13,8 @@ pub(crate) mod hub_values;
 pub(crate) mod index;
 pub(crate) mod interest;
 pub(crate) mod loops;
+pub(crate) mod observed;
+pub(crate) mod pipeline;
 pub(crate) mod problems;
 pub(crate) mod reconcile;
 pub(crate) mod reload;

@@ -1,7 +1,9 @@
-//! Hub reconciler: observe, plan, gate, enqueue and report for each `Controller`.
+//! Hub reconciler: for each `Controller`, observe, decide (`pipeline`: plan, gates, report), then
+//! enqueue, write and tell.
 //!
-//! The finalizer and its errors are in `finalizer`, the deletion path in `cleanup`, the rollout
-//! gate in `rollout_gate`, repair limiting in `repairs` and told problems in `problems`.
+//! The finalizer and its errors are in `finalizer`, the deletion path in `cleanup`, the decision
+//! in `pipeline` (with its gates in `rollout_gate`, `depends_gate` and `repairs`), told problems
+//! in `problems`.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet},
@@ -11,7 +13,7 @@ use std::{
 
 use k8s_openapi::jiff::Timestamp;
 use kube::{
-    Api, Resource, ResourceExt,
+    Api, ResourceExt,
     runtime::{
         controller::Action,
         finalizer::{Event, finalizer},
@@ -20,21 +22,25 @@ use kube::{
 };
 
 use crate::{
-    api::crd::Controller,
+    api::crd::{Controller, DriftStatus, RolloutStatus},
     api::key::{ClusterName, ClusterNamespace, ReleaseKey},
     controller::cleanup::cleanup,
     controller::context::Context,
-    controller::depends_gate::{DEPENDENCY_POLL, gate_dependencies},
+    controller::depends_gate::DEPENDENCY_POLL,
+    controller::events::Telling,
+    controller::observed::{Live, Seen},
+    controller::pipeline::{Planning, decide},
     controller::problems::report_new_problems,
-    controller::repairs::limit_repairs,
-    controller::rollout_gate::{ROLLOUT_POLL, gate_rollout},
+    controller::repairs::tell_refused,
+    controller::rollout_gate::{ROLLOUT_POLL, tell_rollout},
     controller::vouch::Delivers,
-    plan::fleet::Fleet,
+    observe::drift::RepairVerdict,
+    observe::model::ScopeState,
+    plan::depends::Edges,
     plan::rollout,
-    plan::{self, Applied, Inputs, Job, OwnerId, owner_id},
+    plan::{self, Applied, Job, OwnerId, owner_id},
     policy::Admission,
-    queue::Outcome,
-    status::report::{self as status, LastOutcome, ReleaseView},
+    status::report::LastOutcome,
 };
 
 pub(crate) use crate::controller::cleanup::forget;
@@ -66,24 +72,9 @@ pub(crate) async fn reconcile(obj: Arc<Controller>, ctx: Arc<Context>) -> Result
     result
 }
 
-/// True when enqueueing this job would repeat work: it already failed in a way retrying cannot
-/// fix (or as often as allowed), or it was just applied and the release records have not caught
-/// up with it yet.
-fn redundant(ctx: &Context, job: &Job, applied: &HashMap<ReleaseKey, Applied>) -> bool {
-    ctx.index.outcome(job.key()).is_some_and(|last| {
-        last.fingerprint == job.fingerprint()
-            && match last.outcome {
-                Outcome::Failed { .. } => last.settled,
-                Outcome::Applied { revision, .. } => applied
-                    .get(job.key())
-                    .is_some_and(|a| a.revision < revision),
-                Outcome::Uninstalled => false,
-            }
-    })
-}
-
-/// What a reconcile reads before planning: the registered clusters, the releases the resource's
-/// spec names or it holds, the clusters whose releases are known, the claims and the policies.
+/// What a reconcile reads before deciding: the registered clusters, the releases the resource's
+/// spec names or it holds, the clusters whose releases are known, the claims, the policies and
+/// its releases left in clusters no longer registered.
 struct Observed {
     /// The resource.
     owner: OwnerId,
@@ -97,6 +88,23 @@ struct Observed {
     claims: HashMap<ReleaseKey, OwnerId>,
     /// What the tenancy policies allow.
     admission: Admission,
+    /// Its releases left in clusters no longer registered.
+    orphans: Vec<ReleaseKey>,
+}
+
+impl Observed {
+    /// The decision's view of it.
+    fn seen(&self) -> Seen<'_> {
+        Seen {
+            owner: &self.owner,
+            clusters: &self.clusters,
+            applied: &self.applied,
+            synced: &self.synced,
+            claims: &self.claims,
+            admission: &self.admission,
+            orphans: &self.orphans,
+        }
+    }
 }
 
 /// Reads what planning needs. Only the keys this spec names and the releases it holds are read:
@@ -113,6 +121,12 @@ fn observe(c: &Controller, ctx: &Context) -> Observed {
         .applied_for(&owner, &named, &|k| delivers.to(k));
     let synced = ctx.releases.synced();
     let claims = ctx.claims.holders(&named, &applied);
+    let orphans = ctx
+        .orphans
+        .iter()
+        .filter(|o| *o.value() == owner)
+        .map(|o| o.key().clone())
+        .collect();
     Observed {
         owner,
         clusters,
@@ -120,143 +134,119 @@ fn observe(c: &Controller, ctx: &Context) -> Observed {
         synced,
         claims,
         admission: basis.admission,
+        orphans,
     }
 }
 
-/// Plans the resource's Helm work: its charts prepared, the planner run (off the worker when
-/// big), its releases tracked for drift, and the drift repairs the limiter refuses dropped.
-async fn plan_work(c: &Controller, ctx: &Context, seen: &Observed) -> plan::Plan {
-    let (owner, admission) = (&seen.owner, &seen.admission);
-    ctx.charts
-        .prepare(&c.spec, &ctx.settings.chart_home, &|chart| {
-            admission.fetch_scope(&owner.namespace, chart)
-        })
-        .await;
-    let lookup =
-        |source: &plan::ChartSource, version: Option<&str>| ctx.charts.lookup(source, version);
-    let drifted = ctx.index.drift.drifted(&seen.applied);
-    let variables = ctx.registry.load().variables();
-    let values = |source: &plan::ValuesSource| {
-        ctx.values
-            .lookup(source)
-            .unwrap_or_else(|| plan::ValuesLookup::Unreadable("not read yet".into()))
-    };
-    let fleet = Fleet {
-        variables: &variables,
-        lookup: &values,
-    };
-    let run = || {
-        crate::plan::offload(crate::plan::claims::named_charts(c), || {
-            plan::plan(&Inputs {
-                owner,
-                spec: &c.spec,
-                clusters: &seen.clusters,
-                synced: &seen.synced,
-                applied: &seen.applied,
-                claims: &seen.claims,
-                admission,
-                chart_home: &ctx.settings.chart_home,
-                chart_lookup: &lookup,
-                now: Timestamp::now().as_second(),
-                pending_timeout_secs: ctx.settings.pending_timeout.as_secs() as i64,
-                drifted: &drifted,
-                fleet: &fleet,
-            })
-        })
-    };
-    let mut plan = run();
-    // The hub objects its values read, read once when first named (their names may depend on
-    // the cluster, so only planning knows them), then planned with.
-    if ctx.values.any_pending(&plan.sources, admission) {
-        ctx.values.load(&plan.sources, admission).await;
-        plan = run();
+/// The running operator's picture of its fleet, as a decision reads it.
+impl Live for Context {
+    fn busy(&self, key: &ReleaseKey) -> bool {
+        self.queue.is_busy(key)
     }
-    ctx.values
-        .read_by(&ObjectRef::from_obj(c), plan.sources.clone());
-    ctx.index.drift.track(owner, &plan.desired);
-    limit_repairs(ctx, c, &mut plan.jobs, &drifted).await;
-    plan
+
+    fn running(&self, key: &ReleaseKey) -> bool {
+        self.queue.is_running(key)
+    }
+
+    fn outcome(&self, key: &ReleaseKey) -> Option<LastOutcome> {
+        self.index.outcome(key)
+    }
+
+    fn scope(&self, cluster: &str, namespace: &str) -> Option<ScopeState> {
+        let scope: ClusterNamespace = format!("{cluster}/{namespace}").parse().ok()?;
+        let mut state = self.model.scope(&scope)?;
+        if self.health.unreachable(&scope.cluster).is_some() {
+            state.live = false;
+        }
+        Some(state)
+    }
+
+    fn reachable(&self, cluster: &ClusterName) -> bool {
+        self.health.unreachable(cluster).is_none()
+    }
+
+    fn rollout(&self, owner: &OwnerId) -> Option<RolloutStatus> {
+        self.index.rollout(owner)
+    }
+
+    fn dependencies(&self, owner: &OwnerId) -> Edges {
+        self.index.dependencies(owner)
+    }
+
+    fn drift(&self, applied: &HashMap<ReleaseKey, Applied>) -> HashMap<ReleaseKey, DriftStatus> {
+        self.index.drift.statuses(applied)
+    }
+
+    fn allow_repair(&self, key: &ReleaseKey, revision: i64) -> (RepairVerdict, bool) {
+        self.index.drift.allow_repair(key, revision)
+    }
 }
 
-/// Observes, plans, gates and enqueues the resource's Helm work, then reports it, watches what
-/// it names and looks again: soon while work settles or a rollout is in progress.
+/// Observes and decides, then carries the decision out: queues its jobs, remembers its rollout
+/// and `dependsOn` edges, tells what happened, hands the report to the writer, watches what the
+/// spec names, and looks again: soon while work settles or a rollout is in progress.
 async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
-    let seen = observe(c, ctx);
-    let (owner, applied, synced) = (&seen.owner, &seen.applied, &seen.synced);
-    let mut plan = plan_work(c, ctx, &seen).await;
-    // The report is built once, from the plan before the gate (which judges the clusters by it),
-    // and brought up to the plan the gate lets through once its jobs are queued.
-    let drift = ctx.index.drift.statuses(applied);
-    let (queued_before, outcomes) = jobs_of(ctx, &plan);
-    let report = status::releases(&ReleaseView {
-        plan: &plan,
-        applied,
-        outcomes: &outcomes,
-        busy: &queued_before,
-        synced,
-        generation: c.meta().generation,
-        drift: &drift,
-    });
-    let rollout = gate_rollout(ctx, c, &mut plan, applied, &report, &queued_before).await;
-    gate_dependencies(ctx, owner, &mut plan, applied, &report);
-    enqueue(ctx, owner, &plan, applied);
-    let (busy, outcomes) = jobs_of(ctx, &plan);
-    let view = ReleaseView {
-        plan: &plan,
-        applied,
-        outcomes: &outcomes,
-        busy: &busy,
-        synced,
-        generation: c.meta().generation,
-        drift: &drift,
+    let observed = observe(c, ctx);
+    let seen = observed.seen();
+    let owner = seen.owner;
+    let drifted = ctx.index.drift.drifted(seen.applied);
+    let variables = ctx.registry.load().variables();
+    let planning = Planning {
+        charts: &ctx.charts,
+        chart_home: &ctx.settings.chart_home,
+        values: &ctx.values,
+        variables: &variables,
+        drifted: &drifted,
+        now: Timestamp::now(),
+        pending_timeout: ctx.settings.pending_timeout,
     };
-    let mut report = status::after_gate(report, &view, &queued_before);
-    let orphans: Vec<ReleaseKey> = ctx
-        .orphans
-        .iter()
-        .filter(|o| *o.value() == *owner)
-        .map(|o| o.key().clone())
-        .collect();
-    status::add_orphans(&mut report, &orphans);
-    report.rollout = rollout.as_ref().map(|r| r.state.clone());
-    report_new_problems(ctx, c, &plan.problems, &plan.warnings).await;
+    let decision = decide(c, &seen, &planning, ctx).await;
+    let plan = &decision.plan;
     let object = ObjectRef::from_obj(c);
-    ctx.writer.submit(object.clone(), report);
+    ctx.values.read_by(&object, plan.sources.clone());
+    ctx.index.drift.track(owner, &plan.desired);
+    ctx.index
+        .set_rollout(owner, decision.rollout.as_ref().map(|r| r.state.clone()));
+    ctx.index.set_dependencies(owner, decision.edges.clone());
+    enqueue(ctx, owner, plan, &decision.enqueue);
+    let telling = Telling {
+        events: &ctx.events,
+        notifier: &ctx.notifier,
+        metrics: &ctx.metrics,
+    };
+    tell_refused(&ctx.events, c, &decision.refused_repairs).await;
+    if let Some(step) = &decision.rollout {
+        tell_rollout(&telling, c, owner, &step.happened).await;
+    }
+    report_new_problems(ctx, c, &plan.problems, &plan.warnings).await;
+    ctx.writer.submit(object.clone(), decision.report.clone());
     for gone in ctx
         .watches
-        .set(&object, watched_scopes(&plan, &seen), &ctx.links)
+        .set(&object, watched_scopes(plan, &seen), &ctx.links)
     {
         ctx.model.forget(&gone);
     }
     let claimed = plan.desired.iter().map(|r| r.key.clone());
-    ctx.index.ask(
-        &ObjectRef::from_obj(c),
-        claimed.chain(conflicts(&plan.problems)),
-    );
-    Ok(next_look(&plan, &busy, rollout.as_ref()))
+    ctx.index
+        .ask(&object, claimed.chain(conflicts(&plan.problems)));
+    Ok(next_look(plan, &decision.busy, decision.rollout.as_ref()))
 }
 
-/// Drops the queued jobs of `owner` the newest plan no longer asks for, and queues its jobs but
-/// those that would repeat work.
-fn enqueue(
-    ctx: &Context,
-    owner: &OwnerId,
-    plan: &plan::Plan,
-    applied: &HashMap<ReleaseKey, Applied>,
-) {
+/// Drops the queued jobs of `owner` the newest plan no longer asks for, and queues `jobs`.
+fn enqueue(ctx: &Context, owner: &OwnerId, plan: &plan::Plan, jobs: &[Job]) {
     let planned: HashSet<&ReleaseKey> = plan.jobs.iter().map(Job::key).collect();
     let dropped = ctx.queue.retain_planned(owner, &planned);
     if dropped > 0 {
         tracing::info!(controller = %owner, dropped, "dropped queued Helm jobs the newest spec no longer asks for");
     }
-    for job in plan.jobs.iter().filter(|j| !redundant(ctx, j, applied)) {
+    for job in jobs {
         ctx.queue.enqueue(job.clone());
     }
 }
 
 /// Every registered cluster/namespace the spec names, to be watched, so what runs under a
 /// release that cannot be planned right now is still reported.
-fn watched_scopes(plan: &plan::Plan, seen: &Observed) -> BTreeSet<ClusterNamespace> {
+fn watched_scopes(plan: &plan::Plan, seen: &Seen<'_>) -> BTreeSet<ClusterNamespace> {
     plan.desired
         .iter()
         .map(|r| r.key.scope.clone())
@@ -269,7 +259,7 @@ fn watched_scopes(plan: &plan::Plan, seen: &Observed) -> BTreeSet<ClusterNamespa
                 .filter(|k| {
                     seen.applied
                         .get(*k)
-                        .is_some_and(|a| a.owner.as_ref() == Some(&seen.owner))
+                        .is_some_and(|a| a.owner.as_ref() == Some(seen.owner))
                 })
                 .map(|k| k.scope.clone()),
         )
@@ -300,30 +290,6 @@ fn next_look(
         return Action::requeue(DEPENDENCY_POLL);
     }
     Action::requeue(Duration::from_secs(next))
-}
-
-/// Of the releases a plan concerns: those with a job queued or running, and the last outcome of
-/// each that has one.
-fn jobs_of(
-    ctx: &Context,
-    plan: &plan::Plan,
-) -> (BTreeSet<ReleaseKey>, HashMap<ReleaseKey, LastOutcome>) {
-    let keys: Vec<&ReleaseKey> = plan
-        .desired
-        .iter()
-        .map(|r| &r.key)
-        .chain(plan.jobs.iter().map(Job::key))
-        .collect();
-    let busy = keys
-        .iter()
-        .filter(|k| ctx.queue.is_busy(k))
-        .map(|k| (*k).clone())
-        .collect();
-    let outcomes = keys
-        .iter()
-        .filter_map(|k| ctx.index.outcome(k).map(|o| ((*k).clone(), o)))
-        .collect();
-    (busy, outcomes)
 }
 
 fn conflicts(problems: &[plan::Problem]) -> impl Iterator<Item = ReleaseKey> + '_ {

@@ -1,26 +1,26 @@
-//! Drift repairs in a reconcile: those the repair limiter refuses leave the plan's jobs, and each
-//! refusal is told once per drifted revision.
+//! Drift repairs in a decision: those the repair limiter refuses leave the plan's jobs; each
+//! refusal is told once per drifted revision, by the reconciler.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, time::Duration};
 
 use kube::runtime::events::EventType;
 
 use crate::{
     api::crd::Controller,
     api::key::ReleaseKey,
-    controller::context::Context,
-    controller::events::publish,
+    controller::events::{Events, publish},
+    controller::observed::Live,
     observe::drift::RepairVerdict,
     plan::{self, Job},
 };
 
-/// Drops the drift repairs the limiter refuses, telling each refusal once per drifted revision.
-pub(crate) async fn limit_repairs(
-    ctx: &Context,
-    c: &Controller,
+/// Drops the drift repairs the limiter refuses; returns those refused for the first time for
+/// their drifted revision, each with how long until a repair may run again.
+pub(crate) fn limit_repairs(
     jobs: &mut Vec<Job>,
     drifted: &HashMap<ReleaseKey, plan::Drifted>,
-) {
+    live: &dyn Live,
+) -> Vec<(ReleaseKey, Duration)> {
     let mut refused = Vec::new();
     jobs.retain(|job| {
         let Job::Apply {
@@ -34,7 +34,7 @@ pub(crate) async fn limit_repairs(
         let Some(found) = drifted.get(&release.key) else {
             return true;
         };
-        match ctx.index.drift.allow_repair(&release.key, found.revision) {
+        match live.allow_repair(&release.key, found.revision) {
             (RepairVerdict::Allowed, _) => true,
             (RepairVerdict::Suppressed(wait), first) => {
                 if first {
@@ -44,6 +44,15 @@ pub(crate) async fn limit_repairs(
             }
         }
     });
+    refused
+}
+
+/// Tells each repair refused for the first time: a log line and a Warning Event.
+pub(crate) async fn tell_refused(
+    events: &Events,
+    c: &Controller,
+    refused: &[(ReleaseKey, Duration)],
+) {
     for (key, wait) in refused {
         let note = format!(
             "release {key} drifted again, but it was repaired {} times within {} minutes already; it is reported only, and repaired again in {}s at the earliest (another controller may be changing it)",
@@ -53,7 +62,7 @@ pub(crate) async fn limit_repairs(
         );
         tracing::warn!(release = %key, "{note}");
         publish(
-            &ctx.events,
+            events,
             c,
             EventType::Warning,
             "DriftRepairSuppressed",

@@ -1,8 +1,9 @@
-//! The rollout gate in a reconcile: each targeted cluster judged by the `Ready` rule, the gate
-//! stepped, the jobs of clusters it has not reached held back, and what happened told.
+//! The rollout gate of a decision: each targeted cluster judged by the `Ready` rule, the gate
+//! stepped, the jobs of clusters it has not reached held back; and, for the reconciler, what
+//! happened told.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet},
     time::Duration,
 };
 
@@ -13,11 +14,10 @@ use crate::{
     api::alert::AlertEvent,
     api::crd::Controller,
     api::key::{ClusterName, ReleaseKey},
-    controller::context::Context,
-    controller::events::{notice, publish},
-    observe::model::ScopeState,
+    controller::events::{Telling, notice, publish},
+    controller::observed::{Live, Seen},
     plan::rollout,
-    plan::{self, Applied, OwnerId, owner_id},
+    plan::{self, OwnerId},
     status::build::cluster_readiness,
     status::report as status,
 };
@@ -25,31 +25,29 @@ use crate::{
 /// How often a resource whose rollout is in progress is reconciled.
 pub(crate) const ROLLOUT_POLL: Duration = Duration::from_millis(500);
 
-/// With `spec.rollout`: judges every targeted cluster by the `Ready` rule, steps the rollout
-/// gate, holds back the jobs of clusters it has not reached, and tells what happened (Events,
-/// the duration metric, rollbacks on a halt). Without it, forgets any rollout state.
-pub(crate) async fn gate_rollout(
-    ctx: &Context,
+/// With `spec.rollout`: judges every targeted cluster by the `Ready` rule on `judged` (the
+/// report of the plan with every job let through), steps the rollout gate from the state
+/// remembered (or the status's), holds back the jobs of clusters it has not reached and adds the
+/// rollbacks a halt asks for. Without it (or with one that cannot be read), None.
+pub(crate) fn gate_rollout(
     c: &Controller,
     plan: &mut plan::Plan,
-    applied: &HashMap<ReleaseKey, Applied>,
-    report: &status::ReleaseReport,
+    seen: &Seen<'_>,
+    judged: &status::ReleaseReport,
     busy: &BTreeSet<ReleaseKey>,
+    live: &dyn Live,
+    now: Timestamp,
 ) -> Option<rollout::Step> {
-    let owner = owner_id(c);
-    let Some(spec) = c.spec.rollout.as_ref() else {
-        ctx.index.set_rollout(&owner, None);
-        return None;
-    };
+    let spec = c.spec.rollout.as_ref()?;
     let settings = match rollout::Settings::of(spec) {
         Ok(s) => s,
         Err(e) => {
             // The schema admits only valid values; should one get through, nothing is held.
-            tracing::warn!(controller = %owner, error = %e, "spec.rollout cannot be read; delivering without a rollout");
+            tracing::warn!(controller = %seen.owner, error = %e, "spec.rollout cannot be read; delivering without a rollout");
             return None;
         }
     };
-    let labels = ctx.registry.load().labels();
+    let labels = seen.clusters;
     let targeted: BTreeSet<ClusterName> = plan
         .desired
         .iter()
@@ -57,11 +55,10 @@ pub(crate) async fn gate_rollout(
         .chain(plan.jobs.iter().map(|j| j.key().scope.cluster.clone()))
         .filter(|c| labels.contains_key(c))
         .collect();
-    let waves = rollout::waves(spec, &targeted, &labels);
-    let facts = cluster_facts(ctx, plan, report, busy, &targeted);
-    let previous = ctx
-        .index
-        .rollout(&owner)
+    let waves = rollout::waves(spec, &targeted, labels);
+    let facts = cluster_facts(live, plan, judged, busy, &targeted);
+    let previous = live
+        .rollout(seen.owner)
         .or_else(|| c.status.as_ref().and_then(|s| s.rollout.clone()));
     let command = c
         .annotations()
@@ -74,66 +71,58 @@ pub(crate) async fn gate_rollout(
         previous: previous.as_ref(),
         command: command.as_ref(),
         settings: &settings,
-        now: Timestamp::now(),
+        now,
     });
-    ctx.index.set_rollout(&owner, Some(step.state.clone()));
     rollout::hold(plan, &step.allowed, rollout::note(&step.state));
     plan.jobs.extend(rollout::rollbacks(
         &step.state,
         &settings,
         &plan.desired,
-        applied,
+        seen.applied,
     ));
-    tell(ctx, c, &owner, &step.happened).await;
     Some(step)
 }
 
-/// What each targeted cluster looks like with every job let through (`report`), judged by the
+/// What each targeted cluster looks like with every job let through (`judged`), judged by the
 /// status rule: updated when no job of it is planned or busy and it is deployed, healthy when
 /// also ready.
 fn cluster_facts(
-    ctx: &Context,
+    live: &dyn Live,
     plan: &plan::Plan,
-    report: &status::ReleaseReport,
+    judged: &status::ReleaseReport,
     busy: &BTreeSet<ReleaseKey>,
     targeted: &BTreeSet<ClusterName>,
 ) -> BTreeMap<ClusterName, rollout::Facts> {
-    let lookup = |cluster: &str, namespace: &str| live_scope(ctx, cluster, namespace);
+    let lookup = |cluster: &str, namespace: &str| live.scope(cluster, namespace);
     targeted
         .iter()
         .map(|cluster| {
             let work = plan.jobs.iter().any(|j| j.key().scope.cluster == *cluster)
                 || busy.iter().any(|k| k.scope.cluster == *cluster);
-            let judged = cluster_readiness(report, cluster.as_str(), &lookup);
-            let updated = !work && judged.deployed;
+            let readiness = cluster_readiness(judged, cluster.as_str(), &lookup);
+            let updated = !work && readiness.deployed;
             (
                 cluster.clone(),
                 rollout::Facts {
                     updated,
-                    healthy: updated && judged.ready,
-                    reachable: ctx.health.unreachable(cluster).is_none(),
-                    failed: judged.failed,
-                    waiting: judged.waiting,
+                    healthy: updated && readiness.ready,
+                    reachable: live.reachable(cluster),
+                    failed: readiness.failed,
+                    waiting: readiness.waiting,
                 },
             )
         })
         .collect()
 }
 
-/// What runs in one cluster/namespace as the `Ready` rule sees it: the model's state, not live
-/// while its cluster is unreachable.
-pub(crate) fn live_scope(ctx: &Context, cluster: &str, namespace: &str) -> Option<ScopeState> {
-    let scope: crate::api::key::ClusterNamespace = format!("{cluster}/{namespace}").parse().ok()?;
-    let mut state = ctx.model.scope(&scope)?;
-    if ctx.health.unreachable(&scope.cluster).is_some() {
-        state.live = false;
-    }
-    Some(state)
-}
-
 /// Tells what a step of the gate did: a log line and an Event each (a Warning for a halt), and
 /// a finished rollout's duration in the metric.
-async fn tell(ctx: &Context, c: &Controller, owner: &OwnerId, happened: &[rollout::RolloutEvent]) {
+pub(crate) async fn tell_rollout(
+    tell: &Telling<'_>,
+    c: &Controller,
+    owner: &OwnerId,
+    happened: &[rollout::RolloutEvent],
+) {
     for happened in happened {
         let (reason, note) = rollout::describe(happened);
         let kind = match happened {
@@ -142,14 +131,14 @@ async fn tell(ctx: &Context, c: &Controller, owner: &OwnerId, happened: &[rollou
         };
         tracing::info!(controller = %owner, reason, "{note}");
         match happened {
-            rollout::RolloutEvent::Halted(h) => ctx.notifier.tell(notice(
+            rollout::RolloutEvent::Halted(h) => tell.notifier.tell(notice(
                 owner,
                 Some((&h.cluster, &h.release)),
                 AlertEvent::RolloutHalted,
                 reason,
                 note.clone(),
             )),
-            rollout::RolloutEvent::Resumed => ctx.notifier.tell(notice(
+            rollout::RolloutEvent::Resumed => tell.notifier.tell(notice(
                 owner,
                 None,
                 AlertEvent::RolloutResumed,
@@ -158,9 +147,9 @@ async fn tell(ctx: &Context, c: &Controller, owner: &OwnerId, happened: &[rollou
             )),
             _ => {}
         }
-        publish(&ctx.events, c, kind, reason, "Rollout", note).await;
+        publish(tell.events, c, kind, reason, "Rollout", note).await;
         if let rollout::RolloutEvent::Finished { duration_ms, .. } = happened {
-            ctx.metrics.rollout(*duration_ms as f64 / 1000.0);
+            tell.metrics.rollout(*duration_ms as f64 / 1000.0);
         }
     }
 }

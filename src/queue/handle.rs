@@ -92,6 +92,12 @@ impl HelmQueue {
         keys
     }
 
+    /// True when a job for this key is running (handed over to a member that answers later
+    /// included): a newer plan does not drop it.
+    pub(crate) fn is_running(&self, key: &ReleaseKey) -> bool {
+        self.lock().running.contains_key(key)
+    }
+
     /// True when a job for this key is queued or running.
     pub(crate) fn is_busy(&self, key: &ReleaseKey) -> bool {
         let state = self.lock();

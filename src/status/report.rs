@@ -117,11 +117,6 @@ impl<'a> HeldBack<'a> {
             depends: &plan.dependency_held,
         }
     }
-
-    /// True when the rollout or `dependsOn` holds back `key`'s Helm work.
-    fn gated(&self, key: &ReleaseKey) -> bool {
-        self.rollout.contains(key) || self.depends.contains_key(key)
-    }
 }
 
 pub(crate) fn release_message(
@@ -365,73 +360,6 @@ pub(crate) fn releases(view: &ReleaseView<'_>) -> ReleaseReport {
         suspended: view.plan.suspension.clone(),
         rollout: None,
     }
-}
-
-/// The report the rollout gate judged (built from the plan before the gate, with the jobs queued
-/// before it), brought up to `view`: the plan the gate let through and the jobs queued now. Only
-/// the releases the gate held back or this round queued get their message again, and the held
-/// releases no longer in the spec are added where a build puts them; the result equals
-/// `releases(view)`, so a reconcile builds its report once.
-pub(crate) fn after_gate(
-    mut report: ReleaseReport,
-    view: &ReleaseView<'_>,
-    queued_before: &BTreeSet<ReleaseKey>,
-) -> ReleaseReport {
-    let held = HeldBack::of(view.plan);
-    let changed = |key: &ReleaseKey| {
-        held.gated(key) || (view.busy.contains(key) && !queued_before.contains(key))
-    };
-    let mut at: HashMap<(&str, &str), usize> = HashMap::new();
-    for (i, t) in report.tenancies.iter().enumerate() {
-        at.insert((t.cluster.as_str(), t.namespace.as_str()), i);
-    }
-    let mut fresh: Vec<(usize, usize, ChartMessage)> = Vec::new();
-    let mut seen: HashMap<(&str, &str), usize> = HashMap::new();
-    for release in &view.plan.desired {
-        let scope = &release.key.scope;
-        let place = (scope.cluster.as_str(), scope.namespace.as_str());
-        // The n-th desired release of a cluster/namespace is its n-th message, as built.
-        let nth = seen.entry(place).or_default();
-        let slot = *nth;
-        *nth += 1;
-        if changed(&release.key)
-            && let Some(&t) = at.get(&place)
-        {
-            fresh.push((t, slot, release_message(release, view, &held)));
-        }
-    }
-    for (t, slot, message) in fresh {
-        report.tenancies[t].chart_messages[slot] = message;
-    }
-    for (key, message) in held_removals(view) {
-        let (cluster, namespace) = (key.scope.cluster.as_str(), key.scope.namespace.as_str());
-        let t = match report.tenancies.binary_search_by(|t| {
-            (t.cluster.as_str(), t.namespace.as_str()).cmp(&(cluster, namespace))
-        }) {
-            Ok(t) => t,
-            Err(t) => {
-                report.tenancies.insert(
-                    t,
-                    TenancyStatus {
-                        cluster: cluster.to_owned(),
-                        namespace: namespace.to_owned(),
-                        ..Default::default()
-                    },
-                );
-                t
-            }
-        };
-        let messages = &mut report.tenancies[t].chart_messages;
-        // After the releases and the suspended ones, before the problems.
-        let before = messages
-            .iter()
-            .position(|m| {
-                [phase::CONFLICT, phase::FORBIDDEN, phase::INVALID].contains(&m.phase.as_str())
-            })
-            .unwrap_or(messages.len());
-        messages.insert(before, message);
-    }
-    report
 }
 
 /// The release side of a resource being deleted: what its status last said of its releases, and

@@ -105,11 +105,15 @@ impl Entry {
 }
 
 /// What a plan would do, release by release, sorted by cluster, namespace and release.
-pub(crate) fn entries(plan: &Plan, applied: &HashMap<ReleaseKey, Applied>) -> Vec<Entry> {
+pub(crate) fn entries(
+    plan: &Plan,
+    held: &[Job],
+    applied: &HashMap<ReleaseKey, Applied>,
+) -> Vec<Entry> {
     let revision = |k: &ReleaseKey| applied.get(k).map(|a| a.revision);
     let mut out: Vec<Entry> = Vec::new();
     let mut jobs: BTreeSet<&ReleaseKey> = BTreeSet::new();
-    for job in &plan.jobs {
+    for job in plan.jobs.iter().chain(held) {
         jobs.insert(job.key());
         let action = match job {
             Job::Apply { .. } if applied.contains_key(job.key()) => Action::Upgrade,
@@ -117,7 +121,9 @@ pub(crate) fn entries(plan: &Plan, applied: &HashMap<ReleaseKey, Applied>) -> Ve
             Job::Uninstall { .. } => Action::Uninstall,
             Job::Rollback { .. } => Action::Upgrade,
         };
-        out.push(Entry::of(job.key(), action, revision(job.key())));
+        let mut entry = Entry::of(job.key(), action, revision(job.key()));
+        entry.reason = held_back(plan, job.key());
+        out.push(entry);
     }
     for release in plan.desired.iter().filter(|r| !jobs.contains(&r.key)) {
         let key = &release.key;
@@ -180,6 +186,21 @@ pub(crate) fn entries(plan: &Plan, applied: &HashMap<ReleaseKey, Applied>) -> Ve
         ))
     });
     out
+}
+
+/// Why the gates hold back `key`'s Helm work, in words, when they do: the rollout has not
+/// reached its cluster, or `dependsOn` orders it after a release that is not Ready.
+fn held_back(plan: &Plan, key: &ReleaseKey) -> Option<String> {
+    if plan.rollout_held.contains(key) {
+        let note = plan
+            .rollout_note
+            .as_deref()
+            .unwrap_or("waiting for the rollout");
+        return Some(format!("held back by the rollout: {note}"));
+    }
+    plan.dependency_held
+        .get(key)
+        .map(|waits| format!("held back by dependsOn: {waits}"))
 }
 
 pub(crate) fn placeholder() -> ReleaseKey {

@@ -75,7 +75,7 @@ fn each_release_of_a_plan_gets_one_action_sorted_by_cluster_namespace_and_releas
         applied("m/a/same", 2),
         applied("m/a/gone", 5),
     ]);
-    let got: Vec<(String, Action, Option<i64>)> = entries(&plan, &applied)
+    let got: Vec<(String, Action, Option<i64>)> = entries(&plan, &[], &applied)
         .into_iter()
         .map(|e| (e.name(), e.action, e.revision))
         .collect();
@@ -99,7 +99,7 @@ fn held_back_and_unreadable_releases_say_why() {
         waiting: vec![key("n/a/web")],
         ..Default::default()
     };
-    let got = entries(&plan, &HashMap::from([applied("m/a/old", 1)]));
+    let got = entries(&plan, &[], &HashMap::from([applied("m/a/old", 1)]));
     let actions: Vec<(String, Action)> = got.iter().map(|e| (e.name(), e.action)).collect();
     assert_eq!(
         actions,
@@ -321,7 +321,7 @@ fn a_depends_on_cycle_found_by_the_planner_shows_as_refused_naming_the_chain() {
         drifted: &HashMap::new(),
         fleet: &crate::plan::fleet::Fleet::none(),
     });
-    let got = entries(&plan, &HashMap::new());
+    let got = entries(&plan, &[], &HashMap::new());
     let shown: Vec<(String, Action)> = got.iter().map(|e| (e.name(), e.action)).collect();
     assert_eq!(
         shown,
@@ -338,4 +338,75 @@ fn a_depends_on_cycle_found_by_the_planner_shows_as_refused_naming_the_chain() {
             .contains("dependsOn forms a cycle: web → api → web"),
         "{got:?}"
     );
+}
+
+/// The running operator at its first look at a change and `diff` decide one fixture the same
+/// way: the same jobs let through, held back and queued, the same edges and the same report,
+/// because both go through one decision and differ only in what they know of the fleet.
+#[tokio::test]
+async fn reconcile_and_diff_decide_the_same_fixture_to_the_same_jobs_and_report() {
+    use crate::controller::fixtures::{Fixture, controller};
+    use crate::controller::pipeline::Decision;
+
+    let f = Fixture::new();
+    let c = controller(
+        "app",
+        "2026-01-01T00:00:00Z",
+        "tenancies:\n  - namespace: foo\n    charts:\n      - {chartName: statefulset-example, releaseName: db, settings: [{key: replicas, value: \"2\"}]}\n      - {chartName: deployment-example, releaseName: web, dependsOn: [db]}\n      - {chartName: no-such-chart, releaseName: ghost}\nrollout:\n  maxUnavailable: 1\n",
+    );
+    let clusters = f.ctx.registry.load().labels();
+    let state = HubState {
+        admission: f.ctx.admission(),
+        synced: clusters.keys().cloned().collect(),
+        clusters,
+        applied: HashMap::new(),
+        claims: HashMap::new(),
+        variables: BTreeMap::new(),
+        values: HubValues::new(f.ctx.hub.clone(), Default::default()),
+        rollouts: BTreeMap::new(),
+        now: Timestamp::now(),
+    };
+    let owner = owner_id(&c);
+    let seen = Seen {
+        owner: &owner,
+        clusters: &state.clusters,
+        applied: &state.applied,
+        synced: &state.synced,
+        claims: &state.claims,
+        admission: &state.admission,
+        orphans: &[],
+    };
+    let drifted = HashMap::new();
+    let planning = Planning {
+        charts: &f.ctx.charts,
+        chart_home: &f.ctx.settings.chart_home,
+        values: &state.values,
+        variables: &state.variables,
+        drifted: &drifted,
+        now: state.now,
+        pending_timeout: Duration::from_secs(300),
+    };
+
+    let operator: Decision = decide(&c, &seen, &planning, f.ctx.as_ref()).await;
+    let preview: Decision = decide(&c, &seen, &planning, &state).await;
+
+    assert_eq!(operator.plan.jobs, preview.plan.jobs);
+    assert_eq!(operator.held, preview.held);
+    assert_eq!(operator.enqueue, preview.enqueue);
+    assert_eq!(operator.edges, preview.edges);
+    assert_eq!(operator.busy, preview.busy);
+    assert_eq!(operator.report, preview.report);
+    assert_eq!(operator.plan.problems.len(), 1, "ghost's chart is missing");
+    let held: Vec<&ReleaseKey> = preview.held.iter().map(Job::key).collect();
+    assert_eq!(held, [&key("hub/foo/web")], "web waits for db in both");
+
+    // What diff prints of it: web's install is shown, held back, with what it waits for.
+    let shown = entries(&preview.plan, &preview.held, &state.applied);
+    let web = shown
+        .iter()
+        .find(|e| e.release == "web")
+        .expect("web is shown");
+    assert_eq!(web.action, Action::Install);
+    let reason = web.reason.as_deref().unwrap_or_default();
+    assert!(reason.starts_with("held back by dependsOn:"), "{reason}");
 }

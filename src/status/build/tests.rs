@@ -463,60 +463,6 @@ fn a_failed_release_makes_its_cluster_failed_for_the_rollout() {
 }
 
 #[test]
-fn the_report_brought_past_the_gate_equals_one_built_from_the_gated_plan() {
-    let mut f = Fixture::new(&[
-        "member-1/team/web",
-        "member-1/team/api",
-        "member-2/team/web",
-    ]);
-    f.applied.extend([
-        deployed("member-2/team/web", 3),
-        deployed("member-2/team/old", 2),
-    ]);
-    f.outcomes.insert(
-        "member-1/team/api".parse().unwrap(),
-        LastOutcome {
-            fingerprint: "apply:h1".into(),
-            outcome: Outcome::failed("timed out", crate::queue::FailureKind::Transient),
-            owner: OwnerId {
-                namespace: "default".into(),
-                name: "x".into(),
-            },
-            settled: false,
-        },
-    );
-    f.plan.problems.push(Problem::Conflict {
-        key: "member-2/team/taken".parse().unwrap(),
-        holder: "default/other".into(),
-    });
-    let before = f.report();
-
-    // The gate holds member-2 back (its upgrade and an uninstall), the retry of api is queued.
-    f.plan.rollout_held = vec![
-        "member-2/team/web".parse().unwrap(),
-        "member-2/team/old".parse().unwrap(),
-        "member-3/team/gone".parse().unwrap(),
-    ];
-    f.plan.rollout_note = Some("waiting for rollout wave 2/2".into());
-    let queued_before = std::mem::replace(
-        &mut f.busy,
-        BTreeSet::from(["member-1/team/api".parse().unwrap()]),
-    );
-    let view = ReleaseView {
-        plan: &f.plan,
-        applied: &f.applied,
-        outcomes: &f.outcomes,
-        busy: &f.busy,
-        synced: &f.synced,
-        generation: Some(4),
-        drift: &f.drift,
-    };
-
-    assert_ne!(before, f.report(), "the gate changed what the report says");
-    assert_eq!(after_gate(before, &view, &queued_before), f.report());
-}
-
-#[test]
 fn releases_held_by_the_rollout_are_pending_and_say_which_wave_they_wait_for() {
     let mut f = Fixture::new(&["member-1/team/web"]);
     f.plan.rollout_held = vec!["member-1/team/web".parse().unwrap()];
@@ -1032,51 +978,4 @@ fn releases_held_by_depends_on_are_pending_and_say_what_they_wait_for() {
             .starts_with("no longer in the spec, uninstalled after")
     );
     assert_eq!(ready(&s).0, "False");
-}
-
-#[test]
-fn the_report_brought_past_both_gates_equals_one_built_from_the_gated_plan() {
-    let mut f = Fixture::new(&["member-1/team/web", "member-1/team/db", "member-2/team/web"]);
-    f.applied.extend([
-        deployed("member-1/team/old", 2),
-        deployed("member-2/team/gone", 1),
-    ]);
-    f.plan.problems.push(Problem::DependencyCycle {
-        key: "member-1/team/loop".parse().unwrap(),
-        chart: "c".into(),
-        cycle: "loop → loop".into(),
-    });
-    let before = f.report();
-    f.plan.rollout_held = vec![
-        "member-2/team/web".parse().unwrap(),
-        "member-2/team/gone".parse().unwrap(),
-    ];
-    f.plan.rollout_note = Some("waiting for rollout wave 2/2".into());
-    f.plan.dependency_held = [
-        (
-            "member-1/team/web".parse().unwrap(),
-            "waiting for dependency db".to_owned(),
-        ),
-        (
-            "member-1/team/old".parse().unwrap(),
-            "uninstalled after web".to_owned(),
-        ),
-        (
-            "member-3/team/far".parse().unwrap(),
-            "uninstalled after x".to_owned(),
-        ),
-    ]
-    .into();
-    let queued_before = f.busy.clone();
-    let view = ReleaseView {
-        plan: &f.plan,
-        applied: &f.applied,
-        outcomes: &f.outcomes,
-        busy: &f.busy,
-        synced: &f.synced,
-        generation: Some(4),
-        drift: &f.drift,
-    };
-    assert_ne!(before, f.report());
-    assert_eq!(after_gate(before, &view, &queued_before), f.report());
 }

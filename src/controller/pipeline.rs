@@ -1,0 +1,266 @@
+//! One decision for one `Controller`, shared by the reconciler and `diff`: from what was observed,
+//! the plan (its charts prepared, the hub objects its values read loaded as planning names them),
+//! its gates (the drift repair limiter, the rollout, `dependsOn`), the jobs to queue and the
+//! release report of the gated plan. Nothing here writes to the hub, queues a job or tells
+//! anyone: the caller does that with what [`Decision`] holds. The plan and the report come out
+//! final; neither is changed after it is returned.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
+    path::Path,
+    time::Duration,
+};
+
+use k8s_openapi::jiff::Timestamp;
+use kube::Resource;
+
+use crate::{
+    api::crd::Controller,
+    api::key::{ClusterName, ReleaseKey},
+    charts::catalog::ChartCatalog,
+    controller::depends_gate::gate_dependencies,
+    controller::hub_values::HubValues,
+    controller::observed::{Live, Seen},
+    controller::repairs::limit_repairs,
+    controller::rollout_gate::gate_rollout,
+    plan::depends::Edges,
+    plan::fleet::Fleet,
+    plan::rollout,
+    plan::{self, Applied, Inputs, Job},
+    queue::Outcome,
+    status::report::{self as status, LastOutcome, ReleaseReport, ReleaseView},
+};
+
+/// What planning reads besides what was observed: charts, the hub objects values read, the
+/// clusters' variables, drift found, the time and the settings.
+pub(crate) struct Planning<'a> {
+    /// What is known of each chart (prepared here for the resource's charts).
+    pub(crate) charts: &'a ChartCatalog,
+    /// Directory of local charts.
+    pub(crate) chart_home: &'a Path,
+    /// The hub's Secrets and ConfigMaps `valuesFrom` reads (read here when first named).
+    pub(crate) values: &'a HubValues,
+    /// Each cluster's registration variables.
+    pub(crate) variables: &'a BTreeMap<ClusterName, BTreeMap<String, serde_json::Value>>,
+    /// Releases whose deployed revision drifted, to be repaired.
+    pub(crate) drifted: &'a HashMap<ReleaseKey, plan::Drifted>,
+    /// Now.
+    pub(crate) now: Timestamp,
+    /// How long a release may stay `pending-*` before it is cleared.
+    pub(crate) pending_timeout: Duration,
+}
+
+/// What one resource's decision comes to.
+pub(crate) struct Decision {
+    /// The plan with its gates applied: `jobs` are the ones let through.
+    pub(crate) plan: plan::Plan,
+    /// The jobs the rollout or `dependsOn` hold back (see `plan.rollout_held`,
+    /// `plan.dependency_held`).
+    pub(crate) held: Vec<Job>,
+    /// The jobs to queue: those let through but the ones that would repeat work.
+    pub(crate) enqueue: Vec<Job>,
+    /// The release report of the gated plan, once `enqueue` is queued.
+    pub(crate) report: ReleaseReport,
+    /// The rollout's step, with `spec.rollout`.
+    pub(crate) rollout: Option<rollout::Step>,
+    /// The `dependsOn` edges to remember.
+    pub(crate) edges: Edges,
+    /// Drift repairs the limiter refused for the first time, with how long until the next may run.
+    pub(crate) refused_repairs: Vec<(ReleaseKey, Duration)>,
+    /// Releases with a job queued or running once `enqueue` is queued.
+    pub(crate) busy: BTreeSet<ReleaseKey>,
+}
+
+/// Plans, gates and reports one resource: see the module's words.
+pub(crate) async fn decide(
+    c: &Controller,
+    seen: &Seen<'_>,
+    planning: &Planning<'_>,
+    live: &dyn Live,
+) -> Decision {
+    let mut plan = plan_spec(c, seen, planning).await;
+    let refused_repairs = limit_repairs(&mut plan.jobs, planning.drifted, live);
+    let drift = live.drift(seen.applied);
+    let remembered = live.dependencies(seen.owner);
+    let gated = c.spec.rollout.is_some() || !plan.depends_on.is_empty() || !remembered.is_empty();
+    let asked = if gated { plan.jobs.clone() } else { Vec::new() };
+    let mut rollout = None;
+    let mut edges = remembered.clone();
+    if gated {
+        // The gates judge clusters and releases as they would stand with every job let through.
+        let (busy, outcomes) = jobs_of(live, &plan);
+        let judged = status::releases(&ReleaseView {
+            plan: &plan,
+            applied: seen.applied,
+            outcomes: &outcomes,
+            busy: &busy,
+            synced: seen.synced,
+            generation: c.meta().generation,
+            drift: &drift,
+        });
+        rollout = gate_rollout(c, &mut plan, seen, &judged, &busy, live, planning.now);
+        edges = gate_dependencies(
+            seen.owner,
+            &mut plan,
+            seen.applied,
+            &judged,
+            &remembered,
+            live,
+            planning.now,
+        );
+    }
+    let let_through: HashSet<&ReleaseKey> = plan.jobs.iter().map(Job::key).collect();
+    let held = asked
+        .into_iter()
+        .filter(|j| !let_through.contains(j.key()))
+        .collect();
+    let enqueue: Vec<Job> = plan
+        .jobs
+        .iter()
+        .filter(|j| !redundant(live, j, seen.applied))
+        .cloned()
+        .collect();
+    let (busy, outcomes) = busy_after(live, &plan, &enqueue);
+    let mut report = status::releases(&ReleaseView {
+        plan: &plan,
+        applied: seen.applied,
+        outcomes: &outcomes,
+        busy: &busy,
+        synced: seen.synced,
+        generation: c.meta().generation,
+        drift: &drift,
+    });
+    status::add_orphans(&mut report, seen.orphans);
+    report.rollout = rollout.as_ref().map(|r: &rollout::Step| r.state.clone());
+    Decision {
+        plan,
+        held,
+        enqueue,
+        report,
+        rollout,
+        edges,
+        refused_repairs,
+        busy,
+    }
+}
+
+/// The resource's plan before its gates: its charts prepared, the planner run (off the worker
+/// when big), and run again once the hub objects its values name are read.
+async fn plan_spec(c: &Controller, seen: &Seen<'_>, planning: &Planning<'_>) -> plan::Plan {
+    let (owner, admission) = (seen.owner, seen.admission);
+    planning
+        .charts
+        .prepare(&c.spec, planning.chart_home, &|chart| {
+            admission.fetch_scope(&owner.namespace, chart)
+        })
+        .await;
+    let lookup =
+        |source: &plan::ChartSource, version: Option<&str>| planning.charts.lookup(source, version);
+    let values = |source: &plan::ValuesSource| {
+        planning
+            .values
+            .lookup(source)
+            .unwrap_or_else(|| plan::ValuesLookup::Unreadable("not read yet".into()))
+    };
+    let fleet = Fleet {
+        variables: planning.variables,
+        lookup: &values,
+    };
+    let run = || {
+        plan::offload(plan::claims::named_charts(c), || {
+            plan::plan(&Inputs {
+                owner,
+                spec: &c.spec,
+                clusters: seen.clusters,
+                synced: seen.synced,
+                applied: seen.applied,
+                claims: seen.claims,
+                admission,
+                chart_home: planning.chart_home,
+                chart_lookup: &lookup,
+                now: planning.now.as_second(),
+                pending_timeout_secs: planning.pending_timeout.as_secs() as i64,
+                drifted: planning.drifted,
+                fleet: &fleet,
+            })
+        })
+    };
+    let plan = run();
+    // The hub objects its values read, read once when first named (their names may depend on
+    // the cluster, so only planning knows them), then planned with.
+    if planning.values.any_pending(&plan.sources, admission) {
+        planning.values.load(&plan.sources, admission).await;
+        return run();
+    }
+    plan
+}
+
+/// True when queueing this job would repeat work: it already failed in a way retrying cannot
+/// fix (or as often as allowed), or it was just applied and the release records have not caught
+/// up with it yet.
+fn redundant(live: &dyn Live, job: &Job, applied: &HashMap<ReleaseKey, Applied>) -> bool {
+    live.outcome(job.key()).is_some_and(|last| {
+        last.fingerprint == job.fingerprint()
+            && match last.outcome {
+                Outcome::Failed { .. } => last.settled,
+                Outcome::Applied { revision, .. } => applied
+                    .get(job.key())
+                    .is_some_and(|a| a.revision < revision),
+                Outcome::Uninstalled => false,
+            }
+    })
+}
+
+/// The releases a plan concerns: desired or with a job.
+fn concerned(plan: &plan::Plan) -> Vec<&ReleaseKey> {
+    plan.desired
+        .iter()
+        .map(|r| &r.key)
+        .chain(plan.jobs.iter().map(Job::key))
+        .collect()
+}
+
+/// Of the releases a plan concerns: those with a job queued or running now, and the last
+/// outcome of each that has one.
+fn jobs_of(
+    live: &dyn Live,
+    plan: &plan::Plan,
+) -> (BTreeSet<ReleaseKey>, HashMap<ReleaseKey, LastOutcome>) {
+    let keys = concerned(plan);
+    let busy = keys
+        .iter()
+        .filter(|k| live.busy(k))
+        .map(|k| (*k).clone())
+        .collect();
+    (busy, outcomes(live, &keys))
+}
+
+/// Of the releases a plan concerns: those with a job queued or running once `enqueue` is
+/// queued (the queue keeps a waiting job only while the plan still has it, and never drops a
+/// running one), and the last outcome of each that has one.
+fn busy_after(
+    live: &dyn Live,
+    plan: &plan::Plan,
+    enqueue: &[Job],
+) -> (BTreeSet<ReleaseKey>, HashMap<ReleaseKey, LastOutcome>) {
+    let keys = concerned(plan);
+    let planned: HashSet<&ReleaseKey> = plan.jobs.iter().map(Job::key).collect();
+    let queued: HashSet<&ReleaseKey> = enqueue.iter().map(Job::key).collect();
+    let busy = keys
+        .iter()
+        .filter(|k| {
+            queued.contains(*k) || live.running(k) || (planned.contains(*k) && live.busy(k))
+        })
+        .map(|k| (*k).clone())
+        .collect();
+    (busy, outcomes(live, &keys))
+}
+
+fn outcomes(live: &dyn Live, keys: &[&ReleaseKey]) -> HashMap<ReleaseKey, LastOutcome> {
+    keys.iter()
+        .filter_map(|k| live.outcome(k).map(|o| ((*k).clone(), o)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

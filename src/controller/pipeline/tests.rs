@@ -1,0 +1,297 @@
+//! Tests of the decision: one resource decided against a scripted picture of the fleet.
+
+use std::collections::HashSet;
+
+use super::*;
+use crate::{
+    api::crd::{DriftStatus, RolloutStatus},
+    api::key::ClusterNamespace,
+    controller::fixtures::{Fixture, controller},
+    observe::drift::RepairVerdict,
+    observe::model::ScopeState,
+    plan::OwnerId,
+    plan::owner_id,
+    policy::Admission,
+    queue::FailureKind,
+    status::phase,
+};
+
+/// `db`, and `web` depending on it, in hub namespace `foo`.
+const SPEC: &str = "tenancies:\n  - namespace: foo\n    charts:\n      - {chartName: statefulset-example, releaseName: db}\n      - {chartName: deployment-example, releaseName: web, dependsOn: [db]}\n";
+
+fn key(k: &str) -> ReleaseKey {
+    k.parse().unwrap()
+}
+
+/// The fleet as a test scripts it.
+#[derive(Default)]
+struct Scripted {
+    busy: HashSet<ReleaseKey>,
+    running: HashSet<ReleaseKey>,
+    outcomes: HashMap<ReleaseKey, LastOutcome>,
+    unreachable: HashSet<ClusterName>,
+    repairs_refused: bool,
+}
+
+impl Live for Scripted {
+    fn busy(&self, key: &ReleaseKey) -> bool {
+        self.busy.contains(key) || self.running.contains(key)
+    }
+    fn running(&self, key: &ReleaseKey) -> bool {
+        self.running.contains(key)
+    }
+    fn outcome(&self, key: &ReleaseKey) -> Option<LastOutcome> {
+        self.outcomes.get(key).cloned()
+    }
+    fn scope(&self, _: &str, _: &str) -> Option<ScopeState> {
+        None
+    }
+    fn reachable(&self, cluster: &ClusterName) -> bool {
+        !self.unreachable.contains(cluster)
+    }
+    fn rollout(&self, _: &OwnerId) -> Option<RolloutStatus> {
+        None
+    }
+    fn dependencies(&self, _: &OwnerId) -> Edges {
+        Edges::default()
+    }
+    fn drift(&self, _: &HashMap<ReleaseKey, Applied>) -> HashMap<ReleaseKey, DriftStatus> {
+        HashMap::new()
+    }
+    fn allow_repair(&self, _: &ReleaseKey, _: i64) -> (RepairVerdict, bool) {
+        if self.repairs_refused {
+            (RepairVerdict::Suppressed(Duration::from_secs(60)), true)
+        } else {
+            (RepairVerdict::Allowed, false)
+        }
+    }
+}
+
+/// What a decision is made from: the fixture's registry (the hub only, its releases known and
+/// none installed), no claims, the fixture's policies.
+struct World {
+    owner: OwnerId,
+    clusters: BTreeMap<ClusterName, BTreeMap<String, String>>,
+    applied: HashMap<ReleaseKey, Applied>,
+    synced: BTreeSet<ClusterName>,
+    claims: HashMap<ReleaseKey, OwnerId>,
+    admission: Admission,
+    orphans: Vec<ReleaseKey>,
+}
+
+impl World {
+    fn of(f: &Fixture, c: &Controller) -> Self {
+        let clusters = f.ctx.registry.load().labels();
+        Self {
+            owner: owner_id(c),
+            synced: clusters.keys().cloned().collect(),
+            clusters,
+            applied: HashMap::new(),
+            claims: HashMap::new(),
+            admission: f.ctx.admission(),
+            orphans: Vec::new(),
+        }
+    }
+
+    fn seen(&self) -> Seen<'_> {
+        Seen {
+            owner: &self.owner,
+            clusters: &self.clusters,
+            applied: &self.applied,
+            synced: &self.synced,
+            claims: &self.claims,
+            admission: &self.admission,
+            orphans: &self.orphans,
+        }
+    }
+}
+
+async fn decide_with(f: &Fixture, c: &Controller, world: &World, live: &Scripted) -> Decision {
+    let variables = BTreeMap::new();
+    let drifted = HashMap::new();
+    let planning = Planning {
+        charts: &f.ctx.charts,
+        chart_home: &f.ctx.settings.chart_home,
+        values: &f.ctx.values,
+        variables: &variables,
+        drifted: &drifted,
+        now: Timestamp::now(),
+        pending_timeout: Duration::from_secs(300),
+    };
+    decide(c, &world.seen(), &planning, live).await
+}
+
+fn message<'a>(report: &'a ReleaseReport, release: &str) -> &'a crate::api::crd::ChartMessage {
+    report
+        .tenancies
+        .iter()
+        .flat_map(|t| &t.chart_messages)
+        .find(|m| m.release_name == release)
+        .unwrap_or_else(|| panic!("no message for {release} in {report:?}"))
+}
+
+#[tokio::test]
+async fn a_release_waits_for_what_it_depends_on_held_not_queued_and_its_edge_remembered() {
+    let f = Fixture::new();
+    let c = controller("app", "2026-01-01T00:00:00Z", SPEC);
+    let world = World::of(&f, &c);
+
+    let d = decide_with(&f, &c, &world, &Scripted::default()).await;
+
+    let queued: Vec<&ReleaseKey> = d.enqueue.iter().map(Job::key).collect();
+    assert_eq!(queued, [&key("hub/foo/db")], "only db goes to the queue");
+    let held: Vec<&ReleaseKey> = d.held.iter().map(Job::key).collect();
+    assert_eq!(held, [&key("hub/foo/web")]);
+    assert!(
+        d.plan.dependency_held[&key("hub/foo/web")].contains("db"),
+        "{:?}",
+        d.plan.dependency_held
+    );
+    assert_eq!(
+        d.edges.get(&key("hub/foo/web")),
+        Some(&BTreeSet::from([key("hub/foo/db")])),
+        "the edge is handed back to be remembered"
+    );
+    assert_eq!(d.busy, BTreeSet::from([key("hub/foo/db")]));
+    let web = message(&d.report, "web");
+    assert_eq!(web.phase, phase::PENDING);
+    assert!(web.error_message.contains("db"), "{}", web.error_message);
+}
+
+#[tokio::test]
+async fn a_job_that_failed_for_good_at_the_same_fingerprint_is_planned_but_not_queued_again() {
+    let f = Fixture::new();
+    let c = controller(
+        "app",
+        "2026-01-01T00:00:00Z",
+        "tenancies:\n  - namespace: foo\n    charts:\n      - {chartName: deployment-example, releaseName: web}\n",
+    );
+    let world = World::of(&f, &c);
+    let first = decide_with(&f, &c, &world, &Scripted::default()).await;
+    let job = first.enqueue.first().expect("the install is queued");
+
+    let mut live = Scripted::default();
+    live.outcomes.insert(
+        key("hub/foo/web"),
+        LastOutcome {
+            fingerprint: job.fingerprint(),
+            outcome: Outcome::failed("template: boom", FailureKind::Permanent),
+            owner: world.owner.clone(),
+            settled: true,
+        },
+    );
+    let again = decide_with(&f, &c, &world, &live).await;
+
+    assert_eq!(again.plan.jobs.len(), 1, "the plan still asks for it");
+    assert!(again.enqueue.is_empty(), "but it is not queued again");
+    assert!(again.busy.is_empty());
+    assert_eq!(message(&again.report, "web").phase, phase::FAILED);
+}
+
+#[tokio::test]
+async fn the_report_counts_as_busy_the_queued_and_running_jobs_not_a_waiting_job_the_plan_dropped()
+{
+    let f = Fixture::new();
+    let c = controller("app", "2026-01-01T00:00:00Z", SPEC);
+    let world = World::of(&f, &c);
+
+    // web waits in the queue from an earlier plan; now dependsOn holds it, so the queue drops it.
+    let mut live = Scripted::default();
+    live.busy.insert(key("hub/foo/web"));
+    let d = decide_with(&f, &c, &world, &live).await;
+    assert_eq!(d.busy, BTreeSet::from([key("hub/foo/db")]));
+
+    // A running job is never dropped: it stays busy.
+    let mut live = Scripted::default();
+    live.running.insert(key("hub/foo/web"));
+    let d = decide_with(&f, &c, &world, &live).await;
+    assert_eq!(
+        d.busy,
+        BTreeSet::from([key("hub/foo/db"), key("hub/foo/web")])
+    );
+}
+
+#[tokio::test]
+async fn a_refused_repair_leaves_the_jobs_and_is_handed_back_to_be_told() {
+    let f = Fixture::new();
+    let c = controller(
+        "app",
+        "2026-01-01T00:00:00Z",
+        "tenancies:\n  - namespace: foo\n    charts:\n      - {chartName: deployment-example, releaseName: web, driftDetection: {mode: enabled}}\n",
+    );
+    let mut world = World::of(&f, &c);
+    let installed = decide_with(&f, &c, &world, &Scripted::default()).await;
+    let Job::Apply { release, .. } = &installed.enqueue[0] else {
+        panic!("an install");
+    };
+    world.applied.insert(
+        release.key.clone(),
+        Applied {
+            key: release.key.clone(),
+            owner: Some(world.owner.clone()),
+            spec_hash: Some(release.spec_hash.clone()),
+            revision: 3,
+            status: "deployed".into(),
+            modified_at: Some(0),
+        },
+    );
+    let drifted = HashMap::from([(
+        release.key.clone(),
+        plan::Drifted {
+            revision: 3,
+            summary: "Deployment web: spec.replicas".into(),
+        },
+    )]);
+    let variables = BTreeMap::new();
+    let planning = Planning {
+        charts: &f.ctx.charts,
+        chart_home: &f.ctx.settings.chart_home,
+        values: &f.ctx.values,
+        variables: &variables,
+        drifted: &drifted,
+        now: Timestamp::now(),
+        pending_timeout: Duration::from_secs(300),
+    };
+    let live = Scripted {
+        repairs_refused: true,
+        ..Scripted::default()
+    };
+
+    let d = decide(&c, &world.seen(), &planning, &live).await;
+
+    assert!(d.plan.jobs.is_empty(), "{:?}", d.plan.jobs);
+    assert!(d.enqueue.is_empty());
+    assert_eq!(
+        d.refused_repairs,
+        vec![(release.key.clone(), Duration::from_secs(60))]
+    );
+}
+
+#[tokio::test]
+async fn the_report_carries_the_orphans_and_the_rollout_state() {
+    let f = Fixture::new();
+    let c = controller(
+        "app",
+        "2026-01-01T00:00:00Z",
+        "tenancies:\n  - namespace: foo\n    charts:\n      - {chartName: deployment-example, releaseName: web}\nrollout:\n  maxUnavailable: 1\n",
+    );
+    let mut world = World::of(&f, &c);
+    world.orphans = vec![key("gone/foo/web")];
+
+    let d = decide_with(&f, &c, &world, &Scripted::default()).await;
+
+    let step = d.rollout.as_ref().expect("spec.rollout makes a step");
+    assert_eq!(d.report.rollout.as_ref(), Some(&step.state));
+    let orphan = d
+        .report
+        .tenancies
+        .iter()
+        .find(|t| t.cluster == "gone")
+        .expect("the orphan's cluster has an entry");
+    assert_eq!(orphan.chart_messages[0].phase, phase::ORPHANED);
+    let scope: ClusterNamespace = "hub/foo".parse().unwrap();
+    assert!(
+        step.allowed.contains(&scope.cluster),
+        "the only cluster is in the first wave"
+    );
+}
