@@ -63,7 +63,12 @@ phase "unit tests"
 cargo test --locked --lib --bins 2>&1 | tee -a "$RESULTS"
 
 phase "executor tests"
-(cd src/helm/helm-sdk && GOTOOLCHAIN=local GOFLAGS=-buildvcs=false go test -count=1 ./...)
+(
+    cd src/helm/helm-sdk
+    # go.mod stays as `go mod tidy` leaves it (prints the difference and fails otherwise).
+    GOTOOLCHAIN=local GOFLAGS=-buildvcs=false go mod tidy -diff
+    GOTOOLCHAIN=local GOFLAGS=-buildvcs=false go test -count=1 ./...
+)
 
 phase "lab up"
 lab_started=true

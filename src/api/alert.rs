@@ -197,15 +197,18 @@ pub struct AlertStatus {
 
     /// Messages delivered since the operator started.
     #[serde(default)]
+    #[schemars(schema_with = "count")]
     pub sent: u64,
 
     /// Messages given up after every attempt failed, since the operator started.
     #[serde(default)]
+    #[schemars(schema_with = "count")]
     pub failed: u64,
 
     /// Messages not sent, since the operator started: over the rate limit, or the operator's
     /// queue of messages was full.
     #[serde(default)]
+    #[schemars(schema_with = "count")]
     pub dropped: u64,
 
     /// The generation this status describes.
@@ -216,6 +219,15 @@ pub struct AlertStatus {
 /// The `Alert` CustomResourceDefinition as YAML, exactly as `crds/` holds it.
 pub fn alert_crd_yaml() -> String {
     serde_yaml::to_string(&Alert::crd()).expect("a CustomResourceDefinition always serializes")
+}
+
+/// A count in a status: an integer of a format the API server knows (`int64`), never negative.
+fn count(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "integer",
+        "format": "int64",
+        "minimum": 0
+    })
 }
 
 #[cfg(test)]
