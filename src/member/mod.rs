@@ -4,6 +4,7 @@
 //! hub holds (the registration file); a member whose agent connects out to the hub implements the
 //! same [`MemberLink`].
 
+pub(crate) mod error;
 pub(crate) mod link;
 pub mod pull;
 pub(crate) mod push;

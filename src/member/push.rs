@@ -3,11 +3,14 @@
 use std::{collections::HashMap, sync::Arc};
 
 use futures::{FutureExt as _, future::BoxFuture};
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
 
 use crate::{
     api::key::{ClusterName, ReleaseKey},
     clusters::registry::{self, Health, Member},
     helm::{args::RenderFor, sdk::HelmExecutor},
+    member::error::{self, LinkError},
     member::link::{DriftCheck, MemberLink},
     observe::drift::{self, Kinds, ObjectDrift},
     observe::records::{self, RecordEvents},
@@ -90,12 +93,18 @@ impl MemberLink for PushLink {
         async move { registry::probe(&member).await }.boxed()
     }
 
-    fn list_releases(&self) -> BoxFuture<'static, Result<HashMap<ReleaseKey, Applied>, String>> {
+    fn list_releases(&self) -> BoxFuture<'static, error::Result<HashMap<ReleaseKey, Applied>>> {
         let member = self.member.clone();
         async move {
-            releases::list(&member.entry.name, member.client.clone())
+            let cluster = &member.entry.name;
+            releases::list(cluster, member.client.clone())
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(|e| {
+                    LinkError::kube(
+                        format!("listing the release records of cluster {cluster}"),
+                        e,
+                    )
+                })
         }
         .boxed()
     }
@@ -104,9 +113,22 @@ impl MemberLink for PushLink {
         &self,
         key: ReleaseKey,
         revision: i64,
-    ) -> BoxFuture<'static, Result<Option<records::Deployed>, String>> {
+    ) -> BoxFuture<'static, error::Result<Option<records::Deployed>>> {
         let client = self.member.client.clone();
-        async move { records::manifest(client, &key, revision).await }.boxed()
+        async move {
+            let api: Api<Secret> = Api::namespaced(client, &key.scope.namespace);
+            let name = records::record_name(&key, revision);
+            let secret = api.get_opt(&name).await.map_err(|e| {
+                LinkError::kube(format!("reading release record {name} of {key}"), e)
+            })?;
+            secret
+                .map(|secret| {
+                    records::deployed_of(&name, &secret)
+                        .map_err(|reason| LinkError::Record { key, reason })
+                })
+                .transpose()
+        }
+        .boxed()
     }
 
     fn capabilities(&self) -> BoxFuture<'static, RenderFor> {

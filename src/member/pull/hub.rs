@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     api::key::{ClusterName, ReleaseKey},
     api::member_cluster::{AGENT_LEASE, member_of_pull_namespace, pull_namespace},
+    member::error::{self, LinkError},
     member::pull::held::{Reports, Taken},
     member::pull::messages::{
         CALL_LABEL, Call, MAX_MESSAGE, REPORT_KEY, REPORT_LABEL, WORK_CONTENT, WORK_ID,
@@ -140,7 +141,7 @@ impl PullHub {
 
     /// Signs `call` and writes it as the Secret `name` (replacing what was there), labelled as a
     /// call of `kind`.
-    pub(crate) async fn publish(&self, name: &str, kind: &str, call: &Call) -> Result<(), String> {
+    pub(crate) async fn publish(&self, name: &str, kind: &str, call: &Call) -> error::Result<()> {
         self.publish_with(name, kind, call, None).await
     }
 
@@ -153,37 +154,13 @@ impl PullHub {
         kind: &str,
         call: &Call,
         content: Option<&str>,
-    ) -> Result<(), String> {
-        let signer = self.signer.as_ref().ok_or_else(|| {
-            format!(
-                "cluster {} is a pull member: only the operator signs its calls",
-                call.cluster
-            )
+    ) -> error::Result<()> {
+        let signer = self.signer.as_ref().ok_or_else(|| LinkError::NotSigner {
+            cluster: call.cluster.clone(),
         })?;
-        let bytes = serde_json::to_vec(call).map_err(|e| e.to_string())?;
-        if bytes.len() > MAX_MESSAGE {
-            return Err(format!(
-                "the call for cluster {} is {} KiB, more than the {} KiB a pull member is sent; make its values smaller",
-                call.cluster,
-                bytes.len() / 1024,
-                MAX_MESSAGE / 1024
-            ));
-        }
         let secret = Secret {
-            metadata: ObjectMeta {
-                name: Some(name.to_owned()),
-                labels: Some([(CALL_LABEL.to_owned(), kind.to_owned())].into()),
-                annotations: content.map(|content| {
-                    [
-                        (WORK_ID.to_owned(), call.id.clone()),
-                        (WORK_CONTENT.to_owned(), content.to_owned()),
-                    ]
-                    .into()
-                }),
-                ..Default::default()
-            },
-            data: Some(signer.sign(bytes)),
-            ..Default::default()
+            data: Some(signer.sign(encode(call)?)),
+            ..call_secret(name, kind, call, content)
         };
         let params = PatchParams::apply("tenancy-hub").force();
         let _permit = self.writes.acquire().await.expect("never closed");
@@ -192,11 +169,12 @@ impl PullHub {
             .await
             .map(|_| ())
             .map_err(|e| {
-                format!(
-                    "publishing {name} for cluster {} in hub namespace {}: {e}",
+                let doing = format!(
+                    "publishing {name} for cluster {} in hub namespace {}",
                     call.cluster,
                     pull_namespace(&call.cluster)
-                )
+                );
+                LinkError::kube(doing, e)
             })
     }
 
@@ -226,7 +204,7 @@ impl PullHub {
         key: &ReleaseKey,
         content: &str,
         call: &mut Call,
-    ) -> Result<String, String> {
+    ) -> error::Result<String> {
         let id = match self.pending.get(key).map(|p| p.clone()) {
             Some((id, pending)) if pending == content => id,
             Some(_) => self.pend(key, new_id(), content),
@@ -266,11 +244,7 @@ impl PullHub {
                 |e| tracing::debug!(%key, error = %e, "could not read the work call on the hub"),
             )
             .ok()??;
-        let annotations = found.metadata.annotations.unwrap_or_default();
-        (annotations.get(WORK_CONTENT).map(String::as_str) == Some(content))
-            .then(|| annotations.get(WORK_ID).cloned())
-            .flatten()
-            .filter(|id| is_id(id))
+        same_work(&found.metadata, content)
     }
 
     /// Reads the answer of `key` now, when [`PullHub::run`] passed it by before it was waited
@@ -301,14 +275,17 @@ impl PullHub {
 
     /// Reads `cluster`'s reports and Lease now, unless [`PullHub::run`] follows them already:
     /// what a look from the CLI sees.
-    pub(crate) async fn read_now(&self, cluster: &ClusterName) -> Result<(), String> {
+    pub(crate) async fn read_now(&self, cluster: &ClusterName) -> error::Result<()> {
         if self.following.load(Ordering::Relaxed) {
             self.listed_first().await;
             return Ok(());
         }
         let namespace = pull_namespace(cluster);
         let hub = |e: kube::Error| {
-            format!("reading pull member {cluster}'s reports in hub namespace {namespace}: {e}")
+            LinkError::kube(
+                format!("reading pull member {cluster}'s reports in hub namespace {namespace}"),
+                e,
+            )
         };
         let params = kube::api::ListParams::default().labels(REPORT_LABEL);
         for secret in self.secrets(cluster).list(&params).await.map_err(hub)? {
@@ -577,6 +554,52 @@ fn abandoned(meta: &kube::api::ObjectMeta) -> bool {
     meta.creation_timestamp
         .as_ref()
         .is_some_and(|t| now - t.0.as_second() > ABANDONED_ASK.as_secs() as i64)
+}
+
+/// The bytes of `call`, within the [`MAX_MESSAGE`] a pull member is sent.
+fn encode(call: &Call) -> error::Result<Vec<u8>> {
+    let bytes = serde_json::to_vec(call).map_err(|source| LinkError::Encode {
+        cluster: call.cluster.clone(),
+        source,
+    })?;
+    if bytes.len() > MAX_MESSAGE {
+        return Err(LinkError::TooLarge {
+            cluster: call.cluster.clone(),
+            kib: bytes.len() / 1024,
+            max_kib: MAX_MESSAGE / 1024,
+        });
+    }
+    Ok(bytes)
+}
+
+/// The Secret `name` that carries `call` (its data left to the signer), labelled as a call of
+/// `kind`, annotated with its id and `content` digest when it is work.
+fn call_secret(name: &str, kind: &str, call: &Call, content: Option<&str>) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some([(CALL_LABEL.to_owned(), kind.to_owned())].into()),
+            annotations: content.map(|content| {
+                [
+                    (WORK_ID.to_owned(), call.id.clone()),
+                    (WORK_CONTENT.to_owned(), content.to_owned()),
+                ]
+                .into()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// Whether the work call `found` on the hub is the work of `content`: its id, when it carries a
+/// well-formed one.
+fn same_work(found: &ObjectMeta, content: &str) -> Option<String> {
+    let annotations = found.annotations.as_ref()?;
+    (annotations.get(WORK_CONTENT).map(String::as_str) == Some(content))
+        .then(|| annotations.get(WORK_ID).cloned())
+        .flatten()
+        .filter(|id| is_id(id))
 }
 
 /// How long a look at a member waits at most for the first list of every agent's Lease and
