@@ -627,7 +627,9 @@ fn not_read_yet(cluster: &ClusterName, name: &str, error: &kube::Error) {
 
 #[cfg(test)]
 mod tests {
+    use http::{Request, Response};
     use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+    use kube::client::Body;
 
     use super::*;
 
@@ -672,8 +674,6 @@ mod tests {
 
     #[tokio::test]
     async fn a_report_is_read_in_its_members_hub_namespace_and_a_labelled_secret_elsewhere_never() {
-        use http::{Request, Response};
-        use kube::client::Body;
         let (service, mut server) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let hub = PullHub::new(kube::Client::new(service, "default"), None, None);
         let within = Duration::from_secs(10);
@@ -724,6 +724,91 @@ mod tests {
             .await;
         assert!(
             matches!(gone, watcher::Event::Delete(s) if s.metadata.namespace == Some(namespace))
+        );
+    }
+
+    /// A call for `edge-1` to watch `namespaces`.
+    fn watch_call(namespaces: &[String]) -> Call {
+        Call {
+            cluster: "edge-1".parse().unwrap(),
+            id: new_id(),
+            body: crate::member::pull::messages::CallBody::Watch {
+                namespaces: namespaces.iter().cloned().collect(),
+                shard: 0,
+                shards: 1,
+                at_millis: 0,
+            },
+        }
+    }
+
+    #[test]
+    fn a_call_larger_than_a_member_is_sent_is_refused_naming_its_cluster() {
+        let small = watch_call(&["team-a".into()]);
+        assert!(encode(&small).unwrap().len() <= MAX_MESSAGE);
+        let many: Vec<String> = (0..MAX_MESSAGE / 8).map(|i| format!("ns-{i:07}")).collect();
+        let error = encode(&watch_call(&many)).unwrap_err();
+        assert!(
+            matches!(&error, LinkError::TooLarge { kib, max_kib, .. } if kib > max_kib),
+            "{error:?}"
+        );
+        let message = error.to_string();
+        assert!(
+            message.contains("cluster edge-1") && message.contains("make its values smaller"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn only_work_is_annotated_with_its_id_and_content() {
+        let call = watch_call(&[]);
+        let watch = call_secret("watch-0-1", "watch", &call, None);
+        assert_eq!(watch.metadata.name.as_deref(), Some("watch-0-1"));
+        assert_eq!(watch.metadata.labels.unwrap()[CALL_LABEL], "watch");
+        assert_eq!(watch.metadata.annotations, None);
+        assert_eq!(watch.data, None, "the signer fills it");
+        let work = call_secret("work-x", "work", &call, Some("digest"));
+        let annotations = work.metadata.annotations.unwrap();
+        assert_eq!(
+            (
+                annotations[WORK_ID].as_str(),
+                annotations[WORK_CONTENT].as_str()
+            ),
+            (call.id.as_str(), "digest")
+        );
+    }
+
+    #[test]
+    fn earlier_work_keeps_its_id_only_for_the_same_content_and_a_well_formed_id() {
+        let id = new_id();
+        let annotated = |id: &str, content: &str| ObjectMeta {
+            annotations: Some(
+                [
+                    (WORK_ID.to_owned(), id.to_owned()),
+                    (WORK_CONTENT.to_owned(), content.to_owned()),
+                ]
+                .into(),
+            ),
+            ..Default::default()
+        };
+        assert_eq!(same_work(&annotated(&id, "c1"), "c1"), Some(id.clone()));
+        assert_eq!(same_work(&annotated(&id, "c1"), "c2"), None);
+        assert_eq!(same_work(&annotated("not-an-id", "c1"), "c1"), None);
+        assert_eq!(same_work(&ObjectMeta::default(), "c1"), None);
+    }
+
+    #[tokio::test]
+    async fn a_look_from_the_cli_publishes_nothing_and_says_only_the_operator_signs() {
+        let (service, _handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let hub = PullHub::new(kube::Client::new(service, "default"), None, None);
+        let error = hub
+            .publish("watch-0-1", "watch", &watch_call(&[]))
+            .await
+            .unwrap_err();
+        assert!(matches!(&error, LinkError::NotSigner { .. }), "{error:?}");
+        assert!(
+            error
+                .to_string()
+                .contains("cluster edge-1 is a pull member")
         );
     }
 }
