@@ -230,3 +230,14 @@ fn an_api_server_refusal_is_forbidden_and_says_what_was_refused() {
         LinkError::Kube { .. }
     ));
 }
+
+#[test]
+fn an_api_server_that_does_not_answer_is_unreachable() {
+    let down = kube::Error::Service("connection refused".into());
+    let error = LinkError::kube("listing the release records of cluster edge-1", down);
+    assert!(matches!(&error, LinkError::Unreachable { .. }), "{error:?}");
+    assert_eq!(
+        error.to_string(),
+        "listing the release records of cluster edge-1: the API server cannot be reached (ServiceError: connection refused)"
+    );
+}
