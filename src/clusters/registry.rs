@@ -232,6 +232,7 @@ pub(crate) type SharedRegistry = Arc<arc_swap::ArcSwap<ClusterRegistry>>;
 /// file's (with clients) and the joined ones. A name in both is the file's: the joined member of
 /// that name is kept but not seen until the file lets the name go.
 #[derive(Clone)]
+#[cfg_attr(test, derive(Default))]
 pub(crate) struct ClusterRegistry {
     members: BTreeMap<ClusterName, Arc<Member>>,
     joined: JoinedMembers,

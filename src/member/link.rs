@@ -10,6 +10,7 @@ use crate::{
     api::policy::Impersonation,
     clusters::registry::Health,
     helm::args::RenderFor,
+    member::error,
     observe::drift::{self, ObjectDrift},
     observe::records::RecordEvents,
     observe::watch::ClusterWatch,
@@ -55,13 +56,13 @@ pub(crate) trait MemberLink: Send + Sync {
     fn probe(&self) -> BoxFuture<'static, Health>;
     /// Its releases, the newest record of each, read once: for a look that acts on nothing (the
     /// CLI's `diff`), which takes owners as the records' labels claim them.
-    fn list_releases(&self) -> BoxFuture<'static, Result<HashMap<ReleaseKey, Applied>, String>>;
+    fn list_releases(&self) -> BoxFuture<'static, error::Result<HashMap<ReleaseKey, Applied>>>;
     /// The manifest and values of a release's `revision`, when its record is there.
     fn manifest(
         &self,
         key: ReleaseKey,
         revision: i64,
-    ) -> BoxFuture<'static, Result<Option<crate::observe::records::Deployed>, String>>;
+    ) -> BoxFuture<'static, error::Result<Option<crate::observe::records::Deployed>>>;
     /// What rendering offline as for this cluster needs: its version and the API versions it
     /// serves (what it does not say is left out).
     fn capabilities(&self) -> BoxFuture<'static, RenderFor>;

@@ -4,6 +4,7 @@
 //! hub holds (the registration file); a member whose agent connects out to the hub implements the
 //! same [`MemberLink`].
 
+pub(crate) mod error;
 pub(crate) mod link;
 pub mod pull;
 pub(crate) mod push;
@@ -37,6 +38,9 @@ pub(crate) struct Links {
     pull: Option<Arc<PullHub>>,
     /// How long a pull member's answer to a job may take.
     answer_within: std::time::Duration,
+    /// Links that take the place of the registry's, by cluster: tests' fakes.
+    #[cfg(test)]
+    fixed: Vec<Arc<dyn MemberLink>>,
 }
 
 impl Links {
@@ -54,6 +58,8 @@ impl Links {
             kinds: Arc::default(),
             pull: Some(pull),
             answer_within,
+            #[cfg(test)]
+            fixed: Vec::new(),
         }
     }
 
@@ -70,6 +76,8 @@ impl Links {
             kinds: Arc::default(),
             pull: hub,
             answer_within: pull::link::ANSWER_WITHIN,
+            #[cfg(test)]
+            fixed: Vec::new(),
         }
     }
 
@@ -80,6 +88,10 @@ impl Links {
 
     /// The link of `cluster`, when it is registered (in the file, or joined).
     pub(crate) fn get(&self, cluster: &ClusterName) -> Option<Arc<dyn MemberLink>> {
+        #[cfg(test)]
+        if let Some(fixed) = self.fixed.iter().find(|l| l.cluster() == cluster) {
+            return Some(fixed.clone());
+        }
         let registry = self.registry.load();
         if let Some(member) = registry.get(cluster) {
             return Some(self.link(member.clone()));
@@ -98,7 +110,10 @@ impl Links {
             .into_iter()
             .filter(|name| registry.joined(name).is_some())
             .filter_map(|name| self.pulled(name));
-        pushed.chain(pulled).collect()
+        let all = pushed.chain(pulled);
+        #[cfg(test)]
+        let all = all.chain(self.fixed.iter().cloned());
+        all.collect()
     }
 
     /// The link of a pull member.
@@ -148,6 +163,10 @@ impl Executor for Links {
 
 impl Observers for Links {
     fn knows(&self, cluster: &ClusterName) -> bool {
+        #[cfg(test)]
+        if self.fixed.iter().any(|l| l.cluster() == cluster) {
+            return true;
+        }
         let registry = self.registry.load();
         registry.get(cluster).is_some() || registry.joined(cluster).is_some()
     }
@@ -157,3 +176,20 @@ impl Observers for Links {
         Some(link.watch_workloads(watch))
     }
 }
+
+#[cfg(test)]
+impl Links {
+    /// Links to `fixed` alone (tests' fakes), running no Helm job elsewhere.
+    pub(crate) fn fixed(fixed: Vec<Arc<dyn MemberLink>>) -> Self {
+        Self {
+            fixed,
+            ..Self::looking(ClusterRegistry::default(), None)
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod fake;
+
+#[cfg(test)]
+mod tests;

@@ -46,30 +46,20 @@ pub(crate) struct Deployed {
     pub(crate) values: serde_json::Value,
 }
 
-/// What Helm deployed for one revision of a release, read from its release record; None when
-/// the record is gone.
-pub(crate) async fn manifest(
-    client: kube::Client,
-    key: &ReleaseKey,
-    revision: i64,
-) -> Result<Option<Deployed>, String> {
-    let api: Api<Secret> = Api::namespaced(client, &key.scope.namespace);
-    let name = format!("sh.helm.release.v1.{}.v{revision}", key.release);
-    let secret = api
-        .get_opt(&name)
-        .await
-        .map_err(|e| format!("reading release record {name} of {key}: {e}"))?;
-    let Some(secret) = secret else {
-        return Ok(None);
-    };
+/// The name of the release record of `key`'s `revision`.
+pub(crate) fn record_name(key: &ReleaseKey, revision: i64) -> String {
+    format!("sh.helm.release.v1.{}.v{revision}", key.release)
+}
+
+/// What Helm deployed for one revision of a release, read from its release record `secret`
+/// (named `name`); the error says what is wrong with the record.
+pub(crate) fn deployed_of(name: &str, secret: &Secret) -> Result<Deployed, String> {
     let data = secret
         .data
         .as_ref()
         .and_then(|d| d.get("release"))
-        .ok_or_else(|| format!("release record {name} of {key} holds no release"))?;
-    decode_release(&data.0)
-        .map(Some)
-        .map_err(|e| format!("release record {name} of {key}: {e}"))
+        .ok_or_else(|| format!("release record {name} holds no release"))?;
+    decode_release(&data.0).map_err(|e| format!("release record {name}: {e}"))
 }
 
 /// The most a release record's `release` field may expand to when it is decoded: 32 MiB. A

@@ -1063,3 +1063,5 @@ async fn members_that_never_answer_hold_no_worker_and_time_out_into_backoff() {
     cancel.cancel();
     within(run).await.unwrap();
 }
+
+mod links;

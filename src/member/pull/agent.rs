@@ -339,9 +339,12 @@ impl Agent {
                     .await
                     .map_err(|e| e.to_string()),
             ),
-            CallBody::Manifest { key, revision } => {
-                Reply::Manifest(self.local.manifest(key, revision).await)
-            }
+            CallBody::Manifest { key, revision } => Reply::Manifest(
+                self.local
+                    .manifest(key, revision)
+                    .await
+                    .map_err(|e| e.to_string()),
+            ),
             _ => return,
         };
         let replied = Replied {

@@ -261,18 +261,20 @@ async fn reconcile(mc: Arc<MemberCluster>, ctx: Arc<Enrollment>) -> Result<Actio
 
 fn error_policy(_mc: Arc<MemberCluster>, error: &EnrollError, _ctx: Arc<Enrollment>) -> Action {
     match error {
-        EnrollError::Terminating { .. } => {
-            tracing::info!(%error);
-            Action::requeue(Duration::from_secs(2))
-        }
-        EnrollError::BadName { .. } => {
-            tracing::warn!(%error);
-            Action::await_change()
-        }
-        _ => {
-            tracing::warn!(%error, "enrollment failed; retrying in 15s");
-            Action::requeue(Duration::from_secs(15))
-        }
+        EnrollError::Terminating { .. } => tracing::info!(%error),
+        EnrollError::BadName { .. } => tracing::warn!(%error),
+        _ => tracing::warn!(%error, "enrollment failed; retrying in 15s"),
+    }
+    after(error)
+}
+
+/// When a member whose enrollment failed with `error` is looked at again: soon while its
+/// namespace goes, never for a name no cluster may have (until it changes), else in 15 s.
+fn after(error: &EnrollError) -> Action {
+    match error {
+        EnrollError::Terminating { .. } => Action::requeue(Duration::from_secs(2)),
+        EnrollError::BadName { .. } => Action::await_change(),
+        _ => Action::requeue(Duration::from_secs(15)),
     }
 }
 
@@ -392,26 +394,7 @@ impl Enrollment {
                 what: format!("Namespace {name}"),
                 source,
             })?;
-        let owner = made.owner_references().first().map(|o| o.uid.as_str());
-        match found {
-            Some(ns) if !is_members(&ns, cluster) => Err(EnrollError::ForeignNamespace {
-                cluster: cluster.clone(),
-                namespace: name,
-            }),
-            Some(ns)
-                if ns.metadata.deletion_timestamp.is_none()
-                    && ns
-                        .owner_references()
-                        .iter()
-                        .any(|o| Some(o.uid.as_str()) == owner) =>
-            {
-                Ok(())
-            }
-            _ => Err(EnrollError::Terminating {
-                cluster: cluster.clone(),
-                namespace: name,
-            }),
-        }
+        existing(cluster, made, found.as_ref())
     }
 
     /// Writes the status `standing` makes, when it differs from the one the object has.
@@ -477,6 +460,37 @@ impl Enrollment {
     }
 }
 
+/// Whether `found`, the namespace of the name of `made` that could not be created, will do
+/// for `cluster`: it must be the member's (labelled so) and owned by the same `MemberCluster`,
+/// not going; one gone meanwhile, or going, is waited out.
+fn existing(
+    cluster: &ClusterName,
+    made: &Namespace,
+    found: Option<&Namespace>,
+) -> Result<(), EnrollError> {
+    let namespace = made.name_any();
+    let owner = made.owner_references().first().map(|o| o.uid.as_str());
+    match found {
+        Some(ns) if !is_members(ns, cluster) => Err(EnrollError::ForeignNamespace {
+            cluster: cluster.clone(),
+            namespace,
+        }),
+        Some(ns)
+            if ns.metadata.deletion_timestamp.is_none()
+                && ns
+                    .owner_references()
+                    .iter()
+                    .any(|o| Some(o.uid.as_str()) == owner) =>
+        {
+            Ok(())
+        }
+        _ => Err(EnrollError::Terminating {
+            cluster: cluster.clone(),
+            namespace,
+        }),
+    }
+}
+
 /// Whether `previous` says already that the reports were refused, with `message`.
 fn reports_refused(
     previous: Option<&crate::api::member_cluster::MemberClusterStatus>,
@@ -529,4 +543,102 @@ where
             what: format!("{} {name}", K::kind(&())),
             source,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+
+    use super::*;
+    use crate::api::member_cluster::MemberClusterStatus;
+
+    fn cluster() -> ClusterName {
+        "edge-1".parse().unwrap()
+    }
+
+    /// The namespace of `edge-1` labelled as `member`'s, owned by the MemberCluster of `uid`.
+    fn namespace(member: Option<&str>, uid: &str) -> Namespace {
+        let mut ns = Namespace::default();
+        ns.metadata.name = Some(pull_namespace(&cluster()));
+        ns.metadata.labels = member.map(|m| [(MEMBER_LABEL.to_owned(), m.to_owned())].into());
+        ns.metadata.owner_references = Some(vec![OwnerReference {
+            uid: uid.into(),
+            ..Default::default()
+        }]);
+        ns
+    }
+
+    #[test]
+    fn a_namespace_of_the_members_name_is_taken_only_when_it_is_the_members_and_stays() {
+        let made = namespace(Some("edge-1"), "uid-1");
+        assert!(existing(&cluster(), &made, Some(&made.clone())).is_ok());
+
+        let tenant = namespace(None, "uid-1");
+        let refused = existing(&cluster(), &made, Some(&tenant)).unwrap_err();
+        assert!(
+            matches!(&refused, EnrollError::ForeignNamespace { .. }),
+            "{refused:?}"
+        );
+        assert!(
+            refused
+                .to_string()
+                .contains("join the cluster under another name")
+        );
+
+        let earlier = namespace(Some("edge-1"), "uid-0");
+        let mut going = made.clone();
+        going.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        for waited in [Some(&earlier), Some(&going), None] {
+            assert!(
+                matches!(
+                    existing(&cluster(), &made, waited),
+                    Err(EnrollError::Terminating { .. })
+                ),
+                "{waited:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_namespace_going_is_waited_for_briefly_and_a_bad_name_until_it_changes() {
+        let going = EnrollError::Terminating {
+            cluster: cluster(),
+            namespace: pull_namespace(&cluster()),
+        };
+        assert_eq!(after(&going), Action::requeue(Duration::from_secs(2)));
+        let bad = EnrollError::BadName {
+            name: "Edge_1".into(),
+        };
+        assert_eq!(after(&bad), Action::await_change());
+        let foreign = EnrollError::ForeignNamespace {
+            cluster: cluster(),
+            namespace: "x".into(),
+        };
+        assert_eq!(after(&foreign), Action::requeue(Duration::from_secs(15)));
+    }
+
+    #[test]
+    fn refused_reports_are_told_once_per_message() {
+        let refused = |message: &str| MemberClusterStatus {
+            conditions: vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+                type_: REPORTS_TAKEN.into(),
+                status: "False".into(),
+                message: message.into(),
+                reason: "Refused".into(),
+                last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
+                observed_generation: None,
+            }],
+            ..Default::default()
+        };
+        assert!(!reports_refused(None, "piece p is not a records piece"));
+        let previous = refused("piece p is not a records piece");
+        assert!(reports_refused(
+            Some(&previous),
+            "piece p is not a records piece"
+        ));
+        assert!(!reports_refused(
+            Some(&previous),
+            "piece q holds a stray record"
+        ));
+    }
 }

@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     api::key::{ClusterName, ReleaseKey},
     api::member_cluster::{AGENT_LEASE, member_of_pull_namespace, pull_namespace},
+    member::error::{self, LinkError},
     member::pull::held::{Reports, Taken},
     member::pull::messages::{
         CALL_LABEL, Call, MAX_MESSAGE, REPORT_KEY, REPORT_LABEL, WORK_CONTENT, WORK_ID,
@@ -140,7 +141,7 @@ impl PullHub {
 
     /// Signs `call` and writes it as the Secret `name` (replacing what was there), labelled as a
     /// call of `kind`.
-    pub(crate) async fn publish(&self, name: &str, kind: &str, call: &Call) -> Result<(), String> {
+    pub(crate) async fn publish(&self, name: &str, kind: &str, call: &Call) -> error::Result<()> {
         self.publish_with(name, kind, call, None).await
     }
 
@@ -153,37 +154,13 @@ impl PullHub {
         kind: &str,
         call: &Call,
         content: Option<&str>,
-    ) -> Result<(), String> {
-        let signer = self.signer.as_ref().ok_or_else(|| {
-            format!(
-                "cluster {} is a pull member: only the operator signs its calls",
-                call.cluster
-            )
+    ) -> error::Result<()> {
+        let signer = self.signer.as_ref().ok_or_else(|| LinkError::NotSigner {
+            cluster: call.cluster.clone(),
         })?;
-        let bytes = serde_json::to_vec(call).map_err(|e| e.to_string())?;
-        if bytes.len() > MAX_MESSAGE {
-            return Err(format!(
-                "the call for cluster {} is {} KiB, more than the {} KiB a pull member is sent; make its values smaller",
-                call.cluster,
-                bytes.len() / 1024,
-                MAX_MESSAGE / 1024
-            ));
-        }
         let secret = Secret {
-            metadata: ObjectMeta {
-                name: Some(name.to_owned()),
-                labels: Some([(CALL_LABEL.to_owned(), kind.to_owned())].into()),
-                annotations: content.map(|content| {
-                    [
-                        (WORK_ID.to_owned(), call.id.clone()),
-                        (WORK_CONTENT.to_owned(), content.to_owned()),
-                    ]
-                    .into()
-                }),
-                ..Default::default()
-            },
-            data: Some(signer.sign(bytes)),
-            ..Default::default()
+            data: Some(signer.sign(encode(call)?)),
+            ..call_secret(name, kind, call, content)
         };
         let params = PatchParams::apply("tenancy-hub").force();
         let _permit = self.writes.acquire().await.expect("never closed");
@@ -192,11 +169,12 @@ impl PullHub {
             .await
             .map(|_| ())
             .map_err(|e| {
-                format!(
-                    "publishing {name} for cluster {} in hub namespace {}: {e}",
+                let doing = format!(
+                    "publishing {name} for cluster {} in hub namespace {}",
                     call.cluster,
                     pull_namespace(&call.cluster)
-                )
+                );
+                LinkError::kube(doing, e)
             })
     }
 
@@ -226,7 +204,7 @@ impl PullHub {
         key: &ReleaseKey,
         content: &str,
         call: &mut Call,
-    ) -> Result<String, String> {
+    ) -> error::Result<String> {
         let id = match self.pending.get(key).map(|p| p.clone()) {
             Some((id, pending)) if pending == content => id,
             Some(_) => self.pend(key, new_id(), content),
@@ -266,11 +244,7 @@ impl PullHub {
                 |e| tracing::debug!(%key, error = %e, "could not read the work call on the hub"),
             )
             .ok()??;
-        let annotations = found.metadata.annotations.unwrap_or_default();
-        (annotations.get(WORK_CONTENT).map(String::as_str) == Some(content))
-            .then(|| annotations.get(WORK_ID).cloned())
-            .flatten()
-            .filter(|id| is_id(id))
+        same_work(&found.metadata, content)
     }
 
     /// Reads the answer of `key` now, when [`PullHub::run`] passed it by before it was waited
@@ -301,14 +275,17 @@ impl PullHub {
 
     /// Reads `cluster`'s reports and Lease now, unless [`PullHub::run`] follows them already:
     /// what a look from the CLI sees.
-    pub(crate) async fn read_now(&self, cluster: &ClusterName) -> Result<(), String> {
+    pub(crate) async fn read_now(&self, cluster: &ClusterName) -> error::Result<()> {
         if self.following.load(Ordering::Relaxed) {
             self.listed_first().await;
             return Ok(());
         }
         let namespace = pull_namespace(cluster);
         let hub = |e: kube::Error| {
-            format!("reading pull member {cluster}'s reports in hub namespace {namespace}: {e}")
+            LinkError::kube(
+                format!("reading pull member {cluster}'s reports in hub namespace {namespace}"),
+                e,
+            )
         };
         let params = kube::api::ListParams::default().labels(REPORT_LABEL);
         for secret in self.secrets(cluster).list(&params).await.map_err(hub)? {
@@ -579,6 +556,52 @@ fn abandoned(meta: &kube::api::ObjectMeta) -> bool {
         .is_some_and(|t| now - t.0.as_second() > ABANDONED_ASK.as_secs() as i64)
 }
 
+/// The bytes of `call`, within the [`MAX_MESSAGE`] a pull member is sent.
+fn encode(call: &Call) -> error::Result<Vec<u8>> {
+    let bytes = serde_json::to_vec(call).map_err(|source| LinkError::Encode {
+        cluster: call.cluster.clone(),
+        source,
+    })?;
+    if bytes.len() > MAX_MESSAGE {
+        return Err(LinkError::TooLarge {
+            cluster: call.cluster.clone(),
+            kib: bytes.len() / 1024,
+            max_kib: MAX_MESSAGE / 1024,
+        });
+    }
+    Ok(bytes)
+}
+
+/// The Secret `name` that carries `call` (its data left to the signer), labelled as a call of
+/// `kind`, annotated with its id and `content` digest when it is work.
+fn call_secret(name: &str, kind: &str, call: &Call, content: Option<&str>) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some([(CALL_LABEL.to_owned(), kind.to_owned())].into()),
+            annotations: content.map(|content| {
+                [
+                    (WORK_ID.to_owned(), call.id.clone()),
+                    (WORK_CONTENT.to_owned(), content.to_owned()),
+                ]
+                .into()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// Whether the work call `found` on the hub is the work of `content`: its id, when it carries a
+/// well-formed one.
+fn same_work(found: &ObjectMeta, content: &str) -> Option<String> {
+    let annotations = found.annotations.as_ref()?;
+    (annotations.get(WORK_CONTENT).map(String::as_str) == Some(content))
+        .then(|| annotations.get(WORK_ID).cloned())
+        .flatten()
+        .filter(|id| is_id(id))
+}
+
 /// How long a look at a member waits at most for the first list of every agent's Lease and
 /// reports after the operator starts.
 const LISTED_WITHIN: Duration = Duration::from_secs(30);
@@ -604,7 +627,9 @@ fn not_read_yet(cluster: &ClusterName, name: &str, error: &kube::Error) {
 
 #[cfg(test)]
 mod tests {
+    use http::{Request, Response};
     use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+    use kube::client::Body;
 
     use super::*;
 
@@ -649,8 +674,6 @@ mod tests {
 
     #[tokio::test]
     async fn a_report_is_read_in_its_members_hub_namespace_and_a_labelled_secret_elsewhere_never() {
-        use http::{Request, Response};
-        use kube::client::Body;
         let (service, mut server) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let hub = PullHub::new(kube::Client::new(service, "default"), None, None);
         let within = Duration::from_secs(10);
@@ -701,6 +724,91 @@ mod tests {
             .await;
         assert!(
             matches!(gone, watcher::Event::Delete(s) if s.metadata.namespace == Some(namespace))
+        );
+    }
+
+    /// A call for `edge-1` to watch `namespaces`.
+    fn watch_call(namespaces: &[String]) -> Call {
+        Call {
+            cluster: "edge-1".parse().unwrap(),
+            id: new_id(),
+            body: crate::member::pull::messages::CallBody::Watch {
+                namespaces: namespaces.iter().cloned().collect(),
+                shard: 0,
+                shards: 1,
+                at_millis: 0,
+            },
+        }
+    }
+
+    #[test]
+    fn a_call_larger_than_a_member_is_sent_is_refused_naming_its_cluster() {
+        let small = watch_call(&["team-a".into()]);
+        assert!(encode(&small).unwrap().len() <= MAX_MESSAGE);
+        let many: Vec<String> = (0..MAX_MESSAGE / 8).map(|i| format!("ns-{i:07}")).collect();
+        let error = encode(&watch_call(&many)).unwrap_err();
+        assert!(
+            matches!(&error, LinkError::TooLarge { kib, max_kib, .. } if kib > max_kib),
+            "{error:?}"
+        );
+        let message = error.to_string();
+        assert!(
+            message.contains("cluster edge-1") && message.contains("make its values smaller"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn only_work_is_annotated_with_its_id_and_content() {
+        let call = watch_call(&[]);
+        let watch = call_secret("watch-0-1", "watch", &call, None);
+        assert_eq!(watch.metadata.name.as_deref(), Some("watch-0-1"));
+        assert_eq!(watch.metadata.labels.unwrap()[CALL_LABEL], "watch");
+        assert_eq!(watch.metadata.annotations, None);
+        assert_eq!(watch.data, None, "the signer fills it");
+        let work = call_secret("work-x", "work", &call, Some("digest"));
+        let annotations = work.metadata.annotations.unwrap();
+        assert_eq!(
+            (
+                annotations[WORK_ID].as_str(),
+                annotations[WORK_CONTENT].as_str()
+            ),
+            (call.id.as_str(), "digest")
+        );
+    }
+
+    #[test]
+    fn earlier_work_keeps_its_id_only_for_the_same_content_and_a_well_formed_id() {
+        let id = new_id();
+        let annotated = |id: &str, content: &str| ObjectMeta {
+            annotations: Some(
+                [
+                    (WORK_ID.to_owned(), id.to_owned()),
+                    (WORK_CONTENT.to_owned(), content.to_owned()),
+                ]
+                .into(),
+            ),
+            ..Default::default()
+        };
+        assert_eq!(same_work(&annotated(&id, "c1"), "c1"), Some(id.clone()));
+        assert_eq!(same_work(&annotated(&id, "c1"), "c2"), None);
+        assert_eq!(same_work(&annotated("not-an-id", "c1"), "c1"), None);
+        assert_eq!(same_work(&ObjectMeta::default(), "c1"), None);
+    }
+
+    #[tokio::test]
+    async fn a_look_from_the_cli_publishes_nothing_and_says_only_the_operator_signs() {
+        let (service, _handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let hub = PullHub::new(kube::Client::new(service, "default"), None, None);
+        let error = hub
+            .publish("watch-0-1", "watch", &watch_call(&[]))
+            .await
+            .unwrap_err();
+        assert!(matches!(&error, LinkError::NotSigner { .. }), "{error:?}");
+        assert!(
+            error
+                .to_string()
+                .contains("cluster edge-1 is a pull member")
         );
     }
 }

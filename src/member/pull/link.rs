@@ -16,6 +16,7 @@ use crate::{
     api::key::{ClusterName, ClusterNamespace, ReleaseKey},
     clusters::registry::Health,
     helm::{args::RenderFor, sdk::HelmExecutor},
+    member::error::{self, LinkError},
     member::link::{DriftCheck, MemberLink},
     member::pull::charts,
     member::pull::hub::{LOOK_EVERY, Member, PullHub},
@@ -69,18 +70,18 @@ impl PullLink {
 }
 
 /// Why `member`'s agent cannot be counted on now, if it cannot.
-fn away(cluster: &ClusterName, member: &Member) -> Option<String> {
+fn away(cluster: &ClusterName, member: &Member) -> Option<LinkError> {
     member.read(|r| {
         if r.live() {
             return None;
         }
+        let cluster = cluster.clone();
         Some(match r.expires() {
-            Some(at) => format!(
-                "the agent of pull member {cluster} has not renewed its Lease since {at}; what the hub decides for it waits and runs when it is back"
-            ),
-            None => format!(
-                "pull member {cluster} has no agent connected yet: join it (tenancy-hub cluster add --pull {cluster}, then tenancy-hub join in the member)"
-            ),
+            Some(at) => LinkError::AgentAway {
+                cluster,
+                since: at.to_string(),
+            },
+            None => LinkError::NoAgent { cluster },
         })
     })
 }
@@ -127,7 +128,12 @@ impl MemberLink for PullLink {
             };
             let id = match hub.publish_work(&key, &content, &mut call).await {
                 Ok(id) => id,
-                Err(e) => return Started::Finished(Outcome::failed(e, FailureKind::Transient)),
+                Err(e) => {
+                    return Started::Finished(Outcome::failed(
+                        e.to_string(),
+                        FailureKind::Transient,
+                    ));
+                }
             };
             let answer = async move { wait_answer(&hub, &cluster, &key, &id, within).await };
             Started::Awaiting(answer.boxed())
@@ -181,8 +187,8 @@ impl MemberLink for PullLink {
             };
             match ask(&hub, &cluster, CallBody::Drift(check)).await {
                 Ok(Reply::Drift(found)) => found.map_err(agent),
-                Ok(_) => Err(agent("the agent replied to another question".into())),
-                Err(e) => Err(agent(e)),
+                Ok(_) => Err(agent(LinkError::WrongReply { cluster }.to_string())),
+                Err(e) => Err(agent(e.to_string())),
             }
         }
         .boxed()
@@ -193,7 +199,10 @@ impl MemberLink for PullLink {
         async move {
             let read = hub.read_now(&cluster).await;
             let member = hub.member(&cluster);
-            let error = read.err().or_else(|| away(&cluster, &member));
+            let error = read
+                .err()
+                .or_else(|| away(&cluster, &member))
+                .map(|e| e.to_string());
             Health {
                 cluster: cluster.to_string(),
                 context: "pull (agent)".into(),
@@ -205,25 +214,29 @@ impl MemberLink for PullLink {
         .boxed()
     }
 
-    fn list_releases(&self) -> BoxFuture<'static, Result<HashMap<ReleaseKey, Applied>, String>> {
+    fn list_releases(&self) -> BoxFuture<'static, error::Result<HashMap<ReleaseKey, Applied>>> {
         let (hub, cluster) = (self.hub.clone(), self.cluster.clone());
         async move {
             hub.read_now(&cluster).await?;
             let member = hub.member(&cluster);
             let [managed, foreign] = member.read(|r| r.records.clone());
             let (Some(managed), Some(foreign)) = (managed, foreign) else {
-                return Err(format!(
-                    "pull member {cluster} has not reported its release records yet; is its agent running?"
-                ));
+                return Err(LinkError::NotReported { cluster });
             };
             let partial = |list: &[_]| -> Vec<records::Record> {
                 list.iter()
-                    .map(|m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
-                        m.clone().into_response_partial::<Secret>()
-                    })
+                    .map(
+                        |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+                            m.clone().into_response_partial::<Secret>()
+                        },
+                    )
                     .collect()
             };
-            Ok(releases::newest_of(&cluster, &partial(&managed), &partial(&foreign)))
+            Ok(releases::newest_of(
+                &cluster,
+                &partial(&managed),
+                &partial(&foreign),
+            ))
         }
         .boxed()
     }
@@ -232,13 +245,11 @@ impl MemberLink for PullLink {
         &self,
         key: ReleaseKey,
         revision: i64,
-    ) -> BoxFuture<'static, Result<Option<records::Deployed>, String>> {
+    ) -> BoxFuture<'static, error::Result<Option<records::Deployed>>> {
         let (hub, cluster) = (self.hub.clone(), self.cluster.clone());
         async move {
-            match ask(&hub, &cluster, CallBody::Manifest { key, revision }).await? {
-                Reply::Manifest(found) => found,
-                Reply::Drift(_) => Err("the agent replied to another question".into()),
-            }
+            let reply = ask(&hub, &cluster, CallBody::Manifest { key, revision }).await?;
+            manifest_of(cluster, reply)
         }
         .boxed()
     }
@@ -333,7 +344,7 @@ async fn wait_answer(
             return answer.outcome;
         }
         if let Some(why) = away(cluster, &member) {
-            return Outcome::failed(why, FailureKind::Unavailable);
+            return Outcome::failed(why.to_string(), FailureKind::Unavailable);
         }
         if Instant::now() >= deadline {
             return unanswered(cluster, key, within);
@@ -383,8 +394,16 @@ async fn settle(member: &Member, key: &ReleaseKey, outcome: &Outcome) {
     }
 }
 
+/// The manifest `cluster`'s agent replied with, or why there is none.
+fn manifest_of(cluster: ClusterName, reply: Reply) -> error::Result<Option<records::Deployed>> {
+    match reply {
+        Reply::Manifest(found) => found.map_err(|reason| LinkError::Agent { cluster, reason }),
+        Reply::Drift(_) => Err(LinkError::WrongReply { cluster }),
+    }
+}
+
 /// Publishes an ask and waits for its reply; both are deleted afterwards.
-async fn ask(hub: &PullHub, cluster: &ClusterName, body: CallBody) -> Result<Reply, String> {
+async fn ask(hub: &PullHub, cluster: &ClusterName, body: CallBody) -> error::Result<Reply> {
     hub.read_now(cluster).await?;
     if let Some(why) = away(cluster, &hub.member(cluster)) {
         return Err(why);
@@ -409,10 +428,10 @@ async fn ask(hub: &PullHub, cluster: &ClusterName, body: CallBody) -> Result<Rep
             break Ok(reply);
         }
         if Instant::now() >= deadline {
-            break Err(format!(
-                "the agent of pull member {cluster} did not reply within {} s",
-                REPLY_WITHIN.as_secs()
-            ));
+            break Err(LinkError::Timeout {
+                cluster: cluster.clone(),
+                within: REPLY_WITHIN,
+            });
         }
         let _ = tokio::time::timeout(LOOK_EVERY, changed.changed()).await;
     };
@@ -445,7 +464,7 @@ async fn follow_workloads(hub: Arc<PullHub>, watch: ClusterWatch) {
                 changes.extend(
                     wanted
                         .iter()
-                        .map(|ns| (ns.clone(), Change::Lost(why.clone()))),
+                        .map(|ns| (ns.clone(), Change::Lost(why.to_string()))),
                 );
             }
             Some(_) => {}

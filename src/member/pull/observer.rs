@@ -19,7 +19,7 @@ use crate::{
     member::pull::messages::{Observed, observed_name},
     member::pull::outbox::Outbox,
     observe::model::ScopeState,
-    observe::records::{FOREIGN_SELECTOR, MANAGED_SELECTOR},
+    observe::records::{FOREIGN_SELECTOR, MANAGED_SELECTOR, Record},
     observe::watch::{ClusterWatch, Namespaces},
 };
 
@@ -142,44 +142,16 @@ pub(crate) async fn records(
         FOREIGN_SELECTOR
     };
     let mut events = local.release_records(selector);
-    let mut held: BTreeMap<(String, String), ObjectMeta> = BTreeMap::new();
-    let mut listing: Option<BTreeMap<(String, String), ObjectMeta>> = None;
+    let mut followed = Followed::default();
     let mut dirty = false;
     let mut written = BTreeSet::new();
     let mut tick = tokio::time::interval(COALESCE);
-    let id = |m: &ObjectMeta| {
-        (
-            m.namespace.clone().unwrap_or_default(),
-            m.name.clone().unwrap_or_default(),
-        )
-    };
-    let strip = crate::member::pull::pieces::slim;
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             event = events.next() => {
                 let Some(event) = event else { return };
-                match event {
-                    Ok(watcher::Event::Init) => listing = Some(BTreeMap::new()),
-                    Ok(watcher::Event::InitApply(r)) => {
-                        let m = strip(r.metadata);
-                        listing.get_or_insert_with(BTreeMap::new).insert(id(&m), m);
-                    }
-                    Ok(watcher::Event::InitDone) => {
-                        held = listing.take().unwrap_or_default();
-                        dirty = true;
-                    }
-                    Ok(watcher::Event::Apply(r)) => {
-                        let m = strip(r.metadata);
-                        held.insert(id(&m), m);
-                        dirty = true;
-                    }
-                    Ok(watcher::Event::Delete(r)) => {
-                        held.remove(&id(&r.metadata));
-                        dirty = true;
-                    }
-                    Err(e) => tracing::debug!(error = %e, "the release records watch broke; it lists again"),
-                }
+                dirty |= followed.take(event);
             }
             _ = tick.tick(), if dirty => {
                 dirty = false;
@@ -189,8 +161,130 @@ pub(crate) async fn records(
                     };
                     seal.verifies(&cluster, namespace, labels)
                 };
-                outbox.put_records(&cluster, managed, held.values().cloned(), sealed, &mut written);
+                outbox.put_records(&cluster, managed, followed.held.values().cloned(), sealed, &mut written);
             }
         }
+    }
+}
+
+/// The release records one watch follows, by namespace and name, cut to what the hub reads.
+#[derive(Default)]
+struct Followed {
+    /// What the watch holds now.
+    held: BTreeMap<(String, String), ObjectMeta>,
+    /// A listing under way, which replaces `held` once done.
+    listing: Option<BTreeMap<(String, String), ObjectMeta>>,
+}
+
+impl Followed {
+    /// Takes one event of the watch in: true when what is held changed, so it is reported.
+    fn take(&mut self, event: Result<watcher::Event<Record>, watcher::Error>) -> bool {
+        let id = |m: &ObjectMeta| {
+            (
+                m.namespace.clone().unwrap_or_default(),
+                m.name.clone().unwrap_or_default(),
+            )
+        };
+        let strip = crate::member::pull::pieces::slim;
+        match event {
+            Ok(watcher::Event::Init) => {
+                self.listing = Some(BTreeMap::new());
+                false
+            }
+            Ok(watcher::Event::InitApply(r)) => {
+                let m = strip(r.metadata);
+                self.listing
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(id(&m), m);
+                false
+            }
+            Ok(watcher::Event::InitDone) => {
+                self.held = self.listing.take().unwrap_or_default();
+                true
+            }
+            Ok(watcher::Event::Apply(r)) => {
+                let m = strip(r.metadata);
+                self.held.insert(id(&m), m);
+                true
+            }
+            Ok(watcher::Event::Delete(r)) => {
+                self.held.remove(&id(&r.metadata));
+                true
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "the release records watch broke; it lists again");
+                false
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(namespace: &str, name: &str) -> Record {
+        let mut r = Record::default();
+        r.metadata.namespace = Some(namespace.into());
+        r.metadata.name = Some(name.into());
+        r.metadata.uid = Some("uid".into());
+        r
+    }
+
+    fn held(followed: &Followed) -> Vec<(String, String)> {
+        followed.held.keys().cloned().collect()
+    }
+
+    fn ids(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(n, r)| (n.to_string(), r.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_listing_replaces_what_is_held_only_once_done() {
+        let mut followed = Followed::default();
+        assert!(followed.take(Ok(watcher::Event::Apply(record("team-a", "old")))));
+        assert!(!followed.take(Ok(watcher::Event::Init)));
+        assert!(!followed.take(Ok(watcher::Event::InitApply(record("team-a", "web")))));
+        assert_eq!(
+            held(&followed),
+            ids(&[("team-a", "old")]),
+            "until the list is done"
+        );
+        assert!(followed.take(Ok(watcher::Event::InitDone)));
+        assert_eq!(held(&followed), ids(&[("team-a", "web")]));
+    }
+
+    #[test]
+    fn changes_are_held_cut_to_what_the_hub_reads_and_a_broken_watch_changes_nothing() {
+        let mut followed = Followed::default();
+        assert!(followed.take(Ok(watcher::Event::Apply(record("team-a", "web")))));
+        assert!(followed.take(Ok(watcher::Event::Apply(record("team-b", "db")))));
+        assert_eq!(followed.held[&("team-a".into(), "web".into())].uid, None);
+        assert!(!followed.take(Err(watcher::Error::NoResourceVersion)));
+        assert!(followed.take(Ok(watcher::Event::Delete(record("team-a", "web")))));
+        assert_eq!(held(&followed), ids(&[("team-b", "db")]));
+    }
+
+    #[test]
+    fn the_hubs_list_ticks_grown_only_for_new_namespaces_and_changed_for_any_change() {
+        let wanted = Wanted::new();
+        let (grown, changed) = (wanted.grown.subscribe(), wanted.changed.subscribe());
+        let set = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<BTreeSet<_>>();
+        wanted.set(set(&["team-a", "team-b"]));
+        assert_eq!((*grown.borrow(), *changed.borrow()), (1, 1));
+        wanted.set(set(&["team-a", "team-b"]));
+        assert_eq!(
+            (*grown.borrow(), *changed.borrow()),
+            (1, 1),
+            "the same list"
+        );
+        wanted.set(set(&["team-a"]));
+        assert_eq!((*grown.borrow(), *changed.borrow()), (1, 2), "shrunk");
+        wanted.set(set(&["team-c"]));
+        assert_eq!((*grown.borrow(), *changed.borrow()), (2, 3));
+        assert_eq!(*wanted.namespaces.read().unwrap(), set(&["team-c"]));
     }
 }

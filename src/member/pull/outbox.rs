@@ -225,3 +225,94 @@ impl Outbox {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use http::{Request, Response};
+    use kube::client::Body;
+
+    use super::*;
+
+    /// An outbox whose hub is never asked (these tests do not run it).
+    fn outbox() -> Arc<Outbox> {
+        let (service, _handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = kube::Client::new(service, "default");
+        Outbox::new(Api::namespaced(client, "tenancy-hub-member-edge-1"))
+    }
+
+    /// What waits under `name`: the report's bytes, or None for a deletion.
+    fn waiting(outbox: &Outbox, name: &str) -> Option<Option<Vec<u8>>> {
+        let pending = outbox.pending.lock().unwrap();
+        pending.get(name).map(|(_, what)| match what {
+            Pending::Write(_, bytes) => Some(bytes.clone()),
+            Pending::Delete => None,
+        })
+    }
+
+    fn release(namespace: &str, name: &str) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(format!("sh.helm.release.v1.{name}.v1")),
+            namespace: Some(namespace.into()),
+            labels: Some(
+                [("owner", "helm"), ("name", name), ("version", "1")]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn only_the_newest_report_of_a_name_waits() {
+        let outbox = outbox();
+        outbox.put("status".into(), "status", &"first");
+        outbox.put("status".into(), "status", &"second");
+        outbox.put("observed-team-a".into(), "observed", &1);
+        assert_eq!(outbox.waiting(), 2);
+        assert_eq!(
+            waiting(&outbox, "status"),
+            Some(Some(b"\"second\"".to_vec()))
+        );
+        outbox.delete("status".into());
+        assert_eq!(outbox.waiting(), 2);
+        assert_eq!(waiting(&outbox, "status"), Some(None));
+    }
+
+    #[tokio::test]
+    async fn a_report_too_large_for_the_hub_is_cut_to_nothing() {
+        let outbox = outbox();
+        outbox.put("huge".into(), "observed", &"a".repeat(MAX_MESSAGE + 1));
+        assert_eq!(waiting(&outbox, "huge"), Some(Some(b"null".to_vec())));
+        outbox.put("fits".into(), "observed", &"a".repeat(16));
+        assert_eq!(
+            waiting(&outbox, "fits").flatten().map(|b| b.len()),
+            Some(18)
+        );
+    }
+
+    #[tokio::test]
+    async fn records_are_put_as_pieces_and_a_namespace_gone_deletes_its_piece() {
+        let outbox = outbox();
+        let cluster: ClusterName = "edge-1".parse().unwrap();
+        let mut written = BTreeSet::new();
+        let records = [release("team-a", "web"), release("team-b", "db")];
+        outbox.put_records(&cluster, true, records.clone(), |_| true, &mut written);
+        let (a, b) = (
+            pieces::piece_name(true, "team-a", 0),
+            pieces::piece_name(true, "team-b", 0),
+        );
+        assert_eq!(written, BTreeSet::from([a.clone(), b.clone()]));
+        assert!(waiting(&outbox, pieces::manifest_name(true)).is_some_and(|w| w.is_some()));
+        assert!(waiting(&outbox, &b).is_some_and(|w| w.is_some()));
+
+        outbox.put_records(&cluster, true, [records[0].clone()], |_| true, &mut written);
+        assert_eq!(written, BTreeSet::from([a.clone()]));
+        assert_eq!(
+            waiting(&outbox, &b),
+            Some(None),
+            "team-b's piece is deleted"
+        );
+        assert!(waiting(&outbox, &a).is_some_and(|w| w.is_some()));
+    }
+}

@@ -440,3 +440,97 @@ fn a_pull_members_seal_vouches_for_an_owner_only_where_it_delivers() {
         "asked for agent-sealed records only"
     );
 }
+
+/// Receives the next change the index tells, with a deadline.
+async fn told(changes: &mut tokio::sync::mpsc::Receiver<RecordChange>) -> RecordChange {
+    tokio::time::timeout(std::time::Duration::from_secs(10), changes.recv())
+        .await
+        .expect("told in time")
+        .expect("the index holds its sender")
+}
+
+/// Lists `records` on `fake`'s watch of `selector`, in full.
+fn list(fake: &crate::member::fake::FakeLink, selector: &str, records: Vec<Record>) {
+    fake.push_record(selector, watcher::Event::Init);
+    for record in records {
+        fake.push_record(selector, watcher::Event::InitApply(record));
+    }
+    fake.push_record(selector, watcher::Event::InitDone);
+}
+
+#[tokio::test]
+async fn the_records_a_member_link_watches_become_its_applied_releases() {
+    use crate::member::{MemberLink as _, fake::Call, fake::FakeLink};
+    let fake = FakeLink::new("hub");
+    let index = ReleaseIndex::new(TaskTracker::new(), None);
+    let (changes_tx, mut changes) = tokio::sync::mpsc::channel(16);
+    let stop = CancellationToken::new();
+    index.watch(hub(), |s| fake.release_records(s), changes_tx, &stop);
+    assert_eq!(
+        fake.calls(),
+        [
+            Call::Records(MANAGED_SELECTOR.into()),
+            Call::Records(FOREIGN_SELECTOR.into())
+        ]
+    );
+    list(&fake, MANAGED_SELECTOR, vec![managed("2", "a", "deployed")]);
+    assert_eq!(
+        told(&mut changes).await,
+        RecordChange::Release(web(), Some(owner("a")))
+    );
+    assert!(
+        !index.synced().contains(&hub()),
+        "the foreign watch has not listed"
+    );
+    list(&fake, FOREIGN_SELECTOR, vec![named_db(by_hand("4"))]);
+    assert_eq!(
+        told(&mut changes).await,
+        RecordChange::Release("hub/team/db".parse().unwrap(), None)
+    );
+    assert_eq!(told(&mut changes).await, RecordChange::Listed(hub()));
+    assert!(index.synced().contains(&hub()));
+    let applied = index.get(&web()).expect("applied");
+    assert_eq!(
+        (applied.revision, applied.owner, applied.status.as_str()),
+        (2, Some(owner("a")), "deployed")
+    );
+    assert_eq!(
+        index.get(&"hub/team/db".parse().unwrap()).unwrap().owner,
+        None
+    );
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_newer_record_from_a_member_link_raises_the_revision_and_a_deleted_one_goes() {
+    use crate::member::{MemberLink as _, fake::FakeLink};
+    let fake = FakeLink::new("hub");
+    let index = ReleaseIndex::new(TaskTracker::new(), None);
+    let (changes_tx, mut changes) = tokio::sync::mpsc::channel(16);
+    let stop = CancellationToken::new();
+    index.watch(hub(), |s| fake.release_records(s), changes_tx, &stop);
+    list(&fake, FOREIGN_SELECTOR, vec![]);
+    list(&fake, MANAGED_SELECTOR, vec![managed("1", "a", "deployed")]);
+    while told(&mut changes).await != RecordChange::Listed(hub()) {}
+    assert_eq!(index.get(&web()).unwrap().revision, 1);
+
+    fake.push_record(
+        MANAGED_SELECTOR,
+        watcher::Event::Apply(managed("2", "a", "pending-upgrade")),
+    );
+    told(&mut changes).await;
+    let applied = index.get(&web()).unwrap();
+    assert_eq!((applied.revision, applied.is_pending()), (2, true));
+    assert_eq!(index.owners_in(&hub()), [owner("a")]);
+
+    for rev in ["2", "1"] {
+        fake.push_record(
+            MANAGED_SELECTOR,
+            watcher::Event::Delete(managed(rev, "a", "deployed")),
+        );
+        told(&mut changes).await;
+    }
+    assert_eq!(index.get(&web()), None);
+    assert!(index.owners_in(&hub()).is_empty());
+    stop.cancel();
+}

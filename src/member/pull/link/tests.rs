@@ -1,4 +1,4 @@
-//! Tests of how a pull member's job is awaited: the agent away, and an agent that renews its Lease but never answers.
+//! Tests of a pull member's link: how a job is awaited (the agent away, or renewing its Lease but never answering), how a reply is taken, and how a namespace's report is relisted.
 
 use std::{sync::Arc, time::Duration};
 
@@ -58,5 +58,102 @@ async fn an_agent_never_connected_makes_the_job_wait_for_its_cluster_at_once() {
     assert!(
         matches!(&outcome, Outcome::Failed { kind: FailureKind::Unavailable, message } if message.contains("no agent connected")),
         "{outcome:?}"
+    );
+}
+
+#[test]
+fn a_manifest_reply_is_taken_and_any_other_is_refused_naming_the_member() {
+    let cluster: ClusterName = "edge-3".parse().unwrap();
+    let deployed = records::Deployed {
+        manifest: "kind: ConfigMap\n".into(),
+        values: serde_json::Value::Null,
+    };
+    let found = manifest_of(cluster.clone(), Reply::Manifest(Ok(Some(deployed.clone()))));
+    assert_eq!(found.unwrap(), Some(deployed));
+    assert_eq!(
+        manifest_of(cluster.clone(), Reply::Manifest(Ok(None))).unwrap(),
+        None
+    );
+
+    let wrong = manifest_of(cluster.clone(), Reply::Drift(Ok(Vec::new()))).unwrap_err();
+    assert!(matches!(&wrong, LinkError::WrongReply { .. }), "{wrong:?}");
+    assert!(wrong.to_string().contains("pull member edge-3"), "{wrong}");
+
+    let said = "reading release record sh.helm.release.v1.web.v3: forbidden".to_owned();
+    let failed = manifest_of(cluster, Reply::Manifest(Err(said.clone()))).unwrap_err();
+    assert!(
+        matches!(&failed, LinkError::Agent { reason, .. } if *reason == said),
+        "{failed:?}"
+    );
+    assert!(
+        failed
+            .to_string()
+            .starts_with("the agent of pull member edge-3: ")
+    );
+}
+
+#[tokio::test]
+async fn an_agent_is_away_until_it_renews_its_lease() {
+    let (hub, cluster) = (hub(), "edge-4".parse::<ClusterName>().unwrap());
+    let away_now = away(&cluster, &hub.member(&cluster));
+    assert!(
+        matches!(&away_now, Some(LinkError::NoAgent { cluster: c }) if *c == cluster),
+        "{away_now:?}"
+    );
+    renewed(&hub, &cluster);
+    assert!(away(&cluster, &hub.member(&cluster)).is_none());
+}
+
+#[test]
+fn a_namespace_report_relists_its_pods_each_kind_of_workload_and_its_problem() {
+    use crate::member::pull::messages::Observed;
+    use crate::observe::model::{WorkloadInfo, WorkloadRef};
+    let workload = |kind, name: &str| WorkloadInfo {
+        id: WorkloadRef {
+            kind,
+            name: name.into(),
+        },
+        release: Some("web".into()),
+        ready: 1,
+        desired: 1,
+        rolled_out: true,
+    };
+    let observed = Observed {
+        cluster: "edge-1".parse().unwrap(),
+        namespace: "team-a".into(),
+        pods: Vec::new(),
+        workloads: vec![
+            workload(WorkloadKind::StatefulSet, "db"),
+            workload(WorkloadKind::Deployment, "web"),
+        ],
+        problem: Some("pods cannot be listed: forbidden".into()),
+    };
+    let changes = relist(&observed);
+    assert!(changes.iter().all(|(ns, _)| ns == "team-a"));
+    let kinds: Vec<String> = changes
+        .iter()
+        .map(|(_, change)| match change {
+            Change::PodsListed(pods) => format!("pods {}", pods.len()),
+            Change::WorkloadsListed(kind, listed) => format!(
+                "{kind:?} {}",
+                listed
+                    .iter()
+                    .map(|w| w.id.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            Change::Lost(why) => format!("lost: {why}"),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "pods 0",
+            "Deployment web",
+            "StatefulSet db",
+            "DaemonSet ",
+            "lost: pods cannot be listed: forbidden"
+        ]
     );
 }
