@@ -72,9 +72,31 @@ mod tests {
         items
     }
 
+    /// A source file without its tests: cut at its test module, and with the one item after each
+    /// other `#[cfg(test)]` (a test-only module or field) left out.
+    fn production(source: &str) -> String {
+        let code = source
+            .split("#[cfg(test)]\nmod tests")
+            .next()
+            .unwrap_or_default();
+        let mut kept = Vec::new();
+        let mut skip = false;
+        for line in code.lines() {
+            if line.trim() == "#[cfg(test)]" {
+                skip = true;
+            } else if skip {
+                skip = false;
+            } else {
+                kept.push(line);
+            }
+        }
+        kept.join("\n")
+    }
+
     /// The top-level folders a source file names through `crate::`, outside its tests.
     fn used_folders(source: &str) -> BTreeSet<String> {
-        let code = source.split("#[cfg(test)]").next().unwrap_or_default();
+        let code = production(source);
+        let code = code.as_str();
         let mut used = BTreeSet::new();
         for (at, _) in code.match_indices("crate::") {
             let rest = &code[at + "crate::".len()..];
@@ -94,30 +116,95 @@ mod tests {
         used
     }
 
+    /// The Rust files under `dir`, at any depth (`helm/helm-sdk`, the Go executor, holds none).
+    fn rust_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+        let mut found = Vec::new();
+        let mut pending = vec![dir.to_path_buf()];
+        while let Some(dir) = pending.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    pending.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    found.push(path);
+                }
+            }
+        }
+        found.sort();
+        found
+    }
+
+    /// The folders of `LAYERS` above layer `rank` that `source` uses, outside its tests.
+    fn upward(rank: usize, source: &str) -> Vec<String> {
+        used_folders(source)
+            .into_iter()
+            .filter(|used| {
+                LAYERS
+                    .iter()
+                    .position(|l| l == used)
+                    .is_some_and(|at| at > rank)
+            })
+            .collect()
+    }
+
     #[test]
     fn no_module_uses_a_folder_above_its_own() {
         let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         let mut checked = 0;
         for (rank, folder) in LAYERS.iter().enumerate() {
-            for entry in std::fs::read_dir(src.join(folder)).unwrap().flatten() {
-                // Rust modules only: `helm/helm-sdk` is the Go executor's module.
-                if entry.path().extension().is_none_or(|e| e != "rs") {
-                    continue;
-                }
-                let source = std::fs::read_to_string(entry.path()).unwrap();
-                for used in used_folders(&source) {
-                    if let Some(above) = LAYERS.iter().position(|l| *l == used) {
-                        assert!(
-                            above <= rank,
-                            "{} uses {used}, a folder above {folder}",
-                            entry.path().display()
-                        );
-                    }
-                }
+            // Every file of the folder at any depth, and the module files of its subfolders;
+            // not the tests (`tests.rs`, `tests/`), which may use anything.
+            let production = rust_files(&src.join(folder)).into_iter().filter(|p| {
+                !p.ends_with("tests.rs") && !p.components().any(|c| c.as_os_str() == "tests")
+            });
+            for path in production {
+                let source = std::fs::read_to_string(&path).unwrap();
+                let above = upward(rank, &source);
+                assert!(
+                    above.is_empty(),
+                    "{} uses {above:?}, above {folder}",
+                    path.display()
+                );
                 checked += 1;
             }
         }
-        assert!(checked > 20, "only {checked} files found");
+        assert!(checked > 120, "only {checked} files found");
+    }
+
+    #[test]
+    fn an_upward_import_planted_deep_inside_a_folder_is_found() {
+        let member = LAYERS.iter().position(|l| *l == "member").unwrap();
+        let planted = "use crate::{api::key::ReleaseKey, controller::context::Context};";
+        assert_eq!(upward(member, planted), ["controller"]);
+        assert!(upward(member, "use crate::observe::records::Deployed;").is_empty());
+        let in_a_test = "fn f() {}\n#[cfg(test)]\nmod tests { use crate::cli::Cli; }";
+        assert!(upward(member, in_a_test).is_empty());
+        // `member/pull/hub/` is read like any folder: it holds files, and they are checked.
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let deep = rust_files(&src.join("member"));
+        assert!(
+            deep.iter().any(|p| p.ends_with("member/pull/hub/link.rs")),
+            "{deep:?}"
+        );
+    }
+
+    /// The two programs of the pull protocol keep to their rooms: the agent's side
+    /// (`member/pull/agent*`) never uses the hub's (`member/pull/hub*`), nor the other way.
+    #[test]
+    fn the_hub_and_the_agent_sides_of_the_pull_protocol_use_nothing_of_each_other() {
+        let pull = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/member/pull");
+        for (side, other) in [("agent", "hub"), ("hub", "agent")] {
+            let mut files = rust_files(&pull.join(side));
+            files.push(pull.join(format!("{side}.rs")));
+            for path in files {
+                let code = production(&std::fs::read_to_string(&path).unwrap());
+                assert!(
+                    !code.contains(&format!("pull::{other}")),
+                    "{} uses the {other} side of the pull protocol",
+                    path.display()
+                );
+            }
+        }
     }
 
     /// The sibling files of `folder` that one of its files (module `module`, `mod` for the
@@ -129,7 +216,8 @@ mod tests {
         source: &str,
         siblings: &BTreeSet<String>,
     ) -> BTreeSet<String> {
-        let code = source.split("#[cfg(test)]").next().unwrap_or_default();
+        let code = production(source);
+        let code = code.as_str();
         let mut used = BTreeSet::new();
         let ident = |rest: &str| -> String {
             rest.chars()

@@ -172,7 +172,7 @@ pub struct RunArgs {
     /// answer is awaited without holding a Helm worker; past this, the release is reported
     /// failed for that cluster on its Controller and the job is tried again with backoff.
     /// Longer than --helm-timeout, which bounds the agent's own helm call.
-    #[arg(long, default_value_t = crate::member::pull::link::ANSWER_WITHIN.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = crate::member::pull::hub::link::ANSWER_WITHIN.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) pull_answer_within: u64,
     /// Address of the HTTP endpoints: /healthz, /readyz, /metrics and the /api/v1 status API.
     #[arg(long, env = "TENANCY_HUB_HTTP_ADDR", default_value = "127.0.0.1:9090")]

@@ -19,7 +19,7 @@ use crate::{
     api::key::ClusterName,
     api::member_cluster::{BOOTSTRAP_ACCOUNT, MemberCluster, MemberClusterSpec, pull_namespace},
     clusters::registry::{ClusterRegistry, HubSource, RegistrationFile},
-    member::pull::login::CREDENTIALS_SECRET,
+    member::pull::agent::login::CREDENTIALS_SECRET,
 };
 
 /// The member namespace the agent and its `hub-credentials` live in, as deploy/agent/ has it.

@@ -120,7 +120,7 @@ impl Fixture {
                 registry.clone(),
                 Arc::new(executor),
                 crate::member::pull::hub::PullHub::new(hub_client.clone(), None, None),
-                crate::member::pull::link::ANSWER_WITHIN,
+                crate::member::pull::hub::link::ANSWER_WITHIN,
             ),
             registry,
             releases,

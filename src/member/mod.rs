@@ -75,7 +75,7 @@ impl Links {
             executor: None,
             kinds: Arc::default(),
             pull: hub,
-            answer_within: pull::link::ANSWER_WITHIN,
+            answer_within: pull::hub::link::ANSWER_WITHIN,
             #[cfg(test)]
             fixed: Vec::new(),
         }
@@ -119,7 +119,7 @@ impl Links {
     /// The link of a pull member.
     fn pulled(&self, cluster: ClusterName) -> Option<Arc<dyn MemberLink>> {
         let hub = self.pull.clone()?;
-        Some(Arc::new(pull::link::PullLink::new(
+        Some(Arc::new(pull::hub::link::PullLink::new(
             cluster,
             hub,
             self.executor.clone(),

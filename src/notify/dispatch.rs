@@ -15,7 +15,7 @@ use crate::{
     notify::{
         Notice,
         address::{Allowed, WebhookResolver},
-        alerts::AlertBook,
+        book::AlertBook,
         budget::{Full, TenantSlots, over_cap},
         filter::accepts,
         limits::{TokenBucket, jitter, retry_after},

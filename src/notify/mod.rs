@@ -3,14 +3,15 @@
 //! The places that decide a transition (the status writer, the drift checks, the Helm outcomes,
 //! the rollout gate) hand a [`Notice`] to a [`Notifier`], which never waits: a bounded channel
 //! takes it or it is dropped and counted. The dispatcher (`dispatch`) matches it against the
-//! Alerts, limits each Alert's rate, and sends from tasks of its own with retries; `alerts`
-//! keeps each Alert's `Ready` condition and counts. The pure parts are `transitions`, `filter`,
+//! Alerts, limits each Alert's rate, and sends from tasks of its own with retries; `book`
+//! counts what each Alert sent and writes it (the Alerts' `Ready` is the reconciler's,
+//! `controller::alerts`). The pure parts are `transitions`, `filter`,
 //! `payload`, `limits`, `budget` (what one tenant may take) and `address` (where a webhook may
 //! lead); the Secret an Alert names is read in `provider`, own namespace only, once a policy's
 //! `alertSecrets` rule allows it.
 
 pub(crate) mod address;
-pub(crate) mod alerts;
+pub(crate) mod book;
 pub(crate) mod budget;
 pub(crate) mod dispatch;
 pub(crate) mod filter;

@@ -16,7 +16,7 @@ use crate::{
     helm::{args::HelmOptions, cli::HelmCli, sdk::HelmExecutor},
     member::{
         MemberLink,
-        pull::{agent::Agent, login::HubLogin, wire::AgentConfig},
+        pull::{agent::Agent, agent::login::HubLogin, wire::AgentConfig},
         push::PushLink,
     },
 };
@@ -50,7 +50,7 @@ pub(crate) enum AgentError {
     Member(String),
     /// The hub login cannot be set up.
     #[error(transparent)]
-    Login(#[from] crate::member::pull::login::Error),
+    Login(#[from] crate::member::pull::agent::login::Error),
     /// The operator's configuration for this agent cannot be read.
     #[error("the agent's configuration {namespace}/{AGENT_CONFIG_SECRET} on the hub: {reason}")]
     Config {

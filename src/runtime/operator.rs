@@ -188,9 +188,10 @@ fn spawn_notifications(
     cancel: &CancellationToken,
     tasks: &TaskTracker,
 ) -> mpsc::Sender<()> {
+    use crate::controller::alerts;
     use crate::notify::{
         address::HubApi,
-        alerts,
+        book::AlertBook,
         dispatch::Dispatcher,
         provider::{AdmissionNow, Reach, SecretReader},
     };
@@ -217,7 +218,7 @@ fn spawn_notifications(
         cancel.clone(),
     );
     tasks.spawn(follow.instrument(tracing::info_span!("alerts")));
-    let book = Arc::new(alerts::AlertBook::default());
+    let book = Arc::new(AlertBook::default());
     tasks.spawn({
         let (book, hub, cancel) = (book.clone(), ctx.hub.clone(), cancel.clone());
         async move { book.write(hub, cancel).await }
@@ -352,8 +353,8 @@ fn spawn_loops(
     );
     if let Some(seal) = config.helm.seal.clone() {
         tasks.spawn(
-            crate::member::pull::enroll::run(
-                crate::member::pull::enroll::Enrolling {
+            crate::controller::enroll::run(
+                crate::controller::enroll::Enrolling {
                     client: ctx.hub.clone(),
                     seal,
                     registry: ctx.registry.clone(),

@@ -37,11 +37,11 @@ use tenancy_hub::{
     },
     helm::seal::Sealed,
     member::pull::{
+        agent::outbox::Outbox,
         messages::{
             AGENT_MANAGER, AgentStatus, Answer, CALL_LABEL, Call, Observed, STATUS_NAME, Work,
             answer_name, lease, observed_name, reply_name,
         },
-        outbox::Outbox,
         watching::WatchCalls,
         wire::AgentConfig,
     },

@@ -7,6 +7,10 @@
 //! cannot be reached, what runs keeps running and drift of releases whose drift detection is
 //! `enabled` is repaired here, from the last work the hub signed.
 
+pub(crate) mod login;
+pub(crate) mod observer;
+pub mod outbox;
+
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use dashmap::DashMap;
@@ -24,13 +28,13 @@ use crate::{
     api::key::ReleaseKey,
     api::member_cluster::{AGENT_LEASE, pull_namespace},
     member::link::{DriftCheck, MemberLink},
+    member::pull::agent::observer::Wanted,
+    member::pull::agent::outbox::Outbox,
     member::pull::charts,
     member::pull::messages::{
         AGENT_MANAGER, AgentStatus, Answer, CALL_LABEL, Call, CallBody, Replied, Reply,
         STATUS_NAME, answer_name, lease, reply_name,
     },
-    member::pull::observer::{self, Wanted},
-    member::pull::outbox::Outbox,
     member::pull::watching::{WatchCalls, is_watch_name},
     member::pull::wire::AgentConfig,
     observe::relist::relisting_watcher,

@@ -1,5 +1,8 @@
 //! The hub's side of every pull member at once: one metadata watch of all agents' reports (each read in its member's hub namespace alone) and one of their Leases (a constant number of streams whatever the number of members), what each member last reported, and the publishing of signed calls.
 
+pub(crate) mod held;
+pub(crate) mod link;
+
 use std::{
     sync::{
         Arc, Mutex,
@@ -28,7 +31,7 @@ use crate::{
     api::key::{ClusterName, ReleaseKey},
     api::member_cluster::{AGENT_LEASE, member_of_pull_namespace, pull_namespace},
     member::error::{self, LinkError},
-    member::pull::held::{Reports, Taken},
+    member::pull::hub::held::{Reports, Taken},
     member::pull::messages::{
         CALL_LABEL, Call, MAX_MESSAGE, REPORT_KEY, REPORT_LABEL, WORK_CONTENT, WORK_ID,
         answer_name, ask_name, is_id, new_id, work_name,

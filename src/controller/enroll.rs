@@ -55,11 +55,11 @@ use crate::{
         shard::Shards,
     },
     clusters::registry::SharedRegistry,
-    helm::seal::SealKey,
-    member::pull::enroll::{
+    controller::enroll::{
         objects::{enrolled, is_members, subject_of},
         status::{REPORTS_TAKEN, Standing, look_again, reports_taken, status},
     },
+    helm::seal::SealKey,
     member::pull::hub::PullHub,
 };
 

@@ -1,8 +1,7 @@
-//! Each Alert's status: `Ready` from its Secret and the policies, looked at on every change of the Alert or of a policy and every minute (a few at once), and what was sent, failed or dropped, written at most once a second.
+//! The Alert reconciler: each Alert's `Ready` from its Secret and the policies, looked at on every change of the Alert or of a policy and every minute (a few at once). What it sent, failed or dropped is counted and written by `notify::book`.
 
-use std::{collections::HashSet, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
-use dashmap::DashMap;
 use futures::StreamExt as _;
 use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::{Condition, Time},
@@ -10,7 +9,6 @@ use k8s_openapi::{
 };
 use kube::{
     Api, ResourceExt,
-    api::{Patch, PatchParams},
     runtime::{
         Controller as Runtime, PredicateConfig, WatchStreamExt,
         controller::{Action, Config as RuntimeConfig},
@@ -19,12 +17,13 @@ use kube::{
         watcher,
     },
 };
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
     api::alert::Alert,
     notify::{
+        book::patch_status,
         budget::{ALERTS_PER_NAMESPACE, newly_followed, rank},
         provider::{AdmissionNow, Endpoint, Problem, Reach, SecretReader, shown},
     },
@@ -34,112 +33,6 @@ use crate::{
 pub(crate) const RECHECK: Duration = Duration::from_secs(60);
 /// Alerts looked at at once.
 pub(crate) const LOOKS: u16 = 8;
-/// The least time between two writes of the counts.
-const COUNT_WRITES: Duration = Duration::from_secs(1);
-
-/// What each Alert sent, failed to send and dropped since the operator started.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct Counts {
-    /// Messages delivered.
-    pub(crate) sent: u64,
-    /// Messages given up.
-    pub(crate) failed: u64,
-    /// Messages dropped (rate limit, full queue).
-    pub(crate) dropped: u64,
-    /// When the last one was delivered.
-    pub(crate) last_sent: Option<String>,
-}
-
-/// The counts of every Alert, and which changed since they were last written.
-#[derive(Default)]
-pub(crate) struct AlertBook {
-    counts: DashMap<ObjectRef<Alert>, Counts>,
-    dirty: std::sync::Mutex<HashSet<ObjectRef<Alert>>>,
-    changed: Notify,
-}
-
-impl AlertBook {
-    fn count(&self, alert: &ObjectRef<Alert>, add: impl FnOnce(&mut Counts)) {
-        add(&mut self.counts.entry(alert.clone()).or_default());
-        self.dirty
-            .lock()
-            .expect("alert book lock")
-            .insert(alert.clone());
-        self.changed.notify_one();
-    }
-
-    /// Counts a message delivered now.
-    pub(crate) fn sent(&self, alert: &ObjectRef<Alert>) {
-        self.count(alert, |c| {
-            c.sent += 1;
-            c.last_sent = Some(Timestamp::now().to_string());
-        });
-    }
-
-    /// Counts a message given up.
-    pub(crate) fn failed(&self, alert: &ObjectRef<Alert>) {
-        self.count(alert, |c| c.failed += 1);
-    }
-
-    /// Counts a message dropped.
-    pub(crate) fn dropped(&self, alert: &ObjectRef<Alert>) {
-        self.count(alert, |c| c.dropped += 1);
-    }
-
-    /// The counts of one Alert.
-    pub(crate) fn of(&self, alert: &ObjectRef<Alert>) -> Counts {
-        self.counts
-            .get(alert)
-            .map(|c| c.clone())
-            .unwrap_or_default()
-    }
-
-    /// Writes the counts that changed, at most once per second, until cancelled.
-    pub(crate) async fn write(&self, hub: kube::Client, cancel: CancellationToken) {
-        loop {
-            tokio::select! {
-                () = self.changed.notified() => {}
-                () = cancel.cancelled() => return,
-            }
-            let due: Vec<ObjectRef<Alert>> = self
-                .dirty
-                .lock()
-                .expect("alert book lock")
-                .drain()
-                .collect();
-            for alert in due {
-                let c = self.of(&alert);
-                let patch = serde_json::json!({"status": {
-                    "sent": c.sent, "failed": c.failed, "dropped": c.dropped,
-                    "lastSentTime": c.last_sent,
-                }});
-                if let Err(why) = patch_status(&hub, &alert, &patch).await {
-                    tracing::debug!(%alert, %why, "writing an Alert's counts failed");
-                }
-            }
-            tokio::select! {
-                () = tokio::time::sleep(COUNT_WRITES) => {}
-                () = cancel.cancelled() => return,
-            }
-        }
-    }
-}
-
-async fn patch_status(
-    hub: &kube::Client,
-    alert: &ObjectRef<Alert>,
-    patch: &serde_json::Value,
-) -> Result<(), String> {
-    let api: Api<Alert> =
-        Api::namespaced(hub.clone(), alert.namespace.as_deref().unwrap_or_default());
-    let (params, patch) = (PatchParams::default(), Patch::Merge(patch));
-    let write = api.patch_status(&alert.name, &params, &patch);
-    match tokio::time::timeout(crate::api::HUB_WRITE_TIMEOUT, write).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("the hub did not answer in time".into()),
-    }
-}
 
 /// The `Ready` condition for what resolving the Alert found (pure): True naming where messages
 /// go, or False with the problem's reason and words.
@@ -363,18 +256,5 @@ mod tests {
             ("False", "SecretNotFound")
         );
         assert!(missing.message.contains("a/hook"));
-    }
-
-    #[test]
-    fn counts_mark_their_alert_for_writing() {
-        let book = AlertBook::default();
-        let a = ObjectRef::new("on-call").within("team-a");
-        book.sent(&a);
-        book.dropped(&a);
-        book.failed(&a);
-        let c = book.of(&a);
-        assert_eq!((c.sent, c.failed, c.dropped), (1, 1, 1));
-        assert!(c.last_sent.is_some());
-        assert_eq!(book.dirty.lock().unwrap().len(), 1);
     }
 }

@@ -368,7 +368,7 @@ fn unanswered(cluster: &ClusterName, key: &ReleaseKey, within: Duration) -> Outc
 /// Waits, within [`SETTLE_WITHIN`], until the agent's records report shows what `outcome` did
 /// to `key`: its new revision, or its records gone.
 async fn settle(member: &Member, key: &ReleaseKey, outcome: &Outcome) {
-    let shows = |r: &crate::member::pull::held::Reports| {
+    let shows = |r: &crate::member::pull::hub::held::Reports| {
         let Some(records) = &r.records[0] else {
             return false;
         };
