@@ -18,7 +18,7 @@ use kube::{
 use crate::{
     api::key::ClusterName,
     api::member_cluster::{BOOTSTRAP_ACCOUNT, MemberCluster, MemberClusterSpec, pull_namespace},
-    clusters::registry::{ClusterRegistry, HubSource, RegistrationFile},
+    clusters::registry::HubSource,
     member::pull::agent::login::CREDENTIALS_SECRET,
 };
 
@@ -140,6 +140,7 @@ fn key_value(text: &str) -> Result<(String, String), String> {
     Ok((k.to_owned(), v.to_owned()))
 }
 
+/// A client of the cluster `kubeconfig` and `context` name (the hub, or for `join` the member).
 async fn client_of(
     kubeconfig: &Option<PathBuf>,
     context: &Option<String>,
@@ -148,13 +149,7 @@ async fn client_of(
         kubeconfig: kubeconfig.clone(),
         context: context.clone(),
     };
-    let registry = ClusterRegistry::connect(&source, &RegistrationFile::default()).await?;
-    Ok(registry
-        .iter()
-        .next()
-        .context("no cluster in that kubeconfig")?
-        .client
-        .clone())
+    Ok(source.client().await?)
 }
 
 /// Runs a `cluster` command.

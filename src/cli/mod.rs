@@ -20,7 +20,7 @@ use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::{
-    clusters::registry::{self, ClusterRegistry, HubSource, RegistrationFile},
+    clusters::registry::{self, HubSource},
     member::Links,
     runtime::operator,
     runtime::tasks::shutdown_signal,
@@ -233,13 +233,7 @@ impl Command {
                     kubeconfig,
                     context,
                 };
-                let registry = ClusterRegistry::connect(&hub, &RegistrationFile::default()).await?;
-                let client = registry
-                    .iter()
-                    .next()
-                    .context("the cluster registry has no hub")?
-                    .client
-                    .clone();
+                let client = hub.client().await?;
                 let namespace = namespace.unwrap_or_else(|| client.default_namespace().to_owned());
                 let selection = match name {
                     Some(name) => Selection::One { namespace, name },

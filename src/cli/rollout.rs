@@ -10,9 +10,7 @@ use kube::{
 };
 
 use crate::{
-    api::crd::Controller,
-    clusters::registry::{ClusterRegistry, HubSource, RegistrationFile},
-    plan::rollout::ROLLOUT_ANNOTATION,
+    api::crd::Controller, clusters::registry::HubSource, plan::rollout::ROLLOUT_ANNOTATION,
 };
 
 /// What to ask of a rollout.
@@ -58,13 +56,7 @@ pub(crate) async fn run(args: RolloutArgs) -> anyhow::Result<()> {
         kubeconfig: args.kubeconfig,
         context: args.context,
     };
-    let registry = ClusterRegistry::connect(&hub, &RegistrationFile::default()).await?;
-    let client = registry
-        .iter()
-        .next()
-        .context("the cluster registry has no hub")?
-        .client
-        .clone();
+    let client = hub.client().await?;
     let namespace = args
         .namespace
         .unwrap_or_else(|| client.default_namespace().to_owned());

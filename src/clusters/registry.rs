@@ -247,6 +247,14 @@ pub(crate) struct HubSource {
     pub(crate) context: Option<String>,
 }
 
+impl HubSource {
+    /// A client of the hub (or, for `join`, of the cluster this kubeconfig and context name):
+    /// the one way every command of the command line gets one, with the same errors.
+    pub(crate) async fn client(&self) -> Result<Client> {
+        Ok(connect_hub(self, &mut HashMap::new()).await?.client)
+    }
+}
+
 impl ClusterRegistry {
     /// Builds a client for the hub and for every registered member.
     pub(crate) async fn connect(hub: &HubSource, file: &RegistrationFile) -> Result<Self> {
