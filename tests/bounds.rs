@@ -14,7 +14,7 @@ use kube::{
     Api,
     api::{Patch, PatchParams},
 };
-use tenancy_hub::api::crd::{Chart, Controller, ControllerSpec, ControllerStatus};
+use tenancy_hub::api::crd::{Chart, ControllerSpec, ControllerStatus, TenancyController};
 
 /// `tenancies` tenancies of `namespace` on the hub, each with releases r0 … r(charts-1): every
 /// release is asked for `tenancies` times.
@@ -59,7 +59,7 @@ async fn a_controller_over_the_chart_limit_is_refused_by_the_api_server_naming_t
     let hub = Hub::new("oversize").await;
     // 626 tenancies of 16 charts: 10,016 charts, each tenancy valid on its own.
     let spec = same_releases(&unique("big"), 626, 16);
-    let c = Controller::new("big", spec);
+    let c = TenancyController::new("big", spec);
     let err = hub
         .api()
         .patch(
@@ -170,7 +170,7 @@ const TEST_LABEL: &str = "multitenancy.dev/test";
 
 /// Server-side applies Controller `namespace/name` with `spec`, labelled `TEST_LABEL=id`.
 async fn apply_labelled(hub: &Hub, namespace: &str, name: &str, id: &str, spec: ControllerSpec) {
-    let mut c = Controller::new(name, spec);
+    let mut c = TenancyController::new(name, spec);
     c.metadata.labels = Some([(TEST_LABEL.to_owned(), id.to_owned())].into());
     hub.apply_in(namespace, &c).await;
 }
@@ -271,11 +271,11 @@ async fn a_slow_tenant_with_several_controllers_does_not_hold_back_another_tenan
         .into_iter()
         .chain((0..3).map(|i| (&slow, format!("slow-{i}"))))
     {
-        let api = Api::<Controller>::namespaced(hub.client.clone(), namespace);
+        let api = Api::<TenancyController>::namespaced(hub.client.clone(), namespace);
         api.delete(&name, &Default::default()).await.unwrap();
     }
     for namespace in [&fast, &slow] {
-        let api = Api::<Controller>::namespaced(hub.client.clone(), namespace);
+        let api = Api::<TenancyController>::namespaced(hub.client.clone(), namespace);
         all_gone(&api, Duration::from_secs(90)).await;
     }
 }

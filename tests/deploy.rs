@@ -25,7 +25,7 @@ use kube::{
 };
 use serde_yaml::Value;
 use tenancy_hub::{
-    api::crd::{Controller, ControllerSpec},
+    api::crd::{ControllerSpec, TenancyController},
     api::member_cluster::MemberCluster,
     api::policy::{TenancyPolicy, TenancyPolicySpec},
     clusters::registry::RegistrationFile,
@@ -444,7 +444,7 @@ struct Names {
 /// releases, the namespaces. The operator's namespace and cluster-wide RBAC stay, as installed.
 async fn clean_up(lab: &Lab, names: &Names) {
     let admin = lab.client("hub").await;
-    let controllers: Api<Controller> = Api::namespaced(admin.clone(), &names.home);
+    let controllers: Api<TenancyController> = Api::namespaced(admin.clone(), &names.home);
     if controllers.get_opt("deploy").await.ok().flatten().is_some() {
         let unblock = serde_json::json!({"metadata": {"finalizers": null}});
         let _ = controllers
@@ -579,12 +579,12 @@ async fn run_under_rbac(lab: &Lab, names: &Names) {
         ],
         ..Default::default()
     };
-    let controllers: Api<Controller> = Api::namespaced(admin.clone(), home);
+    let controllers: Api<TenancyController> = Api::namespaced(admin.clone(), home);
     controllers
         .patch(
             "deploy",
             &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&Controller::new("deploy", spec)),
+            &Patch::Apply(&TenancyController::new("deploy", spec)),
         )
         .await
         .expect("the Controller applies");

@@ -15,7 +15,7 @@ use common::{
 };
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{ListParams, PostParams};
-use tenancy_hub::api::crd::{Chart, Controller, ControllerSpec, Setting};
+use tenancy_hub::api::crd::{Chart, ControllerSpec, Setting, TenancyController};
 
 /// The fault tests take turns: each stops or freezes lab processes others would depend on.
 static LAB_FAULTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -440,7 +440,7 @@ async fn huge_and_hostile_input_is_handled_or_refused_clearly() {
         .api()
         .create(
             &PostParams::default(),
-            &Controller::new(
+            &TenancyController::new(
                 "too-many",
                 ControllerSpec {
                     tenancies: vec![tenancy(&ns, &["member-1"], vec![too_many])],

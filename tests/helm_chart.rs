@@ -29,7 +29,7 @@ use kube::{
 };
 use serde_yaml::Value;
 use tenancy_hub::{
-    api::crd::Controller,
+    api::crd::TenancyController,
     api::policy::{TenancyPolicy, TenancyPolicySpec},
     cli::{Cli, Command as CliCommand},
     clusters::registry::RegistrationFile,
@@ -499,7 +499,7 @@ async fn the_chart_installs_upgrades_and_uninstalls_and_its_rbac_delivers_the_se
 /// finalizer, the seed's releases, the namespaces and the policy. The CRDs stay, as Helm leaves them.
 async fn clean_up(lab: &Lab, names: &Names) {
     let admin = lab.client("hub").await;
-    let controllers: Api<Controller> = Api::namespaced(admin.clone(), &names.home);
+    let controllers: Api<TenancyController> = Api::namespaced(admin.clone(), &names.home);
     if controllers.get_opt(SEED).await.ok().flatten().is_some() {
         let unblock = serde_json::json!({"metadata": {"finalizers": null}});
         let _ = controllers
@@ -808,7 +808,7 @@ async fn deliver_seed(admin: &kube::Client, names: &Names, operator: &Process) {
     let mut seed = seed_example();
     seed.spec.tenancies[0].namespace = names.tenant.clone();
     let charts = seed.spec.tenancies[0].charts.len();
-    let controllers: Api<Controller> = Api::namespaced(admin.clone(), &names.home);
+    let controllers: Api<TenancyController> = Api::namespaced(admin.clone(), &names.home);
     controllers
         .patch(
             SEED,

@@ -10,7 +10,7 @@ use common::{
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, api::PostParams};
 use tenancy_hub::api::{
-    crd::{ChartOverride, Controller, ControllerSpec, ValuesKind, ValuesReference},
+    crd::{ChartOverride, ControllerSpec, TenancyController, ValuesKind, ValuesReference},
     policy::ValuesRule,
 };
 
@@ -228,14 +228,14 @@ async fn a_controller_cannot_squat_a_key_its_policy_refuses() {
     b.namespaces = vec![format!("{id}-other")];
     hub.policy(&team_b, b).await;
     let apply = |namespace: String, name: &'static str| {
-        let mut c = Controller::new(name, one_release(&ns_a, "deployment-example", "web"));
+        let mut c = TenancyController::new(name, one_release(&ns_a, "deployment-example", "web"));
         c.metadata.labels = Some([("hostile.tenancy-hub.test/run".to_owned(), id.clone())].into());
         (namespace, c)
     };
     // Team B names team A's release first: refused, and holding nothing.
     let (ns, squatter) = apply(team_b.clone(), "squatter");
     hub.apply_in(&ns, &squatter).await;
-    let b_api = Api::<Controller>::namespaced(hub.client.clone(), &team_b);
+    let b_api = Api::<TenancyController>::namespaced(hub.client.clone(), &team_b);
     wait_until("the squatter refused", DEADLINE, || async {
         let s = b_api.get("squatter").await.ok()?.status?;
         (message(&s, MEMBER, "web")?.phase == "Forbidden").then_some(())
@@ -380,8 +380,10 @@ async fn values_nested_past_the_limit_are_refused_by_the_api_server_and_others_d
         .await;
     let tenant = unique("tenant");
     hub.tenant_may_write_controllers(&tenant).await;
-    let as_tenant =
-        Api::<Controller>::namespaced(hub.lab.client_as("hub", &tenant).await, &hub.namespace);
+    let as_tenant = Api::<TenancyController>::namespaced(
+        hub.lab.client_as("hub", &tenant).await,
+        &hub.namespace,
+    );
     let (deep_ns, edge_ns, fine_ns) = (unique("deep"), unique("edge"), unique("fine"));
     wait_until("the tenant may create Controllers", DEADLINE, || async {
         as_tenant
@@ -390,7 +392,10 @@ async fn values_nested_past_the_limit_are_refused_by_the_api_server_and_others_d
                     dry_run: true,
                     ..PostParams::default()
                 },
-                &Controller::new("probe", one_release(&deep_ns, "deployment-example", "web")),
+                &TenancyController::new(
+                    "probe",
+                    one_release(&deep_ns, "deployment-example", "web"),
+                ),
             )
             .await
             .ok()
@@ -400,7 +405,8 @@ async fn values_nested_past_the_limit_are_refused_by_the_api_server_and_others_d
 
     // One level past the limit, and far past the JSON parser's own (128): refused, with the path.
     for depth in [65, 200] {
-        let mut deep = Controller::new("deep", one_release(&deep_ns, "deployment-example", "web"));
+        let mut deep =
+            TenancyController::new("deep", one_release(&deep_ns, "deployment-example", "web"));
         deep.spec.tenancies[0].charts[0].values = Some(nested(depth));
         let said = refusal(as_tenant.create(&PostParams::default(), &deep).await);
         says_too_deep(
@@ -410,7 +416,7 @@ async fn values_nested_past_the_limit_are_refused_by_the_api_server_and_others_d
         );
     }
     let mut overridden =
-        Controller::new("deep", one_release(&deep_ns, "deployment-example", "web"));
+        TenancyController::new("deep", one_release(&deep_ns, "deployment-example", "web"));
     overridden.spec.tenancies[0].charts[0].overrides = vec![ChartOverride {
         values: Some(nested(65)),
         ..ChartOverride::default()
@@ -427,7 +433,8 @@ async fn values_nested_past_the_limit_are_refused_by_the_api_server_and_others_d
     );
 
     // At the limit: stored and delivered.
-    let mut edge = Controller::new("edge", one_release(&edge_ns, "deployment-example", "web"));
+    let mut edge =
+        TenancyController::new("edge", one_release(&edge_ns, "deployment-example", "web"));
     edge.spec.tenancies[0].charts[0].values = Some(nested(64));
     as_tenant
         .create(&PostParams::default(), &edge)
@@ -477,7 +484,8 @@ async fn a_too_deep_controller_stored_past_admission_is_invalid_on_its_own_and_o
     let (deep_ns, fine_ns) = (unique("deep"), unique("fine"));
     // Deeper than the JSON parser's own limit (128), written to etcd as a Controller stored before
     // the admission policy existed would be: the operator's decoder is the backstop.
-    let mut deep = Controller::new("deep", one_release(&deep_ns, "deployment-example", "web"));
+    let mut deep =
+        TenancyController::new("deep", one_release(&deep_ns, "deployment-example", "web"));
     deep.metadata.namespace = Some(hub.namespace.clone());
     deep.metadata.uid = Some(unique("uid"));
     deep.metadata.generation = Some(1);
@@ -509,14 +517,14 @@ async fn a_too_deep_controller_stored_past_admission_is_invalid_on_its_own_and_o
     assert!(hub.lab.releases(MEMBER, &deep_ns).is_empty());
     // The API server answers a delete with the object, deeper than serde_json decodes: the answer
     // is taken as text, and the Controller is gone once a read finds nothing.
-    let delete = kube::core::Request::new(<Controller as kube::Resource>::url_path(
+    let delete = kube::core::Request::new(<TenancyController as kube::Resource>::url_path(
         &(),
         Some(&hub.namespace),
     ))
     .delete("deep", &kube::api::DeleteParams::default())
     .unwrap();
     hub.client.request_text(delete).await.unwrap();
-    let controllers = Api::<Controller>::namespaced(hub.client.clone(), &hub.namespace);
+    let controllers = Api::<TenancyController>::namespaced(hub.client.clone(), &hub.namespace);
     wait_until("the deep Controller to be deleted", DEADLINE, || async {
         controllers
             .get_opt("deep")

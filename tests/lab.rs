@@ -17,9 +17,9 @@ use kube::{
     Api, Client,
     api::{DeleteParams, ListParams, PostParams},
 };
-use tenancy_hub::api::crd::Controller;
+use tenancy_hub::api::crd::TenancyController;
 
-fn controller_from_yaml(yaml: &str) -> Controller {
+fn controller_from_yaml(yaml: &str) -> TenancyController {
     serde_yaml::from_str(yaml).expect("test resource parses")
 }
 
@@ -140,7 +140,7 @@ async fn the_api_server_rejects_invalid_controllers_with_readable_messages() {
     let lab = Lab::get();
     let hub = lab.client("hub").await;
     install_crd(&hub).await;
-    let api: Api<Controller> = Api::namespaced(hub, "default");
+    let api: Api<TenancyController> = Api::namespaced(hub, "default");
     let dry_run = PostParams {
         dry_run: true,
         ..Default::default()

@@ -31,7 +31,7 @@ use serde_json::Value;
 use sha2::Sha256;
 use tenancy_hub::api::{
     alert::{Alert, AlertSpec, AlertStatus, ProviderType, SecretName},
-    crd::{Controller, ControllerSpec, DriftDetection, DriftMode, Rollout, ValuesKind},
+    crd::{ControllerSpec, DriftDetection, DriftMode, Rollout, TenancyController, ValuesKind},
     policy::{AlertSecretRule, TenancyPolicySpec},
 };
 
@@ -485,14 +485,14 @@ async fn a_webhook_gets_one_signed_message_per_transition_and_delivery_goes_on_w
 const RUN: &str = "notify.tenancy-hub.test/run";
 
 /// Controller `name` with `spec`, labelled for the operator of run `id`.
-fn labelled(name: &str, spec: ControllerSpec, id: &str) -> Controller {
-    let mut c = Controller::new(name, spec);
+fn labelled(name: &str, spec: ControllerSpec, id: &str) -> TenancyController {
+    let mut c = TenancyController::new(name, spec);
     c.metadata.labels = Some([(RUN.to_owned(), id.to_owned())].into());
     c
 }
 
 /// Server-side applies Controller `c` through `api` (its client and namespace).
-async fn apply_controller(api: &Api<Controller>, c: &Controller) {
+async fn apply_controller(api: &Api<TenancyController>, c: &TenancyController) {
     let name = c.metadata.name.as_deref().expect("a named Controller");
     api.patch(
         name,
@@ -566,7 +566,7 @@ async fn a_tenants_alerts_hear_nothing_of_another_teams_controllers_and_send_not
 
     // Team A, as itself: Controller shop, and an Alert of it to its own webhook.
     let (as_a, as_b) = (clients[0].clone(), clients[1].clone());
-    let controllers_a: Api<Controller> = Api::namespaced(as_a.clone(), &team_a);
+    let controllers_a: Api<TenancyController> = Api::namespaced(as_a.clone(), &team_a);
     let alerts_a: Api<Alert> = Api::namespaced(as_a, &team_a);
     let healthy = shop(&shop_ns, &[("replicaCount", "1")], false);
     apply_controller(&controllers_a, &labelled("shop", healthy, &id)).await;
@@ -653,7 +653,7 @@ async fn a_tenants_alerts_hear_nothing_of_another_teams_controllers_and_send_not
     // Then team B's own Controller is refused by its policy. The dispatcher takes notices in
     // order, so once team B's Alerts have sent (or failed to send) that one, whatever they were
     // to send of team A's failure has come too.
-    let controllers_b: Api<Controller> = Api::namespaced(as_b, &team_b);
+    let controllers_b: Api<TenancyController> = Api::namespaced(as_b, &team_b);
     let elsewhere = web(&format!("{id}-elsewhere"), &["member-1"], "1");
     apply_controller(&controllers_b, &labelled("cart", elsewhere, &id)).await;
     receiver_b.until("cart", "Forbidden").await;
@@ -804,7 +804,7 @@ async fn team_b_fails(
     id: &str,
     (receiver, count): (&Receiver, usize),
 ) {
-    let controllers: Api<Controller> = Api::namespaced(as_b.clone(), team_b);
+    let controllers: Api<TenancyController> = Api::namespaced(as_b.clone(), team_b);
     let failing = web(&format!("{team_b}-cart"), &["member-1"], "-1");
     apply_controller(&controllers, &labelled("cart", failing, id)).await;
     wait_until(
@@ -902,7 +902,7 @@ async fn webhooks_inside_the_cluster_are_refused_a_tarpit_holds_only_its_tenants
     alert_sends_to(&alerts_a, "tarpit-69", tarpit_address).await;
     // Team A's Controller fails (its chart's values asked of the Alert's Secret, which feeds
     // no values): every one of its Alerts is to tell the tarpit.
-    let controllers_a: Api<Controller> = Api::namespaced(as_a, &team_a);
+    let controllers_a: Api<TenancyController> = Api::namespaced(as_a, &team_a);
     let mut spec = web(&format!("{team_a}-shop"), &["member-1"], "1");
     spec.tenancies[0].charts[0].values_from = vec![tenancy_hub::api::crd::ValuesReference {
         kind: ValuesKind::Secret,

@@ -8,7 +8,7 @@ use common::{
     fixtures::{DEADLINE, chart, tenancy, unique, wait_until},
     hub::Hub,
 };
-use tenancy_hub::api::crd::{Controller, ControllerSpec, ControllerStatus};
+use tenancy_hub::api::crd::{ControllerSpec, ControllerStatus, TenancyController};
 
 /// Runs `tenancy-hub diff -f FILE -o json` for the test's hub namespace: (exit code, entries, stderr).
 fn diff(hub: &Hub, name: &str, spec: &ControllerSpec) -> (i32, Vec<serde_json::Value>, String) {
@@ -110,7 +110,7 @@ async fn diff_previews_what_applying_a_file_does_changes_nothing_and_the_operato
         ..Default::default()
     };
     // The operator keeps writing the status; the spec and its generation are what diff could change.
-    let hub_version = |c: Controller| (c.metadata.generation, c.spec);
+    let hub_version = |c: TenancyController| (c.metadata.generation, c.spec);
     let controller_before = hub_version(hub.api().get("app").await.unwrap());
     let world_before = (state(&hub, "member-1", &ns), state(&hub, "member-2", &ns));
 

@@ -23,6 +23,8 @@ pub const HUB_CLUSTER: &str = "hub";
     group = "multitenancy.dev",
     version = "v1alpha1",
     kind = "Controller",
+    // The Rust name differs from the kind, so it never meets kube-runtime's `Controller`.
+    root = "TenancyController",
     namespaced,
     status = "ControllerStatus",
     shortname = "tenctl",
@@ -437,10 +439,26 @@ fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     })
 }
 
+/// The `Controller` CustomResourceDefinition: its schema titled with the kind users write, not
+/// the Rust name of the type.
+pub fn controller_crd()
+-> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    let mut crd = TenancyController::crd();
+    for version in &mut crd.spec.versions {
+        if let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        {
+            schema.title = Some("Controller".into());
+        }
+    }
+    crd
+}
+
 /// The CustomResourceDefinition as YAML, exactly as `crds/` holds it.
 pub fn crd_yaml() -> String {
-    let crd = Controller::crd();
-    serde_yaml::to_string(&crd).expect("a CustomResourceDefinition always serializes")
+    serde_yaml::to_string(&controller_crd()).expect("a CustomResourceDefinition always serializes")
 }
 
 pub mod depth_policy;

@@ -15,7 +15,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::{Api, ResourceExt, api::ListParams};
 
 use crate::{
-    api::crd::{Controller, DriftStatus, HUB_CLUSTER, RolloutStatus},
+    api::crd::{DriftStatus, HUB_CLUSTER, RolloutStatus, TenancyController},
     api::key::{ClusterName, ReleaseKey},
     api::policy::TenancyPolicy,
     charts::{
@@ -83,7 +83,7 @@ pub struct DiffArgs {
 }
 
 /// The Controllers of a file; those naming no namespace go to `namespace`.
-pub(crate) fn parse_file(text: &str, namespace: &str) -> anyhow::Result<Vec<Controller>> {
+pub(crate) fn parse_file(text: &str, namespace: &str) -> anyhow::Result<Vec<TenancyController>> {
     use serde::Deserialize as _;
     let mut out = Vec::new();
     for (index, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
@@ -99,7 +99,7 @@ pub(crate) fn parse_file(text: &str, namespace: &str) -> anyhow::Result<Vec<Cont
             index + 1,
             kind.unwrap_or("document without kind")
         );
-        let mut c: Controller = serde_yaml::from_value(value)
+        let mut c: TenancyController = serde_yaml::from_value(value)
             .with_context(|| format!("document {} is not a valid Controller", index + 1))?;
         if c.metadata.namespace.is_none() {
             c.metadata.namespace = Some(namespace.to_owned());
@@ -216,10 +216,10 @@ impl HubState {
         links: &Links,
         clusters: BTreeMap<ClusterName, BTreeMap<String, String>>,
         hub: kube::Client,
-        files: &[Controller],
+        files: &[TenancyController],
     ) -> anyhow::Result<Self> {
         eprintln!("Reading Controllers and TenancyPolicies from the hub…");
-        let on_hub = Api::<Controller>::all(hub.clone())
+        let on_hub = Api::<TenancyController>::all(hub.clone())
             .list(&ListParams::default())
             .await
             .context("listing Controllers on the hub")?
@@ -332,7 +332,7 @@ impl Charts {
 /// Decides every Controller of the file as the operator would (the same planner and gates):
 /// what would happen to each release, and the releases that would be applied, by key.
 async fn plan_files(
-    files: &[Controller],
+    files: &[TenancyController],
     state: &HubState,
     charts: &Charts,
     args: &DiffArgs,

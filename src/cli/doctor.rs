@@ -23,7 +23,9 @@ use kube::{
 };
 
 use crate::{
-    api::{alert::Alert, crd::Controller, member_cluster::MemberCluster, policy::TenancyPolicy},
+    api::{
+        alert::Alert, crd::TenancyController, member_cluster::MemberCluster, policy::TenancyPolicy,
+    },
     cli::{
         args::{ExecutorKind, PolicyMode, RunArgs},
         table::{self, Output},
@@ -216,7 +218,7 @@ async fn crds(client: &Client) -> Vec<Finding> {
     let mut out = Vec::new();
     for generated in [
         Alert::crd(),
-        Controller::crd(),
+        crate::api::crd::controller_crd(),
         TenancyPolicy::crd(),
         MemberCluster::crd(),
     ] {
@@ -260,8 +262,8 @@ async fn bounded<T>(call: impl Future<Output = kube::Result<T>>) -> Result<T, As
 async fn tenancy(
     client: &Client,
     args: &RunArgs,
-) -> Result<(Vec<Controller>, Vec<TenancyPolicy>), String> {
-    let controllers: Api<Controller> = match &args.namespace {
+) -> Result<(Vec<TenancyController>, Vec<TenancyPolicy>), String> {
+    let controllers: Api<TenancyController> = match &args.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
@@ -282,7 +284,7 @@ async fn tenancy(
 }
 
 /// How many Controllers each hub namespace holds.
-fn per_namespace(controllers: &[Controller]) -> BTreeMap<String, usize> {
+fn per_namespace(controllers: &[TenancyController]) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
     for c in controllers {
         *out.entry(c.namespace().unwrap_or_default()).or_default() += 1;

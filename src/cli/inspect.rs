@@ -7,7 +7,7 @@ use kube::{Api, Client, ResourceExt, api::ListParams};
 use serde::Serialize;
 
 use crate::{
-    api::crd::{ClusterStatus, Controller, ControllerStatus, Summary, TenancyStatus},
+    api::crd::{ClusterStatus, ControllerStatus, Summary, TenancyController, TenancyStatus},
     cli::table::{Output, table},
 };
 
@@ -78,7 +78,7 @@ impl std::fmt::Display for Selection {
 }
 
 /// Reads the selected resources from the hub, ordered by namespace and name.
-pub(crate) async fn fetch(hub: Client, selection: &Selection) -> Result<Vec<Controller>> {
+pub(crate) async fn fetch(hub: Client, selection: &Selection) -> Result<Vec<TenancyController>> {
     let failed = |source: kube::Error| match source {
         kube::Error::Api(s) if s.code == 404 => Error::NoCrd,
         source => Error::Hub {
@@ -88,7 +88,7 @@ pub(crate) async fn fetch(hub: Client, selection: &Selection) -> Result<Vec<Cont
     };
     let mut controllers = match selection {
         Selection::One { namespace, name } => {
-            let api = Api::<Controller>::namespaced(hub, namespace);
+            let api = Api::<TenancyController>::namespaced(hub, namespace);
             let found = api.get_opt(name).await.map_err(failed)?;
             vec![found.ok_or_else(|| Error::NotFound {
                 namespace: namespace.clone(),
@@ -96,14 +96,14 @@ pub(crate) async fn fetch(hub: Client, selection: &Selection) -> Result<Vec<Cont
             })?]
         }
         Selection::Namespace(ns) => {
-            Api::<Controller>::namespaced(hub, ns)
+            Api::<TenancyController>::namespaced(hub, ns)
                 .list(&ListParams::default())
                 .await
                 .map_err(failed)?
                 .items
         }
         Selection::All => {
-            Api::<Controller>::all(hub)
+            Api::<TenancyController>::all(hub)
                 .list(&ListParams::default())
                 .await
                 .map_err(failed)?
@@ -120,7 +120,7 @@ pub(crate) fn color_wanted(output: Output, is_terminal: bool, no_color: Option<&
 }
 
 /// True when the resource's Ready condition is True and its status describes the current spec.
-pub(crate) fn is_ready(controller: &Controller) -> bool {
+pub(crate) fn is_ready(controller: &TenancyController) -> bool {
     controller.status.as_ref().is_some_and(|status| {
         observed_current(controller, status)
             && ready_condition(status).is_some_and(|c| c.status == "True")
@@ -132,7 +132,7 @@ pub(crate) fn is_ready(controller: &Controller) -> bool {
 /// JSON and YAML give, per resource, `namespace`, `name`, `summary` (the resource's totals),
 /// `conditions`, `clusters` and `tenancies`, the last two filtered by `cluster`.
 pub(crate) fn render(
-    controllers: &[Controller],
+    controllers: &[TenancyController],
     cluster: Option<&str>,
     output: Output,
     color: bool,
@@ -161,7 +161,7 @@ struct Entry<'a> {
     rollout: Option<&'a crate::api::crd::RolloutStatus>,
 }
 
-fn entries<'a>(controllers: &'a [Controller], cluster: Option<&str>) -> Vec<Entry<'a>> {
+fn entries<'a>(controllers: &'a [TenancyController], cluster: Option<&str>) -> Vec<Entry<'a>> {
     let keep = |name: &str| cluster.is_none_or(|c| c == name);
     controllers
         .iter()
@@ -193,11 +193,11 @@ fn ready_condition(status: &ControllerStatus) -> Option<&Condition> {
 }
 
 // `None < Some(_)`: a status without a generation is behind a spec that has one.
-fn observed_current(controller: &Controller, status: &ControllerStatus) -> bool {
+fn observed_current(controller: &TenancyController, status: &ControllerStatus) -> bool {
     status.observed_generation >= controller.metadata.generation
 }
 
-fn resource_table(controller: &Controller, cluster: Option<&str>, color: bool) -> String {
+fn resource_table(controller: &TenancyController, cluster: Option<&str>, color: bool) -> String {
     let id = format!(
         "{}/{}",
         controller.namespace().unwrap_or_default(),

@@ -10,7 +10,7 @@ use kube::{
 };
 
 use crate::{
-    api::crd::Controller, clusters::registry::HubSource, plan::rollout::ROLLOUT_ANNOTATION,
+    api::crd::TenancyController, clusters::registry::HubSource, plan::rollout::ROLLOUT_ANNOTATION,
 };
 
 /// What to ask of a rollout.
@@ -60,7 +60,7 @@ pub(crate) async fn run(args: RolloutArgs) -> anyhow::Result<()> {
     let namespace = args
         .namespace
         .unwrap_or_else(|| client.default_namespace().to_owned());
-    let api: Api<Controller> = Api::namespaced(client, &namespace);
+    let api: Api<TenancyController> = Api::namespaced(client, &namespace);
     let value = annotation_value(
         args.action,
         k8s_openapi::jiff::Timestamp::now().as_millisecond(),

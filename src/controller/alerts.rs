@@ -10,7 +10,7 @@ use k8s_openapi::{
 use kube::{
     Api, ResourceExt,
     runtime::{
-        Controller as Runtime, PredicateConfig, WatchStreamExt,
+        Controller, PredicateConfig, WatchStreamExt,
         controller::{Action, Config as RuntimeConfig},
         predicates,
         reflector::{self, ObjectRef, Store},
@@ -141,7 +141,7 @@ pub(crate) fn follow(
     let admitted = futures::stream::unfold(admitted, |mut rx| async move {
         rx.recv().await.map(|r| (r, rx))
     });
-    let runtime = Runtime::for_stream(changes, store.clone())
+    let runtime = Controller::for_stream(changes, store.clone())
         .with_config(RuntimeConfig::default().concurrency(LOOKS))
         .reconcile_all_on(policies)
         .reconcile_on(admitted)

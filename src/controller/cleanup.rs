@@ -10,7 +10,7 @@ use kube::{
 };
 
 use crate::{
-    api::crd::{Controller, DeletionPolicy},
+    api::crd::{DeletionPolicy, TenancyController},
     api::key::{ClusterName, ReleaseKey},
     api::policy::Impersonation,
     controller::context::Context,
@@ -29,7 +29,7 @@ type Registered = BTreeMap<ClusterName, BTreeMap<String, String>>;
 /// Deletion: uninstalls the resource's releases everywhere (or, with `deletionPolicy: Orphan`,
 /// leaves them), waiting only for clusters that hold or may hold them, and for its running jobs;
 /// a release others depend on (`dependsOn`) after them.
-pub(crate) async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
+pub(crate) async fn cleanup(c: &TenancyController, ctx: &Context) -> Result<Action> {
     let owner = owner_id(c);
     ctx.claims.update(c, &ctx.claim_basis());
     // A resource created again under this name starts its rollouts afresh.
@@ -106,7 +106,7 @@ pub(crate) async fn cleanup(c: &Controller, ctx: &Context) -> Result<Action> {
 
 /// The releases `owner` holds: those the release records show, and those a finished job
 /// installed that the records do not show yet.
-fn owned_releases(ctx: &Context, c: &Controller, owner: &OwnerId) -> BTreeSet<ReleaseKey> {
+fn owned_releases(ctx: &Context, c: &TenancyController, owner: &OwnerId) -> BTreeSet<ReleaseKey> {
     let named = ctx.claims.keys_of(owner);
     let basis = ctx.claim_basis();
     let delivers = Delivers::new(c, owner, &named, &basis);
@@ -150,7 +150,7 @@ fn just_applied(
 /// `owned`, and is reported once (when the resource would uninstall it) and left in place.
 async fn removal_identities(
     ctx: &Context,
-    c: &Controller,
+    c: &TenancyController,
     owner: &OwnerId,
     registered: &Registered,
     owned: &mut BTreeSet<ReleaseKey>,
@@ -188,7 +188,7 @@ async fn removal_identities(
 /// leaves its releases in place and says which. True when it did, so the finalizer can go.
 async fn leave_in_place(
     ctx: &Context,
-    c: &Controller,
+    c: &TenancyController,
     owner: &OwnerId,
     owned: &BTreeSet<ReleaseKey>,
     left: &[String],
@@ -226,7 +226,7 @@ async fn leave_in_place(
 /// Registered clusters not synced yet that may hold the resource's releases: those the spec
 /// targets, those its status lists, and those where its releases are known to be.
 fn unreached(
-    c: &Controller,
+    c: &TenancyController,
     registered: &Registered,
     owned: &BTreeSet<ReleaseKey>,
     synced: &BTreeSet<ClusterName>,
@@ -251,7 +251,7 @@ fn unreached(
 }
 
 /// A Warning Event of a deletion: what it leaves, and why.
-async fn deletion_warning(ctx: &Context, c: &Controller, reason: &str, note: String) {
+async fn deletion_warning(ctx: &Context, c: &TenancyController, reason: &str, note: String) {
     publish(&ctx.events, c, EventType::Warning, reason, "Delete", note).await;
 }
 
@@ -301,7 +301,7 @@ fn describe_wait(
 }
 
 /// Forgets everything kept for a resource that is gone, or worked by another replica now.
-pub(crate) fn forget(ctx: &Context, object: &ObjectRef<Controller>) {
+pub(crate) fn forget(ctx: &Context, object: &ObjectRef<TenancyController>) {
     for gone in ctx.watches.set(object, BTreeSet::new(), &ctx.links) {
         ctx.model.forget(&gone);
     }

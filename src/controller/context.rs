@@ -44,7 +44,7 @@ pub(crate) struct Context {
     /// What is known of each chart: directory digests, resolved versions.
     pub(crate) charts: crate::charts::catalog::ChartCatalog,
     /// Every `Controller` on the hub, as the reconciler sees them.
-    pub(crate) controllers: Store<crate::api::crd::Controller>,
+    pub(crate) controllers: Store<crate::api::crd::TenancyController>,
     /// Every `TenancyPolicy` on the hub.
     pub(crate) policies: Store<crate::api::policy::TenancyPolicy>,
     /// Publishes Kubernetes Events on `Controller` resources, rate-limited.

@@ -11,7 +11,7 @@ use std::{
 use k8s_openapi::jiff::Timestamp;
 
 use crate::{
-    api::crd::Controller,
+    api::crd::TenancyController,
     api::key::{ClusterName, ReleaseKey},
     controller::index::ControllerIndex,
     controller::observed::Live,
@@ -106,7 +106,7 @@ fn settling(
 /// spec names and those kept for releases it named before (not known after a restart).
 pub(crate) fn removal_held(
     index: &ControllerIndex,
-    c: &Controller,
+    c: &TenancyController,
     owner: &OwnerId,
     registered: &BTreeMap<ClusterName, BTreeMap<String, String>>,
     owned: &BTreeSet<ReleaseKey>,

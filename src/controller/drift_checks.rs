@@ -8,7 +8,7 @@ use tokio::sync::mpsc::{Sender, UnboundedReceiver};
 
 use crate::{
     api::alert::AlertEvent,
-    api::crd::{Controller, DriftMode},
+    api::crd::{DriftMode, TenancyController},
     api::key::ReleaseKey,
     controller::{
         context::Context,
@@ -24,7 +24,7 @@ use crate::{
 pub(crate) async fn detect(
     ctx: Arc<Context>,
     mut nudges: UnboundedReceiver<DriftCheckRequest>,
-    trigger: Sender<ObjectRef<Controller>>,
+    trigger: Sender<ObjectRef<TenancyController>>,
     cancel: tokio_util::sync::CancellationToken,
 ) {
     let interval = ctx.index.drift.interval;
@@ -68,7 +68,7 @@ pub(crate) async fn detect(
 }
 
 /// Compares one release with the manifest of its deployed revision, and tells what is new.
-async fn check(ctx: &Context, key: ReleaseKey, trigger: &Sender<ObjectRef<Controller>>) {
+async fn check(ctx: &Context, key: ReleaseKey, trigger: &Sender<ObjectRef<TenancyController>>) {
     let Some(watched) = ctx.index.drift.watched.get(&key).map(|w| w.clone()) else {
         return;
     };
@@ -151,7 +151,7 @@ async fn tell(
     watched: &Watched,
     revision: i64,
     objects: Vec<ObjectDrift>,
-    object: &ObjectRef<Controller>,
+    object: &ObjectRef<TenancyController>,
 ) -> bool {
     let summary = drift::summary(&objects);
     match ctx.index.drift.record(key, revision, objects) {

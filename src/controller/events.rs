@@ -10,7 +10,7 @@ use kube::{
     },
 };
 
-use crate::api::crd::Controller;
+use crate::api::crd::TenancyController;
 
 /// A repeat of one reason and note on one resource within this time is not published again.
 pub(crate) const EVENT_REPEAT: Duration = Duration::from_secs(300);
@@ -20,7 +20,7 @@ pub(crate) const EVENT_BURST: u32 = 20;
 /// Keeps a flapping release from flooding the hub with Events.
 #[derive(Default)]
 pub(crate) struct EventLimiter {
-    windows: std::sync::Mutex<HashMap<ObjectRef<Controller>, EventWindow>>,
+    windows: std::sync::Mutex<HashMap<ObjectRef<TenancyController>, EventWindow>>,
 }
 
 struct EventWindow {
@@ -33,7 +33,7 @@ impl EventLimiter {
     /// Whether an Event may be published now: not a recent repeat, and within the resource's burst.
     pub(crate) fn allow(
         &self,
-        object: &ObjectRef<Controller>,
+        object: &ObjectRef<TenancyController>,
         reason: &str,
         note: &str,
         now: std::time::Instant,
@@ -93,7 +93,7 @@ pub(crate) struct Telling<'a> {
 /// Publishes an Event on a `Controller`, within the limiter's bounds; failures are logged, never fatal.
 pub(crate) async fn publish(
     events: &Events,
-    c: &Controller,
+    c: &TenancyController,
     type_: EventType,
     reason: &str,
     action: &str,

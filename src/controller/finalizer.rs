@@ -5,7 +5,7 @@ use std::{sync::Arc, time::Duration};
 
 use kube::runtime::controller::Action;
 
-use crate::{api::crd::Controller, controller::context::Context, plan::OwnerId};
+use crate::{api::crd::TenancyController, controller::context::Context, plan::OwnerId};
 
 /// Finalizer that holds a resource until its releases are uninstalled everywhere.
 pub(crate) const FINALIZER: &str = "multitenancy.dev/cleanup";
@@ -45,7 +45,11 @@ impl Error {
 }
 
 /// Retries failed reconciles: soon while deletion waits, with a longer pause otherwise.
-pub(crate) fn error_policy(_obj: Arc<Controller>, error: &Error, _ctx: Arc<Context>) -> Action {
+pub(crate) fn error_policy(
+    _obj: Arc<TenancyController>,
+    error: &Error,
+    _ctx: Arc<Context>,
+) -> Action {
     match error {
         Error::Finalizer(inner)
             if matches!(

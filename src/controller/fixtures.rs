@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    api::crd::{Controller, ControllerSpec, HUB_CLUSTER},
+    api::crd::{ControllerSpec, HUB_CLUSTER, TenancyController},
     api::key::ReleaseKey,
     charts::catalog::ChartCatalog,
     clusters::registry::ClusterRegistry,
@@ -62,7 +62,7 @@ pub(crate) struct Fixture {
     /// The hub as a member cluster, where pods and workloads are watched: never answered, so the
     /// watchers wait and the script of `hub` holds only what the reconciler itself asks.
     _member: Handle,
-    controllers: Writer<Controller>,
+    controllers: Writer<TenancyController>,
     policies: Writer<crate::api::policy::TenancyPolicy>,
     cancel: CancellationToken,
     _chart_cache: tempfile::TempDir,
@@ -180,7 +180,7 @@ impl Fixture {
     }
 
     /// Puts resources in the reflector store, as the hub's watch would.
-    pub(crate) fn store(&mut self, objects: &[&Controller]) {
+    pub(crate) fn store(&mut self, objects: &[&TenancyController]) {
         let basis = self.ctx.claim_basis();
         for object in objects {
             self.controllers
@@ -195,7 +195,7 @@ impl Fixture {
     }
 
     /// The spec hash the planner gives the release `key` of `c`, with the charts as they are.
-    pub(crate) async fn spec_hash(&self, c: &Controller, key: &ReleaseKey) -> String {
+    pub(crate) async fn spec_hash(&self, c: &TenancyController, key: &ReleaseKey) -> String {
         let home = &self.ctx.settings.chart_home;
         let admission = crate::policy::Admission::permissive();
         self.ctx
@@ -226,9 +226,9 @@ fn hub_cluster() -> crate::api::key::ClusterName {
 }
 
 /// A `Controller` in namespace `default`, created at `created` (RFC 3339), with `spec` as YAML.
-pub(crate) fn controller(name: &str, created: &str, spec: &str) -> Controller {
+pub(crate) fn controller(name: &str, created: &str, spec: &str) -> TenancyController {
     let spec: ControllerSpec = serde_yaml::from_str(spec).expect("a valid spec");
-    let mut c = Controller::new(name, spec);
+    let mut c = TenancyController::new(name, spec);
     c.metadata = ObjectMeta {
         name: Some(name.into()),
         namespace: Some("default".into()),
@@ -242,13 +242,13 @@ pub(crate) fn controller(name: &str, created: &str, spec: &str) -> Controller {
 }
 
 /// `c` with the cleanup finalizer, as the hub holds it once the finalizer was added.
-pub(crate) fn finalized(mut c: Controller) -> Controller {
+pub(crate) fn finalized(mut c: TenancyController) -> TenancyController {
     c.metadata.finalizers = Some(vec![FINALIZER.into()]);
     c
 }
 
 /// `c` being deleted.
-pub(crate) fn deleted(mut c: Controller) -> Controller {
+pub(crate) fn deleted(mut c: TenancyController) -> TenancyController {
     c.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
     c
 }
@@ -256,7 +256,7 @@ pub(crate) fn deleted(mut c: Controller) -> Controller {
 /// Helm's record (a Secret's metadata) of revision 1 of a release in `key`, managed for `owner`.
 pub(crate) fn release_record(
     key: &ReleaseKey,
-    owner: &Controller,
+    owner: &TenancyController,
     status: &str,
     spec_hash: &str,
 ) -> PartialObjectMeta<Secret> {
@@ -317,7 +317,7 @@ impl ApiServer {
 
     /// Expects the JSON patch that adds the cleanup finalizer to `c` (which has no finalizer),
     /// and answers with `c` holding it, which it returns.
-    pub(crate) async fn finalizer_added(&mut self, c: &Controller) -> Controller {
+    pub(crate) async fn finalizer_added(&mut self, c: &TenancyController) -> TenancyController {
         let (patch, answer) = self.next(Method::PATCH, &controller_path(c)).await;
         assert_eq!(
             patch,
@@ -333,7 +333,7 @@ impl ApiServer {
 
     /// Expects the JSON patch that removes the cleanup finalizer (the first) from `c`, and
     /// answers with `c` holding none.
-    pub(crate) async fn finalizer_removed(&mut self, c: &Controller) {
+    pub(crate) async fn finalizer_removed(&mut self, c: &TenancyController) {
         let (patch, answer) = self.next(Method::PATCH, &controller_path(c)).await;
         assert_eq!(
             patch,
@@ -348,7 +348,7 @@ impl ApiServer {
     }
 
     /// Expects a new Event on `c` with `reason`, and answers that it was created; returns it.
-    pub(crate) async fn event(&mut self, c: &Controller, reason: &str) -> Value {
+    pub(crate) async fn event(&mut self, c: &TenancyController, reason: &str) -> Value {
         let path = format!(
             "/apis/events.k8s.io/v1/namespaces/{}/events",
             c.namespace().unwrap_or_default()
@@ -368,7 +368,7 @@ impl ApiServer {
     }
 }
 
-fn controller_path(c: &Controller) -> String {
+fn controller_path(c: &TenancyController) -> String {
     format!(
         "/apis/multitenancy.dev/v1alpha1/namespaces/{}/controllers/{}",
         c.namespace().unwrap_or_default(),

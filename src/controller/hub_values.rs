@@ -30,7 +30,7 @@ use kube::{
 use tokio::sync::mpsc::Sender;
 
 use crate::{
-    api::crd::{Controller, ValuesKind},
+    api::crd::{TenancyController, ValuesKind},
     metrics::Metrics,
     plan::{ValuesLookup, ValuesSource},
     policy::{Admission, ValuesAccess},
@@ -76,9 +76,9 @@ impl Read {
 struct State {
     read: HashMap<ValuesSource, Read>,
     /// Who reads each object.
-    readers: HashMap<ValuesSource, HashSet<ObjectRef<Controller>>>,
+    readers: HashMap<ValuesSource, HashSet<ObjectRef<TenancyController>>>,
     /// What each Controller reads.
-    reads: HashMap<ObjectRef<Controller>, BTreeSet<ValuesSource>>,
+    reads: HashMap<ObjectRef<TenancyController>, BTreeSet<ValuesSource>>,
     /// Bytes held per hub namespace.
     bytes: HashMap<String, usize>,
 }
@@ -231,7 +231,11 @@ impl HubValues {
     }
 
     /// Notes what `reader` reads now; objects no one reads any more are let go.
-    pub(crate) fn read_by(&self, reader: &ObjectRef<Controller>, sources: BTreeSet<ValuesSource>) {
+    pub(crate) fn read_by(
+        &self,
+        reader: &ObjectRef<TenancyController>,
+        sources: BTreeSet<ValuesSource>,
+    ) {
         let mut state = self.state();
         let before = state.reads.remove(reader).unwrap_or_default();
         for gone in before.difference(&sources) {
@@ -259,7 +263,7 @@ impl HubValues {
     }
 
     /// Forgets what `reader` reads (it is gone, or another replica works it).
-    pub(crate) fn forget(&self, reader: &ObjectRef<Controller>) {
+    pub(crate) fn forget(&self, reader: &ObjectRef<TenancyController>) {
         self.read_by(reader, BTreeSet::new());
     }
 
@@ -330,7 +334,7 @@ impl HubValues {
         &self,
         source: &ValuesSource,
         version: Option<String>,
-    ) -> Vec<ObjectRef<Controller>> {
+    ) -> Vec<ObjectRef<TenancyController>> {
         let mut state = self.state();
         let Some(held) = state.read.get(source) else {
             return Vec::new();
@@ -341,7 +345,7 @@ impl HubValues {
         if let Some(old) = state.read.remove(source) {
             release_bytes(&mut state.bytes, &source.namespace, old.bytes);
         }
-        let mut readers: Vec<ObjectRef<Controller>> = state
+        let mut readers: Vec<ObjectRef<TenancyController>> = state
             .readers
             .get(source)
             .map(|r| r.iter().cloned().collect())
@@ -355,7 +359,7 @@ impl HubValues {
     pub(crate) async fn watch(
         self: std::sync::Arc<Self>,
         scope: Option<String>,
-        trigger: Sender<ObjectRef<Controller>>,
+        trigger: Sender<ObjectRef<TenancyController>>,
     ) {
         let secrets = watch_kind::<Secret>(scoped(&self.hub, &scope), ValuesKind::Secret);
         let config_maps = watch_kind::<ConfigMap>(scoped(&self.hub, &scope), ValuesKind::ConfigMap);

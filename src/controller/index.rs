@@ -6,7 +6,7 @@ use dashmap::DashMap;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::{
-    api::crd::{Controller, RolloutStatus},
+    api::crd::{RolloutStatus, TenancyController},
     api::key::ReleaseKey,
     controller::{drift::DriftBoard, interest::Interest},
     plan::{OwnerId, depends::Edges},
@@ -45,14 +45,14 @@ impl ControllerIndex {
     /// Records the release keys `object` asks for, replacing what it asked for before.
     pub(crate) fn ask(
         &self,
-        object: &ObjectRef<Controller>,
+        object: &ObjectRef<TenancyController>,
         keys: impl Iterator<Item = ReleaseKey>,
     ) {
         self.interest.set(object, keys);
     }
 
     /// The Controllers asking for `key`.
-    pub(crate) fn asking(&self, key: &ReleaseKey) -> Vec<ObjectRef<Controller>> {
+    pub(crate) fn asking(&self, key: &ReleaseKey) -> Vec<ObjectRef<TenancyController>> {
         self.interest.of(key)
     }
 
@@ -119,7 +119,7 @@ impl ControllerIndex {
     }
 
     /// Forgets everything kept for `object`: gone, or worked by another replica now.
-    pub(crate) fn forget(&self, object: &ObjectRef<Controller>) {
+    pub(crate) fn forget(&self, object: &ObjectRef<TenancyController>) {
         let owner = OwnerId {
             namespace: object.namespace.clone().unwrap_or_default(),
             name: object.name.clone(),
@@ -139,7 +139,7 @@ mod tests {
     use crate::queue::Outcome;
     use std::time::Duration;
 
-    fn owner() -> (OwnerId, ObjectRef<Controller>) {
+    fn owner() -> (OwnerId, ObjectRef<TenancyController>) {
         let owner = OwnerId {
             namespace: "team-a".into(),
             name: "web".into(),

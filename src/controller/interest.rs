@@ -5,20 +5,20 @@ use std::collections::HashSet;
 use dashmap::DashMap;
 use kube::runtime::reflector::ObjectRef;
 
-use crate::{api::crd::Controller, api::key::ReleaseKey};
+use crate::{api::crd::TenancyController, api::key::ReleaseKey};
 
 /// Which resources ask for each release key, so news about a release wakes all of them.
 #[derive(Default)]
 pub(crate) struct Interest {
-    by_key: DashMap<ReleaseKey, HashSet<ObjectRef<Controller>>>,
-    by_owner: DashMap<ObjectRef<Controller>, Vec<ReleaseKey>>,
+    by_key: DashMap<ReleaseKey, HashSet<ObjectRef<TenancyController>>>,
+    by_owner: DashMap<ObjectRef<TenancyController>, Vec<ReleaseKey>>,
 }
 
 impl Interest {
     /// Records the keys one resource asks for, replacing what it asked for before.
     pub(crate) fn set(
         &self,
-        owner: &ObjectRef<Controller>,
+        owner: &ObjectRef<TenancyController>,
         keys: impl Iterator<Item = ReleaseKey>,
     ) {
         let keys: Vec<ReleaseKey> = keys.collect();
@@ -40,7 +40,7 @@ impl Interest {
     }
 
     /// The resources asking for a key.
-    pub(crate) fn of(&self, key: &ReleaseKey) -> Vec<ObjectRef<Controller>> {
+    pub(crate) fn of(&self, key: &ReleaseKey) -> Vec<ObjectRef<TenancyController>> {
         self.by_key
             .get(key)
             .map(|s| s.iter().cloned().collect())

@@ -19,7 +19,7 @@ use crate::plan::owner_id;
 
 use crate::charts::catalog as charts;
 use crate::{
-    api::crd::Controller,
+    api::crd::TenancyController,
     api::key::{ClusterNamespace, ReleaseKey},
     controller::context::Context,
     controller::drift::DriftCheckRequest,
@@ -37,7 +37,7 @@ use crate::{
 pub(crate) async fn forward_record_changes(
     ctx: Arc<Context>,
     mut changes: Receiver<RecordChange>,
-    trigger: Sender<ObjectRef<Controller>>,
+    trigger: Sender<ObjectRef<TenancyController>>,
 ) {
     while let Some(change) = changes.recv().await {
         match change {
@@ -65,7 +65,10 @@ pub(crate) async fn forward_record_changes(
 /// Plans again, at once, the Controllers waiting on a release key that its claimant let go (it
 /// was deleted, its spec or a policy changed), so none stays in `Conflict` behind a holder that
 /// is gone.
-pub(crate) async fn wake_freed_claims(ctx: Arc<Context>, trigger: Sender<ObjectRef<Controller>>) {
+pub(crate) async fn wake_freed_claims(
+    ctx: Arc<Context>,
+    trigger: Sender<ObjectRef<TenancyController>>,
+) {
     loop {
         for o in ctx.claims.woken().await {
             tracing::debug!(controller = %o, "a release key it asks for was let go; reconciling");
@@ -80,7 +83,7 @@ async fn wake(
     ctx: &Context,
     key: &ReleaseKey,
     owner: Option<&OwnerId>,
-    trigger: &Sender<ObjectRef<Controller>>,
+    trigger: &Sender<ObjectRef<TenancyController>>,
 ) {
     let owner = owner.map(|o| ObjectRef::new(&o.name).within(&o.namespace));
     for object in owner.into_iter().chain(ctx.index.asking(key)) {
@@ -189,7 +192,7 @@ fn nudge_drift(ctx: &Context, scope: &ClusterNamespace, change: &Change) {
 pub(crate) async fn record_outcomes(
     ctx: Arc<Context>,
     mut done: Receiver<Completed>,
-    trigger: Sender<ObjectRef<Controller>>,
+    trigger: Sender<ObjectRef<TenancyController>>,
 ) {
     while let Some(completed) = done.recv().await {
         let key = completed.job.key().clone();
@@ -360,7 +363,7 @@ pub(crate) fn cluster_health_changed(
 /// the hub's Controllers name again, and wakes the Controllers whose charts changed.
 pub(crate) async fn keep_fresh(
     ctx: Arc<Context>,
-    trigger: Sender<ObjectRef<Controller>>,
+    trigger: Sender<ObjectRef<TenancyController>>,
     cancel: tokio_util::sync::CancellationToken,
 ) {
     let interval = ctx.charts.interval();
@@ -374,7 +377,7 @@ pub(crate) async fn keep_fresh(
         let controllers = ctx.controllers.state();
         let home = &ctx.settings.chart_home;
         let admission = ctx.admission();
-        let wanted = |c: &Controller| {
+        let wanted = |c: &TenancyController| {
             let namespace = c.namespace().unwrap_or_default();
             charts::wanted_by(&c.spec, home, &|chart| {
                 admission.fetch_scope(&namespace, chart)

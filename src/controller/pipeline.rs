@@ -15,7 +15,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 
 use crate::{
-    api::crd::Controller,
+    api::crd::TenancyController,
     api::key::{ClusterName, ReleaseKey},
     charts::catalog::ChartCatalog,
     controller::depends_gate::gate_dependencies,
@@ -73,7 +73,7 @@ pub(crate) struct Decision {
 
 /// Plans, gates and reports one resource: see the module's words.
 pub(crate) async fn decide(
-    c: &Controller,
+    c: &TenancyController,
     seen: &Seen<'_>,
     planning: &Planning<'_>,
     live: &dyn Live,
@@ -146,7 +146,7 @@ pub(crate) async fn decide(
 
 /// The resource's plan before its gates: its charts prepared, the planner run (off the worker
 /// when big), and run again once the hub objects its values name are read.
-async fn plan_spec(c: &Controller, seen: &Seen<'_>, planning: &Planning<'_>) -> plan::Plan {
+async fn plan_spec(c: &TenancyController, seen: &Seen<'_>, planning: &Planning<'_>) -> plan::Plan {
     let (owner, admission) = (seen.owner, seen.admission);
     planning
         .charts

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use kube::runtime::events::EventType;
 
 use crate::{
-    api::crd::Controller,
+    api::crd::TenancyController,
     controller::context::Context,
     controller::events::{EVENT_BURST, publish},
     plan::{self, owner_id},
@@ -17,7 +17,7 @@ use crate::{
 /// change of the spec or the world, not on every reconcile.
 pub(crate) async fn report_new_problems(
     ctx: &Context,
-    c: &Controller,
+    c: &TenancyController,
     problems: &[plan::Problem],
     warnings: &[String],
 ) {

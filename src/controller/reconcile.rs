@@ -22,7 +22,7 @@ use kube::{
 };
 
 use crate::{
-    api::crd::{Controller, DriftStatus, RolloutStatus},
+    api::crd::{DriftStatus, RolloutStatus, TenancyController},
     api::key::{ClusterName, ClusterNamespace, ReleaseKey},
     controller::cleanup::cleanup,
     controller::context::Context,
@@ -47,7 +47,7 @@ pub(crate) use crate::controller::cleanup::forget;
 pub(crate) use crate::controller::finalizer::{Error, FINALIZER, Result, error_policy};
 
 /// Reconciles one `Controller`.
-pub(crate) async fn reconcile(obj: Arc<Controller>, ctx: Arc<Context>) -> Result<Action> {
+pub(crate) async fn reconcile(obj: Arc<TenancyController>, ctx: Arc<Context>) -> Result<Action> {
     let namespace = obj.namespace().unwrap_or_default();
     if !ctx.shards.owns(&namespace, &obj.name_any()) {
         // Another replica leads its shard; gaining the shard plans every resource again.
@@ -55,7 +55,7 @@ pub(crate) async fn reconcile(obj: Arc<Controller>, ctx: Arc<Context>) -> Result
         return Ok(Action::await_change());
     }
     let started = std::time::Instant::now();
-    let api: Api<Controller> =
+    let api: Api<TenancyController> =
         Api::namespaced(ctx.hub.clone(), &obj.namespace().unwrap_or_default());
     let result = finalizer(&api, FINALIZER, obj, |event| async {
         match event {
@@ -109,7 +109,7 @@ impl Observed {
 
 /// Reads what planning needs. Only the keys this spec names and the releases it holds are read:
 /// the cost of a reconcile does not grow with the number of other resources.
-fn observe(c: &Controller, ctx: &Context) -> Observed {
+fn observe(c: &TenancyController, ctx: &Context) -> Observed {
     let owner = owner_id(c);
     let basis = ctx.claim_basis();
     let clusters = basis.labels.clone();
@@ -185,7 +185,7 @@ impl Live for Context {
 /// Observes and decides, then carries the decision out: queues its jobs, remembers its rollout
 /// and `dependsOn` edges, tells what happened, hands the report to the writer, watches what the
 /// spec names, and looks again: soon while work settles or a rollout is in progress.
-async fn apply(c: &Controller, ctx: &Context) -> Result<Action> {
+async fn apply(c: &TenancyController, ctx: &Context) -> Result<Action> {
     let observed = observe(c, ctx);
     let seen = observed.seen();
     let owner = seen.owner;

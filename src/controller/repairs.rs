@@ -6,7 +6,7 @@ use std::{collections::HashMap, time::Duration};
 use kube::runtime::events::EventType;
 
 use crate::{
-    api::crd::Controller,
+    api::crd::TenancyController,
     api::key::ReleaseKey,
     controller::events::{Events, publish},
     controller::observed::Live,
@@ -50,7 +50,7 @@ pub(crate) fn limit_repairs(
 /// Tells each repair refused for the first time: a log line and a Warning Event.
 pub(crate) async fn tell_refused(
     events: &Events,
-    c: &Controller,
+    c: &TenancyController,
     refused: &[(ReleaseKey, Duration)],
 ) {
     for (key, wait) in refused {

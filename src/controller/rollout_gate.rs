@@ -12,7 +12,7 @@ use kube::{Resource, ResourceExt, runtime::events::EventType};
 
 use crate::{
     api::alert::AlertEvent,
-    api::crd::Controller,
+    api::crd::TenancyController,
     api::key::{ClusterName, ReleaseKey},
     controller::events::{Telling, notice, publish},
     controller::observed::{Live, Seen},
@@ -30,7 +30,7 @@ pub(crate) const ROLLOUT_POLL: Duration = Duration::from_millis(500);
 /// remembered (or the status's), holds back the jobs of clusters it has not reached and adds the
 /// rollbacks a halt asks for. Without it (or with one that cannot be read), None.
 pub(crate) fn gate_rollout(
-    c: &Controller,
+    c: &TenancyController,
     plan: &mut plan::Plan,
     seen: &Seen<'_>,
     judged: &status::ReleaseReport,
@@ -119,7 +119,7 @@ fn cluster_facts(
 /// a finished rollout's duration in the metric.
 pub(crate) async fn tell_rollout(
     tell: &Telling<'_>,
-    c: &Controller,
+    c: &TenancyController,
     owner: &OwnerId,
     happened: &[rollout::RolloutEvent],
 ) {

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use crate::{
-    api::{crd::Controller, key::ClusterName, key::ReleaseKey},
+    api::{crd::TenancyController, key::ClusterName, key::ReleaseKey},
     plan::OwnerId,
     plan::claims::Basis,
 };
@@ -24,7 +24,7 @@ pub(crate) struct Delivers<'a> {
 impl<'a> Delivers<'a> {
     /// What `c` (`owner`), whose spec names `named`, delivers to under `basis`.
     pub(crate) fn new(
-        c: &Controller,
+        c: &TenancyController,
         owner: &'a OwnerId,
         named: &[ReleaseKey],
         basis: &'a Basis,
@@ -102,8 +102,8 @@ mod tests {
         }
     }
 
-    fn controller(status_on: Option<&str>) -> Controller {
-        let mut c = Controller::new("web", ControllerSpec::default());
+    fn controller(status_on: Option<&str>) -> TenancyController {
+        let mut c = TenancyController::new("web", ControllerSpec::default());
         c.metadata.namespace = Some("team".into());
         c.status = status_on.map(|cluster| ControllerStatus {
             updated_tenancies: vec![TenancyStatus {

@@ -13,7 +13,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::{
-    api::crd::Controller,
+    api::crd::TenancyController,
     api::key::{ClusterName, ClusterNamespace},
     api::shard::{Shards, shard_of},
     observe::model::Tagged,
@@ -88,9 +88,9 @@ struct Running {
 
 #[derive(Default)]
 struct State {
-    wanted: HashMap<ObjectRef<Controller>, BTreeSet<ClusterNamespace>>,
+    wanted: HashMap<ObjectRef<TenancyController>, BTreeSet<ClusterNamespace>>,
     /// The resources targeting each namespace.
-    owners: HashMap<ClusterNamespace, std::collections::HashSet<ObjectRef<Controller>>>,
+    owners: HashMap<ClusterNamespace, std::collections::HashSet<ObjectRef<TenancyController>>>,
     running: HashMap<ClusterName, Running>,
 }
 
@@ -121,7 +121,7 @@ impl WatchSupervisor {
     /// longer watched.
     pub(crate) fn set(
         &self,
-        owner: &ObjectRef<Controller>,
+        owner: &ObjectRef<TenancyController>,
         scopes: BTreeSet<ClusterNamespace>,
         observers: &dyn Observers,
     ) -> Vec<ClusterNamespace> {
@@ -234,7 +234,7 @@ impl WatchSupervisor {
         observers: &dyn Observers,
     ) -> BTreeMap<ClusterName, BTreeMap<u32, BTreeSet<String>>> {
         let total = self.shards.total();
-        let mut shard_of_owner: HashMap<&ObjectRef<Controller>, u32> = HashMap::new();
+        let mut shard_of_owner: HashMap<&ObjectRef<TenancyController>, u32> = HashMap::new();
         let mut by_shard: BTreeMap<ClusterName, BTreeMap<u32, BTreeSet<String>>> = BTreeMap::new();
         for (scope, owners) in &state.owners {
             if !observers.knows(&scope.cluster) {
@@ -286,7 +286,7 @@ impl WatchSupervisor {
     }
 
     /// The resources targeting a namespace.
-    pub(crate) fn owners_of(&self, scope: &ClusterNamespace) -> Vec<ObjectRef<Controller>> {
+    pub(crate) fn owners_of(&self, scope: &ClusterNamespace) -> Vec<ObjectRef<TenancyController>> {
         self.lock()
             .owners
             .get(scope)

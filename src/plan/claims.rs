@@ -20,7 +20,7 @@ use std::{
 use kube::Resource;
 
 use crate::{
-    api::crd::Controller,
+    api::crd::TenancyController,
     api::key::{ClusterName, ReleaseKey},
     plan::{self, Applied, OwnerId, created_secs, owner_id},
     policy::Admission,
@@ -48,7 +48,7 @@ struct ClaimBasisVersion {
 }
 
 impl ClaimBasisVersion {
-    fn of(c: &Controller) -> Self {
+    fn of(c: &TenancyController) -> Self {
         Self {
             uid: c.meta().uid.clone(),
             generation: c.meta().generation,
@@ -59,7 +59,7 @@ impl ClaimBasisVersion {
 
 struct Entry {
     stamp: ClaimBasisVersion,
-    object: Arc<Controller>,
+    object: Arc<TenancyController>,
     created: i64,
     /// Every key the spec names.
     keys: Vec<ReleaseKey>,
@@ -138,7 +138,7 @@ fn remove_from<K: std::hash::Hash + Eq>(
 }
 
 /// How many charts a spec names over all its tenancies: the size of the work of planning it.
-pub(crate) fn named_charts(c: &Controller) -> usize {
+pub(crate) fn named_charts(c: &TenancyController) -> usize {
     c.spec.tenancies.iter().map(|t| t.charts.len()).sum()
 }
 
@@ -159,7 +159,7 @@ impl Claims {
         }
     }
 
-    fn claimant(&self, c: &Controller, basis: &Basis) -> Entry {
+    fn claimant(&self, c: &TenancyController, basis: &Basis) -> Entry {
         let stamp = ClaimBasisVersion::of(c);
         // A resource being deleted claims nothing: its keys are free for others.
         let (keys, claimed) = if stamp.deleting {
@@ -205,7 +205,7 @@ impl Claims {
         if inner.basis == *basis {
             return;
         }
-        let objects: Vec<Arc<Controller>> =
+        let objects: Vec<Arc<TenancyController>> =
             inner.entries.values().map(|e| e.object.clone()).collect();
         let fresh: Vec<(OwnerId, Entry)> = crate::plan::offload(objects.len(), || {
             objects
@@ -229,7 +229,7 @@ impl Claims {
     /// Takes in a Controller as it is now (created, changed or being deleted), with the cluster
     /// labels and policies as they are now; nothing is computed when neither its spec nor the
     /// basis changed.
-    pub(crate) fn update(&self, c: &Controller, basis: &Basis) {
+    pub(crate) fn update(&self, c: &TenancyController, basis: &Basis) {
         self.rebase(basis);
         let owner = owner_id(c);
         let stamp = ClaimBasisVersion::of(c);
@@ -344,7 +344,7 @@ pub(crate) fn follow(
     claims: &Claims,
     labels: &dyn Fn() -> Basis,
     listing: &mut BTreeSet<OwnerId>,
-    event: &kube::runtime::watcher::Event<Controller>,
+    event: &kube::runtime::watcher::Event<TenancyController>,
 ) {
     use kube::runtime::watcher::Event;
     match event {

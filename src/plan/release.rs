@@ -5,7 +5,7 @@ use std::{fmt, path::PathBuf};
 use serde::Serialize;
 
 use crate::{
-    api::crd::{Controller, DriftDetection},
+    api::crd::{DriftDetection, TenancyController},
     api::key::ReleaseKey,
     api::policy::Impersonation,
 };
@@ -39,7 +39,7 @@ impl fmt::Display for OwnerId {
 }
 
 /// The owner id of a resource.
-pub(crate) fn owner_id(c: &Controller) -> OwnerId {
+pub(crate) fn owner_id(c: &TenancyController) -> OwnerId {
     OwnerId {
         namespace: kube::ResourceExt::namespace(c).unwrap_or_default(),
         name: kube::ResourceExt::name_any(c),
@@ -47,7 +47,7 @@ pub(crate) fn owner_id(c: &Controller) -> OwnerId {
 }
 
 /// When a resource was created, in Unix seconds; the end of time when not known.
-pub(crate) fn created_secs(c: &Controller) -> i64 {
+pub(crate) fn created_secs(c: &TenancyController) -> i64 {
     kube::Resource::meta(c)
         .creation_timestamp
         .as_ref()

@@ -40,7 +40,7 @@ fn registry() -> BTreeMap<ClusterName, BTreeMap<String, String>> {
 }
 
 fn seed() -> ControllerSpec {
-    let c: crate::api::crd::Controller =
+    let c: crate::api::crd::TenancyController =
         serde_yaml::from_str(include_str!("../../config/example-controller.yaml")).unwrap();
     c.spec
 }

@@ -35,7 +35,7 @@ use tokio::time::Instant;
 
 use dashmap::DashMap;
 
-use crate::{api::crd::Controller, metrics::Metrics};
+use crate::{api::crd::TenancyController, metrics::Metrics};
 
 pub(crate) use budgets::Rate;
 use budgets::{Buckets, Budgets};
@@ -479,8 +479,8 @@ fn access_review(who: &Identity, namespace: Option<String>) -> SubjectAccessRevi
             groups: (!who.groups.is_empty()).then(|| who.groups.clone()),
             extra: (!who.extra.is_empty()).then(|| who.extra.clone()),
             resource_attributes: Some(ResourceAttributes {
-                group: Some(Controller::group(&()).into_owned()),
-                resource: Some(Controller::plural(&()).into_owned()),
+                group: Some(TenancyController::group(&()).into_owned()),
+                resource: Some(TenancyController::plural(&()).into_owned()),
                 verb: Some("get".into()),
                 namespace,
                 ..ResourceAttributes::default()

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::{
-    api::crd::Controller,
+    api::crd::TenancyController,
     api::key::{ClusterName, ClusterNamespace},
     clusters::registry::SharedRegistry,
     metrics::{Gauges, Metrics},
@@ -133,13 +133,13 @@ impl StreamCounts {
 #[derive(Clone, Default)]
 pub(crate) struct ScopeOwners(Arc<OnceLock<OwnersOf>>);
 
-type OwnersOf = Box<dyn Fn(&ClusterNamespace) -> Vec<ObjectRef<Controller>> + Send + Sync>;
+type OwnersOf = Box<dyn Fn(&ClusterNamespace) -> Vec<ObjectRef<TenancyController>> + Send + Sync>;
 
 impl ScopeOwners {
     /// Answers with `owners` from now on (the first call only).
     pub(crate) fn set(
         &self,
-        owners: impl Fn(&ClusterNamespace) -> Vec<ObjectRef<Controller>> + Send + Sync + 'static,
+        owners: impl Fn(&ClusterNamespace) -> Vec<ObjectRef<TenancyController>> + Send + Sync + 'static,
     ) {
         let _ = self.0.set(Box::new(owners));
     }

@@ -3,13 +3,13 @@
 use std::{future::Future, sync::Arc, time::Duration};
 
 use futures::StreamExt;
-use kube::runtime::Controller as Runtime;
+use kube::runtime::Controller;
 use tokio::sync::mpsc;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::Instrument as _;
 
 use crate::{
-    api::crd::Controller,
+    api::crd::TenancyController,
     controller::context::Context,
     controller::reload::Reloader,
     controller::{drift_checks, loops, reconcile},
@@ -88,7 +88,7 @@ async fn lead(
 struct Work {
     ctx: Arc<Context>,
     /// Taken when it starts.
-    runtime: Option<Runtime<Controller>>,
+    runtime: Option<Controller<TenancyController>>,
     workers: tokio::task::JoinHandle<()>,
     campaign: Option<tokio::task::JoinHandle<Result<(), crate::runtime::leader::Error>>>,
     stop_campaign: CancellationToken,

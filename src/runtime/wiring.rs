@@ -7,7 +7,7 @@ use kube::{
     Api,
     api::ListParams,
     runtime::{
-        Controller as Runtime, PredicateConfig, WatchStreamExt,
+        Controller, PredicateConfig, WatchStreamExt,
         controller::Config as RuntimeConfig,
         events::{Recorder, Reporter},
         reflector::{self, ObjectRef},
@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
-    api::crd::{Controller, HUB_CLUSTER},
+    api::crd::{HUB_CLUSTER, TenancyController},
     api::policy::TenancyPolicy,
     api::shard::Shards,
     charts::cache::ChartCache,
@@ -70,7 +70,7 @@ pub(crate) const RECONCILE_CONCURRENCY: u16 = 16;
 /// What of a `Controller` is worth a new plan: its spec (generation), its deletion, its
 /// finalizers and its annotations. The operator's own status writes change none of these, so
 /// they do not come back as reconciles.
-fn plan_relevant(c: &Controller) -> Option<u64> {
+fn plan_relevant(c: &TenancyController) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let meta = &c.metadata;
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
@@ -90,7 +90,7 @@ pub(crate) struct Hub {
     chart_home: PathBuf,
     registry: ClusterRegistry,
     client: kube::Client,
-    controllers: Api<Controller>,
+    controllers: Api<TenancyController>,
     policies: Api<TenancyPolicy>,
     seal: SealKey,
 }
@@ -112,7 +112,7 @@ pub(crate) async fn preflight(config: &mut RunConfig) -> Result<Hub, Error> {
         .expect("the registry always holds the hub")
         .client
         .clone();
-    let controllers: Api<Controller> = match &config.namespace {
+    let controllers: Api<TenancyController> = match &config.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
@@ -145,7 +145,7 @@ pub(crate) async fn preflight(config: &mut RunConfig) -> Result<Hub, Error> {
 
 /// The receiving ends of the channels between the components, each bounded.
 pub(crate) struct Inboxes {
-    triggers: mpsc::Receiver<ObjectRef<Controller>>,
+    triggers: mpsc::Receiver<ObjectRef<TenancyController>>,
     everything: mpsc::Receiver<()>,
     records: mpsc::Receiver<crate::observe::releases::RecordChange>,
     changes: mpsc::Receiver<crate::observe::model::Tagged>,
@@ -155,7 +155,7 @@ pub(crate) struct Inboxes {
 /// The sending ends.
 #[derive(Clone)]
 pub(crate) struct Outboxes {
-    pub(crate) triggers: mpsc::Sender<ObjectRef<Controller>>,
+    pub(crate) triggers: mpsc::Sender<ObjectRef<TenancyController>>,
     pub(crate) everything: mpsc::Sender<()>,
     pub(crate) records: mpsc::Sender<crate::observe::releases::RecordChange>,
     pub(crate) changes: mpsc::Sender<crate::observe::model::Tagged>,
@@ -189,7 +189,7 @@ pub(crate) fn channels() -> (Outboxes, Inboxes) {
 /// Every part, built and not yet working (the HTTP endpoints excepted: a standby answers them).
 pub(crate) struct Parts {
     pub(crate) ctx: Arc<Context>,
-    pub(crate) runtime: Runtime<Controller>,
+    pub(crate) runtime: Controller<TenancyController>,
     pub(crate) links: Links,
     pub(crate) policies: (Api<TenancyPolicy>, reflector::store::Writer<TenancyPolicy>),
     pub(crate) outboxes: Outboxes,
@@ -359,8 +359,8 @@ fn executor(
 /// event, reconciled on what is worth a new plan, on triggers and all at once on `everything`.
 fn reconciler(
     config: &RunConfig,
-    controllers: Api<Controller>,
-    triggers: mpsc::Receiver<ObjectRef<Controller>>,
+    controllers: Api<TenancyController>,
+    triggers: mpsc::Receiver<ObjectRef<TenancyController>>,
     everything: mpsc::Receiver<()>,
     (claims, registry, policies): (
         &Arc<Claims>,
@@ -368,12 +368,12 @@ fn reconciler(
         &reflector::Store<TenancyPolicy>,
     ),
     cancel: &CancellationToken,
-) -> Runtime<Controller> {
+) -> Controller<TenancyController> {
     let scope = config.namespace.clone();
     let triggers = futures::stream::unfold(triggers, |mut rx| async move {
         rx.recv().await.map(|r| (r, rx))
     })
-    .filter(move |r: &ObjectRef<Controller>| {
+    .filter(move |r: &ObjectRef<TenancyController>| {
         futures::future::ready(
             scope
                 .as_ref()
@@ -407,7 +407,7 @@ fn reconciler(
         })
         .applied_objects()
         .predicate_filter(plan_relevant, PredicateConfig::default());
-    Runtime::for_stream(own, store)
+    Controller::for_stream(own, store)
         .with_config(
             RuntimeConfig::default()
                 .debounce(DEBOUNCE)

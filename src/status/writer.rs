@@ -18,7 +18,7 @@ use tokio::{sync::Notify, time::Instant};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    api::crd::{Controller, ControllerStatus},
+    api::crd::{ControllerStatus, TenancyController},
     api::key::ClusterNamespace,
     observe::model::ScopeState,
     status::build as status,
@@ -34,7 +34,7 @@ pub(crate) struct Sources {
     /// Client of the hub, for the status subresource.
     pub(crate) hub: kube::Client,
     /// The hub's Controllers, as the reconciler sees them.
-    pub(crate) controllers: kube::runtime::reflector::Store<Controller>,
+    pub(crate) controllers: kube::runtime::reflector::Store<TenancyController>,
     /// What runs, per cluster/namespace.
     pub(crate) model: std::sync::Arc<crate::observe::model::Model>,
     /// Reachability of every cluster.
@@ -46,16 +46,16 @@ pub(crate) struct Sources {
 /// Collects what each resource's status should say and writes it, paced.
 #[derive(Default)]
 pub(crate) struct StatusWriter {
-    reports: DashMap<ObjectRef<Controller>, ReleaseReport>,
-    written: DashMap<ObjectRef<Controller>, ControllerStatus>,
-    dirty: Mutex<HashSet<ObjectRef<Controller>>>,
+    reports: DashMap<ObjectRef<TenancyController>, ReleaseReport>,
+    written: DashMap<ObjectRef<TenancyController>, ControllerStatus>,
+    dirty: Mutex<HashSet<ObjectRef<TenancyController>>>,
     /// When each resource's oldest change not yet written came in.
-    pending_since: DashMap<ObjectRef<Controller>, Instant>,
+    pending_since: DashMap<ObjectRef<TenancyController>, Instant>,
     notify: Notify,
     /// Tells the transitions each write makes.
     notifier: crate::notify::Notifier,
     /// Whether each resource has failed since it was last Ready (a later Ready is a recovery).
-    failing: DashMap<ObjectRef<Controller>, bool>,
+    failing: DashMap<ObjectRef<TenancyController>, bool>,
 }
 
 impl StatusWriter {
@@ -68,7 +68,7 @@ impl StatusWriter {
     }
 
     /// Records the release side of a resource's status; it is written on the next pass if it changed.
-    pub(crate) fn submit(&self, owner: ObjectRef<Controller>, report: ReleaseReport) {
+    pub(crate) fn submit(&self, owner: ObjectRef<TenancyController>, report: ReleaseReport) {
         let changed = self.reports.get(&owner).is_none_or(|r| *r != report);
         if changed {
             self.reports.insert(owner.clone(), report);
@@ -77,7 +77,7 @@ impl StatusWriter {
     }
 
     /// Marks a resource's status for recomputation, for example after its pods changed.
-    pub(crate) fn touch(&self, owner: ObjectRef<Controller>) {
+    pub(crate) fn touch(&self, owner: ObjectRef<TenancyController>) {
         self.pending_since
             .entry(owner.clone())
             .or_insert_with(Instant::now);
@@ -87,12 +87,12 @@ impl StatusWriter {
 
     /// The release report last submitted for a resource: for tests.
     #[cfg(test)]
-    pub(crate) fn submitted(&self, owner: &ObjectRef<Controller>) -> Option<ReleaseReport> {
+    pub(crate) fn submitted(&self, owner: &ObjectRef<TenancyController>) -> Option<ReleaseReport> {
         self.reports.get(owner).map(|r| r.clone())
     }
 
     /// Forgets a resource that is gone.
-    pub(crate) fn forget(&self, owner: &ObjectRef<Controller>) {
+    pub(crate) fn forget(&self, owner: &ObjectRef<TenancyController>) {
         self.reports.remove(owner);
         self.written.remove(owner);
         self.pending_since.remove(owner);
@@ -103,7 +103,7 @@ impl StatusWriter {
     /// is written at once; one written more recently waits until its interval has passed, so each
     /// resource is written at most once per interval whatever the rate of changes.
     pub(crate) async fn run(&self, ctx: &Sources, interval: Duration, cancel: CancellationToken) {
-        let mut last: HashMap<ObjectRef<Controller>, Instant> = HashMap::new();
+        let mut last: HashMap<ObjectRef<TenancyController>, Instant> = HashMap::new();
         let mut next: Option<Instant> = None;
         loop {
             let wake = async {
@@ -136,10 +136,10 @@ impl StatusWriter {
     /// earliest time one of them falls due is returned.
     fn take_due(
         &self,
-        last: &HashMap<ObjectRef<Controller>, Instant>,
+        last: &HashMap<ObjectRef<TenancyController>, Instant>,
         interval: Duration,
         now: Instant,
-    ) -> (Vec<ObjectRef<Controller>>, Option<Instant>) {
+    ) -> (Vec<ObjectRef<TenancyController>>, Option<Instant>) {
         let mut dirty = self.dirty.lock().expect("status writer lock");
         let mut due = Vec::new();
         let mut later: Option<Instant> = None;
@@ -156,7 +156,7 @@ impl StatusWriter {
         (due, later)
     }
 
-    async fn write(&self, ctx: &Sources, owner: ObjectRef<Controller>) {
+    async fn write(&self, ctx: &Sources, owner: ObjectRef<TenancyController>) {
         let since = self.pending_since.remove(&owner).map(|(_, at)| at);
         let Some(report) = self.reports.get(&owner).map(|r| r.clone()) else {
             return;
@@ -195,7 +195,7 @@ impl StatusWriter {
             return;
         }
         let namespace = owner.namespace.clone().unwrap_or_default();
-        let api: Api<Controller> = Api::namespaced(ctx.hub.clone(), &namespace);
+        let api: Api<TenancyController> = Api::namespaced(ctx.hub.clone(), &namespace);
         let patch = patch_of(&status);
         let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
         let write = api.patch_status(&owner.name, &params, &patch);
@@ -232,7 +232,7 @@ impl StatusWriter {
     /// only a write that succeeded tells, and a retried write compares with what was written.
     fn tell(
         &self,
-        owner: &ObjectRef<Controller>,
+        owner: &ObjectRef<TenancyController>,
         previous: &ControllerStatus,
         next: &ControllerStatus,
     ) {

@@ -54,7 +54,7 @@ use kube::{
     runtime::{WatchStreamExt, watcher},
 };
 use serde_json::{Value, json};
-use tenancy_hub::api::crd::{Controller, ControllerSpec, ControllerStatus, DeletionPolicy};
+use tenancy_hub::api::crd::{ControllerSpec, ControllerStatus, DeletionPolicy, TenancyController};
 use tokio::sync::watch;
 
 const LONG: Duration = Duration::from_secs(900);
@@ -310,7 +310,10 @@ fn member_pods(api: Api<Pod>) -> watch::Receiver<(Instant, BTreeMap<String, bool
 }
 
 /// The resource's status, updated by a watch; each change is timestamped.
-fn hub_status(api: Api<Controller>, name: &str) -> watch::Receiver<(Instant, ControllerStatus)> {
+fn hub_status(
+    api: Api<TenancyController>,
+    name: &str,
+) -> watch::Receiver<(Instant, ControllerStatus)> {
     let (tx, rx) = watch::channel((Instant::now(), ControllerStatus::default()));
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     tokio::spawn(async move {
@@ -1526,7 +1529,7 @@ fn deployed_revision(api: Api<PartialObjectMeta<Secret>>) -> watch::Receiver<(In
 }
 
 /// Releases of a resource deployed so far, from its status summary ("deployed/desired").
-async fn deployed(api: &Api<Controller>, name: &str) -> usize {
+async fn deployed(api: &Api<TenancyController>, name: &str) -> usize {
     let summary = api.get(name).await.ok().and_then(|c| c.status?.summary);
     summary
         .and_then(|s| s.releases.split('/').next()?.parse().ok())

@@ -25,7 +25,7 @@ use kube::{
 };
 use serde_json::{Value, json};
 use tenancy_hub::{
-    api::crd::{ClusterSelector, Controller, ControllerSpec, ControllerStatus},
+    api::crd::{ClusterSelector, ControllerSpec, ControllerStatus, TenancyController},
     api::member_cluster::MemberCluster,
     member::pull::messages::{CALL_LABEL, work_name},
 };
@@ -484,7 +484,7 @@ impl Run<'_> {
 }
 
 /// `c`'s status when it says its `n` releases deployed, its generation observed, and Ready.
-fn taken_status(c: Controller, n: usize) -> Option<ControllerStatus> {
+fn taken_status(c: TenancyController, n: usize) -> Option<ControllerStatus> {
     let s = c.status?;
     let current = s.observed_generation == c.metadata.generation;
     (current && s.summary.as_ref()?.releases == format!("{n}/{n}") && ready(&s)).then_some(s)

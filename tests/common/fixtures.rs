@@ -4,7 +4,7 @@ use std::{future::Future, time::Duration};
 
 use kube::{Api, api::PostParams};
 use tenancy_hub::api::crd::{
-    Chart, ChartMessage, Controller, ControllerSpec, ControllerStatus, Setting, Tenancy,
+    Chart, ChartMessage, ControllerSpec, ControllerStatus, Setting, Tenancy, TenancyController,
     TenancyStatus,
 };
 
@@ -132,14 +132,14 @@ pub const SEED: &str = "example-controller";
 
 /// The seed example, as written in config/example-controller.yaml.
 #[allow(dead_code)] // used by some test crates only
-pub fn seed_example() -> Controller {
+pub fn seed_example() -> TenancyController {
     serde_yaml::from_str(include_str!("../../config/example-controller.yaml"))
         .expect("the seed example parses")
 }
 
 /// Creates the seed example through `api`, returning what the API server stored.
 #[allow(dead_code)] // used by some test crates only
-pub async fn create_seed(api: &Api<Controller>) -> Controller {
+pub async fn create_seed(api: &Api<TenancyController>) -> TenancyController {
     api.create(&PostParams::default(), &seed_example())
         .await
         .expect("the API server accepts the seed example")

@@ -14,7 +14,7 @@ use kube::{
 };
 use tenancy_hub::api::alert::Alert;
 use tenancy_hub::api::crd::{
-    Controller, ControllerSpec, ControllerStatus,
+    ControllerSpec, ControllerStatus, TenancyController,
     depth_policy::{self, POLICY_NAME},
     free_form::MAX_VALUES_DEPTH,
 };
@@ -36,7 +36,7 @@ pub async fn install_crd(hub: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(hub.clone());
     for crd in [
         Alert::crd(),
-        Controller::crd(),
+        tenancy_hub::api::crd::controller_crd(),
         TenancyPolicy::crd(),
         MemberCluster::crd(),
     ] {
@@ -84,7 +84,7 @@ async fn install_values_depth_policy(hub: &Client) {
     }
     let mut probe = chart("probe", "probe", &[]);
     probe.values = Some(values);
-    let probe = Controller::new(
+    let probe = TenancyController::new(
         "values-depth-probe",
         ControllerSpec {
             tenancies: vec![tenancy("probe", &[], vec![probe])],
@@ -95,7 +95,7 @@ async fn install_values_depth_policy(hub: &Client) {
         dry_run: true,
         ..PostParams::default()
     };
-    let controllers = Api::<Controller>::namespaced(hub.clone(), "default");
+    let controllers = Api::<TenancyController>::namespaced(hub.clone(), "default");
     wait_until(
         "the API server to enforce the values depth policy",
         Duration::from_secs(30),
@@ -202,20 +202,20 @@ impl Hub {
     }
 
     /// The Controllers of the test's hub namespace.
-    pub fn api(&self) -> Api<Controller> {
+    pub fn api(&self) -> Api<TenancyController> {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
 
     /// Server-side applies Controller `name` with `spec`.
     pub async fn apply(&self, name: &str, spec: ControllerSpec) {
-        self.apply_in(&self.namespace, &Controller::new(name, spec))
+        self.apply_in(&self.namespace, &TenancyController::new(name, spec))
             .await;
     }
 
     /// Server-side applies Controller `c` (its name, labels and spec) in hub namespace `namespace`.
-    pub async fn apply_in(&self, namespace: &str, c: &Controller) {
+    pub async fn apply_in(&self, namespace: &str, c: &TenancyController) {
         let name = c.metadata.name.as_deref().expect("a named Controller");
-        Api::<Controller>::namespaced(self.client.clone(), namespace)
+        Api::<TenancyController>::namespaced(self.client.clone(), namespace)
             .patch(
                 name,
                 &PatchParams::apply("tenancy-hub-tests").force(),
@@ -298,7 +298,7 @@ impl Hub {
         extra: &[&str],
     ) -> std::process::Output {
         let file = std::env::temp_dir().join(format!("{}.yaml", unique("preview")));
-        let mut c = Controller::new(name, spec.clone());
+        let mut c = TenancyController::new(name, spec.clone());
         c.metadata.namespace = Some(self.namespace.clone());
         std::fs::write(&file, serde_yaml::to_string(&c).unwrap()).unwrap();
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_tenancy-hub"))
@@ -364,8 +364,8 @@ impl Hub {
     /// the deadline) for a Role just granted to take effect.
     pub async fn apply_as(&self, user: &str, name: &str, spec: ControllerSpec) {
         let client = self.lab.client_as("hub", user).await;
-        let api = Api::<Controller>::namespaced(client, &self.namespace);
-        let c = Controller::new(name, spec);
+        let api = Api::<TenancyController>::namespaced(client, &self.namespace);
+        let c = TenancyController::new(name, spec);
         let what = format!("the tenant {user} to apply Controller {name}");
         wait_until(&what, DEADLINE, || async {
             api.patch(
@@ -453,7 +453,7 @@ pub async fn reader_token(lab: &Lab, hub: &Client, namespace: &str) -> String {
 
 /// Waits until `api` lists no Controller (their finalizers have run), within `timeout`.
 #[allow(dead_code)] // used by some test crates only
-pub async fn all_gone(api: &Api<Controller>, timeout: Duration) {
+pub async fn all_gone(api: &Api<TenancyController>, timeout: Duration) {
     wait_until("the Controllers to be deleted", timeout, || async {
         api.list(&Default::default())
             .await

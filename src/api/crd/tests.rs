@@ -6,7 +6,7 @@ const SEED_EXAMPLE: &str = include_str!("../../../config/example-controller.yaml
 
 #[test]
 fn the_seed_example_parses_unchanged() {
-    let c: Controller = serde_yaml::from_str(SEED_EXAMPLE).unwrap();
+    let c: TenancyController = serde_yaml::from_str(SEED_EXAMPLE).unwrap();
     assert_eq!(c.metadata.name.as_deref(), Some("example-controller"));
     let t = &c.spec.tenancies[0];
     assert_eq!(t.namespace, "foo");
@@ -20,7 +20,7 @@ fn the_seed_example_parses_unchanged() {
 
 #[test]
 fn the_crd_is_namespaced_with_a_status_subresource() {
-    let crd = Controller::crd();
+    let crd = controller_crd();
     assert_eq!(
         crd.metadata.name.as_deref(),
         Some("controllers.multitenancy.dev")

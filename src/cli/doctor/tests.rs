@@ -1,16 +1,11 @@
 use std::{collections::BTreeMap, path::Path};
 
-use kube::CustomResourceExt as _;
-
 use super::judge::{self, Access, Finding, Report, Verdict};
 use super::render;
 use k8s_openapi::api::authorization::v1::ResourceRule;
 
 use crate::{
-    api::{crd::Controller, policy::Impersonation},
-    cli::args::ExecutorKind,
-    cli::table::Output,
-    helm::protocol::Hello,
+    api::policy::Impersonation, cli::args::ExecutorKind, cli::table::Output, helm::protocol::Hello,
 };
 
 fn has(accesses: &[Access], text: &str) -> Option<bool> {
@@ -22,7 +17,7 @@ fn has(accesses: &[Access], text: &str) -> Option<bool> {
 
 #[test]
 fn a_crd_equal_to_the_generated_one_but_for_server_defaults_is_current() {
-    let generated = Controller::crd();
+    let generated = crate::api::crd::controller_crd();
     let mut live = generated.clone();
     live.spec.conversion = Some(Default::default());
     live.spec.names.list_kind = Some("ControllerList".into());
@@ -32,7 +27,7 @@ fn a_crd_equal_to_the_generated_one_but_for_server_defaults_is_current() {
 
 #[test]
 fn a_crd_that_differs_fails_naming_where_with_the_apply_command() {
-    let generated = Controller::crd();
+    let generated = crate::api::crd::controller_crd();
     let mut live = generated.clone();
     live.spec.versions[0].served = false;
     let finding = judge::crd(&generated, Ok(Some(&live)));
@@ -51,7 +46,7 @@ fn a_crd_that_differs_fails_naming_where_with_the_apply_command() {
 
 #[test]
 fn a_crd_with_a_property_more_than_the_generated_one_is_stale() {
-    let generated = Controller::crd();
+    let generated = crate::api::crd::controller_crd();
     let mut live = generated.clone();
     live.spec.names.short_names = Some(vec!["ctl".into(), "old".into()]);
     assert_eq!(
@@ -62,7 +57,7 @@ fn a_crd_with_a_property_more_than_the_generated_one_is_stale() {
 
 #[test]
 fn a_missing_crd_fails_and_an_unreadable_one_warns() {
-    let generated = Controller::crd();
+    let generated = crate::api::crd::controller_crd();
     let missing = judge::crd(&generated, Ok(None));
     assert_eq!(missing.verdict, Verdict::Fail);
     assert!(missing.detail.contains("not installed"));

@@ -62,8 +62,8 @@ fn tenancy(cluster: &str, fresh: bool) -> TenancyStatus {
     }
 }
 
-fn controller(name: &str, status: Option<ControllerStatus>) -> Controller {
-    let mut c = Controller::new(name, ControllerSpec::default());
+fn controller(name: &str, status: Option<ControllerStatus>) -> TenancyController {
+    let mut c = TenancyController::new(name, ControllerSpec::default());
     c.metadata.namespace = Some("default".into());
     c.metadata.generation = Some(1);
     c.status = status.map(|s| ControllerStatus {
@@ -73,7 +73,7 @@ fn controller(name: &str, status: Option<ControllerStatus>) -> Controller {
     c
 }
 
-fn example() -> Controller {
+fn example() -> TenancyController {
     let mut failing = tenancy("member-2", false);
     failing.chart_messages = vec![release(
         "web",
@@ -122,7 +122,7 @@ fn example() -> Controller {
     )
 }
 
-fn table_of(controllers: &[Controller], cluster: Option<&str>) -> String {
+fn table_of(controllers: &[TenancyController], cluster: Option<&str>) -> String {
     render(controllers, cluster, Output::Table, false).unwrap()
 }
 

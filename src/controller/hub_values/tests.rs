@@ -15,7 +15,7 @@ fn source(name: &str) -> ValuesSource {
     }
 }
 
-fn reader(name: &str) -> ObjectRef<Controller> {
+fn reader(name: &str) -> ObjectRef<TenancyController> {
     ObjectRef::new(name).within("team-a")
 }
 

@@ -80,7 +80,7 @@ struct World {
 }
 
 impl World {
-    fn of(f: &Fixture, c: &Controller) -> Self {
+    fn of(f: &Fixture, c: &TenancyController) -> Self {
         let clusters = f.ctx.registry.load().labels();
         Self {
             owner: owner_id(c),
@@ -106,7 +106,12 @@ impl World {
     }
 }
 
-async fn decide_with(f: &Fixture, c: &Controller, world: &World, live: &Scripted) -> Decision {
+async fn decide_with(
+    f: &Fixture,
+    c: &TenancyController,
+    world: &World,
+    live: &Scripted,
+) -> Decision {
     let variables = BTreeMap::new();
     let drifted = HashMap::new();
     let planning = Planning {

@@ -53,7 +53,7 @@ async fn each_watch_knows_its_namespaces_by_the_shard_of_the_controllers_targeti
     // A Controller of each shard.
     let owner = |shard: u32| {
         (0..)
-            .map(|i| ObjectRef::<Controller>::new(&format!("c{i}")).within("team"))
+            .map(|i| ObjectRef::<TenancyController>::new(&format!("c{i}")).within("team"))
             .find(|o| shard_of("team", &o.name, 2) == shard)
             .unwrap()
     };
