@@ -27,36 +27,37 @@ pub(crate) struct Settings {
     pub(crate) operator_namespace: String,
 }
 
-/// Everything the reconciler and the workers share, passed as one `Arc`.
+/// What the `Controller` reconciler reads and writes, passed as one `Arc`. Each part is its own
+/// handle: a background loop takes the few parts it uses (see `controller::loops`), never this.
 pub(crate) struct Context {
     /// Client of the hub cluster.
     pub(crate) hub: kube::Client,
     /// The registered clusters, swapped whole on change.
     pub(crate) registry: crate::clusters::registry::SharedRegistry,
     /// Helm's release records per cluster.
-    pub(crate) releases: crate::observe::releases::ReleaseIndex,
+    pub(crate) releases: std::sync::Arc<crate::observe::releases::ReleaseIndex>,
     /// The queue of Helm jobs, fair across owners and clusters.
     pub(crate) queue: crate::queue::handle::HelmQueue,
     /// Which release keys each resource's spec names, kept from the hub's Controller events.
     pub(crate) claims: std::sync::Arc<crate::plan::claims::Claims>,
     /// Releases left in clusters removed from the registration file, with their owners.
-    pub(crate) orphans: DashMap<crate::api::key::ReleaseKey, crate::plan::OwnerId>,
+    pub(crate) orphans: std::sync::Arc<DashMap<crate::api::key::ReleaseKey, crate::plan::OwnerId>>,
     /// What is known of each chart: directory digests, resolved versions.
-    pub(crate) charts: crate::charts::catalog::ChartCatalog,
+    pub(crate) charts: std::sync::Arc<crate::charts::catalog::ChartCatalog>,
     /// Every `Controller` on the hub, as the reconciler sees them.
     pub(crate) controllers: Store<crate::api::crd::TenancyController>,
     /// Every `TenancyPolicy` on the hub.
     pub(crate) policies: Store<crate::api::policy::TenancyPolicy>,
     /// Publishes Kubernetes Events on `Controller` resources, rate-limited.
-    pub(crate) events: crate::controller::events::Events,
+    pub(crate) events: std::sync::Arc<crate::controller::events::Events>,
     /// What runs, per cluster/namespace.
     pub(crate) model: std::sync::Arc<crate::observe::model::Model>,
     /// The member links: how each cluster is worked and observed.
     pub(crate) links: crate::member::Links,
     /// The pod and workload watchers.
-    pub(crate) watches: crate::observe::supervisor::WatchSupervisor,
+    pub(crate) watches: std::sync::Arc<crate::observe::supervisor::WatchSupervisor>,
     /// Paced status writes.
-    pub(crate) writer: crate::status::writer::StatusWriter,
+    pub(crate) writer: std::sync::Arc<crate::status::writer::StatusWriter>,
     /// Tells the Alerts what happened (drift, repairs, rollout halts), never waiting.
     pub(crate) notifier: crate::notify::Notifier,
     /// Reachability of every cluster, from periodic probes.
@@ -65,7 +66,7 @@ pub(crate) struct Context {
     pub(crate) metrics: std::sync::Arc<crate::metrics::Metrics>,
     /// What is kept per Controller: asked-for keys, told problems, rollouts, last outcomes,
     /// drift tracking.
-    pub(crate) index: crate::controller::index::ControllerIndex,
+    pub(crate) index: std::sync::Arc<crate::controller::index::ControllerIndex>,
     /// The shards led here: only their Controllers are worked (planned, delivered, reported).
     pub(crate) shards: std::sync::Arc<crate::api::shard::Shards>,
     /// The hub's Secrets and ConfigMaps `valuesFrom` reads, and who reads them.

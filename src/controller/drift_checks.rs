@@ -3,26 +3,58 @@
 use std::{collections::BTreeSet, sync::Arc};
 
 use futures::StreamExt as _;
-use kube::runtime::{events::EventType, reflector::ObjectRef};
+use kube::runtime::{
+    events::EventType,
+    reflector::{ObjectRef, Store},
+};
 use tokio::sync::mpsc::{Sender, UnboundedReceiver};
 
 use crate::{
     api::alert::AlertEvent,
     api::crd::{DriftMode, TenancyController},
     api::key::ReleaseKey,
+    clusters::health::HealthBoard,
     controller::{
-        context::Context,
         drift::{CONCURRENT_CHECKS, DriftChange, DriftCheckRequest, GATHER, Watched},
-        events::{notice, publish},
+        events::{Events, notice, publish},
+        index::ControllerIndex,
     },
-    member::DriftCheck,
+    member::{DriftCheck, Links},
+    metrics::Metrics,
+    notify::Notifier,
     observe::drift::{self, ObjectDrift},
+    observe::releases::ReleaseIndex,
+    queue::handle::HelmQueue,
 };
+
+/// What the drift checks use: the drift board (through the index), the member links that read
+/// the live objects, the release records, the queue and the clusters' health that say whether a
+/// release may be compared now, and the Controllers, their Events, the Alerts and the metrics they tell.
+pub(crate) struct DriftChecks {
+    /// The per-Controller index, for its drift board.
+    pub(crate) index: Arc<ControllerIndex>,
+    /// The member links.
+    pub(crate) links: Links,
+    /// Helm's release records per cluster.
+    pub(crate) releases: Arc<ReleaseIndex>,
+    /// The queue of Helm jobs (a release it works on is not compared).
+    pub(crate) queue: HelmQueue,
+    /// Reachability of every cluster.
+    pub(crate) health: Arc<HealthBoard>,
+    /// Every `Controller` on the hub, as the reconciler sees them.
+    pub(crate) controllers: Store<TenancyController>,
+    /// Events on `Controller` resources.
+    pub(crate) events: Arc<Events>,
+    /// Tells the Alerts, never waiting.
+    pub(crate) notifier: Notifier,
+    /// Operator metrics.
+    pub(crate) metrics: Arc<Metrics>,
+}
 
 /// Checks releases for drift: every watched release each `--drift-interval`, and the releases
 /// nudged (a workload changed, a cluster is reachable again, Helm applied) within a second.
 pub(crate) async fn detect(
-    ctx: Arc<Context>,
+    ctx: DriftChecks,
     mut nudges: UnboundedReceiver<DriftCheckRequest>,
     trigger: Sender<ObjectRef<TenancyController>>,
     cancel: tokio_util::sync::CancellationToken,
@@ -68,7 +100,7 @@ pub(crate) async fn detect(
 }
 
 /// Compares one release with the manifest of its deployed revision, and tells what is new.
-async fn check(ctx: &Context, key: ReleaseKey, trigger: &Sender<ObjectRef<TenancyController>>) {
+async fn check(ctx: &DriftChecks, key: ReleaseKey, trigger: &Sender<ObjectRef<TenancyController>>) {
     let Some(watched) = ctx.index.drift.watched.get(&key).map(|w| w.clone()) else {
         return;
     };
@@ -146,7 +178,7 @@ async fn check(ctx: &Context, key: ReleaseKey, trigger: &Sender<ObjectRef<Tenanc
 /// Records what a check found and tells what is new: a log line, and for drift found, the
 /// metric and a `DriftDetected` Event. False when nothing is new.
 async fn tell(
-    ctx: &Context,
+    ctx: &DriftChecks,
     key: &ReleaseKey,
     watched: &Watched,
     revision: i64,

@@ -37,7 +37,6 @@ use crate::{
         SPEC_HASH_LABEL, owner_id,
     },
     queue::{QueueConfig, handle::HelmQueue},
-    status::writer::StatusWriter,
 };
 
 /// How long the script waits for a request the reconciler must make.
@@ -123,33 +122,33 @@ impl Fixture {
                 crate::member::pull::hub::link::ANSWER_WITHIN,
             ),
             registry,
-            releases,
+            releases: Arc::new(releases),
             queue: HelmQueue::new(QueueConfig::default()),
             claims: Arc::new(crate::plan::claims::Claims::new(
                 PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/charts"),
             )),
             orphans: Default::default(),
-            charts: ChartCatalog::new(charts, Duration::from_secs(300)),
+            charts: Arc::new(ChartCatalog::new(charts, Duration::from_secs(300))),
             controllers: store,
             policies: policy_store,
-            events: crate::controller::events::Events::new(Recorder::new(
+            events: Arc::new(crate::controller::events::Events::new(Recorder::new(
                 hub_client,
                 Reporter::from("tenancy-hub"),
-            )),
+            ))),
             model: Default::default(),
-            watches: WatchSupervisor::new(
+            watches: Arc::new(WatchSupervisor::new(
                 changes,
                 cancel.clone(),
                 Default::default(),
                 Default::default(),
-            ),
-            writer: StatusWriter::default(),
+            )),
+            writer: Default::default(),
             notifier: Default::default(),
             health: Default::default(),
             metrics: Default::default(),
-            index: crate::controller::index::ControllerIndex::new(
+            index: Arc::new(crate::controller::index::ControllerIndex::new(
                 crate::controller::drift::DriftBoard::new(Duration::from_secs(300)).0,
-            ),
+            )),
             shards: Default::default(),
             settings: Settings {
                 chart_home: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/charts"),

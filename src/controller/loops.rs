@@ -1,4 +1,4 @@
-//! The reconciler's background loops: Helm outcomes, release-record news, watch changes, ownerless releases.
+//! The reconciler's background loops: Helm outcomes, release-record news, watch changes, ownerless releases, charts, cluster health. Each takes the few handles it uses, named in a struct of its own where they are more than three.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashSet},
@@ -6,10 +6,14 @@ use std::{
     time::Duration,
 };
 
+use dashmap::DashMap;
 use k8s_openapi::jiff::Timestamp;
 use kube::{
     ResourceExt,
-    runtime::{events::EventType, reflector::ObjectRef},
+    runtime::{
+        events::EventType,
+        reflector::{ObjectRef, Store},
+    },
 };
 use tokio::sync::mpsc::{Receiver, Sender};
 
@@ -21,35 +25,41 @@ use crate::charts::catalog as charts;
 use crate::{
     api::crd::TenancyController,
     api::key::{ClusterNamespace, ReleaseKey},
-    controller::context::Context,
+    controller::context::{Settings, admission_of},
     controller::drift::DriftCheckRequest,
+    controller::events::Events,
+    controller::index::ControllerIndex,
     metrics::Metrics,
-    observe::model::{Change, Tagged},
-    observe::releases::RecordChange,
+    notify::Notifier,
+    observe::model::{Change, Model, Tagged},
+    observe::releases::{RecordChange, ReleaseIndex},
+    observe::supervisor::WatchSupervisor,
+    plan::claims::Claims,
     plan::{Job, OwnerId},
+    queue::handle::HelmQueue,
     queue::{Completed, FailureKind, Outcome},
     status::report::LastOutcome,
+    status::writer::StatusWriter,
 };
 
 /// Wakes the owner of a changed release record and every resource asking for that release; after
 /// a cluster is listed in full, the resources whose specs name a release there or that hold one
 /// there (not every resource: a relist of one cluster costs what that cluster concerns).
 pub(crate) async fn forward_record_changes(
-    ctx: Arc<Context>,
+    (claims, releases, index): (Arc<Claims>, Arc<ReleaseIndex>, Arc<ControllerIndex>),
     mut changes: Receiver<RecordChange>,
     trigger: Sender<ObjectRef<TenancyController>>,
 ) {
     while let Some(change) = changes.recv().await {
         match change {
             RecordChange::Release(key, owner) => {
-                wake(&ctx, &key, owner.as_ref(), &trigger).await;
+                wake(&index, &key, owner.as_ref(), &trigger).await;
             }
             RecordChange::Listed(cluster) => {
-                let concerned: BTreeSet<OwnerId> = ctx
-                    .claims
+                let concerned: BTreeSet<OwnerId> = claims
                     .targeting(&cluster)
                     .into_iter()
-                    .chain(ctx.releases.owners_in(&cluster))
+                    .chain(releases.owners_in(&cluster))
                     .collect();
                 tracing::debug!(%cluster, resources = concerned.len(), "release records listed; reconciling the resources it concerns");
                 for o in concerned {
@@ -66,11 +76,11 @@ pub(crate) async fn forward_record_changes(
 /// was deleted, its spec or a policy changed), so none stays in `Conflict` behind a holder that
 /// is gone.
 pub(crate) async fn wake_freed_claims(
-    ctx: Arc<Context>,
+    claims: Arc<Claims>,
     trigger: Sender<ObjectRef<TenancyController>>,
 ) {
     loop {
-        for o in ctx.claims.woken().await {
+        for o in claims.woken().await {
             tracing::debug!(controller = %o, "a release key it asks for was let go; reconciling");
             let _ = trigger
                 .send(ObjectRef::new(&o.name).within(&o.namespace))
@@ -80,15 +90,33 @@ pub(crate) async fn wake_freed_claims(
 }
 
 async fn wake(
-    ctx: &Context,
+    index: &ControllerIndex,
     key: &ReleaseKey,
     owner: Option<&OwnerId>,
     trigger: &Sender<ObjectRef<TenancyController>>,
 ) {
     let owner = owner.map(|o| ObjectRef::new(&o.name).within(&o.namespace));
-    for object in owner.into_iter().chain(ctx.index.asking(key)) {
+    for object in owner.into_iter().chain(index.asking(key)) {
         let _ = trigger.send(object).await;
     }
+}
+
+/// What the ownerless-release report reads: the hub's Controllers, the release records, the
+/// releases left in clusters no longer registered, which Controllers this operator works, and
+/// the metric it keeps.
+pub(crate) struct Ownerless {
+    /// Every `Controller` on the hub, as the reconciler sees them.
+    pub(crate) controllers: Store<TenancyController>,
+    /// Helm's release records per cluster.
+    pub(crate) releases: Arc<ReleaseIndex>,
+    /// Releases left in clusters no longer registered.
+    pub(crate) orphans: Arc<DashMap<ReleaseKey, OwnerId>>,
+    /// The one hub namespace reconciled (`--namespace`), if any.
+    pub(crate) scope: Option<String>,
+    /// The label selector of the Controllers reconciled (`--selector`), if any.
+    pub(crate) selector: Option<String>,
+    /// Operator metrics.
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 /// How often releases are checked for an owner that no longer exists.
@@ -97,10 +125,7 @@ pub(crate) const OWNERLESS_EVERY: Duration = Duration::from_secs(30);
 /// Reports releases whose owning `Controller` no longer exists (deleted with
 /// `deletionPolicy: Orphan`, or while the operator was away): each is logged once, counted in
 /// `tenancy_hub_orphaned_releases`, left in place and never adopted by another resource.
-pub(crate) async fn report_ownerless(
-    ctx: Arc<Context>,
-    cancel: tokio_util::sync::CancellationToken,
-) {
+pub(crate) async fn report_ownerless(ctx: Ownerless, cancel: tokio_util::sync::CancellationToken) {
     let mut known: BTreeSet<ReleaseKey> = BTreeSet::new();
     let mut tick = tokio::time::interval(OWNERLESS_EVERY);
     loop {
@@ -128,12 +153,8 @@ pub(crate) async fn report_ownerless(
             .into_iter()
             .filter(|(_, o)| {
                 // With a selector, a Controller not listed may be another operator's.
-                ctx.settings.selector.is_none()
-                    && ctx
-                        .settings
-                        .scope
-                        .as_ref()
-                        .is_none_or(|ns| *ns == o.namespace)
+                ctx.selector.is_none()
+                    && ctx.scope.as_ref().is_none_or(|ns| *ns == o.namespace)
                     && !present.contains(o)
             })
             .collect();
@@ -147,8 +168,23 @@ pub(crate) async fn report_ownerless(
     }
 }
 
+/// What the aggregation of watch changes uses: which scopes are watched and by whom, the model,
+/// the status writer, the drift board (through the index) and the metrics.
+pub(crate) struct Aggregation {
+    /// The pod and workload watchers.
+    pub(crate) watches: Arc<WatchSupervisor>,
+    /// What runs, per cluster/namespace.
+    pub(crate) model: Arc<Model>,
+    /// Paced status writes.
+    pub(crate) writer: Arc<StatusWriter>,
+    /// The per-Controller index, for its drift board.
+    pub(crate) index: Arc<ControllerIndex>,
+    /// Operator metrics.
+    pub(crate) metrics: Arc<Metrics>,
+}
+
 /// Applies tagged pod and workload changes to the model and marks the resources that see them.
-pub(crate) async fn aggregate(ctx: Arc<Context>, mut changes: Receiver<Tagged>) {
+pub(crate) async fn aggregate(ctx: Aggregation, mut changes: Receiver<Tagged>) {
     while let Some((scope, change)) = changes.recv().await {
         if !ctx.watches.is_watched(&scope) {
             continue; // a late event from a watcher just stopped
@@ -168,7 +204,7 @@ pub(crate) async fn aggregate(ctx: Arc<Context>, mut changes: Receiver<Tagged>) 
 
 /// Asks for a drift check of the release a changed or deleted workload belongs to, so a hand-made
 /// change to a Deployment, StatefulSet or DaemonSet is found within seconds.
-fn nudge_drift(ctx: &Context, scope: &ClusterNamespace, change: &Change) {
+fn nudge_drift(ctx: &Aggregation, scope: &ClusterNamespace, change: &Change) {
     let release = match change {
         Change::Workload(info) => info.release.clone(),
         Change::WorkloadGone(id) => ctx
@@ -188,9 +224,24 @@ fn nudge_drift(ctx: &Context, scope: &ClusterNamespace, change: &Change) {
     }
 }
 
+/// What the Helm outcomes loop uses: the index (outcomes, drift nudges, who asks for a release),
+/// the Controllers and their Events, the Alerts and the metrics.
+pub(crate) struct Outcomes {
+    /// The per-Controller index.
+    pub(crate) index: Arc<ControllerIndex>,
+    /// Every `Controller` on the hub, as the reconciler sees them.
+    pub(crate) controllers: Store<TenancyController>,
+    /// Events on `Controller` resources.
+    pub(crate) events: Arc<Events>,
+    /// Tells the Alerts, never waiting.
+    pub(crate) notifier: Notifier,
+    /// Operator metrics.
+    pub(crate) metrics: Arc<Metrics>,
+}
+
 /// Records each finished Helm job, publishes its Event, and wakes the resource that owns it.
 pub(crate) async fn record_outcomes(
-    ctx: Arc<Context>,
+    ctx: Outcomes,
     mut done: Receiver<Completed>,
     trigger: Sender<ObjectRef<TenancyController>>,
 ) {
@@ -243,7 +294,7 @@ pub(crate) async fn record_outcomes(
         if let Some(c) = ctx.controllers.get(&object) {
             publish(&ctx.events, &c, type_, reason, "Helm", note).await;
         }
-        wake(&ctx, &key, Some(&owner), &trigger).await;
+        wake(&ctx.index, &key, Some(&owner), &trigger).await;
     }
 }
 
@@ -339,10 +390,23 @@ fn describe(completed: &Completed) -> (EventType, &'static str, String) {
     }
 }
 
+/// What a change of a cluster's reachability sets off work in: the queue, the drift board
+/// (through the index), and every Controller's status.
+pub(crate) struct HealthChanges {
+    /// The queue of Helm jobs.
+    pub(crate) queue: HelmQueue,
+    /// The per-Controller index, for its drift board.
+    pub(crate) index: Arc<ControllerIndex>,
+    /// Every `Controller` on the hub, as the reconciler sees them.
+    pub(crate) controllers: Store<TenancyController>,
+    /// Paced status writes.
+    pub(crate) writer: Arc<StatusWriter>,
+}
+
 /// What a change of a cluster's reachability sets off: when it is back, its waiting jobs run at
 /// once; either way every resource's status is recomputed.
 pub(crate) fn cluster_health_changed(
-    ctx: &Context,
+    ctx: &HealthChanges,
     cluster: &crate::api::key::ClusterName,
     reachable: bool,
 ) {
@@ -359,10 +423,23 @@ pub(crate) fn cluster_health_changed(
     }
 }
 
+/// What refreshing the charts reads: the catalog, the Controllers naming charts, and the
+/// policies and settings that scope each fetch.
+pub(crate) struct ChartRefresh {
+    /// What is known of each chart.
+    pub(crate) charts: Arc<charts::ChartCatalog>,
+    /// Every `Controller` on the hub, as the reconciler sees them.
+    pub(crate) controllers: Store<TenancyController>,
+    /// Every `TenancyPolicy` on the hub.
+    pub(crate) policies: Store<crate::api::policy::TenancyPolicy>,
+    /// The chart home and the policy settings.
+    pub(crate) settings: Settings,
+}
+
 /// Every interval, reads the chart-home directories and resolves the repository and OCI charts
 /// the hub's Controllers name again, and wakes the Controllers whose charts changed.
 pub(crate) async fn keep_fresh(
-    ctx: Arc<Context>,
+    ctx: ChartRefresh,
     trigger: Sender<ObjectRef<TenancyController>>,
     cancel: tokio_util::sync::CancellationToken,
 ) {
@@ -376,7 +453,7 @@ pub(crate) async fn keep_fresh(
         }
         let controllers = ctx.controllers.state();
         let home = &ctx.settings.chart_home;
-        let admission = ctx.admission();
+        let admission = admission_of(&ctx.policies, &ctx.settings);
         let wanted = |c: &TenancyController| {
             let namespace = c.namespace().unwrap_or_default();
             charts::wanted_by(&c.spec, home, &|chart| {

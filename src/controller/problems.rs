@@ -7,8 +7,8 @@ use kube::runtime::events::EventType;
 
 use crate::{
     api::crd::TenancyController,
-    controller::context::Context,
-    controller::events::{EVENT_BURST, publish},
+    controller::events::{EVENT_BURST, Events, publish},
+    controller::index::ControllerIndex,
     plan::{self, owner_id},
 };
 
@@ -16,7 +16,7 @@ use crate::{
 /// enforcing the tenancy policies would refuse, in permissive mode), so each is told once per
 /// change of the spec or the world, not on every reconcile.
 pub(crate) async fn report_new_problems(
-    ctx: &Context,
+    (index, events): (&ControllerIndex, &Events),
     c: &TenancyController,
     problems: &[plan::Problem],
     warnings: &[String],
@@ -24,7 +24,7 @@ pub(crate) async fn report_new_problems(
     let owner = owner_id(c);
     let told: Vec<String> = problems.iter().map(ToString::to_string).collect();
     let notes: BTreeSet<String> = told.iter().chain(warnings).cloned().collect();
-    let before = ctx.index.told(&owner, notes);
+    let before = index.told(&owner, notes);
     // Told one by one up to the Events a resource may get in a burst, then counted: a spec with
     // thousands of problems makes a few log lines and Events, not thousands.
     let limit = EVENT_BURST as usize;
@@ -40,7 +40,7 @@ pub(crate) async fn report_new_problems(
         }
         tracing::warn!(controller = %owner, problem = %note, "spec cannot be carried out as written");
         publish(
-            &ctx.events,
+            events,
             c,
             EventType::Warning,
             problem.reason(),

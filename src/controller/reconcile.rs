@@ -218,7 +218,7 @@ async fn apply(c: &TenancyController, ctx: &Context) -> Result<Action> {
     if let Some(step) = &decision.rollout {
         tell_rollout(&telling, c, owner, &step.happened).await;
     }
-    report_new_problems(ctx, c, &plan.problems, &plan.warnings).await;
+    report_new_problems((&ctx.index, &ctx.events), c, &plan.problems, &plan.warnings).await;
     ctx.writer.submit(object.clone(), decision.report.clone());
     for gone in ctx
         .watches

@@ -137,10 +137,8 @@ async fn start(
         &ctx,
         &links,
         &outboxes,
-        (records, outcomes, changes),
-        drift,
-        cancel,
-        tasks,
+        (records, outcomes, changes, drift),
+        (cancel, tasks),
     );
     tasks.spawn(until(cancel, {
         let (store, ready) = (ctx.controllers.clone(), ready.clone());
@@ -266,50 +264,95 @@ fn hub_server(ctx: &Context) -> Vec<url::Url> {
 /// The loops that follow outcomes, records, workload changes, freed claims, drift, ownerless
 /// releases, charts, cluster health, the registration file, the joined members and their
 /// enrollment, and status writes.
-#[allow(clippy::too_many_arguments)]
 fn spawn_loops(
     config: &RunConfig,
     ctx: &Arc<Context>,
     links: &Links,
     outboxes: &Outboxes,
-    (records, outcomes, changes): (
+    (records, outcomes, changes, drift): (
         mpsc::Receiver<crate::observe::releases::RecordChange>,
         mpsc::Receiver<crate::queue::Completed>,
         mpsc::Receiver<crate::observe::model::Tagged>,
+        mpsc::UnboundedReceiver<crate::controller::drift::DriftCheckRequest>,
     ),
-    drift: mpsc::UnboundedReceiver<crate::controller::drift::DriftCheckRequest>,
-    cancel: &CancellationToken,
-    tasks: &TaskTracker,
+    (cancel, tasks): (&CancellationToken, &TaskTracker),
 ) {
     let trigger = &outboxes.triggers;
+    // Each loop gets the handles it uses, not the reconciler's context.
+    let outcomes_book = loops::Outcomes {
+        index: ctx.index.clone(),
+        controllers: ctx.controllers.clone(),
+        events: ctx.events.clone(),
+        notifier: ctx.notifier.clone(),
+        metrics: ctx.metrics.clone(),
+    };
     tasks.spawn(until(
         cancel,
-        loops::record_outcomes(ctx.clone(), outcomes, trigger.clone()),
+        loops::record_outcomes(outcomes_book, outcomes, trigger.clone()),
     ));
+    let news = (ctx.claims.clone(), ctx.releases.clone(), ctx.index.clone());
     tasks.spawn(until(
         cancel,
-        loops::forward_record_changes(ctx.clone(), records, trigger.clone()),
+        loops::forward_record_changes(news, records, trigger.clone()),
     ));
-    tasks.spawn(until(cancel, loops::aggregate(ctx.clone(), changes)));
+    let aggregation = loops::Aggregation {
+        watches: ctx.watches.clone(),
+        model: ctx.model.clone(),
+        writer: ctx.writer.clone(),
+        index: ctx.index.clone(),
+        metrics: ctx.metrics.clone(),
+    };
+    tasks.spawn(until(cancel, loops::aggregate(aggregation, changes)));
     tasks.spawn(until(
         cancel,
-        loops::wake_freed_claims(ctx.clone(), trigger.clone()),
+        loops::wake_freed_claims(ctx.claims.clone(), trigger.clone()),
     ));
+    let checks = drift_checks::DriftChecks {
+        index: ctx.index.clone(),
+        links: links.clone(),
+        releases: ctx.releases.clone(),
+        queue: ctx.queue.clone(),
+        health: ctx.health.clone(),
+        controllers: ctx.controllers.clone(),
+        events: ctx.events.clone(),
+        notifier: ctx.notifier.clone(),
+        metrics: ctx.metrics.clone(),
+    };
     tasks.spawn(
-        drift_checks::detect(ctx.clone(), drift, trigger.clone(), cancel.clone())
+        drift_checks::detect(checks, drift, trigger.clone(), cancel.clone())
             .instrument(tracing::info_span!("drift")),
     );
-    tasks.spawn(loops::report_ownerless(ctx.clone(), cancel.clone()));
+    let ownerless = loops::Ownerless {
+        controllers: ctx.controllers.clone(),
+        releases: ctx.releases.clone(),
+        orphans: ctx.orphans.clone(),
+        scope: ctx.settings.scope.clone(),
+        selector: ctx.settings.selector.clone(),
+        metrics: ctx.metrics.clone(),
+    };
+    tasks.spawn(loops::report_ownerless(ownerless, cancel.clone()));
     tasks.spawn(until(
         cancel,
         ctx.values
             .clone()
             .watch(ctx.settings.scope.clone(), trigger.clone()),
     ));
+    let refresh = loops::ChartRefresh {
+        charts: ctx.charts.clone(),
+        controllers: ctx.controllers.clone(),
+        policies: ctx.policies.clone(),
+        settings: ctx.settings.clone(),
+    };
     tasks.spawn(
-        loops::keep_fresh(ctx.clone(), trigger.clone(), cancel.clone())
+        loops::keep_fresh(refresh, trigger.clone(), cancel.clone())
             .instrument(tracing::info_span!("charts")),
     );
+    let health_changes = loops::HealthChanges {
+        queue: ctx.queue.clone(),
+        index: ctx.index.clone(),
+        controllers: ctx.controllers.clone(),
+        writer: ctx.writer.clone(),
+    };
     tasks.spawn(crate::clusters::health::monitor(
         {
             let links = links.clone();
@@ -319,9 +362,8 @@ fn spawn_loops(
             }
         },
         ctx.health.clone(),
-        {
-            let ctx = ctx.clone();
-            move |cluster, reachable| loops::cluster_health_changed(&ctx, cluster, reachable)
+        move |cluster, reachable| {
+            loops::cluster_health_changed(&health_changes, cluster, reachable)
         },
         cancel.clone(),
     ));
