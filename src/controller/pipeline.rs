@@ -89,15 +89,7 @@ pub(crate) async fn decide(
     if gated {
         // The gates judge clusters and releases as they would stand with every job let through.
         let (busy, outcomes) = jobs_of(live, &plan);
-        let judged = status::releases(&ReleaseView {
-            plan: &plan,
-            applied: seen.applied,
-            outcomes: &outcomes,
-            busy: &busy,
-            synced: seen.synced,
-            generation: c.meta().generation,
-            drift: &drift,
-        });
+        let judged = report_of(c, seen, &plan, (&busy, &outcomes), &drift);
         rollout = gate_rollout(c, &mut plan, seen, &judged, &busy, live, planning.now);
         edges = gate_dependencies(
             seen.owner,
@@ -121,15 +113,7 @@ pub(crate) async fn decide(
         .cloned()
         .collect();
     let (busy, outcomes) = busy_after(live, &plan, &enqueue);
-    let mut report = status::releases(&ReleaseView {
-        plan: &plan,
-        applied: seen.applied,
-        outcomes: &outcomes,
-        busy: &busy,
-        synced: seen.synced,
-        generation: c.meta().generation,
-        drift: &drift,
-    });
+    let mut report = report_of(c, seen, &plan, (&busy, &outcomes), &drift);
     status::add_orphans(&mut report, seen.orphans);
     report.rollout = rollout.as_ref().map(|r: &rollout::Step| r.state.clone());
     Decision {
@@ -142,6 +126,25 @@ pub(crate) async fn decide(
         refused_repairs,
         busy,
     }
+}
+
+/// The release report of `plan` with the jobs `busy` and their last `outcomes`.
+fn report_of(
+    c: &TenancyController,
+    seen: &Seen<'_>,
+    plan: &plan::Plan,
+    (busy, outcomes): (&BTreeSet<ReleaseKey>, &HashMap<ReleaseKey, LastOutcome>),
+    drift: &HashMap<ReleaseKey, crate::api::crd::DriftStatus>,
+) -> ReleaseReport {
+    status::releases(&ReleaseView {
+        plan,
+        applied: seen.applied,
+        outcomes,
+        busy,
+        synced: seen.synced,
+        generation: c.meta().generation,
+        drift,
+    })
 }
 
 /// The resource's plan before its gates: its charts prepared, the planner run (off the worker

@@ -112,14 +112,23 @@ async fn decide_with(
     world: &World,
     live: &Scripted,
 ) -> Decision {
+    decide_drifted(f, c, world, live, &HashMap::new()).await
+}
+
+async fn decide_drifted(
+    f: &Fixture,
+    c: &TenancyController,
+    world: &World,
+    live: &Scripted,
+    drifted: &HashMap<ReleaseKey, plan::Drifted>,
+) -> Decision {
     let variables = BTreeMap::new();
-    let drifted = HashMap::new();
     let planning = Planning {
         charts: &f.ctx.charts,
         chart_home: &f.ctx.settings.chart_home,
         values: &f.ctx.values,
         variables: &variables,
-        drifted: &drifted,
+        drifted,
         now: Timestamp::now(),
         pending_timeout: Duration::from_secs(300),
     };
@@ -247,22 +256,12 @@ async fn a_refused_repair_leaves_the_jobs_and_is_handed_back_to_be_told() {
             summary: "Deployment web: spec.replicas".into(),
         },
     )]);
-    let variables = BTreeMap::new();
-    let planning = Planning {
-        charts: &f.ctx.charts,
-        chart_home: &f.ctx.settings.chart_home,
-        values: &f.ctx.values,
-        variables: &variables,
-        drifted: &drifted,
-        now: Timestamp::now(),
-        pending_timeout: Duration::from_secs(300),
-    };
     let live = Scripted {
         repairs_refused: true,
         ..Scripted::default()
     };
 
-    let d = decide(&c, &world.seen(), &planning, &live).await;
+    let d = decide_drifted(&f, &c, &world, &live, &drifted).await;
 
     assert!(d.plan.jobs.is_empty(), "{:?}", d.plan.jobs);
     assert!(d.enqueue.is_empty());
