@@ -162,6 +162,7 @@ mod tests {
                 outcome: Outcome::Uninstalled,
                 owner: owner.clone(),
                 settled: false,
+                at: std::time::Instant::now(),
             },
         );
         index.set_rollout(&owner, Some(RolloutStatus::default()));

@@ -279,6 +279,7 @@ pub(crate) async fn record_outcomes(
                 outcome: completed.outcome.clone(),
                 owner: owner.clone(),
                 settled,
+                at: std::time::Instant::now(),
             },
         );
         if reason == "DriftRepaired" {

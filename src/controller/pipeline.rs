@@ -69,6 +69,10 @@ pub(crate) struct Decision {
     pub(crate) refused_repairs: Vec<(ReleaseKey, Duration)>,
     /// Releases with a job queued or running once `enqueue` is queued.
     pub(crate) busy: BTreeSet<ReleaseKey>,
+    /// True when a job was left out because the release it just applied has no record seen yet:
+    /// the resource is to be looked at again within [`CATCH_UP`], so a release uninstalled by hand
+    /// meanwhile is installed again.
+    pub(crate) catching_up: bool,
 }
 
 /// Plans, gates and reports one resource: see the module's words.
@@ -112,6 +116,10 @@ pub(crate) async fn decide(
         .filter(|j| !redundant(live, j, seen.applied))
         .cloned()
         .collect();
+    let catching_up = plan
+        .jobs
+        .iter()
+        .any(|j| !seen.applied.contains_key(j.key()) && redundant(live, j, seen.applied));
     let (busy, outcomes) = busy_after(live, &plan, &enqueue);
     let mut report = report_of(c, seen, &plan, (&busy, &outcomes), &drift);
     status::add_orphans(&mut report, seen.orphans);
@@ -125,6 +133,7 @@ pub(crate) async fn decide(
         edges,
         refused_repairs,
         busy,
+        catching_up,
     }
 }
 
@@ -198,17 +207,23 @@ async fn plan_spec(c: &TenancyController, seen: &Seen<'_>, planning: &Planning<'
     plan
 }
 
+/// How long after a job applied a release its record may still be unseen (the record watch has
+/// not caught up) before its absence is taken for an uninstall made by hand.
+pub(crate) const CATCH_UP: Duration = Duration::from_secs(10);
+
 /// True when queueing this job would repeat work: it already failed in a way retrying cannot
 /// fix (or as often as allowed), or it was just applied and the release records have not caught
-/// up with it yet.
+/// up with it yet: they show an older revision, or, within [`CATCH_UP`], none at all (queueing it
+/// then would upgrade the release just installed to a second revision).
 fn redundant(live: &dyn Live, job: &Job, applied: &HashMap<ReleaseKey, Applied>) -> bool {
     live.outcome(job.key()).is_some_and(|last| {
         last.fingerprint == job.fingerprint()
             && match last.outcome {
                 Outcome::Failed { .. } => last.settled,
-                Outcome::Applied { revision, .. } => applied
-                    .get(job.key())
-                    .is_some_and(|a| a.revision < revision),
+                Outcome::Applied { revision, .. } => match applied.get(job.key()) {
+                    Some(a) => a.revision < revision,
+                    None => last.at.elapsed() < CATCH_UP,
+                },
                 Outcome::Uninstalled => false,
             }
     })

@@ -29,7 +29,7 @@ use crate::{
     controller::depends_gate::DEPENDENCY_POLL,
     controller::events::Telling,
     controller::observed::{Live, Seen},
-    controller::pipeline::{Planning, decide},
+    controller::pipeline::{CATCH_UP, Planning, decide},
     controller::problems::report_new_problems,
     controller::repairs::tell_refused,
     controller::rollout_gate::{ROLLOUT_POLL, tell_rollout},
@@ -229,7 +229,12 @@ async fn apply(c: &TenancyController, ctx: &Context) -> Result<Action> {
     let claimed = plan.desired.iter().map(|r| r.key.clone());
     ctx.index
         .ask(&object, claimed.chain(conflicts(&plan.problems)));
-    Ok(next_look(plan, &decision.busy, decision.rollout.as_ref()))
+    Ok(next_look(
+        plan,
+        &decision.busy,
+        decision.rollout.as_ref(),
+        decision.catching_up,
+    ))
 }
 
 /// Drops the queued jobs of `owner` the newest plan no longer asks for, and queues `jobs`.
@@ -268,15 +273,19 @@ fn watched_scopes(plan: &plan::Plan, seen: &Seen<'_>) -> BTreeSet<ClusterNamespa
 }
 
 /// When to reconcile again: soon while a rollout is in progress or `dependsOn` holds work back,
-/// within 30s while jobs run or clusters are not synced, otherwise in 5 minutes; earlier when a
-/// pending release is due.
+/// within 30s while jobs run or clusters are not synced, within [`CATCH_UP`] while a release just
+/// applied has no record seen yet, otherwise in 5 minutes; earlier when a pending release is due.
 fn next_look(
     plan: &plan::Plan,
     busy: &BTreeSet<ReleaseKey>,
     rollout: Option<&rollout::Step>,
+    catching_up: bool,
 ) -> Action {
     let settling = !busy.is_empty() || !plan.waiting.is_empty();
     let mut next = if settling { 30 } else { 300 };
+    if catching_up {
+        next = next.min(CATCH_UP.as_secs());
+    }
     if let Some(recheck) = plan.recheck_in {
         next = next.min(recheck.max(1) as u64);
     }

@@ -22,6 +22,8 @@ pub(crate) struct LastOutcome {
     pub(crate) owner: crate::plan::OwnerId,
     /// True when nothing more happens without a spec change (a permanent or stalled failure).
     pub(crate) settled: bool,
+    /// When the job finished.
+    pub(crate) at: std::time::Instant,
 }
 
 /// Everything the release part of the status is built from.

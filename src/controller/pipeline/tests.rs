@@ -192,6 +192,7 @@ async fn a_job_that_failed_for_good_at_the_same_fingerprint_is_planned_but_not_q
             outcome: Outcome::failed("template: boom", FailureKind::Permanent),
             owner: world.owner.clone(),
             settled: true,
+            at: std::time::Instant::now(),
         },
     );
     let again = decide_with(&f, &c, &world, &live).await;
@@ -298,4 +299,59 @@ async fn the_report_carries_the_orphans_and_the_rollout_state() {
         step.allowed.contains(&scope.cluster),
         "the only cluster is in the first wave"
     );
+}
+
+#[tokio::test]
+async fn a_release_just_installed_whose_record_is_not_seen_yet_is_not_installed_again() {
+    let f = Fixture::new();
+    let c = controller(
+        "app",
+        "2026-01-01T00:00:00Z",
+        "tenancies:\n  - namespace: foo\n    charts:\n      - {chartName: deployment-example, releaseName: web}\n",
+    );
+    let world = World::of(&f, &c);
+    let first = decide_with(&f, &c, &world, &Scripted::default()).await;
+    let job = first.enqueue.first().expect("the install is queued");
+    assert!(!first.catching_up);
+    let installed = |at| {
+        let mut live = Scripted::default();
+        live.outcomes.insert(
+            key("hub/foo/web"),
+            LastOutcome {
+                fingerprint: job.fingerprint(),
+                outcome: Outcome::Applied {
+                    revision: 1,
+                    chart_version: "0.1.0".into(),
+                },
+                owner: world.owner.clone(),
+                settled: false,
+                at,
+            },
+        );
+        live
+    };
+
+    // Helm installed it a moment ago; the record watch has not shown it yet.
+    let again = decide_with(&f, &c, &world, &installed(std::time::Instant::now())).await;
+    assert_eq!(
+        again.plan.jobs.len(),
+        1,
+        "the plan, reading no record, asks again"
+    );
+    assert!(
+        again.enqueue.is_empty(),
+        "but a second install is not queued"
+    );
+    assert!(
+        again.catching_up,
+        "and the resource is looked at again soon"
+    );
+
+    // Long after, no record means the release is gone (uninstalled by hand): installed again.
+    let long_ago = std::time::Instant::now()
+        .checked_sub(CATCH_UP * 2)
+        .expect("the machine has run longer than that");
+    let later = decide_with(&f, &c, &world, &installed(long_ago)).await;
+    assert_eq!(later.enqueue.len(), 1);
+    assert!(!later.catching_up);
 }

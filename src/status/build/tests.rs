@@ -180,6 +180,7 @@ fn a_failed_release_is_reported_on_itself_while_the_others_stay_deployed() {
             },
             owner: release("hub/foo/nginx").owner,
             settled: true,
+            at: std::time::Instant::now(),
         },
     );
     let s = f.build();
@@ -455,6 +456,7 @@ fn a_failed_release_makes_its_cluster_failed_for_the_rollout() {
                 name: "example".into(),
             },
             settled: true,
+            at: std::time::Instant::now(),
         },
     );
     let judged = cluster_readiness(&f.report(), "member-1", &|_, _| Some(running_scope(0, 0)));
@@ -642,6 +644,7 @@ fn when_entries_must_be_cut_ready_ones_go_first_and_a_failure_on_the_last_cluste
             outcome: Outcome::failed("boom", crate::queue::FailureKind::Permanent),
             owner: release(keys[0]).owner,
             settled: true,
+            at: std::time::Instant::now(),
         },
     );
     let mut scope = running_scope(60, 60);
