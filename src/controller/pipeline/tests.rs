@@ -135,6 +135,37 @@ async fn decide_drifted(
     decide(c, &world.seen(), &planning, live).await
 }
 
+/// One release `web` of the chart home in hub namespace `foo`.
+fn web_only() -> TenancyController {
+    controller(
+        "app",
+        "2026-01-01T00:00:00Z",
+        "tenancies:\n  - namespace: foo\n    charts:\n      - {chartName: deployment-example, releaseName: web}\n",
+    )
+}
+
+/// A fleet whose last outcome for `web` is `outcome` of `job`, finished `at`.
+fn web_finished(
+    job: &Job,
+    owner: &OwnerId,
+    outcome: Outcome,
+    settled: bool,
+    at: std::time::Instant,
+) -> Scripted {
+    let mut live = Scripted::default();
+    live.outcomes.insert(
+        key("hub/foo/web"),
+        LastOutcome {
+            fingerprint: job.fingerprint(),
+            outcome,
+            owner: owner.clone(),
+            settled,
+            at,
+        },
+    );
+    live
+}
+
 fn message<'a>(report: &'a ReleaseReport, release: &str) -> &'a crate::api::crd::ChartMessage {
     report
         .tenancies
@@ -175,26 +206,13 @@ async fn a_release_waits_for_what_it_depends_on_held_not_queued_and_its_edge_rem
 #[tokio::test]
 async fn a_job_that_failed_for_good_at_the_same_fingerprint_is_planned_but_not_queued_again() {
     let f = Fixture::new();
-    let c = controller(
-        "app",
-        "2026-01-01T00:00:00Z",
-        "tenancies:\n  - namespace: foo\n    charts:\n      - {chartName: deployment-example, releaseName: web}\n",
-    );
+    let c = web_only();
     let world = World::of(&f, &c);
     let first = decide_with(&f, &c, &world, &Scripted::default()).await;
     let job = first.enqueue.first().expect("the install is queued");
 
-    let mut live = Scripted::default();
-    live.outcomes.insert(
-        key("hub/foo/web"),
-        LastOutcome {
-            fingerprint: job.fingerprint(),
-            outcome: Outcome::failed("template: boom", FailureKind::Permanent),
-            owner: world.owner.clone(),
-            settled: true,
-            at: std::time::Instant::now(),
-        },
-    );
+    let failed = Outcome::failed("template: boom", FailureKind::Permanent);
+    let live = web_finished(job, &world.owner, failed, true, std::time::Instant::now());
     let again = decide_with(&f, &c, &world, &live).await;
 
     assert_eq!(again.plan.jobs.len(), 1, "the plan still asks for it");
@@ -304,32 +322,16 @@ async fn the_report_carries_the_orphans_and_the_rollout_state() {
 #[tokio::test]
 async fn a_release_just_installed_whose_record_is_not_seen_yet_is_not_installed_again() {
     let f = Fixture::new();
-    let c = controller(
-        "app",
-        "2026-01-01T00:00:00Z",
-        "tenancies:\n  - namespace: foo\n    charts:\n      - {chartName: deployment-example, releaseName: web}\n",
-    );
+    let c = web_only();
     let world = World::of(&f, &c);
     let first = decide_with(&f, &c, &world, &Scripted::default()).await;
     let job = first.enqueue.first().expect("the install is queued");
     assert!(!first.catching_up);
-    let installed = |at| {
-        let mut live = Scripted::default();
-        live.outcomes.insert(
-            key("hub/foo/web"),
-            LastOutcome {
-                fingerprint: job.fingerprint(),
-                outcome: Outcome::Applied {
-                    revision: 1,
-                    chart_version: "0.1.0".into(),
-                },
-                owner: world.owner.clone(),
-                settled: false,
-                at,
-            },
-        );
-        live
+    let applied = || Outcome::Applied {
+        revision: 1,
+        chart_version: "0.1.0".into(),
     };
+    let installed = |at| web_finished(job, &world.owner, applied(), false, at);
 
     // Helm installed it a moment ago; the record watch has not shown it yet.
     let again = decide_with(&f, &c, &world, &installed(std::time::Instant::now())).await;
