@@ -61,3 +61,39 @@ pub(crate) trait Live: Sync {
     /// counted by the limiter.
     fn allow_repair(&self, key: &ReleaseKey, revision: i64) -> (RepairVerdict, bool);
 }
+
+/// What is observed for one resource, owned (a reconcile reads it from the index, a test builds
+/// it): the registered clusters, the releases the resource's
+/// spec names or it holds, the clusters whose releases are known, the claims, the policies and
+/// its releases left in clusters no longer registered.
+pub(crate) struct Observed {
+    /// The resource.
+    pub(crate) owner: OwnerId,
+    /// Registered clusters and their labels.
+    pub(crate) clusters: BTreeMap<ClusterName, BTreeMap<String, String>>,
+    /// Releases in the clusters under the keys it names or holds.
+    pub(crate) applied: HashMap<ReleaseKey, Applied>,
+    /// Clusters whose applied releases are fully known.
+    pub(crate) synced: BTreeSet<ClusterName>,
+    /// Which resource holds each of its keys claimed by several.
+    pub(crate) claims: HashMap<ReleaseKey, OwnerId>,
+    /// What the tenancy policies allow.
+    pub(crate) admission: Admission,
+    /// Its releases left in clusters no longer registered.
+    pub(crate) orphans: Vec<ReleaseKey>,
+}
+
+impl Observed {
+    /// The decision's view of it.
+    pub(crate) fn seen(&self) -> Seen<'_> {
+        Seen {
+            owner: &self.owner,
+            clusters: &self.clusters,
+            applied: &self.applied,
+            synced: &self.synced,
+            claims: &self.claims,
+            admission: &self.admission,
+            orphans: &self.orphans,
+        }
+    }
+}

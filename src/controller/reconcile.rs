@@ -6,7 +6,7 @@
 //! in `problems`.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
+    collections::{BTreeSet, HashMap, HashSet},
     sync::Arc,
     time::Duration,
 };
@@ -28,7 +28,7 @@ use crate::{
     controller::context::Context,
     controller::depends_gate::DEPENDENCY_POLL,
     controller::events::Telling,
-    controller::observed::{Live, Seen},
+    controller::observed::{Live, Observed, Seen},
     controller::pipeline::{CATCH_UP, Planning, decide},
     controller::problems::report_new_problems,
     controller::repairs::tell_refused,
@@ -39,7 +39,6 @@ use crate::{
     plan::depends::Edges,
     plan::rollout,
     plan::{self, Applied, Job, OwnerId, owner_id},
-    policy::Admission,
     status::report::LastOutcome,
 };
 
@@ -70,41 +69,6 @@ pub(crate) async fn reconcile(obj: Arc<TenancyController>, ctx: Arc<Context>) ->
         result.as_ref().err().map(Error::metric_label),
     );
     result
-}
-
-/// What a reconcile reads before deciding: the registered clusters, the releases the resource's
-/// spec names or it holds, the clusters whose releases are known, the claims, the policies and
-/// its releases left in clusters no longer registered.
-struct Observed {
-    /// The resource.
-    owner: OwnerId,
-    /// Registered clusters and their labels.
-    clusters: BTreeMap<ClusterName, BTreeMap<String, String>>,
-    /// Releases in the clusters under the keys it names or holds.
-    applied: HashMap<ReleaseKey, Applied>,
-    /// Clusters whose applied releases are fully known.
-    synced: BTreeSet<ClusterName>,
-    /// Which resource holds each of its keys claimed by several.
-    claims: HashMap<ReleaseKey, OwnerId>,
-    /// What the tenancy policies allow.
-    admission: Admission,
-    /// Its releases left in clusters no longer registered.
-    orphans: Vec<ReleaseKey>,
-}
-
-impl Observed {
-    /// The decision's view of it.
-    fn seen(&self) -> Seen<'_> {
-        Seen {
-            owner: &self.owner,
-            clusters: &self.clusters,
-            applied: &self.applied,
-            synced: &self.synced,
-            claims: &self.claims,
-            admission: &self.admission,
-            orphans: &self.orphans,
-        }
-    }
 }
 
 /// Reads what planning needs. Only the keys this spec names and the releases it holds are read:

@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 
 use super::*;
+use crate::controller::observed::Observed as World;
 use crate::{
     api::crd::{DriftStatus, RolloutStatus},
     api::key::ClusterNamespace,
@@ -11,7 +12,6 @@ use crate::{
     observe::model::ScopeState,
     plan::OwnerId,
     plan::owner_id,
-    policy::Admission,
     queue::FailureKind,
     status::phase,
 };
@@ -69,40 +69,16 @@ impl Live for Scripted {
 
 /// What a decision is made from: the fixture's registry (the hub only, its releases known and
 /// none installed), no claims, the fixture's policies.
-struct World {
-    owner: OwnerId,
-    clusters: BTreeMap<ClusterName, BTreeMap<String, String>>,
-    applied: HashMap<ReleaseKey, Applied>,
-    synced: BTreeSet<ClusterName>,
-    claims: HashMap<ReleaseKey, OwnerId>,
-    admission: Admission,
-    orphans: Vec<ReleaseKey>,
-}
-
-impl World {
-    fn of(f: &Fixture, c: &TenancyController) -> Self {
-        let clusters = f.ctx.registry.load().labels();
-        Self {
-            owner: owner_id(c),
-            synced: clusters.keys().cloned().collect(),
-            clusters,
-            applied: HashMap::new(),
-            claims: HashMap::new(),
-            admission: f.ctx.admission(),
-            orphans: Vec::new(),
-        }
-    }
-
-    fn seen(&self) -> Seen<'_> {
-        Seen {
-            owner: &self.owner,
-            clusters: &self.clusters,
-            applied: &self.applied,
-            synced: &self.synced,
-            claims: &self.claims,
-            admission: &self.admission,
-            orphans: &self.orphans,
-        }
+fn world_of(f: &Fixture, c: &TenancyController) -> World {
+    let clusters = f.ctx.registry.load().labels();
+    World {
+        owner: owner_id(c),
+        synced: clusters.keys().cloned().collect(),
+        clusters,
+        applied: HashMap::new(),
+        claims: HashMap::new(),
+        admission: f.ctx.admission(),
+        orphans: Vec::new(),
     }
 }
 
@@ -179,7 +155,7 @@ fn message<'a>(report: &'a ReleaseReport, release: &str) -> &'a crate::api::crd:
 async fn a_release_waits_for_what_it_depends_on_held_not_queued_and_its_edge_remembered() {
     let f = Fixture::new();
     let c = controller("app", "2026-01-01T00:00:00Z", SPEC);
-    let world = World::of(&f, &c);
+    let world = world_of(&f, &c);
 
     let d = decide_with(&f, &c, &world, &Scripted::default()).await;
 
@@ -207,7 +183,7 @@ async fn a_release_waits_for_what_it_depends_on_held_not_queued_and_its_edge_rem
 async fn a_job_that_failed_for_good_at_the_same_fingerprint_is_planned_but_not_queued_again() {
     let f = Fixture::new();
     let c = web_only();
-    let world = World::of(&f, &c);
+    let world = world_of(&f, &c);
     let first = decide_with(&f, &c, &world, &Scripted::default()).await;
     let job = first.enqueue.first().expect("the install is queued");
 
@@ -226,7 +202,7 @@ async fn the_report_counts_as_busy_the_queued_and_running_jobs_not_a_waiting_job
 {
     let f = Fixture::new();
     let c = controller("app", "2026-01-01T00:00:00Z", SPEC);
-    let world = World::of(&f, &c);
+    let world = world_of(&f, &c);
 
     // web waits in the queue from an earlier plan; now dependsOn holds it, so the queue drops it.
     let mut live = Scripted::default();
@@ -252,7 +228,7 @@ async fn a_refused_repair_leaves_the_jobs_and_is_handed_back_to_be_told() {
         "2026-01-01T00:00:00Z",
         "tenancies:\n  - namespace: foo\n    charts:\n      - {chartName: deployment-example, releaseName: web, driftDetection: {mode: enabled}}\n",
     );
-    let mut world = World::of(&f, &c);
+    let mut world = world_of(&f, &c);
     let installed = decide_with(&f, &c, &world, &Scripted::default()).await;
     let Job::Apply { release, .. } = &installed.enqueue[0] else {
         panic!("an install");
@@ -298,7 +274,7 @@ async fn the_report_carries_the_orphans_and_the_rollout_state() {
         "2026-01-01T00:00:00Z",
         "tenancies:\n  - namespace: foo\n    charts:\n      - {chartName: deployment-example, releaseName: web}\nrollout:\n  maxUnavailable: 1\n",
     );
-    let mut world = World::of(&f, &c);
+    let mut world = world_of(&f, &c);
     world.orphans = vec![key("gone/foo/web")];
 
     let d = decide_with(&f, &c, &world, &Scripted::default()).await;
@@ -323,7 +299,7 @@ async fn the_report_carries_the_orphans_and_the_rollout_state() {
 async fn a_release_just_installed_whose_record_is_not_seen_yet_is_not_installed_again() {
     let f = Fixture::new();
     let c = web_only();
-    let world = World::of(&f, &c);
+    let world = world_of(&f, &c);
     let first = decide_with(&f, &c, &world, &Scripted::default()).await;
     let job = first.enqueue.first().expect("the install is queued");
     assert!(!first.catching_up);
