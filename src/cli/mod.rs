@@ -83,7 +83,7 @@ pub enum Command {
     Cluster(membership::ClusterCommand),
     /// Join this member to a hub as a pull member: writes the hub login its agent starts from.
     Join(membership::JoinArgs),
-    /// Print the Controller and TenancyPolicy CustomResourceDefinitions as YAML.
+    /// Print the CustomResourceDefinitions (Alert, Controller, MemberCluster, TenancyPolicy) as YAML.
     #[command(after_help = "Example:\n  tenancy-hub crd | kubectl apply --server-side -f -")]
     Crd,
     /// Print the ValidatingAdmissionPolicy (and its binding) with which the API server refuses a
