@@ -12,7 +12,7 @@ use std::{
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::plan::{ChartSource, OwnerId, Release};
+use crate::plan::OwnerId;
 use crate::queue::{
     handle::HelmQueue,
     state::{Finished, Slot, State, Waiting},
@@ -30,27 +30,7 @@ fn owner() -> OwnerId {
     }
 }
 
-fn apply(key: &str, spec_hash: &str) -> Job {
-    Job::Apply {
-        release: Box::new(Release {
-            masked: Default::default(),
-            key: key.parse().unwrap(),
-            owner: owner(),
-            chart_name: "web".into(),
-            source: ChartSource::Directory("web".into()),
-            version: None,
-            chart_digest: None,
-            settings: vec![],
-            values: None,
-            rollback_on_failure: false,
-            spec_hash: spec_hash.into(),
-            identity: None,
-            drift: Default::default(),
-        }),
-        stale_pending: None,
-        repair: None,
-    }
-}
+use crate::member::fake::apply;
 
 fn uninstall(key: &str) -> Job {
     Job::Uninstall {
