@@ -15,7 +15,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::{Api, ResourceExt, api::ListParams};
 
 use crate::{
-    api::crd::{DriftStatus, HUB_CLUSTER, RolloutStatus, TenancyController},
+    api::crd::{HUB_CLUSTER, RolloutStatus, TenancyController},
     api::key::{ClusterName, ReleaseKey},
     api::policy::TenancyPolicy,
     charts::{
@@ -26,19 +26,16 @@ use crate::{
     clusters::registry::ClusterRegistry,
     controller::hub_values::HubValues,
     controller::observed::{Live, Seen},
-    controller::pipeline::{Planning, decide},
+    controller::pipeline::{Planning, decide, plan_spec},
     helm::args::{HelmOptions, RenderFor},
     helm::cli as helm,
     helm::seal::SealKey,
     member::{Links, MemberLink, pull::wire::Signer},
     observe::drift::RepairVerdict,
-    observe::model::ScopeState,
     observe::records::Deployed,
-    plan::depends::Edges,
     plan::{self, Applied, Job, Release, created_secs, owner_id},
     plan::{Masked, values},
     policy::{Admission, NamedPolicy},
-    status::report::LastOutcome,
 };
 
 mod report;
@@ -362,7 +359,15 @@ async fn plan_files(
             admission: &state.admission,
             orphans: &[],
         };
-        let decision = decide(c, &seen, &planning, state).await;
+        let planned = plan_spec(c, &seen, &planning).await;
+        let decision = decide(
+            c,
+            &seen,
+            planned,
+            &state.live(&owner),
+            &planning,
+            &|_, _| (RepairVerdict::Allowed, false),
+        );
         for job in decision.plan.jobs.iter().chain(&decision.held) {
             if let Job::Apply { release, .. } = job {
                 releases.insert(release.key.clone(), (**release).clone());
@@ -373,45 +378,22 @@ async fn plan_files(
     (all, releases)
 }
 
-/// What a preview knows of the fleet as it runs: no job queued or running and no outcome (the
-/// running operator's own), nothing of what runs per namespace (so nothing counts as Ready, as
-/// at the first reconcile of a change), clusters whose releases could not be read taken for
-/// unreachable, and each Controller's rollout as the hub's status says.
-impl Live for HubState {
-    fn busy(&self, _: &ReleaseKey) -> bool {
-        false
-    }
-
-    fn running(&self, _: &ReleaseKey) -> bool {
-        false
-    }
-
-    fn outcome(&self, _: &ReleaseKey) -> Option<LastOutcome> {
-        None
-    }
-
-    fn scope(&self, _: &str, _: &str) -> Option<ScopeState> {
-        None
-    }
-
-    fn reachable(&self, cluster: &ClusterName) -> bool {
-        self.synced.contains(cluster)
-    }
-
-    fn rollout(&self, owner: &plan::OwnerId) -> Option<RolloutStatus> {
-        self.rollouts.get(owner).cloned()
-    }
-
-    fn dependencies(&self, _: &plan::OwnerId) -> Edges {
-        Edges::default()
-    }
-
-    fn drift(&self, _: &HashMap<ReleaseKey, Applied>) -> HashMap<ReleaseKey, DriftStatus> {
-        HashMap::new()
-    }
-
-    fn allow_repair(&self, _: &ReleaseKey, _: i64) -> (RepairVerdict, bool) {
-        (RepairVerdict::Allowed, false)
+impl HubState {
+    /// What a preview knows of the fleet as it runs: no job queued or running and no outcome (the
+    /// running operator's own), nothing of what runs per namespace (so nothing counts as Ready, as
+    /// at the first reconcile of a change), clusters whose releases could not be read taken for
+    /// unreachable, and each Controller's rollout as the hub's status says.
+    fn live(&self, owner: &plan::OwnerId) -> Live {
+        Live {
+            unreachable: self
+                .clusters
+                .keys()
+                .filter(|c| !self.synced.contains(*c))
+                .cloned()
+                .collect(),
+            rollout: self.rollouts.get(owner).cloned(),
+            ..Live::default()
+        }
     }
 }
 

@@ -20,7 +20,7 @@ use crate::{
     controller::vouch::Delivers,
     plan::{self, Applied, Job, OwnerId, depends::Held, owner_id},
     queue::Outcome,
-    status::report as status,
+    status::report::{self as status, LastOutcome},
 };
 
 /// Registered clusters and their labels.
@@ -66,7 +66,13 @@ pub(crate) async fn cleanup(c: &TenancyController, ctx: &Context) -> Result<Acti
     let mut ordered = Held::new();
     if c.spec.deletion_policy == DeletionPolicy::Delete {
         // Releases depending on others go first: those they depend on wait, out of the queue.
-        ordered = removal_held(&ctx.index, c, &owner, &registered, &owned, &running);
+        ordered = removal_held(
+            c,
+            &ctx.index.dependencies(&owner),
+            &registered,
+            &owned,
+            &running,
+        );
         if !ordered.is_empty() {
             ctx.queue.retain_planned(
                 &owner,
@@ -110,38 +116,44 @@ fn owned_releases(ctx: &Context, c: &TenancyController, owner: &OwnerId) -> BTre
     let named = ctx.claims.keys_of(owner);
     let basis = ctx.claim_basis();
     let delivers = Delivers::new(c, owner, &named, &basis);
-    let mut applied: HashMap<ReleaseKey, Applied> = ctx
+    let applied: HashMap<ReleaseKey, Applied> = ctx
         .releases
         .owned_by(owner, &|k| delivers.to(k))
         .into_iter()
         .map(|a| (a.key.clone(), a))
         .collect();
-    let mut owned: BTreeSet<ReleaseKey> = applied.keys().cloned().collect();
-    for (key, _) in ctx.index.outcomes_of(owner) {
-        if let Some(a) = ctx.releases.get(&key) {
-            applied.entry(key).or_insert(a);
-        }
-    }
-    owned.extend(just_applied(ctx, owner, &applied));
+    let outcomes = ctx.index.outcomes_of(owner);
+    let records: HashMap<ReleaseKey, Applied> = outcomes
+        .iter()
+        .filter_map(|(key, _)| {
+            let record = applied
+                .get(key)
+                .cloned()
+                .or_else(|| ctx.releases.get(key))?;
+            Some((key.clone(), record))
+        })
+        .collect();
+    let mut owned: BTreeSet<ReleaseKey> = applied.into_keys().collect();
+    owned.extend(just_applied(owner, &outcomes, &records));
     owned
 }
 
-/// Releases of `owner` that a finished job installed and the release records do not show yet.
+/// Of `owner`'s last job `outcomes`, the releases a job installed that their `records` (the
+/// newest record of each, whoever owns it) do not show yet.
 fn just_applied(
-    ctx: &Context,
     owner: &OwnerId,
-    applied: &HashMap<ReleaseKey, Applied>,
+    outcomes: &[(ReleaseKey, LastOutcome)],
+    records: &HashMap<ReleaseKey, Applied>,
 ) -> Vec<ReleaseKey> {
-    ctx.index
-        .outcomes_of(owner)
-        .into_iter()
+    outcomes
+        .iter()
         .filter(|(key, o)| match o.outcome {
-            Outcome::Applied { revision, .. } => applied
+            Outcome::Applied { revision, .. } => records
                 .get(key)
                 .is_none_or(|a| a.owner.as_ref() != Some(owner) || a.revision < revision),
             _ => false,
         })
-        .map(|(key, _)| key)
+        .map(|(key, _)| key.clone())
         .collect()
 }
 

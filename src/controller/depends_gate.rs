@@ -13,7 +13,6 @@ use k8s_openapi::jiff::Timestamp;
 use crate::{
     api::crd::TenancyController,
     api::key::{ClusterName, ReleaseKey},
-    controller::index::ControllerIndex,
     controller::observed::Live,
     plan::{self, Applied, OwnerId, Problem, depends},
     status::build::release_readiness,
@@ -41,7 +40,7 @@ pub(crate) fn gate_dependencies(
     applied: &HashMap<ReleaseKey, Applied>,
     judged: &ReleaseReport,
     remembered: &depends::Edges,
-    live: &dyn Live,
+    live: &Live,
     now: Timestamp,
 ) -> depends::Edges {
     let present = |k: &ReleaseKey| {
@@ -83,7 +82,7 @@ pub(crate) fn gate_dependencies(
 /// seen and it was deployed less than [`SETTLE_SECS`] ago, so its workloads may still be on
 /// their way through the watches.
 fn settling(
-    live: &dyn Live,
+    live: &Live,
     key: &ReleaseKey,
     applied: &HashMap<ReleaseKey, Applied>,
     now: i64,
@@ -103,11 +102,10 @@ fn settling(
 
 /// Of the releases a deleted resource uninstalls (`owned`), those that wait for releases
 /// depending on them that are still to be uninstalled or have a job running, by the edges its
-/// spec names and those kept for releases it named before (not known after a restart).
+/// spec names and those `remembered` for releases it named before (not known after a restart).
 pub(crate) fn removal_held(
-    index: &ControllerIndex,
     c: &TenancyController,
-    owner: &OwnerId,
+    remembered: &depends::Edges,
     registered: &BTreeMap<ClusterName, BTreeMap<String, String>>,
     owned: &BTreeSet<ReleaseKey>,
     running: &[ReleaseKey],
@@ -115,7 +113,7 @@ pub(crate) fn removal_held(
     let edges = depends::remembered(
         &depends::edges(&c.spec, registered),
         &|_| false,
-        &index.dependencies(owner),
+        remembered,
         &|_| true,
     );
     let present = |k: &ReleaseKey| owned.contains(k) || running.contains(k);

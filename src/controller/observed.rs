@@ -2,7 +2,7 @@
 //! runs ([`Live`]), answered by the running operator from its index and model, and by `diff` from
 //! what it read.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::{
     api::crd::{DriftStatus, RolloutStatus},
@@ -35,32 +35,67 @@ pub(crate) struct Seen<'a> {
     pub(crate) orphans: &'a [ReleaseKey],
 }
 
-/// What the gates and the report read of the fleet as it runs: the queue, the last outcomes,
-/// what runs per cluster/namespace, reachability, and what is remembered per resource. The
-/// running operator answers from its index and model; a preview, from what it read.
-pub(crate) trait Live: Sync {
-    /// True when `key` has a Helm job queued or running.
-    fn busy(&self, key: &ReleaseKey) -> bool;
-    /// True when `key` has a Helm job running (or handed to a member), which a newer plan does
-    /// not drop.
-    fn running(&self, key: &ReleaseKey) -> bool;
-    /// The last outcome of `key`'s Helm job.
-    fn outcome(&self, key: &ReleaseKey) -> Option<LastOutcome>;
-    /// What runs in one cluster/namespace, not live while its cluster is unreachable.
-    fn scope(&self, cluster: &str, namespace: &str) -> Option<ScopeState>;
-    /// True unless `cluster` is known to be unreachable.
-    fn reachable(&self, cluster: &ClusterName) -> bool;
-    /// The rollout state remembered for `owner`.
-    fn rollout(&self, owner: &OwnerId) -> Option<RolloutStatus>;
-    /// The `dependsOn` edges remembered for `owner` (releases it no longer names among them).
-    fn dependencies(&self, owner: &OwnerId) -> Edges;
-    /// Drift found in the deployed revisions of `applied`.
-    fn drift(&self, applied: &HashMap<ReleaseKey, Applied>) -> HashMap<ReleaseKey, DriftStatus>;
-    /// Whether a repair of `key`'s drifted `revision` may run now, and whether this is the first
-    /// refusal for that revision. The one call here that changes state: an allowed repair is
-    /// counted by the limiter.
-    fn allow_repair(&self, key: &ReleaseKey, revision: i64) -> (RepairVerdict, bool);
+/// The fleet as it stood right before a decision, for the releases its plan concerns: what
+/// the queue holds, the last outcomes, what runs per cluster/namespace (read only when a gate
+/// needs it), which clusters are unreachable, and what is remembered for the resource. Owned,
+/// so a decision reads plain data: the running operator takes it from its index, queue and
+/// model; `diff` builds it from what it read; a test writes it.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Live {
+    /// Releases with a Helm job queued or running.
+    pub(crate) busy: HashSet<ReleaseKey>,
+    /// Releases with a Helm job running (or handed to a member), which a newer plan does not
+    /// drop.
+    pub(crate) running: HashSet<ReleaseKey>,
+    /// The last outcome of each release's Helm job.
+    pub(crate) outcomes: HashMap<ReleaseKey, LastOutcome>,
+    /// What runs in each cluster/namespace (by cluster name and namespace), not live while its
+    /// cluster is unreachable.
+    pub(crate) scopes: HashMap<(String, String), ScopeState>,
+    /// Clusters known to be unreachable.
+    pub(crate) unreachable: BTreeSet<ClusterName>,
+    /// The rollout state remembered for the resource.
+    pub(crate) rollout: Option<RolloutStatus>,
+    /// The `dependsOn` edges remembered for the resource (releases it no longer names among
+    /// them).
+    pub(crate) dependencies: Edges,
+    /// Drift found in the deployed revisions of its releases.
+    pub(crate) drift: HashMap<ReleaseKey, DriftStatus>,
 }
+
+impl Live {
+    /// True when `key` has a Helm job queued or running.
+    pub(crate) fn busy(&self, key: &ReleaseKey) -> bool {
+        self.busy.contains(key)
+    }
+
+    /// True when `key` has a Helm job running.
+    pub(crate) fn running(&self, key: &ReleaseKey) -> bool {
+        self.running.contains(key)
+    }
+
+    /// The last outcome of `key`'s Helm job.
+    pub(crate) fn outcome(&self, key: &ReleaseKey) -> Option<&LastOutcome> {
+        self.outcomes.get(key)
+    }
+
+    /// What runs in one cluster/namespace.
+    pub(crate) fn scope(&self, cluster: &str, namespace: &str) -> Option<ScopeState> {
+        self.scopes
+            .get(&(cluster.to_owned(), namespace.to_owned()))
+            .cloned()
+    }
+
+    /// True unless `cluster` is known to be unreachable.
+    pub(crate) fn reachable(&self, cluster: &ClusterName) -> bool {
+        !self.unreachable.contains(cluster)
+    }
+}
+
+/// Whether a repair of a release's drifted revision may run now, and whether this is the first
+/// refusal for that revision: the drift repair limiter, the one thing a decision changes (an
+/// allowed repair is counted).
+pub(crate) type RepairLimiter<'a> = &'a (dyn Fn(&ReleaseKey, i64) -> (RepairVerdict, bool) + Sync);
 
 /// What is observed for one resource, owned (a reconcile reads it from the index, a test builds
 /// it): the registered clusters, the releases the resource's

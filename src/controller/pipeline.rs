@@ -1,6 +1,8 @@
-//! One decision for one `Controller`, shared by the reconciler and `diff`: from what was observed,
-//! the plan (its charts prepared, the hub objects its values read loaded as planning names them),
-//! its gates (the drift repair limiter, the rollout, `dependsOn`), the jobs to queue and the
+//! One decision for one `Controller`, shared by the reconciler and `diff`, in two steps:
+//! [`plan_spec`] plans from what was observed (its charts prepared, the hub objects its values
+//! read loaded as planning names them: the one step that waits); the caller then reads the
+//! fleet as it stands ([`Live`], for the keys [`concerned_keys`] names) and [`decide`] gates the
+//! plan (the drift repair limiter, the rollout, `dependsOn`) and gives the jobs to queue and the
 //! release report of the gated plan. Nothing here writes to the hub, queues a job or tells
 //! anyone: the caller does that with what [`Decision`] holds. The plan and the report come out
 //! final; neither is changed after it is returned.
@@ -20,7 +22,7 @@ use crate::{
     charts::catalog::ChartCatalog,
     controller::depends_gate::gate_dependencies,
     controller::hub_values::HubValues,
-    controller::observed::{Live, Seen},
+    controller::observed::{Live, RepairLimiter, Seen},
     controller::repairs::limit_repairs,
     controller::rollout_gate::gate_rollout,
     plan::depends::Edges,
@@ -75,32 +77,33 @@ pub(crate) struct Decision {
     pub(crate) catching_up: bool,
 }
 
-/// Plans, gates and reports one resource: see the module's words.
-pub(crate) async fn decide(
+/// Gates and reports one resource's `plan` (from [`plan_spec`]) against the fleet as it stood
+/// right before (`live`, taken after planning, so what ran meanwhile is seen): see the
+/// module's words. Nothing here waits.
+pub(crate) fn decide(
     c: &TenancyController,
     seen: &Seen<'_>,
+    mut plan: plan::Plan,
+    live: &Live,
     planning: &Planning<'_>,
-    live: &dyn Live,
+    allow_repair: RepairLimiter<'_>,
 ) -> Decision {
-    let mut plan = plan_spec(c, seen, planning).await;
-    let refused_repairs = limit_repairs(&mut plan.jobs, planning.drifted, live);
-    let drift = live.drift(seen.applied);
-    let remembered = live.dependencies(seen.owner);
-    let gated = c.spec.rollout.is_some() || !plan.depends_on.is_empty() || !remembered.is_empty();
+    let refused_repairs = limit_repairs(&mut plan.jobs, planning.drifted, allow_repair);
+    let gated = gated(c, &plan, &live.dependencies);
     let asked = if gated { plan.jobs.clone() } else { Vec::new() };
     let mut rollout = None;
-    let mut edges = remembered.clone();
+    let mut edges = live.dependencies.clone();
     if gated {
         // The gates judge clusters and releases as they would stand with every job let through.
         let (busy, outcomes) = jobs_of(live, &plan);
-        let judged = report_of(c, seen, &plan, (&busy, &outcomes), &drift);
+        let judged = report_of(c, seen, &plan, (&busy, &outcomes), &live.drift);
         rollout = gate_rollout(c, &mut plan, seen, &judged, &busy, live, planning.now);
         edges = gate_dependencies(
             seen.owner,
             &mut plan,
             seen.applied,
             &judged,
-            &remembered,
+            &live.dependencies,
             live,
             planning.now,
         );
@@ -121,7 +124,7 @@ pub(crate) async fn decide(
         .iter()
         .any(|j| !seen.applied.contains_key(j.key()) && redundant(live, j, seen.applied));
     let (busy, outcomes) = busy_after(live, &plan, &enqueue);
-    let mut report = report_of(c, seen, &plan, (&busy, &outcomes), &drift);
+    let mut report = report_of(c, seen, &plan, (&busy, &outcomes), &live.drift);
     status::add_orphans(&mut report, seen.orphans);
     report.rollout = rollout.as_ref().map(|r: &rollout::Step| r.state.clone());
     Decision {
@@ -135,6 +138,30 @@ pub(crate) async fn decide(
         busy,
         catching_up,
     }
+}
+
+/// True when a gate judges `plan`: the spec has a rollout, or `dependsOn` edges are planned or
+/// `remembered`. Only then does a decision read what runs ([`Live::scopes`]).
+pub(crate) fn gated(c: &TenancyController, plan: &plan::Plan, remembered: &Edges) -> bool {
+    c.spec.rollout.is_some() || !plan.depends_on.is_empty() || !remembered.is_empty()
+}
+
+/// Every release a decision on `plan` may ask [`Live`] about: those the plan concerns (desired
+/// or with a job), the ones it holds in the clusters, and those the `remembered` edges name.
+pub(crate) fn concerned_keys<'p>(
+    plan: &'p plan::Plan,
+    applied: &'p HashMap<ReleaseKey, Applied>,
+    remembered: &'p Edges,
+) -> BTreeSet<&'p ReleaseKey> {
+    concerned(plan)
+        .into_iter()
+        .chain(applied.keys())
+        .chain(
+            remembered
+                .iter()
+                .flat_map(|(k, to)| std::iter::once(k).chain(to)),
+        )
+        .collect()
 }
 
 /// The release report of `plan` with the jobs `busy` and their last `outcomes`.
@@ -158,7 +185,11 @@ fn report_of(
 
 /// The resource's plan before its gates: its charts prepared, the planner run (off the worker
 /// when big), and run again once the hub objects its values name are read.
-async fn plan_spec(c: &TenancyController, seen: &Seen<'_>, planning: &Planning<'_>) -> plan::Plan {
+pub(crate) async fn plan_spec(
+    c: &TenancyController,
+    seen: &Seen<'_>,
+    planning: &Planning<'_>,
+) -> plan::Plan {
     let (owner, admission) = (seen.owner, seen.admission);
     planning
         .charts
@@ -215,7 +246,7 @@ pub(crate) const CATCH_UP: Duration = Duration::from_secs(10);
 /// fix (or as often as allowed), or it was just applied and the release records have not caught
 /// up with it yet: they show an older revision, or, within [`CATCH_UP`], none at all (queueing it
 /// then would upgrade the release just installed to a second revision).
-fn redundant(live: &dyn Live, job: &Job, applied: &HashMap<ReleaseKey, Applied>) -> bool {
+fn redundant(live: &Live, job: &Job, applied: &HashMap<ReleaseKey, Applied>) -> bool {
     live.outcome(job.key()).is_some_and(|last| {
         last.fingerprint == job.fingerprint()
             && match last.outcome {
@@ -241,7 +272,7 @@ fn concerned(plan: &plan::Plan) -> Vec<&ReleaseKey> {
 /// Of the releases a plan concerns: those with a job queued or running now, and the last
 /// outcome of each that has one.
 fn jobs_of(
-    live: &dyn Live,
+    live: &Live,
     plan: &plan::Plan,
 ) -> (BTreeSet<ReleaseKey>, HashMap<ReleaseKey, LastOutcome>) {
     let keys = concerned(plan);
@@ -257,7 +288,7 @@ fn jobs_of(
 /// queued (the queue keeps a waiting job only while the plan still has it, and never drops a
 /// running one), and the last outcome of each that has one.
 fn busy_after(
-    live: &dyn Live,
+    live: &Live,
     plan: &plan::Plan,
     enqueue: &[Job],
 ) -> (BTreeSet<ReleaseKey>, HashMap<ReleaseKey, LastOutcome>) {
@@ -274,9 +305,9 @@ fn busy_after(
     (busy, outcomes(live, &keys))
 }
 
-fn outcomes(live: &dyn Live, keys: &[&ReleaseKey]) -> HashMap<ReleaseKey, LastOutcome> {
+fn outcomes(live: &Live, keys: &[&ReleaseKey]) -> HashMap<ReleaseKey, LastOutcome> {
     keys.iter()
-        .filter_map(|k| live.outcome(k).map(|o| ((*k).clone(), o)))
+        .filter_map(|k| live.outcome(k).map(|o| ((*k).clone(), o.clone())))
         .collect()
 }
 

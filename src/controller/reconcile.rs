@@ -22,24 +22,20 @@ use kube::{
 };
 
 use crate::{
-    api::crd::{DriftStatus, RolloutStatus, TenancyController},
+    api::crd::TenancyController,
     api::key::{ClusterName, ClusterNamespace, ReleaseKey},
     controller::cleanup::cleanup,
     controller::context::Context,
     controller::depends_gate::DEPENDENCY_POLL,
     controller::events::Telling,
     controller::observed::{Live, Observed, Seen},
-    controller::pipeline::{CATCH_UP, Planning, decide},
+    controller::pipeline::{CATCH_UP, Planning, concerned_keys, decide, gated, plan_spec},
     controller::problems::report_new_problems,
     controller::repairs::tell_refused,
     controller::rollout_gate::{ROLLOUT_POLL, tell_rollout},
     controller::vouch::Delivers,
-    observe::drift::RepairVerdict,
-    observe::model::ScopeState,
-    plan::depends::Edges,
     plan::rollout,
-    plan::{self, Applied, Job, OwnerId, owner_id},
-    status::report::LastOutcome,
+    plan::{self, Job, OwnerId, owner_id},
 };
 
 pub(crate) use crate::controller::cleanup::forget;
@@ -102,47 +98,55 @@ fn observe(c: &TenancyController, ctx: &Context) -> Observed {
     }
 }
 
-/// The running operator's picture of its fleet, as a decision reads it.
-impl Live for Context {
-    fn busy(&self, key: &ReleaseKey) -> bool {
-        self.queue.is_busy(key)
-    }
-
-    fn running(&self, key: &ReleaseKey) -> bool {
-        self.queue.is_running(key)
-    }
-
-    fn outcome(&self, key: &ReleaseKey) -> Option<LastOutcome> {
-        self.index.outcome(key)
-    }
-
-    fn scope(&self, cluster: &str, namespace: &str) -> Option<ScopeState> {
-        let scope: ClusterNamespace = format!("{cluster}/{namespace}").parse().ok()?;
-        let mut state = self.model.scope(&scope)?;
-        if self.health.unreachable(&scope.cluster).is_some() {
-            state.live = false;
+/// The fleet as it stands now, for the releases a decision on `plan` may ask about: read from
+/// the queue, the index, health and (only when a gate will judge what runs) the model.
+pub(crate) fn look(
+    c: &TenancyController,
+    ctx: &Context,
+    seen: &Seen<'_>,
+    plan: &plan::Plan,
+) -> Live {
+    let dependencies = ctx.index.dependencies(seen.owner);
+    let keys = concerned_keys(plan, seen.applied, &dependencies);
+    let unreachable: BTreeSet<ClusterName> = seen
+        .clusters
+        .keys()
+        .filter(|cluster| ctx.health.unreachable(cluster).is_some())
+        .cloned()
+        .collect();
+    let mut scopes = HashMap::new();
+    if gated(c, plan, &dependencies) {
+        for scope in keys.iter().map(|k| &k.scope) {
+            let at = (scope.cluster.to_string(), scope.namespace.clone());
+            if scopes.contains_key(&at) {
+                continue;
+            }
+            if let Some(mut state) = ctx.model.scope(scope) {
+                state.live &= !unreachable.contains(&scope.cluster);
+                scopes.insert(at, state);
+            }
         }
-        Some(state)
     }
-
-    fn reachable(&self, cluster: &ClusterName) -> bool {
-        self.health.unreachable(cluster).is_none()
-    }
-
-    fn rollout(&self, owner: &OwnerId) -> Option<RolloutStatus> {
-        self.index.rollout(owner)
-    }
-
-    fn dependencies(&self, owner: &OwnerId) -> Edges {
-        self.index.dependencies(owner)
-    }
-
-    fn drift(&self, applied: &HashMap<ReleaseKey, Applied>) -> HashMap<ReleaseKey, DriftStatus> {
-        self.index.drift.statuses(applied)
-    }
-
-    fn allow_repair(&self, key: &ReleaseKey, revision: i64) -> (RepairVerdict, bool) {
-        self.index.drift.allow_repair(key, revision)
+    Live {
+        busy: keys
+            .iter()
+            .filter(|k| ctx.queue.is_busy(k))
+            .map(|k| (*k).clone())
+            .collect(),
+        running: keys
+            .iter()
+            .filter(|k| ctx.queue.is_running(k))
+            .map(|k| (*k).clone())
+            .collect(),
+        outcomes: keys
+            .iter()
+            .filter_map(|k| ctx.index.outcome(k).map(|o| ((*k).clone(), o)))
+            .collect(),
+        scopes,
+        unreachable,
+        rollout: ctx.index.rollout(seen.owner),
+        drift: ctx.index.drift.statuses(seen.applied),
+        dependencies,
     }
 }
 
@@ -164,7 +168,10 @@ async fn apply(c: &TenancyController, ctx: &Context) -> Result<Action> {
         now: Timestamp::now(),
         pending_timeout: ctx.settings.pending_timeout,
     };
-    let decision = decide(c, &seen, &planning, ctx).await;
+    let planned = plan_spec(c, &seen, &planning).await;
+    let live = look(c, ctx, &seen, &planned);
+    let allow_repair = |key: &ReleaseKey, revision| ctx.index.drift.allow_repair(key, revision);
+    let decision = decide(c, &seen, planned, &live, &planning, &allow_repair);
     let plan = &decision.plan;
     let object = ObjectRef::from_obj(c);
     ctx.values.read_by(&object, plan.sources.clone());

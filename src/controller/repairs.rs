@@ -9,7 +9,7 @@ use crate::{
     api::crd::TenancyController,
     api::key::ReleaseKey,
     controller::events::{Events, publish},
-    controller::observed::Live,
+    controller::observed::RepairLimiter,
     observe::drift::RepairVerdict,
     plan::{self, Job},
 };
@@ -19,7 +19,7 @@ use crate::{
 pub(crate) fn limit_repairs(
     jobs: &mut Vec<Job>,
     drifted: &HashMap<ReleaseKey, plan::Drifted>,
-    live: &dyn Live,
+    allow_repair: RepairLimiter<'_>,
 ) -> Vec<(ReleaseKey, Duration)> {
     let mut refused = Vec::new();
     jobs.retain(|job| {
@@ -34,7 +34,7 @@ pub(crate) fn limit_repairs(
         let Some(found) = drifted.get(&release.key) else {
             return true;
         };
-        match live.allow_repair(&release.key, found.revision) {
+        match allow_repair(&release.key, found.revision) {
             (RepairVerdict::Allowed, _) => true,
             (RepairVerdict::Suppressed(wait), first) => {
                 if first {

@@ -35,7 +35,7 @@ pub(crate) fn gate_rollout(
     seen: &Seen<'_>,
     judged: &status::ReleaseReport,
     busy: &BTreeSet<ReleaseKey>,
-    live: &dyn Live,
+    live: &Live,
     now: Timestamp,
 ) -> Option<rollout::Step> {
     let spec = c.spec.rollout.as_ref()?;
@@ -58,7 +58,8 @@ pub(crate) fn gate_rollout(
     let waves = rollout::waves(spec, &targeted, labels);
     let facts = cluster_facts(live, plan, judged, busy, &targeted);
     let previous = live
-        .rollout(seen.owner)
+        .rollout
+        .clone()
         .or_else(|| c.status.as_ref().and_then(|s| s.rollout.clone()));
     let command = c
         .annotations()
@@ -87,7 +88,7 @@ pub(crate) fn gate_rollout(
 /// status rule: updated when no job of it is planned or busy and it is deployed, healthy when
 /// also ready.
 fn cluster_facts(
-    live: &dyn Live,
+    live: &Live,
     plan: &plan::Plan,
     judged: &status::ReleaseReport,
     busy: &BTreeSet<ReleaseKey>,

@@ -347,6 +347,7 @@ fn a_depends_on_cycle_found_by_the_planner_shows_as_refused_naming_the_chain() {
 async fn reconcile_and_diff_decide_the_same_fixture_to_the_same_jobs_and_report() {
     use crate::controller::fixtures::{Fixture, controller};
     use crate::controller::pipeline::Decision;
+    use crate::controller::reconcile::look;
 
     let f = Fixture::new();
     let c = controller(
@@ -387,8 +388,12 @@ async fn reconcile_and_diff_decide_the_same_fixture_to_the_same_jobs_and_report(
         pending_timeout: Duration::from_secs(300),
     };
 
-    let operator: Decision = decide(&c, &seen, &planning, f.ctx.as_ref()).await;
-    let preview: Decision = decide(&c, &seen, &planning, &state).await;
+    let allowed = |_: &ReleaseKey, _| (RepairVerdict::Allowed, false);
+    let planned = plan_spec(&c, &seen, &planning).await;
+    let running = look(&c, &f.ctx, &seen, &planned);
+    let operator: Decision = decide(&c, &seen, planned, &running, &planning, &allowed);
+    let planned = plan_spec(&c, &seen, &planning).await;
+    let preview: Decision = decide(&c, &seen, planned, &state.live(&owner), &planning, &allowed);
 
     assert_eq!(operator.plan.jobs, preview.plan.jobs);
     assert_eq!(operator.held, preview.held);

@@ -5,11 +5,9 @@ use std::collections::HashSet;
 use super::*;
 use crate::controller::observed::Observed as World;
 use crate::{
-    api::crd::{DriftStatus, RolloutStatus},
     api::key::ClusterNamespace,
     controller::fixtures::{Fixture, controller},
     observe::drift::RepairVerdict,
-    observe::model::ScopeState,
     plan::OwnerId,
     plan::owner_id,
     queue::FailureKind,
@@ -23,46 +21,23 @@ fn key(k: &str) -> ReleaseKey {
     k.parse().unwrap()
 }
 
-/// The fleet as a test scripts it.
+/// The fleet as a test scripts it, and whether the repair limiter refuses.
 #[derive(Default)]
 struct Scripted {
     busy: HashSet<ReleaseKey>,
     running: HashSet<ReleaseKey>,
     outcomes: HashMap<ReleaseKey, LastOutcome>,
-    unreachable: HashSet<ClusterName>,
     repairs_refused: bool,
 }
 
-impl Live for Scripted {
-    fn busy(&self, key: &ReleaseKey) -> bool {
-        self.busy.contains(key) || self.running.contains(key)
-    }
-    fn running(&self, key: &ReleaseKey) -> bool {
-        self.running.contains(key)
-    }
-    fn outcome(&self, key: &ReleaseKey) -> Option<LastOutcome> {
-        self.outcomes.get(key).cloned()
-    }
-    fn scope(&self, _: &str, _: &str) -> Option<ScopeState> {
-        None
-    }
-    fn reachable(&self, cluster: &ClusterName) -> bool {
-        !self.unreachable.contains(cluster)
-    }
-    fn rollout(&self, _: &OwnerId) -> Option<RolloutStatus> {
-        None
-    }
-    fn dependencies(&self, _: &OwnerId) -> Edges {
-        Edges::default()
-    }
-    fn drift(&self, _: &HashMap<ReleaseKey, Applied>) -> HashMap<ReleaseKey, DriftStatus> {
-        HashMap::new()
-    }
-    fn allow_repair(&self, _: &ReleaseKey, _: i64) -> (RepairVerdict, bool) {
-        if self.repairs_refused {
-            (RepairVerdict::Suppressed(Duration::from_secs(60)), true)
-        } else {
-            (RepairVerdict::Allowed, false)
+impl Scripted {
+    /// The fleet as a decision reads it: a running job is also busy, as the queue says.
+    fn live(&self) -> Live {
+        Live {
+            busy: self.busy.union(&self.running).cloned().collect(),
+            running: self.running.clone(),
+            outcomes: self.outcomes.clone(),
+            ..Live::default()
         }
     }
 }
@@ -108,7 +83,17 @@ async fn decide_drifted(
         now: Timestamp::now(),
         pending_timeout: Duration::from_secs(300),
     };
-    decide(c, &world.seen(), &planning, live).await
+    let seen = world.seen();
+    let planned = plan_spec(c, &seen, &planning).await;
+    let refused = live.repairs_refused;
+    let allow_repair = move |_: &ReleaseKey, _| {
+        if refused {
+            (RepairVerdict::Suppressed(Duration::from_secs(60)), true)
+        } else {
+            (RepairVerdict::Allowed, false)
+        }
+    };
+    decide(c, &seen, planned, &live.live(), &planning, &allow_repair)
 }
 
 /// One release `web` of the chart home in hub namespace `foo`.
