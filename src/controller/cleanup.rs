@@ -31,18 +31,18 @@ type Registered = BTreeMap<ClusterName, BTreeMap<String, String>>;
 /// a release others depend on (`dependsOn`) after them.
 pub(crate) async fn cleanup(c: &TenancyController, ctx: &Context) -> Result<Action> {
     let owner = owner_id(c);
-    ctx.claims.update(c, &ctx.claim_basis());
+    ctx.kept.claims.update(c, &ctx.claim_basis());
     // A resource created again under this name starts its rollouts afresh.
-    ctx.index.set_rollout(&owner, None);
+    ctx.kept.index.set_rollout(&owner, None);
     let object = ObjectRef::from_obj(c);
-    let dropped = ctx.queue.drop_applies(&owner);
+    let dropped = ctx.out.queue.drop_applies(&owner);
     if dropped > 0 {
         tracing::info!(controller = %owner, dropped, "being deleted: dropped its queued installs and upgrades");
     }
-    let synced = ctx.releases.synced();
+    let synced = ctx.members.releases.synced();
     let mut owned = owned_releases(ctx, c, &owner);
     // Suspended releases get no Helm call, uninstall included: they are left in place.
-    let registered = ctx.registry.load().labels();
+    let registered = ctx.members.registry.load().labels();
     let held = plan::Held::of(&c.spec, &registered);
     let left: Vec<String> = owned
         .iter()
@@ -54,11 +54,13 @@ pub(crate) async fn cleanup(c: &TenancyController, ctx: &Context) -> Result<Acti
     let orphan = c.spec.deletion_policy == DeletionPolicy::Orphan || c.spec.suspend;
     if orphan {
         // Nothing queued for it may run any more, uninstalls included.
-        ctx.queue.retain_planned(&owner, &HashSet::new());
+        ctx.out.queue.retain_planned(&owner, &HashSet::new());
     } else if !left.is_empty() {
-        ctx.queue.retain_planned(&owner, &owned.iter().collect());
+        ctx.out
+            .queue
+            .retain_planned(&owner, &owned.iter().collect());
     }
-    let running = ctx.queue.running_for(&owner);
+    let running = ctx.out.queue.running_for(&owner);
     if running.is_empty() && leave_in_place(ctx, c, &owner, &owned, &left).await {
         forget(ctx, &object);
         return Ok(Action::await_change());
@@ -68,20 +70,20 @@ pub(crate) async fn cleanup(c: &TenancyController, ctx: &Context) -> Result<Acti
         // Releases depending on others go first: those they depend on wait, out of the queue.
         ordered = removal_held(
             c,
-            &ctx.index.dependencies(&owner),
+            &ctx.kept.index.dependencies(&owner),
             &registered,
             &owned,
             &running,
         );
         if !ordered.is_empty() {
-            ctx.queue.retain_planned(
+            ctx.out.queue.retain_planned(
                 &owner,
                 &owned.iter().filter(|k| !ordered.contains_key(*k)).collect(),
             );
         }
         let now = |k: &&ReleaseKey| !running.contains(k) && !ordered.contains_key(*k);
         for key in owned.iter().filter(now) {
-            ctx.queue.enqueue(Job::Uninstall {
+            ctx.out.queue.enqueue(Job::Uninstall {
                 key: key.clone(),
                 owner: owner.clone(),
                 identity: removal.get(key).cloned().flatten(),
@@ -103,7 +105,7 @@ pub(crate) async fn cleanup(c: &TenancyController, ctx: &Context) -> Result<Acti
         return Ok(Action::await_change());
     }
     let waiting = describe_wait(ctx, &owned, &running, &unreached, &ordered);
-    ctx.writer.submit(
+    ctx.out.writer.submit(
         object,
         status::deleting(c.status.as_ref(), c.meta().generation, waiting.clone()),
     );
@@ -113,23 +115,24 @@ pub(crate) async fn cleanup(c: &TenancyController, ctx: &Context) -> Result<Acti
 /// The releases `owner` holds: those the release records show, and those a finished job
 /// installed that the records do not show yet.
 fn owned_releases(ctx: &Context, c: &TenancyController, owner: &OwnerId) -> BTreeSet<ReleaseKey> {
-    let named = ctx.claims.keys_of(owner);
+    let named = ctx.kept.claims.keys_of(owner);
     let basis = ctx.claim_basis();
     let delivers = Delivers::new(c, owner, &named, &basis);
     let applied: HashMap<ReleaseKey, Applied> = ctx
+        .members
         .releases
         .owned_by(owner, &|k| delivers.to(k))
         .into_iter()
         .map(|a| (a.key.clone(), a))
         .collect();
-    let outcomes = ctx.index.outcomes_of(owner);
+    let outcomes = ctx.kept.index.outcomes_of(owner);
     let records: HashMap<ReleaseKey, Applied> = outcomes
         .iter()
         .filter_map(|(key, _)| {
             let record = applied
                 .get(key)
                 .cloned()
-                .or_else(|| ctx.releases.get(key))?;
+                .or_else(|| ctx.members.releases.get(key))?;
             Some((key.clone(), record))
         })
         .collect();
@@ -188,7 +191,7 @@ async fn removal_identities(
     });
     if !refused.is_empty() && c.spec.deletion_policy == DeletionPolicy::Delete && !c.spec.suspend {
         let note = format!("releases left in place: {}", refused.join("; "));
-        if ctx.index.tell_once(owner, &note) {
+        if ctx.kept.index.tell_once(owner, &note) {
             tracing::warn!(controller = %owner, releases = ?refused, "deleted, but no policy allows removing these releases; they are left in place");
             deletion_warning(ctx, c, "RemovalForbidden", note.clone()).await;
         }
@@ -264,7 +267,15 @@ fn unreached(
 
 /// A Warning Event of a deletion: what it leaves, and why.
 async fn deletion_warning(ctx: &Context, c: &TenancyController, reason: &str, note: String) {
-    publish(&ctx.events, c, EventType::Warning, reason, "Delete", note).await;
+    publish(
+        &ctx.out.events,
+        c,
+        EventType::Warning,
+        reason,
+        "Delete",
+        note,
+    )
+    .await;
 }
 
 /// What a deletion waits for, in words: releases, running jobs, the `dependsOn` order, and
@@ -299,10 +310,12 @@ fn describe_wait(
     if !unreached.is_empty() {
         let clusters: Vec<String> = unreached
             .iter()
-            .map(|c| match ctx.health.get(c).and_then(|h| h.last_seen) {
-                Some(seen) => format!("{c} (unreachable, last seen {seen})"),
-                None => format!("{c} (not reached since the operator started)"),
-            })
+            .map(
+                |c| match ctx.members.health.get(c).and_then(|h| h.last_seen) {
+                    Some(seen) => format!("{c} (unreachable, last seen {seen})"),
+                    None => format!("{c} (not reached since the operator started)"),
+                },
+            )
             .collect();
         parts.push(format!(
             "clusters {} to be reached; if a cluster is gone for good, set spec.deletionPolicy: Orphan to let the resource go",
@@ -314,10 +327,14 @@ fn describe_wait(
 
 /// Forgets everything kept for a resource that is gone, or worked by another replica now.
 pub(crate) fn forget(ctx: &Context, object: &ObjectRef<TenancyController>) {
-    for gone in ctx.watches.set(object, BTreeSet::new(), &ctx.links) {
-        ctx.model.forget(&gone);
+    for gone in ctx
+        .members
+        .watches
+        .set(object, BTreeSet::new(), &ctx.members.links)
+    {
+        ctx.members.model.forget(&gone);
     }
-    ctx.writer.forget(object);
-    ctx.index.forget(object);
-    ctx.values.forget(object);
+    ctx.out.writer.forget(object);
+    ctx.kept.index.forget(object);
+    ctx.kept.values.forget(object);
 }

@@ -109,56 +109,65 @@ impl Fixture {
         )
         .expect("a scratch directory");
         let executor = crate::helm::sdk::HelmExecutor::new(cli, &Default::default());
+        let links = crate::member::Links::new(
+            registry.clone(),
+            Arc::new(executor),
+            crate::member::pull::hub::PullHub::new(hub_client.clone(), None, None),
+            crate::member::pull::hub::link::ANSWER_WITHIN,
+        );
         let ctx = Context {
-            hub: hub_client.clone(),
-            values: Arc::new(crate::controller::hub_values::HubValues::new(
-                hub_client.clone(),
-                Default::default(),
-            )),
-            links: crate::member::Links::new(
-                registry.clone(),
-                Arc::new(executor),
-                crate::member::pull::hub::PullHub::new(hub_client.clone(), None, None),
-                crate::member::pull::hub::link::ANSWER_WITHIN,
-            ),
-            registry,
-            releases: Arc::new(releases),
-            queue: HelmQueue::new(QueueConfig::default()),
-            claims: Arc::new(crate::plan::claims::Claims::new(
-                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/charts"),
-            )),
-            orphans: Default::default(),
-            charts: Arc::new(ChartCatalog::new(charts, Duration::from_secs(300))),
-            controllers: store,
-            policies: policy_store,
-            events: Arc::new(crate::controller::events::Events::new(Recorder::new(
-                hub_client,
-                Reporter::from("tenancy-hub"),
-            ))),
-            model: Default::default(),
-            watches: Arc::new(WatchSupervisor::new(
-                changes,
-                cancel.clone(),
-                Default::default(),
-                Default::default(),
-            )),
-            writer: Default::default(),
-            notifier: Default::default(),
-            health: Default::default(),
-            metrics: Default::default(),
-            index: Arc::new(crate::controller::index::ControllerIndex::new(
-                crate::controller::drift::DriftBoard::new(Duration::from_secs(300)).0,
-            )),
-            shards: Default::default(),
-            settings: Settings {
-                chart_home: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/charts"),
-                pending_timeout: Duration::from_secs(300),
-                scope: None,
-                selector: None,
-                chart_interval: Duration::from_secs(300),
-                drift_interval: Duration::from_secs(300),
-                policy_mode: mode,
-                operator_namespace: "tenancy-hub".into(),
+            hub: crate::controller::context::Hub {
+                client: hub_client.clone(),
+                controllers: store,
+                policies: policy_store,
+                shards: Default::default(),
+                settings: Settings {
+                    chart_home: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/charts"),
+                    pending_timeout: Duration::from_secs(300),
+                    scope: None,
+                    selector: None,
+                    chart_interval: Duration::from_secs(300),
+                    drift_interval: Duration::from_secs(300),
+                    policy_mode: mode,
+                    operator_namespace: "tenancy-hub".into(),
+                },
+            },
+            members: crate::controller::context::Members {
+                registry,
+                links,
+                releases: Arc::new(releases),
+                model: Default::default(),
+                watches: Arc::new(WatchSupervisor::new(
+                    changes,
+                    cancel.clone(),
+                    Default::default(),
+                    Default::default(),
+                )),
+                health: Default::default(),
+            },
+            kept: crate::controller::context::Kept {
+                claims: Arc::new(crate::plan::claims::Claims::new(
+                    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/charts"),
+                )),
+                orphans: Default::default(),
+                index: Arc::new(crate::controller::index::ControllerIndex::new(
+                    crate::controller::drift::DriftBoard::new(Duration::from_secs(300)).0,
+                )),
+                charts: Arc::new(ChartCatalog::new(charts, Duration::from_secs(300))),
+                values: Arc::new(crate::controller::hub_values::HubValues::new(
+                    hub_client.clone(),
+                    Default::default(),
+                )),
+            },
+            out: crate::controller::context::Out {
+                queue: HelmQueue::new(QueueConfig::default()),
+                writer: Default::default(),
+                events: Arc::new(crate::controller::events::Events::new(Recorder::new(
+                    hub_client,
+                    Reporter::from("tenancy-hub"),
+                ))),
+                notifier: Default::default(),
+                metrics: Default::default(),
             },
         };
         Self {
@@ -184,25 +193,26 @@ impl Fixture {
         for object in objects {
             self.controllers
                 .apply_watcher_event(&watcher::Event::Apply((*object).clone()));
-            self.ctx.claims.update(object, &basis);
+            self.ctx.kept.claims.update(object, &basis);
         }
     }
 
     /// Makes `records` the hub's fully listed release records.
     pub(crate) fn records(&self, records: Vec<PartialObjectMeta<Secret>>) {
-        self.ctx.releases.seed(hub_cluster(), records);
+        self.ctx.members.releases.seed(hub_cluster(), records);
     }
 
     /// The spec hash the planner gives the release `key` of `c`, with the charts as they are.
     pub(crate) async fn spec_hash(&self, c: &TenancyController, key: &ReleaseKey) -> String {
-        let home = &self.ctx.settings.chart_home;
+        let home = &self.ctx.hub.settings.chart_home;
         let admission = crate::policy::Admission::permissive();
         self.ctx
+            .kept
             .charts
             .prepare(&c.spec, home, &|chart| admission.fetch_scope("", chart))
             .await;
-        let lookup = |s: &plan::ChartSource, v: Option<&str>| self.ctx.charts.lookup(s, v);
-        let clusters = self.ctx.registry.load().labels();
+        let lookup = |s: &plan::ChartSource, v: Option<&str>| self.ctx.kept.charts.lookup(s, v);
+        let clusters = self.ctx.members.registry.load().labels();
         plan::desired(
             &owner_id(c),
             &c.spec,

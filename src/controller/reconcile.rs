@@ -44,14 +44,14 @@ pub(crate) use crate::controller::finalizer::{Error, FINALIZER, Result, error_po
 /// Reconciles one `Controller`.
 pub(crate) async fn reconcile(obj: Arc<TenancyController>, ctx: Arc<Context>) -> Result<Action> {
     let namespace = obj.namespace().unwrap_or_default();
-    if !ctx.shards.owns(&namespace, &obj.name_any()) {
+    if !ctx.hub.shards.owns(&namespace, &obj.name_any()) {
         // Another replica leads its shard; gaining the shard plans every resource again.
         forget(&ctx, &ObjectRef::from_obj(&*obj));
         return Ok(Action::await_change());
     }
     let started = std::time::Instant::now();
     let api: Api<TenancyController> =
-        Api::namespaced(ctx.hub.clone(), &obj.namespace().unwrap_or_default());
+        Api::namespaced(ctx.hub.client.clone(), &obj.namespace().unwrap_or_default());
     let result = finalizer(&api, FINALIZER, obj, |event| async {
         match event {
             Event::Apply(c) => apply(&c, &ctx).await,
@@ -60,7 +60,7 @@ pub(crate) async fn reconcile(obj: Arc<TenancyController>, ctx: Arc<Context>) ->
     })
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)));
-    ctx.metrics.reconcile(
+    ctx.out.metrics.reconcile(
         started.elapsed().as_secs_f64(),
         result.as_ref().err().map(Error::metric_label),
     );
@@ -73,15 +73,17 @@ fn observe(c: &TenancyController, ctx: &Context) -> Observed {
     let owner = owner_id(c);
     let basis = ctx.claim_basis();
     let clusters = basis.labels.clone();
-    ctx.claims.update(c, &basis);
-    let named = ctx.claims.keys_of(&owner);
+    ctx.kept.claims.update(c, &basis);
+    let named = ctx.kept.claims.keys_of(&owner);
     let delivers = Delivers::new(c, &owner, &named, &basis);
     let applied = ctx
+        .members
         .releases
         .applied_for(&owner, &named, &|k| delivers.to(k));
-    let synced = ctx.releases.synced();
-    let claims = ctx.claims.holders(&named, &applied);
+    let synced = ctx.members.releases.synced();
+    let claims = ctx.kept.claims.holders(&named, &applied);
     let orphans = ctx
+        .kept
         .orphans
         .iter()
         .filter(|o| *o.value() == owner)
@@ -106,12 +108,12 @@ pub(crate) fn look(
     seen: &Seen<'_>,
     plan: &plan::Plan,
 ) -> Live {
-    let dependencies = ctx.index.dependencies(seen.owner);
+    let dependencies = ctx.kept.index.dependencies(seen.owner);
     let keys = concerned_keys(plan, seen.applied, &dependencies);
     let unreachable: BTreeSet<ClusterName> = seen
         .clusters
         .keys()
-        .filter(|cluster| ctx.health.unreachable(cluster).is_some())
+        .filter(|cluster| ctx.members.health.unreachable(cluster).is_some())
         .cloned()
         .collect();
     let mut scopes = HashMap::new();
@@ -121,7 +123,7 @@ pub(crate) fn look(
             if scopes.contains_key(&at) {
                 continue;
             }
-            if let Some(mut state) = ctx.model.scope(scope) {
+            if let Some(mut state) = ctx.members.model.scope(scope) {
                 state.live &= !unreachable.contains(&scope.cluster);
                 scopes.insert(at, state);
             }
@@ -130,22 +132,22 @@ pub(crate) fn look(
     Live {
         busy: keys
             .iter()
-            .filter(|k| ctx.queue.is_busy(k))
+            .filter(|k| ctx.out.queue.is_busy(k))
             .map(|k| (*k).clone())
             .collect(),
         running: keys
             .iter()
-            .filter(|k| ctx.queue.is_running(k))
+            .filter(|k| ctx.out.queue.is_running(k))
             .map(|k| (*k).clone())
             .collect(),
         outcomes: keys
             .iter()
-            .filter_map(|k| ctx.index.outcome(k).map(|o| ((*k).clone(), o)))
+            .filter_map(|k| ctx.kept.index.outcome(k).map(|o| ((*k).clone(), o)))
             .collect(),
         scopes,
         unreachable,
-        rollout: ctx.index.rollout(seen.owner),
-        drift: ctx.index.drift.statuses(seen.applied),
+        rollout: ctx.kept.index.rollout(seen.owner),
+        drift: ctx.kept.index.drift.statuses(seen.applied),
         dependencies,
     }
 }
@@ -157,48 +159,62 @@ async fn apply(c: &TenancyController, ctx: &Context) -> Result<Action> {
     let observed = observe(c, ctx);
     let seen = observed.seen();
     let owner = seen.owner;
-    let drifted = ctx.index.drift.drifted(seen.applied);
-    let variables = ctx.registry.load().variables();
+    let drifted = ctx.kept.index.drift.drifted(seen.applied);
+    let variables = ctx.members.registry.load().variables();
     let planning = Planning {
-        charts: &ctx.charts,
-        chart_home: &ctx.settings.chart_home,
-        values: &ctx.values,
+        charts: &ctx.kept.charts,
+        chart_home: &ctx.hub.settings.chart_home,
+        values: &ctx.kept.values,
         variables: &variables,
         drifted: &drifted,
         now: Timestamp::now(),
-        pending_timeout: ctx.settings.pending_timeout,
+        pending_timeout: ctx.hub.settings.pending_timeout,
     };
     let planned = plan_spec(c, &seen, &planning).await;
     let live = look(c, ctx, &seen, &planned);
-    let allow_repair = |key: &ReleaseKey, revision| ctx.index.drift.allow_repair(key, revision);
+    let allow_repair =
+        |key: &ReleaseKey, revision| ctx.kept.index.drift.allow_repair(key, revision);
     let decision = decide(c, &seen, planned, &live, &planning, &allow_repair);
     let plan = &decision.plan;
     let object = ObjectRef::from_obj(c);
-    ctx.values.read_by(&object, plan.sources.clone());
-    ctx.index.drift.track(owner, &plan.desired);
-    ctx.index
+    ctx.kept.values.read_by(&object, plan.sources.clone());
+    ctx.kept.index.drift.track(owner, &plan.desired);
+    ctx.kept
+        .index
         .set_rollout(owner, decision.rollout.as_ref().map(|r| r.state.clone()));
-    ctx.index.set_dependencies(owner, decision.edges.clone());
+    ctx.kept
+        .index
+        .set_dependencies(owner, decision.edges.clone());
     enqueue(ctx, owner, plan, &decision.enqueue);
     let telling = Telling {
-        events: &ctx.events,
-        notifier: &ctx.notifier,
-        metrics: &ctx.metrics,
+        events: &ctx.out.events,
+        notifier: &ctx.out.notifier,
+        metrics: &ctx.out.metrics,
     };
-    tell_refused(&ctx.events, c, &decision.refused_repairs).await;
+    tell_refused(&ctx.out.events, c, &decision.refused_repairs).await;
     if let Some(step) = &decision.rollout {
         tell_rollout(&telling, c, owner, &step.happened).await;
     }
-    report_new_problems((&ctx.index, &ctx.events), c, &plan.problems, &plan.warnings).await;
-    ctx.writer.submit(object.clone(), decision.report.clone());
+    report_new_problems(
+        (&ctx.kept.index, &ctx.out.events),
+        c,
+        &plan.problems,
+        &plan.warnings,
+    )
+    .await;
+    ctx.out
+        .writer
+        .submit(object.clone(), decision.report.clone());
     for gone in ctx
+        .members
         .watches
-        .set(&object, watched_scopes(plan, &seen), &ctx.links)
+        .set(&object, watched_scopes(plan, &seen), &ctx.members.links)
     {
-        ctx.model.forget(&gone);
+        ctx.members.model.forget(&gone);
     }
     let claimed = plan.desired.iter().map(|r| r.key.clone());
-    ctx.index
+    ctx.kept
+        .index
         .ask(&object, claimed.chain(conflicts(&plan.problems)));
     Ok(next_look(
         plan,
@@ -211,12 +227,12 @@ async fn apply(c: &TenancyController, ctx: &Context) -> Result<Action> {
 /// Drops the queued jobs of `owner` the newest plan no longer asks for, and queues `jobs`.
 fn enqueue(ctx: &Context, owner: &OwnerId, plan: &plan::Plan, jobs: &[Job]) {
     let planned: HashSet<&ReleaseKey> = plan.jobs.iter().map(Job::key).collect();
-    let dropped = ctx.queue.retain_planned(owner, &planned);
+    let dropped = ctx.out.queue.retain_planned(owner, &planned);
     if dropped > 0 {
         tracing::info!(controller = %owner, dropped, "dropped queued Helm jobs the newest spec no longer asks for");
     }
     for job in jobs {
-        ctx.queue.enqueue(job.clone());
+        ctx.out.queue.enqueue(job.clone());
     }
 }
 

@@ -11,13 +11,20 @@ use kube::runtime::events::EventType;
 use tokio::sync::mpsc::Sender;
 use tokio_util::sync::CancellationToken;
 
+use dashmap::DashMap;
+use kube::runtime::reflector::Store;
+
 use crate::{
-    api::key::ClusterName,
+    api::crd::TenancyController,
+    api::key::{ClusterName, ReleaseKey},
     clusters::registry::{
         ClusterRegistry, Digest, HubSource, RegistrationFile, RegistryError, digest_file,
         kubeconfig_paths,
     },
-    controller::context::Context,
+    controller::context::Members,
+    controller::events::Events,
+    metrics::Metrics,
+    plan::OwnerId,
 };
 
 /// How often the registration file and its kubeconfigs are checked for changes.
@@ -97,7 +104,22 @@ impl Sources {
     }
 }
 
-/// Everything a reload needs besides the shared context.
+/// What a reload changes and tells: the member clusters, the releases their removal leaves
+/// behind, and the Controllers it warns through Events.
+pub(crate) struct Reach {
+    /// The member clusters.
+    pub(crate) members: Members,
+    /// Releases left in clusters removed from the registration file, with their owners.
+    pub(crate) orphans: Arc<DashMap<ReleaseKey, OwnerId>>,
+    /// Every `Controller` on the hub, warned when a reload is refused.
+    pub(crate) controllers: Store<TenancyController>,
+    /// Publishes the warnings.
+    pub(crate) events: Arc<Events>,
+    /// Counts reloads.
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+/// Everything a reload needs besides what it changes.
 pub(crate) struct Reloader {
     /// The registration file.
     pub(crate) path: PathBuf,
@@ -112,11 +134,11 @@ pub(crate) struct Reloader {
 impl Reloader {
     /// Checks the file and its kubeconfigs every [`CHECK_EVERY`] until cancelled and applies each
     /// change of their content.
-    pub(crate) async fn run(self, ctx: Arc<Context>, cancel: CancellationToken) {
+    pub(crate) async fn run(self, ctx: Reach, cancel: CancellationToken) {
         // What the registry in force came from: a kubeconfig changed since is noticed at once.
         let mut last = std::fs::read_to_string(&self.path)
             .ok()
-            .map(|text| Sources::of(text, &ctx.registry.load()));
+            .map(|text| Sources::of(text, &ctx.members.registry.load()));
         let mut tick = tokio::time::interval(CHECK_EVERY);
         loop {
             tokio::select! {
@@ -144,7 +166,7 @@ impl Reloader {
                 }
                 Err(e) => {
                     ctx.metrics.registry_reload(false);
-                    let kept = ctx.registry.load().names().len();
+                    let kept = ctx.members.registry.load().names().len();
                     let note = format!(
                         "{e}; the last good registry ({kept} clusters) stays in force until the file is fixed"
                     );
@@ -155,7 +177,7 @@ impl Reloader {
         }
     }
 
-    async fn report(&self, ctx: &Context, note: String) {
+    async fn report(&self, ctx: &Reach, note: String) {
         for c in ctx.controllers.state() {
             crate::controller::events::publish(
                 &ctx.events,
@@ -171,17 +193,17 @@ impl Reloader {
 
     async fn apply(
         &self,
-        ctx: &Context,
+        ctx: &Reach,
         text: &str,
         cancel: &CancellationToken,
     ) -> Result<Diff, RegistryError> {
         let file = RegistrationFile::parse(&self.path, text)?;
         let new = ClusterRegistry::connect(&self.hub, &file).await?;
-        let old = ctx.registry.load_full();
+        let old = ctx.members.registry.load_full();
         let d = diff(&old, &new);
         let fresh = |n: &ClusterName| d.added.contains(n) || d.changed.contains(n);
         for cluster in &d.removed {
-            for (key, owner) in ctx.releases.managed(Some(cluster)) {
+            for (key, owner) in ctx.members.releases.managed(Some(cluster)) {
                 ctx.orphans.insert(key, owner);
             }
         }
@@ -190,23 +212,24 @@ impl Reloader {
         });
         // Swapped against whatever is in force now: joined members that changed since `old`
         // was read are carried over, not lost.
-        ctx.registry
+        ctx.members
+            .registry
             .rcu(|current| new.clone().keeping(current, fresh));
         for cluster in &d.removed {
-            ctx.releases.forget(cluster);
-            ctx.health.forget(cluster);
+            ctx.members.releases.forget(cluster);
+            ctx.members.health.forget(cluster);
         }
         for cluster in d.added.iter().chain(&d.changed) {
-            let link = ctx.links.get(cluster).expect("in the new registry");
-            ctx.releases.watch(
+            let link = ctx.members.links.get(cluster).expect("in the new registry");
+            ctx.members.releases.watch(
                 cluster.clone(),
                 |selector| link.release_records(selector),
                 self.records.clone(),
                 cancel,
             );
         }
-        for gone in ctx.watches.refresh(&ctx.links, &d.changed) {
-            ctx.model.forget(&gone);
+        for gone in ctx.members.watches.refresh(&ctx.members.links, &d.changed) {
+            ctx.members.model.forget(&gone);
         }
         let _ = self.everything.send(()).await;
         Ok(d)
@@ -217,31 +240,35 @@ impl Reloader {
 /// member gone become orphans, a member added or changed gets its release-record watch, and the
 /// workload watches follow.
 pub(crate) fn joined_changed(
-    ctx: &Context,
+    ctx: &Reach,
     change: &crate::clusters::joined::Change,
     records: &Sender<crate::observe::releases::RecordChange>,
     cancel: &CancellationToken,
 ) {
     for cluster in &change.removed {
-        for (key, owner) in ctx.releases.managed(Some(cluster)) {
+        for (key, owner) in ctx.members.releases.managed(Some(cluster)) {
             ctx.orphans.insert(key, owner);
         }
-        ctx.releases.forget(cluster);
-        ctx.health.forget(cluster);
+        ctx.members.releases.forget(cluster);
+        ctx.members.health.forget(cluster);
     }
     for cluster in change.added.iter().chain(&change.changed) {
-        let Some(link) = ctx.links.get(cluster) else {
+        let Some(link) = ctx.members.links.get(cluster) else {
             continue;
         };
-        ctx.releases.watch(
+        ctx.members.releases.watch(
             cluster.clone(),
             |selector| link.release_records(selector),
             records.clone(),
             cancel,
         );
     }
-    for gone in ctx.watches.refresh(&ctx.links, &change.changed) {
-        ctx.model.forget(&gone);
+    for gone in ctx
+        .members
+        .watches
+        .refresh(&ctx.members.links, &change.changed)
+    {
+        ctx.members.model.forget(&gone);
     }
 }
 

@@ -74,7 +74,7 @@ async fn lead(
             holder: holder.to_owned(),
         }));
     };
-    match Leadership::acquire(parts.ctx.hub.clone(), lease, cancel, standby).await? {
+    match Leadership::acquire(parts.ctx.hub.client.clone(), lease, cancel, standby).await? {
         Some(l) => {
             parts.ready.store(Arc::new(Readiness::Starting));
             tracing::info!("acquired leadership; starting work");
@@ -123,12 +123,16 @@ async fn start(
         watch_policies(
             policies,
             policy_writer,
-            (ctx.policies.clone(), ctx.settings.clone()),
+            (ctx.hub.policies.clone(), ctx.hub.settings.clone()),
             (outboxes.everything.clone(), alerts),
         ),
     ));
     let workers = tokio::spawn({
-        let (queue, cancel, done) = (ctx.queue.clone(), cancel.clone(), outboxes.outcomes.clone());
+        let (queue, cancel, done) = (
+            ctx.out.queue.clone(),
+            cancel.clone(),
+            outboxes.outcomes.clone(),
+        );
         let links = Arc::new(links.clone());
         async move { queue.run(links, done, cancel).await }
     });
@@ -141,7 +145,7 @@ async fn start(
         (cancel, tasks),
     );
     tasks.spawn(until(cancel, {
-        let (store, ready) = (ctx.controllers.clone(), ready.clone());
+        let (store, ready) = (ctx.hub.controllers.clone(), ready.clone());
         async move {
             ready_store(&store).await;
             if !sharded {
@@ -154,7 +158,7 @@ async fn start(
     let stop_campaign = CancellationToken::new();
     let campaign = campaign_for_shards(config, &ctx, &outboxes, &ready, &stop_campaign, &lost);
     tokio::select! {
-        () = ready_store(&ctx.policies) => {}
+        () = ready_store(&ctx.hub.policies) => {}
         () = cancel.cancelled() => {}
     }
     tracing::info!(
@@ -162,8 +166,8 @@ async fn start(
         per_cluster = config.queue.per_cluster,
         per_owner = config.queue.per_owner,
         per_tenant = config.queue.per_tenant,
-        policies = ctx.policies.state().len(),
-        mode = ?ctx.settings.policy_mode,
+        policies = ctx.hub.policies.state().len(),
+        mode = ?ctx.hub.settings.policy_mode,
         "tenancy-hub is running"
     );
     Work {
@@ -194,31 +198,34 @@ fn spawn_notifications(
         provider::{AdmissionNow, Reach, SecretReader},
     };
     let admission: AdmissionNow = {
-        let (policies, settings) = (ctx.policies.clone(), ctx.settings.clone());
+        let (policies, settings) = (ctx.hub.policies.clone(), ctx.hub.settings.clone());
         Arc::new(move || crate::controller::context::admission_of(&policies, &settings))
     };
     let reach = Reach {
         internal,
         hub: HubApi::of(&hub_server(ctx)),
     };
-    let reader = Arc::new(SecretReader::new(ctx.hub.clone(), ctx.metrics.clone()));
+    let reader = Arc::new(SecretReader::new(
+        ctx.hub.client.clone(),
+        ctx.out.metrics.clone(),
+    ));
     let (changed, policies) = mpsc::channel(1);
     let parts = alerts::Follow {
-        hub: ctx.hub.clone(),
+        hub: ctx.hub.client.clone(),
         admission: admission.clone(),
         reach: reach.clone(),
         reader: reader.clone(),
     };
     let (store, follow) = alerts::follow(
         parts,
-        ctx.settings.scope.as_deref(),
+        ctx.hub.settings.scope.as_deref(),
         policies,
         cancel.clone(),
     );
     tasks.spawn(follow.instrument(tracing::info_span!("alerts")));
     let book = Arc::new(AlertBook::default());
     tasks.spawn({
-        let (book, hub, cancel) = (book.clone(), ctx.hub.clone(), cancel.clone());
+        let (book, hub, cancel) = (book.clone(), ctx.hub.client.clone(), cancel.clone());
         async move { book.write(hub, cancel).await }
     });
     let dispatcher = Dispatcher {
@@ -227,7 +234,7 @@ fn spawn_notifications(
         admission,
         reach,
         book,
-        metrics: ctx.metrics.clone(),
+        metrics: ctx.out.metrics.clone(),
     };
     tasks.spawn(
         dispatcher
@@ -240,7 +247,7 @@ fn spawn_notifications(
 /// The hub API server's URL, from the kubeconfig and context the hub's client was built from
 /// (none in a Pod: `HubApi` reads the in-cluster Service from the environment).
 fn hub_server(ctx: &Context) -> Vec<url::Url> {
-    let registry = ctx.registry.load();
+    let registry = ctx.members.registry.load();
     let Some(hub) = registry.get(&crate::api::crd::HUB_CLUSTER.parse().expect("valid")) else {
         return Vec::new();
     };
@@ -280,78 +287,83 @@ fn spawn_loops(
     let trigger = &outboxes.triggers;
     // Each loop gets the handles it uses, not the reconciler's context.
     let outcomes_book = loops::Outcomes {
-        index: ctx.index.clone(),
-        controllers: ctx.controllers.clone(),
-        events: ctx.events.clone(),
-        notifier: ctx.notifier.clone(),
-        metrics: ctx.metrics.clone(),
+        index: ctx.kept.index.clone(),
+        controllers: ctx.hub.controllers.clone(),
+        events: ctx.out.events.clone(),
+        notifier: ctx.out.notifier.clone(),
+        metrics: ctx.out.metrics.clone(),
     };
     tasks.spawn(until(
         cancel,
         loops::record_outcomes(outcomes_book, outcomes, trigger.clone()),
     ));
-    let news = (ctx.claims.clone(), ctx.releases.clone(), ctx.index.clone());
+    let news = (
+        ctx.kept.claims.clone(),
+        ctx.members.releases.clone(),
+        ctx.kept.index.clone(),
+    );
     tasks.spawn(until(
         cancel,
         loops::forward_record_changes(news, records, trigger.clone()),
     ));
     let aggregation = loops::Aggregation {
-        watches: ctx.watches.clone(),
-        model: ctx.model.clone(),
-        writer: ctx.writer.clone(),
-        index: ctx.index.clone(),
-        metrics: ctx.metrics.clone(),
+        watches: ctx.members.watches.clone(),
+        model: ctx.members.model.clone(),
+        writer: ctx.out.writer.clone(),
+        index: ctx.kept.index.clone(),
+        metrics: ctx.out.metrics.clone(),
     };
     tasks.spawn(until(cancel, loops::aggregate(aggregation, changes)));
     tasks.spawn(until(
         cancel,
-        loops::wake_freed_claims(ctx.claims.clone(), trigger.clone()),
+        loops::wake_freed_claims(ctx.kept.claims.clone(), trigger.clone()),
     ));
     let checks = drift_checks::DriftChecks {
-        index: ctx.index.clone(),
+        index: ctx.kept.index.clone(),
         links: links.clone(),
-        releases: ctx.releases.clone(),
-        queue: ctx.queue.clone(),
-        health: ctx.health.clone(),
-        controllers: ctx.controllers.clone(),
-        events: ctx.events.clone(),
-        notifier: ctx.notifier.clone(),
-        metrics: ctx.metrics.clone(),
+        releases: ctx.members.releases.clone(),
+        queue: ctx.out.queue.clone(),
+        health: ctx.members.health.clone(),
+        controllers: ctx.hub.controllers.clone(),
+        events: ctx.out.events.clone(),
+        notifier: ctx.out.notifier.clone(),
+        metrics: ctx.out.metrics.clone(),
     };
     tasks.spawn(
         drift_checks::detect(checks, drift, trigger.clone(), cancel.clone())
             .instrument(tracing::info_span!("drift")),
     );
     let ownerless = loops::Ownerless {
-        controllers: ctx.controllers.clone(),
-        releases: ctx.releases.clone(),
-        orphans: ctx.orphans.clone(),
-        scope: ctx.settings.scope.clone(),
-        selector: ctx.settings.selector.clone(),
-        metrics: ctx.metrics.clone(),
+        controllers: ctx.hub.controllers.clone(),
+        releases: ctx.members.releases.clone(),
+        orphans: ctx.kept.orphans.clone(),
+        scope: ctx.hub.settings.scope.clone(),
+        selector: ctx.hub.settings.selector.clone(),
+        metrics: ctx.out.metrics.clone(),
     };
     tasks.spawn(loops::report_ownerless(ownerless, cancel.clone()));
     tasks.spawn(until(
         cancel,
-        ctx.values
+        ctx.kept
+            .values
             .clone()
-            .watch(ctx.settings.scope.clone(), trigger.clone()),
+            .watch(ctx.hub.settings.scope.clone(), trigger.clone()),
     ));
     let refresh = loops::ChartRefresh {
-        charts: ctx.charts.clone(),
-        controllers: ctx.controllers.clone(),
-        policies: ctx.policies.clone(),
-        settings: ctx.settings.clone(),
+        charts: ctx.kept.charts.clone(),
+        controllers: ctx.hub.controllers.clone(),
+        policies: ctx.hub.policies.clone(),
+        settings: ctx.hub.settings.clone(),
     };
     tasks.spawn(
         loops::keep_fresh(refresh, trigger.clone(), cancel.clone())
             .instrument(tracing::info_span!("charts")),
     );
     let health_changes = loops::HealthChanges {
-        queue: ctx.queue.clone(),
-        index: ctx.index.clone(),
-        controllers: ctx.controllers.clone(),
-        writer: ctx.writer.clone(),
+        queue: ctx.out.queue.clone(),
+        index: ctx.kept.index.clone(),
+        controllers: ctx.hub.controllers.clone(),
+        writer: ctx.out.writer.clone(),
     };
     tasks.spawn(crate::clusters::health::monitor(
         {
@@ -361,12 +373,19 @@ fn spawn_loops(
                 async move { links.probe_all().await }
             }
         },
-        ctx.health.clone(),
+        ctx.members.health.clone(),
         move |cluster, reachable| {
             loops::cluster_health_changed(&health_changes, cluster, reachable)
         },
         cancel.clone(),
     ));
+    let reach = || crate::controller::reload::Reach {
+        members: ctx.members.clone(),
+        orphans: ctx.kept.orphans.clone(),
+        controllers: ctx.hub.controllers.clone(),
+        events: ctx.out.events.clone(),
+        metrics: ctx.out.metrics.clone(),
+    };
     if let Some(path) = config.clusters_file.clone() {
         let reloader = Reloader {
             path,
@@ -374,17 +393,17 @@ fn spawn_loops(
             records: outboxes.records.clone(),
             everything: outboxes.everything.clone(),
         };
-        tasks.spawn(reloader.run(ctx.clone(), cancel.clone()));
+        tasks.spawn(reloader.run(reach(), cancel.clone()));
     }
     tasks.spawn(
         crate::clusters::joined::follow(
-            ctx.hub.clone(),
-            ctx.registry.clone(),
+            ctx.hub.client.clone(),
+            ctx.members.registry.clone(),
             {
                 let (everything, records) = (outboxes.everything.clone(), outboxes.records.clone());
-                let (ctx, stop) = (ctx.clone(), cancel.clone());
+                let (reach, stop) = (reach(), cancel.clone());
                 move |change: &crate::clusters::joined::Change| {
-                    crate::controller::reload::joined_changed(&ctx, change, &records, &stop);
+                    crate::controller::reload::joined_changed(&reach, change, &records, &stop);
                     // Full: a plan of everything is pending already.
                     let _ = everything.try_send(());
                 }
@@ -397,11 +416,11 @@ fn spawn_loops(
         tasks.spawn(
             crate::controller::enroll::run(
                 crate::controller::enroll::Enrolling {
-                    client: ctx.hub.clone(),
+                    client: ctx.hub.client.clone(),
                     seal,
-                    registry: ctx.registry.clone(),
-                    shards: ctx.shards.clone(),
-                    reports: ctx.links.pull_hub(),
+                    registry: ctx.members.registry.clone(),
+                    shards: ctx.hub.shards.clone(),
+                    reports: ctx.members.links.pull_hub(),
                     secrets: config.pull_member_secrets,
                 },
                 cancel.clone(),
@@ -413,13 +432,13 @@ fn spawn_loops(
         let (ctx, cancel) = (ctx.clone(), cancel.clone());
         let interval = config.status_interval;
         let sources = crate::status::writer::Sources {
-            hub: ctx.hub.clone(),
-            controllers: ctx.controllers.clone(),
-            model: ctx.model.clone(),
-            health: ctx.health.clone(),
-            metrics: ctx.metrics.clone(),
+            hub: ctx.hub.client.clone(),
+            controllers: ctx.hub.controllers.clone(),
+            model: ctx.members.model.clone(),
+            health: ctx.members.health.clone(),
+            metrics: ctx.out.metrics.clone(),
         };
-        async move { ctx.writer.run(&sources, interval, cancel).await }
+        async move { ctx.out.writer.run(&sources, interval, cancel).await }
     });
 }
 

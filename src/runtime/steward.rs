@@ -45,12 +45,12 @@ pub(crate) fn campaign_for_shards(
         drain_limit: config.helm.timeout + config.queue.shutdown_grace,
     };
     let (hub, shards, stop, lost) = (
-        ctx.hub.clone(),
-        ctx.shards.clone(),
+        ctx.hub.client.clone(),
+        ctx.hub.shards.clone(),
         stop.clone(),
         lost.clone(),
     );
-    let store = ctx.controllers.clone();
+    let store = ctx.hub.controllers.clone();
     Some(tokio::spawn(
         async move {
             ready_store(&store).await;
@@ -79,8 +79,9 @@ impl Steward for ShardSteward {
 
     async fn drain(&self, shard: u32) {
         let ctx = &self.ctx;
-        let total = ctx.shards.total();
+        let total = ctx.hub.shards.total();
         let owners: Vec<_> = ctx
+            .hub
             .controllers
             .state()
             .iter()
@@ -91,20 +92,21 @@ impl Steward for ShardSteward {
             .map(|c| (crate::plan::owner_id(c), ObjectRef::from_obj(c.as_ref())))
             .collect();
         for (owner, object) in &owners {
-            ctx.queue
+            ctx.out
+                .queue
                 .retain_planned(owner, &std::collections::HashSet::new());
             reconcile::forget(ctx, object);
         }
         let deadline = tokio::time::Instant::now() + self.drain_limit;
         while owners
             .iter()
-            .any(|(owner, _)| !ctx.queue.running_for(owner).is_empty())
+            .any(|(owner, _)| !ctx.out.queue.running_for(owner).is_empty())
             && tokio::time::Instant::now() < deadline
         {
             // Polls the queue: running jobs finish within the helm timeout.
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        if ctx.shards.led().is_empty() {
+        if ctx.hub.shards.led().is_empty() {
             self.ready.store(Arc::new(Readiness::Standby {
                 lease: self.lease.clone(),
                 holder: "other replicas (none is led here now)".into(),

@@ -265,43 +265,51 @@ pub(crate) async fn build(
     });
     let (drift, drift_rx) = DriftBoard::new(config.settings.drift_interval);
     let ctx = Arc::new(Context {
-        hub: hub.client.clone(),
-        registry: shared,
-        releases: Arc::new(releases),
-        queue: HelmQueue::new(config.queue.clone()),
-        claims,
-        orphans: Default::default(),
-        charts: Arc::new(ChartCatalog::new(
-            chart_cache,
-            config.settings.chart_interval,
-        )),
-        controllers: runtime.store(),
-        policies: policy_store,
-        values: Arc::new(crate::controller::hub_values::HubValues::new(
-            hub.client.clone(),
-            metrics.clone(),
-        )),
-        events: Arc::new(Events::new(Recorder::new(
-            hub.client,
-            Reporter::from("tenancy-hub"),
-        ))),
-        model: Arc::new(Model::default()),
-        links: links.clone(),
-        watches: Arc::new(WatchSupervisor::new(
-            outboxes.changes.clone(),
-            cancel.clone(),
-            tasks.clone(),
-            shards.clone(),
-        )),
-        writer: Arc::new(StatusWriter::telling(notifier.clone())),
-        notifier,
-        health,
-        metrics,
-        index: Arc::new(ControllerIndex::new(drift)),
-        shards: shards.clone(),
-        settings: Settings {
-            chart_home: hub.chart_home,
-            ..config.settings.clone()
+        hub: crate::controller::context::Hub {
+            client: hub.client.clone(),
+            controllers: runtime.store(),
+            policies: policy_store,
+            shards: shards.clone(),
+            settings: Settings {
+                chart_home: hub.chart_home,
+                ..config.settings.clone()
+            },
+        },
+        members: crate::controller::context::Members {
+            registry: shared,
+            links: links.clone(),
+            releases: Arc::new(releases),
+            model: Arc::new(Model::default()),
+            watches: Arc::new(WatchSupervisor::new(
+                outboxes.changes.clone(),
+                cancel.clone(),
+                tasks.clone(),
+                shards.clone(),
+            )),
+            health,
+        },
+        kept: crate::controller::context::Kept {
+            claims,
+            orphans: Default::default(),
+            index: Arc::new(ControllerIndex::new(drift)),
+            charts: Arc::new(ChartCatalog::new(
+                chart_cache,
+                config.settings.chart_interval,
+            )),
+            values: Arc::new(crate::controller::hub_values::HubValues::new(
+                hub.client.clone(),
+                metrics.clone(),
+            )),
+        },
+        out: crate::controller::context::Out {
+            queue: HelmQueue::new(config.queue.clone()),
+            writer: Arc::new(StatusWriter::telling(notifier.clone())),
+            events: Arc::new(Events::new(Recorder::new(
+                hub.client,
+                Reporter::from("tenancy-hub"),
+            ))),
+            notifier,
+            metrics,
         },
     });
     let ready = Arc::new(arc_swap::ArcSwap::from_pointee(Readiness::Starting));
@@ -438,10 +446,10 @@ async fn serve_http(
     let releases = ScopeReleases::default();
     let streams = StreamCounts::default();
     let http = ApiState {
-        model: ctx.model.clone(),
-        registry: ctx.registry.clone(),
-        metrics: ctx.metrics.clone(),
-        queue: ctx.queue.clone(),
+        model: ctx.members.model.clone(),
+        registry: ctx.members.registry.clone(),
+        metrics: ctx.out.metrics.clone(),
+        queue: ctx.out.queue.clone(),
         ready: ready.clone(),
         channels: ChannelDepths::of(vec![("triggers", outboxes.triggers.downgrade())])
             .join(ChannelDepths::of(vec![(
@@ -456,7 +464,10 @@ async fn serve_http(
                 "outcomes",
                 outboxes.outcomes.downgrade(),
             )])),
-        reviewer: Arc::new(Reviewer::new(ctx.hub.clone(), ctx.metrics.clone())),
+        reviewer: Arc::new(Reviewer::new(
+            ctx.hub.client.clone(),
+            ctx.out.metrics.clone(),
+        )),
         owners: owners.clone(),
         streams: streams.clone(),
         releases: releases.clone(),
@@ -468,7 +479,7 @@ async fn serve_http(
         let ctx = Arc::downgrade(ctx);
         move |scope| {
             ctx.upgrade()
-                .map(|ctx| ctx.watches.owners_of(scope))
+                .map(|ctx| ctx.members.watches.owners_of(scope))
                 .unwrap_or_default()
         }
     });
@@ -486,8 +497,8 @@ async fn serve_http(
             ctx.upgrade()
                 .map(|ctx| {
                     vec![
-                        ("workloads", ctx.watches.streams()),
-                        ("release_records", ctx.releases.streams()),
+                        ("workloads", ctx.members.watches.streams()),
+                        ("release_records", ctx.members.releases.streams()),
                     ]
                 })
                 .unwrap_or_default()
@@ -502,10 +513,11 @@ fn releases_in(
     scope: &crate::api::key::ClusterNamespace,
 ) -> Vec<crate::runtime::status_api::ScopeRelease> {
     use kube::ResourceExt as _;
-    ctx.watches
+    ctx.members
+        .watches
         .owners_of(scope)
         .into_iter()
-        .filter_map(|owner| ctx.controllers.get(&owner))
+        .filter_map(|owner| ctx.hub.controllers.get(&owner))
         .flat_map(|c| {
             let (hub_namespace, controller) = (c.namespace().unwrap_or_default(), c.name_any());
             c.status

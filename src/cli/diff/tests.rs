@@ -355,7 +355,7 @@ async fn reconcile_and_diff_decide_the_same_fixture_to_the_same_jobs_and_report(
         "2026-01-01T00:00:00Z",
         "tenancies:\n  - namespace: foo\n    charts:\n      - {chartName: statefulset-example, releaseName: db, settings: [{key: replicas, value: \"2\"}]}\n      - {chartName: deployment-example, releaseName: web, dependsOn: [db]}\n      - {chartName: no-such-chart, releaseName: ghost}\nrollout:\n  maxUnavailable: 1\n",
     );
-    let clusters = f.ctx.registry.load().labels();
+    let clusters = f.ctx.members.registry.load().labels();
     let state = HubState {
         admission: f.ctx.admission(),
         synced: clusters.keys().cloned().collect(),
@@ -363,7 +363,7 @@ async fn reconcile_and_diff_decide_the_same_fixture_to_the_same_jobs_and_report(
         applied: HashMap::new(),
         claims: HashMap::new(),
         variables: BTreeMap::new(),
-        values: HubValues::new(f.ctx.hub.clone(), Default::default()),
+        values: HubValues::new(f.ctx.hub.client.clone(), Default::default()),
         rollouts: BTreeMap::new(),
         now: Timestamp::now(),
     };
@@ -379,8 +379,8 @@ async fn reconcile_and_diff_decide_the_same_fixture_to_the_same_jobs_and_report(
     };
     let drifted = HashMap::new();
     let planning = Planning {
-        charts: &f.ctx.charts,
-        chart_home: &f.ctx.settings.chart_home,
+        charts: &f.ctx.kept.charts,
+        chart_home: &f.ctx.hub.settings.chart_home,
         values: &state.values,
         variables: &state.variables,
         drifted: &drifted,

@@ -45,7 +45,7 @@ impl Scripted {
 /// What a decision is made from: the fixture's registry (the hub only, its releases known and
 /// none installed), no claims, the fixture's policies.
 fn world_of(f: &Fixture, c: &TenancyController) -> World {
-    let clusters = f.ctx.registry.load().labels();
+    let clusters = f.ctx.members.registry.load().labels();
     World {
         owner: owner_id(c),
         synced: clusters.keys().cloned().collect(),
@@ -75,9 +75,9 @@ async fn decide_drifted(
 ) -> Decision {
     let variables = BTreeMap::new();
     let planning = Planning {
-        charts: &f.ctx.charts,
-        chart_home: &f.ctx.settings.chart_home,
-        values: &f.ctx.values,
+        charts: &f.ctx.kept.charts,
+        chart_home: &f.ctx.hub.settings.chart_home,
+        values: &f.ctx.kept.values,
         variables: &variables,
         drifted,
         now: Timestamp::now(),

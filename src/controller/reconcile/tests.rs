@@ -32,8 +32,14 @@ async fn a_new_controller_gets_the_finalizer_then_its_installs_are_queued_and_re
     );
     assert_eq!(result.unwrap(), Action::await_change());
     f.hub.nothing().await;
-    assert_eq!(f.ctx.queue.depth(), 0);
-    assert!(f.ctx.writer.submitted(&ObjectRef::from_obj(&c)).is_none());
+    assert_eq!(f.ctx.out.queue.depth(), 0);
+    assert!(
+        f.ctx
+            .out
+            .writer
+            .submitted(&ObjectRef::from_obj(&c))
+            .is_none()
+    );
 
     // POST an Event (ChartNotFound) for the chart that is not there, answered as created;
     // then no other request. The install of web is queued and the report submitted.
@@ -47,11 +53,12 @@ async fn a_new_controller_gets_the_finalizer_then_its_installs_are_queued_and_re
         "a busy release is looked at again soon"
     );
     f.hub.nothing().await;
-    assert_eq!(f.ctx.queue.depth(), 1);
-    assert!(f.ctx.queue.is_busy(&web()));
-    assert!(!f.ctx.queue.is_busy(&"hub/foo/ghost".parse().unwrap()));
+    assert_eq!(f.ctx.out.queue.depth(), 1);
+    assert!(f.ctx.out.queue.is_busy(&web()));
+    assert!(!f.ctx.out.queue.is_busy(&"hub/foo/ghost".parse().unwrap()));
     let report = f
         .ctx
+        .out
         .writer
         .submitted(&ObjectRef::from_obj(&c))
         .expect("a status report is submitted");
@@ -75,8 +82,13 @@ async fn a_rollout_starts_its_first_cluster_tells_it_in_events_and_looks_again_s
     });
     assert_eq!(result.unwrap(), Action::requeue(ROLLOUT_POLL));
     f.hub.nothing().await;
-    assert!(f.ctx.queue.is_busy(&web()));
-    let report = f.ctx.writer.submitted(&ObjectRef::from_obj(&c)).unwrap();
+    assert!(f.ctx.out.queue.is_busy(&web()));
+    let report = f
+        .ctx
+        .out
+        .writer
+        .submitted(&ObjectRef::from_obj(&c))
+        .unwrap();
     let r = report.rollout.expect("the rollout is reported");
     assert_eq!(
         (r.generation, r.phase.as_str(), r.progress.as_str()),
@@ -110,8 +122,13 @@ async fn under_enforce_an_ungoverned_release_is_forbidden_and_a_policy_lets_it_t
             .is_some_and(|n| n.contains("no TenancyPolicy governs hub namespace default")),
         "{event}"
     );
-    assert_eq!(f.ctx.queue.depth(), 0);
-    let report = f.ctx.writer.submitted(&ObjectRef::from_obj(&c)).unwrap();
+    assert_eq!(f.ctx.out.queue.depth(), 0);
+    let report = f
+        .ctx
+        .out
+        .writer
+        .submitted(&ObjectRef::from_obj(&c))
+        .unwrap();
     assert!(format!("{report:?}").contains("Forbidden"), "{report:?}");
 
     // A policy allowing the hub, namespace foo and the chart home: the install is queued.
@@ -123,8 +140,8 @@ async fn under_enforce_an_ungoverned_release_is_forbidden_and_a_policy_lets_it_t
     let result = reconcile(Arc::new(c.clone()), f.ctx.clone()).await;
     result.unwrap();
     f.hub.nothing().await;
-    assert_eq!(f.ctx.queue.depth(), 1);
-    assert!(f.ctx.queue.is_busy(&web()));
+    assert_eq!(f.ctx.out.queue.depth(), 1);
+    assert!(f.ctx.out.queue.is_busy(&web()));
 }
 
 #[tokio::test(start_paused = true)]
@@ -139,8 +156,8 @@ async fn an_unchanged_controller_queues_nothing_and_writes_nothing_to_the_hub() 
     let result = reconcile(Arc::new(c.clone()), f.ctx.clone()).await;
     assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(300)));
     f.hub.nothing().await;
-    assert_eq!(f.ctx.queue.depth(), 0);
-    assert!(!f.ctx.queue.is_busy(&web()));
+    assert_eq!(f.ctx.out.queue.depth(), 0);
+    assert!(!f.ctx.out.queue.is_busy(&web()));
 }
 
 #[tokio::test(start_paused = true)]
@@ -155,9 +172,14 @@ async fn a_deleted_controller_keeps_its_finalizer_until_its_release_is_uninstall
     let result = reconcile(Arc::new(c.clone()), f.ctx.clone()).await;
     assert!(is_cleanup_pending(&result), "{result:?}");
     f.hub.nothing().await;
-    assert_eq!(f.ctx.queue.depth(), 1);
-    assert!(f.ctx.queue.is_busy(&web()));
-    let report = f.ctx.writer.submitted(&ObjectRef::from_obj(&c)).unwrap();
+    assert_eq!(f.ctx.out.queue.depth(), 1);
+    assert!(f.ctx.out.queue.is_busy(&web()));
+    let report = f
+        .ctx
+        .out
+        .writer
+        .submitted(&ObjectRef::from_obj(&c))
+        .unwrap();
     assert!(
         report
             .deleting
@@ -196,10 +218,11 @@ async fn a_newer_controller_asking_for_a_held_release_queues_nothing_and_reports
     let note = event["note"].as_str().unwrap_or_default();
     assert!(note.contains("Controller default/older"), "{event}");
     f.hub.nothing().await;
-    assert_eq!(f.ctx.queue.depth(), 0);
-    assert!(!f.ctx.queue.is_busy(&web()));
+    assert_eq!(f.ctx.out.queue.depth(), 0);
+    assert!(!f.ctx.out.queue.is_busy(&web()));
     let report = f
         .ctx
+        .out
         .writer
         .submitted(&ObjectRef::from_obj(&newer))
         .unwrap();
