@@ -80,6 +80,16 @@ impl Fixture {
         Self::with_policy_mode(crate::policy::Mode::Permissive)
     }
 
+    /// Like [`Fixture::new`], every cluster worked and observed through `links` (fakes).
+    pub(crate) fn linked(links: crate::member::Links) -> Self {
+        let mut f = Self::new();
+        Arc::get_mut(&mut f.ctx)
+            .expect("the fixture's context is not shared yet")
+            .members
+            .links = links;
+        f
+    }
+
     /// Like [`Fixture::new`], applying the tenancy policies in `mode`.
     pub(crate) fn with_policy_mode(mode: crate::policy::Mode) -> Self {
         let (hub_client, hub) = mock_client();

@@ -83,12 +83,7 @@ async fn a_rollout_starts_its_first_cluster_tells_it_in_events_and_looks_again_s
     assert_eq!(result.unwrap(), Action::requeue(ROLLOUT_POLL));
     f.hub.nothing().await;
     assert!(f.ctx.out.queue.is_busy(&web()));
-    let report = f
-        .ctx
-        .out
-        .writer
-        .submitted(&ObjectRef::from_obj(&c))
-        .unwrap();
+    let report = submitted(&f, &c);
     let r = report.rollout.expect("the rollout is reported");
     assert_eq!(
         (r.generation, r.phase.as_str(), r.progress.as_str()),
@@ -123,12 +118,7 @@ async fn under_enforce_an_ungoverned_release_is_forbidden_and_a_policy_lets_it_t
         "{event}"
     );
     assert_eq!(f.ctx.out.queue.depth(), 0);
-    let report = f
-        .ctx
-        .out
-        .writer
-        .submitted(&ObjectRef::from_obj(&c))
-        .unwrap();
+    let report = submitted(&f, &c);
     assert!(format!("{report:?}").contains("Forbidden"), "{report:?}");
 
     // A policy allowing the hub, namespace foo and the chart home: the install is queued.
@@ -174,12 +164,7 @@ async fn a_deleted_controller_keeps_its_finalizer_until_its_release_is_uninstall
     f.hub.nothing().await;
     assert_eq!(f.ctx.out.queue.depth(), 1);
     assert!(f.ctx.out.queue.is_busy(&web()));
-    let report = f
-        .ctx
-        .out
-        .writer
-        .submitted(&ObjectRef::from_obj(&c))
-        .unwrap();
+    let report = submitted(&f, &c);
     assert!(
         report
             .deleting
@@ -246,4 +231,96 @@ fn a_failure_inside_the_finalizer_is_labelled_by_what_failed() {
     assert_eq!(wrapped.metric_label(), "cleanup_pending");
     let own = Error::Finalizer(Box::new(F::UnnamedObject));
     assert_eq!(own.metric_label(), "finalizer");
+}
+
+/// The report last handed to the status writer for `c`.
+fn submitted(f: &Fixture, c: &TenancyController) -> crate::status::report::ReleaseReport {
+    f.ctx
+        .out
+        .writer
+        .submitted(&ObjectRef::from_obj(c))
+        .expect("a report was handed to the writer")
+}
+
+/// The delivery loop through the seam, with the hub's member a fake link: a reconcile queues
+/// the install, the queue runs it on the link, the outcomes loop records it and wakes the
+/// resource; the next reconcile, before the record shows the release, queues nothing and looks
+/// again soon; once the record shows it, nothing is queued and it is reported deployed.
+#[tokio::test(start_paused = true)]
+async fn an_install_runs_through_the_member_link_once_and_is_reported_from_its_record() {
+    use crate::controller::loops::{Outcomes, record_outcomes};
+    use crate::member::{Links, MemberLink, fake::FakeLink};
+
+    let fake = FakeLink::new("hub");
+    let mut f = Fixture::linked(Links::fixed(vec![Arc::clone(&fake) as Arc<dyn MemberLink>]));
+    let c = finalized(controller("app", "2026-01-01T00:00:00Z", SPEC));
+    f.store(&[&c]);
+
+    // The install is queued; nothing is asked of the hub.
+    let result = reconcile(Arc::new(c.clone()), f.ctx.clone()).await;
+    assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(30)));
+    f.hub.nothing().await;
+    assert_eq!(f.ctx.out.queue.depth(), 1);
+
+    // The queue runs it on the link; the outcomes loop records it and wakes the resource.
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let (done_tx, done_rx) = tokio::sync::mpsc::channel(4);
+    let (wake_tx, mut wake_rx) = tokio::sync::mpsc::channel(4);
+    let queue = f.ctx.out.queue.clone();
+    let links = Arc::new(f.ctx.members.links.clone());
+    let running = tokio::spawn({
+        let cancel = cancel.clone();
+        async move { queue.run(links, done_tx, cancel).await }
+    });
+    let outcomes = Outcomes {
+        index: f.ctx.kept.index.clone(),
+        controllers: kube::runtime::reflector::store().0,
+        events: f.ctx.out.events.clone(),
+        notifier: f.ctx.out.notifier.clone(),
+        metrics: f.ctx.out.metrics.clone(),
+    };
+    tokio::spawn(record_outcomes(outcomes, done_rx, wake_tx));
+    let woken = tokio::time::timeout(Duration::from_secs(30), wake_rx.recv())
+        .await
+        .expect("the resource is woken within 30s")
+        .expect("the outcomes loop runs");
+    assert_eq!(woken, ObjectRef::from_obj(&c));
+    let jobs = fake.jobs();
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(jobs[0].key(), &web());
+    assert!(matches!(jobs[0], Job::Apply { .. }), "{jobs:?}");
+    assert!(matches!(
+        f.ctx.kept.index.outcome(&web()).map(|o| o.outcome),
+        Some(crate::queue::Outcome::Applied { revision: 1, .. })
+    ));
+
+    // The record watch has not shown the release yet: the applied outcome stands for it, so
+    // nothing is queued again, and the resource is looked at again within the catch-up time.
+    let result = reconcile(Arc::new(c.clone()), f.ctx.clone()).await;
+    assert_eq!(result.unwrap(), Action::requeue(CATCH_UP));
+    assert_eq!(f.ctx.out.queue.depth(), 0);
+    assert_eq!(fake.jobs().len(), 1);
+
+    // The record shows it: still nothing queued, and the release is reported deployed.
+    let hash = f.spec_hash(&c, &web()).await;
+    f.records(vec![release_record(&web(), &c, "deployed", &hash)]);
+    reconcile(Arc::new(c.clone()), f.ctx.clone())
+        .await
+        .expect("the reconcile succeeds");
+    f.hub.nothing().await;
+    assert_eq!(f.ctx.out.queue.depth(), 0);
+    assert_eq!(fake.jobs().len(), 1, "the install ran once");
+    let report = submitted(&f, &c);
+    let web_message = &report.tenancies[0].chart_messages[0];
+    assert_eq!(
+        (
+            web_message.release_name.as_str(),
+            web_message.phase.as_str()
+        ),
+        ("web", "Deployed"),
+        "{report:?}"
+    );
+    assert_eq!(web_message.revision, Some(1));
+    cancel.cancel();
+    running.await.expect("the queue stops when cancelled");
 }
