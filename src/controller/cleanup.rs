@@ -18,7 +18,7 @@ use crate::{
     controller::events::publish,
     controller::finalizer::{Error, Result},
     controller::vouch::Delivers,
-    plan::{self, Applied, Job, OwnerId, depends::Held, owner_id},
+    plan::{self, Applied, Job, OwnerId, depends::Edges, depends::Held, owner_id},
     queue::Outcome,
     status::report::{self as status, LastOutcome},
 };
@@ -39,10 +39,13 @@ pub(crate) async fn cleanup(c: &TenancyController, ctx: &Context) -> Result<Acti
     if dropped > 0 {
         tracing::info!(controller = %owner, dropped, "being deleted: dropped its queued installs and upgrades");
     }
-    let synced = ctx.members.releases.synced();
-    let mut owned = owned_releases(ctx, c, &owner);
+    let Holding {
+        synced,
+        mut owned,
+        registered,
+        remembered,
+    } = holding(ctx, c, &owner);
     // Suspended releases get no Helm call, uninstall included: they are left in place.
-    let registered = ctx.members.registry.load().labels();
     let held = plan::Held::of(&c.spec, &registered);
     let left: Vec<String> = owned
         .iter()
@@ -50,7 +53,8 @@ pub(crate) async fn cleanup(c: &TenancyController, ctx: &Context) -> Result<Acti
         .map(ToString::to_string)
         .collect();
     owned.retain(|k| !held.holds(k));
-    let removal = removal_identities(ctx, c, &owner, &registered, &mut owned).await;
+    let removal = removal_identities(ctx, c, &owner, &registered, &owned).await;
+    owned.retain(|k| removal.contains_key(k));
     let orphan = c.spec.deletion_policy == DeletionPolicy::Orphan || c.spec.suspend;
     if orphan {
         // Nothing queued for it may run any more, uninstalls included.
@@ -68,13 +72,7 @@ pub(crate) async fn cleanup(c: &TenancyController, ctx: &Context) -> Result<Acti
     let mut ordered = Held::new();
     if c.spec.deletion_policy == DeletionPolicy::Delete {
         // Releases depending on others go first: those they depend on wait, out of the queue.
-        ordered = removal_held(
-            c,
-            &ctx.kept.index.dependencies(&owner),
-            &registered,
-            &owned,
-            &running,
-        );
+        ordered = removal_held(c, &remembered, &registered, &owned, &running);
         if !ordered.is_empty() {
             ctx.out.queue.retain_planned(
                 &owner,
@@ -110,6 +108,24 @@ pub(crate) async fn cleanup(c: &TenancyController, ctx: &Context) -> Result<Acti
         status::deleting(c.status.as_ref(), c.meta().generation, waiting.clone()),
     );
     Err(Error::CleanupPending { owner, waiting })
+}
+
+/// What a deletion reads: the clusters whose releases are known, the releases the resource
+/// holds, the registered clusters, and the `dependsOn` edges remembered for it.
+struct Holding {
+    synced: BTreeSet<ClusterName>,
+    owned: BTreeSet<ReleaseKey>,
+    registered: Registered,
+    remembered: Edges,
+}
+
+fn holding(ctx: &Context, c: &TenancyController, owner: &OwnerId) -> Holding {
+    Holding {
+        synced: ctx.members.releases.synced(),
+        owned: owned_releases(ctx, c, owner),
+        registered: ctx.members.registry.load().labels(),
+        remembered: ctx.kept.index.dependencies(owner),
+    }
 }
 
 /// The releases `owner` holds: those the release records show, and those a finished job
@@ -160,20 +176,20 @@ fn just_applied(
         .collect()
 }
 
-/// The identity each of `owned` is uninstalled as. A release no governing policy allows acting
-/// on now is never removed with the operator's own rights on the tenant's behalf: it leaves
-/// `owned`, and is reported once (when the resource would uninstall it) and left in place.
+/// The identity each of `owned` is uninstalled as, for those a governing policy allows acting
+/// on now. The others are never removed with the operator's own rights on the tenant's behalf:
+/// they are reported once (when the resource would uninstall them) and left in place.
 async fn removal_identities(
     ctx: &Context,
     c: &TenancyController,
     owner: &OwnerId,
     registered: &Registered,
-    owned: &mut BTreeSet<ReleaseKey>,
+    owned: &BTreeSet<ReleaseKey>,
 ) -> HashMap<ReleaseKey, Option<Impersonation>> {
     let admission = ctx.admission();
     let mut removal: HashMap<ReleaseKey, Option<Impersonation>> = HashMap::new();
     let mut refused: Vec<String> = Vec::new();
-    owned.retain(|key| {
+    for key in owned {
         match admission.identity_for_removal(
             &owner.namespace,
             key,
@@ -181,14 +197,10 @@ async fn removal_identities(
         ) {
             Ok(identity) => {
                 removal.insert(key.clone(), identity);
-                true
             }
-            Err(why) => {
-                refused.push(format!("{key}: {why}"));
-                false
-            }
+            Err(why) => refused.push(format!("{key}: {why}")),
         }
-    });
+    }
     if !refused.is_empty() && c.spec.deletion_policy == DeletionPolicy::Delete && !c.spec.suspend {
         let note = format!("releases left in place: {}", refused.join("; "));
         if ctx.kept.index.tell_once(owner, &note) {
