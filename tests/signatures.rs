@@ -196,6 +196,22 @@ async fn cosign_signatures_are_checked_by_the_real_verifier() {
         Refusal::Mismatch
     );
 
+    // Signed as an OCI 1.1 referrer (the lab's registry has no referrers API: its tag schema).
+    registry.push(&lab, &example_chart(), "1.0.3").await;
+    let referred = oci_digest(&lab, &registry, "1.0.3");
+    run(cosign(&lab, &registry, dir)
+        .env("COSIGN_EXPERIMENTAL", "1")
+        .args(["sign", "--key", "good.key", "--tlog-upload=false", "--yes"])
+        .arg("--registry-referrers-mode=oci-1-1")
+        .arg(format!(
+            "{}/charts/deployment-example@{referred}",
+            registry.host
+        )));
+    assert!(matches!(
+        verifier.run(&check(&referred)).await.unwrap(),
+        Verdict::Verified { .. }
+    ));
+
     median_cost("cosign", &verifier, &check(&signed), 9).await;
 }
 
