@@ -152,3 +152,46 @@ func TestRegistryCallsAreTLSOnlyAndBounded(t *testing.T) {
 		t.Errorf("a body past the limit, of known length: %v", err)
 	}
 }
+
+func TestDockerConfigKeysNameTheirRegistryHost(t *testing.T) {
+	creds, err := parseCredentials(`{"auths":{
+		"https://index.docker.io/v1/":{"username":"hub","password":"p1"},
+		"https://registry.example:5000":{"auth":"dXNlcjpwMg=="},
+		"ghcr.io/owner":{"identitytoken":"refresh"}}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for host, want := range map[string]string{"index.docker.io": "hub", "docker.io": "hub", "registry.example:5000": "user"} {
+		entry, ok, err := creds.lookup(host)
+		if err != nil || !ok || entry.Username != want {
+			t.Errorf("%s: %+v %v %v", host, entry, ok, err)
+		}
+	}
+	if entry, _, _ := creds.lookup("ghcr.io"); entry.IdentityToken != "refresh" {
+		t.Errorf("ghcr.io: %+v", entry)
+	}
+	if _, ok, err := creds.lookup("elsewhere.example"); ok || err != nil {
+		t.Errorf("a registry the config does not name is reached anonymously: %v %v", ok, err)
+	}
+	if _, err := parseCredentials(`{"auths": "registry.example:5000 user:s3cret"}`); err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("a config that does not parse: %v", err)
+	}
+}
+
+func TestAReferenceIsARepositoryAndASha256Digest(t *testing.T) {
+	for _, tc := range []struct{ reference, digest, words string }{
+		{"https://registry.example/charts/app", "sha256:" + zeros, "without scheme"},
+		{"registry.example/charts/app@sha256:" + zeros, "sha256:" + zeros, "without scheme or digest"},
+		{"registry.example/charts/app", "sha512:" + zeros, "sha256:<64 hex digits>"},
+		{"registry.example/charts/app", "latest", "sha256:<64 hex digits>"},
+		{"registry.example/Charts/App", "sha256:" + zeros, "not an OCI repository"},
+	} {
+		if _, _, err := artifactDigest(tc.reference, tc.digest); err == nil || !strings.Contains(err.Error(), tc.words) {
+			t.Errorf("%s@%s: %v", tc.reference, tc.digest, err)
+		}
+	}
+	ref, h, err := artifactDigest("registry.example:5000/charts/app", "sha256:"+zeros)
+	if err != nil || ref.String() != "registry.example:5000/charts/app@sha256:"+zeros || h.Hex != zeros {
+		t.Errorf("%v %v %v", ref, h, err)
+	}
+}
