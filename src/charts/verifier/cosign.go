@@ -17,6 +17,7 @@ import (
 	"github.com/sigstore/cosign/v2/pkg/cosign"
 	"github.com/sigstore/cosign/v2/pkg/oci"
 	ociremote "github.com/sigstore/cosign/v2/pkg/oci/remote"
+	"github.com/sigstore/cosign/v2/pkg/oci/static"
 	"github.com/sigstore/sigstore/pkg/cryptoutils"
 	"github.com/sigstore/sigstore/pkg/signature"
 )
@@ -127,6 +128,13 @@ func verifyCosign(ctx context.Context, check cosignCheck) answer {
 	}
 	if len(sigs) == 0 {
 		return refused(refusedUnsigned, fmt.Sprintf("no cosign signature of %s was found (neither the %s tag nor a referrer)", check.Digest, signatureTag(h)))
+	}
+	// Each signature's payload is read once, here, so a registry failure is told as one rather
+	// than as a signature that does not verify.
+	for i, sig := range sigs {
+		if sigs[i], err = static.Copy(sig); err != nil {
+			return registryError(ref.String(), err)
+		}
 	}
 	return judgeCosign(ctx, sigs, h, keys)
 }

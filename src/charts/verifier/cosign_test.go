@@ -8,6 +8,8 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/base64"
+	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -218,4 +220,24 @@ func TestRegistryErrorsSayWhatToDo(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestARegistryFailingMidwayIsAnErrorNotARefusal(t *testing.T) {
+	reg := startRegistry(t)
+	key, pub := newCosignKey(t)
+	digest := reg.pushChart(t, "charts/app", "1.0.0", []byte("chart one"))
+	cosignSign(t, reg, "charts/app", digest, digest, key, false)
+	// The signature's manifest is served; its payload (a blob) is not.
+	registry := reg.server.Config.Handler
+	reg.server.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/blobs/") {
+			http.Error(w, "storage unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		registry.ServeHTTP(w, r)
+	})
+
+	got := verifyCosign(context.Background(), cosignRequest(reg, digest, pub))
+
+	wantError(t, got, errorRegistry, "check that the registry is reachable")
 }
