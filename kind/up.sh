@@ -70,6 +70,9 @@ START=$SECONDS
 BIN=$("$LAB_ROOT/build.sh")
 export PATH="$BIN:$PATH"
 EXECUTOR=$("$LAB_ROOT/executor.sh")
+# The operator's checker of chart signatures, and the tools the tests sign charts with.
+VERIFIER=$("$LAB_ROOT/verifier.sh")
+SIGNING=$("$LAB_ROOT/signing.sh")
 # A real-world chart (ExternalDNS's, pinned) for tests/fleets_realworld.rs, fetched once.
 REAL_CHARTS=$("$LAB_ROOT/real-chart.sh")
 PKI="$LAB_DIR/pki"
@@ -319,9 +322,11 @@ fi
 
 cat >"$LAB_DIR/env" <<ENV
 export KUBECONFIG="$KUBECONFIG_FILE"
-export PATH="$BIN:\$PATH"
+export PATH="$BIN:$SIGNING:\$PATH"
 export TENANCY_HUB_LAB_DIR="$LAB_DIR"
 export TENANCY_HUB_HELM_EXECUTOR="$EXECUTOR"
+export TENANCY_HUB_VERIFIER="$VERIFIER"
+export TENANCY_HUB_SIGNING_TOOLS="$SIGNING"
 export TENANCY_HUB_REAL_CHARTS="$REAL_CHARTS"
 ENV
 

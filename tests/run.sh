@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every test: formatting and lints, unit tests (Rust, then the Go executor's), then the end-to-end tests against a fresh lab.
+# Runs every test: formatting and lints, unit tests (Rust, then the Go executor's and verifier's), then the end-to-end tests against a fresh lab.
 #
 #   tests/run.sh
 #
@@ -58,17 +58,24 @@ cargo clippy --all-targets --locked -- -D warnings
 
 phase "lab binaries"
 "$REPO/kind/build.sh" >/dev/null
+"$REPO/kind/verifier.sh" >/dev/null
+"$REPO/kind/signing.sh" >/dev/null
 
 phase "unit tests"
 cargo test --locked --lib --bins 2>&1 | tee -a "$RESULTS"
 
-phase "executor tests"
-(
-    cd src/helm/helm-sdk
-    # go.mod stays as `go mod tidy` leaves it (prints the difference and fails otherwise).
-    GOTOOLCHAIN=local GOFLAGS=-buildvcs=false go mod tidy -diff
-    GOTOOLCHAIN=local GOFLAGS=-buildvcs=false go test -count=1 ./...
-)
+phase "executor and verifier tests"
+# The Go programs of the operator (the Helm executor, the checker of chart signatures) and the
+# lab's signing tool: each go.mod stays as `go mod tidy` leaves it (prints the difference and fails
+# otherwise), go vet is clean and the tests pass.
+for module in src/helm/helm-sdk src/charts/verifier kind/tools/notation-sign; do
+    (
+        cd "$module"
+        GOTOOLCHAIN=local GOFLAGS=-buildvcs=false go mod tidy -diff
+        GOTOOLCHAIN=local GOFLAGS=-buildvcs=false go vet ./...
+        GOTOOLCHAIN=local GOFLAGS=-buildvcs=false go test -count=1 ./...
+    )
+done
 
 phase "lab up"
 lab_started=true

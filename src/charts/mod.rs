@@ -7,3 +7,4 @@ pub(crate) mod constraint;
 pub(crate) mod fetch;
 pub(crate) mod index;
 pub(crate) mod store;
+pub mod verify;

@@ -117,6 +117,17 @@ impl Lab {
         self.exported("TENANCY_HUB_HELM_EXECUTOR").into()
     }
 
+    /// The operator's checker of chart signatures (tenancy-hub-verify), built by `kind/verifier.sh`.
+    pub fn verifier(&self) -> PathBuf {
+        self.exported("TENANCY_HUB_VERIFIER").into()
+    }
+
+    /// The directory holding the lab's signing tools (cosign, tenancy-hub-notation-sign), built by
+    /// `kind/signing.sh`.
+    pub fn signing_tools(&self) -> PathBuf {
+        self.exported("TENANCY_HUB_SIGNING_TOOLS").into()
+    }
+
     /// The directory holding the lab's kubectl and helm.
     pub fn bin_dir(&self) -> PathBuf {
         PathBuf::from(self.exported("PATH").split(':').next().unwrap())
