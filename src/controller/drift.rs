@@ -83,6 +83,19 @@ pub(crate) struct DriftBoard {
     pub(crate) interval: Duration,
 }
 
+/// The drift action of a release whose repair is planned.
+const REPAIRING: &str = "Repairing";
+/// The drift action of a release whose repair the limiter refuses.
+const REPAIR_SUPPRESSED: &str = "RepairSuppressed";
+
+/// Marks a drift status whose repair the limiter just refused as suppressed, as [`DriftBoard::statuses`]
+/// reports it once the refusal is recorded.
+pub(crate) fn mark_suppressed(status: &mut DriftStatus) {
+    if status.action == REPAIRING {
+        status.action = REPAIR_SUPPRESSED.into();
+    }
+}
+
 impl DriftBoard {
     /// A board checking every release at least every `interval`; the receiver goes to `drift_checks::detect`.
     pub(crate) fn new(interval: Duration) -> (Self, UnboundedReceiver<DriftCheckRequest>) {
@@ -172,8 +185,8 @@ impl DriftBoard {
                 let mode = self.watched.get(&key).map(|w| w.settings.mode);
                 let action = match mode {
                     _ if !found.repairable() => "Reported",
-                    Some(DriftMode::Enabled) if found.suppressed => "RepairSuppressed",
-                    Some(DriftMode::Enabled) => "Repairing",
+                    Some(DriftMode::Enabled) if found.suppressed => REPAIR_SUPPRESSED,
+                    Some(DriftMode::Enabled) => REPAIRING,
                     _ => "Reported",
                 };
                 let since = found.since.to_string();

@@ -88,7 +88,15 @@ pub(crate) fn decide(
     planning: &Planning<'_>,
     allow_repair: RepairLimiter<'_>,
 ) -> Decision {
-    let refused_repairs = limit_repairs(&mut plan.jobs, planning.drifted, allow_repair);
+    let refused = limit_repairs(&mut plan.jobs, planning.drifted, allow_repair);
+    // The drift seen before the limiter judged: a repair it refused now is reported suppressed.
+    let mut drift = live.drift.clone();
+    for key in &refused.all {
+        if let Some(status) = drift.get_mut(key) {
+            crate::controller::drift::mark_suppressed(status);
+        }
+    }
+    let refused_repairs = refused.first;
     let gated = gated(c, &plan, &live.dependencies);
     let asked = if gated { plan.jobs.clone() } else { Vec::new() };
     let mut rollout = None;
@@ -96,7 +104,7 @@ pub(crate) fn decide(
     if gated {
         // The gates judge clusters and releases as they would stand with every job let through.
         let (busy, outcomes) = jobs_of(live, &plan);
-        let judged = report_of(c, seen, &plan, (&busy, &outcomes), &live.drift);
+        let judged = report_of(c, seen, &plan, (&busy, &outcomes), &drift);
         rollout = gate_rollout(c, &mut plan, seen, &judged, &busy, live, planning.now);
         edges = gate_dependencies(
             seen.owner,
@@ -124,7 +132,7 @@ pub(crate) fn decide(
         .iter()
         .any(|j| !seen.applied.contains_key(j.key()) && redundant(live, j, seen.applied));
     let (busy, outcomes) = busy_after(live, &plan, &enqueue);
-    let mut report = report_of(c, seen, &plan, (&busy, &outcomes), &live.drift);
+    let mut report = report_of(c, seen, &plan, (&busy, &outcomes), &drift);
     status::add_orphans(&mut report, seen.orphans);
     report.rollout = rollout.as_ref().map(|r: &rollout::Step| r.state.clone());
     Decision {

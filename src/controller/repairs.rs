@@ -14,14 +14,23 @@ use crate::{
     plan::{self, Job},
 };
 
-/// Drops the drift repairs the limiter refuses; returns those refused for the first time for
-/// their drifted revision, each with how long until a repair may run again.
+/// What the limiter refused: every release whose repair it dropped, and those refused for the
+/// first time for their drifted revision, each with how long until a repair may run again.
+#[derive(Debug, Default)]
+pub(crate) struct Refused {
+    /// Every release whose repair was dropped.
+    pub(crate) all: Vec<ReleaseKey>,
+    /// Those refused for the first time, to be told.
+    pub(crate) first: Vec<(ReleaseKey, Duration)>,
+}
+
+/// Drops the drift repairs the limiter refuses, and says which (see [`Refused`]).
 pub(crate) fn limit_repairs(
     jobs: &mut Vec<Job>,
     drifted: &HashMap<ReleaseKey, plan::Drifted>,
     allow_repair: RepairLimiter<'_>,
-) -> Vec<(ReleaseKey, Duration)> {
-    let mut refused = Vec::new();
+) -> Refused {
+    let mut refused = Refused::default();
     jobs.retain(|job| {
         let Job::Apply {
             release,
@@ -37,8 +46,9 @@ pub(crate) fn limit_repairs(
         match allow_repair(&release.key, found.revision) {
             (RepairVerdict::Allowed, _) => true,
             (RepairVerdict::Suppressed(wait), first) => {
+                refused.all.push(release.key.clone());
                 if first {
-                    refused.push((release.key.clone(), wait));
+                    refused.first.push((release.key.clone(), wait));
                 }
                 false
             }

@@ -27,6 +27,7 @@ struct Scripted {
     busy: HashSet<ReleaseKey>,
     running: HashSet<ReleaseKey>,
     outcomes: HashMap<ReleaseKey, LastOutcome>,
+    drift: HashMap<ReleaseKey, crate::api::crd::DriftStatus>,
     repairs_refused: bool,
 }
 
@@ -37,6 +38,7 @@ impl Scripted {
             busy: self.busy.union(&self.running).cloned().collect(),
             running: self.running.clone(),
             outcomes: self.outcomes.clone(),
+            drift: self.drift.clone(),
             ..Live::default()
         }
     }
@@ -236,8 +238,12 @@ async fn a_refused_repair_leaves_the_jobs_and_is_handed_back_to_be_told() {
             summary: "Deployment web: spec.replicas".into(),
         },
     )]);
+    // The drift as seen before the limiter judged: a repair planned.
+    let seen_before =
+        crate::observe::drift::status(3, "2026-01-01T00:00:00Z".into(), "Repairing", &[]);
     let live = Scripted {
         repairs_refused: true,
+        drift: HashMap::from([(release.key.clone(), seen_before)]),
         ..Scripted::default()
     };
 
@@ -249,6 +255,12 @@ async fn a_refused_repair_leaves_the_jobs_and_is_handed_back_to_be_told() {
         d.refused_repairs,
         vec![(release.key.clone(), Duration::from_secs(60))]
     );
+    // The report of this same decision says the repair is suppressed, not planned.
+    let drift = message(&d.report, "web")
+        .drift
+        .as_ref()
+        .expect("web's drift is reported");
+    assert_eq!(drift.action, "RepairSuppressed");
 }
 
 #[tokio::test]
