@@ -234,6 +234,14 @@ pub struct Chart {
     #[schemars(length(min = 1, max = 2048))]
     pub repo: Option<String>,
 
+    /// A Secret of this resource's own hub namespace holding the credentials (and CA) of the
+    /// chart's source, used instead of the platform's: allowed only where a TenancyPolicy
+    /// governing the hub namespace lists it in the `tenantSecrets` of a `sources` entry whose
+    /// prefix holds `repo` or the `oci://` reference. Its keys are those of a policy's
+    /// `secretRef`; it is read by the hub only and never sent to a member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_secret_ref: Option<crate::api::policy::SecretReference>,
+
     /// Values set one by one, as `helm --set key=value`: commas and backslashes are literal, and
     /// helm types the value ("3" is a number, "true" a boolean); a string that looks like a number
     /// goes under `values`. Removed settings return to the chart's defaults.

@@ -7,13 +7,25 @@
 //! drops loopback, link-local and unspecified addresses, unless the scope's own host is such a
 //! host (a policy listed it, as the lab's loopback repositories are). With a proxy
 //! (`HTTPS_PROXY`), the proxy resolves the names and this check does not apply.
+//!
+//! A source with credentials gets a client of its own (its CA bundle added to the roots, its
+//! client certificate), built once per Secret resource version, and its basic auth or bearer
+//! token on each request to its own scheme, host and port only: never to another origin, a
+//! redirect included.
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
 
 use reqwest::Url;
 
 use crate::{
+    charts::credentials::{Auth, Material},
     metrics::Metrics,
+    policy::access::Credentials,
     policy::source::{self, SourceUrl, redact},
 };
 
@@ -32,6 +44,14 @@ pub(crate) enum Error {
     /// The HTTP client could not be built.
     #[error("building the HTTP client of the chart cache: {0}")]
     Client(#[source] reqwest::Error),
+    /// A source's CA bundle or client certificate cannot be used.
+    #[error("{what} of {secret} cannot be used: {}", causes(source))]
+    Tls {
+        what: &'static str,
+        secret: String,
+        #[source]
+        source: reqwest::Error,
+    },
     /// The request failed: connection, TLS, timeout, a name resolving only to refused addresses.
     #[error("fetching {url}: {}", causes(source))]
     Request {
@@ -103,6 +123,11 @@ impl reqwest::dns::Resolve for PublicResolver {
 
 /// An HTTP client that follows no redirect, resolving names through `resolver` when given.
 fn http_client(resolver: Option<PublicResolver>) -> Result<reqwest::Client, Error> {
+    builder(resolver).build().map_err(Error::Client)
+}
+
+/// A client builder that follows no redirect, resolving names through `resolver` when given.
+fn builder(resolver: Option<PublicResolver>) -> reqwest::ClientBuilder {
     let builder = reqwest::Client::builder()
         .connect_timeout(CONNECT_TIMEOUT)
         .read_timeout(READ_TIMEOUT)
@@ -113,8 +138,39 @@ fn http_client(resolver: Option<PublicResolver>) -> Result<reqwest::Client, Erro
         Some(resolver) => builder.dns_resolver(Arc::new(resolver)),
         None => builder,
     }
-    .build()
-    .map_err(Error::Client)
+}
+
+/// What a fetch of a source with credentials carries: the Secret's content, and the origin
+/// (scheme, host and port) of the source, the only one its auth is sent to.
+pub(crate) struct Access<'a> {
+    /// Whose credentials: the key its client is kept under.
+    pub(crate) credentials: &'a Credentials,
+    /// The Secret in words, for messages.
+    pub(crate) secret: String,
+    /// The Secret's content.
+    pub(crate) material: &'a Material,
+    /// The source's own origin.
+    pub(crate) origin: url::Origin,
+}
+
+impl Access<'_> {
+    /// Adds the auth to a request of `url` when it goes to the source's own origin.
+    fn authorize(&self, request: reqwest::RequestBuilder, url: &Url) -> reqwest::RequestBuilder {
+        if url.origin() != self.origin {
+            return request;
+        }
+        match &self.material.auth {
+            Some(Auth::Basic { username, password }) => request.basic_auth(username, Some(password)),
+            Some(Auth::Bearer(token)) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+}
+
+/// A source's own client, built from one resource version of its Secret.
+struct Built {
+    version: String,
+    client: reqwest::Client,
 }
 
 /// Fetches chart sources over HTTP, counting the bytes.
@@ -124,6 +180,9 @@ pub(crate) struct Fetcher {
     /// Resolves names as the system does: for scopes whose own host leads back into the hub
     /// (a policy listed `http://localhost:8080/`).
     listed_client: reqwest::Client,
+    /// Clients of sources with a CA bundle or client certificate, by whose credentials and
+    /// whether names resolve as the system does; one resource version each.
+    own: Mutex<HashMap<(Credentials, bool), Built>>,
     metrics: Arc<Metrics>,
 }
 
@@ -133,32 +192,83 @@ impl Fetcher {
         Ok(Self {
             client: http_client(Some(PublicResolver))?,
             listed_client: http_client(None)?,
+            own: Mutex::new(HashMap::new()),
             metrics,
         })
     }
 
+    /// The client for a fetch under `scope` with `access`: the shared one, or the source's own
+    /// when its Secret holds a CA bundle or a client certificate (built again when the Secret's
+    /// resource version changed).
+    fn client(&self, scope: &SourceUrl, access: Option<&Access<'_>>) -> Result<reqwest::Client, Error> {
+        let listed = scope.internal().is_some();
+        let shared = match listed {
+            true => &self.listed_client,
+            false => &self.client,
+        };
+        let Some(access) = access.filter(|a| a.material.ca.is_some() || a.material.identity.is_some())
+        else {
+            return Ok(shared.clone());
+        };
+        let key = (access.credentials.clone(), listed);
+        let version = &access.material.version;
+        let mut own = self.own.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(built) = own.get(&key).filter(|b| &b.version == version) {
+            return Ok(built.client.clone());
+        }
+        let tls = |what, source| Error::Tls {
+            what,
+            secret: access.secret.clone(),
+            source,
+        };
+        let mut builder = builder((!listed).then_some(PublicResolver));
+        if let Some(ca) = &access.material.ca {
+            for cert in reqwest::Certificate::from_pem_bundle(ca).map_err(|e| tls("ca.crt", e))? {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        if let Some((cert, key)) = &access.material.identity {
+            let pem = [cert.as_slice(), b"\n", key.as_slice()].concat();
+            let identity =
+                reqwest::Identity::from_pem(&pem).map_err(|e| tls("tls.crt and tls.key", e))?;
+            builder = builder.identity(identity);
+        }
+        let client = builder.build().map_err(|e| tls("ca.crt or tls.crt", e))?;
+        own.insert(
+            key,
+            Built {
+                version: version.clone(),
+                client: client.clone(),
+            },
+        );
+        Ok(client)
+    }
+
     /// GETs `url`, handing each chunk to `sink`; follows redirects that stay under `scope`
     /// ([`MAX_REDIRECTS`] at most) and refuses the others without requesting them, and answers
-    /// over `limit` bytes. Counts the bytes as `kind`. Returns the size.
+    /// over `limit` bytes. With `access`, each request to the source's own origin carries its
+    /// auth, and the source's CA bundle and client certificate are used. Counts the bytes as
+    /// `kind`. Returns the size.
     pub(crate) async fn get(
         &self,
         url: &Url,
         scope: &SourceUrl,
+        access: Option<&Access<'_>>,
         limit: u64,
         kind: &'static str,
         mut sink: impl FnMut(&[u8]) -> std::io::Result<()>,
     ) -> Result<u64, Error> {
-        let client = match scope.internal() {
-            Some(_) => &self.listed_client,
-            None => &self.client,
-        };
+        let client = self.client(scope, access)?;
         let mut at = url.clone();
         let mut redirects = 0;
         let mut response = loop {
             let shown = redact(at.as_str());
-            let response =
-                client
-                    .get(at.clone())
+            let request = client.get(at.clone());
+            let request = match access {
+                Some(access) => access.authorize(request, &at),
+                None => request,
+            };
+            let response = request
                     .send()
                     .await
                     .map_err(|source| Error::Request {

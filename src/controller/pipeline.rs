@@ -27,6 +27,7 @@ use crate::{
     plan::fleet::Fleet,
     plan::rollout,
     plan::{self, Applied, Inputs, Job},
+    policy::access::Credentials,
     queue::Outcome,
     status::report::{self as status, LastOutcome, ReleaseReport, ReleaseView},
 };
@@ -166,8 +167,9 @@ async fn plan_spec(c: &TenancyController, seen: &Seen<'_>, planning: &Planning<'
             admission.fetch_scope(&owner.namespace, chart)
         })
         .await;
-    let lookup =
-        |source: &plan::ChartSource, version: Option<&str>| planning.charts.lookup(source, version);
+    let lookup = |source: &plan::ChartSource, credentials: &Credentials, version: Option<&str>| {
+        planning.charts.lookup(source, credentials, version)
+    };
     let values = |source: &plan::ValuesSource| {
         planning
             .values
