@@ -209,6 +209,15 @@ pub struct ClusterSelector {
     pub match_labels: BTreeMap<String, String>,
 }
 
+/// A Secret named in the namespace the field says.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretReference {
+    /// The Secret's name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
 /// One Helm chart released into a tenancy's namespace.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -240,7 +249,7 @@ pub struct Chart {
     /// prefix holds `repo` or the `oci://` reference. Its keys are those of a policy's
     /// `secretRef`; it is read by the hub only and never sent to a member.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source_secret_ref: Option<crate::api::policy::SecretReference>,
+    pub source_secret_ref: Option<SecretReference>,
 
     /// Values set one by one, as `helm --set key=value`: commas and backslashes are literal, and
     /// helm types the value ("3" is a number, "true" a boolean); a string that looks like a number

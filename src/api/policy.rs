@@ -164,7 +164,7 @@ pub struct SourceAccess {
     /// A Secret of the operator's own namespace (which tenants cannot read) the hub fetches this
     /// source with. Read at each fetch, so a changed Secret takes effect without a restart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub secret_ref: Option<SecretReference>,
+    pub secret_ref: Option<crate::api::crd::SecretReference>,
 
     /// Secrets of the governed hub namespaces a Controller may name for this source
     /// (`sourceSecretRef` of a chart) instead of `secretRef`: those named here or carrying every
@@ -172,15 +172,6 @@ pub struct SourceAccess {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub tenant_secrets: Vec<TenantSecretRule>,
-}
-
-/// A Secret named in the namespace the field says.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash)]
-#[serde(rename_all = "camelCase")]
-pub struct SecretReference {
-    /// The Secret's name.
-    #[schemars(length(min = 1, max = 253))]
-    pub name: String,
 }
 
 /// Secrets of a governed hub namespace a Controller may name for a source: those named here or
@@ -200,7 +191,8 @@ pub struct TenantSecretRule {
 impl TenantSecretRule {
     /// True when the rule allows the Secret `name` whatever its labels.
     pub fn allows_by_name(&self, name: &str) -> bool {
-        (self.names.is_empty() && self.match_labels.is_empty()) || self.names.iter().any(|n| n == name)
+        (self.names.is_empty() && self.match_labels.is_empty())
+            || self.names.iter().any(|n| n == name)
     }
 
     /// True when the rule allows the Secret `name` with `labels`.

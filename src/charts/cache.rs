@@ -389,10 +389,17 @@ impl ChartCache {
         let at = Instant::now();
         let location = index_url(repository)?;
         let mut bytes = Vec::new();
-        self.get(&location, scope, access, self.index_limit, "index", |chunk| {
-            bytes.extend_from_slice(chunk);
-            Ok(())
-        })
+        self.get(
+            &location,
+            scope,
+            access,
+            self.index_limit,
+            "index",
+            |chunk| {
+                bytes.extend_from_slice(chunk);
+                Ok(())
+            },
+        )
         .await?;
         let index = Arc::new(parse_index(&location, &bytes)?);
         tracing::debug!(repository = %repository, bytes = bytes.len(), "fetched the repository index");
@@ -643,7 +650,12 @@ impl ChartCache {
         found
     }
 
-    fn take(&self, source: &ChartSource, credentials: &Credentials, version: &str) -> Option<Checkout> {
+    fn take(
+        &self,
+        source: &ChartSource,
+        credentials: &Credentials,
+        version: &str,
+    ) -> Option<Checkout> {
         let store = &self.store;
         let mut state = store.state();
         let digest = state
@@ -670,7 +682,10 @@ impl ChartCache {
 
 /// The origin (scheme, host, port) of a scope: the only one its credentials are sent to.
 fn origin_of(scope: &SourceUrl) -> url::Origin {
-    Url::parse(scope.as_str()).map_or_else(|_| Url::parse("data:,").expect("a URL").origin(), |u| u.origin())
+    Url::parse(scope.as_str()).map_or_else(
+        |_| Url::parse("data:,").expect("a URL").origin(),
+        |u| u.origin(),
+    )
 }
 
 /// The default cache directory: `$XDG_CACHE_HOME/tenancy-hub/charts`, else

@@ -117,6 +117,15 @@ pub(crate) enum Auth {
     Bearer(String),
 }
 
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Basic { username, .. } => write!(f, "Basic({username}, ***)"),
+            Self::Bearer(_) => f.write_str("Bearer(***)"),
+        }
+    }
+}
+
 /// What a source's Secret holds, parsed. Its `Debug` form shows which keys, never their content.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub(crate) struct Material {
@@ -195,7 +204,10 @@ impl Material {
         if let Some(config) = &docker_config {
             let parsed: serde_json::Value = serde_json::from_slice(config)
                 .map_err(|_| "its key .dockerconfigjson is not JSON".to_owned())?;
-            if !parsed.get("auths").is_some_and(serde_json::Value::is_object) {
+            if !parsed
+                .get("auths")
+                .is_some_and(serde_json::Value::is_object)
+            {
                 return Err("its key .dockerconfigjson has no \"auths\" object".into());
             }
             if !oci {
@@ -335,7 +347,9 @@ impl SourceSecrets {
         let (policy, prefix) = credentials.origin().unwrap_or_default();
         let secret = format!("Secret {namespace}/{name}");
         let unreadable = |e: String| {
-            format!("reading {secret} (named for source {prefix} by TenancyPolicy {policy}): {e}; read again at the next fetch")
+            format!(
+                "reading {secret} (named for source {prefix} by TenancyPolicy {policy}): {e}; read again at the next fetch"
+            )
         };
         if let Credentials::Tenant { labels: sets, .. } = credentials
             && !sets.is_empty()
@@ -355,7 +369,12 @@ impl SourceSecrets {
                 ));
             }
         }
-        let Some(data) = self.reader.read(namespace, name).await.map_err(unreadable)? else {
+        let Some(data) = self
+            .reader
+            .read(namespace, name)
+            .await
+            .map_err(unreadable)?
+        else {
             let whose = match credentials {
                 Credentials::Tenant { .. } => "the Controller's hub namespace",
                 _ => "the operator's namespace",
@@ -416,7 +435,9 @@ pub(crate) fn hint(
         .any(|w| lower.contains(w))
     {
         Some("its certificate has expired or is not valid yet: the source's admins renew it".into())
-    } else if lower.contains("certificate") && (lower.contains("invalid") || lower.contains("not valid")) {
+    } else if lower.contains("certificate")
+        && (lower.contains("invalid") || lower.contains("not valid"))
+    {
         Some("its certificate is not valid for this host: the source's admins fix it, or the URL names the host it is issued for".into())
     } else {
         None

@@ -160,7 +160,9 @@ impl Access<'_> {
             return request;
         }
         match &self.material.auth {
-            Some(Auth::Basic { username, password }) => request.basic_auth(username, Some(password)),
+            Some(Auth::Basic { username, password }) => {
+                request.basic_auth(username, Some(password))
+            }
             Some(Auth::Bearer(token)) => request.bearer_auth(token),
             None => request,
         }
@@ -200,13 +202,18 @@ impl Fetcher {
     /// The client for a fetch under `scope` with `access`: the shared one, or the source's own
     /// when its Secret holds a CA bundle or a client certificate (built again when the Secret's
     /// resource version changed).
-    fn client(&self, scope: &SourceUrl, access: Option<&Access<'_>>) -> Result<reqwest::Client, Error> {
+    fn client(
+        &self,
+        scope: &SourceUrl,
+        access: Option<&Access<'_>>,
+    ) -> Result<reqwest::Client, Error> {
         let listed = scope.internal().is_some();
         let shared = match listed {
             true => &self.listed_client,
             false => &self.client,
         };
-        let Some(access) = access.filter(|a| a.material.ca.is_some() || a.material.identity.is_some())
+        let Some(access) =
+            access.filter(|a| a.material.ca.is_some() || a.material.identity.is_some())
         else {
             return Ok(shared.clone());
         };
@@ -268,13 +275,10 @@ impl Fetcher {
                 Some(access) => access.authorize(request, &at),
                 None => request,
             };
-            let response = request
-                    .send()
-                    .await
-                    .map_err(|source| Error::Request {
-                        url: shown.clone(),
-                        source: source.without_url(),
-                    })?;
+            let response = request.send().await.map_err(|source| Error::Request {
+                url: shown.clone(),
+                source: source.without_url(),
+            })?;
             let location = response
                 .headers()
                 .get(reqwest::header::LOCATION)
@@ -411,7 +415,7 @@ mod tests {
         let scope = SourceUrl::parse(&format!("{}{scope}", server.origin)).unwrap();
         let mut body = Vec::new();
         fetcher
-            .get(&url, &scope, 1 << 20, "index", |chunk| {
+            .get(&url, &scope, None, 1 << 20, "index", |chunk| {
                 body.extend_from_slice(chunk);
                 Ok(())
             })
@@ -478,14 +482,14 @@ mod tests {
         let url = Url::parse(&format!("{}/big", server.origin)).unwrap();
         let scope = SourceUrl::parse(&server.origin).unwrap();
         let error = fetcher
-            .get(&url, &scope, 1024, "index", |_| Ok(()))
+            .get(&url, &scope, None, 1024, "index", |_| Ok(()))
             .await
             .unwrap_err();
         assert!(matches!(error, Error::TooLarge { .. }), "{error}");
         assert!(error.to_string().ends_with("is larger than 0 MiB; refused"));
         let mut taken = 0;
         fetcher
-            .get(&url, &scope, 4096, "index", |chunk| {
+            .get(&url, &scope, None, 4096, "index", |chunk| {
                 taken += chunk.len();
                 Ok(())
             })
@@ -528,7 +532,7 @@ mod tests {
         );
         let listed = SourceUrl::parse(&format!("http://localhost:{port}/")).unwrap();
         fetcher
-            .get(&by_name, &listed, 1024, "index", |_| Ok(()))
+            .get(&by_name, &listed, None, 1024, "index", |_| Ok(()))
             .await
             .expect("a scope a policy listed by its loopback name");
     }

@@ -329,9 +329,11 @@ impl Charts {
 
     /// The manifest `release` renders as `render` says, from the archive an upgrade would install.
     async fn render(&self, release: &Release, render: &RenderFor) -> Result<String, String> {
-        let archive = self
-            .cache
-            .checkout(&release.source, &release.credentials, release.version.as_deref());
+        let archive = self.cache.checkout(
+            &release.source,
+            &release.credentials,
+            release.version.as_deref(),
+        );
         let archive = archive.as_ref().map(|a| a.path());
         helm::template(&self.helm, release, archive, render).await
     }

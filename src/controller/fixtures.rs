@@ -201,7 +201,9 @@ impl Fixture {
             .charts
             .prepare(&c.spec, home, &|chart| admission.fetch_scope("", chart))
             .await;
-        let lookup = |s: &plan::ChartSource, v: Option<&str>| self.ctx.charts.lookup(s, v);
+        let lookup = |s: &plan::ChartSource,
+                      c: &crate::policy::access::Credentials,
+                      v: Option<&str>| { self.ctx.charts.lookup(s, c, v) };
         let clusters = self.ctx.registry.load().labels();
         plan::desired(
             &owner_id(c),

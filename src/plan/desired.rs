@@ -349,7 +349,15 @@ pub(crate) fn desired(
         let credentials = admission
             .credentials(&owner.namespace, chart)
             .unwrap_or_default();
-        match resolve(owner, key.clone(), chart, chart_home, lookup, rendered, &credentials) {
+        match resolve(
+            owner,
+            key.clone(),
+            chart,
+            chart_home,
+            lookup,
+            rendered,
+            &credentials,
+        ) {
             Ok(release) => out.releases.push(Release {
                 identity,
                 ..release

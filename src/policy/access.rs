@@ -8,9 +8,12 @@ use std::collections::BTreeMap;
 
 use crate::{
     api::crd::Chart,
-    api::policy::SourceAccess,
-    policy::{Admission, NamedPolicy, source::SourceUrl},
+    api::policy::{SourceAccess, TenancyPolicySpec},
+    policy::source::SourceUrl,
 };
+
+/// A policy governing a hub namespace: its name and what it says.
+pub(crate) type Governing<'a> = (&'a str, &'a TenancyPolicySpec);
 
 /// Whose credentials the hub fetches a chart with (never the credentials themselves).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -81,7 +84,7 @@ impl std::fmt::Display for Credentials {
 
 /// One `sources` entry holding a chart's source, with its policy and prefix in normal form.
 struct Holder<'a> {
-    policy: &'a NamedPolicy,
+    policy: &'a str,
     entry: &'a SourceAccess,
     prefix: SourceUrl,
 }
@@ -91,7 +94,7 @@ impl Holder<'_> {
     fn rank(&self) -> (std::cmp::Reverse<usize>, &str) {
         (
             std::cmp::Reverse(self.prefix.as_str().trim_end_matches('/').len()),
-            &self.policy.name,
+            self.policy,
         )
     }
 }
@@ -106,115 +109,121 @@ fn source_url(chart: &Chart) -> Option<SourceUrl> {
     SourceUrl::parse(text).ok()
 }
 
-impl Admission {
-    /// The `sources` entries of the policies governing `hub_namespace` whose prefix holds `url`,
-    /// the one that applies first (longest prefix, then policy name).
-    fn holders<'a>(&'a self, hub_namespace: &str, url: &SourceUrl) -> Vec<Holder<'a>> {
-        let mut out: Vec<Holder<'a>> = self
-            .governing(hub_namespace)
-            .into_iter()
-            .flat_map(|policy| {
-                policy.spec.sources.iter().filter_map(move |entry| {
-                    let prefix = SourceUrl::parse(&entry.url).ok()?;
-                    prefix.holds(url).then_some(Holder {
-                        policy,
-                        entry,
-                        prefix,
-                    })
+/// The `sources` entries of the `governing` policies whose prefix holds `url`, the one that
+/// applies first (longest prefix, then policy name).
+fn holders<'a>(governing: &[Governing<'a>], url: &SourceUrl) -> Vec<Holder<'a>> {
+    let mut out: Vec<Holder<'a>> = governing
+        .iter()
+        .flat_map(|&(policy, spec)| {
+            spec.sources.iter().filter_map(move |entry| {
+                let prefix = SourceUrl::parse(&entry.url).ok()?;
+                prefix.holds(url).then_some(Holder {
+                    policy,
+                    entry,
+                    prefix,
                 })
             })
-            .collect();
-        out.sort_by(|a, b| a.rank().cmp(&b.rank()));
-        out
-    }
+        })
+        .collect();
+    out.sort_by(|a, b| a.rank().cmp(&b.rank()));
+    out
+}
 
-    /// Whose credentials the hub fetches `chart` with for a Controller of `hub_namespace`: the
-    /// Secret the chart names (`sourceSecretRef`) when a `tenantSecrets` rule of an entry holding
-    /// its source allows it (by name, or by labels checked when it is read); else the
-    /// `secretRef` of the entry with the longest prefix holding it (ties: the first policy by
-    /// name); else none. A Secret the chart names that no rule allows is refused, in every mode,
-    /// with the rule to add; so is one named for a chart-home chart.
-    pub(crate) fn credentials(&self, hub_namespace: &str, chart: &Chart) -> Result<Credentials, String> {
-        let Some(url) = source_url(chart) else {
-            return match &chart.source_secret_ref {
-                Some(named) => Err(format!(
-                    "chart {} names sourceSecretRef {}, but it comes from the chart home, which takes no credentials: remove sourceSecretRef",
-                    chart.chart_name, named.name
-                )),
-                None => Ok(Credentials::None),
-            };
+/// Whose credentials the hub fetches `chart` with for a Controller of `hub_namespace`: the
+/// Secret the chart names (`sourceSecretRef`) when a `tenantSecrets` rule of an entry holding
+/// its source allows it (by name, or by labels checked when it is read); else the
+/// `secretRef` of the entry with the longest prefix holding it (ties: the first policy by
+/// name); else none. A Secret the chart names that no rule allows is refused, in every mode,
+/// with the rule to add; so is one named for a chart-home chart.
+pub(crate) fn credentials(
+    governing: &[Governing<'_>],
+    hub_namespace: &str,
+    chart: &Chart,
+) -> Result<Credentials, String> {
+    let Some(url) = source_url(chart) else {
+        return match &chart.source_secret_ref {
+            Some(named) => Err(format!(
+                "chart {} names sourceSecretRef {}, but it comes from the chart home, which takes no credentials: remove sourceSecretRef",
+                chart.chart_name, named.name
+            )),
+            None => Ok(Credentials::None),
         };
-        let holders = self.holders(hub_namespace, &url);
-        let Some(named) = &chart.source_secret_ref else {
-            return Ok(holders
-                .first()
-                .and_then(|h| {
-                    h.entry.secret_ref.as_ref().map(|s| Credentials::Platform {
-                        secret: s.name.clone(),
-                        policy: h.policy.name.clone(),
-                        prefix: h.prefix.to_string(),
-                    })
+    };
+    let holders = holders(governing, &url);
+    let Some(named) = &chart.source_secret_ref else {
+        return Ok(holders
+            .first()
+            .and_then(|h| {
+                h.entry.secret_ref.as_ref().map(|s| Credentials::Platform {
+                    secret: s.name.clone(),
+                    policy: h.policy.to_owned(),
+                    prefix: h.prefix.to_string(),
                 })
-                .unwrap_or_default());
-        };
-        let tenant = |h: &Holder<'_>, labels| Credentials::Tenant {
-            namespace: hub_namespace.to_owned(),
-            secret: named.name.clone(),
-            policy: h.policy.name.clone(),
-            prefix: h.prefix.to_string(),
-            labels,
-        };
-        if let Some(h) = holders.iter().find(|h| {
-            h.entry
-                .tenant_secrets
-                .iter()
-                .any(|r| r.allows_by_name(&named.name))
-        }) {
-            return Ok(tenant(h, Vec::new()));
-        }
-        let by_labels = |h: &Holder<'_>| -> Vec<BTreeMap<String, String>> {
-            h.entry
-                .tenant_secrets
-                .iter()
-                .filter(|r| !r.match_labels.is_empty())
-                .map(|r| r.match_labels.clone())
-                .collect()
-        };
-        if let Some(h) = holders.iter().find(|h| !by_labels(h).is_empty()) {
-            let mut labels: Vec<_> = holders.iter().flat_map(by_labels).collect();
-            labels.sort();
-            labels.dedup();
-            return Ok(tenant(h, labels));
-        }
-        Err(self.tenant_secret_refusal(hub_namespace, chart, &named.name, &url))
+            })
+            .unwrap_or_default());
+    };
+    let tenant = |h: &Holder<'_>, labels| Credentials::Tenant {
+        namespace: hub_namespace.to_owned(),
+        secret: named.name.clone(),
+        policy: h.policy.to_owned(),
+        prefix: h.prefix.to_string(),
+        labels,
+    };
+    if let Some(h) = holders.iter().find(|h| {
+        h.entry
+            .tenant_secrets
+            .iter()
+            .any(|r| r.allows_by_name(&named.name))
+    }) {
+        return Ok(tenant(h, Vec::new()));
     }
+    let by_labels = |h: &Holder<'_>| -> Vec<BTreeMap<String, String>> {
+        h.entry
+            .tenant_secrets
+            .iter()
+            .filter(|r| !r.match_labels.is_empty())
+            .map(|r| r.match_labels.clone())
+            .collect()
+    };
+    if let Some(h) = holders.iter().find(|h| !by_labels(h).is_empty()) {
+        let mut labels: Vec<_> = holders.iter().flat_map(by_labels).collect();
+        labels.sort();
+        labels.dedup();
+        return Ok(tenant(h, labels));
+    }
+    Err(tenant_secret_refusal(
+        governing,
+        hub_namespace,
+        chart,
+        &named.name,
+        &url,
+    ))
+}
 
-    /// Why a chart may not name Secret `secret` for its source `url`, and the rule that would
-    /// allow it; the same whether or not the Secret exists.
-    pub(crate) fn tenant_secret_refusal(
-        &self,
-        hub_namespace: &str,
-        chart: &Chart,
-        secret: &str,
-        url: &SourceUrl,
-    ) -> String {
-        let governing = self.governing(hub_namespace);
-        let head = format!(
-            "chart {} names sourceSecretRef {secret}, which no tenantSecrets rule allows for its source {url}",
-            chart.chart_name
-        );
-        match governing.first() {
-            None => format!(
-                "{head}: no TenancyPolicy governs hub namespace {hub_namespace}; a platform admin must list it in a policy's hubNamespaces"
-            ),
-            Some(first) => {
-                let names: Vec<&str> = governing.iter().map(|p| p.name.as_str()).collect();
-                format!(
-                    "{head} (policies governing hub namespace {hub_namespace}: {}); a platform admin adds {{names: [{secret}]}} to the tenantSecrets of a sources entry whose url holds {url} (in TenancyPolicy {}, for example), or the chart drops sourceSecretRef to use the platform's credentials",
-                    names.join(", "),
-                    first.name
-                )
-            }
+/// Why a chart may not name Secret `secret` for its source `url`, and the rule that would
+/// allow it; the same whether or not the Secret exists.
+fn tenant_secret_refusal(
+    governing: &[Governing<'_>],
+    hub_namespace: &str,
+    chart: &Chart,
+    secret: &str,
+    url: &SourceUrl,
+) -> String {
+    let head = format!(
+        "chart {} names sourceSecretRef {secret}, which no tenantSecrets rule allows for its source {url}",
+        chart.chart_name
+    );
+    match governing.first() {
+        None => format!(
+            "{head}: no TenancyPolicy governs hub namespace {hub_namespace}; a platform admin must list it in a policy's hubNamespaces"
+        ),
+        Some(first) => {
+            let names: Vec<&str> = governing.iter().map(|(name, _)| *name).collect();
+            format!(
+                "{head} (policies governing hub namespace {hub_namespace}: {}); a platform admin adds {{names: [{secret}]}} to the tenantSecrets of a sources entry whose url holds {url} (in TenancyPolicy {}, for example), or the chart drops sourceSecretRef to use the platform's credentials",
+                names.join(", "),
+                first.0
+            )
         }
     }
 }

@@ -575,6 +575,21 @@ impl Admission {
             .collect()
     }
 
+    /// Whose credentials the hub fetches `chart` with for a Controller of `hub_namespace` (see
+    /// [`access::credentials`]); a Secret the chart names that no rule allows is refused.
+    pub(crate) fn credentials(
+        &self,
+        hub_namespace: &str,
+        chart: &Chart,
+    ) -> Result<Credentials, String> {
+        let governing: Vec<access::Governing<'_>> = self
+            .governing(hub_namespace)
+            .into_iter()
+            .map(|p| (p.name.as_str(), &p.spec))
+            .collect();
+        access::credentials(&governing, hub_namespace, chart)
+    }
+
     /// Whether the hub may fetch a chart for a `Controller` of `hub_namespace` at all (the source
     /// rules hold and, when enforcing, some governing policy lists the source), and where every
     /// fetch for it must stay: under the narrowest `chartSources` prefix of any policy that holds

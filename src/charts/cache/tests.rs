@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::charts::fetch::testing::{Answer, Server};
+use crate::policy::access::Credentials;
 use crate::policy::source;
 use std::time::Duration;
 
@@ -44,7 +45,7 @@ impl Repo {
     async fn failure(&self, cache: &ChartCache, url: Option<&str>) -> Error {
         let url = url.unwrap_or(&self.url);
         cache
-            .repository(url, "web", None, &self.scope, None)
+            .repository(url, "web", None, &self.scope, &Credentials::None, None)
             .await
             .expect_err("the resolution fails")
     }
@@ -122,7 +123,14 @@ async fn an_index_and_an_archive_are_fetched_once_for_every_resolution_and_insta
     let (cache, metrics) = open(dir.path(), DEFAULT_SIZE);
     for constraint in [None, Some("^1"), Some(">=1.1.0 <2")] {
         let resolved = cache
-            .repository(&repo.url, "web", constraint, &repo.scope, None)
+            .repository(
+                &repo.url,
+                "web",
+                constraint,
+                &repo.scope,
+                &Credentials::None,
+                None,
+            )
             .await
             .unwrap();
         assert_eq!(resolved.version, "1.1.0");
@@ -134,7 +142,11 @@ async fn an_index_and_an_archive_are_fetched_once_for_every_resolution_and_insta
 
     let source = repository_source(&repo);
     let checkouts: Vec<Checkout> = (0..30)
-        .map(|_| cache.checkout(&source, Some("1.1.0")).expect("cached"))
+        .map(|_| {
+            cache
+                .checkout(&source, &Credentials::None, Some("1.1.0"))
+                .expect("cached")
+        })
         .collect();
     assert_eq!(std::fs::read(checkouts[0].path()).unwrap(), archive);
     assert_eq!(
@@ -142,7 +154,9 @@ async fn an_index_and_an_archive_are_fetched_once_for_every_resolution_and_insta
         dir.path().join(format!("{}.tgz", sha(&archive)))
     );
     assert!(
-        cache.checkout(&source, Some("1.0.0")).is_none(),
+        cache
+            .checkout(&source, &Credentials::None, Some("1.0.0"))
+            .is_none(),
         "never fetched"
     );
     assert_eq!(metric(&metrics, "tenancy_hub_chart_cache_hits_total"), 32.0);
@@ -181,16 +195,37 @@ async fn an_index_fetched_before_since_is_fetched_again_and_a_kept_archive_is_no
     let dir = tempfile::tempdir().unwrap();
     let (cache, _) = open(dir.path(), DEFAULT_SIZE);
     cache
-        .repository(&repo.url, "web", None, &repo.scope, None)
+        .repository(
+            &repo.url,
+            "web",
+            None,
+            &repo.scope,
+            &Credentials::None,
+            None,
+        )
         .await
         .unwrap();
     let since = Instant::now();
     cache
-        .repository(&repo.url, "web", None, &repo.scope, Some(since))
+        .repository(
+            &repo.url,
+            "web",
+            None,
+            &repo.scope,
+            &Credentials::None,
+            Some(since),
+        )
         .await
         .unwrap();
     cache
-        .repository(&repo.url, "web", None, &repo.scope, Some(since))
+        .repository(
+            &repo.url,
+            "web",
+            None,
+            &repo.scope,
+            &Credentials::None,
+            Some(since),
+        )
         .await
         .unwrap();
     assert_eq!(repo.hits("/repo/index.yaml"), 2, "once per `since`");
@@ -198,7 +233,14 @@ async fn an_index_fetched_before_since_is_fetched_again_and_a_kept_archive_is_no
 
     let (reopened, metrics) = open(dir.path(), DEFAULT_SIZE);
     reopened
-        .repository(&repo.url, "web", None, &repo.scope, None)
+        .repository(
+            &repo.url,
+            "web",
+            None,
+            &repo.scope,
+            &Credentials::None,
+            None,
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -233,7 +275,7 @@ async fn an_archive_whose_digest_differs_from_the_index_is_refused_and_not_kept(
     assert!(names(dir.path()).is_empty(), "{:?}", names(dir.path()));
     assert!(
         cache
-            .checkout(&repository_source(&repo), Some("1.0.0"))
+            .checkout(&repository_source(&repo), &Credentials::None, Some("1.0.0"))
             .is_none()
     );
 }
@@ -249,7 +291,7 @@ async fn an_archive_that_cannot_be_fetched_fails_the_resolution_for_helm_never_f
     );
     assert!(
         cache
-            .checkout(&repository_source(&repo), Some("1.0.0"))
+            .checkout(&repository_source(&repo), &Credentials::None, Some("1.0.0"))
             .is_none()
     );
     assert_eq!(
@@ -328,7 +370,9 @@ async fn an_index_is_kept_by_its_normal_url_and_a_query_makes_no_new_one() {
         format!("{origin}/./repo"),
         format!("{origin}/x/../repo/"),
     ] {
-        let _ = cache.repository(&url, "web", None, &repo.scope, None).await;
+        let _ = cache
+            .repository(&url, "web", None, &repo.scope, &Credentials::None, None)
+            .await;
     }
     for query in ["?x=1", "?x=2", "#x"] {
         let url = format!("{}{query}", repo.url);
@@ -362,7 +406,7 @@ async fn missing_charts_versions_and_repositories_say_which() {
         let (cache, url, scope) = (&cache, repo.url.clone(), repo.scope.clone());
         async move {
             cache
-                .repository(&url, chart, constraint, &scope, None)
+                .repository(&url, chart, constraint, &scope, &Credentials::None, None)
                 .await
                 .unwrap_err()
                 .to_string()
@@ -386,7 +430,7 @@ async fn missing_charts_versions_and_repositories_say_which() {
     );
     let gone = format!("{}/elsewhere", repo.url);
     let message = cache
-        .repository(&gone, "web", None, &repo.scope, None)
+        .repository(&gone, "web", None, &repo.scope, &Credentials::None, None)
         .await
         .unwrap_err()
         .to_string();
@@ -410,7 +454,7 @@ fn stock(cache: &ChartCache, url: &str, version: &str, content: &[u8]) -> String
         .store
         .state()
         .pins
-        .insert((source, version.into()), digest.clone());
+        .insert((source, Credentials::None, version.into()), digest.clone());
     digest
 }
 
@@ -425,16 +469,24 @@ fn the_least_recently_used_archives_go_first_and_never_one_in_use() {
     };
     let a = stock(&cache, url, "1", &[b'a'; 10]);
     let b = stock(&cache, url, "2", &[b'b'; 10]);
-    let in_use = cache.checkout(&source, Some("1")).expect("kept");
+    let in_use = cache
+        .checkout(&source, &Credentials::None, Some("1"))
+        .expect("kept");
     stock(&cache, url, "3", &[b'c'; 10]);
-    drop(cache.checkout(&source, Some("2")).expect("kept"));
+    drop(
+        cache
+            .checkout(&source, &Credentials::None, Some("2"))
+            .expect("kept"),
+    );
     stock(&cache, url, "4", &[b'd'; 10]);
     assert!(
         dir.path().join(format!("{a}.tgz")).is_file(),
         "the oldest is in use"
     );
     assert!(
-        cache.checkout(&source, Some("3")).is_none(),
+        cache
+            .checkout(&source, &Credentials::None, Some("3"))
+            .is_none(),
         "the least recently used of the others went"
     );
     assert!(dir.path().join(format!("{b}.tgz")).is_file());
@@ -551,10 +603,15 @@ fn an_index_is_read_for_versions_archive_urls_and_digests_only() {
 
 #[test]
 fn helm_pull_arguments_keep_the_reference_after_a_double_dash() {
+    let files = PullFiles {
+        registry_config: "/cache/.partial-y/config.json".into(),
+        ..PullFiles::default()
+    };
     let args = pull_args(
         "oci://registry.example.com/charts/web",
         Some(">=0.1.0 <1.0.0"),
         Path::new("/cache/.partial-x"),
+        &files,
     );
     assert_eq!(
         args,
@@ -562,11 +619,15 @@ fn helm_pull_arguments_keep_the_reference_after_a_double_dash() {
             "pull",
             "--destination=/cache/.partial-x",
             "--version=>=0.1.0 <1.0.0",
+            "--registry-config=/cache/.partial-y/config.json",
             "--",
             "oci://registry.example.com/charts/web"
         ]
     );
-    assert_eq!(pull_args("oci://r/web", None, Path::new("/d")).len(), 4);
+    assert_eq!(
+        pull_args("oci://r/web", None, Path::new("/d"), &files).len(),
+        5
+    );
 }
 
 #[test]

@@ -12,6 +12,7 @@ use std::path::Path;
 pub(crate) fn release(source: ChartSource) -> Release {
     Release {
         masked: Default::default(),
+        credentials: Default::default(),
         key: "member-1/team/web".parse().unwrap(),
         owner: OwnerId {
             namespace: "default".into(),
