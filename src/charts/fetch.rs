@@ -335,7 +335,7 @@ pub(crate) mod testing {
         sync::{Arc, Mutex},
     };
 
-    use axum::http::{StatusCode, Uri, header::LOCATION};
+    use axum::http::{HeaderMap, StatusCode, Uri, header::AUTHORIZATION, header::LOCATION};
     use axum::response::IntoResponse;
 
     /// What a path answers.
@@ -345,6 +345,8 @@ pub(crate) mod testing {
         Body(Vec<u8>),
         /// 302 to this location.
         Redirect(String),
+        /// 200 with this body when the request carries this `Authorization`, else 401.
+        Guarded(String, Vec<u8>),
     }
 
     /// A running server.
@@ -352,6 +354,8 @@ pub(crate) mod testing {
         /// `http://127.0.0.1:PORT`.
         pub(crate) origin: String,
         hits: Arc<Mutex<HashMap<String, usize>>>,
+        /// The `Authorization` of every request, by path, in order.
+        auths: Arc<Mutex<Vec<(String, Option<String>)>>>,
     }
 
     impl Server {
@@ -370,13 +374,22 @@ pub(crate) mod testing {
             let answers: Arc<HashMap<String, Answer>> =
                 Arc::new(answers(&origin).into_iter().collect());
             let hits = Arc::new(Mutex::new(HashMap::new()));
-            let counted = hits.clone();
-            let app = axum::Router::new().fallback(move |uri: Uri| {
-                let (answers, hits) = (answers.clone(), counted.clone());
+            let auths = Arc::new(Mutex::new(Vec::new()));
+            let (counted, seen) = (hits.clone(), auths.clone());
+            let app = axum::Router::new().fallback(move |uri: Uri, headers: HeaderMap| {
+                let (answers, hits, auths) = (answers.clone(), counted.clone(), seen.clone());
                 async move {
                     let path = uri.path().to_owned();
                     *hits.lock().unwrap().entry(path.clone()).or_insert(0) += 1;
+                    let auth = headers
+                        .get(AUTHORIZATION)
+                        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+                    auths.lock().unwrap().push((path.clone(), auth.clone()));
                     match answers.get(&path) {
+                        Some(Answer::Guarded(wanted, body)) if auth.as_ref() == Some(wanted) => {
+                            (StatusCode::OK, body.clone()).into_response()
+                        }
+                        Some(Answer::Guarded(..)) => StatusCode::UNAUTHORIZED.into_response(),
                         Some(Answer::Body(body)) => (StatusCode::OK, body.clone()).into_response(),
                         Some(Answer::Redirect(to)) => {
                             (StatusCode::FOUND, [(LOCATION, to.clone())]).into_response()
@@ -386,7 +399,21 @@ pub(crate) mod testing {
                 }
             });
             tokio::spawn(async move { axum::serve(listener, app).await });
-            Self { origin, hits }
+            Self {
+                origin,
+                hits,
+                auths,
+            }
+        }
+
+        /// The `Authorization` each request of `path` carried, in order.
+        pub(crate) fn auths(&self, path: &str) -> Vec<Option<String>> {
+            let auths = self.auths.lock().unwrap();
+            auths
+                .iter()
+                .filter(|(p, _)| p == path)
+                .map(|(_, a)| a.clone())
+                .collect()
         }
 
         /// How many requests of `path` it answered.
@@ -473,6 +500,47 @@ mod tests {
         }
         assert_eq!(server.hits("/team-x/index.yaml"), 0);
         assert_eq!(server.hits("/team-e/loop"), 1 + MAX_REDIRECTS);
+    }
+
+    #[test]
+    fn auth_goes_to_the_sources_own_scheme_host_and_port_only() {
+        let material = Material {
+            auth: Some(Auth::Basic {
+                username: "u".into(),
+                password: "pw".into(),
+            }),
+            ..Material::default()
+        };
+        let source = Url::parse("https://charts.example.com/team-a").unwrap();
+        let access = Access {
+            credentials: &Credentials::None,
+            secret: "Secret tenancy-hub/pull".into(),
+            material: &material,
+            origin: source.origin(),
+        };
+        let client = reqwest::Client::new();
+        let sent = |url: &str| {
+            let url = Url::parse(url).unwrap();
+            access
+                .authorize(client.get(url.clone()), &url)
+                .build()
+                .unwrap()
+                .headers()
+                .get(reqwest::header::AUTHORIZATION)
+                .map(|v| v.to_str().unwrap().to_owned())
+        };
+        assert_eq!(
+            sent("https://charts.example.com:443/team-a/web-1.0.0.tgz").as_deref(),
+            Some("Basic dTpwdw==")
+        );
+        for elsewhere in [
+            "https://cdn.example.com/team-a/web-1.0.0.tgz",
+            "http://charts.example.com/team-a/index.yaml",
+            "https://charts.example.com:8443/team-a/index.yaml",
+            "https://charts.example.com.evil.io/team-a/index.yaml",
+        ] {
+            assert_eq!(sent(elsewhere), None, "{elsewhere}");
+        }
     }
 
     #[tokio::test]

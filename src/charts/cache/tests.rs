@@ -669,3 +669,260 @@ fn the_version_of_an_archive_is_read_from_its_chart_yaml() {
     std::fs::write(&path, b"not gzip").unwrap();
     assert!(archive_version(&path).is_err());
 }
+
+/// Answers every read with one Secret, whatever its name, as the test last set it.
+struct OneSecret(std::sync::Mutex<credentials::SecretData>);
+
+impl credentials::ReadSecret for OneSecret {
+    fn read<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Option<credentials::SecretData>, String>> {
+        let data = self.0.lock().unwrap().clone();
+        Box::pin(async move { Ok(Some(data)) })
+    }
+
+    fn labels<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<Option<std::collections::BTreeMap<String, String>>, String>,
+    > {
+        Box::pin(async { Ok(Some(Default::default())) })
+    }
+}
+
+fn basic(password: &str, version: &str) -> credentials::SecretData {
+    credentials::SecretData {
+        data: [("username", "u"), ("password", password)]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.as_bytes().to_vec()))
+            .collect(),
+        version: version.into(),
+    }
+}
+
+fn platform(prefix: &str) -> Credentials {
+    Credentials::Platform {
+        secret: "pull".into(),
+        policy: "team-a".into(),
+        prefix: prefix.into(),
+    }
+}
+
+/// `Basic` of `u:pw`.
+const AUTH: &str = "Basic dTpwdw==";
+
+/// A repository whose index and archive answer only `AUTH`, whose `away` index redirects to
+/// `other`, and a cache reading one Secret (`u`/`pw`, version 1) for any source.
+async fn guarded(other: &str) -> (Repo, tempfile::TempDir, ChartCache, Arc<OneSecret>) {
+    let archive = b"the archive".to_vec();
+    let other = other.to_owned();
+    let repo = Repo::answering(move |_| {
+        vec![
+            (
+                "/repo/index.yaml".into(),
+                Answer::Guarded(AUTH.into(), index(&[("1.0.0", "web.tgz", &archive)])),
+            ),
+            (
+                "/repo/web.tgz".into(),
+                Answer::Guarded(AUTH.into(), archive),
+            ),
+            (
+                "/repo/away/index.yaml".into(),
+                Answer::Redirect(format!("{other}/x/index.yaml")),
+            ),
+        ]
+    })
+    .await;
+    let secret = Arc::new(OneSecret(std::sync::Mutex::new(basic("pw", "1"))));
+    let dir = tempfile::tempdir().unwrap();
+    let (cache, _) = open(dir.path(), DEFAULT_SIZE);
+    let cache = cache.with_secrets(credentials::SourceSecrets {
+        reader: secret.clone(),
+        operator_namespace: "tenancy-hub".into(),
+    });
+    (repo, dir, cache, secret)
+}
+
+#[tokio::test]
+async fn credentials_go_with_the_index_and_the_archive_and_never_to_another_host() {
+    let other = Server::serve(vec![("/x/index.yaml", Answer::Body(b"x".to_vec()))]).await;
+    let (repo, _dir, cache, _) = guarded(&other.origin).await;
+    let with = platform(repo.scope.as_str());
+    cache
+        .repository(&repo.url, "web", None, &repo.scope, &with, None)
+        .await
+        .expect("resolved with the Secret's credentials");
+    assert_eq!(
+        repo.server.auths("/repo/index.yaml"),
+        [Some(AUTH.to_owned())]
+    );
+    assert_eq!(repo.server.auths("/repo/web.tgz"), [Some(AUTH.to_owned())]);
+
+    let away = format!("{}/away", repo.url);
+    let error = cache
+        .repository(&away, "web", None, &repo.scope, &with, None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("outside the chartSources prefix"), "{error}");
+    assert_eq!(
+        other.hits("/x/index.yaml"),
+        0,
+        "never requested, so never sent"
+    );
+    assert!(!error.contains("pw"), "{error}");
+}
+
+#[tokio::test]
+async fn what_one_set_of_credentials_fetched_is_never_served_to_another() {
+    let (repo, _dir, cache, _) = guarded("http://127.0.0.1:9").await;
+    let with = platform(repo.scope.as_str());
+    let source = ChartSource::Repository {
+        url: repo.url.clone(),
+        chart: "web".into(),
+    };
+    cache
+        .repository(&repo.url, "web", None, &repo.scope, &with, None)
+        .await
+        .unwrap();
+    assert!(cache.checkout(&source, &with, Some("1.0.0")).is_some());
+    let tenant = Credentials::Tenant {
+        namespace: "team-b".into(),
+        secret: "pull".into(),
+        policy: "team-a".into(),
+        prefix: repo.scope.to_string(),
+        labels: Vec::new(),
+    };
+    for other in [&Credentials::None, &tenant] {
+        assert!(
+            cache.checkout(&source, other, Some("1.0.0")).is_none(),
+            "{other}: not its archive"
+        );
+    }
+    let anonymous = cache
+        .repository(
+            &repo.url,
+            "web",
+            None,
+            &repo.scope,
+            &Credentials::None,
+            None,
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        anonymous.contains(
+            "/repo/index.yaml answered 401 Unauthorized; the source asks for credentials and none were given"
+        ),
+        "{anonymous}"
+    );
+    assert_eq!(
+        repo.server.auths("/repo/index.yaml"),
+        [Some(AUTH.to_owned()), None],
+        "its own index, fetched without credentials"
+    );
+}
+
+#[tokio::test]
+async fn a_changed_secret_takes_effect_at_the_next_fetch() {
+    let (repo, _dir, cache, secret) = guarded("http://127.0.0.1:9").await;
+    let with = platform(repo.scope.as_str());
+    cache
+        .repository(&repo.url, "web", None, &repo.scope, &with, None)
+        .await
+        .unwrap();
+    *secret.0.lock().unwrap() = basic("wrong-password", "2");
+    let error = cache
+        .repository(
+            &repo.url,
+            "web",
+            None,
+            &repo.scope,
+            &with,
+            Some(Instant::now()),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("answered 401 Unauthorized; the source refused the credentials of Secret tenancy-hub/pull (TenancyPolicy team-a"),
+        "{error}"
+    );
+    assert!(!error.contains("wrong-password"), "{error}");
+    *secret.0.lock().unwrap() = basic("pw", "3");
+    cache
+        .repository(
+            &repo.url,
+            "web",
+            None,
+            &repo.scope,
+            &with,
+            Some(Instant::now()),
+        )
+        .await
+        .expect("the Secret put right");
+    assert_eq!(repo.server.auths("/repo/index.yaml").len(), 3);
+}
+
+#[test]
+fn oci_credentials_reach_helm_through_private_files_and_never_its_arguments() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let cert = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    let key = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n";
+    let mut data = basic("s3cret-pa55", "1");
+    for (k, v) in [("ca.crt", cert), ("tls.crt", cert), ("tls.key", key)] {
+        data.data.insert(k.into(), v.as_bytes().to_vec());
+    }
+    let material = Material::parse(&data, true).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let files = PullFiles::write(dir.path(), Some(&material), "127.0.0.1:5000").unwrap();
+    let (cert_file, key_file) = files.identity.clone().unwrap();
+    let ca_file = files.ca.clone().unwrap();
+    for path in [&files.registry_config, &ca_file, &cert_file, &key_file] {
+        let mode = std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", path.display());
+    }
+    let config = std::fs::read_to_string(&files.registry_config).unwrap();
+    let encoded =
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, "u:s3cret-pa55");
+    assert!(config.contains(&encoded) && config.contains("127.0.0.1:5000"));
+    let args = pull_args(
+        "oci://127.0.0.1:5000/charts/web",
+        None,
+        Path::new("/d"),
+        &files,
+    );
+    let argv = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        !argv.contains("s3cret-pa55") && !argv.contains(&encoded),
+        "{argv}"
+    );
+    for flag in [
+        format!("--registry-config={}", files.registry_config.display()),
+        format!("--ca-file={}", ca_file.display()),
+        format!("--cert-file={}", cert_file.display()),
+        format!("--key-file={}", key_file.display()),
+    ] {
+        assert!(argv.contains(&flag), "{flag} in {argv}");
+    }
+    assert!(!argv.contains("--username") && !argv.contains("--password"));
+    let anonymous = PullFiles::write(&dir.path().join("none"), None, "r").err();
+    assert!(anonymous.is_some(), "a directory that is not there");
+    std::fs::create_dir(dir.path().join("none")).unwrap();
+    let anonymous = PullFiles::write(&dir.path().join("none"), None, "r").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(anonymous.registry_config).unwrap(),
+        r#"{"auths":{}}"#,
+        "no fallback on a login of the operator's user"
+    );
+}
