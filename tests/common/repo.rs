@@ -161,7 +161,10 @@ pub fn htpasswd(user: &str, password: &str) -> String {
         .unwrap();
     let out = child.wait_with_output().unwrap();
     let hash = String::from_utf8(out.stdout).unwrap();
-    assert!(hash.starts_with("$2"), "python's crypt makes no bcrypt here: {hash}");
+    assert!(
+        hash.starts_with("$2"),
+        "python's crypt makes no bcrypt here: {hash}"
+    );
     format!("{user}:{}\n", hash.trim())
 }
 
@@ -443,23 +446,34 @@ impl OciRegistry {
     async fn login(&self, lab: &Lab, user: &str, password: &str) {
         let (_, login) = self.auth.as_ref().expect("a private registry");
         let helm = lab.bin_dir().join("helm");
-        wait_until("the registry to take the login", Duration::from_secs(30), || {
-            use std::io::Write as _;
-            let child = Command::new(&helm)
-                .args(["registry", "login", &self.host, "--username", user, "--password-stdin"])
-                .args(["--ca-file", &self.ca])
-                .arg("--registry-config")
-                .arg(login)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn();
-            let ok = child.ok().and_then(|mut child| {
-                child.stdin.take()?.write_all(password.as_bytes()).ok()?;
-                child.wait().ok()?.success().then_some(())
-            });
-            async move { ok }
-        })
+        wait_until(
+            "the registry to take the login",
+            Duration::from_secs(30),
+            || {
+                use std::io::Write as _;
+                let child = Command::new(&helm)
+                    .args([
+                        "registry",
+                        "login",
+                        &self.host,
+                        "--username",
+                        user,
+                        "--password-stdin",
+                    ])
+                    .args(["--ca-file", &self.ca])
+                    .arg("--registry-config")
+                    .arg(login)
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn();
+                let ok = child.ok().and_then(|mut child| {
+                    child.stdin.take()?.write_all(password.as_bytes()).ok()?;
+                    child.wait().ok()?.success().then_some(())
+                });
+                async move { ok }
+            },
+        )
         .await;
     }
 
@@ -484,14 +498,15 @@ impl OciRegistry {
             "the registry to take the chart",
             Duration::from_secs(30),
             || {
-                let out = Command::new(&helm)
-                    .arg("push")
-                    .arg(&tgz)
-                    .args([&target, "--ca-file", &self.ca])
-                    .args(self.auth.iter().flat_map(|(_, login)| {
-                        [OsString::from("--registry-config"), login.into()]
-                    }))
-                    .output();
+                let out =
+                    Command::new(&helm)
+                        .arg("push")
+                        .arg(&tgz)
+                        .args([&target, "--ca-file", &self.ca])
+                        .args(self.auth.iter().flat_map(|(_, login)| {
+                            [OsString::from("--registry-config"), login.into()]
+                        }))
+                        .output();
                 async move { out.ok()?.status.success().then_some(()) }
             },
         )
