@@ -416,15 +416,36 @@ async fn private_charts_reach_push_and_pull_members_with_the_platforms_credentia
     );
     assert!(hub.lab.releases("member-1", &ns_b).is_empty());
 
-    // The preview reads the same Secrets and shows none of their content.
-    let diff = hub.diff(&hub.lab.clusters_path(), "private", &spec, &[]);
-    let shown = format!(
-        "{}{}",
+    // The preview reads the same Secrets, renders both charts, and shows none of their content.
+    let preview = ControllerSpec {
+        tenancies: vec![tenancy(&unique("preview"), &["member-1"], sources.charts())],
+        ..Default::default()
+    };
+    let diff = hub.diff(&hub.lab.clusters_path(), "preview", &preview, &[]);
+    let (stdout, stderr) = (
         String::from_utf8_lossy(&diff.stdout),
-        String::from_utf8_lossy(&diff.stderr)
+        String::from_utf8_lossy(&diff.stderr),
     );
-    assert!(diff.status.success() || !shown.is_empty(), "{shown}");
-    shows_none("tenancy-hub diff", &shown, &sources.passwords());
+    let entries: Vec<serde_json::Value> = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("diff printed no JSON ({e}): {stdout}\n{stderr}"));
+    for release in ["oci", "repo"] {
+        let e = entries
+            .iter()
+            .find(|e| e["release"] == release)
+            .unwrap_or_else(|| panic!("{release} in {entries:?}"));
+        assert_eq!(e["action"], "install", "{e}");
+        assert!(
+            e["diff"]
+                .as_str()
+                .is_some_and(|d| d.contains("+kind: Deployment")),
+            "{e}"
+        );
+    }
+    shows_none(
+        "tenancy-hub diff",
+        &format!("{stdout}{stderr}"),
+        &sources.passwords(),
+    );
 
     // Nothing else shows the passwords: status, Events, the operator's and agent's logs, the
     // pull member's hub namespace, any process's command line.
