@@ -349,13 +349,16 @@ pub(crate) mod testing {
         Guarded(String, Vec<u8>),
     }
 
+    /// A request's path and `Authorization`.
+    type Seen = (String, Option<String>);
+
     /// A running server.
     pub(crate) struct Server {
         /// `http://127.0.0.1:PORT`.
         pub(crate) origin: String,
         hits: Arc<Mutex<HashMap<String, usize>>>,
         /// The `Authorization` of every request, by path, in order.
-        auths: Arc<Mutex<Vec<(String, Option<String>)>>>,
+        auths: Arc<Mutex<Vec<Seen>>>,
     }
 
     impl Server {
