@@ -406,14 +406,15 @@ pub(crate) fn hint(
         .secret(operator_namespace)
         .map(|s| format!("{s} (TenancyPolicy {policy}, source {prefix})"));
     const NAME_ONE: &str = "a platform admin names a Secret holding them in a sources entry (secretRef) of a TenancyPolicy governing the Controller's hub namespace";
-    if lower.contains("401") || lower.contains("unauthorized") {
+    // Words, not bare status numbers: a port or a digest may hold "401".
+    if lower.contains("unauthorized") {
         Some(match secret {
             Some(secret) => format!(
                 "the source refused the credentials of {secret}: check its keys username and password (or token, or .dockerconfigjson)"
             ),
             None => format!("the source asks for credentials and none were given: {NAME_ONE}"),
         })
-    } else if lower.contains("403") || lower.contains("forbidden") || lower.contains("denied") {
+    } else if lower.contains("forbidden") || lower.contains("denied") {
         Some(match secret {
             Some(secret) => format!(
                 "the credentials of {secret} lack access to this chart: grant their account access on the source"

@@ -356,4 +356,13 @@ fn each_failure_of_a_source_says_what_to_do_naming_the_secret_and_the_policy() {
         "{no_ca}"
     );
     assert_eq!(hint("connection refused", &with, "tenancy-hub"), None);
+    assert_eq!(
+        hint(
+            "https://127.0.0.1:34013/index.yaml answered 404 Not Found",
+            &with,
+            "tenancy-hub"
+        ),
+        None,
+        "a port is no status"
+    );
 }
