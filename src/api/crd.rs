@@ -209,6 +209,15 @@ pub struct ClusterSelector {
     pub match_labels: BTreeMap<String, String>,
 }
 
+/// A Secret named in the namespace the field says.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretReference {
+    /// The Secret's name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
 /// One Helm chart released into a tenancy's namespace.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -233,6 +242,14 @@ pub struct Chart {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 2048))]
     pub repo: Option<String>,
+
+    /// A Secret of this resource's own hub namespace holding the credentials (and CA) of the
+    /// chart's source, used instead of the platform's: allowed only where a TenancyPolicy
+    /// governing the hub namespace lists it in the `tenantSecrets` of a `sources` entry whose
+    /// prefix holds `repo` or the `oci://` reference. Its keys are those of a policy's
+    /// `secretRef`; it is read by the hub only and never sent to a member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_secret_ref: Option<SecretReference>,
 
     /// Values set one by one, as `helm --set key=value`: commas and backslashes are literal, and
     /// helm types the value ("3" is a number, "true" a boolean); a string that looks like a number

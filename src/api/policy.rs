@@ -88,6 +88,17 @@ pub struct TenancyPolicySpec {
     )]
     pub chart_sources: Vec<String>,
 
+    /// Chart sources with what the hub fetches them with: each entry allows its prefix as a
+    /// `chartSources` entry does, and may name a Secret of the operator's own namespace holding
+    /// the source's credentials and CA (`secretRef`), and Secrets of the governed hub namespaces
+    /// a Controller may name for it instead (`tenantSecrets`). Among the entries of the policies
+    /// governing a Controller's hub namespace whose prefix holds a chart's source, the longest
+    /// prefix applies (ties: the first policy by name). Credentials are sent to the source's own
+    /// scheme, host and port only, and never reach argv, logs, status or a member.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub sources: Vec<SourceAccess>,
+
     /// The identity Helm acts as in the target clusters for releases this policy allows, so the
     /// cluster's own RBAC decides what a chart may create. Exactly one of `impersonate` and
     /// `trusted: true` must be given.
@@ -129,6 +140,70 @@ pub struct TenancyPolicySpec {
         )
     )]
     pub alert_internal_addresses: Vec<String>,
+}
+
+/// A chart source prefix and what the hub fetches it with.
+///
+/// The Secrets hold, under these keys (Kubernetes' and Flux's names): `username` and `password`
+/// (basic auth), `token` (a bearer token; for OCI registries, a registry token), `.dockerconfigjson`
+/// (type `kubernetes.io/dockerconfigjson`: OCI registries' logins), `ca.crt` (PEM CA bundle trusted
+/// for this source besides the system's roots), `tls.crt` and `tls.key` (a PEM client certificate
+/// and its key). A `verify` block (signatures required of this source's charts) belongs here too.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceAccess {
+    /// URL prefix, written and matched as a `chartSources` entry (whole path segments, after
+    /// normalisation): `https://charts.example.com/team-a/` or `oci://registry.example.com/team-a/`.
+    /// Listing it here allows it, as listing it in `chartSources` does.
+    #[schemars(
+        length(min = 1, max = 2048),
+        regex(pattern = r"^(https://[^/@]+.*|http://[^/@]+.*|oci://[^/@]+.*)$")
+    )]
+    pub url: String,
+
+    /// A Secret of the operator's own namespace (which tenants cannot read) the hub fetches this
+    /// source with. Read at each fetch, so a changed Secret takes effect without a restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<crate::api::crd::SecretReference>,
+
+    /// Secrets of the governed hub namespaces a Controller may name for this source
+    /// (`sourceSecretRef` of a chart) instead of `secretRef`: those named here or carrying every
+    /// label here. None when empty: a chart naming a Secret is then `Forbidden`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub tenant_secrets: Vec<TenantSecretRule>,
+}
+
+/// Secrets of a governed hub namespace a Controller may name for a source: those named here or
+/// carrying every label here; every Secret of the namespace when neither is given.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantSecretRule {
+    /// Secret names, exactly.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256), inner(length(min = 1, max = 253)))]
+    pub names: Vec<String>,
+    /// Labels every allowed Secret carries, with these values.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+}
+
+impl TenantSecretRule {
+    /// True when the rule allows the Secret `name` whatever its labels.
+    pub fn allows_by_name(&self, name: &str) -> bool {
+        (self.names.is_empty() && self.match_labels.is_empty())
+            || self.names.iter().any(|n| n == name)
+    }
+
+    /// True when the rule allows the Secret `name` with `labels`.
+    pub fn allows(&self, name: &str, labels: &BTreeMap<String, String>) -> bool {
+        self.allows_by_name(name)
+            || (!self.match_labels.is_empty()
+                && self
+                    .match_labels
+                    .iter()
+                    .all(|(k, v)| labels.get(k) == Some(v)))
+    }
 }
 
 /// Secrets an Alert of a governed hub namespace may send to: those named here or carrying

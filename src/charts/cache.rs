@@ -6,6 +6,12 @@
 //! resolver that drops loopback, link-local and unspecified addresses unless the scope itself
 //! names such a host (a policy listed it). What a repository sends is never shown: errors say
 //! what failed (status, size, where the YAML breaks), not what the body holds.
+//!
+//! A source with credentials (see `charts::credentials`) is fetched with what its Secret holds
+//! now, read at each resolution; everything fetched with them (indexes, resolutions, pins) is
+//! kept under whose credentials they were, so it is never served to a Controller without them.
+//! OCI pulls get them through private files (`--registry-config`, `--ca-file`, `--cert-file`,
+//! `--key-file`), never argv.
 
 use std::{
     ffi::OsString,
@@ -24,10 +30,12 @@ use tokio::time::Instant;
 use crate::{
     charts::{
         constraint,
-        fetch::{self, Fetcher},
+        credentials::{self, Material, SourceSecrets},
+        fetch::{self, Access, Fetcher},
     },
     metrics::Metrics,
     plan::ChartSource,
+    policy::access::Credentials,
     policy::source::{Refused, SourceUrl, redact},
     queue::failure::trim_error,
 };
@@ -45,19 +53,86 @@ pub(crate) fn parse_digest(stdout: &str, stderr: &str) -> Option<String> {
         .filter(|d| !d.is_empty())
 }
 
-/// Arguments of `helm pull` of an OCI chart into `into`: every value inside one `--flag=value`
-/// argument and the reference after `--`, so nothing can pose as a flag.
-fn pull_args(reference: &str, constraint: Option<&str>, into: &Path) -> Vec<OsString> {
-    let mut args: Vec<OsString> = vec!["pull".into()];
-    let mut destination = OsString::from("--destination=");
-    destination.push(into);
-    args.push(destination);
+/// The private files an OCI pull reads its credentials from: paths only ever reach argv.
+#[derive(Debug, Default)]
+struct PullFiles {
+    /// The registries' login file (`--registry-config`), always given, so helm never falls back
+    /// on a login of the operator's user.
+    registry_config: PathBuf,
+    /// `--ca-file`.
+    ca: Option<PathBuf>,
+    /// `--cert-file` and `--key-file`.
+    identity: Option<(PathBuf, PathBuf)>,
+}
+
+impl PullFiles {
+    /// Writes what `material` holds for the registry `host` into `dir` (private to the
+    /// operator), each file 0600.
+    fn write(dir: &Path, material: Option<&Material>, host: &str) -> std::io::Result<Self> {
+        let private = |name: &str, content: &[u8]| -> std::io::Result<PathBuf> {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            let path = dir.join(name);
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)?;
+            file.write_all(content)?;
+            Ok(path)
+        };
+        let config = match material {
+            Some(m) => m.registry_config(host),
+            None => credentials::registry_config(None, host),
+        };
+        Ok(Self {
+            registry_config: private("config.json", &config)?,
+            ca: material
+                .and_then(|m| m.ca.as_deref())
+                .map(|ca| private("ca.crt", ca))
+                .transpose()?,
+            identity: match material.and_then(|m| m.identity.as_ref()) {
+                Some((cert, key)) => Some((private("tls.crt", cert)?, private("tls.key", key)?)),
+                None => None,
+            },
+        })
+    }
+}
+
+/// Arguments of `helm pull` of an OCI chart into `into`, its credentials read from `files`:
+/// every value inside one `--flag=value` argument and the reference after `--`, so nothing can
+/// pose as a flag; never a credential, only the paths of the files holding them.
+fn pull_args(
+    reference: &str,
+    constraint: Option<&str>,
+    into: &Path,
+    files: &PullFiles,
+) -> Vec<OsString> {
+    let flag = |name: &str, path: &Path| {
+        let mut arg = OsString::from(format!("--{name}="));
+        arg.push(path);
+        arg
+    };
+    let mut args: Vec<OsString> = vec!["pull".into(), flag("destination", into)];
     if let Some(constraint) = constraint {
         args.push(format!("--version={constraint}").into());
+    }
+    args.push(flag("registry-config", &files.registry_config));
+    if let Some(ca) = &files.ca {
+        args.push(flag("ca-file", ca));
+    }
+    if let Some((cert, key)) = &files.identity {
+        args.push(flag("cert-file", cert));
+        args.push(flag("key-file", key));
     }
     args.push("--".into());
     args.push(reference.into());
     args
+}
+
+/// The `host[:port]` of an OCI reference.
+fn registry_host(reference: &str) -> &str {
+    let rest = reference.strip_prefix("oci://").unwrap_or(reference);
+    rest.split('/').next().unwrap_or(rest)
 }
 
 /// A repository's index as last fetched.
@@ -76,8 +151,10 @@ pub(crate) struct ChartCache {
     helm: PathBuf,
     fetcher: Fetcher,
     index_limit: u64,
-    /// By repository and scope, both in normal form.
-    indexes: DashMap<(SourceUrl, SourceUrl), Arc<IndexSlot>>,
+    /// Reads the sources' Secrets; None: a source with credentials cannot be fetched.
+    secrets: Option<SourceSecrets>,
+    /// By repository and scope, both in normal form, and whose credentials fetched it.
+    indexes: DashMap<(SourceUrl, SourceUrl, Credentials), Arc<IndexSlot>>,
     /// Held while an archive is fetched, by its URL, so it is fetched once at a time.
     downloads: DashMap<String, Arc<tokio::sync::Mutex<()>>>,
 }
@@ -146,6 +223,7 @@ impl ChartCache {
             helm,
             fetcher,
             index_limit: DEFAULT_INDEX_LIMIT,
+            secrets: None,
             indexes: DashMap::new(),
             downloads: DashMap::new(),
         })
@@ -155,6 +233,46 @@ impl ChartCache {
     pub(crate) fn with_index_limit(mut self, bytes: u64) -> Self {
         self.index_limit = bytes;
         self
+    }
+
+    /// Reads the Secrets sources with credentials are fetched with through `secrets`.
+    pub(crate) fn with_secrets(mut self, secrets: SourceSecrets) -> Self {
+        self.secrets = Some(secrets);
+        self
+    }
+
+    /// What `credentials` name, read now; an error says which Secret and what to do.
+    async fn material(&self, credentials: &Credentials, oci: bool) -> Result<Option<Material>> {
+        if *credentials == Credentials::None {
+            return Ok(None);
+        }
+        let (policy, prefix) = credentials.origin().unwrap_or_default();
+        let refused = |reason: String| Error::Credentials {
+            prefix: prefix.to_owned(),
+            reason,
+        };
+        let Some(secrets) = &self.secrets else {
+            return Err(refused(format!(
+                "TenancyPolicy {policy} names credentials for it, which this process does not read"
+            )));
+        };
+        secrets.material(credentials, oci).await.map_err(refused)
+    }
+
+    /// `error` with what to do about it, when its text tells (401, 403, an unknown CA, an
+    /// expired certificate).
+    fn hinted(&self, error: Error, credentials: &Credentials) -> Error {
+        let namespace = self
+            .secrets
+            .as_ref()
+            .map_or("", |s| s.operator_namespace.as_str());
+        match credentials::hint(&error.to_string(), credentials, namespace) {
+            Some(hint) => Error::Hinted {
+                error: Box::new(error),
+                hint,
+            },
+            None => error,
+        }
     }
 
     /// Where the archives are kept.
@@ -174,6 +292,30 @@ impl ChartCache {
         chart: &str,
         constraint: Option<&str>,
         scope: &SourceUrl,
+        credentials: &Credentials,
+        since: Option<Instant>,
+    ) -> Result<Resolved> {
+        let material = self.material(credentials, false).await?;
+        let access = material.as_ref().map(|material| Access {
+            credentials,
+            secret: credentials
+                .secret(self.secrets.as_ref().map_or("", |s| &s.operator_namespace))
+                .unwrap_or_default(),
+            material,
+            origin: origin_of(scope),
+        });
+        self.resolve_repository(url, chart, constraint, scope, access.as_ref(), since)
+            .await
+            .map_err(|e| self.hinted(e, credentials))
+    }
+
+    async fn resolve_repository(
+        &self,
+        url: &str,
+        chart: &str,
+        constraint: Option<&str>,
+        scope: &SourceUrl,
+        access: Option<&Access<'_>>,
         since: Option<Instant>,
     ) -> Result<Resolved> {
         let repository = SourceUrl::parse(url)
@@ -191,7 +333,7 @@ impl ChartCache {
                 scope: scope.clone(),
             });
         }
-        let index = self.index(&repository, scope, since).await?;
+        let index = self.index(&repository, scope, access, since).await?;
         let shown = repository.to_string();
         let versions = index
             .entries
@@ -214,7 +356,8 @@ impl ChartCache {
             .iter()
             .find(|e| e.version == version)
             .expect("selected from these");
-        self.archive(url, &repository, chart, entry, scope).await?;
+        self.archive(url, &repository, chart, entry, scope, access)
+            .await?;
         Ok(Resolved {
             version: version.to_owned(),
             digest: None,
@@ -227,11 +370,13 @@ impl ChartCache {
         &self,
         repository: &SourceUrl,
         scope: &SourceUrl,
+        access: Option<&Access<'_>>,
         since: Option<Instant>,
     ) -> Result<Arc<Index>> {
+        let credentials = access.map_or(&Credentials::None, |a| a.credentials);
         let slot = self
             .indexes
-            .entry((repository.clone(), scope.clone()))
+            .entry((repository.clone(), scope.clone(), credentials.clone()))
             .or_default()
             .clone();
         *slot.used.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
@@ -244,10 +389,17 @@ impl ChartCache {
         let at = Instant::now();
         let location = index_url(repository)?;
         let mut bytes = Vec::new();
-        self.get(&location, scope, self.index_limit, "index", |chunk| {
-            bytes.extend_from_slice(chunk);
-            Ok(())
-        })
+        self.get(
+            &location,
+            scope,
+            access,
+            self.index_limit,
+            "index",
+            |chunk| {
+                bytes.extend_from_slice(chunk);
+                Ok(())
+            },
+        )
         .await?;
         let index = Arc::new(parse_index(&location, &bytes)?);
         tracing::debug!(repository = %repository, bytes = bytes.len(), "fetched the repository index");
@@ -275,12 +427,14 @@ impl ChartCache {
         chart: &str,
         entry: &IndexEntry,
         scope: &SourceUrl,
+        access: Option<&Access<'_>>,
     ) -> Result<()> {
         let pin = (
             ChartSource::Repository {
                 url: url.to_owned(),
                 chart: chart.to_owned(),
             },
+            access.map_or(Credentials::None, |a| a.credentials.clone()),
             entry.version.clone(),
         );
         let (location, expected) = archive_of(repository, chart, entry, scope)?;
@@ -308,7 +462,7 @@ impl ChartCache {
                 expected,
                 got,
             };
-            self.download(&location, scope, expected.as_deref(), mismatch)
+            self.download(&location, scope, access, expected.as_deref(), mismatch)
                 .await
         }
         .await;
@@ -324,6 +478,7 @@ impl ChartCache {
         &self,
         location: &Url,
         scope: &SourceUrl,
+        access: Option<&Access<'_>>,
         expected: Option<&str>,
         mismatch: impl FnOnce(String, String) -> Error,
     ) -> Result<String> {
@@ -334,7 +489,7 @@ impl ChartCache {
         let mut file = partial.as_file();
         let mut hasher = Sha256::new();
         let size = self
-            .get(location, scope, ARCHIVE_LIMIT, "archive", |chunk| {
+            .get(location, scope, access, ARCHIVE_LIMIT, "archive", |chunk| {
                 hasher.update(chunk);
                 file.write_all(chunk)
             })
@@ -361,12 +516,13 @@ impl ChartCache {
         &self,
         url: &Url,
         scope: &SourceUrl,
+        access: Option<&Access<'_>>,
         limit: u64,
         kind: &'static str,
         sink: impl FnMut(&[u8]) -> std::io::Result<()>,
     ) -> Result<u64> {
         self.fetcher
-            .get(url, scope, limit, kind, sink)
+            .get(url, scope, access, limit, kind, sink)
             .await
             .map_err(|e| match e {
                 fetch::Error::Sink { source, .. } => self.store.io(source),
@@ -374,20 +530,46 @@ impl ChartCache {
             })
     }
 
-    /// Resolves an OCI chart: `helm pull` of the newest version matching `constraint`, kept in
-    /// the cache under its sha256. The digest is the manifest's, as helm prints it.
-    pub(crate) async fn oci(&self, reference: &str, constraint: Option<&str>) -> Result<Resolved> {
+    /// Resolves an OCI chart: `helm pull` of the newest version matching `constraint`, with
+    /// `credentials`, kept in the cache under its sha256. The digest is the manifest's, as helm
+    /// prints it.
+    pub(crate) async fn oci(
+        &self,
+        reference: &str,
+        constraint: Option<&str>,
+        credentials: &Credentials,
+    ) -> Result<Resolved> {
+        let material = self.material(credentials, true).await?;
+        self.pull(reference, constraint, credentials, material.as_ref())
+            .await
+            .map_err(|e| self.hinted(e, credentials))
+    }
+
+    async fn pull(
+        &self,
+        reference: &str,
+        constraint: Option<&str>,
+        credentials: &Credentials,
+        material: Option<&Material>,
+    ) -> Result<Resolved> {
         let failed = |message: String| Error::Pull {
             reference: redact(reference),
-            message: redact(&message),
+            message: redact(&material.map_or(message.clone(), |m| m.mask(&message))),
         };
         let scratch = tempfile::Builder::new()
             .prefix(PARTIAL)
             .tempdir_in(&self.store.dir)
             .map_err(|e| self.store.io(e))?;
+        // Beside the scratch directory, not in it: helm writes the chart there.
+        let private = tempfile::Builder::new()
+            .prefix(PARTIAL)
+            .tempdir_in(&self.store.dir)
+            .map_err(|e| self.store.io(e))?;
+        let files = PullFiles::write(private.path(), material, registry_host(reference))
+            .map_err(|e| self.store.io(e))?;
         let mut command = tokio::process::Command::new(&self.helm);
         command
-            .args(pull_args(reference, constraint, scratch.path()))
+            .args(pull_args(reference, constraint, scratch.path(), &files))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -441,7 +623,11 @@ impl ChartCache {
             self.store.keep(&pulled, &sha, size)?;
         }
         self.store.state().pins.insert(
-            (ChartSource::Oci(reference.to_owned()), version.clone()),
+            (
+                ChartSource::Oci(reference.to_owned()),
+                credentials.clone(),
+                version.clone(),
+            ),
             sha,
         );
         Ok(Resolved { version, digest })
@@ -450,21 +636,31 @@ impl ChartCache {
     /// The cached archive of a remote chart's exact version, held on disk until the checkout
     /// is dropped; None for chart-home charts and charts the cache does not hold (helm then
     /// fetches them itself). Counted as a hit or a miss.
-    pub(crate) fn checkout(&self, source: &ChartSource, version: Option<&str>) -> Option<Checkout> {
+    pub(crate) fn checkout(
+        &self,
+        source: &ChartSource,
+        credentials: &Credentials,
+        version: Option<&str>,
+    ) -> Option<Checkout> {
         if matches!(source, ChartSource::Directory(_)) {
             return None;
         }
-        let found = version.and_then(|v| self.take(source, v));
+        let found = version.and_then(|v| self.take(source, credentials, v));
         self.store.metrics.chart_cache(found.is_some());
         found
     }
 
-    fn take(&self, source: &ChartSource, version: &str) -> Option<Checkout> {
+    fn take(
+        &self,
+        source: &ChartSource,
+        credentials: &Credentials,
+        version: &str,
+    ) -> Option<Checkout> {
         let store = &self.store;
         let mut state = store.state();
         let digest = state
             .pins
-            .get(&(source.clone(), version.to_owned()))?
+            .get(&(source.clone(), credentials.clone(), version.to_owned()))?
             .clone();
         let path = store.path_of(&digest);
         if !path.is_file() {
@@ -482,6 +678,14 @@ impl ChartCache {
             digest,
         })
     }
+}
+
+/// The origin (scheme, host, port) of a scope: the only one its credentials are sent to.
+fn origin_of(scope: &SourceUrl) -> url::Origin {
+    Url::parse(scope.as_str()).map_or_else(
+        |_| Url::parse("data:,").expect("a URL").origin(),
+        |u| u.origin(),
+    )
 }
 
 /// The default cache directory: `$XDG_CACHE_HOME/tenancy-hub/charts`, else

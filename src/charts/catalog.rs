@@ -17,6 +17,7 @@ use crate::{
     charts::cache::{ChartCache, Resolved},
     plan::{self, ChartLookup, ChartSource},
     policy::Scope,
+    policy::access::Credentials,
     policy::source::{SourceUrl, redact},
 };
 
@@ -35,16 +36,22 @@ enum Remote {
     Oci(String),
 }
 
-/// A remote chart with the version constraint it is asked for with.
+/// A remote chart with the version constraint it is asked for with, and whose credentials it
+/// is fetched with: what one Controller resolved with credentials is never another's without.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct RemoteKey {
     remote: Remote,
     constraint: Option<String>,
+    credentials: Credentials,
 }
 
 impl RemoteKey {
     /// The key of a repository or OCI chart; a chart-home directory's path otherwise.
-    fn of<'a>(source: &'a ChartSource, constraint: Option<&str>) -> Result<Self, &'a Path> {
+    fn of<'a>(
+        source: &'a ChartSource,
+        credentials: &Credentials,
+        constraint: Option<&str>,
+    ) -> Result<Self, &'a Path> {
         let remote = match source {
             ChartSource::Directory(path) => return Err(path),
             ChartSource::Repository { url, chart } => Remote::Repository {
@@ -56,6 +63,7 @@ impl RemoteKey {
         Ok(Self {
             remote,
             constraint: constraint.map(str::to_owned),
+            credentials: credentials.clone(),
         })
     }
 
@@ -108,12 +116,19 @@ pub(crate) fn wanted_by(
         .filter_map(|c| {
             let scope = allowed(c)?;
             let source = plan::source_of(c, chart_home);
-            match (RemoteKey::of(&source, c.version.as_deref()), scope) {
+            let credentials = match &scope {
+                Scope::Under(_, credentials) => credentials.clone(),
+                Scope::ChartHome => Credentials::None,
+            };
+            match (
+                RemoteKey::of(&source, &credentials, c.version.as_deref()),
+                scope,
+            ) {
                 (Err(path), _) => (!path
                     .components()
                     .any(|c| c == std::path::Component::ParentDir))
                 .then(|| Wanted::Directory(path.to_owned())),
-                (Ok(key), Scope::Under(prefix)) => Some(Wanted::Remote(key, prefix)),
+                (Ok(key), Scope::Under(prefix, _)) => Some(Wanted::Remote(key, prefix)),
                 (Ok(_), Scope::ChartHome) => None,
             }
         })
@@ -143,12 +158,13 @@ impl Resolve for Arc<ChartCache> {
         since: Option<Instant>,
     ) -> BoxFuture<'a, Result<Resolved, String>> {
         Box::pin(async move {
-            let constraint = key.constraint.as_deref();
+            let (constraint, credentials) = (key.constraint.as_deref(), &key.credentials);
             match &key.remote {
                 Remote::Repository { url, chart } => {
-                    self.repository(url, chart, constraint, scope, since).await
+                    self.repository(url, chart, constraint, scope, credentials, since)
+                        .await
                 }
-                Remote::Oci(reference) => self.oci(reference, constraint).await,
+                Remote::Oci(reference) => self.oci(reference, constraint, credentials).await,
             }
             .map_err(|e| e.to_string())
         })
@@ -279,9 +295,14 @@ impl ChartCatalog {
             .await;
     }
 
-    /// What is known of a chart now, for the planner.
-    pub(crate) fn lookup(&self, source: &ChartSource, version: Option<&str>) -> ChartLookup {
-        match RemoteKey::of(source, version) {
+    /// What is known of a chart fetched with `credentials` now, for the planner.
+    pub(crate) fn lookup(
+        &self,
+        source: &ChartSource,
+        credentials: &Credentials,
+        version: Option<&str>,
+    ) -> ChartLookup {
+        match RemoteKey::of(source, credentials, version) {
             Err(path) => match self.directories.get(path) {
                 Some(entry) => ChartLookup::Found {
                     version: None,

@@ -98,6 +98,12 @@ pub(crate) enum Error {
         expected: String,
         got: String,
     },
+    /// A source's credentials cannot be read or used.
+    #[error("the credentials of source {prefix}: {reason}")]
+    Credentials { prefix: String, reason: String },
+    /// A failure and what to do about it.
+    #[error("{error}; {hint}")]
+    Hinted { error: Box<Error>, hint: String },
     /// `helm pull` failed.
     #[error("helm pull {reference}: {message}")]
     Pull { reference: String, message: String },

@@ -7,13 +7,25 @@
 //! drops loopback, link-local and unspecified addresses, unless the scope's own host is such a
 //! host (a policy listed it, as the lab's loopback repositories are). With a proxy
 //! (`HTTPS_PROXY`), the proxy resolves the names and this check does not apply.
+//!
+//! A source with credentials gets a client of its own (its CA bundle added to the roots, its
+//! client certificate), built once per Secret resource version, and its basic auth or bearer
+//! token on each request to its own scheme, host and port only: never to another origin, a
+//! redirect included.
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
 
 use reqwest::Url;
 
 use crate::{
+    charts::credentials::{Auth, Material},
     metrics::Metrics,
+    policy::access::Credentials,
     policy::source::{self, SourceUrl, redact},
 };
 
@@ -32,6 +44,14 @@ pub(crate) enum Error {
     /// The HTTP client could not be built.
     #[error("building the HTTP client of the chart cache: {0}")]
     Client(#[source] reqwest::Error),
+    /// A source's CA bundle or client certificate cannot be used.
+    #[error("{what} of {secret} cannot be used: {}", causes(source))]
+    Tls {
+        what: &'static str,
+        secret: String,
+        #[source]
+        source: reqwest::Error,
+    },
     /// The request failed: connection, TLS, timeout, a name resolving only to refused addresses.
     #[error("fetching {url}: {}", causes(source))]
     Request {
@@ -103,6 +123,11 @@ impl reqwest::dns::Resolve for PublicResolver {
 
 /// An HTTP client that follows no redirect, resolving names through `resolver` when given.
 fn http_client(resolver: Option<PublicResolver>) -> Result<reqwest::Client, Error> {
+    builder(resolver).build().map_err(Error::Client)
+}
+
+/// A client builder that follows no redirect, resolving names through `resolver` when given.
+fn builder(resolver: Option<PublicResolver>) -> reqwest::ClientBuilder {
     let builder = reqwest::Client::builder()
         .connect_timeout(CONNECT_TIMEOUT)
         .read_timeout(READ_TIMEOUT)
@@ -113,8 +138,41 @@ fn http_client(resolver: Option<PublicResolver>) -> Result<reqwest::Client, Erro
         Some(resolver) => builder.dns_resolver(Arc::new(resolver)),
         None => builder,
     }
-    .build()
-    .map_err(Error::Client)
+}
+
+/// What a fetch of a source with credentials carries: the Secret's content, and the origin
+/// (scheme, host and port) of the source, the only one its auth is sent to.
+pub(crate) struct Access<'a> {
+    /// Whose credentials: the key its client is kept under.
+    pub(crate) credentials: &'a Credentials,
+    /// The Secret in words, for messages.
+    pub(crate) secret: String,
+    /// The Secret's content.
+    pub(crate) material: &'a Material,
+    /// The source's own origin.
+    pub(crate) origin: url::Origin,
+}
+
+impl Access<'_> {
+    /// Adds the auth to a request of `url` when it goes to the source's own origin.
+    fn authorize(&self, request: reqwest::RequestBuilder, url: &Url) -> reqwest::RequestBuilder {
+        if url.origin() != self.origin {
+            return request;
+        }
+        match &self.material.auth {
+            Some(Auth::Basic { username, password }) => {
+                request.basic_auth(username, Some(password))
+            }
+            Some(Auth::Bearer(token)) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+}
+
+/// A source's own client, built from one resource version of its Secret.
+struct Built {
+    version: String,
+    client: reqwest::Client,
 }
 
 /// Fetches chart sources over HTTP, counting the bytes.
@@ -124,6 +182,9 @@ pub(crate) struct Fetcher {
     /// Resolves names as the system does: for scopes whose own host leads back into the hub
     /// (a policy listed `http://localhost:8080/`).
     listed_client: reqwest::Client,
+    /// Clients of sources with a CA bundle or client certificate, by whose credentials and
+    /// whether names resolve as the system does; one resource version each.
+    own: Mutex<HashMap<(Credentials, bool), Built>>,
     metrics: Arc<Metrics>,
 }
 
@@ -133,38 +194,91 @@ impl Fetcher {
         Ok(Self {
             client: http_client(Some(PublicResolver))?,
             listed_client: http_client(None)?,
+            own: Mutex::new(HashMap::new()),
             metrics,
         })
     }
 
+    /// The client for a fetch under `scope` with `access`: the shared one, or the source's own
+    /// when its Secret holds a CA bundle or a client certificate (built again when the Secret's
+    /// resource version changed).
+    fn client(
+        &self,
+        scope: &SourceUrl,
+        access: Option<&Access<'_>>,
+    ) -> Result<reqwest::Client, Error> {
+        let listed = scope.internal().is_some();
+        let shared = match listed {
+            true => &self.listed_client,
+            false => &self.client,
+        };
+        let Some(access) =
+            access.filter(|a| a.material.ca.is_some() || a.material.identity.is_some())
+        else {
+            return Ok(shared.clone());
+        };
+        let key = (access.credentials.clone(), listed);
+        let version = &access.material.version;
+        let mut own = self.own.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(built) = own.get(&key).filter(|b| &b.version == version) {
+            return Ok(built.client.clone());
+        }
+        let tls = |what, source| Error::Tls {
+            what,
+            secret: access.secret.clone(),
+            source,
+        };
+        let mut builder = builder((!listed).then_some(PublicResolver));
+        if let Some(ca) = &access.material.ca {
+            for cert in reqwest::Certificate::from_pem_bundle(ca).map_err(|e| tls("ca.crt", e))? {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        if let Some((cert, key)) = &access.material.identity {
+            let pem = [cert.as_slice(), b"\n", key.as_slice()].concat();
+            let identity =
+                reqwest::Identity::from_pem(&pem).map_err(|e| tls("tls.crt and tls.key", e))?;
+            builder = builder.identity(identity);
+        }
+        let client = builder.build().map_err(|e| tls("ca.crt or tls.crt", e))?;
+        own.insert(
+            key,
+            Built {
+                version: version.clone(),
+                client: client.clone(),
+            },
+        );
+        Ok(client)
+    }
+
     /// GETs `url`, handing each chunk to `sink`; follows redirects that stay under `scope`
     /// ([`MAX_REDIRECTS`] at most) and refuses the others without requesting them, and answers
-    /// over `limit` bytes. Counts the bytes as `kind`. Returns the size.
+    /// over `limit` bytes. With `access`, each request to the source's own origin carries its
+    /// auth, and the source's CA bundle and client certificate are used. Counts the bytes as
+    /// `kind`. Returns the size.
     pub(crate) async fn get(
         &self,
         url: &Url,
         scope: &SourceUrl,
+        access: Option<&Access<'_>>,
         limit: u64,
         kind: &'static str,
         mut sink: impl FnMut(&[u8]) -> std::io::Result<()>,
     ) -> Result<u64, Error> {
-        let client = match scope.internal() {
-            Some(_) => &self.listed_client,
-            None => &self.client,
-        };
+        let client = self.client(scope, access)?;
         let mut at = url.clone();
         let mut redirects = 0;
         let mut response = loop {
             let shown = redact(at.as_str());
-            let response =
-                client
-                    .get(at.clone())
-                    .send()
-                    .await
-                    .map_err(|source| Error::Request {
-                        url: shown.clone(),
-                        source: source.without_url(),
-                    })?;
+            let request = client.get(at.clone());
+            let request = match access {
+                Some(access) => access.authorize(request, &at),
+                None => request,
+            };
+            let response = request.send().await.map_err(|source| Error::Request {
+                url: shown.clone(),
+                source: source.without_url(),
+            })?;
             let location = response
                 .headers()
                 .get(reqwest::header::LOCATION)
@@ -221,7 +335,7 @@ pub(crate) mod testing {
         sync::{Arc, Mutex},
     };
 
-    use axum::http::{StatusCode, Uri, header::LOCATION};
+    use axum::http::{HeaderMap, StatusCode, Uri, header::AUTHORIZATION, header::LOCATION};
     use axum::response::IntoResponse;
 
     /// What a path answers.
@@ -231,13 +345,20 @@ pub(crate) mod testing {
         Body(Vec<u8>),
         /// 302 to this location.
         Redirect(String),
+        /// 200 with this body when the request carries this `Authorization`, else 401.
+        Guarded(String, Vec<u8>),
     }
+
+    /// A request's path and `Authorization`.
+    type Seen = (String, Option<String>);
 
     /// A running server.
     pub(crate) struct Server {
         /// `http://127.0.0.1:PORT`.
         pub(crate) origin: String,
         hits: Arc<Mutex<HashMap<String, usize>>>,
+        /// The `Authorization` of every request, by path, in order.
+        auths: Arc<Mutex<Vec<Seen>>>,
     }
 
     impl Server {
@@ -256,13 +377,22 @@ pub(crate) mod testing {
             let answers: Arc<HashMap<String, Answer>> =
                 Arc::new(answers(&origin).into_iter().collect());
             let hits = Arc::new(Mutex::new(HashMap::new()));
-            let counted = hits.clone();
-            let app = axum::Router::new().fallback(move |uri: Uri| {
-                let (answers, hits) = (answers.clone(), counted.clone());
+            let auths = Arc::new(Mutex::new(Vec::new()));
+            let (counted, seen) = (hits.clone(), auths.clone());
+            let app = axum::Router::new().fallback(move |uri: Uri, headers: HeaderMap| {
+                let (answers, hits, auths) = (answers.clone(), counted.clone(), seen.clone());
                 async move {
                     let path = uri.path().to_owned();
                     *hits.lock().unwrap().entry(path.clone()).or_insert(0) += 1;
+                    let auth = headers
+                        .get(AUTHORIZATION)
+                        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+                    auths.lock().unwrap().push((path.clone(), auth.clone()));
                     match answers.get(&path) {
+                        Some(Answer::Guarded(wanted, body)) if auth.as_ref() == Some(wanted) => {
+                            (StatusCode::OK, body.clone()).into_response()
+                        }
+                        Some(Answer::Guarded(..)) => StatusCode::UNAUTHORIZED.into_response(),
                         Some(Answer::Body(body)) => (StatusCode::OK, body.clone()).into_response(),
                         Some(Answer::Redirect(to)) => {
                             (StatusCode::FOUND, [(LOCATION, to.clone())]).into_response()
@@ -272,7 +402,21 @@ pub(crate) mod testing {
                 }
             });
             tokio::spawn(async move { axum::serve(listener, app).await });
-            Self { origin, hits }
+            Self {
+                origin,
+                hits,
+                auths,
+            }
+        }
+
+        /// The `Authorization` each request of `path` carried, in order.
+        pub(crate) fn auths(&self, path: &str) -> Vec<Option<String>> {
+            let auths = self.auths.lock().unwrap();
+            auths
+                .iter()
+                .filter(|(p, _)| p == path)
+                .map(|(_, a)| a.clone())
+                .collect()
         }
 
         /// How many requests of `path` it answered.
@@ -301,7 +445,7 @@ mod tests {
         let scope = SourceUrl::parse(&format!("{}{scope}", server.origin)).unwrap();
         let mut body = Vec::new();
         fetcher
-            .get(&url, &scope, 1 << 20, "index", |chunk| {
+            .get(&url, &scope, None, 1 << 20, "index", |chunk| {
                 body.extend_from_slice(chunk);
                 Ok(())
             })
@@ -361,6 +505,47 @@ mod tests {
         assert_eq!(server.hits("/team-e/loop"), 1 + MAX_REDIRECTS);
     }
 
+    #[test]
+    fn auth_goes_to_the_sources_own_scheme_host_and_port_only() {
+        let material = Material {
+            auth: Some(Auth::Basic {
+                username: "u".into(),
+                password: "pw".into(),
+            }),
+            ..Material::default()
+        };
+        let source = Url::parse("https://charts.example.com/team-a").unwrap();
+        let access = Access {
+            credentials: &Credentials::None,
+            secret: "Secret tenancy-hub/pull".into(),
+            material: &material,
+            origin: source.origin(),
+        };
+        let client = reqwest::Client::new();
+        let sent = |url: &str| {
+            let url = Url::parse(url).unwrap();
+            access
+                .authorize(client.get(url.clone()), &url)
+                .build()
+                .unwrap()
+                .headers()
+                .get(reqwest::header::AUTHORIZATION)
+                .map(|v| v.to_str().unwrap().to_owned())
+        };
+        assert_eq!(
+            sent("https://charts.example.com:443/team-a/web-1.0.0.tgz").as_deref(),
+            Some("Basic dTpwdw==")
+        );
+        for elsewhere in [
+            "https://cdn.example.com/team-a/web-1.0.0.tgz",
+            "http://charts.example.com/team-a/index.yaml",
+            "https://charts.example.com:8443/team-a/index.yaml",
+            "https://charts.example.com.evil.io/team-a/index.yaml",
+        ] {
+            assert_eq!(sent(elsewhere), None, "{elsewhere}");
+        }
+    }
+
     #[tokio::test]
     async fn an_answer_over_the_limit_or_an_error_status_says_so_and_nothing_of_the_body() {
         let server = Server::serve(vec![("/big", Answer::Body(vec![b'x'; 4096]))]).await;
@@ -368,14 +553,14 @@ mod tests {
         let url = Url::parse(&format!("{}/big", server.origin)).unwrap();
         let scope = SourceUrl::parse(&server.origin).unwrap();
         let error = fetcher
-            .get(&url, &scope, 1024, "index", |_| Ok(()))
+            .get(&url, &scope, None, 1024, "index", |_| Ok(()))
             .await
             .unwrap_err();
         assert!(matches!(error, Error::TooLarge { .. }), "{error}");
         assert!(error.to_string().ends_with("is larger than 0 MiB; refused"));
         let mut taken = 0;
         fetcher
-            .get(&url, &scope, 4096, "index", |chunk| {
+            .get(&url, &scope, None, 4096, "index", |chunk| {
                 taken += chunk.len();
                 Ok(())
             })
@@ -418,7 +603,7 @@ mod tests {
         );
         let listed = SourceUrl::parse(&format!("http://localhost:{port}/")).unwrap();
         fetcher
-            .get(&by_name, &listed, 1024, "index", |_| Ok(()))
+            .get(&by_name, &listed, None, 1024, "index", |_| Ok(()))
             .await
             .expect("a scope a policy listed by its loopback name");
     }

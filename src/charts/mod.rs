@@ -4,6 +4,7 @@ pub(crate) mod cache;
 pub(crate) mod catalog;
 pub(crate) mod common;
 pub(crate) mod constraint;
+pub(crate) mod credentials;
 pub(crate) mod fetch;
 pub(crate) mod index;
 pub(crate) mod store;

@@ -10,7 +10,7 @@ use std::{
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use crate::{metrics::Metrics, plan::ChartSource};
+use crate::{metrics::Metrics, plan::ChartSource, policy::access::Credentials};
 
 use crate::charts::{common::*, index::yaml_error};
 
@@ -75,8 +75,8 @@ pub(crate) struct State {
     pub(crate) total: u64,
     /// Counts uses, to order archives by their last one.
     pub(crate) clock: u64,
-    /// The archive of each remote chart version.
-    pub(crate) pins: HashMap<(ChartSource, String), String>,
+    /// The archive of each remote chart version, by whose credentials fetched it.
+    pub(crate) pins: HashMap<(ChartSource, Credentials, String), String>,
 }
 
 /// The archives on disk and their bound, shared with every checkout.

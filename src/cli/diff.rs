@@ -138,9 +138,9 @@ pub(crate) async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
     let variables = registry.variables();
     let signer = signer(&registry, &hub, &args.operator_namespace).await;
     let links = Links::looking(registry, signer);
+    let charts = Charts::open(&args, &hub)?;
     let mut state = HubState::load(&args, &links, clusters, hub, &files).await?;
     state.variables = variables;
-    let charts = Charts::open(&args)?;
     let (mut all, releases) = plan_files(&files, &state, &charts, &args).await;
     if let Some(only) = &args.cluster {
         all.retain(|e| &e.cluster == only);
@@ -291,8 +291,9 @@ struct Charts {
 }
 
 impl Charts {
-    /// Helm as `args` ask, and an empty chart cache in a directory of its own.
-    fn open(args: &DiffArgs) -> anyhow::Result<Self> {
+    /// Helm as `args` ask, and an empty chart cache in a directory of its own, reading the
+    /// sources' Secrets from `hub` as the operator does.
+    fn open(args: &DiffArgs, hub: &kube::Client) -> anyhow::Result<Self> {
         let helm = HelmOptions {
             binary: args.helm.clone(),
             timeout: Duration::from_secs(args.helm_timeout),
@@ -301,12 +302,19 @@ impl Charts {
         let scratch = tempfile::Builder::new()
             .prefix("tenancy-hub-diff-")
             .tempdir()?;
-        let cache = Arc::new(ChartCache::open(
-            scratch.path(),
-            cache::DEFAULT_SIZE,
-            args.helm.clone(),
-            Arc::new(crate::metrics::Metrics::new()),
-        )?);
+        let secrets = crate::charts::credentials::SourceSecrets {
+            reader: Arc::new(crate::charts::credentials::HubSecrets(hub.clone())),
+            operator_namespace: args.operator_namespace.clone(),
+        };
+        let cache = Arc::new(
+            ChartCache::open(
+                scratch.path(),
+                cache::DEFAULT_SIZE,
+                args.helm.clone(),
+                Arc::new(crate::metrics::Metrics::new()),
+            )?
+            .with_secrets(secrets),
+        );
         let catalog = ChartCatalog::new(cache.clone(), Duration::from_secs(300));
         Ok(Self {
             helm,
@@ -318,9 +326,11 @@ impl Charts {
 
     /// The manifest `release` renders as `render` says, from the archive an upgrade would install.
     async fn render(&self, release: &Release, render: &RenderFor) -> Result<String, String> {
-        let archive = self
-            .cache
-            .checkout(&release.source, release.version.as_deref());
+        let archive = self.cache.checkout(
+            &release.source,
+            &release.credentials,
+            release.version.as_deref(),
+        );
         let archive = archive.as_ref().map(|a| a.path());
         helm::template(&self.helm, release, archive, render).await
     }

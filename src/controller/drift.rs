@@ -308,6 +308,7 @@ mod tests {
     fn release(key: &ReleaseKey, mode: DriftMode) -> Release {
         Release {
             masked: Default::default(),
+            credentials: Default::default(),
             key: key.clone(),
             owner: owner(),
             chart_name: "web".into(),

@@ -221,7 +221,10 @@ impl Fixture {
             .charts
             .prepare(&c.spec, home, &|chart| admission.fetch_scope("", chart))
             .await;
-        let lookup = |s: &plan::ChartSource, v: Option<&str>| self.ctx.kept.charts.lookup(s, v);
+        let lookup =
+            |s: &plan::ChartSource, c: &crate::policy::access::Credentials, v: Option<&str>| {
+                self.ctx.kept.charts.lookup(s, c, v)
+            };
         let clusters = self.ctx.members.registry.load().labels();
         plan::desired(
             &owner_id(c),

@@ -29,6 +29,7 @@ use crate::{
     plan::fleet::Fleet,
     plan::rollout,
     plan::{self, Applied, Inputs, Job},
+    policy::access::Credentials,
     queue::Outcome,
     status::report::{self as status, LastOutcome, ReleaseReport, ReleaseView},
 };
@@ -205,8 +206,9 @@ pub(crate) async fn plan_spec(
             admission.fetch_scope(&owner.namespace, chart)
         })
         .await;
-    let lookup =
-        |source: &plan::ChartSource, version: Option<&str>| planning.charts.lookup(source, version);
+    let lookup = |source: &plan::ChartSource, credentials: &Credentials, version: Option<&str>| {
+        planning.charts.lookup(source, credentials, version)
+    };
     let values = |source: &plan::ValuesSource| {
         planning
             .values

@@ -260,8 +260,11 @@ impl HelmCli {
 
     /// The archive of a chart in the cache, held (not evicted) while the checkout lives.
     pub(crate) fn checkout(&self, release: &Release) -> Option<crate::charts::store::Checkout> {
-        self.charts
-            .checkout(&release.source, release.version.as_deref())
+        self.charts.checkout(
+            &release.source,
+            &release.credentials,
+            release.version.as_deref(),
+        )
     }
 
     pub(crate) async fn apply(

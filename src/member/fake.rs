@@ -218,6 +218,7 @@ pub(crate) fn apply(key: &str, spec_hash: &str) -> Job {
     Job::Apply {
         release: Box::new(Release {
             masked: Default::default(),
+            credentials: Default::default(),
             key: key.parse().expect("a valid release key"),
             owner: OwnerId {
                 namespace: "default".into(),

@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use crate::{
     api::crd::{Chart, ControllerSpec, HUB_CLUSTER, Tenancy},
     api::key::{ClusterName, ClusterNamespace, ReleaseKey},
-    policy::{Admission, Verdict},
+    policy::{Admission, Verdict, access::Credentials},
 };
 
 use crate::plan::{
@@ -276,7 +276,7 @@ pub(crate) fn desired(
     spec: &ControllerSpec,
     clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
     chart_home: &Path,
-    lookup: &dyn Fn(&ChartSource, Option<&str>) -> ChartLookup,
+    lookup: &dyn Fn(&ChartSource, &Credentials, Option<&str>) -> ChartLookup,
     admission: &Admission,
     fleet: &Fleet<'_>,
 ) -> Desired {
@@ -345,7 +345,19 @@ pub(crate) fn desired(
             }
         };
         out.sources.extend(rendered.sources.iter().cloned());
-        match resolve(owner, key.clone(), chart, chart_home, lookup, rendered) {
+        // Admitted above, so its credentials are too.
+        let credentials = admission
+            .credentials(&owner.namespace, chart)
+            .unwrap_or_default();
+        match resolve(
+            owner,
+            key.clone(),
+            chart,
+            chart_home,
+            lookup,
+            rendered,
+            &credentials,
+        ) {
             Ok(release) => out.releases.push(Release {
                 identity,
                 ..release
@@ -363,8 +375,9 @@ fn resolve(
     key: ReleaseKey,
     chart: &Chart,
     chart_home: &Path,
-    lookup: &dyn Fn(&ChartSource, Option<&str>) -> ChartLookup,
+    lookup: &dyn Fn(&ChartSource, &Credentials, Option<&str>) -> ChartLookup,
     rendered: fleet::Rendered,
+    credentials: &Credentials,
 ) -> Result<Release, Box<Problem>> {
     let source = source_of(chart, chart_home);
     let every_setting =
@@ -374,7 +387,7 @@ fn resolve(
             return Err(Box::new(Problem::InvalidSetting { key, setting, why }));
         }
     }
-    let (version, chart_digest) = match lookup(&source, chart.version.as_deref()) {
+    let (version, chart_digest) = match lookup(&source, credentials, chart.version.as_deref()) {
         ChartLookup::Found { version, digest } => {
             (version.or_else(|| chart.version.clone()), digest)
         }
@@ -400,6 +413,7 @@ fn resolve(
         identity: None,
         drift: chart.drift_detection.clone().unwrap_or_default(),
         masked: rendered.masked,
+        credentials: credentials.clone(),
     };
     release.spec_hash = spec_hash(&release);
     Ok(release)

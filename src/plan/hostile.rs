@@ -28,7 +28,7 @@ fn owner() -> OwnerId {
     }
 }
 
-fn found(_: &ChartSource, _: Option<&str>) -> ChartLookup {
+fn found(_: &ChartSource, _: &crate::policy::access::Credentials, _: Option<&str>) -> ChartLookup {
     ChartLookup::Found {
         version: None,
         digest: None,

@@ -8,7 +8,7 @@ use std::{
 use crate::{
     api::crd::{ControllerSpec, DriftMode},
     api::key::{ClusterName, ReleaseKey},
-    policy::Admission,
+    policy::{Admission, access::Credentials},
 };
 
 use crate::plan::{depends, desired::*, fleet::Fleet, release::*};
@@ -33,7 +33,7 @@ pub struct Inputs<'a> {
     pub chart_home: &'a Path,
     /// What is known of a chart (a parameter so planning stays pure): its exact version and
     /// content digest, or why it cannot be found.
-    pub chart_lookup: &'a dyn Fn(&ChartSource, Option<&str>) -> ChartLookup,
+    pub chart_lookup: &'a dyn Fn(&ChartSource, &Credentials, Option<&str>) -> ChartLookup,
     /// Now, in Unix seconds.
     pub now: i64,
     /// How long a pending release may stay pending before it is cleared.
@@ -92,7 +92,7 @@ pub(crate) fn claimant(
     chart_home: &Path,
     admission: &Admission,
 ) -> Claimant {
-    let any_chart = |_: &ChartSource, _: Option<&str>| ChartLookup::Found {
+    let any_chart = |_: &ChartSource, _: &Credentials, _: Option<&str>| ChartLookup::Found {
         version: None,
         digest: None,
     };

@@ -8,6 +8,7 @@ use crate::{
     api::crd::{DriftDetection, TenancyController},
     api::key::ReleaseKey,
     api::policy::Impersonation,
+    policy::access::Credentials,
 };
 
 use crate::plan::limits;
@@ -103,6 +104,10 @@ pub(crate) struct Release {
     pub(crate) drift: DriftDetection,
     /// What of its values came from Secrets, masked wherever it could show.
     pub(crate) masked: Masked,
+    /// Whose credentials the hub fetched its chart with: the key its archive is checked out of
+    /// the chart cache by. Not part of the fingerprint, and never sent to a member.
+    #[serde(skip)]
+    pub(crate) credentials: Credentials,
 }
 
 impl fmt::Debug for Release {
@@ -126,6 +131,7 @@ impl fmt::Debug for Release {
             .field("identity", &self.identity)
             .field("drift", &self.drift)
             .field("masked", &self.masked)
+            .field("credentials", &self.credentials.to_string())
             .finish()
     }
 }

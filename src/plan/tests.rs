@@ -71,7 +71,11 @@ fn chart(name: &str, release: Option<&str>, settings: &[(&str, &str)]) -> Chart 
 }
 
 /// Charts under /charts exist unless named "missing"; nothing has a digest.
-fn lookup(source: &ChartSource, _version: Option<&str>) -> ChartLookup {
+fn lookup(
+    source: &ChartSource,
+    _: &crate::policy::access::Credentials,
+    _version: Option<&str>,
+) -> ChartLookup {
     match source {
         ChartSource::Directory(p) if p.ends_with("missing") => {
             ChartLookup::Missing(format!("no chart directory at {}", p.display()))
@@ -274,9 +278,9 @@ fn a_release_the_spec_drops_is_uninstalled_as_the_identity_that_delivered_it() {
 fn a_path_as_chart_name_is_forbidden_in_every_mode_and_nothing_is_looked_up() {
     let w = World::new();
     let looked = std::cell::Cell::new(0);
-    let counting = |s: &ChartSource, v: Option<&str>| {
+    let counting = |s: &ChartSource, c: &crate::policy::access::Credentials, v: Option<&str>| {
         looked.set(looked.get() + 1);
-        lookup(s, v)
+        lookup(s, c, v)
     };
     let spec = ControllerSpec {
         tenancies: vec![tenancy(

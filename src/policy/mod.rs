@@ -1,5 +1,6 @@
 //! Admission: which releases the tenancy policies allow, as whom Helm acts for them, and the chart-source rules every mode keeps (pure).
 
+pub mod access;
 pub(crate) mod source;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -8,6 +9,7 @@ use crate::{
     api::crd::{Chart, HUB_CLUSTER},
     api::key::{ClusterName, ReleaseKey},
     api::policy::{Impersonation, TenancyPolicySpec},
+    policy::access::Credentials,
     policy::source::{SourceUrl, redact},
 };
 
@@ -100,8 +102,9 @@ pub(crate) enum AlertSecret {
 pub(crate) enum Scope {
     /// A chart-home chart: nothing is fetched.
     ChartHome,
-    /// Under this prefix: the repository's index, the archives it lists, every redirect.
-    Under(SourceUrl),
+    /// Under this prefix: the repository's index, the archives it lists, every redirect; fetched
+    /// with these credentials.
+    Under(SourceUrl, Credentials),
 }
 
 /// Where a chart comes from, as admission sees it.
@@ -122,12 +125,13 @@ fn source_of(chart: &Chart) -> Source<'_> {
     }
 }
 
-/// The URL prefixes of a policy's `chartSources`, in normal form (one that does not parse
-/// holds nothing).
+/// The URL prefixes of a policy's `chartSources` and `sources`, in normal form (one that does
+/// not parse holds nothing).
 fn prefixes(policy: &TenancyPolicySpec) -> impl Iterator<Item = SourceUrl> + '_ {
     policy
         .chart_sources
         .iter()
+        .chain(policy.sources.iter().map(|s| &s.url))
         .filter_map(|s| SourceUrl::parse(s).ok())
 }
 
@@ -448,6 +452,9 @@ impl Admission {
         if let Err(rule) = self.check_source(hub_namespace, chart) {
             return Verdict::Refused(rule);
         }
+        if let Err(rule) = self.credentials(hub_namespace, chart) {
+            return Verdict::Refused(rule);
+        }
         let governing = self.governing(hub_namespace);
         if let Some(allowing) = Self::chosen(governing.iter().copied().filter(|p| {
             self.broken_rule(&p.spec, key, labels, Some(chart))
@@ -568,11 +575,28 @@ impl Admission {
             .collect()
     }
 
+    /// Whose credentials the hub fetches `chart` with for a Controller of `hub_namespace` (see
+    /// [`access::credentials`]); a Secret the chart names that no rule allows is refused.
+    pub(crate) fn credentials(
+        &self,
+        hub_namespace: &str,
+        chart: &Chart,
+    ) -> Result<Credentials, String> {
+        let governing: Vec<access::Governing<'_>> = self
+            .governing(hub_namespace)
+            .into_iter()
+            .map(|p| (p.name.as_str(), &p.spec))
+            .collect();
+        access::credentials(&governing, hub_namespace, chart)
+    }
+
     /// Whether the hub may fetch a chart for a `Controller` of `hub_namespace` at all (the source
     /// rules hold and, when enforcing, some governing policy lists the source), and where every
     /// fetch for it must stay: under the narrowest `chartSources` prefix of any policy that holds
     /// the source (the prefixes that hold one URL nest, so it lies within each of them, and it is
-    /// the same for every hub namespace), else, in permissive mode, under the source itself.
+    /// the same for every hub namespace), else, in permissive mode, under the source itself;
+    /// with the credentials [`Admission::credentials`] gives (none when it refuses the chart's
+    /// `sourceSecretRef`: then nothing is fetched).
     pub(crate) fn fetch_scope(&self, hub_namespace: &str, chart: &Chart) -> Option<Scope> {
         let listed = || {
             self.governing(hub_namespace)
@@ -594,7 +618,8 @@ impl Admission {
                     .flat_map(|p| prefixes(&p.spec))
                     .filter(|p| p.holds(&url))
                     .max_by_key(|p| p.as_str().trim_end_matches('/').len());
-                Some(Scope::Under(narrowest.unwrap_or(url)))
+                let credentials = self.credentials(hub_namespace, chart).ok()?;
+                Some(Scope::Under(narrowest.unwrap_or(url), credentials))
             }
         }
     }

@@ -33,6 +33,7 @@ fn team_a() -> NamedPolicy {
             values_from: Default::default(),
             alert_secrets: Default::default(),
             alert_internal_addresses: Default::default(),
+            sources: Default::default(),
             hub_namespaces: vec!["team-a".into()],
             clusters: vec!["member-1".into()],
             cluster_selector: Some(PolicyClusterSelector {
@@ -505,7 +506,7 @@ fn fetches_stay_under_the_narrowest_prefix_that_holds_the_source_or_the_source_i
     narrow.spec.chart_sources = vec!["https://Charts.Example.com:443/team-e".into()];
     let a = enforce(vec![narrow, wide]);
     let scope = |ns: &str, url: &str| match a.fetch_scope(ns, &repo(url)) {
-        Some(Scope::Under(prefix)) => prefix.to_string(),
+        Some(Scope::Under(prefix, _)) => prefix.to_string(),
         other => panic!("{url}: {other:?}"),
     };
     assert_eq!(
@@ -525,7 +526,8 @@ fn fetches_stay_under_the_narrowest_prefix_that_holds_the_source_or_the_source_i
     assert_eq!(
         permissive.fetch_scope("x", &repo("https://CDN.example.net/a/../b")),
         Some(Scope::Under(
-            SourceUrl::parse("https://cdn.example.net/b").unwrap()
+            SourceUrl::parse("https://cdn.example.net/b").unwrap(),
+            crate::policy::access::Credentials::None
         ))
     );
 }

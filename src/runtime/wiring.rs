@@ -223,7 +223,7 @@ pub(crate) async fn build(
     let health = Arc::new(HealthBoard::default());
     let metrics = Arc::new(Metrics::new());
     let (notifier, notices) = crate::notify::Notifier::new(metrics.clone());
-    let chart_cache = open_chart_cache(config, &metrics).await?;
+    let chart_cache = open_chart_cache(config, &metrics, &hub.client).await?;
     // One watch of every pull member's reports and one of their Leases, whatever their number.
     let pull = PullHub::new(
         hub.client.clone(),
@@ -329,17 +329,23 @@ pub(crate) async fn build(
     })
 }
 
-/// Opens the chart cache, verifying every archive kept (off the async workers).
+/// Opens the chart cache, verifying every archive kept (off the async workers); it reads the
+/// sources' Secrets from `hub`.
 async fn open_chart_cache(
     config: &RunConfig,
     metrics: &Arc<Metrics>,
+    hub: &kube::Client,
 ) -> Result<Arc<ChartCache>, Error> {
     let (dir, size) = (config.chart_cache_dir.clone(), config.chart_cache_size);
     let (helm, metrics) = (config.helm.binary.clone(), metrics.clone());
     let cache = tokio::task::spawn_blocking(move || ChartCache::open(&dir, size, helm, metrics))
         .await
         .expect("opening the chart cache does not panic")?
-        .with_index_limit(config.chart_index_limit);
+        .with_index_limit(config.chart_index_limit)
+        .with_secrets(crate::charts::credentials::SourceSecrets {
+            reader: Arc::new(crate::charts::credentials::HubSecrets(hub.clone())),
+            operator_namespace: config.settings.operator_namespace.clone(),
+        });
     tracing::info!(dir = %cache.dir().display(), bytes = config.chart_cache_size, "chart cache opened");
     Ok(Arc::new(cache))
 }

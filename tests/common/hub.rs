@@ -127,6 +127,7 @@ pub fn allow_all(namespace: &str, sources: &[&str]) -> TenancyPolicySpec {
         values_from: Vec::new(),
         alert_secrets: Vec::new(),
         alert_internal_addresses: Vec::new(),
+        sources: Vec::new(),
     }
 }
 

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::charts::fetch::testing::{Answer, Server};
+use crate::policy::access::Credentials;
 use crate::policy::source;
 use std::time::Duration;
 
@@ -44,7 +45,7 @@ impl Repo {
     async fn failure(&self, cache: &ChartCache, url: Option<&str>) -> Error {
         let url = url.unwrap_or(&self.url);
         cache
-            .repository(url, "web", None, &self.scope, None)
+            .repository(url, "web", None, &self.scope, &Credentials::None, None)
             .await
             .expect_err("the resolution fails")
     }
@@ -122,7 +123,14 @@ async fn an_index_and_an_archive_are_fetched_once_for_every_resolution_and_insta
     let (cache, metrics) = open(dir.path(), DEFAULT_SIZE);
     for constraint in [None, Some("^1"), Some(">=1.1.0 <2")] {
         let resolved = cache
-            .repository(&repo.url, "web", constraint, &repo.scope, None)
+            .repository(
+                &repo.url,
+                "web",
+                constraint,
+                &repo.scope,
+                &Credentials::None,
+                None,
+            )
             .await
             .unwrap();
         assert_eq!(resolved.version, "1.1.0");
@@ -134,7 +142,11 @@ async fn an_index_and_an_archive_are_fetched_once_for_every_resolution_and_insta
 
     let source = repository_source(&repo);
     let checkouts: Vec<Checkout> = (0..30)
-        .map(|_| cache.checkout(&source, Some("1.1.0")).expect("cached"))
+        .map(|_| {
+            cache
+                .checkout(&source, &Credentials::None, Some("1.1.0"))
+                .expect("cached")
+        })
         .collect();
     assert_eq!(std::fs::read(checkouts[0].path()).unwrap(), archive);
     assert_eq!(
@@ -142,7 +154,9 @@ async fn an_index_and_an_archive_are_fetched_once_for_every_resolution_and_insta
         dir.path().join(format!("{}.tgz", sha(&archive)))
     );
     assert!(
-        cache.checkout(&source, Some("1.0.0")).is_none(),
+        cache
+            .checkout(&source, &Credentials::None, Some("1.0.0"))
+            .is_none(),
         "never fetched"
     );
     assert_eq!(metric(&metrics, "tenancy_hub_chart_cache_hits_total"), 32.0);
@@ -181,16 +195,37 @@ async fn an_index_fetched_before_since_is_fetched_again_and_a_kept_archive_is_no
     let dir = tempfile::tempdir().unwrap();
     let (cache, _) = open(dir.path(), DEFAULT_SIZE);
     cache
-        .repository(&repo.url, "web", None, &repo.scope, None)
+        .repository(
+            &repo.url,
+            "web",
+            None,
+            &repo.scope,
+            &Credentials::None,
+            None,
+        )
         .await
         .unwrap();
     let since = Instant::now();
     cache
-        .repository(&repo.url, "web", None, &repo.scope, Some(since))
+        .repository(
+            &repo.url,
+            "web",
+            None,
+            &repo.scope,
+            &Credentials::None,
+            Some(since),
+        )
         .await
         .unwrap();
     cache
-        .repository(&repo.url, "web", None, &repo.scope, Some(since))
+        .repository(
+            &repo.url,
+            "web",
+            None,
+            &repo.scope,
+            &Credentials::None,
+            Some(since),
+        )
         .await
         .unwrap();
     assert_eq!(repo.hits("/repo/index.yaml"), 2, "once per `since`");
@@ -198,7 +233,14 @@ async fn an_index_fetched_before_since_is_fetched_again_and_a_kept_archive_is_no
 
     let (reopened, metrics) = open(dir.path(), DEFAULT_SIZE);
     reopened
-        .repository(&repo.url, "web", None, &repo.scope, None)
+        .repository(
+            &repo.url,
+            "web",
+            None,
+            &repo.scope,
+            &Credentials::None,
+            None,
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -233,7 +275,7 @@ async fn an_archive_whose_digest_differs_from_the_index_is_refused_and_not_kept(
     assert!(names(dir.path()).is_empty(), "{:?}", names(dir.path()));
     assert!(
         cache
-            .checkout(&repository_source(&repo), Some("1.0.0"))
+            .checkout(&repository_source(&repo), &Credentials::None, Some("1.0.0"))
             .is_none()
     );
 }
@@ -249,7 +291,7 @@ async fn an_archive_that_cannot_be_fetched_fails_the_resolution_for_helm_never_f
     );
     assert!(
         cache
-            .checkout(&repository_source(&repo), Some("1.0.0"))
+            .checkout(&repository_source(&repo), &Credentials::None, Some("1.0.0"))
             .is_none()
     );
     assert_eq!(
@@ -328,7 +370,9 @@ async fn an_index_is_kept_by_its_normal_url_and_a_query_makes_no_new_one() {
         format!("{origin}/./repo"),
         format!("{origin}/x/../repo/"),
     ] {
-        let _ = cache.repository(&url, "web", None, &repo.scope, None).await;
+        let _ = cache
+            .repository(&url, "web", None, &repo.scope, &Credentials::None, None)
+            .await;
     }
     for query in ["?x=1", "?x=2", "#x"] {
         let url = format!("{}{query}", repo.url);
@@ -362,7 +406,7 @@ async fn missing_charts_versions_and_repositories_say_which() {
         let (cache, url, scope) = (&cache, repo.url.clone(), repo.scope.clone());
         async move {
             cache
-                .repository(&url, chart, constraint, &scope, None)
+                .repository(&url, chart, constraint, &scope, &Credentials::None, None)
                 .await
                 .unwrap_err()
                 .to_string()
@@ -386,7 +430,7 @@ async fn missing_charts_versions_and_repositories_say_which() {
     );
     let gone = format!("{}/elsewhere", repo.url);
     let message = cache
-        .repository(&gone, "web", None, &repo.scope, None)
+        .repository(&gone, "web", None, &repo.scope, &Credentials::None, None)
         .await
         .unwrap_err()
         .to_string();
@@ -410,7 +454,7 @@ fn stock(cache: &ChartCache, url: &str, version: &str, content: &[u8]) -> String
         .store
         .state()
         .pins
-        .insert((source, version.into()), digest.clone());
+        .insert((source, Credentials::None, version.into()), digest.clone());
     digest
 }
 
@@ -425,16 +469,24 @@ fn the_least_recently_used_archives_go_first_and_never_one_in_use() {
     };
     let a = stock(&cache, url, "1", &[b'a'; 10]);
     let b = stock(&cache, url, "2", &[b'b'; 10]);
-    let in_use = cache.checkout(&source, Some("1")).expect("kept");
+    let in_use = cache
+        .checkout(&source, &Credentials::None, Some("1"))
+        .expect("kept");
     stock(&cache, url, "3", &[b'c'; 10]);
-    drop(cache.checkout(&source, Some("2")).expect("kept"));
+    drop(
+        cache
+            .checkout(&source, &Credentials::None, Some("2"))
+            .expect("kept"),
+    );
     stock(&cache, url, "4", &[b'd'; 10]);
     assert!(
         dir.path().join(format!("{a}.tgz")).is_file(),
         "the oldest is in use"
     );
     assert!(
-        cache.checkout(&source, Some("3")).is_none(),
+        cache
+            .checkout(&source, &Credentials::None, Some("3"))
+            .is_none(),
         "the least recently used of the others went"
     );
     assert!(dir.path().join(format!("{b}.tgz")).is_file());
@@ -551,10 +603,15 @@ fn an_index_is_read_for_versions_archive_urls_and_digests_only() {
 
 #[test]
 fn helm_pull_arguments_keep_the_reference_after_a_double_dash() {
+    let files = PullFiles {
+        registry_config: "/cache/.partial-y/config.json".into(),
+        ..PullFiles::default()
+    };
     let args = pull_args(
         "oci://registry.example.com/charts/web",
         Some(">=0.1.0 <1.0.0"),
         Path::new("/cache/.partial-x"),
+        &files,
     );
     assert_eq!(
         args,
@@ -562,11 +619,15 @@ fn helm_pull_arguments_keep_the_reference_after_a_double_dash() {
             "pull",
             "--destination=/cache/.partial-x",
             "--version=>=0.1.0 <1.0.0",
+            "--registry-config=/cache/.partial-y/config.json",
             "--",
             "oci://registry.example.com/charts/web"
         ]
     );
-    assert_eq!(pull_args("oci://r/web", None, Path::new("/d")).len(), 4);
+    assert_eq!(
+        pull_args("oci://r/web", None, Path::new("/d"), &files).len(),
+        5
+    );
 }
 
 #[test]
@@ -607,4 +668,261 @@ fn the_version_of_an_archive_is_read_from_its_chart_yaml() {
     assert_eq!(archive_version(&path), Ok("0.3.0+build.1".into()));
     std::fs::write(&path, b"not gzip").unwrap();
     assert!(archive_version(&path).is_err());
+}
+
+/// Answers every read with one Secret, whatever its name, as the test last set it.
+struct OneSecret(std::sync::Mutex<credentials::SecretData>);
+
+impl credentials::ReadSecret for OneSecret {
+    fn read<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Option<credentials::SecretData>, String>> {
+        let data = self.0.lock().unwrap().clone();
+        Box::pin(async move { Ok(Some(data)) })
+    }
+
+    fn labels<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<Option<std::collections::BTreeMap<String, String>>, String>,
+    > {
+        Box::pin(async { Ok(Some(Default::default())) })
+    }
+}
+
+fn basic(password: &str, version: &str) -> credentials::SecretData {
+    credentials::SecretData {
+        data: [("username", "u"), ("password", password)]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.as_bytes().to_vec()))
+            .collect(),
+        version: version.into(),
+    }
+}
+
+fn platform(prefix: &str) -> Credentials {
+    Credentials::Platform {
+        secret: "pull".into(),
+        policy: "team-a".into(),
+        prefix: prefix.into(),
+    }
+}
+
+/// `Basic` of `u:pw`.
+const AUTH: &str = "Basic dTpwdw==";
+
+/// A repository whose index and archive answer only `AUTH`, whose `away` index redirects to
+/// `other`, and a cache reading one Secret (`u`/`pw`, version 1) for any source.
+async fn guarded(other: &str) -> (Repo, tempfile::TempDir, ChartCache, Arc<OneSecret>) {
+    let archive = b"the archive".to_vec();
+    let other = other.to_owned();
+    let repo = Repo::answering(move |_| {
+        vec![
+            (
+                "/repo/index.yaml".into(),
+                Answer::Guarded(AUTH.into(), index(&[("1.0.0", "web.tgz", &archive)])),
+            ),
+            (
+                "/repo/web.tgz".into(),
+                Answer::Guarded(AUTH.into(), archive),
+            ),
+            (
+                "/repo/away/index.yaml".into(),
+                Answer::Redirect(format!("{other}/x/index.yaml")),
+            ),
+        ]
+    })
+    .await;
+    let secret = Arc::new(OneSecret(std::sync::Mutex::new(basic("pw", "1"))));
+    let dir = tempfile::tempdir().unwrap();
+    let (cache, _) = open(dir.path(), DEFAULT_SIZE);
+    let cache = cache.with_secrets(credentials::SourceSecrets {
+        reader: secret.clone(),
+        operator_namespace: "tenancy-hub".into(),
+    });
+    (repo, dir, cache, secret)
+}
+
+#[tokio::test]
+async fn credentials_go_with_the_index_and_the_archive_and_never_to_another_host() {
+    let other = Server::serve(vec![("/x/index.yaml", Answer::Body(b"x".to_vec()))]).await;
+    let (repo, _dir, cache, _) = guarded(&other.origin).await;
+    let with = platform(repo.scope.as_str());
+    cache
+        .repository(&repo.url, "web", None, &repo.scope, &with, None)
+        .await
+        .expect("resolved with the Secret's credentials");
+    assert_eq!(
+        repo.server.auths("/repo/index.yaml"),
+        [Some(AUTH.to_owned())]
+    );
+    assert_eq!(repo.server.auths("/repo/web.tgz"), [Some(AUTH.to_owned())]);
+
+    let away = format!("{}/away", repo.url);
+    let error = cache
+        .repository(&away, "web", None, &repo.scope, &with, None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("outside the chartSources prefix"), "{error}");
+    assert_eq!(
+        other.hits("/x/index.yaml"),
+        0,
+        "never requested, so never sent"
+    );
+    assert!(!error.contains("pw"), "{error}");
+}
+
+#[tokio::test]
+async fn what_one_set_of_credentials_fetched_is_never_served_to_another() {
+    let (repo, _dir, cache, _) = guarded("http://127.0.0.1:9").await;
+    let with = platform(repo.scope.as_str());
+    let source = ChartSource::Repository {
+        url: repo.url.clone(),
+        chart: "web".into(),
+    };
+    cache
+        .repository(&repo.url, "web", None, &repo.scope, &with, None)
+        .await
+        .unwrap();
+    assert!(cache.checkout(&source, &with, Some("1.0.0")).is_some());
+    let tenant = Credentials::Tenant {
+        namespace: "team-b".into(),
+        secret: "pull".into(),
+        policy: "team-a".into(),
+        prefix: repo.scope.to_string(),
+        labels: Vec::new(),
+    };
+    for other in [&Credentials::None, &tenant] {
+        assert!(
+            cache.checkout(&source, other, Some("1.0.0")).is_none(),
+            "{other}: not its archive"
+        );
+    }
+    let anonymous = cache
+        .repository(
+            &repo.url,
+            "web",
+            None,
+            &repo.scope,
+            &Credentials::None,
+            None,
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        anonymous.contains(
+            "/repo/index.yaml answered 401 Unauthorized; the source asks for credentials and none were given"
+        ),
+        "{anonymous}"
+    );
+    assert_eq!(
+        repo.server.auths("/repo/index.yaml"),
+        [Some(AUTH.to_owned()), None],
+        "its own index, fetched without credentials"
+    );
+}
+
+#[tokio::test]
+async fn a_changed_secret_takes_effect_at_the_next_fetch() {
+    let (repo, _dir, cache, secret) = guarded("http://127.0.0.1:9").await;
+    let with = platform(repo.scope.as_str());
+    cache
+        .repository(&repo.url, "web", None, &repo.scope, &with, None)
+        .await
+        .unwrap();
+    *secret.0.lock().unwrap() = basic("wrong-password", "2");
+    let error = cache
+        .repository(
+            &repo.url,
+            "web",
+            None,
+            &repo.scope,
+            &with,
+            Some(Instant::now()),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("answered 401 Unauthorized; the source refused the credentials of Secret tenancy-hub/pull (TenancyPolicy team-a"),
+        "{error}"
+    );
+    assert!(!error.contains("wrong-password"), "{error}");
+    *secret.0.lock().unwrap() = basic("pw", "3");
+    cache
+        .repository(
+            &repo.url,
+            "web",
+            None,
+            &repo.scope,
+            &with,
+            Some(Instant::now()),
+        )
+        .await
+        .expect("the Secret put right");
+    assert_eq!(repo.server.auths("/repo/index.yaml").len(), 3);
+}
+
+#[test]
+fn oci_credentials_reach_helm_through_private_files_and_never_its_arguments() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let cert = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    let key = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n";
+    let mut data = basic("s3cret-pa55", "1");
+    for (k, v) in [("ca.crt", cert), ("tls.crt", cert), ("tls.key", key)] {
+        data.data.insert(k.into(), v.as_bytes().to_vec());
+    }
+    let material = Material::parse(&data, true).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let files = PullFiles::write(dir.path(), Some(&material), "127.0.0.1:5000").unwrap();
+    let (cert_file, key_file) = files.identity.clone().unwrap();
+    let ca_file = files.ca.clone().unwrap();
+    for path in [&files.registry_config, &ca_file, &cert_file, &key_file] {
+        let mode = std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", path.display());
+    }
+    let config = std::fs::read_to_string(&files.registry_config).unwrap();
+    let encoded =
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, "u:s3cret-pa55");
+    assert!(config.contains(&encoded) && config.contains("127.0.0.1:5000"));
+    let args = pull_args(
+        "oci://127.0.0.1:5000/charts/web",
+        None,
+        Path::new("/d"),
+        &files,
+    );
+    let argv = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        !argv.contains("s3cret-pa55") && !argv.contains(&encoded),
+        "{argv}"
+    );
+    for flag in [
+        format!("--registry-config={}", files.registry_config.display()),
+        format!("--ca-file={}", ca_file.display()),
+        format!("--cert-file={}", cert_file.display()),
+        format!("--key-file={}", key_file.display()),
+    ] {
+        assert!(argv.contains(&flag), "{flag} in {argv}");
+    }
+    assert!(!argv.contains("--username") && !argv.contains("--password"));
+    let anonymous = PullFiles::write(&dir.path().join("none"), None, "r").err();
+    assert!(anonymous.is_some(), "a directory that is not there");
+    std::fs::create_dir(dir.path().join("none")).unwrap();
+    let anonymous = PullFiles::write(&dir.path().join("none"), None, "r").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(anonymous.registry_config).unwrap(),
+        r#"{"auths":{}}"#,
+        "no fallback on a login of the operator's user"
+    );
 }

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::api::crd::{Chart, Tenancy};
+use crate::policy::access::Credentials;
 
 fn spec(chart: &str) -> ControllerSpec {
     ControllerSpec {
@@ -24,7 +25,10 @@ const SCOPE: &str = "https://charts.example.com/";
 
 /// Lets the hub fetch every chart, under [`SCOPE`].
 fn anywhere(_: &Chart) -> Option<Scope> {
-    Some(Scope::Under(SourceUrl::parse(SCOPE).unwrap()))
+    Some(Scope::Under(
+        SourceUrl::parse(SCOPE).unwrap(),
+        Credentials::None,
+    ))
 }
 
 /// Answers resolutions from a script, after a pause, counting the calls.
@@ -109,14 +113,18 @@ fn repo_source() -> ChartSource {
 }
 
 fn version_of(catalog: &ChartCatalog, constraint: Option<&str>) -> Result<String, String> {
-    match catalog.lookup(&repo_source(), constraint) {
+    match catalog.lookup(&repo_source(), &Credentials::None, constraint) {
         ChartLookup::Found { version, .. } => Ok(version.expect("a resolved version")),
         ChartLookup::Missing(reason) => Err(reason),
     }
 }
 
 fn digest_of(catalog: &ChartCatalog, path: &Path) -> Option<String> {
-    match catalog.lookup(&ChartSource::Directory(path.to_owned()), None) {
+    match catalog.lookup(
+        &ChartSource::Directory(path.to_owned()),
+        &Credentials::None,
+        None,
+    ) {
         ChartLookup::Found { digest, .. } => digest,
         ChartLookup::Missing(_) => None,
     }
@@ -159,9 +167,11 @@ async fn a_directory_without_chart_yaml_is_missing_and_says_where_it_was_looked_
     catalog
         .prepare(&spec("nothing"), home.path(), &anywhere)
         .await;
-    let ChartLookup::Missing(reason) =
-        catalog.lookup(&ChartSource::Directory(home.path().join("nothing")), None)
-    else {
+    let ChartLookup::Missing(reason) = catalog.lookup(
+        &ChartSource::Directory(home.path().join("nothing")),
+        &Credentials::None,
+        None,
+    ) else {
         panic!("a missing chart is found");
     };
     assert!(
@@ -200,7 +210,7 @@ async fn a_new_scope_resolves_again_and_what_the_old_one_resolved_no_longer_coun
     assert_eq!(version_of(&catalog, None), Ok("1.0.0".into()));
     let narrower = |_: &Chart| {
         let prefix = SourceUrl::parse("https://charts.example.com/stable").unwrap();
-        Some(Scope::Under(prefix))
+        Some(Scope::Under(prefix, Credentials::None))
     };
     catalog.prepare(&repo_spec(None), home, &narrower).await;
     assert_eq!(

@@ -11,6 +11,7 @@ fn key(k: &str) -> ReleaseKey {
 fn release(k: &str) -> Release {
     Release {
         masked: Default::default(),
+        credentials: Default::default(),
         key: key(k),
         owner: OwnerId {
             namespace: "default".into(),
@@ -299,9 +300,11 @@ fn a_depends_on_cycle_found_by_the_planner_shows_as_refused_naming_the_chain() {
     };
     let clusters = BTreeMap::from([("m".parse().unwrap(), BTreeMap::new())]);
     let synced = clusters.keys().cloned().collect();
-    let found = |_: &ChartSource, _: Option<&str>| crate::plan::ChartLookup::Found {
-        version: None,
-        digest: None,
+    let found = |_: &ChartSource, _: &crate::policy::access::Credentials, _: Option<&str>| {
+        crate::plan::ChartLookup::Found {
+            version: None,
+            digest: None,
+        }
     };
     let plan = crate::plan::plan(&crate::plan::Inputs {
         owner: &OwnerId {

@@ -12,6 +12,7 @@ use std::path::Path;
 pub(crate) fn release(source: ChartSource) -> Release {
     Release {
         masked: Default::default(),
+        credentials: Default::default(),
         key: "member-1/team/web".parse().unwrap(),
         owner: OwnerId {
             namespace: "default".into(),
@@ -638,4 +639,27 @@ fn the_in_cluster_hub_is_left_to_helms_own_in_cluster_configuration() {
             .any(|a| a.starts_with("--kubeconfig") || a.starts_with("--kube-context")),
         "{args:?}"
     );
+}
+
+#[test]
+fn a_release_sent_to_a_member_carries_no_word_of_its_credentials() {
+    let release = Release {
+        credentials: crate::policy::access::Credentials::Tenant {
+            namespace: "team-a".into(),
+            secret: "own-pull".into(),
+            policy: "team-a".into(),
+            prefix: "oci://registry.example.com/team-a".into(),
+            labels: Vec::new(),
+        },
+        ..release(ChartSource::Oci(
+            "oci://registry.example.com/team-a/web".into(),
+        ))
+    };
+    let sent = serde_json::to_string(&release).unwrap();
+    assert!(
+        !sent.contains("own-pull") && !sent.contains("credentials"),
+        "{sent}"
+    );
+    let back: Release = serde_json::from_str(&sent).unwrap();
+    assert_eq!(back.credentials, Default::default());
 }

@@ -457,6 +457,7 @@ mod tests {
     fn release() -> Release {
         Release {
             masked: Default::default(),
+            credentials: Default::default(),
             key: "edge-1/team/web".parse().unwrap(),
             owner: OwnerId {
                 namespace: "team".into(),

@@ -61,9 +61,11 @@ fn owner() -> OwnerId {
 fn planned(spec: &ControllerSpec) -> Plan {
     let clusters = clusters();
     let synced = clusters.keys().cloned().collect();
-    let found = |_: &ChartSource, _: Option<&str>| ChartLookup::Found {
-        version: None,
-        digest: None,
+    let found = |_: &ChartSource, _: &crate::policy::access::Credentials, _: Option<&str>| {
+        ChartLookup::Found {
+            version: None,
+            digest: None,
+        }
     };
     plan(&Inputs {
         fleet: &crate::plan::fleet::Fleet::none(),
@@ -277,6 +279,7 @@ fn apply_job(k: &str) -> Job {
     Job::Apply {
         release: Box::new(Release {
             masked: Default::default(),
+            credentials: Default::default(),
             key: key.clone(),
             owner: owner(),
             chart_name: "deployment-example".into(),

@@ -19,6 +19,7 @@ use std::collections::{BTreeSet, HashMap};
 fn release(key: &str) -> Release {
     Release {
         masked: Default::default(),
+        credentials: Default::default(),
         key: key.parse().unwrap(),
         owner: OwnerId {
             namespace: "default".into(),

@@ -1,0 +1,232 @@
+//! Which credentials the hub fetches a chart with: the `sources` entry of the longest prefix of the policies governing its Controller's hub namespace, or a Secret of that namespace a `tenantSecrets` rule lets it name (pure).
+//!
+//! The answer is also part of every key under which the chart cache keeps what it fetched
+//! (indexes, resolutions, pins), so a chart fetched with one set of credentials is never served
+//! to a Controller that has no right to them.
+
+use std::collections::BTreeMap;
+
+use crate::{
+    api::crd::Chart,
+    api::policy::{SourceAccess, TenancyPolicySpec},
+    policy::source::SourceUrl,
+};
+
+/// A policy governing a hub namespace: its name and what it says.
+pub(crate) type Governing<'a> = (&'a str, &'a TenancyPolicySpec);
+
+/// Whose credentials the hub fetches a chart with (never the credentials themselves).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Credentials {
+    /// None: the source is fetched anonymously, trusting the system's roots.
+    #[default]
+    None,
+    /// A Secret of the operator's own namespace a policy names for a source prefix.
+    Platform {
+        /// The Secret's name.
+        secret: String,
+        /// The policy naming it.
+        policy: String,
+        /// The `sources` prefix it is named for, in normal form.
+        prefix: String,
+    },
+    /// A Secret of the Controller's own hub namespace a `tenantSecrets` rule allows for a source.
+    Tenant {
+        /// The hub namespace.
+        namespace: String,
+        /// The Secret's name.
+        secret: String,
+        /// The policy allowing it.
+        policy: String,
+        /// The `sources` prefix it is allowed for, in normal form.
+        prefix: String,
+        /// When only rules on labels allow it, the label sets of which it must carry one;
+        /// empty when a rule allows it by name.
+        labels: Vec<BTreeMap<String, String>>,
+    },
+}
+
+impl Credentials {
+    /// The policy and source prefix the credentials come with, for messages.
+    pub(crate) fn origin(&self) -> Option<(&str, &str)> {
+        match self {
+            Self::None => None,
+            Self::Platform { policy, prefix, .. } | Self::Tenant { policy, prefix, .. } => {
+                Some((policy, prefix))
+            }
+        }
+    }
+
+    /// The Secret in words (`Secret tenancy-hub/registry`), or None.
+    pub(crate) fn secret(&self, operator_namespace: &str) -> Option<String> {
+        match self {
+            Self::None => None,
+            Self::Platform { secret, .. } => Some(format!("Secret {operator_namespace}/{secret}")),
+            Self::Tenant {
+                namespace, secret, ..
+            } => Some(format!("Secret {namespace}/{secret}")),
+        }
+    }
+}
+
+/// `none`, `platform:<secret>` or `tenant:<hub namespace>/<secret>`.
+impl std::fmt::Display for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::None => f.write_str("none"),
+            Self::Platform { secret, .. } => write!(f, "platform:{secret}"),
+            Self::Tenant {
+                namespace, secret, ..
+            } => write!(f, "tenant:{namespace}/{secret}"),
+        }
+    }
+}
+
+/// One `sources` entry holding a chart's source, with its policy and prefix in normal form.
+struct Holder<'a> {
+    policy: &'a str,
+    entry: &'a SourceAccess,
+    prefix: SourceUrl,
+}
+
+impl Holder<'_> {
+    /// Longer prefixes first, then policies by name.
+    fn rank(&self) -> (std::cmp::Reverse<usize>, &str) {
+        (
+            std::cmp::Reverse(self.prefix.as_str().trim_end_matches('/').len()),
+            self.policy,
+        )
+    }
+}
+
+/// The URL of a chart's repository or OCI reference, in normal form; None for a chart-home
+/// chart or one that does not parse (the source rules refuse it before).
+fn source_url(chart: &Chart) -> Option<SourceUrl> {
+    let text = match chart.chart_name.starts_with("oci://") {
+        true => &chart.chart_name,
+        false => chart.repo.as_ref()?,
+    };
+    SourceUrl::parse(text).ok()
+}
+
+/// The `sources` entries of the `governing` policies whose prefix holds `url`, the one that
+/// applies first (longest prefix, then policy name).
+fn holders<'a>(governing: &[Governing<'a>], url: &SourceUrl) -> Vec<Holder<'a>> {
+    let mut out: Vec<Holder<'a>> = governing
+        .iter()
+        .flat_map(|&(policy, spec)| {
+            spec.sources.iter().filter_map(move |entry| {
+                let prefix = SourceUrl::parse(&entry.url).ok()?;
+                prefix.holds(url).then_some(Holder {
+                    policy,
+                    entry,
+                    prefix,
+                })
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.rank().cmp(&b.rank()));
+    out
+}
+
+/// Whose credentials the hub fetches `chart` with for a Controller of `hub_namespace`: the
+/// Secret the chart names (`sourceSecretRef`) when a `tenantSecrets` rule of an entry holding
+/// its source allows it (by name, or by labels checked when it is read); else the
+/// `secretRef` of the entry with the longest prefix holding it (ties: the first policy by
+/// name); else none. A Secret the chart names that no rule allows is refused, in every mode,
+/// with the rule to add; so is one named for a chart-home chart.
+pub(crate) fn credentials(
+    governing: &[Governing<'_>],
+    hub_namespace: &str,
+    chart: &Chart,
+) -> Result<Credentials, String> {
+    let Some(url) = source_url(chart) else {
+        return match &chart.source_secret_ref {
+            Some(named) => Err(format!(
+                "chart {} names sourceSecretRef {}, but it comes from the chart home, which takes no credentials: remove sourceSecretRef",
+                chart.chart_name, named.name
+            )),
+            None => Ok(Credentials::None),
+        };
+    };
+    let holders = holders(governing, &url);
+    let Some(named) = &chart.source_secret_ref else {
+        return Ok(holders
+            .first()
+            .and_then(|h| {
+                h.entry.secret_ref.as_ref().map(|s| Credentials::Platform {
+                    secret: s.name.clone(),
+                    policy: h.policy.to_owned(),
+                    prefix: h.prefix.to_string(),
+                })
+            })
+            .unwrap_or_default());
+    };
+    let tenant = |h: &Holder<'_>, labels| Credentials::Tenant {
+        namespace: hub_namespace.to_owned(),
+        secret: named.name.clone(),
+        policy: h.policy.to_owned(),
+        prefix: h.prefix.to_string(),
+        labels,
+    };
+    if let Some(h) = holders.iter().find(|h| {
+        h.entry
+            .tenant_secrets
+            .iter()
+            .any(|r| r.allows_by_name(&named.name))
+    }) {
+        return Ok(tenant(h, Vec::new()));
+    }
+    let by_labels = |h: &Holder<'_>| -> Vec<BTreeMap<String, String>> {
+        h.entry
+            .tenant_secrets
+            .iter()
+            .filter(|r| !r.match_labels.is_empty())
+            .map(|r| r.match_labels.clone())
+            .collect()
+    };
+    if let Some(h) = holders.iter().find(|h| !by_labels(h).is_empty()) {
+        let mut labels: Vec<_> = holders.iter().flat_map(by_labels).collect();
+        labels.sort();
+        labels.dedup();
+        return Ok(tenant(h, labels));
+    }
+    Err(tenant_secret_refusal(
+        governing,
+        hub_namespace,
+        chart,
+        &named.name,
+        &url,
+    ))
+}
+
+/// Why a chart may not name Secret `secret` for its source `url`, and the rule that would
+/// allow it; the same whether or not the Secret exists.
+fn tenant_secret_refusal(
+    governing: &[Governing<'_>],
+    hub_namespace: &str,
+    chart: &Chart,
+    secret: &str,
+    url: &SourceUrl,
+) -> String {
+    let head = format!(
+        "chart {} names sourceSecretRef {secret}, which no tenantSecrets rule allows for its source {url}",
+        chart.chart_name
+    );
+    match governing.first() {
+        None => format!(
+            "{head}: no TenancyPolicy governs hub namespace {hub_namespace}; a platform admin must list it in a policy's hubNamespaces"
+        ),
+        Some(first) => {
+            let names: Vec<&str> = governing.iter().map(|(name, _)| *name).collect();
+            format!(
+                "{head} (policies governing hub namespace {hub_namespace}: {}); a platform admin adds {{names: [{secret}]}} to the tenantSecrets of a sources entry whose url holds {url} (in TenancyPolicy {}, for example), or the chart drops sourceSecretRef to use the platform's credentials",
+                names.join(", "),
+                first.0
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
