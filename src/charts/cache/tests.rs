@@ -837,9 +837,9 @@ async fn a_changed_secret_takes_effect_at_the_next_fetch() {
         .repository(&repo.url, "web", None, &repo.scope, &with, None)
         .await
         .unwrap();
-    *secret.0.lock().unwrap() = basic("wrong-password", "2");
-    let error = cache
-        .repository(
+    // The index fetched again now, as the next interval would.
+    let fetch_again = || {
+        cache.repository(
             &repo.url,
             "web",
             None,
@@ -847,26 +847,16 @@ async fn a_changed_secret_takes_effect_at_the_next_fetch() {
             &with,
             Some(Instant::now()),
         )
-        .await
-        .unwrap_err()
-        .to_string();
+    };
+    *secret.0.lock().unwrap() = basic("wrong-password", "2");
+    let error = fetch_again().await.unwrap_err().to_string();
     assert!(
         error.contains("answered 401 Unauthorized; the source refused the credentials of Secret tenancy-hub/pull (TenancyPolicy team-a"),
         "{error}"
     );
     assert!(!error.contains("wrong-password"), "{error}");
     *secret.0.lock().unwrap() = basic("pw", "3");
-    cache
-        .repository(
-            &repo.url,
-            "web",
-            None,
-            &repo.scope,
-            &with,
-            Some(Instant::now()),
-        )
-        .await
-        .expect("the Secret put right");
+    fetch_again().await.expect("the Secret put right");
     assert_eq!(repo.server.auths("/repo/index.yaml").len(), 3);
 }
 

@@ -109,11 +109,7 @@ func verifyCosign(ctx context.Context, check cosignCheck) answer {
 	if err != nil {
 		return failed(errorTrust, "%v", err)
 	}
-	creds, err := parseCredentials(check.Registry.DockerConfig)
-	if err != nil {
-		return failed(errorTrust, "%v", err)
-	}
-	transport, err := newTransport(check.Registry.CABundle)
+	creds, transport, err := check.Registry.open()
 	if err != nil {
 		return failed(errorTrust, "%v", err)
 	}

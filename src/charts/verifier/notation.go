@@ -134,11 +134,7 @@ func verifyNotation(ctx context.Context, check notationCheck) answer {
 	if err != nil {
 		return failed(errorTrust, "%v", err)
 	}
-	creds, err := parseCredentials(check.Registry.DockerConfig)
-	if err != nil {
-		return failed(errorTrust, "%v", err)
-	}
-	transport, err := newTransport(check.Registry.CABundle)
+	creds, transport, err := check.Registry.open()
 	if err != nil {
 		return failed(errorTrust, "%v", err)
 	}

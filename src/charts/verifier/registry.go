@@ -110,6 +110,20 @@ func (c credentials) credential(_ context.Context, hostport string) (auth.Creden
 	}, nil
 }
 
+// open reads what reaching the registry takes: the credentials of its docker config and a
+// transport trusting its CA bundle.
+func (a registryAccess) open() (credentials, http.RoundTripper, error) {
+	creds, err := parseCredentials(a.DockerConfig)
+	if err != nil {
+		return credentials{}, nil, err
+	}
+	transport, err := newTransport(a.CABundle)
+	if err != nil {
+		return credentials{}, nil, err
+	}
+	return creds, transport, nil
+}
+
 // newTransport is the HTTP transport of every registry call: TLS only, verified against the CA
 // bundle when one is given (else the system's roots), with a timeout on each step and every
 // response body bounded.
