@@ -194,55 +194,15 @@ async fn an_index_fetched_before_since_is_fetched_again_and_a_kept_archive_is_no
     .await;
     let dir = tempfile::tempdir().unwrap();
     let (cache, _) = open(dir.path(), DEFAULT_SIZE);
-    cache
-        .repository(
-            &repo.url,
-            "web",
-            None,
-            &repo.scope,
-            &Credentials::None,
-            None,
-        )
-        .await
-        .unwrap();
+    web_of(&cache, &repo, None).await.unwrap();
     let since = Instant::now();
-    cache
-        .repository(
-            &repo.url,
-            "web",
-            None,
-            &repo.scope,
-            &Credentials::None,
-            Some(since),
-        )
-        .await
-        .unwrap();
-    cache
-        .repository(
-            &repo.url,
-            "web",
-            None,
-            &repo.scope,
-            &Credentials::None,
-            Some(since),
-        )
-        .await
-        .unwrap();
+    web_of(&cache, &repo, Some(since)).await.unwrap();
+    web_of(&cache, &repo, Some(since)).await.unwrap();
     assert_eq!(repo.hits("/repo/index.yaml"), 2, "once per `since`");
     assert_eq!(repo.hits("/repo/web.tgz"), 1);
 
     let (reopened, metrics) = open(dir.path(), DEFAULT_SIZE);
-    reopened
-        .repository(
-            &repo.url,
-            "web",
-            None,
-            &repo.scope,
-            &Credentials::None,
-            None,
-        )
-        .await
-        .unwrap();
+    web_of(&reopened, &repo, None).await.unwrap();
     assert_eq!(
         repo.hits("/repo/web.tgz"),
         1,
@@ -804,18 +764,7 @@ async fn what_one_set_of_credentials_fetched_is_never_served_to_another() {
             "{other}: not its archive"
         );
     }
-    let anonymous = cache
-        .repository(
-            &repo.url,
-            "web",
-            None,
-            &repo.scope,
-            &Credentials::None,
-            None,
-        )
-        .await
-        .unwrap_err()
-        .to_string();
+    let anonymous = web_of(&cache, &repo, None).await.unwrap_err().to_string();
     assert!(
         anonymous.contains(
             "/repo/index.yaml answered 401 Unauthorized; the source asks for credentials and none were given"
@@ -915,4 +864,19 @@ fn oci_credentials_reach_helm_through_private_files_and_never_its_arguments() {
         r#"{"auths":{}}"#,
         "no fallback on a login of the operator's user"
     );
+}
+
+/// `web`'s newest version in `repo`, resolved by `cache` without credentials (the index fetched
+/// again when older than `since`).
+async fn web_of(cache: &ChartCache, repo: &Repo, since: Option<Instant>) -> Result<Resolved> {
+    cache
+        .repository(
+            &repo.url,
+            "web",
+            None,
+            &repo.scope,
+            &Credentials::None,
+            since,
+        )
+        .await
 }
