@@ -70,6 +70,8 @@ pub struct Found {
     pub answered: usize,
     /// The size in bytes of Controller `all`'s status (JSON).
     pub status_bytes: usize,
+    /// The lines of the restarted operator's log that showed a member unreachable.
+    pub shown_unreachable: Vec<String>,
 }
 
 /// When each work Secret (namespace/name) was last published, from one watch.
@@ -235,6 +237,8 @@ struct Run<'a> {
     /// Watch streams open on the hub API server before the members joined.
     watches_before: f64,
     figures: serde_json::Map<String, Value>,
+    /// What the restarted operator logged of members unreachable.
+    shown_unreachable: Vec<String>,
 }
 
 /// The label of every member of a run, of the sampled ones, and of each part (on shards).
@@ -278,6 +282,7 @@ impl Envelope {
             errors,
             answered,
             status_bytes,
+            shown_unreachable: run.shown_unreachable,
         }
     }
 }
@@ -313,6 +318,7 @@ impl<'a> Run<'a> {
             published: Published::default(),
             watches_before: 0.0,
             figures: serde_json::Map::new(),
+            shown_unreachable: Vec::new(),
         }
     }
 }
@@ -613,13 +619,22 @@ impl Run<'_> {
             .count();
         let after = self.counters().await;
         // Every member's agent renews its Lease throughout: none is to be shown unreachable.
-        let unreachable = self
+        self.shown_unreachable = self
             .operators
             .iter()
-            .map(|o| o.logged().matches("cluster is unreachable").count())
-            .sum::<usize>();
+            .flat_map(|o| {
+                let logged = o.logged();
+                let lines = logged
+                    .lines()
+                    .filter(|l| l.contains("cluster is unreachable"));
+                lines.map(str::to_owned).collect::<Vec<_>>()
+            })
+            .collect();
         for (figure, value) in [
-            ("resync_members_shown_unreachable", unreachable as f64),
+            (
+                "resync_members_shown_unreachable",
+                self.shown_unreachable.len() as f64,
+            ),
             ("resync_ready_seconds", ready_seconds),
             ("resync_seconds", resync),
             ("resync_work_published_again", republished as f64),

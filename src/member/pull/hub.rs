@@ -313,9 +313,18 @@ impl PullHub {
             tokio::time::timeout(LISTED_WITHIN, listed.wait_for(|l| l.iter().all(|l| *l))).await;
     }
 
-    /// Follows every agent's reports and Leases until `stop`.
-    pub(crate) async fn run(self: Arc<Self>, stop: CancellationToken) {
+    /// Follows every agent's reports and Leases until `stop`. The hub counts as following from
+    /// this call on, not from the future's first poll: a probe made before the task is first run
+    /// waits for the first lists instead of reading on its own.
+    pub(crate) fn run(
+        self: Arc<Self>,
+        stop: CancellationToken,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
         self.following.store(true, Ordering::Relaxed);
+        self.follow(stop)
+    }
+
+    async fn follow(self: Arc<Self>, stop: CancellationToken) {
         // Metadata only: a Secret anyone labels as a report costs its metadata, and the data of
         // a report is read in a member's hub namespace alone (`report_of`).
         let reports = Api::<PartialObjectMeta<Secret>>::all(self.client.clone());
@@ -673,6 +682,31 @@ mod tests {
             watcher::Event::Apply(s) => s.data.as_ref()?.get(REPORT_KEY).map(|b| &b.0),
             _ => None,
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_made_before_the_following_task_first_runs_waits_for_its_lists_and_reads_nothing()
+     {
+        let (service, mut server) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let hub = PullHub::new(kube::Client::new(service, "default"), None, None);
+        let stop = CancellationToken::new();
+        // The task is made, as the operator spawns it, but not run yet.
+        let follow = hub.clone().run(stop.clone());
+        let cluster: ClusterName = "edge-1".parse().unwrap();
+        let started = tokio::time::Instant::now();
+        tokio::time::timeout(2 * LISTED_WITHIN, hub.read_now(&cluster))
+            .await
+            .expect("no request is left waiting on the hub")
+            .expect("a following hub reads nothing");
+        assert!(
+            started.elapsed() >= LISTED_WITHIN,
+            "it waited for the first lists"
+        );
+        assert!(
+            futures::FutureExt::now_or_never(server.next_request()).is_none(),
+            "no request was made of the hub"
+        );
+        drop(follow);
     }
 
     #[tokio::test]
