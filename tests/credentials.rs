@@ -14,19 +14,13 @@ use std::{
 use base64::Engine as _;
 use common::{
     agent::{deployed_revision, join},
-    fixtures::{DEADLINE, chart, message, ready, tenancy, unique, wait_until},
+    fixtures::{DEADLINE, chart, message, put_secret, ready, tenancy, unique, wait_until},
     hub::{Hub, allow_all},
     lab::Lab,
     repo::{ChartRepo, OciRegistry, PrivateCa, example_chart},
 };
-use k8s_openapi::{
-    ByteString,
-    api::core::v1::{ConfigMap, Event, Secret},
-};
-use kube::{
-    Api,
-    api::{ListParams, ObjectMeta, PostParams},
-};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
+use kube::{Api, api::ListParams};
 use tenancy_hub::api::{
     crd::{Chart, ControllerSpec, ControllerStatus, SecretReference, TenancyController},
     member_cluster::pull_namespace,
@@ -103,28 +97,6 @@ impl Sampler {
     }
 }
 
-/// Creates (or replaces) Secret `name` in `namespace` with `data`.
-async fn put_secret(lab: &Lab, namespace: &str, name: &str, data: &[(&str, &str)]) {
-    let api: Api<Secret> = Api::namespaced(lab.client("hub").await, namespace);
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        data: Some(
-            data.iter()
-                .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
-                .collect(),
-        ),
-        ..Default::default()
-    };
-    let _ = api.delete(name, &Default::default()).await;
-    wait_until("the Secret written", DEADLINE, || async {
-        api.create(&PostParams::default(), &secret).await.ok()
-    })
-    .await;
-}
-
 /// The sources of one test: a private registry and a private repository, each with the
 /// example chart at 0.1.0, and the platform's Secret of each in the operator's namespace.
 struct Sources {
@@ -199,6 +171,7 @@ impl Sources {
                     name: self.secrets.0.clone(),
                 }),
                 tenant_secrets: Vec::new(),
+                verify: None,
             },
             SourceAccess {
                 url: format!("{}/", self.repo.url),
@@ -206,6 +179,7 @@ impl Sources {
                     name: self.secrets.1.clone(),
                 }),
                 tenant_secrets: Vec::new(),
+                verify: None,
             },
         ];
         policy
@@ -358,6 +332,7 @@ async fn private_charts_reach_push_and_pull_members_with_the_platforms_credentia
             names: vec!["team-b-own".into()],
             ..Default::default()
         }],
+        verify: None,
     }];
     hub.policy(&team_b, policy_b).await;
     let ns_b = unique("private-b");

@@ -1,19 +1,28 @@
-//! End-to-end tests of chart signatures: the real verifier (tenancy-hub-verify) on charts the lab's tools signed, in the lab's registry (cosign, Notation) and as Helm provenance (`helm package --sign` with a gpg keyring).
+//! End-to-end tests of chart signatures: the real verifier (tenancy-hub-verify) on charts the lab's tools signed, in the lab's registry (cosign, Notation) and as Helm provenance (`helm package --sign` with a gpg keyring); and the operator delivering, under a policy that asks signatures, the signed charts to push and pull members and nothing unsigned, signed by another key, or swapped after signing.
 
 mod common;
 
 use std::{
+    collections::BTreeMap,
     path::{Path, PathBuf},
     process::Command,
     time::{Duration, Instant},
 };
 
 use common::{
+    agent::{deployed_revision, join},
+    fixtures::{DEADLINE, chart, message, put_secret, tenancy, unique, wait_until},
+    hub::{Hub, allow_all},
     lab::Lab,
-    repo::{OciRegistry, example_chart, package},
+    repo::{ChartRepo, OciRegistry, example_chart, package},
 };
-use tenancy_hub::charts::verify::{
-    Check, OciChart, Refusal, RegistryAccess, Verdict, VerifierBinary,
+use kube::Api;
+use tenancy_hub::{
+    api::{
+        crd::{ControllerSpec, ControllerStatus, SecretReference, TenancyController},
+        policy::{SourceAccess, SourceVerify, VerifyProvider},
+    },
+    charts::verify::{Check, OciChart, Refusal, RegistryAccess, Verdict, VerifierBinary},
 };
 
 /// Runs a command to success, returning what it printed on stdout and stderr.
@@ -111,16 +120,26 @@ fn cosign(lab: &Lab, registry: &OciRegistry, dir: &Path) -> Command {
     command
 }
 
+/// A directory with cosign key pairs `good` and `other` (`good.key`, `good.pub`, …).
+fn key_pairs(lab: &Lab, registry: &OciRegistry) -> tempfile::TempDir {
+    let keys = tempfile::tempdir().unwrap();
+    for name in ["good", "other"] {
+        run(cosign(lab, registry, keys.path()).args([
+            "generate-key-pair",
+            "--output-key-prefix",
+            name,
+        ]));
+    }
+    keys
+}
+
 #[tokio::test]
 #[ignore = "needs the lab: run tests/run.sh"]
 async fn cosign_signatures_are_checked_by_the_real_verifier() {
     let lab = Lab::get();
     let registry = OciRegistry::serve(&lab);
-    let keys = tempfile::tempdir().unwrap();
+    let keys = key_pairs(&lab, &registry);
     let dir = keys.path();
-    for name in ["good", "other"] {
-        run(cosign(&lab, &registry, dir).args(["generate-key-pair", "--output-key-prefix", name]));
-    }
     let sign = |key: &str, digest: &str, out: &[&str]| {
         let target = format!("{}/charts/deployment-example@{digest}", registry.host);
         run(cosign(&lab, &registry, dir)
@@ -314,6 +333,18 @@ impl Gpg {
         path
     }
 
+    /// `chart` packaged as `version` into `dir` and signed by the key of `uid` (`helm package
+    /// --sign`, its `.prov` beside it); the archive's path.
+    fn package(&self, lab: &Lab, uid: &str, chart: &Path, version: &str, dir: &Path) -> PathBuf {
+        run(Command::new(lab.bin_dir().join("helm"))
+            .args(["package", "--sign", "--key", uid, "--keyring"])
+            .arg(self.secret_keyring())
+            .args(["--version", version, "-d"])
+            .arg(dir)
+            .arg(chart));
+        dir.join(format!("deployment-example-{version}.tgz"))
+    }
+
     /// The legacy binary secret keyring `helm package --sign` reads.
     fn secret_keyring(&self) -> PathBuf {
         self.export(&["--export-secret-keys"], "secring.gpg")
@@ -335,15 +366,8 @@ async fn helm_provenance_is_checked_by_the_real_verifier() {
     let lab = Lab::get();
     let charts = Gpg::new("Charts Lab <charts@lab.test>");
     let stranger = Gpg::new("Stranger <stranger@lab.test>");
-    let helm = lab.bin_dir().join("helm");
     let signed_by = |gpg: &Gpg, uid: &str, chart: &Path, dir: &Path| {
-        run(Command::new(&helm)
-            .args(["package", "--sign", "--key", uid, "--keyring"])
-            .arg(gpg.secret_keyring())
-            .args(["--version", "3.0.0", "-d"])
-            .arg(dir)
-            .arg(chart));
-        dir.join("deployment-example-3.0.0.tgz")
+        gpg.package(&lab, uid, chart, "3.0.0", dir)
     };
     let digest_of = |archive: &Path| {
         use sha2::Digest as _;
@@ -411,4 +435,292 @@ async fn helm_provenance_is_checked_by_the_real_verifier() {
 
     let signed = signed_by(&charts, "Charts Lab", &example_chart(), good.path());
     median_cost("provenance", &verifier, &check(&signed, &keyring), 9).await;
+}
+
+/// One delivery test at a time: each joins a pull member or starts a source of its own.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The namespace the operator keeps the platform's Secrets in (its `--lease-namespace`).
+const OPERATOR_NAMESPACE: &str = "tenancy-hub";
+
+/// Controller `name` with `spec`, labelled for the operator of [`Hub::two_teams`].
+fn labelled(name: &str, spec: ControllerSpec, id: &str) -> TenancyController {
+    let mut c = TenancyController::new(name, spec);
+    c.metadata.labels = Some(BTreeMap::from([("signatures-test".into(), id.into())]));
+    c
+}
+
+/// A `sources` entry of `url`, fetched with Secret `secret`, its charts checked by `provider`
+/// with the trust material of Secret `trust`.
+fn verified_source(
+    url: &str,
+    secret: Option<&str>,
+    provider: VerifyProvider,
+    trust: &str,
+) -> SourceAccess {
+    SourceAccess {
+        url: url.into(),
+        secret_ref: secret.map(|name| SecretReference { name: name.into() }),
+        tenant_secrets: Vec::new(),
+        verify: Some(SourceVerify {
+            provider,
+            secret_ref: SecretReference { name: trust.into() },
+            trusted_identities: Vec::new(),
+        }),
+    }
+}
+
+/// Releases `signed`, `unsigned` and `stranger` at `versions`, made by `at`, into `namespace`
+/// of `clusters`.
+fn three(
+    namespace: &str,
+    clusters: &[&str],
+    at: impl Fn(&str, &str) -> tenancy_hub::api::crd::Chart,
+    versions: [&str; 3],
+) -> ControllerSpec {
+    let releases = ["signed", "unsigned", "stranger"];
+    ControllerSpec {
+        tenancies: vec![tenancy(
+            namespace,
+            clusters,
+            releases
+                .iter()
+                .zip(versions)
+                .map(|(release, version)| at(release, version))
+                .collect(),
+        )],
+        ..Default::default()
+    }
+}
+
+/// Waits until every `(cluster, release, phase)` holds in Controller `name`'s status.
+async fn phases(hub: &Hub, name: &str, want: &[(&str, &str, &str)]) -> ControllerStatus {
+    let api: Api<TenancyController> = Api::namespaced(hub.client.clone(), &hub.namespace);
+    wait_until(&format!("{want:?}"), DEADLINE, || async {
+        let status = api.get(name).await.ok()?.status?;
+        want.iter()
+            .all(|(cluster, release, phase)| {
+                message(&status, cluster, release).is_some_and(|m| m.phase == *phase)
+            })
+            .then_some(status)
+    })
+    .await
+}
+
+#[tokio::test]
+#[ignore = "needs the lab with pull members: kind/up.sh --pull-members 2, then --include-ignored"]
+async fn a_policy_asking_cosign_signatures_delivers_signed_charts_to_push_and_pull_members_and_nothing_else()
+ {
+    let _serial = SERIAL.lock().await;
+    let lab = Lab::get();
+    let registry = OciRegistry::serve(&lab);
+    let keys = key_pairs(&lab, &registry);
+    let dir = keys.path();
+    let sign = |key: &str, digest: &str| {
+        let target = format!("{}/charts/deployment-example@{digest}", registry.host);
+        run(cosign(&lab, &registry, dir)
+            .args(["sign", "--key", key, "--tlog-upload=false", "--yes"])
+            .arg(target));
+    };
+    registry.push(&lab, &example_chart(), "1.0.0").await;
+    let signed = oci_digest(&lab, &registry, "1.0.0");
+    sign("good.key", &signed);
+    registry.push(&lab, &example_chart(), "1.0.1").await;
+    registry.push(&lab, &example_chart(), "1.0.2").await;
+    let stranger = oci_digest(&lab, &registry, "1.0.2");
+    sign("other.key", &stranger);
+
+    // The platform's Secrets: the registry's CA, and the key charts must be signed with.
+    let (ca, trust) = (unique("registry-ca"), unique("cosign-keys"));
+    let pem = std::fs::read_to_string(&registry.ca).unwrap();
+    put_secret(&lab, OPERATOR_NAMESPACE, &ca, &[("ca.crt", &pem)]).await;
+    let key = std::fs::read_to_string(dir.join("good.pub")).unwrap();
+    put_secret(&lab, OPERATOR_NAMESPACE, &trust, &[("charts.pub", &key)]).await;
+    let id = unique("signed");
+    let (hub, _) = Hub::two_teams(&id, "signatures-test", &["--chart-interval", "2"]).await;
+    let mut policy = allow_all(&hub.namespace, &[]);
+    policy.sources = vec![verified_source(
+        &registry.prefix(),
+        Some(&ca),
+        VerifyProvider::Cosign,
+        &trust,
+    )];
+    hub.policy(&hub.namespace, policy).await;
+    // A second policy governing the namespace lists the source with no `verify`: it relaxes
+    // nothing, and a Controller has no say at all.
+    let mut lax = allow_all(&hub.namespace, &[&registry.prefix()]);
+    lax.sources = vec![SourceAccess {
+        url: registry.prefix(),
+        secret_ref: Some(SecretReference { name: ca.clone() }),
+        ..Default::default()
+    }];
+    hub.policy(&format!("{}-lax", hub.namespace), lax).await;
+    let agent_dir = tempfile::tempdir().unwrap();
+    let edge = unique("edge");
+    let _agent = join(&hub.lab, &edge, "pull-1", agent_dir.path());
+
+    let ns = unique("signed");
+    let reference = registry.reference("deployment-example");
+    let at = |release: &str, version: &str| {
+        let mut c = chart(&reference, release, &[]);
+        c.version = Some(version.into());
+        c
+    };
+    let spec = three(&ns, &["member-1", &edge], at, ["1.0.0", "1.0.1", "1.0.2"]);
+    hub.apply_in(&hub.namespace, &labelled("charts", spec, &id))
+        .await;
+    let mut want = Vec::new();
+    for cluster in ["member-1", edge.as_str()] {
+        want.push((cluster, "signed", "Deployed"));
+        want.push((cluster, "unsigned", "Unverified"));
+        want.push((cluster, "stranger", "Unverified"));
+    }
+    let status = phases(&hub, "charts", &want).await;
+    for cluster in ["member-1", edge.as_str()] {
+        let m = message(&status, cluster, "signed").unwrap();
+        assert!(m.verified_by.starts_with("cosign: key sha256:"), "{m:?}");
+        assert_eq!(m.chart_digest, signed, "{m:?}");
+        assert_eq!(m.source, reference, "{m:?}");
+        assert_eq!(m.chart_version, "1.0.0", "{m:?}");
+        for release in ["unsigned", "stranger"] {
+            let m = message(&status, cluster, release).unwrap();
+            assert!(
+                m.error_message.contains("is not verified")
+                    && m.error_message.contains("refused by cosign (TenancyPolicy"),
+                "{cluster}/{release}: {m:?}"
+            );
+            assert!(m.verified_by.is_empty(), "{m:?}");
+        }
+    }
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.reason, "Unverified", "{ready:?}");
+    hub.releases_become("member-1", &ns, &[("signed", 1)]).await;
+    assert_eq!(
+        deployed_revision(&hub.lab, "pull-1", &ns, "signed"),
+        Some(1)
+    );
+    for release in ["unsigned", "stranger"] {
+        assert_eq!(
+            deployed_revision(&hub.lab, "pull-1", &ns, release),
+            None,
+            "nothing unverified reaches the pull member"
+        );
+    }
+    let operator = hub.operator.as_ref().unwrap();
+    assert!(
+        operator.metric("tenancy_hub_chart_verifications_total") >= 3.0,
+        "every check is counted"
+    );
+
+    // The signed version swapped for other content after signing: its new digest is nobody's
+    // signature, so it is refused, and what runs stays at the signed revision.
+    let changed = tempfile::tempdir().unwrap();
+    registry
+        .push(&lab, &chart_with("swapped", changed.path()), "1.0.0")
+        .await;
+    let status = phases(
+        &hub,
+        "charts",
+        &[
+            ("member-1", "signed", "Unverified"),
+            (&edge, "signed", "Unverified"),
+        ],
+    )
+    .await;
+    let m = message(&status, "member-1", "signed").unwrap();
+    assert!(m.error_message.contains("refused by cosign"), "{m:?}");
+    hub.releases_become("member-1", &ns, &[("signed", 1)]).await;
+    assert_eq!(
+        deployed_revision(&hub.lab, "pull-1", &ns, "signed"),
+        Some(1)
+    );
+    hub.delete_and_wait_gone("charts").await;
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_policy_asking_helm_provenance_delivers_charts_signed_by_its_keyring_and_nothing_else() {
+    let _serial = SERIAL.lock().await;
+    let lab = Lab::get();
+    let charts = Gpg::new("Charts Lab <charts@lab.test>");
+    let stranger = Gpg::new("Stranger <stranger@lab.test>");
+    let signed_by = |gpg: &Gpg, uid: &str, version: &str, dir: &Path| {
+        let archive = gpg.package(&lab, uid, &example_chart(), version, dir);
+        vec![
+            archive.clone(),
+            PathBuf::from(format!("{}.prov", archive.display())),
+        ]
+    };
+    let repo = ChartRepo::serve(&lab, &[]);
+    let out = tempfile::tempdir().unwrap();
+    repo.add(&signed_by(&charts, "Charts Lab", "3.0.0", out.path()));
+    repo.add(&[package(&lab, &example_chart(), "3.0.1", out.path())]);
+    repo.add(&signed_by(&stranger, "Stranger", "3.0.2", out.path()));
+    repo.wait_ready().await;
+    let keyring = String::from_utf8(
+        std::fs::read(charts.export(&["--export", "--armor"], "pub.asc")).unwrap(),
+    )
+    .unwrap();
+    let trust = unique("keyring");
+    put_secret(&lab, OPERATOR_NAMESPACE, &trust, &[("keyring", &keyring)]).await;
+
+    let id = unique("prov");
+    let (hub, _) = Hub::two_teams(&id, "signatures-test", &["--chart-interval", "2"]).await;
+    let mut policy = allow_all(&hub.namespace, &[]);
+    policy.sources = vec![verified_source(
+        &format!("{}/", repo.url),
+        None,
+        VerifyProvider::Provenance,
+        &trust,
+    )];
+    hub.policy(&hub.namespace, policy).await;
+    let ns = unique("prov");
+    let at = |release: &str, version: &str| {
+        let mut c = chart("deployment-example", release, &[]);
+        c.repo = Some(repo.url.clone());
+        c.version = Some(version.into());
+        c
+    };
+    let spec = three(&ns, &["member-1"], at, ["3.0.0", "3.0.1", "3.0.2"]);
+    hub.apply_in(&hub.namespace, &labelled("charts", spec, &id))
+        .await;
+    let status = phases(
+        &hub,
+        "charts",
+        &[
+            ("member-1", "signed", "Deployed"),
+            ("member-1", "unsigned", "Unverified"),
+            ("member-1", "stranger", "Unverified"),
+        ],
+    )
+    .await;
+    let m = message(&status, "member-1", "signed").unwrap();
+    assert!(
+        m.verified_by
+            .starts_with("provenance: Charts Lab <charts@lab.test> (PGP key "),
+        "{m:?}"
+    );
+    let archive = std::fs::read(out.path().join("deployment-example-3.0.0.tgz")).unwrap();
+    {
+        use sha2::Digest as _;
+        assert_eq!(
+            m.chart_digest,
+            format!("sha256:{:x}", sha2::Sha256::digest(&archive)),
+            "the archive checked is the one planned"
+        );
+    }
+    for release in ["unsigned", "stranger"] {
+        let m = message(&status, "member-1", release).unwrap();
+        assert!(
+            m.error_message
+                .contains("refused by provenance (TenancyPolicy"),
+            "{release}: {m:?}"
+        );
+    }
+    hub.releases_become("member-1", &ns, &[("signed", 1)]).await;
+    hub.delete_and_wait_gone("charts").await;
 }

@@ -172,7 +172,8 @@ pub struct ChartMessage {
     #[serde(default)]
     pub error_message: String,
     /// Release phase: Pending, Deployed, Failed, Conflict, Invalid (cannot be planned as
-    /// written), Forbidden (not allowed by the tenancy policies), Orphaned or Unknown.
+    /// written), Forbidden (not allowed by the tenancy policies), Unverified (its chart's
+    /// signatures do not pass the tenancy policies), Orphaned or Unknown.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub phase: String,
     /// Helm revision deployed.
@@ -181,6 +182,18 @@ pub struct ChartMessage {
     /// Chart version deployed.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub chart_version: String,
+    /// Where the chart comes from: its repository and name, or its `oci://` reference (never
+    /// credentials); empty for a chart of the chart home.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub source: String,
+    /// The digest of the chart planned: the OCI manifest's, or the archive's (`sha256:…`) when
+    /// its signatures were checked.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub chart_digest: String,
+    /// Who signed the chart, per signature rule of the policies (`cosign: …`), when they ask
+    /// for signatures.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub verified_by: String,
     /// Where the live objects differ from the deployed manifest, while they do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift: Option<DriftStatus>,

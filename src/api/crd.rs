@@ -210,7 +210,9 @@ pub struct ClusterSelector {
 }
 
 /// A Secret named in the namespace the field says.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(
+    JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretReference {
     /// The Secret's name.

@@ -148,7 +148,7 @@ pub struct TenancyPolicySpec {
 /// (basic auth), `token` (a bearer token; for OCI registries, a registry token), `.dockerconfigjson`
 /// (type `kubernetes.io/dockerconfigjson`: OCI registries' logins), `ca.crt` (PEM CA bundle trusted
 /// for this source besides the system's roots), `tls.crt` and `tls.key` (a PEM client certificate
-/// and its key). A `verify` block (signatures required of this source's charts) belongs here too.
+/// and its key). `verify` requires signatures of this source's charts.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct SourceAccess {
@@ -172,6 +172,62 @@ pub struct SourceAccess {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub tenant_secrets: Vec<TenantSecretRule>,
+
+    /// Signatures every chart of this source must carry: checked once at the hub, per chart
+    /// digest, before anything is planned; an unsigned or badly signed chart is `Unverified` for
+    /// its releases and reaches no member. Every governing policy's `verify` of an entry holding
+    /// a chart's source applies; a Controller cannot waive one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<SourceVerify>,
+}
+
+/// The signatures a source's charts must carry and whose trust material checks them.
+///
+/// The Secret (in the operator's own namespace, like `secretRef`) holds, by provider: `cosign`,
+/// PEM public keys under keys ending in `.pub` (any of them may have signed); `notation`, PEM CA
+/// certificates under keys ending in `.crt` or `.pem` (the trust store); `provenance`, a PGP
+/// public keyring (armored or binary) under `keyring`. Read at each check, so a changed key
+/// takes effect at the next look.
+#[derive(
+    JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceVerify {
+    /// `cosign` or `notation` (OCI sources), `provenance` (Helm `.prov` of HTTP(S) repositories).
+    pub provider: VerifyProvider,
+    /// The Secret of the operator's namespace holding the trust material.
+    pub secret_ref: crate::api::crd::SecretReference,
+    /// Notation only: the signers trusted, as a Notation trust policy names them
+    /// (`x509.subject: C=US, O=Example, CN=charts`); empty trusts every certificate chaining to
+    /// the trust store.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(min = 1, max = 1024)))]
+    pub trusted_identities: Vec<String>,
+}
+
+/// Who signs a source's charts, and how.
+#[derive(
+    JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum VerifyProvider {
+    /// A cosign signature by a public key (OCI).
+    Cosign,
+    /// A Notation signature by a certificate of an x509 trust store (OCI).
+    Notation,
+    /// A Helm provenance file (`.prov`) signed by a PGP key (HTTP(S) repositories).
+    Provenance,
+}
+
+impl VerifyProvider {
+    /// Its name as the policy writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerifyProvider::Cosign => "cosign",
+            VerifyProvider::Notation => "notation",
+            VerifyProvider::Provenance => "provenance",
+        }
+    }
 }
 
 /// Secrets of a governed hub namespace a Controller may name for a source: those named here or

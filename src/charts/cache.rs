@@ -259,6 +259,24 @@ impl ChartCache {
         secrets.material(credentials, oci).await.map_err(refused)
     }
 
+    /// How a fetch under `scope` authenticates with `material` (None: anonymously), sending it
+    /// to the source's own origin only.
+    fn access<'a>(
+        &self,
+        credentials: &'a Credentials,
+        material: Option<&'a Material>,
+        scope: &SourceUrl,
+    ) -> Option<Access<'a>> {
+        material.map(|material| Access {
+            credentials,
+            secret: credentials
+                .secret(self.secrets.as_ref().map_or("", |s| &s.operator_namespace))
+                .unwrap_or_default(),
+            material,
+            origin: origin_of(scope),
+        })
+    }
+
     /// `error` with what to do about it, when its text tells (401, 403, an unknown CA, an
     /// expired certificate).
     fn hinted(&self, error: Error, credentials: &Credentials) -> Error {
@@ -273,6 +291,11 @@ impl ChartCache {
             },
             None => error,
         }
+    }
+
+    /// The operator's metrics the cache counts in.
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.store.metrics
     }
 
     /// Where the archives are kept.
@@ -296,14 +319,7 @@ impl ChartCache {
         since: Option<Instant>,
     ) -> Result<Resolved> {
         let material = self.material(credentials, false).await?;
-        let access = material.as_ref().map(|material| Access {
-            credentials,
-            secret: credentials
-                .secret(self.secrets.as_ref().map_or("", |s| &s.operator_namespace))
-                .unwrap_or_default(),
-            material,
-            origin: origin_of(scope),
-        });
+        let access = self.access(credentials, material.as_ref(), scope);
         self.resolve_repository(url, chart, constraint, scope, access.as_ref(), since)
             .await
             .map_err(|e| self.hinted(e, credentials))
@@ -356,11 +372,14 @@ impl ChartCache {
             .iter()
             .find(|e| e.version == version)
             .expect("selected from these");
-        self.archive(url, &repository, chart, entry, scope, access)
+        let (archive, location) = self
+            .archive(url, &repository, chart, entry, scope, access)
             .await?;
         Ok(Resolved {
             version: version.to_owned(),
             digest: None,
+            archive: Some(archive),
+            provenance: Some(format!("{location}.prov")),
         })
     }
 
@@ -420,6 +439,7 @@ impl ChartCache {
     /// Fetches an index entry's archive into the cache unless it is there, verifying it against
     /// the entry's digest, and pins it to the chart of `url` (as the spec writes it) at the
     /// entry's version; its URL, taken relative to the repository, must lie under `scope`.
+    /// Returns its sha256 and where it was fetched from.
     async fn archive(
         &self,
         url: &str,
@@ -428,7 +448,7 @@ impl ChartCache {
         entry: &IndexEntry,
         scope: &SourceUrl,
         access: Option<&Access<'_>>,
-    ) -> Result<()> {
+    ) -> Result<(String, Url)> {
         let pin = (
             ChartSource::Repository {
                 url: url.to_owned(),
@@ -468,8 +488,8 @@ impl ChartCache {
         .await;
         self.downloads.remove(location.as_str());
         let digest = result?;
-        self.store.state().pins.insert(pin, digest);
-        Ok(())
+        self.store.state().pins.insert(pin, digest.clone());
+        Ok((digest, location))
     }
 
     /// Downloads an archive into the cache, refusing it with `mismatch(expected, got)` unless
@@ -628,24 +648,35 @@ impl ChartCache {
                 credentials.clone(),
                 version.clone(),
             ),
-            sha,
+            sha.clone(),
         );
-        Ok(Resolved { version, digest })
+        Ok(Resolved {
+            version,
+            digest,
+            archive: Some(sha),
+            provenance: None,
+        })
     }
 
     /// The cached archive of a remote chart's exact version, held on disk until the checkout
     /// is dropped; None for chart-home charts and charts the cache does not hold (helm then
     /// fetches them itself). Counted as a hit or a miss.
+    /// A chart whose signatures were checked is checked out by the digest of the archive
+    /// checked (`exact`), never by its version: what another fetch pinned since is not it.
     pub(crate) fn checkout(
         &self,
         source: &ChartSource,
         credentials: &Credentials,
         version: Option<&str>,
+        exact: Option<&str>,
     ) -> Option<Checkout> {
         if matches!(source, ChartSource::Directory(_)) {
             return None;
         }
-        let found = version.and_then(|v| self.take(source, credentials, v));
+        let found = match exact {
+            Some(digest) => self.hold(digest),
+            None => version.and_then(|v| self.take(source, credentials, v)),
+        };
         self.store.metrics.chart_cache(found.is_some());
         found
     }
@@ -656,12 +687,20 @@ impl ChartCache {
         credentials: &Credentials,
         version: &str,
     ) -> Option<Checkout> {
-        let store = &self.store;
-        let mut state = store.state();
-        let digest = state
+        let digest = self
+            .store
+            .state()
             .pins
             .get(&(source.clone(), credentials.clone(), version.to_owned()))?
             .clone();
+        self.hold(&digest)
+    }
+
+    /// The archive of sha256 `digest`, held on disk until the checkout is dropped.
+    pub(crate) fn hold(&self, digest: &str) -> Option<Checkout> {
+        let store = &self.store;
+        let mut state = store.state();
+        let digest = digest.to_owned();
         let path = store.path_of(&digest);
         if !path.is_file() {
             store.drop_file(&mut state, &digest);
@@ -702,6 +741,8 @@ pub(crate) fn default_dir() -> PathBuf {
         .unwrap_or_else(std::env::temp_dir);
     base.join("tenancy-hub").join("charts")
 }
+
+mod signing;
 
 #[cfg(test)]
 mod tests;

@@ -15,9 +15,9 @@ use tokio::time::Instant;
 use crate::{
     api::crd::{Chart, ControllerSpec},
     charts::cache::{ChartCache, Resolved},
-    plan::{self, ChartLookup, ChartSource},
+    plan::{self, ChartLookup, ChartSource, Verified},
     policy::Scope,
-    policy::access::Credentials,
+    policy::access::{Credentials, Trust},
     policy::source::{SourceUrl, redact},
 };
 
@@ -36,20 +36,23 @@ enum Remote {
     Oci(String),
 }
 
-/// A remote chart with the version constraint it is asked for with, and whose credentials it
-/// is fetched with: what one Controller resolved with credentials is never another's without.
+/// A remote chart with the version constraint it is asked for with, whose credentials it is
+/// fetched with and the signature rules it must pass: what one Controller resolved with
+/// credentials is never another's without, nor what one checked under no rule another's under
+/// some.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct RemoteKey {
     remote: Remote,
     constraint: Option<String>,
-    credentials: Credentials,
+    pub(crate) credentials: Credentials,
+    pub(crate) trust: Trust,
 }
 
 impl RemoteKey {
     /// The key of a repository or OCI chart; a chart-home directory's path otherwise.
     fn of<'a>(
         source: &'a ChartSource,
-        credentials: &Credentials,
+        (credentials, trust): (&Credentials, &Trust),
         constraint: Option<&str>,
     ) -> Result<Self, &'a Path> {
         let remote = match source {
@@ -64,7 +67,16 @@ impl RemoteKey {
             remote,
             constraint: constraint.map(str::to_owned),
             credentials: credentials.clone(),
+            trust: trust.clone(),
         })
+    }
+
+    /// The OCI reference (`oci://…`), when it is an OCI chart.
+    pub(crate) fn oci(&self) -> Option<&str> {
+        match &self.remote {
+            Remote::Oci(reference) => Some(reference),
+            Remote::Repository { .. } => None,
+        }
     }
 
     /// The chart in words, for messages: name, constraint and where it is looked for, without
@@ -99,7 +111,7 @@ pub(crate) enum Wanted {
     /// A chart-home directory.
     Directory(PathBuf),
     /// A repository or OCI chart with its constraint, and the prefix its fetches stay under.
-    Remote(RemoteKey, SourceUrl),
+    Remote(Box<RemoteKey>, SourceUrl),
 }
 
 /// Every chart a spec names that `allowed` lets the hub fetch (the tenancy policies' and the
@@ -116,27 +128,37 @@ pub(crate) fn wanted_by(
         .filter_map(|c| {
             let scope = allowed(c)?;
             let source = plan::source_of(c, chart_home);
-            let credentials = match &scope {
-                Scope::Under(_, credentials) => credentials.clone(),
-                Scope::ChartHome => Credentials::None,
+            let (credentials, trust) = match &scope {
+                Scope::Under(_, credentials, trust) => (credentials.clone(), trust.clone()),
+                Scope::ChartHome => Default::default(),
             };
             match (
-                RemoteKey::of(&source, &credentials, c.version.as_deref()),
+                RemoteKey::of(&source, (&credentials, &trust), c.version.as_deref()),
                 scope,
             ) {
                 (Err(path), _) => (!path
                     .components()
                     .any(|c| c == std::path::Component::ParentDir))
                 .then(|| Wanted::Directory(path.to_owned())),
-                (Ok(key), Scope::Under(prefix, _)) => Some(Wanted::Remote(key, prefix)),
+                (Ok(key), Scope::Under(prefix, ..)) => Some(Wanted::Remote(Box::new(key), prefix)),
                 (Ok(_), Scope::ChartHome) => None,
             }
         })
         .collect()
 }
 
-/// Resolves remote charts: the chart cache in the operator, a script in tests.
-trait Resolve: Send + Sync {
+/// What the signature rules found of a resolved chart.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Checked {
+    /// Every rule passed.
+    Verified(Verified),
+    /// A rule refused it: which, and why.
+    Refused(String),
+}
+
+/// Resolves remote charts and checks their signatures: the chart cache and the verifier in the
+/// operator, a script in tests.
+pub(crate) trait Resolve: Send + Sync {
     /// Resolves `key`, every fetch staying under `scope`; a repository index fetched at or
     /// after `since` is used again (None: any fetched one).
     fn resolve<'a>(
@@ -145,6 +167,20 @@ trait Resolve: Send + Sync {
         scope: &'a SourceUrl,
         since: Option<Instant>,
     ) -> BoxFuture<'a, Result<Resolved, String>>;
+
+    /// Checks what `key` resolved to against its signature rules (`key.trust`, not empty); an
+    /// error when no verdict could be reached.
+    fn verify<'a>(
+        &'a self,
+        key: &'a RemoteKey,
+        scope: &'a SourceUrl,
+        resolved: &'a Resolved,
+    ) -> BoxFuture<'a, Result<Checked, String>> {
+        let _ = (key, scope, resolved);
+        Box::pin(async {
+            Err("this process checks no chart signatures; run the operator with the verifier (--verifier)".to_owned())
+        })
+    }
 
     /// Forgets what no resolution used since `before`.
     fn forget(&self, _before: Instant) {}
@@ -191,8 +227,12 @@ struct Entry {
 }
 
 struct Slot {
-    /// The last successful resolution.
+    /// The last successful resolution (verified, when its key has signature rules).
     good: Option<Resolved>,
+    /// How `good` was verified, when its key has signature rules.
+    verified: Option<Verified>,
+    /// Why the last resolution was refused by a signature rule, when it was.
+    refused: Option<String>,
     /// Why the last attempt failed, when it did.
     failure: Option<String>,
     /// When it was last attempted.
@@ -210,6 +250,8 @@ impl Entry {
             flight: tokio::sync::Mutex::new(()),
             slot: Mutex::new(Slot {
                 good: None,
+                verified: None,
+                refused: None,
                 failure: None,
                 tried: None,
                 scope: None,
@@ -226,10 +268,30 @@ impl Entry {
 
     fn lookup(&self, key: &RemoteKey) -> ChartLookup {
         let slot = self.slot();
+        if let Some(refused) = &slot.refused {
+            return ChartLookup::Unverified(refused.clone());
+        }
         match (&slot.good, &slot.failure) {
-            (Some(good), _) => ChartLookup::Found {
+            (Some(good), _) if key.trust.is_empty() => ChartLookup::Found {
                 version: Some(good.version.clone()),
                 digest: good.digest.clone(),
+                verified: None,
+            },
+            (Some(good), _) => match &slot.verified {
+                // A repository chart has no digest of its own: the archive checked is its.
+                Some(verified) => ChartLookup::Found {
+                    version: Some(good.version.clone()),
+                    digest: Some(
+                        good.digest
+                            .clone()
+                            .unwrap_or_else(|| format!("sha256:{}", verified.archive)),
+                    ),
+                    verified: Some(verified.clone()),
+                },
+                None => ChartLookup::Unverified(format!(
+                    "the signatures of {} are not checked yet",
+                    key.describe()
+                )),
             },
             (None, Some(failure)) => ChartLookup::Missing(failure.clone()),
             (None, None) => ChartLookup::Missing(format!("{} is not resolved yet", key.describe())),
@@ -248,12 +310,14 @@ pub(crate) struct ChartCatalog {
 
 impl ChartCatalog {
     /// A catalog resolving repository and OCI charts through `cache`, again when a resolution
-    /// is older than `interval`.
+    /// is older than `interval`; checking no signatures.
+    #[cfg(test)]
     pub(crate) fn new(cache: Arc<ChartCache>, interval: Duration) -> Self {
         Self::with_resolver(Box::new(cache), interval)
     }
 
-    fn with_resolver(resolver: Box<dyn Resolve>, interval: Duration) -> Self {
+    /// A catalog resolving and checking charts through `resolver`.
+    pub(crate) fn with_resolver(resolver: Box<dyn Resolve>, interval: Duration) -> Self {
         Self {
             resolver,
             interval,
@@ -295,18 +359,21 @@ impl ChartCatalog {
             .await;
     }
 
-    /// What is known of a chart fetched with `credentials` now, for the planner.
+    /// What is known of a chart fetched with `credentials` under the signature rules `trust`
+    /// now, for the planner.
     pub(crate) fn lookup(
         &self,
         source: &ChartSource,
         credentials: &Credentials,
+        trust: &Trust,
         version: Option<&str>,
     ) -> ChartLookup {
-        match RemoteKey::of(source, credentials, version) {
+        match RemoteKey::of(source, (credentials, trust), version) {
             Err(path) => match self.directories.get(path) {
                 Some(entry) => ChartLookup::Found {
                     version: None,
                     digest: Some(entry.digest.clone()),
+                    verified: None,
                 },
                 None => ChartLookup::Missing(format!(
                     "no chart (Chart.yaml) at {}; add it to the chart home (--chart-home), or set repo or an oci:// chartName",
@@ -350,7 +417,7 @@ impl ChartCatalog {
         let keys: HashSet<&RemoteKey> = wanted
             .iter()
             .filter_map(|w| match w {
-                Wanted::Remote(key, _) => Some(key),
+                Wanted::Remote(key, _) => Some(&**key),
                 Wanted::Directory(_) => None,
             })
             .collect();
@@ -392,6 +459,12 @@ impl ChartCatalog {
         }
         let before = entry.lookup(key);
         let result = self.resolver.resolve(key, scope, since).await;
+        let checked = match &result {
+            Ok(resolved) if !key.trust.is_empty() => {
+                Some(self.resolver.verify(key, scope, resolved).await)
+            }
+            _ => None,
+        };
         {
             let mut slot = entry.slot();
             slot.tried = Some(Instant::now());
@@ -401,14 +474,21 @@ impl ChartCatalog {
                 .is_some_and(|old| old != *scope)
             {
                 slot.good = None;
+                slot.verified = None;
             }
             match result {
                 Ok(resolved) => {
                     if slot.good.as_ref() != Some(&resolved) {
                         tracing::info!(chart = %key.describe(), version = %resolved.version, digest = resolved.digest.as_deref().unwrap_or(""), "resolved chart");
                     }
-                    slot.good = Some(resolved);
                     slot.failure = None;
+                    match checked {
+                        None => {
+                            slot.good = Some(resolved);
+                            slot.refused = None;
+                        }
+                        Some(checked) => take_verdict(&mut slot, key, resolved, checked),
+                    }
                 }
                 Err(error) => {
                     let message = key.missing(&error);
@@ -450,6 +530,49 @@ impl ChartCatalog {
                 tracing::warn!(chart = %path.display(), %error, "cannot read the chart directory");
                 self.directories.remove(path).is_some()
             }
+        }
+    }
+}
+
+/// Takes the signature check of a resolution into its slot: verified, it is the one planned;
+/// refused, nothing is (not even what was verified before: the source now serves this); not
+/// checked (the registry or the verifier failed), what was verified before of the same content
+/// stays, and anything else waits.
+fn take_verdict(
+    slot: &mut Slot,
+    key: &RemoteKey,
+    resolved: Resolved,
+    checked: Result<Checked, String>,
+) {
+    let chart = key.describe();
+    match checked {
+        Ok(Checked::Verified(verified)) => {
+            if slot.verified.as_ref() != Some(&verified) {
+                tracing::info!(%chart, version = %resolved.version, by = %verified.by, "verified chart signatures");
+            }
+            slot.good = Some(resolved);
+            slot.verified = Some(verified);
+            slot.refused = None;
+        }
+        Ok(Checked::Refused(reason)) => {
+            if slot.refused.as_ref() != Some(&reason) {
+                tracing::warn!(%chart, version = %resolved.version, %reason, "chart signatures refused; it reaches no member");
+            }
+            slot.good = None;
+            slot.verified = None;
+            slot.refused = Some(redact(&format!("{chart} {}: {reason}", resolved.version)));
+        }
+        Err(error) => {
+            if slot.good.as_ref() == Some(&resolved) && slot.verified.is_some() {
+                tracing::warn!(%chart, %error, "cannot check chart signatures again; keeping the verdict reached before");
+                return;
+            }
+            slot.good = None;
+            slot.verified = None;
+            slot.refused = Some(redact(&format!(
+                "the signatures of {chart} {} cannot be checked: {error}",
+                resolved.version
+            )));
         }
     }
 }

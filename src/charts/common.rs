@@ -7,13 +7,39 @@ use crate::{
     policy::source::{Refused, SourceUrl},
 };
 
-/// The exact version a remote chart resolved to, and its OCI manifest digest.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The exact version a remote chart resolved to, its OCI manifest digest and its archive.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Resolved {
     /// The chart's version, passed to helm as `--version`.
     pub(crate) version: String,
     /// The OCI manifest digest (`sha256:…`); None for repository charts.
     pub(crate) digest: Option<String>,
+    /// The sha256 (hex) of the archive the cache keeps of it.
+    pub(crate) archive: Option<String>,
+    /// Where a repository chart's provenance file (`.prov`) would be: beside its archive.
+    pub(crate) provenance: Option<String>,
+}
+
+/// A program the operator runs beside helm: `given`, else `name` beside `helm`, else on PATH.
+pub(crate) fn locate_tool(
+    given: Option<&std::path::Path>,
+    helm: &std::path::Path,
+    name: &str,
+) -> Option<PathBuf> {
+    if let Some(given) = given {
+        return Some(given.to_path_buf());
+    }
+    let beside = helm
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .map(|d| d.join(name));
+    beside.filter(|p| p.is_file()).or_else(|| {
+        std::env::var_os("PATH").and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|d| d.join(name))
+                .find(|p| p.is_file())
+        })
+    })
 }
 
 /// Largest repository index fetched, unless set otherwise (`run --chart-index-limit`).

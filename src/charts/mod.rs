@@ -7,5 +7,6 @@ pub(crate) mod constraint;
 pub(crate) mod credentials;
 pub(crate) mod fetch;
 pub(crate) mod index;
+pub(crate) mod signed;
 pub(crate) mod store;
 pub mod verify;

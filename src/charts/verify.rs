@@ -386,6 +386,12 @@ pub fn parse_answer(stdout: &[u8]) -> Result<Verdict> {
     Ok(Verdict::Refused { refusal, reason })
 }
 
+/// The verifier to run: `given`, else [`BINARY`] beside `helm`, else on PATH, else the bare
+/// name (starting it then fails, saying how to build it).
+pub fn locate(given: Option<&std::path::Path>, helm: &std::path::Path) -> PathBuf {
+    crate::charts::common::locate_tool(given, helm, BINARY).unwrap_or_else(|| PathBuf::from(BINARY))
+}
+
 /// The verifier program and the deadline of each check.
 #[derive(Clone, Debug)]
 pub struct VerifierBinary {

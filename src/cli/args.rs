@@ -101,6 +101,15 @@ pub struct RunArgs {
     /// refused and its charts reported unresolved. Each index is held in memory while parsed.
     #[arg(long, default_value = "32Mi", value_parser = parse_size)]
     pub(crate) chart_index_limit: u64,
+    /// The chart signature verifier (tenancy-hub-verify: cosign, Notation, Helm provenance), run
+    /// once per chart digest and trust material a TenancyPolicy source's `verify` asks for.
+    /// Default: tenancy-hub-verify beside --helm, else on PATH; when missing, charts of such
+    /// sources are `Unverified`, saying how to install it.
+    #[arg(long, env = "TENANCY_HUB_VERIFIER")]
+    pub(crate) verifier: Option<PathBuf>,
+    /// Seconds one signature check may take (the registry asked for signatures included).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub(crate) verify_timeout: u64,
     /// Seconds between drift checks of every release: its live objects compared with its
     /// manifest (Services, ConfigMaps, RBAC, deleted objects). Deployments, StatefulSets and
     /// DaemonSets are checked within seconds of a change anyway, and every release of a cluster
@@ -279,6 +288,10 @@ impl RunArgs {
                 .unwrap_or_else(cache::default_dir),
             chart_cache_size: self.chart_cache_size,
             chart_index_limit: self.chart_index_limit,
+            verifier: crate::charts::verify::VerifierBinary::new(
+                crate::charts::verify::locate(self.verifier.as_deref(), &self.helm),
+                Duration::from_secs(self.verify_timeout),
+            ),
             pull_answer_within: Duration::from_secs(self.pull_answer_within),
         }
     }

@@ -77,6 +77,10 @@ pub struct DiffArgs {
     /// Timeout of each helm call, in seconds.
     #[arg(long, default_value_t = 120)]
     pub(crate) helm_timeout: u64,
+    /// The chart signature verifier, for the sources whose policy asks signatures (as `run
+    /// --verifier`). Default: tenancy-hub-verify beside --helm, else on PATH.
+    #[arg(long, env = "TENANCY_HUB_VERIFIER")]
+    pub(crate) verifier: Option<PathBuf>,
 }
 
 /// The Controllers of a file; those naming no namespace go to `namespace`.
@@ -315,7 +319,20 @@ impl Charts {
             )?
             .with_secrets(secrets),
         );
-        let catalog = ChartCatalog::new(cache.clone(), Duration::from_secs(300));
+        // Signatures are checked as the operator checks them: what it would refuse, diff shows
+        // refused.
+        let verifier = crate::charts::verify::VerifierBinary::new(
+            crate::charts::verify::locate(args.verifier.as_deref(), &args.helm),
+            Duration::from_secs(60),
+        );
+        let sources = crate::charts::signed::Sources {
+            cache: cache.clone(),
+            verifier: Some(Arc::new(crate::charts::verify::Verifier::new(
+                verifier,
+                crate::charts::verify::DEFAULT_VERDICTS,
+            ))),
+        };
+        let catalog = ChartCatalog::with_resolver(Box::new(sources), Duration::from_secs(300));
         Ok(Self {
             helm,
             cache,
@@ -330,6 +347,7 @@ impl Charts {
             &release.source,
             &release.credentials,
             release.version.as_deref(),
+            release.verified.as_ref().map(|v| v.archive.as_str()),
         );
         let archive = archive.as_ref().map(|a| a.path());
         helm::template(&self.helm, release, archive, render).await

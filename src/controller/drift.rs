@@ -309,6 +309,7 @@ mod tests {
         Release {
             masked: Default::default(),
             credentials: Default::default(),
+            verified: None,
             key: key.clone(),
             owner: owner(),
             chart_name: "web".into(),

@@ -222,9 +222,10 @@ impl Fixture {
             .prepare(&c.spec, home, &|chart| admission.fetch_scope("", chart))
             .await;
         let lookup =
-            |s: &plan::ChartSource, c: &crate::policy::access::Credentials, v: Option<&str>| {
-                self.ctx.kept.charts.lookup(s, c, v)
-            };
+            |s: &plan::ChartSource,
+             c: &crate::policy::access::Credentials,
+             t: &crate::policy::access::Trust,
+             v: Option<&str>| { self.ctx.kept.charts.lookup(s, c, t, v) };
         let clusters = self.ctx.members.registry.load().labels();
         plan::desired(
             &owner_id(c),

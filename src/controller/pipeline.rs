@@ -29,7 +29,7 @@ use crate::{
     plan::fleet::Fleet,
     plan::rollout,
     plan::{self, Applied, Inputs, Job},
-    policy::access::Credentials,
+    policy::access::{Credentials, Trust},
     queue::Outcome,
     status::report::{self as status, LastOutcome, ReleaseReport, ReleaseView},
 };
@@ -206,8 +206,11 @@ pub(crate) async fn plan_spec(
             admission.fetch_scope(&owner.namespace, chart)
         })
         .await;
-    let lookup = |source: &plan::ChartSource, credentials: &Credentials, version: Option<&str>| {
-        planning.charts.lookup(source, credentials, version)
+    let lookup = |source: &plan::ChartSource,
+                  credentials: &Credentials,
+                  trust: &Trust,
+                  version: Option<&str>| {
+        planning.charts.lookup(source, credentials, trust, version)
     };
     let values = |source: &plan::ValuesSource| {
         planning

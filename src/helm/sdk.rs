@@ -239,20 +239,7 @@ impl Executor for HelmExecutor {
 
 /// Finds the executor: `given` when set, else [`BINARY`] beside `helm`, else on `PATH`.
 pub(crate) fn locate(given: Option<&std::path::Path>, helm: &std::path::Path) -> Option<PathBuf> {
-    if let Some(given) = given {
-        return Some(given.to_path_buf());
-    }
-    let beside = helm
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .map(|d| d.join(BINARY));
-    beside.filter(|p| p.is_file()).or_else(|| {
-        std::env::var_os("PATH").and_then(|path| {
-            std::env::split_paths(&path)
-                .map(|d| d.join(BINARY))
-                .find(|p| p.is_file())
-        })
-    })
+    crate::charts::common::locate_tool(given, helm, BINARY)
 }
 
 #[cfg(test)]

@@ -219,6 +219,7 @@ pub(crate) fn apply(key: &str, spec_hash: &str) -> Job {
         release: Box::new(Release {
             masked: Default::default(),
             credentials: Default::default(),
+            verified: None,
             key: key.parse().expect("a valid release key"),
             owner: OwnerId {
                 namespace: "default".into(),

@@ -139,6 +139,35 @@ impl Metrics {
             .inc_by(bytes);
     }
 
+    /// Counts one remote chart resolution under source prefix `source`: `ok` or `error`.
+    pub(crate) fn chart_resolved(&self, source: &str, ok: bool) {
+        let source = self.charts.source_label(source);
+        let outcome = if ok { "ok" } else { "error" };
+        self.charts
+            .resolutions
+            .get_or_create(&charts::ResolutionLabels { source, outcome })
+            .inc();
+    }
+
+    /// Counts one signature check under source prefix `source` by `provider`, with its
+    /// `outcome`: `verified`, a refusal's label, or `error`.
+    pub(crate) fn chart_verified(
+        &self,
+        source: &str,
+        provider: &'static str,
+        outcome: &'static str,
+    ) {
+        let source = self.charts.source_label(source);
+        self.charts
+            .verifications
+            .get_or_create(&charts::VerificationLabels {
+                source,
+                provider,
+                outcome,
+            })
+            .inc();
+    }
+
     /// Records the size of the archives the chart cache keeps.
     pub(crate) fn chart_cache_size(&self, bytes: u64) {
         self.charts

@@ -11,7 +11,10 @@ use sha2::{Digest, Sha256};
 use crate::{
     api::crd::{Chart, ControllerSpec, HUB_CLUSTER, Tenancy},
     api::key::{ClusterName, ClusterNamespace, ReleaseKey},
-    policy::{Admission, Verdict, access::Credentials},
+    policy::{
+        Admission, Verdict,
+        access::{Credentials, Trust},
+    },
 };
 
 use crate::plan::{
@@ -276,7 +279,7 @@ pub(crate) fn desired(
     spec: &ControllerSpec,
     clusters: &BTreeMap<ClusterName, BTreeMap<String, String>>,
     chart_home: &Path,
-    lookup: &dyn Fn(&ChartSource, &Credentials, Option<&str>) -> ChartLookup,
+    lookup: &ChartLookupFn<'_>,
     admission: &Admission,
     fleet: &Fleet<'_>,
 ) -> Desired {
@@ -349,6 +352,7 @@ pub(crate) fn desired(
         let credentials = admission
             .credentials(&owner.namespace, chart)
             .unwrap_or_default();
+        let trust = admission.trust(&owner.namespace, chart);
         match resolve(
             owner,
             key.clone(),
@@ -356,7 +360,7 @@ pub(crate) fn desired(
             chart_home,
             lookup,
             rendered,
-            &credentials,
+            (&credentials, &trust),
         ) {
             Ok(release) => out.releases.push(Release {
                 identity,
@@ -375,9 +379,9 @@ fn resolve(
     key: ReleaseKey,
     chart: &Chart,
     chart_home: &Path,
-    lookup: &dyn Fn(&ChartSource, &Credentials, Option<&str>) -> ChartLookup,
+    lookup: &ChartLookupFn<'_>,
     rendered: fleet::Rendered,
-    credentials: &Credentials,
+    (credentials, trust): (&Credentials, &Trust),
 ) -> Result<Release, Box<Problem>> {
     let source = source_of(chart, chart_home);
     let every_setting =
@@ -387,10 +391,13 @@ fn resolve(
             return Err(Box::new(Problem::InvalidSetting { key, setting, why }));
         }
     }
-    let (version, chart_digest) = match lookup(&source, credentials, chart.version.as_deref()) {
-        ChartLookup::Found { version, digest } => {
-            (version.or_else(|| chart.version.clone()), digest)
-        }
+    let found = lookup(&source, credentials, trust, chart.version.as_deref());
+    let (version, chart_digest, verified) = match found {
+        ChartLookup::Found {
+            version,
+            digest,
+            verified,
+        } => (version.or_else(|| chart.version.clone()), digest, verified),
         ChartLookup::Missing(reason) => {
             return Err(Box::new(Problem::MissingChart {
                 key,
@@ -398,7 +405,22 @@ fn resolve(
                 reason,
             }));
         }
+        ChartLookup::Unverified(reason) => {
+            return Err(Box::new(Problem::Unverified {
+                key,
+                chart: chart.chart_name.clone(),
+                reason,
+            }));
+        }
     };
+    // A rule of the policies asks for signatures: nothing unverified is planned.
+    if !trust.is_empty() && verified.is_none() {
+        return Err(Box::new(Problem::Unverified {
+            key,
+            chart: chart.chart_name.clone(),
+            reason: "its signatures are not checked yet".into(),
+        }));
+    }
     let mut release = Release {
         key,
         owner: owner.clone(),
@@ -414,6 +436,7 @@ fn resolve(
         drift: chart.drift_detection.clone().unwrap_or_default(),
         masked: rendered.masked,
         credentials: credentials.clone(),
+        verified,
     };
     release.spec_hash = spec_hash(&release);
     Ok(release)

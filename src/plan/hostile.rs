@@ -28,10 +28,16 @@ fn owner() -> OwnerId {
     }
 }
 
-fn found(_: &ChartSource, _: &crate::policy::access::Credentials, _: Option<&str>) -> ChartLookup {
+fn found(
+    _: &ChartSource,
+    _: &crate::policy::access::Credentials,
+    _: &crate::policy::access::Trust,
+    _: Option<&str>,
+) -> ChartLookup {
     ChartLookup::Found {
         version: None,
         digest: None,
+        verified: None,
     }
 }
 

@@ -8,7 +8,10 @@ use std::{
 use crate::{
     api::crd::{ControllerSpec, DriftMode},
     api::key::{ClusterName, ReleaseKey},
-    policy::{Admission, access::Credentials},
+    policy::{
+        Admission,
+        access::{Credentials, Trust},
+    },
 };
 
 use crate::plan::{depends, desired::*, fleet::Fleet, release::*};
@@ -33,7 +36,7 @@ pub struct Inputs<'a> {
     pub chart_home: &'a Path,
     /// What is known of a chart (a parameter so planning stays pure): its exact version and
     /// content digest, or why it cannot be found.
-    pub chart_lookup: &'a dyn Fn(&ChartSource, &Credentials, Option<&str>) -> ChartLookup,
+    pub chart_lookup: &'a ChartLookupFn<'a>,
     /// Now, in Unix seconds.
     pub now: i64,
     /// How long a pending release may stay pending before it is cleared.
@@ -92,10 +95,12 @@ pub(crate) fn claimant(
     chart_home: &Path,
     admission: &Admission,
 ) -> Claimant {
-    let any_chart = |_: &ChartSource, _: &Credentials, _: Option<&str>| ChartLookup::Found {
-        version: None,
-        digest: None,
-    };
+    let any_chart =
+        |_: &ChartSource, _: &Credentials, _: &Trust, _: Option<&str>| ChartLookup::Found {
+            version: None,
+            digest: None,
+            verified: None,
+        };
     let desired = desired(
         &owner,
         spec,

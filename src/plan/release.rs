@@ -8,7 +8,7 @@ use crate::{
     api::crd::{DriftDetection, TenancyController},
     api::key::ReleaseKey,
     api::policy::Impersonation,
-    policy::access::Credentials,
+    policy::access::{Credentials, Trust},
 };
 
 use crate::plan::limits;
@@ -108,6 +108,11 @@ pub(crate) struct Release {
     /// the chart cache by. Not part of the fingerprint, and never sent to a member.
     #[serde(skip)]
     pub(crate) credentials: Credentials,
+    /// Its chart's signatures as checked at the hub, when a policy requires them: the archive
+    /// checked is the one checked out, by its digest. Never sent to a member (what it gets is
+    /// that archive).
+    #[serde(skip)]
+    pub(crate) verified: Option<Verified>,
 }
 
 impl fmt::Debug for Release {
@@ -365,6 +370,15 @@ pub(crate) enum Problem {
         /// The tenancy's namespace.
         namespace: String,
     },
+    /// A chart's signatures do not pass a rule of the policies.
+    Unverified {
+        /// The release.
+        key: ReleaseKey,
+        /// The chart as named.
+        chart: String,
+        /// Which rule, and why the chart fails it.
+        reason: String,
+    },
     /// A chart cannot be found (or is named in a way that is refused).
     MissingChart {
         /// The release.
@@ -456,6 +470,7 @@ impl Problem {
     pub(crate) fn release(&self) -> Option<&ReleaseKey> {
         match self {
             Problem::MissingChart { key, .. }
+            | Problem::Unverified { key, .. }
             | Problem::Duplicate { key, .. }
             | Problem::Conflict { key, .. }
             | Problem::InvalidSetting { key, .. }
@@ -475,6 +490,7 @@ impl Problem {
             Problem::UnknownCluster { .. } => "UnknownCluster",
             Problem::NoClusterSelected { .. } => "NoClusterSelected",
             Problem::MissingChart { .. } => "ChartNotFound",
+            Problem::Unverified { .. } => "Unverified",
             Problem::Duplicate { .. } => "DuplicateRelease",
             Problem::Conflict { .. } => "Conflict",
             Problem::InvalidSetting { .. } => "InvalidSetting",
@@ -505,6 +521,10 @@ impl fmt::Display for Problem {
             Problem::MissingChart { key, chart, reason } => write!(
                 f,
                 "release {key}: chart {chart:?} not found: {reason}; what runs is left as it is until the chart is found or the spec changes"
+            ),
+            Problem::Unverified { key, chart, reason } => write!(
+                f,
+                "release {key}: chart {chart:?} is not verified: {reason}; it reaches no member, and what runs is left as it is until a signed chart is published or the spec changes"
             ),
             Problem::Duplicate {
                 key,
@@ -570,7 +590,25 @@ pub enum ChartLookup {
         version: Option<String>,
         /// A digest of the chart's content, when known.
         digest: Option<String>,
+        /// Its signatures as checked, when a policy requires them.
+        verified: Option<Verified>,
     },
     /// The chart cannot be found: where it was looked for and why it is not there.
     Missing(String),
+    /// The chart was found, but its signatures do not pass a rule a policy sets: why.
+    Unverified(String),
+}
+
+/// What is known of a chart fetched with these credentials, under these signature rules, at
+/// this version constraint: the planner's one question about charts.
+pub type ChartLookupFn<'a> =
+    dyn Fn(&ChartSource, &Credentials, &Trust, Option<&str>) -> ChartLookup + 'a;
+
+/// A chart whose signatures passed every rule of the policies: by whom, and the archive checked.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Verified {
+    /// Who signed it, per rule (`cosign: key sha256:…`), joined for the status.
+    pub by: String,
+    /// The sha256 (hex) of the archive checked: the one the hub installs and ships.
+    pub archive: String,
 }

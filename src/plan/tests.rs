@@ -74,6 +74,7 @@ fn chart(name: &str, release: Option<&str>, settings: &[(&str, &str)]) -> Chart 
 fn lookup(
     source: &ChartSource,
     _: &crate::policy::access::Credentials,
+    _: &crate::policy::access::Trust,
     _version: Option<&str>,
 ) -> ChartLookup {
     match source {
@@ -83,6 +84,7 @@ fn lookup(
         _ => ChartLookup::Found {
             version: None,
             digest: None,
+            verified: None,
         },
     }
 }
@@ -278,9 +280,12 @@ fn a_release_the_spec_drops_is_uninstalled_as_the_identity_that_delivered_it() {
 fn a_path_as_chart_name_is_forbidden_in_every_mode_and_nothing_is_looked_up() {
     let w = World::new();
     let looked = std::cell::Cell::new(0);
-    let counting = |s: &ChartSource, c: &crate::policy::access::Credentials, v: Option<&str>| {
+    let counting = |s: &ChartSource,
+                    c: &crate::policy::access::Credentials,
+                    t: &crate::policy::access::Trust,
+                    v: Option<&str>| {
         looked.set(looked.get() + 1);
-        lookup(s, c, v)
+        lookup(s, c, t, v)
     };
     let spec = ControllerSpec {
         tenancies: vec![tenancy(

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use crate::{
     api::crd::Chart,
-    api::policy::{SourceAccess, TenancyPolicySpec},
+    api::policy::{SourceAccess, SourceVerify, TenancyPolicySpec},
     policy::source::SourceUrl,
 };
 
@@ -80,6 +80,63 @@ impl std::fmt::Display for Credentials {
             } => write!(f, "tenant:{namespace}/{secret}"),
         }
     }
+}
+
+/// One signature rule a chart must pass: a `verify` of a `sources` entry holding its source,
+/// with the policy and prefix naming it (never the trust material, which is read at each check).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TrustRule {
+    /// The policy naming it.
+    pub policy: String,
+    /// The `sources` prefix it is named for, in normal form.
+    pub prefix: String,
+    /// What to check.
+    pub verify: SourceVerify,
+}
+
+impl TrustRule {
+    /// The rule in words, for messages: `cosign (TenancyPolicy platform, source oci://…/)`.
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "{} (TenancyPolicy {}, source {})",
+            self.verify.provider.as_str(),
+            self.policy,
+            self.prefix
+        )
+    }
+}
+
+/// The signature rules a chart must pass, in order: empty when none is required.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Trust(pub Vec<TrustRule>);
+
+impl Trust {
+    /// Whether no signature is required.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Every signature rule for `chart`: the `verify` of every `sources` entry of every `governing`
+/// policy whose prefix holds its source. All apply, so no policy, prefix or Controller setting
+/// relaxes another's (a tenant writes none of them).
+pub(crate) fn trust(governing: &[Governing<'_>], chart: &Chart) -> Trust {
+    let Some(url) = source_url(chart) else {
+        return Trust::default();
+    };
+    let mut rules: Vec<TrustRule> = holders(governing, &url)
+        .into_iter()
+        .filter_map(|h| {
+            Some(TrustRule {
+                policy: h.policy.to_owned(),
+                prefix: h.prefix.to_string(),
+                verify: h.entry.verify.clone()?,
+            })
+        })
+        .collect();
+    rules.sort();
+    rules.dedup();
+    Trust(rules)
 }
 
 /// One `sources` entry holding a chart's source, with its policy and prefix in normal form.

@@ -9,7 +9,7 @@ use crate::{
     api::crd::{Chart, HUB_CLUSTER},
     api::key::{ClusterName, ReleaseKey},
     api::policy::{Impersonation, TenancyPolicySpec},
-    policy::access::Credentials,
+    policy::access::{Credentials, Trust},
     policy::source::{SourceUrl, redact},
 };
 
@@ -103,8 +103,8 @@ pub(crate) enum Scope {
     /// A chart-home chart: nothing is fetched.
     ChartHome,
     /// Under this prefix: the repository's index, the archives it lists, every redirect; fetched
-    /// with these credentials.
-    Under(SourceUrl, Credentials),
+    /// with these credentials, its signatures checked by these rules.
+    Under(SourceUrl, Credentials, Trust),
 }
 
 /// Where a chart comes from, as admission sees it.
@@ -590,6 +590,17 @@ impl Admission {
         access::credentials(&governing, hub_namespace, chart)
     }
 
+    /// The signatures a chart of a `Controller` of `hub_namespace` must carry (see
+    /// [`access::trust`]).
+    pub(crate) fn trust(&self, hub_namespace: &str, chart: &Chart) -> Trust {
+        let governing: Vec<access::Governing<'_>> = self
+            .governing(hub_namespace)
+            .into_iter()
+            .map(|p| (p.name.as_str(), &p.spec))
+            .collect();
+        access::trust(&governing, chart)
+    }
+
     /// Whether the hub may fetch a chart for a `Controller` of `hub_namespace` at all (the source
     /// rules hold and, when enforcing, some governing policy lists the source), and where every
     /// fetch for it must stay: under the narrowest `chartSources` prefix of any policy that holds
@@ -619,7 +630,8 @@ impl Admission {
                     .filter(|p| p.holds(&url))
                     .max_by_key(|p| p.as_str().trim_end_matches('/').len());
                 let credentials = self.credentials(hub_namespace, chart).ok()?;
-                Some(Scope::Under(narrowest.unwrap_or(url), credentials))
+                let trust = self.trust(hub_namespace, chart);
+                Some(Scope::Under(narrowest.unwrap_or(url), credentials, trust))
             }
         }
     }

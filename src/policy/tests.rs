@@ -506,7 +506,7 @@ fn fetches_stay_under_the_narrowest_prefix_that_holds_the_source_or_the_source_i
     narrow.spec.chart_sources = vec!["https://Charts.Example.com:443/team-e".into()];
     let a = enforce(vec![narrow, wide]);
     let scope = |ns: &str, url: &str| match a.fetch_scope(ns, &repo(url)) {
-        Some(Scope::Under(prefix, _)) => prefix.to_string(),
+        Some(Scope::Under(prefix, ..)) => prefix.to_string(),
         other => panic!("{url}: {other:?}"),
     };
     assert_eq!(
@@ -527,7 +527,8 @@ fn fetches_stay_under_the_narrowest_prefix_that_holds_the_source_or_the_source_i
         permissive.fetch_scope("x", &repo("https://CDN.example.net/a/../b")),
         Some(Scope::Under(
             SourceUrl::parse("https://cdn.example.net/b").unwrap(),
-            crate::policy::access::Credentials::None
+            crate::policy::access::Credentials::None,
+            Default::default()
         ))
     );
 }

@@ -43,6 +43,8 @@ pub(crate) struct RunConfig {
     pub(crate) chart_cache_dir: PathBuf,
     /// Bytes of chart archives the chart cache keeps at most.
     pub(crate) chart_cache_size: u64,
+    /// The chart signature verifier and the deadline of each check.
+    pub(crate) verifier: crate::charts::verify::VerifierBinary,
     /// Bytes a repository index may have at most.
     pub(crate) chart_index_limit: u64,
     /// How long a pull member's agent may take to answer a Helm job.

@@ -292,8 +292,14 @@ pub(crate) async fn build(
             claims,
             orphans: Default::default(),
             index: Arc::new(ControllerIndex::new(drift)),
-            charts: Arc::new(ChartCatalog::new(
-                chart_cache,
+            charts: Arc::new(ChartCatalog::with_resolver(
+                Box::new(crate::charts::signed::Sources {
+                    cache: chart_cache,
+                    verifier: Some(Arc::new(crate::charts::verify::Verifier::new(
+                        config.verifier.clone(),
+                        crate::charts::verify::DEFAULT_VERDICTS,
+                    ))),
+                }),
                 config.settings.chart_interval,
             )),
             values: Arc::new(crate::controller::hub_values::HubValues::new(

@@ -112,6 +112,7 @@ impl<'a> ConditionInputs<'a> {
                     phase::FAILED,
                     phase::INVALID,
                     phase::FORBIDDEN,
+                    phase::UNVERIFIED,
                     phase::CONFLICT,
                 ]
                 .contains(&m.phase.as_str());
@@ -213,6 +214,16 @@ pub(crate) const STALLED: &[Rule] = &[
             format!(
                 "release(s) {} are not allowed by the tenancy policies; nothing is done for them and what runs is left as it is",
                 some(f.list(phase::FORBIDDEN))
+            )
+        },
+    },
+    Rule {
+        reason: "Unverified",
+        holds: |f| f.has(phase::UNVERIFIED),
+        message: |f| {
+            format!(
+                "release(s) {} have charts whose signatures do not pass the tenancy policies; they reach no member and what runs is left as it is",
+                some(f.list(phase::UNVERIFIED))
             )
         },
     },

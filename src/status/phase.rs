@@ -16,6 +16,9 @@ pub(crate) const UNKNOWN: &str = "Unknown";
 pub(crate) const INVALID: &str = "Invalid";
 /// Not allowed by the tenancy policies: no Helm call; what runs stays as it is.
 pub(crate) const FORBIDDEN: &str = "Forbidden";
+/// Its chart's signatures do not pass a rule of the tenancy policies: no Helm call; what runs
+/// stays as it is.
+pub(crate) const UNVERIFIED: &str = "Unverified";
 /// Left in a cluster that is no longer registered.
 pub(crate) const ORPHANED: &str = "Orphaned";
 /// A change to it is held back by `suspend`: what runs stays as it is until resumed.

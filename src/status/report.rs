@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use crate::{
     api::crd::{ChartMessage, ControllerStatus, DriftStatus, TenancyStatus},
     api::key::{ClusterName, ReleaseKey},
-    plan::{Applied, Plan, Problem, Release},
+    plan::{Applied, ChartSource, Plan, Problem, Release},
+    policy::source::redact,
     queue::Outcome,
 };
 
@@ -79,7 +80,27 @@ pub(crate) fn message(
         phase: phase.to_owned(),
         revision,
         chart_version,
+        source: shown_source(&release.source),
+        chart_digest: match release.source {
+            ChartSource::Directory(_) => String::new(),
+            _ => release.chart_digest.clone().unwrap_or_default(),
+        },
+        verified_by: release
+            .verified
+            .as_ref()
+            .map(|v| v.by.clone())
+            .unwrap_or_default(),
         drift: None,
+    }
+}
+
+/// Where a remote chart comes from, as a chart message shows it: `<repository> <chart>` or the
+/// `oci://` reference, without credentials; empty for the chart home.
+pub(crate) fn shown_source(source: &ChartSource) -> String {
+    match source {
+        ChartSource::Directory(_) => String::new(),
+        ChartSource::Repository { url, chart } => redact(&format!("{url} {chart}")),
+        ChartSource::Oci(reference) => redact(reference),
     }
 }
 
@@ -273,11 +294,13 @@ pub(crate) fn problem_message(problem: &Problem, key: &ReleaseKey) -> ChartMessa
     let phase = match problem {
         Problem::Conflict { .. } => phase::CONFLICT,
         Problem::Forbidden { .. } => phase::FORBIDDEN,
+        Problem::Unverified { .. } => phase::UNVERIFIED,
         _ => phase::INVALID,
     };
     ChartMessage {
         chart_name: match problem {
             Problem::MissingChart { chart, .. }
+            | Problem::Unverified { chart, .. }
             | Problem::Duplicate { chart, .. }
             | Problem::Forbidden { chart, .. }
             | Problem::UnknownDependency { chart, .. }

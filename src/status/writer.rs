@@ -269,7 +269,12 @@ fn concerned(
     use crate::{api::alert::AlertEvent, status::phase};
     let phases: &[&str] = match event {
         AlertEvent::Forbidden => &[phase::FORBIDDEN],
-        AlertEvent::Stalled => &[phase::FAILED, phase::INVALID, phase::CONFLICT],
+        AlertEvent::Stalled => &[
+            phase::FAILED,
+            phase::INVALID,
+            phase::UNVERIFIED,
+            phase::CONFLICT,
+        ],
         _ => &[],
     };
     status

@@ -10,7 +10,10 @@ use serde_json::{Value, json};
 use tenancy_hub::{
     api::{crd::ControllerSpec, key::ClusterName},
     plan::{ChartLookup, ChartSource, Inputs, OwnerId, Plan, fleet::Fleet, plan},
-    policy::{Admission, access::Credentials},
+    policy::{
+        Admission,
+        access::{Credentials, Trust},
+    },
 };
 
 use super::{
@@ -81,7 +84,8 @@ pub fn plan_times(
     mut each: impl FnMut(&Plan),
 ) -> Vec<f64> {
     let synced: BTreeSet<_> = clusters.keys().cloned().collect();
-    let found = |_: &ChartSource, _: &Credentials, _: Option<&str>| ChartLookup::Found {
+    let found = |_: &ChartSource, _: &Credentials, _: &Trust, _: Option<&str>| ChartLookup::Found {
+        verified: None,
         version: None,
         digest: None,
     };

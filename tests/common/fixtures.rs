@@ -8,7 +8,7 @@ use tenancy_hub::api::crd::{
     TenancyStatus,
 };
 
-use super::hub::Hub;
+use super::{hub::Hub, lab::Lab};
 
 /// How long end-to-end tests wait for the operator to converge.
 #[allow(dead_code)] // used by some test crates only
@@ -202,4 +202,33 @@ pub fn spread<'a>(
             .collect(),
         ..Default::default()
     }
+}
+
+/// Creates (or replaces) Secret `name` in `namespace` with `data`.
+#[allow(dead_code)] // used by some test crates only
+pub async fn put_secret(lab: &Lab, namespace: &str, name: &str, data: &[(&str, &str)]) {
+    let api: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(lab.client("hub").await, namespace);
+    let secret = k8s_openapi::api::core::v1::Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        data: Some(
+            data.iter()
+                .map(|(k, v)| {
+                    (
+                        k.to_string(),
+                        k8s_openapi::ByteString(v.as_bytes().to_vec()),
+                    )
+                })
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    let _ = api.delete(name, &Default::default()).await;
+    wait_until("the Secret written", DEADLINE, || async {
+        api.create(&PostParams::default(), &secret).await.ok()
+    })
+    .await;
 }

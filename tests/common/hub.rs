@@ -313,6 +313,8 @@ impl Hub {
             .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts"))
             .arg("--helm")
             .arg(self.lab.bin_dir().join("helm"))
+            .arg("--verifier")
+            .arg(self.lab.verifier())
             .args(extra)
             .env_remove("KUBECONFIG")
             .output()

@@ -100,6 +100,12 @@ impl Operator {
                     lab.executor().into_os_string(),
                 ]
             })
+            // The lab's signature verifier, as the image ships it beside helm.
+            .args(if extra.contains(&"--verifier") {
+                vec![]
+            } else {
+                vec!["--verifier".into(), lab.verifier().into_os_string()]
+            })
             // Tests of other concerns run as before policies existed; tests of the tenant
             // boundary pass `--tenancy-policy enforce`.
             .args(if extra.contains(&"--tenancy-policy") {

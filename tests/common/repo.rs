@@ -275,6 +275,16 @@ impl ChartRepo {
         self.index(sub);
     }
 
+    /// Adds `files` (archives and their `.prov`, say) to the top repository, replacing files of
+    /// the same names, and indexes it again.
+    pub fn add(&self, files: &[PathBuf]) {
+        for file in files {
+            let name = file.file_name().expect("a file name");
+            std::fs::copy(file, self.dir.path().join(name)).unwrap();
+        }
+        self.index("");
+    }
+
     /// Answers a GET of `path` with a redirect (302) to `location`, from now on.
     pub fn redirect(&self, path: &str, location: &str) {
         let mut redirects: serde_json::Map<String, serde_json::Value> =

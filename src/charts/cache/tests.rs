@@ -144,7 +144,7 @@ async fn an_index_and_an_archive_are_fetched_once_for_every_resolution_and_insta
     let checkouts: Vec<Checkout> = (0..30)
         .map(|_| {
             cache
-                .checkout(&source, &Credentials::None, Some("1.1.0"))
+                .checkout(&source, &Credentials::None, Some("1.1.0"), None)
                 .expect("cached")
         })
         .collect();
@@ -155,7 +155,7 @@ async fn an_index_and_an_archive_are_fetched_once_for_every_resolution_and_insta
     );
     assert!(
         cache
-            .checkout(&source, &Credentials::None, Some("1.0.0"))
+            .checkout(&source, &Credentials::None, Some("1.0.0"), None)
             .is_none(),
         "never fetched"
     );
@@ -235,7 +235,12 @@ async fn an_archive_whose_digest_differs_from_the_index_is_refused_and_not_kept(
     assert!(names(dir.path()).is_empty(), "{:?}", names(dir.path()));
     assert!(
         cache
-            .checkout(&repository_source(&repo), &Credentials::None, Some("1.0.0"))
+            .checkout(
+                &repository_source(&repo),
+                &Credentials::None,
+                Some("1.0.0"),
+                None
+            )
             .is_none()
     );
 }
@@ -251,7 +256,12 @@ async fn an_archive_that_cannot_be_fetched_fails_the_resolution_for_helm_never_f
     );
     assert!(
         cache
-            .checkout(&repository_source(&repo), &Credentials::None, Some("1.0.0"))
+            .checkout(
+                &repository_source(&repo),
+                &Credentials::None,
+                Some("1.0.0"),
+                None
+            )
             .is_none()
     );
     assert_eq!(
@@ -430,12 +440,12 @@ fn the_least_recently_used_archives_go_first_and_never_one_in_use() {
     let a = stock(&cache, url, "1", &[b'a'; 10]);
     let b = stock(&cache, url, "2", &[b'b'; 10]);
     let in_use = cache
-        .checkout(&source, &Credentials::None, Some("1"))
+        .checkout(&source, &Credentials::None, Some("1"), None)
         .expect("kept");
     stock(&cache, url, "3", &[b'c'; 10]);
     drop(
         cache
-            .checkout(&source, &Credentials::None, Some("2"))
+            .checkout(&source, &Credentials::None, Some("2"), None)
             .expect("kept"),
     );
     stock(&cache, url, "4", &[b'd'; 10]);
@@ -445,7 +455,7 @@ fn the_least_recently_used_archives_go_first_and_never_one_in_use() {
     );
     assert!(
         cache
-            .checkout(&source, &Credentials::None, Some("3"))
+            .checkout(&source, &Credentials::None, Some("3"), None)
             .is_none(),
         "the least recently used of the others went"
     );
@@ -750,7 +760,11 @@ async fn what_one_set_of_credentials_fetched_is_never_served_to_another() {
         .repository(&repo.url, "web", None, &repo.scope, &with, None)
         .await
         .unwrap();
-    assert!(cache.checkout(&source, &with, Some("1.0.0")).is_some());
+    assert!(
+        cache
+            .checkout(&source, &with, Some("1.0.0"), None)
+            .is_some()
+    );
     let tenant = Credentials::Tenant {
         namespace: "team-b".into(),
         secret: "pull".into(),
@@ -760,7 +774,9 @@ async fn what_one_set_of_credentials_fetched_is_never_served_to_another() {
     };
     for other in [&Credentials::None, &tenant] {
         assert!(
-            cache.checkout(&source, other, Some("1.0.0")).is_none(),
+            cache
+                .checkout(&source, other, Some("1.0.0"), None)
+                .is_none(),
             "{other}: not its archive"
         );
     }

@@ -28,6 +28,7 @@ fn anywhere(_: &Chart) -> Option<Scope> {
     Some(Scope::Under(
         SourceUrl::parse(SCOPE).unwrap(),
         Credentials::None,
+        Trust::default(),
     ))
 }
 
@@ -48,7 +49,7 @@ impl Script {
             .map(|a| {
                 a.map(|v| Resolved {
                     version: v.into(),
-                    digest: None,
+                    ..Default::default()
                 })
                 .map_err(str::to_owned)
             })
@@ -113,9 +114,14 @@ fn repo_source() -> ChartSource {
 }
 
 fn version_of(catalog: &ChartCatalog, constraint: Option<&str>) -> Result<String, String> {
-    match catalog.lookup(&repo_source(), &Credentials::None, constraint) {
+    match catalog.lookup(
+        &repo_source(),
+        &Credentials::None,
+        &Trust::default(),
+        constraint,
+    ) {
         ChartLookup::Found { version, .. } => Ok(version.expect("a resolved version")),
-        ChartLookup::Missing(reason) => Err(reason),
+        ChartLookup::Missing(reason) | ChartLookup::Unverified(reason) => Err(reason),
     }
 }
 
@@ -123,10 +129,11 @@ fn digest_of(catalog: &ChartCatalog, path: &Path) -> Option<String> {
     match catalog.lookup(
         &ChartSource::Directory(path.to_owned()),
         &Credentials::None,
+        &Trust::default(),
         None,
     ) {
         ChartLookup::Found { digest, .. } => digest,
-        ChartLookup::Missing(_) => None,
+        ChartLookup::Missing(_) | ChartLookup::Unverified(_) => None,
     }
 }
 
@@ -170,6 +177,7 @@ async fn a_directory_without_chart_yaml_is_missing_and_says_where_it_was_looked_
     let ChartLookup::Missing(reason) = catalog.lookup(
         &ChartSource::Directory(home.path().join("nothing")),
         &Credentials::None,
+        &Trust::default(),
         None,
     ) else {
         panic!("a missing chart is found");
@@ -210,7 +218,7 @@ async fn a_new_scope_resolves_again_and_what_the_old_one_resolved_no_longer_coun
     assert_eq!(version_of(&catalog, None), Ok("1.0.0".into()));
     let narrower = |_: &Chart| {
         let prefix = SourceUrl::parse("https://charts.example.com/stable").unwrap();
-        Some(Scope::Under(prefix, Credentials::None))
+        Some(Scope::Under(prefix, Credentials::None, Trust::default()))
     };
     catalog.prepare(&repo_spec(None), home, &narrower).await;
     assert_eq!(
@@ -332,5 +340,170 @@ async fn a_prepare_takes_an_index_younger_than_the_interval_and_a_refresh_one_fe
     assert_eq!(
         *script.sinces.lock().unwrap(),
         [Some(prepared - HOUR), Some(refreshed)]
+    );
+}
+
+/// Resolves every chart to one archive and answers each signature check from a script.
+struct Signed {
+    verdicts: Mutex<Vec<Result<Checked, String>>>,
+    checks: std::sync::atomic::AtomicUsize,
+}
+
+impl Signed {
+    fn answering(verdicts: Vec<Result<Checked, String>>) -> Self {
+        Self {
+            verdicts: Mutex::new(verdicts.into_iter().rev().collect()),
+            checks: Default::default(),
+        }
+    }
+}
+
+impl Resolve for Signed {
+    fn resolve<'a>(
+        &'a self,
+        _: &'a RemoteKey,
+        _: &'a SourceUrl,
+        _: Option<Instant>,
+    ) -> BoxFuture<'a, Result<Resolved, String>> {
+        Box::pin(async {
+            Ok(Resolved {
+                version: "1.0.0".into(),
+                archive: Some("ab".repeat(32)),
+                ..Default::default()
+            })
+        })
+    }
+
+    fn verify<'a>(
+        &'a self,
+        key: &'a RemoteKey,
+        _: &'a SourceUrl,
+        _: &'a Resolved,
+    ) -> BoxFuture<'a, Result<Checked, String>> {
+        assert!(!key.trust.is_empty(), "only keys with rules are checked");
+        self.checks
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let mut verdicts = self.verdicts.lock().unwrap();
+        let next = if verdicts.len() > 1 {
+            verdicts.pop().unwrap()
+        } else {
+            verdicts[0].clone()
+        };
+        Box::pin(async move { next })
+    }
+}
+
+/// A cosign rule of policy `platform` for the test prefix.
+fn cosign_rule() -> Trust {
+    Trust(vec![crate::policy::access::TrustRule {
+        policy: "platform".into(),
+        prefix: SCOPE.into(),
+        verify: crate::api::policy::SourceVerify {
+            provider: crate::api::policy::VerifyProvider::Cosign,
+            secret_ref: crate::api::crd::SecretReference {
+                name: "keys".into(),
+            },
+            trusted_identities: Vec::new(),
+        },
+    }])
+}
+
+/// Lets the hub fetch every chart under [`SCOPE`], checked by [`cosign_rule`].
+fn ruled(_: &Chart) -> Option<Scope> {
+    Some(Scope::Under(
+        SourceUrl::parse(SCOPE).unwrap(),
+        Credentials::None,
+        cosign_rule(),
+    ))
+}
+
+fn signed_lookup(catalog: &ChartCatalog, trust: &Trust) -> ChartLookup {
+    catalog.lookup(&repo_source(), &Credentials::None, trust, Some("1.0.0"))
+}
+
+fn verified() -> Checked {
+    Checked::Verified(Verified {
+        by: "cosign: key sha256:12".into(),
+        archive: "ab".repeat(32),
+    })
+}
+
+#[tokio::test]
+async fn a_chart_under_a_signature_rule_is_found_only_once_verified_and_then_by_its_archive() {
+    let resolver = Signed::answering(vec![Ok(verified())]);
+    let catalog = ChartCatalog::with_resolver(Box::new(resolver), HOUR);
+    let home = Path::new("/charts");
+    catalog
+        .prepare(&repo_spec(Some("1.0.0")), home, &ruled)
+        .await;
+    assert_eq!(
+        signed_lookup(&catalog, &cosign_rule()),
+        ChartLookup::Found {
+            version: Some("1.0.0".into()),
+            digest: Some(format!("sha256:{}", "ab".repeat(32))),
+            verified: Some(Verified {
+                by: "cosign: key sha256:12".into(),
+                archive: "ab".repeat(32),
+            }),
+        }
+    );
+    // The same chart asked for under no rule is another entry: never resolved here.
+    assert!(matches!(
+        signed_lookup(&catalog, &Trust::default()),
+        ChartLookup::Missing(_)
+    ));
+}
+
+#[tokio::test]
+async fn a_refused_chart_is_unverified_and_an_unchecked_one_keeps_only_what_was_verified_before() {
+    let resolver = Signed::answering(vec![
+        Ok(verified()),
+        Err("the registry did not answer".into()),
+        Ok(Checked::Refused(
+            "refused by cosign (TenancyPolicy platform, source https://charts.example.com/): no signature".into(),
+        )),
+        Err("the registry did not answer".into()),
+    ]);
+    let catalog = ChartCatalog::with_resolver(Box::new(resolver), Duration::ZERO);
+    let home = Path::new("/charts");
+    let spec = repo_spec(Some("1.0.0"));
+    catalog.prepare(&spec, home, &ruled).await;
+    assert!(matches!(
+        signed_lookup(&catalog, &cosign_rule()),
+        ChartLookup::Found {
+            verified: Some(_),
+            ..
+        }
+    ));
+
+    // Not checked this time, same content: the verdict reached before stands.
+    catalog.prepare(&spec, home, &ruled).await;
+    assert!(matches!(
+        signed_lookup(&catalog, &cosign_rule()),
+        ChartLookup::Found {
+            verified: Some(_),
+            ..
+        }
+    ));
+
+    // Refused: nothing is planned, not even what was verified before, and the rule is named.
+    catalog.prepare(&spec, home, &ruled).await;
+    let ChartLookup::Unverified(why) = signed_lookup(&catalog, &cosign_rule()) else {
+        panic!("a refused chart is unverified")
+    };
+    assert!(
+        why.contains("refused by cosign (TenancyPolicy platform"),
+        "{why}"
+    );
+    assert!(!why.contains("secret"), "no credentials of the URL: {why}");
+
+    // Not checked, with nothing verified to keep: it waits, saying why.
+    catalog.prepare(&spec, home, &ruled).await;
+    let ChartLookup::Unverified(why) = signed_lookup(&catalog, &cosign_rule()) else {
+        panic!("an unchecked chart is unverified")
+    };
+    assert!(
+        why.contains("cannot be checked: the registry did not answer"),
+        "{why}"
     );
 }

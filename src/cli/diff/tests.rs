@@ -12,6 +12,7 @@ fn release(k: &str) -> Release {
     Release {
         masked: Default::default(),
         credentials: Default::default(),
+        verified: None,
         key: key(k),
         owner: OwnerId {
             namespace: "default".into(),
@@ -300,10 +301,14 @@ fn a_depends_on_cycle_found_by_the_planner_shows_as_refused_naming_the_chain() {
     };
     let clusters = BTreeMap::from([("m".parse().unwrap(), BTreeMap::new())]);
     let synced = clusters.keys().cloned().collect();
-    let found = |_: &ChartSource, _: &crate::policy::access::Credentials, _: Option<&str>| {
+    let found = |_: &ChartSource,
+                 _: &crate::policy::access::Credentials,
+                 _: &crate::policy::access::Trust,
+                 _: Option<&str>| {
         crate::plan::ChartLookup::Found {
             version: None,
             digest: None,
+            verified: None,
         }
     };
     let plan = crate::plan::plan(&crate::plan::Inputs {

@@ -13,6 +13,7 @@ pub(crate) fn release(source: ChartSource) -> Release {
     Release {
         masked: Default::default(),
         credentials: Default::default(),
+        verified: None,
         key: "member-1/team/web".parse().unwrap(),
         owner: OwnerId {
             namespace: "default".into(),

@@ -458,6 +458,7 @@ mod tests {
         Release {
             masked: Default::default(),
             credentials: Default::default(),
+            verified: None,
             key: "edge-1/team/web".parse().unwrap(),
             owner: OwnerId {
                 namespace: "team".into(),

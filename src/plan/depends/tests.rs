@@ -61,10 +61,14 @@ fn owner() -> OwnerId {
 fn planned(spec: &ControllerSpec) -> Plan {
     let clusters = clusters();
     let synced = clusters.keys().cloned().collect();
-    let found = |_: &ChartSource, _: &crate::policy::access::Credentials, _: Option<&str>| {
+    let found = |_: &ChartSource,
+                 _: &crate::policy::access::Credentials,
+                 _: &crate::policy::access::Trust,
+                 _: Option<&str>| {
         ChartLookup::Found {
             version: None,
             digest: None,
+            verified: None,
         }
     };
     plan(&Inputs {
@@ -280,6 +284,7 @@ fn apply_job(k: &str) -> Job {
         release: Box::new(Release {
             masked: Default::default(),
             credentials: Default::default(),
+            verified: None,
             key: key.clone(),
             owner: owner(),
             chart_name: "deployment-example".into(),

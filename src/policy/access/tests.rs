@@ -28,6 +28,7 @@ fn entry(url: &str, secret: Option<&str>) -> SourceAccess {
         url: url.into(),
         secret_ref: secret.map(|name| SecretReference { name: name.into() }),
         tenant_secrets: Vec::new(),
+        verify: None,
     }
 }
 
@@ -205,7 +206,8 @@ fn a_sources_entry_allows_its_prefix_as_a_chart_sources_entry_does() {
         a.fetch_scope("team-a", &chart),
         Some(Scope::Under(
             SourceUrl::parse("http://127.0.0.1:8080/team-a").unwrap(),
-            platform("pull", "team-a", "http://127.0.0.1:8080/team-a")
+            platform("pull", "team-a", "http://127.0.0.1:8080/team-a"),
+            Trust::default()
         ))
     );
     let elsewhere = repo("http://127.0.0.1:8080/team-b");
@@ -225,6 +227,7 @@ fn tenant_policy(rules: Vec<TenantSecretRule>) -> NamedPolicy {
                 name: "platform-pull".into(),
             }),
             tenant_secrets: rules,
+            verify: None,
         }],
     )
 }
@@ -350,5 +353,72 @@ fn identities_read_as_the_cache_keys_them() {
             .secret("tenancy-hub")
             .unwrap(),
         "Secret tenancy-hub/pull"
+    );
+}
+
+fn verifying(url: &str, provider: crate::api::policy::VerifyProvider) -> SourceAccess {
+    SourceAccess {
+        verify: Some(crate::api::policy::SourceVerify {
+            provider,
+            secret_ref: SecretReference {
+                name: "trust".into(),
+            },
+            trusted_identities: Vec::new(),
+        }),
+        ..entry(url, None)
+    }
+}
+
+#[test]
+fn every_governing_policys_signature_rule_holding_a_source_applies_and_none_relaxes_another() {
+    use crate::api::policy::VerifyProvider::{Cosign, Notation};
+    let strict = policy(
+        "platform",
+        &["team-a"],
+        vec![verifying("oci://registry.example.com/", Cosign)],
+    );
+    let narrower = policy(
+        "team-a",
+        &["team-a"],
+        vec![
+            // A longer prefix with credentials and no rule: the wider rule still holds.
+            entry("oci://registry.example.com/team-a", Some("pull")),
+            verifying("oci://registry.example.com/team-a/web", Notation),
+        ],
+    );
+    let a = admission(Mode::Enforce, vec![strict, narrower]);
+    let providers = |chart: &Chart| -> Vec<(String, &'static str)> {
+        a.trust("team-a", chart)
+            .0
+            .iter()
+            .map(|r| (r.policy.clone(), r.verify.provider.as_str()))
+            .collect()
+    };
+    assert_eq!(
+        providers(&oci("oci://registry.example.com/team-a/web/chart")),
+        [
+            ("platform".to_owned(), "cosign"),
+            ("team-a".to_owned(), "notation")
+        ]
+    );
+    assert_eq!(
+        providers(&oci("oci://REGISTRY.example.com:443/team-a/other")),
+        [("platform".to_owned(), "cosign")],
+        "spelled another way, the same source"
+    );
+    // Credentials the tenant names change nothing of the rules.
+    assert_eq!(
+        providers(&naming(
+            oci("oci://registry.example.com/team-a/other"),
+            "own"
+        )),
+        [("platform".to_owned(), "cosign")]
+    );
+    assert!(providers(&oci("oci://elsewhere.example.com/x")).is_empty());
+    assert!(providers(&Chart::default()).is_empty(), "the chart home");
+    assert!(
+        a.trust("team-b", &oci("oci://registry.example.com/x"))
+            .is_empty(),
+        "a hub namespace no policy governs"
     );
 }

@@ -20,6 +20,7 @@ fn release(key: &str) -> Release {
     Release {
         masked: Default::default(),
         credentials: Default::default(),
+        verified: None,
         key: key.parse().unwrap(),
         owner: OwnerId {
             namespace: "default".into(),
