@@ -53,6 +53,56 @@ impl Action {
     }
 }
 
+/// A remote chart as the preview shows it: where from, which version and digest, and who signed
+/// it when a policy asks signatures (never credentials).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ChartShown {
+    /// Its repository and name, or its `oci://` reference.
+    pub(crate) source: String,
+    /// The version planned.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub(crate) version: String,
+    /// Its digest, when known.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub(crate) digest: String,
+    /// Who signed it, per signature rule.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub(crate) verified_by: String,
+}
+
+impl ChartShown {
+    /// What of `release`'s chart is shown; None for a chart of the chart home.
+    fn of(release: &crate::plan::Release) -> Option<Self> {
+        let source = crate::status::report::shown_source(&release.source);
+        (!source.is_empty()).then(|| Self {
+            source,
+            version: release.version.clone().unwrap_or_default(),
+            digest: release.chart_digest.clone().unwrap_or_default(),
+            verified_by: release
+                .verified
+                .as_ref()
+                .map(|v| v.by.clone())
+                .unwrap_or_default(),
+        })
+    }
+
+    /// In words, for the text preview.
+    fn text(&self) -> String {
+        let mut out = self.source.clone();
+        for (label, value) in [
+            ("version", &self.version),
+            ("digest", &self.digest),
+            ("verified by", &self.verified_by),
+        ] {
+            if !value.is_empty() {
+                out.push_str(&format!(", {label} {value}"));
+            }
+        }
+        out
+    }
+}
+
 /// One release of the preview.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct Entry {
@@ -74,6 +124,9 @@ pub(crate) struct Entry {
     /// masked); none when it has none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) values: Option<String>,
+    /// The chart it would be given, when it comes from a repository or registry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) chart: Option<ChartShown>,
     /// Revision deployed now.
     #[serde(skip)]
     pub(crate) revision: Option<i64>,
@@ -93,6 +146,7 @@ impl Entry {
             reason: None,
             diff: None,
             values: None,
+            chart: None,
             revision,
             failed: false,
         }
@@ -146,8 +200,14 @@ pub(crate) fn entries(
         .map(|r| (r.key.to_string(), crate::status::report::shown_values(r)))
         .filter(|(_, v)| !v.is_empty())
         .collect();
+    let charts: HashMap<String, ChartShown> = plan
+        .desired
+        .iter()
+        .filter_map(|r| Some((r.key.to_string(), ChartShown::of(r)?)))
+        .collect();
     for entry in &mut out {
         entry.values = made.get(&entry.name()).cloned();
+        entry.chart = charts.get(&entry.name()).cloned();
     }
     for key in plan.suspended.iter().filter(|k| !desired.contains(k)) {
         let mut entry = Entry::of(key, Action::Unchanged, revision(key));
@@ -322,6 +382,11 @@ pub(crate) fn render_text(entries: &[Entry]) -> String {
     for entry in entries {
         out.push_str(&header(entry));
         out.push('\n');
+        if let Some(chart) = &entry.chart {
+            out.push_str("  chart: ");
+            out.push_str(&chart.text());
+            out.push('\n');
+        }
         if let Some(values) = &entry.values {
             out.push_str("  values: ");
             out.push_str(values);

@@ -423,3 +423,39 @@ async fn reconcile_and_diff_decide_the_same_fixture_to_the_same_jobs_and_report(
     let reason = web.reason.as_deref().unwrap_or_default();
     assert!(reason.starts_with("held back by dependsOn:"), "{reason}");
 }
+
+#[test]
+fn a_remote_chart_shows_its_source_version_digest_and_signer_and_never_credentials() {
+    let mut signed = release("m/a/web");
+    signed.source = ChartSource::Repository {
+        url: "https://robot:hunter2@charts.example.com/stable".into(),
+        chart: "web".into(),
+    };
+    signed.version = Some("1.2.3".into());
+    signed.chart_digest = Some(format!("sha256:{}", "ab".repeat(32)));
+    signed.verified = Some(crate::plan::Verified {
+        by: "provenance: Charts <charts@example.com>".into(),
+        archive: "ab".repeat(32),
+    });
+    let plan = Plan {
+        desired: vec![signed, release("m/a/home")],
+        ..Default::default()
+    };
+    let got = entries(&plan, &[], &HashMap::new());
+    let home = got.iter().find(|e| e.release == "home").unwrap();
+    assert_eq!(home.chart, None, "a chart of the chart home shows nothing");
+    let web = got.iter().find(|e| e.release == "web").unwrap();
+    let chart = web.chart.as_ref().expect("a remote chart is shown");
+    assert_eq!(chart.version, "1.2.3");
+    assert_eq!(chart.verified_by, "provenance: Charts <charts@example.com>");
+    let json = render_json(&got);
+    assert!(json.contains("\"verifiedBy\""), "{json}");
+    let text = render_text(&got);
+    assert!(
+        text.contains("verified by provenance: Charts <charts@example.com>"),
+        "{text}"
+    );
+    for shown in [&json, &text] {
+        assert!(!shown.contains("hunter2"), "{shown}");
+    }
+}
