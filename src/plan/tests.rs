@@ -826,3 +826,105 @@ fn setting_keys_helm_would_split_are_refused() {
     assert!(plan.jobs.is_empty());
     assert_eq!(plan.problems[0].reason(), "InvalidSetting");
 }
+
+#[test]
+fn a_chart_a_policy_asks_signatures_of_is_planned_only_verified_and_its_refusal_is_unverified() {
+    use crate::api::policy::{SourceAccess, SourceVerify, TenancyPolicySpec, VerifyProvider};
+    let url = "oci://registry.example.com/charts/";
+    let admission = Admission {
+        mode: crate::policy::Mode::Permissive,
+        policies: vec![crate::policy::NamedPolicy::new(
+            "platform",
+            TenancyPolicySpec {
+                hub_namespaces: vec!["default".into()],
+                sources: vec![SourceAccess {
+                    url: url.into(),
+                    verify: Some(SourceVerify {
+                        provider: VerifyProvider::Cosign,
+                        secret_ref: crate::api::crd::SecretReference {
+                            name: "keys".into(),
+                        },
+                        trusted_identities: Vec::new(),
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+        )],
+        operator_namespace: "tenancy-hub".into(),
+    };
+    let spec = ControllerSpec {
+        tenancies: vec![tenancy(
+            "shop",
+            &["member-1"],
+            vec![
+                chart(&format!("{url}signed"), Some("signed"), &[]),
+                chart(&format!("{url}refused"), Some("refused"), &[]),
+                chart(&format!("{url}unchecked"), Some("unchecked"), &[]),
+                chart("oci://elsewhere.example.com/free", Some("free"), &[]),
+            ],
+        )],
+        ..Default::default()
+    };
+    let verified = crate::plan::Verified {
+        by: "cosign: key sha256:12".into(),
+        archive: "ab".repeat(32),
+    };
+    let found = |source: &ChartSource,
+                 _: &crate::policy::access::Credentials,
+                 trust: &crate::policy::access::Trust,
+                 _: Option<&str>| {
+        let ChartSource::Oci(reference) = source else {
+            panic!("{source:?}")
+        };
+        let ruled = !trust.is_empty();
+        assert_eq!(ruled, reference.starts_with(url), "{reference}");
+        match reference.rsplit('/').next().unwrap() {
+            "signed" => ChartLookup::Found {
+                version: Some("1.0.0".into()),
+                digest: Some("sha256:cd".into()),
+                verified: Some(verified.clone()),
+            },
+            "refused" => ChartLookup::Unverified("refused by cosign: no signature".into()),
+            _ => ChartLookup::Found {
+                version: Some("1.0.0".into()),
+                digest: Some("sha256:ef".into()),
+                verified: None,
+            },
+        }
+    };
+    let d = desired(
+        &owner("default"),
+        &spec,
+        &registry(),
+        Path::new("/charts"),
+        &found,
+        &admission,
+        &crate::plan::fleet::Fleet::none(),
+    );
+    let planned: BTreeMap<&str, Option<&crate::plan::Verified>> = d
+        .releases
+        .iter()
+        .map(|r| (r.key.release.as_str(), r.verified.as_ref()))
+        .collect();
+    assert_eq!(
+        planned,
+        BTreeMap::from([("free", None), ("signed", Some(&verified))]),
+        "the verified chart carries its check; a chart no rule covers is planned as before"
+    );
+    let unverified: Vec<(&str, String)> = d
+        .problems
+        .iter()
+        .map(|p| {
+            assert_eq!(p.reason(), "Unverified", "{p}");
+            (p.release().unwrap().release.as_str(), p.to_string())
+        })
+        .collect();
+    assert_eq!(unverified.len(), 2, "{unverified:?}");
+    assert!(unverified[0].1.contains("refused by cosign: no signature"));
+    assert!(unverified[1].1.contains("not checked yet"));
+    assert!(
+        d.named.iter().any(|k| k.release == "refused"),
+        "an unverified release stays named: what runs is not uninstalled"
+    );
+}
