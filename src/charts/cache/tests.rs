@@ -896,3 +896,62 @@ async fn web_of(cache: &ChartCache, repo: &Repo, since: Option<Instant>) -> Resu
         )
         .await
 }
+
+#[tokio::test]
+async fn a_source_that_never_finishes_its_tls_handshake_fails_within_the_connect_bound_and_delays_no_other()
+ {
+    // Accepts every connection and holds it, answering nothing: a TLS handshake that never ends.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let slow = format!("https://{}/repo", listener.local_addr().unwrap());
+    let holder = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let archive = b"the 1.0.0 archive".to_vec();
+    let repo = Repo::serve(vec![
+        (
+            "/repo/index.yaml",
+            index(&[("1.0.0", "web-1.0.0.tgz", &archive)]),
+        ),
+        ("/repo/web-1.0.0.tgz", archive),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let (cache, _) = open(dir.path(), DEFAULT_SIZE);
+    let scope = SourceUrl::parse(&slow).unwrap();
+    let started = Instant::now();
+    let stalled = async {
+        let failed = cache
+            .repository(&slow, "web", None, &scope, &Credentials::None, None)
+            .await;
+        (failed, started.elapsed())
+    };
+    let other = async {
+        let resolved = web_of(&cache, &repo, None).await;
+        (resolved, started.elapsed())
+    };
+    let ((failed, stalled_for), (resolved, other_took)) = tokio::join!(stalled, other);
+    assert_eq!(
+        resolved.expect("the other source resolves").version,
+        "1.0.0"
+    );
+    assert!(
+        other_took < Duration::from_secs(5),
+        "the other source waited {other_took:?}"
+    );
+    let error = failed.expect_err("the stalled source fails").to_string();
+    assert!(
+        error.contains(&format!("fetching {slow}/index.yaml")),
+        "{error}"
+    );
+    assert!(
+        (CONNECT_BOUND..CONNECT_BOUND + Duration::from_secs(10)).contains(&stalled_for),
+        "bounded by the connect timeout: {stalled_for:?} ({error})"
+    );
+    holder.abort();
+}
+
+/// The connect timeout of the chart cache's client (TCP and TLS handshake).
+const CONNECT_BOUND: Duration = Duration::from_secs(10);
