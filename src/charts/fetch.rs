@@ -173,7 +173,13 @@ impl Access<'_> {
 struct Built {
     version: String,
     client: reqwest::Client,
+    /// When a fetch last took it.
+    used: std::time::Instant,
 }
+
+/// Sources' own clients kept at most: beyond, the least recently used goes (a tenant naming
+/// many Secrets of its own cannot grow the hub's connection pools without bound).
+pub(crate) const MAX_OWN_CLIENTS: usize = 256;
 
 /// Fetches chart sources over HTTP, counting the bytes.
 pub(crate) struct Fetcher {
@@ -220,7 +226,8 @@ impl Fetcher {
         let key = (access.credentials.clone(), listed);
         let version = &access.material.version;
         let mut own = self.own.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(built) = own.get(&key).filter(|b| &b.version == version) {
+        if let Some(built) = own.get_mut(&key).filter(|b| &b.version == version) {
+            built.used = std::time::Instant::now();
             return Ok(built.client.clone());
         }
         let tls = |what, source| Error::Tls {
@@ -241,11 +248,20 @@ impl Fetcher {
             builder = builder.identity(identity);
         }
         let client = builder.build().map_err(|e| tls("ca.crt or tls.crt", e))?;
+        while own.len() >= MAX_OWN_CLIENTS && !own.contains_key(&key) {
+            let oldest = own
+                .iter()
+                .min_by_key(|(_, b)| b.used)
+                .map(|(k, _)| k.clone())
+                .expect("not empty");
+            own.remove(&oldest);
+        }
         own.insert(
             key,
             Built {
                 version: version.clone(),
                 client: client.clone(),
+                used: std::time::Instant::now(),
             },
         );
         Ok(client)
@@ -433,6 +449,61 @@ mod tests {
 
     fn fetcher() -> Fetcher {
         Fetcher::new(Arc::new(Metrics::new())).unwrap()
+    }
+
+    #[test]
+    fn sources_own_clients_are_bounded_the_least_recently_used_going_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let made = std::process::Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+            ])
+            .args(["-nodes", "-days", "1", "-subj", "/CN=test CA", "-keyout"])
+            .arg(dir.path().join("ca.key"))
+            .arg("-out")
+            .arg(dir.path().join("ca.crt"))
+            .output()
+            .expect("openssl runs");
+        assert!(made.status.success(), "{made:?}");
+        let material = crate::charts::credentials::Material {
+            version: "1".into(),
+            ca: Some(std::fs::read(dir.path().join("ca.crt")).unwrap()),
+            ..Default::default()
+        };
+        let scope = SourceUrl::parse("https://charts.example.com/").unwrap();
+        let fetcher = fetcher();
+        let tenant = |i: usize| Credentials::Tenant {
+            namespace: "team-a".into(),
+            secret: format!("own-{i}"),
+            policy: "team-a".into(),
+            prefix: scope.to_string(),
+            labels: Vec::new(),
+        };
+        let take = |credentials: &Credentials| {
+            let access = Access {
+                credentials,
+                secret: "a Secret".into(),
+                material: &material,
+                origin: Url::parse(scope.as_str()).unwrap().origin(),
+            };
+            fetcher.client(&scope, Some(&access)).unwrap();
+        };
+        let first = tenant(0);
+        take(&first);
+        for i in 1..MAX_OWN_CLIENTS + 10 {
+            take(&tenant(i));
+            // The first stays in use, so it is never the least recently used.
+            take(&first);
+        }
+        let own = fetcher.own.lock().unwrap();
+        assert_eq!(own.len(), MAX_OWN_CLIENTS);
+        assert!(own.contains_key(&(first, false)), "the one in use is kept");
+        assert!(!own.contains_key(&(tenant(1), false)), "the oldest went");
     }
 
     async fn get(
