@@ -13,7 +13,7 @@ use std::{
 
 use base64::Engine as _;
 use common::{
-    agent::{deployed_revision, join},
+    agent::{deployed_revision, hub_cli, join},
     fixtures::{DEADLINE, chart, message, put_secret, ready, tenancy, unique, wait_until},
     hub::{Hub, allow_all},
     lab::Lab,
@@ -455,6 +455,9 @@ async fn private_charts_reach_push_and_pull_members_with_the_platforms_credentia
         &sources.passwords(),
     );
     sampler.finish();
+    // The member leaves the hub, so no later test's operator finds it registered with its agent
+    // gone.
+    hub_cli(&hub.lab, &["cluster", "remove", &edge]);
 }
 
 #[tokio::test]

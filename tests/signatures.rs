@@ -10,7 +10,7 @@ use std::{
 };
 
 use common::{
-    agent::{deployed_revision, join},
+    agent::{deployed_revision, hub_cli, join},
     fixtures::{DEADLINE, chart, message, put_secret, tenancy, unique, wait_until},
     hub::{Hub, allow_all},
     lab::Lab,
@@ -639,6 +639,7 @@ async fn a_policy_asking_cosign_signatures_delivers_signed_charts_to_push_and_pu
         Some(1)
     );
     hub.delete_and_wait_gone("charts").await;
+    hub_cli(&hub.lab, &["cluster", "remove", &edge]);
 }
 
 #[tokio::test]
