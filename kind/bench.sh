@@ -7,7 +7,8 @@
 #                 [--clusters 1,5,10,20] [--quiet-seconds S] [--runs 3] [--shard-controllers 10]
 #                 [--wave N] [--samples K] [--sizes 100,1000,10000] [--readers 1,10,100] [--peer flux]
 #                 [--peer-targets hub,member-1,member-2] [--peer-workers 4] [--peer-setups flux,flux_shared,flux_wait]
-#                 [--envelope 100,500,1000] [--envelope-replicas 1,2,4] [--envelope-controllers 8] [--json FILE]
+#                 [--envelope 100,500,1000] [--envelope-replicas 1,2,4] [--envelope-controllers 8]
+#                 [--signed 1,10,30] [--json FILE]
 #
 # Brings the lab up in DIR if it is not running (default: .lab), builds tenancy-hub in release mode,
 # runs the scenarios (each with an operator of its own), prints a table and writes the figures as
@@ -30,6 +31,8 @@
 # agent identity, Lease, reports and answers) against the real operator, hub API server and etcd;
 # with --envelope-replicas 1,2,4, the same members again against that many replicas run as shards
 # (--shards K), --envelope-controllers 8 Controllers dividing the members between them.
+# So does signed: one cosign-signed OCI chart to --signed 1,10,30 namespaces of every cluster, --runs
+# times under a policy asking the signature and as many without (the cost per release, the checks run).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 

@@ -15,9 +15,11 @@ use base64::Engine as _;
 use common::{
     agent::{deployed_revision, hub_cli, join},
     fixtures::{DEADLINE, chart, message, put_secret, ready, tenancy, unique, wait_until},
+    hostile::{EndlessTokens, Stranger},
     hub::{Hub, allow_all},
     lab::Lab,
     repo::{ChartRepo, OciRegistry, PrivateCa, example_chart},
+    tokens::TokenService,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
 use kube::{Api, api::ListParams};
@@ -165,22 +167,8 @@ impl Sources {
     fn policy(&self, namespace: &str) -> TenancyPolicySpec {
         let mut policy = allow_all(namespace, &[]);
         policy.sources = vec![
-            SourceAccess {
-                url: self.registry.prefix(),
-                secret_ref: Some(SecretReference {
-                    name: self.secrets.0.clone(),
-                }),
-                tenant_secrets: Vec::new(),
-                verify: None,
-            },
-            SourceAccess {
-                url: format!("{}/", self.repo.url),
-                secret_ref: Some(SecretReference {
-                    name: self.secrets.1.clone(),
-                }),
-                tenant_secrets: Vec::new(),
-                verify: None,
-            },
+            platform_source(self.registry.prefix(), &self.secrets.0),
+            platform_source(format!("{}/", self.repo.url), &self.secrets.1),
         ];
         policy
     }
@@ -198,6 +186,34 @@ impl Sources {
     fn passwords(&self) -> [&str; 2] {
         [&self.passwords.0, &self.passwords.1]
     }
+}
+
+/// A `sources` entry for `url` with the platform's Secret `secret`.
+fn platform_source(url: String, secret: &str) -> SourceAccess {
+    SourceAccess {
+        url,
+        secret_ref: Some(SecretReference {
+            name: secret.to_owned(),
+        }),
+        tenant_secrets: Vec::new(),
+        verify: None,
+    }
+}
+
+/// Writes the platform's Secret `name` holding the registry user's login with `password`, and
+/// `ca`'s certificate.
+async fn login_secret(lab: &Lab, name: &str, password: &str, ca: &PrivateCa) {
+    put_secret(
+        lab,
+        OPERATOR_NAMESPACE,
+        name,
+        &[
+            ("username", REGISTRY_USER),
+            ("password", password),
+            ("ca.crt", &ca.pem()),
+        ],
+    )
+    .await;
 }
 
 /// Asserts none of `passwords`, nor their base64, is in `text` (`what` names where).
@@ -561,5 +577,191 @@ async fn a_changed_password_takes_effect_without_a_restart_and_a_tenants_own_sec
     );
     shows_none("Events", &events_text(&hub, &hub.namespace).await, &every);
     shows_none("the operator's log", &hub.log(), &every);
+    sampler.finish();
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_registry_redirecting_to_another_host_or_answering_an_endless_token_gets_no_credentials_off_its_host_and_delays_no_other_chart()
+ {
+    let _serial = SERIAL.lock().await;
+    let sampler = Sampler::start();
+    let lab = Lab::get();
+    let ca = PrivateCa::new();
+    let pw = password("hostile");
+    sampler.watch(&pw);
+    // A registry whose blobs are served from another host (127.0.0.2), as object storage behind
+    // a signed URL would be: distribution's own redirect middleware, over its own storage.
+    let stranger = Stranger::serve().await;
+    let redirect = format!(
+        "middleware:\n  storage:\n    - name: redirect\n      options: {{baseurl: \"http://{}/\"}}\n",
+        stranger.addr
+    );
+    let redirecting =
+        OciRegistry::serve_private_with(&lab, &ca, REGISTRY_USER, &pw, &redirect).await;
+    stranger.serve_files(redirecting.storage());
+    redirecting.push(&lab, &example_chart(), "0.1.0").await;
+    // A registry whose token service answers with a token that never ends.
+    let tokens = EndlessTokens::serve(&ca).await;
+    let endless = OciRegistry::serve_token(&lab, &ca, &tokens.realm(), &ca.cert(), None).await;
+    let secret = unique("hostile-pull");
+    login_secret(&lab, &secret, &pw, &ca).await;
+    let hub = Hub::with_args(
+        "creds-hostile",
+        &["--tenancy-policy", "enforce", "--chart-interval", INTERVAL],
+    )
+    .await;
+    let mut policy = allow_all(&hub.namespace, &[]);
+    policy.sources = [redirecting.prefix(), endless.prefix()]
+        .map(|url| platform_source(url, &secret))
+        .to_vec();
+    hub.policy(&hub.namespace, policy).await;
+    let ns = unique("hostile");
+    let from = |registry: &OciRegistry, release: &str| {
+        let mut c = chart(&registry.reference("deployment-example"), release, &[]);
+        c.version = Some(">=0.1.0 <1.0.0".into());
+        c
+    };
+    let charts = vec![
+        from(&redirecting, "redirected"),
+        from(&endless, "endless"),
+        chart("deployment-example", "local", &[]),
+    ];
+    let started = tokio::time::Instant::now();
+    hub.apply(
+        "hostile",
+        ControllerSpec {
+            tenancies: vec![tenancy(&ns, &["member-1"], charts)],
+            ..Default::default()
+        },
+    )
+    .await;
+
+    // The endless token is cut off and reported for its chart alone, soon; the others deploy.
+    let (phase, why, status) = settled(
+        &hub,
+        &hub.namespace,
+        "hostile",
+        "member-1",
+        "endless",
+        &["Invalid", "Failed"],
+    )
+    .await;
+    let failed_after = started.elapsed();
+    assert!(
+        why.contains(&endless.reference("deployment-example")),
+        "{phase}: {why}"
+    );
+    hub.releases_become("member-1", &ns, &[("redirected", 1), ("local", 1)])
+        .await;
+    assert!(
+        failed_after < std::time::Duration::from_secs(60),
+        "the endless token was reported after {failed_after:?}"
+    );
+    assert!(tokens.asked() > 0, "helm asked the token service");
+    assert!(
+        tokens.sent() < 64 << 20,
+        "helm read {} bytes of one token before it gave up",
+        tokens.sent()
+    );
+
+    // The blobs came from the other host, and no credential went with them.
+    let seen = stranger.seen();
+    assert!(
+        seen.iter()
+            .any(|r| r.line.starts_with("GET ") && r.line.contains("/blobs/")),
+        "the registry's redirect was followed: {seen:?}"
+    );
+    for request in &seen {
+        assert!(
+            request.header("authorization").is_none(),
+            "{} reached the other host with credentials",
+            request.line
+        );
+    }
+    for (what, text) in [
+        ("the status", serde_json::to_string(&status).unwrap()),
+        ("the operator's log", hub.log()),
+        ("Events", events_text(&hub, &hub.namespace).await),
+    ] {
+        shows_none(what, &text, &[&pw]);
+    }
+    sampler.finish();
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_registry_behind_a_token_service_takes_the_platforms_login_through_the_exchange_and_a_registry_token_as_it_is()
+ {
+    let _serial = SERIAL.lock().await;
+    let sampler = Sampler::start();
+    let lab = Lab::get();
+    let ca = PrivateCa::new();
+    let pw = password("token-login");
+    sampler.watch(&pw);
+    let service = TokenService::serve(&ca, REGISTRY_USER, &pw).await;
+    let registry = OciRegistry::serve_token(
+        &lab,
+        &ca,
+        &service.realm,
+        &service.issuer_cert(),
+        Some((REGISTRY_USER, &pw)),
+    )
+    .await;
+    registry.push(&lab, &example_chart(), "0.1.0").await;
+    let token = service.pull_token("charts/deployment-example");
+    sampler.watch(&token);
+    // Team a's source logs in (username and password, exchanged for a token at each pull);
+    // team b's holds a registry token the platform minted.
+    let (login, bearer) = (unique("token-login"), unique("token-bearer"));
+    login_secret(&lab, &login, &pw, &ca).await;
+    put_secret(
+        &lab,
+        OPERATOR_NAMESPACE,
+        &bearer,
+        &[("token", &token), ("ca.crt", &ca.pem())],
+    )
+    .await;
+    let id = unique("tokens");
+    let (hub, team_b) =
+        Hub::two_teams(&id, "credentials-test", &["--chart-interval", INTERVAL]).await;
+    for (namespace, secret) in [(&hub.namespace, &login), (&team_b, &bearer)] {
+        let mut policy = allow_all(namespace, &[]);
+        policy.sources = vec![platform_source(registry.prefix(), secret)];
+        hub.policy(namespace, policy).await;
+    }
+    let exchanged = service.issued();
+    let mut oci = chart(&registry.reference("deployment-example"), "oci", &[]);
+    oci.version = Some(">=0.1.0 <1.0.0".into());
+    let (ns_a, ns_b) = (unique("token-a"), unique("token-b"));
+    for (hub_namespace, ns) in [(&hub.namespace, &ns_a), (&team_b, &ns_b)] {
+        let spec = ControllerSpec {
+            tenancies: vec![tenancy(ns, &["member-1"], vec![oci.clone()])],
+            ..Default::default()
+        };
+        hub.apply_in(hub_namespace, &labelled("tokens", spec, &id))
+            .await;
+    }
+    hub.releases_become("member-1", &ns_a, &[("oci", 1)]).await;
+    hub.releases_become("member-1", &ns_b, &[("oci", 1)]).await;
+    assert!(
+        service.issued() > exchanged,
+        "team a's login was exchanged at the token service"
+    );
+    for namespace in [&hub.namespace, &team_b] {
+        let api: Api<TenancyController> = Api::namespaced(hub.client.clone(), namespace);
+        let status = api.get("tokens").await.unwrap().status;
+        shows_none(
+            "the status",
+            &serde_json::to_string(&status).unwrap(),
+            &[&pw, &token],
+        );
+        shows_none(
+            "Events",
+            &events_text(&hub, namespace).await,
+            &[&pw, &token],
+        );
+    }
+    shows_none("the operator's log", &hub.log(), &[&pw, &token]);
     sampler.finish();
 }

@@ -15,6 +15,7 @@ use common::{
     hub::{Hub, allow_all},
     lab::Lab,
     repo::{ChartRepo, OciRegistry, example_chart, package},
+    signing::{cosign, key_pairs, oci_digest, run},
 };
 use kube::Api;
 use tenancy_hub::{
@@ -24,20 +25,6 @@ use tenancy_hub::{
     },
     charts::verify::{Check, OciChart, Refusal, RegistryAccess, Verdict, VerifierBinary},
 };
-
-/// Runs a command to success, returning what it printed on stdout and stderr.
-fn run(command: &mut Command) -> String {
-    let out = command
-        .output()
-        .unwrap_or_else(|e| panic!("{command:?}: {e}"));
-    let printed = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{command:?} failed: {printed}");
-    printed
-}
 
 /// The example chart with a note of its own in values.yaml, so its archive differs.
 fn chart_with(note: &str, dir: &Path) -> PathBuf {
@@ -56,21 +43,6 @@ fn chart_with(note: &str, dir: &Path) -> PathBuf {
 /// The verifier of the lab, with a deadline of a minute per check.
 fn verifier(lab: &Lab) -> VerifierBinary {
     VerifierBinary::new(lab.verifier(), Duration::from_secs(60))
-}
-
-/// The manifest digest of a chart version in the registry, as `helm pull` reports it.
-fn oci_digest(lab: &Lab, registry: &OciRegistry, version: &str) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let printed = run(Command::new(lab.bin_dir().join("helm"))
-        .args(["pull", &registry.reference("deployment-example")])
-        .args(["--version", version, "--ca-file", &registry.ca, "-d"])
-        .arg(dir.path()));
-    printed
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Digest:"))
-        .unwrap_or_else(|| panic!("helm pull printed no digest: {printed}"))
-        .trim()
-        .to_owned()
 }
 
 /// The lab registry's chart at `digest`, reached with the lab's CA.
@@ -108,29 +80,6 @@ async fn median_cost(what: &str, verifier: &VerifierBinary, check: &Check, runs:
         took[0],
         took[runs - 1]
     );
-}
-
-/// cosign as the lab built it, its key password set, trusting the lab's CA.
-fn cosign(lab: &Lab, registry: &OciRegistry, dir: &Path) -> Command {
-    let mut command = Command::new(lab.signing_tools().join("cosign"));
-    command
-        .current_dir(dir)
-        .env("COSIGN_PASSWORD", "lab")
-        .env("SSL_CERT_FILE", &registry.ca);
-    command
-}
-
-/// A directory with cosign key pairs `good` and `other` (`good.key`, `good.pub`, …).
-fn key_pairs(lab: &Lab, registry: &OciRegistry) -> tempfile::TempDir {
-    let keys = tempfile::tempdir().unwrap();
-    for name in ["good", "other"] {
-        run(cosign(lab, registry, keys.path()).args([
-            "generate-key-pair",
-            "--output-key-prefix",
-            name,
-        ]));
-    }
-    keys
 }
 
 #[tokio::test]

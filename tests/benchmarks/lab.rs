@@ -6,7 +6,7 @@
 //! [--clusters 1,5,10,20] [--quiet-seconds S] [--runs 3] [--shard-controllers 10] [--wave N] [--samples K]
 //! [--sizes 100,1000,10000] [--readers 1,10,100] [--peer flux] [--peer-targets hub,member-1,member-2] [--peer-workers 4]
 //! [--peer-setups flux,flux_shared,flux_wait] [--envelope 100,500,1000] [--envelope-replicas 1,2,4]
-//! [--envelope-controllers 8]`.
+//! [--envelope-controllers 8] [--signed 1,10,30]`.
 //! `TENANCY_HUB_OPERATOR=PATH` runs another build of the operator (a baseline) in every scenario.
 //! The `rollout` scenario needs three members, `clusters` as many as its largest count
 //! (`kind/up.sh --members 20`), `pull` as many pull members (`kind/up.sh --members 1 --pull-members 20`:
@@ -22,6 +22,9 @@
 //! pull members against the real operator (any lab; the members are generated, see BENCHMARKS.md);
 //! with `--envelope-replicas 1,2,4`, the same members again against 1, 2 and 4 replicas run as
 //! that many shards, `--envelope-controllers 8` Controllers dividing the members between them.
+//! So does `signed` (`--only signed --signed 1,10,30`): one cosign-signed OCI chart delivered to that
+//! many namespaces of every cluster, `--runs` times under a policy asking the signature and as many
+//! under one that does not, with the checks the operator ran.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -30,6 +33,7 @@ mod fleets;
 mod flux;
 mod procs;
 mod pull;
+mod signed;
 mod size;
 mod waves;
 
@@ -84,6 +88,7 @@ struct Args {
     envelope: Vec<usize>,
     envelope_replicas: Vec<usize>,
     envelope_controllers: usize,
+    signed: Vec<usize>,
 }
 
 fn args() -> Args {
@@ -114,6 +119,7 @@ fn args() -> Args {
         envelope: vec![100, 500, 1000],
         envelope_replicas: Vec::new(),
         envelope_controllers: 8,
+        signed: vec![1, 10, 30],
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -147,6 +153,7 @@ fn args() -> Args {
             "--envelope-controllers" => {
                 a.envelope_controllers = value().parse().expect("--envelope-controllers N")
             }
+            "--signed" => a.signed = counts(&flag, &value()),
             "--bench" => {}
             other => panic!("unknown argument {other}; see the top of tests/benchmarks/lab.rs"),
         }
@@ -1819,6 +1826,11 @@ async fn main() {
     // Up to 1,000 simulated pull members against the operator: only when asked for.
     if named("envelope") {
         results.insert("envelope", envelope::envelope(&a).await);
+    }
+    // One signed chart to 1, 10 and 30 namespaces of every cluster, with and without a
+    // signature rule: only when asked for.
+    if named("signed") {
+        results.insert("signed", signed::signed(&a).await);
     }
     // Flux against the operator, alternating runs: only when asked for.
     if named("peer") {

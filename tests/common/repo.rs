@@ -7,7 +7,7 @@ use std::{
     time::Duration,
 };
 
-use super::{fixtures::wait_until, lab::Lab};
+use super::{fixtures::wait_until, lab::Lab, tokens};
 
 /// The example chart every source serves.
 #[allow(dead_code)] // used by some test crates only
@@ -118,7 +118,7 @@ impl PrivateCa {
 }
 
 /// Runs `cmd` with bash, asserting it succeeds.
-fn sh(cmd: &str) {
+pub(super) fn sh(cmd: &str) {
     let ok = Command::new("bash")
         .args(["-c", cmd])
         .status()
@@ -365,9 +365,11 @@ pub struct OciRegistry {
     /// The lab's CA, which signed the registry's certificate; helm trusts it through SSL_CERT_FILE.
     pub ca: String,
     dir: tempfile::TempDir,
-    /// For a private registry: the htpasswd file it reads (again when it changes) and the
-    /// test's own login file for pushing, made with the password on stdin.
-    auth: Option<(PathBuf, PathBuf)>,
+    /// For a private registry behind htpasswd: the file it reads (again when it changes).
+    htpasswd: Option<PathBuf>,
+    /// For a private registry: the test's own login file for pushing, made with the password
+    /// on stdin.
+    login: Option<PathBuf>,
 }
 
 #[allow(dead_code)] // used by some test crates only
@@ -375,19 +377,64 @@ impl OciRegistry {
     /// Starts an empty registry with a certificate of `ca`, answering only `user` with
     /// `password` (htpasswd; see [`OciRegistry::set_password`]).
     pub async fn serve_private(lab: &Lab, ca: &PrivateCa, user: &str, password: &str) -> Self {
+        Self::serve_private_with(lab, ca, user, password, "").await
+    }
+
+    /// [`OciRegistry::serve_private`] with `extra` added to its configuration (a storage
+    /// `middleware` section, say).
+    pub async fn serve_private_with(
+        lab: &Lab,
+        ca: &PrivateCa,
+        user: &str,
+        password: &str,
+        extra: &str,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().to_owned();
         ca.issue(&d);
         let htpasswd = private_file(&d, "htpasswd", &htpasswd(user, password));
         let auth = format!(
-            "auth:\n  htpasswd: {{realm: charts, path: {}}}\n",
+            "auth:\n  htpasswd: {{realm: charts, path: {}}}\n{extra}",
             htpasswd.display()
         );
         let mut registry = Self::start(lab, dir, ca.cert().to_str().unwrap().to_owned(), &auth);
-        let login = d.join("login.json");
-        registry.auth = Some((htpasswd, login));
+        registry.htpasswd = Some(htpasswd);
+        registry.login = Some(d.join("login.json"));
         registry.login(lab, user, password).await;
         registry
+    }
+
+    /// Starts an empty registry with a certificate of `ca` that asks every client for a bearer
+    /// token of the service at `realm` (distribution's token authentication), taking tokens of
+    /// [`tokens::ISSUER`] signed under the certificate `issuer`; with `login`, logs the test's
+    /// pushes in through that service.
+    pub async fn serve_token(
+        lab: &Lab,
+        ca: &PrivateCa,
+        realm: &str,
+        issuer: &Path,
+        login: Option<(&str, &str)>,
+    ) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        ca.issue(dir.path());
+        let auth = format!(
+            "auth:\n  token: {{realm: \"{realm}\", service: {}, issuer: {}, rootcertbundle: {}}}\n",
+            tokens::SERVICE,
+            tokens::ISSUER,
+            issuer.display()
+        );
+        let login_file = dir.path().join("login.json");
+        let mut registry = Self::start(lab, dir, ca.cert().to_str().unwrap().to_owned(), &auth);
+        if let Some((user, password)) = login {
+            registry.login = Some(login_file);
+            registry.login(lab, user, password).await;
+        }
+        registry
+    }
+
+    /// Where the registry keeps its files: what a storage middleware's redirect points into.
+    pub fn storage(&self) -> PathBuf {
+        self.dir.path().join("data")
     }
 
     /// Starts an empty registry.
@@ -438,14 +485,15 @@ impl OciRegistry {
             host,
             ca,
             dir,
-            auth: None,
+            htpasswd: None,
+            login: None,
         }
     }
 
     /// Answers from now on only to `user` with `password` (distribution reads its htpasswd
     /// file again when it changes), and logs the test's pushes in with them.
     pub async fn set_password(&self, lab: &Lab, user: &str, password: &str) {
-        let (file, _) = self.auth.as_ref().expect("a private registry");
+        let file = self.htpasswd.as_ref().expect("a registry behind htpasswd");
         let dir = file.parent().unwrap();
         let next = private_file(dir, "htpasswd.next", &htpasswd(user, password));
         std::fs::rename(next, file).unwrap();
@@ -454,7 +502,7 @@ impl OciRegistry {
 
     /// `helm registry login` into the test's own login file, the password on stdin.
     async fn login(&self, lab: &Lab, user: &str, password: &str) {
-        let (_, login) = self.auth.as_ref().expect("a private registry");
+        let login = self.login.as_ref().expect("a private registry");
         let helm = lab.bin_dir().join("helm");
         wait_until(
             "the registry to take the login",
@@ -508,15 +556,16 @@ impl OciRegistry {
             "the registry to take the chart",
             Duration::from_secs(30),
             || {
-                let out =
-                    Command::new(&helm)
-                        .arg("push")
-                        .arg(&tgz)
-                        .args([&target, "--ca-file", &self.ca])
-                        .args(self.auth.iter().flat_map(|(_, login)| {
-                            [OsString::from("--registry-config"), login.into()]
-                        }))
-                        .output();
+                let out = Command::new(&helm)
+                    .arg("push")
+                    .arg(&tgz)
+                    .args([&target, "--ca-file", &self.ca])
+                    .args(
+                        self.login
+                            .iter()
+                            .flat_map(|login| [OsString::from("--registry-config"), login.into()]),
+                    )
+                    .output();
                 async move { out.ok()?.status.success().then_some(()) }
             },
         )
