@@ -592,7 +592,7 @@ async fn a_registry_redirecting_to_another_host_or_answering_an_endless_token_ge
     sampler.watch(&pw);
     // A registry whose blobs are served from another host (127.0.0.2), as object storage behind
     // a signed URL would be: distribution's own redirect middleware, over its own storage.
-    let stranger = Stranger::serve().await;
+    let stranger = Stranger::serve();
     let redirect = format!(
         "middleware:\n  storage:\n    - name: redirect\n      options: {{baseurl: \"http://{}/\"}}\n",
         stranger.addr
@@ -602,7 +602,7 @@ async fn a_registry_redirecting_to_another_host_or_answering_an_endless_token_ge
     stranger.serve_files(redirecting.storage());
     redirecting.push(&lab, &example_chart(), "0.1.0").await;
     // A registry whose token service answers with a token that never ends.
-    let tokens = EndlessTokens::serve(&ca).await;
+    let tokens = EndlessTokens::serve(&ca);
     let endless = OciRegistry::serve_token(&lab, &ca, &tokens.realm(), &ca.cert(), None).await;
     let secret = unique("hostile-pull");
     login_secret(&lab, &secret, &pw, &ca).await;
@@ -699,7 +699,7 @@ async fn a_registry_behind_a_token_service_takes_the_platforms_login_through_the
     let ca = PrivateCa::new();
     let pw = password("token-login");
     sampler.watch(&pw);
-    let service = TokenService::serve(&ca, REGISTRY_USER, &pw).await;
+    let service = TokenService::serve(&ca, REGISTRY_USER, &pw);
     let registry = OciRegistry::serve_token(
         &lab,
         &ca,

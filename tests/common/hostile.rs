@@ -70,29 +70,35 @@ pub(super) async fn read_head(stream: &mut (impl AsyncRead + Unpin)) -> Option<S
     Some(SeenRequest { line, headers })
 }
 
-/// Accepts connections on `listener` until `stop`, each answered by `answer` on a task of its own.
-pub(super) fn accept_until<F, Fut>(listener: TcpListener, stop: CancellationToken, answer: F)
-where
+/// Accepts connections on `listener` until `stop`, each answered by `answer` on a task of its
+/// own, on a thread and runtime of their own: a test blocking its own runtime (waiting for a
+/// helm it started, say) never stops the server from answering that helm.
+pub(super) fn accept_until<F, Fut>(
+    listener: std::net::TcpListener,
+    stop: CancellationToken,
+    answer: F,
+) where
     F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
-    tokio::spawn(async move {
-        loop {
-            let accepted = tokio::select! {
-                () = stop.cancelled() => return,
-                accepted = listener.accept() => accepted,
-            };
-            if let Ok((stream, _)) = accepted {
-                let stop = stop.clone();
-                let answering = answer(stream);
-                tokio::spawn(async move {
-                    tokio::select! {
-                        () = stop.cancelled() => {}
-                        () = answering => {}
-                    }
-                });
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime for the test server");
+        runtime.block_on(async move {
+            let listener = TcpListener::from_std(listener).unwrap();
+            loop {
+                let accepted = tokio::select! {
+                    () = stop.cancelled() => return,
+                    accepted = listener.accept() => accepted,
+                };
+                if let Ok((stream, _)) = accepted {
+                    tokio::spawn(answer(stream));
+                }
             }
-        }
+        });
     });
 }
 
@@ -110,9 +116,8 @@ pub struct Stranger {
 #[allow(dead_code)] // used by some test crates only
 impl Stranger {
     /// Listens on a free port of 127.0.0.2, answering 404 until [`Stranger::serve_files`].
-    pub async fn serve() -> Self {
-        let listener = TcpListener::bind("127.0.0.2:0")
-            .await
+    pub fn serve() -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.2:0")
             .expect("127.0.0.2 is a loopback address of this machine");
         let addr = listener.local_addr().unwrap();
         let seen: Arc<Mutex<Vec<SeenRequest>>> = Arc::default();
@@ -189,9 +194,9 @@ pub struct EndlessTokens {
 #[allow(dead_code)] // used by some test crates only
 impl EndlessTokens {
     /// Listens on a free loopback port, with a certificate `ca` issues.
-    pub async fn serve(ca: &PrivateCa) -> Self {
+    pub fn serve(ca: &PrivateCa) -> Self {
         let acceptor = tls_acceptor(ca);
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let (sent, asked) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let stop = CancellationToken::new();

@@ -14,7 +14,7 @@ use ring::{
     rand::SystemRandom,
     signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair},
 };
-use tokio::{io::AsyncWriteExt as _, net::TcpListener};
+use tokio::io::AsyncWriteExt as _;
 use tokio_util::sync::CancellationToken;
 
 use super::{
@@ -80,7 +80,7 @@ impl Signer {
 impl TokenService {
     /// Serves tokens to basic auth `user` and `password` only, for whatever repository scope
     /// is asked, with a certificate `ca` issues.
-    pub async fn serve(ca: &PrivateCa, user: &str, password: &str) -> Self {
+    pub fn serve(ca: &PrivateCa, user: &str, password: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         sh(&format!(
             "cd {d} && openssl ecparam -name prime256v1 -genkey -noout -out sec1.key 2>/dev/null \
@@ -99,7 +99,7 @@ impl TokenService {
             x5c: base64::engine::general_purpose::STANDARD.encode(der),
         });
         let acceptor = tls_acceptor(ca);
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let realm = format!("https://{}/token", listener.local_addr().unwrap());
         let expected = format!(
             "Basic {}",
