@@ -151,6 +151,7 @@ async fn cosign_signatures_are_checked_by_the_real_verifier() {
     let check = |digest: &str| Check::Cosign {
         chart: oci_chart(&registry, digest),
         public_keys: vec![good.clone()],
+        keyless: None,
     };
     let verifier = verifier(&lab);
 
@@ -466,6 +467,8 @@ fn verified_source(
             provider,
             secret_ref: SecretReference { name: trust.into() },
             trusted_identities: Vec::new(),
+            match_oidc_identity: Vec::new(),
+            transparency_log: None,
         }),
     }
 }
