@@ -507,6 +507,19 @@ async fn phases(hub: &Hub, name: &str, want: &[(&str, &str, &str)]) -> Controlle
     .await
 }
 
+/// Applies Controller `charts` with `spec`, labelled `id`, and waits until every
+/// `(cluster, release, phase)` holds in its status.
+async fn deliver(
+    hub: &Hub,
+    spec: ControllerSpec,
+    id: &str,
+    want: &[(&str, &str, &str)],
+) -> ControllerStatus {
+    hub.apply_in(&hub.namespace, &labelled("charts", spec, id))
+        .await;
+    phases(hub, "charts", want).await
+}
+
 #[tokio::test]
 #[ignore = "needs the lab with pull members: kind/up.sh --pull-members 2, then --include-ignored"]
 async fn a_policy_asking_cosign_signatures_delivers_signed_charts_to_push_and_pull_members_and_nothing_else()
@@ -576,15 +589,13 @@ async fn a_policy_asking_cosign_signatures_delivers_signed_charts_to_push_and_pu
             ("stranger", "1.0.2"),
         ],
     );
-    hub.apply_in(&hub.namespace, &labelled("charts", spec, &id))
-        .await;
     let mut want = Vec::new();
     for cluster in ["member-1", edge.as_str()] {
         want.push((cluster, "signed", "Deployed"));
         want.push((cluster, "unsigned", "Unverified"));
         want.push((cluster, "stranger", "Unverified"));
     }
-    let status = phases(&hub, "charts", &want).await;
+    let status = deliver(&hub, spec, &id, &want).await;
     for cluster in ["member-1", edge.as_str()] {
         let m = message(&status, cluster, "signed").unwrap();
         assert!(m.verified_by.starts_with("cosign: key sha256:"), "{m:?}");
@@ -705,11 +716,10 @@ async fn a_policy_asking_helm_provenance_delivers_charts_signed_by_its_keyring_a
             ("stranger", "3.0.2"),
         ],
     );
-    hub.apply_in(&hub.namespace, &labelled("charts", spec, &id))
-        .await;
-    let status = phases(
+    let status = deliver(
         &hub,
-        "charts",
+        spec,
+        &id,
         &[
             ("member-1", "signed", "Deployed"),
             ("member-1", "unsigned", "Unverified"),
@@ -940,11 +950,10 @@ async fn a_policy_asking_keyless_cosign_signatures_delivers_charts_of_the_truste
             ("other-ca", versions[2]),
         ],
     );
-    hub.apply_in(&hub.namespace, &labelled("charts", spec, &id))
-        .await;
-    let status = phases(
+    let status = deliver(
         &hub,
-        "charts",
+        spec,
+        &id,
         &[
             ("member-1", "signed", "Deployed"),
             ("member-1", "other-identity", "Unverified"),
