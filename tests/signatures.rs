@@ -1,4 +1,4 @@
-//! End-to-end tests of chart signatures: the real verifier (tenancy-hub-verify) on charts the lab's tools signed, in the lab's registry (cosign, Notation) and as Helm provenance (`helm package --sign` with a gpg keyring); and the operator delivering, under a policy that asks signatures, the signed charts to push and pull members and nothing unsigned, signed by another key, or swapped after signing.
+//! End-to-end tests of chart signatures: the real verifier (tenancy-hub-verify) on charts the lab's tools signed, in the lab's registry (cosign, Notation) and as Helm provenance (`helm package --sign` with a gpg keyring); and the operator delivering, under a policy that asks signatures, the signed charts to push and pull members and nothing unsigned, signed by another key, or swapped after signing; keyless cosign against the lab's own CA, refusing another identity and another CA.
 
 mod common;
 
@@ -21,9 +21,9 @@ use kube::Api;
 use tenancy_hub::{
     api::{
         crd::{ControllerSpec, ControllerStatus, SecretReference, TenancyController},
-        policy::{SourceAccess, SourceVerify, VerifyProvider},
+        policy::{OidcIdentityMatch, SourceAccess, SourceVerify, TransparencyLog, VerifyProvider},
     },
-    charts::verify::{Check, OciChart, Refusal, RegistryAccess, Verdict, VerifierBinary},
+    charts::verify::{Check, Keyless, OciChart, Refusal, RegistryAccess, Verdict, VerifierBinary},
 };
 
 /// The example chart with a note of its own in values.yaml, so its archive differs.
@@ -100,6 +100,7 @@ async fn cosign_signatures_are_checked_by_the_real_verifier() {
     let check = |digest: &str| Check::Cosign {
         chart: oci_chart(&registry, digest),
         public_keys: vec![good.clone()],
+        keyless: None,
     };
     let verifier = verifier(&lab);
 
@@ -415,26 +416,25 @@ fn verified_source(
             provider,
             secret_ref: SecretReference { name: trust.into() },
             trusted_identities: Vec::new(),
+            match_oidc_identity: Vec::new(),
+            transparency_log: None,
         }),
     }
 }
 
-/// Releases `signed`, `unsigned` and `stranger` at `versions`, made by `at`, into `namespace`
-/// of `clusters`.
-fn three(
+/// Releases `(name, version)` made by `at` into `namespace` of `clusters`.
+fn releases(
     namespace: &str,
     clusters: &[&str],
     at: impl Fn(&str, &str) -> tenancy_hub::api::crd::Chart,
-    versions: [&str; 3],
+    releases: &[(&str, &str)],
 ) -> ControllerSpec {
-    let releases = ["signed", "unsigned", "stranger"];
     ControllerSpec {
         tenancies: vec![tenancy(
             namespace,
             clusters,
             releases
                 .iter()
-                .zip(versions)
                 .map(|(release, version)| at(release, version))
                 .collect(),
         )],
@@ -454,6 +454,19 @@ async fn phases(hub: &Hub, name: &str, want: &[(&str, &str, &str)]) -> Controlle
             .then_some(status)
     })
     .await
+}
+
+/// Applies Controller `charts` with `spec`, labelled `id`, and waits until every
+/// `(cluster, release, phase)` holds in its status.
+async fn deliver(
+    hub: &Hub,
+    spec: ControllerSpec,
+    id: &str,
+    want: &[(&str, &str, &str)],
+) -> ControllerStatus {
+    hub.apply_in(&hub.namespace, &labelled("charts", spec, id))
+        .await;
+    phases(hub, "charts", want).await
 }
 
 #[tokio::test]
@@ -515,16 +528,23 @@ async fn a_policy_asking_cosign_signatures_delivers_signed_charts_to_push_and_pu
         c.version = Some(version.into());
         c
     };
-    let spec = three(&ns, &["member-1", &edge], at, ["1.0.0", "1.0.1", "1.0.2"]);
-    hub.apply_in(&hub.namespace, &labelled("charts", spec, &id))
-        .await;
+    let spec = releases(
+        &ns,
+        &["member-1", &edge],
+        at,
+        &[
+            ("signed", "1.0.0"),
+            ("unsigned", "1.0.1"),
+            ("stranger", "1.0.2"),
+        ],
+    );
     let mut want = Vec::new();
     for cluster in ["member-1", edge.as_str()] {
         want.push((cluster, "signed", "Deployed"));
         want.push((cluster, "unsigned", "Unverified"));
         want.push((cluster, "stranger", "Unverified"));
     }
-    let status = phases(&hub, "charts", &want).await;
+    let status = deliver(&hub, spec, &id, &want).await;
     for cluster in ["member-1", edge.as_str()] {
         let m = message(&status, cluster, "signed").unwrap();
         assert!(m.verified_by.starts_with("cosign: key sha256:"), "{m:?}");
@@ -635,12 +655,20 @@ async fn a_policy_asking_helm_provenance_delivers_charts_signed_by_its_keyring_a
         c.version = Some(version.into());
         c
     };
-    let spec = three(&ns, &["member-1"], at, ["3.0.0", "3.0.1", "3.0.2"]);
-    hub.apply_in(&hub.namespace, &labelled("charts", spec, &id))
-        .await;
-    let status = phases(
+    let spec = releases(
+        &ns,
+        &["member-1"],
+        at,
+        &[
+            ("signed", "3.0.0"),
+            ("unsigned", "3.0.1"),
+            ("stranger", "3.0.2"),
+        ],
+    );
+    let status = deliver(
         &hub,
-        "charts",
+        spec,
+        &id,
         &[
             ("member-1", "signed", "Deployed"),
             ("member-1", "unsigned", "Unverified"),
@@ -670,6 +698,236 @@ async fn a_policy_asking_helm_provenance_delivers_charts_signed_by_its_keyring_a
                 .contains("refused by provenance (TenancyPolicy"),
             "{release}: {m:?}"
         );
+    }
+    hub.releases_become("member-1", &ns, &[("signed", 1)]).await;
+    hub.delete_and_wait_gone("charts").await;
+}
+
+/// The OIDC issuer the lab's keyless signing certificates name.
+const LAB_ISSUER: &str = "https://issuer.lab.test";
+
+/// A CA of the lab's own PKI, `NAME.crt` and `NAME.key` in `dir`, made with openssl.
+fn lab_ca(dir: &Path, name: &str) {
+    run(Command::new("openssl")
+        .current_dir(dir)
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+        .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
+        .args([
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.crt"),
+        ])
+        .args(["-subj", &format!("/O=tenancy-hub lab/CN={name}")])
+        .args(["-addext", "basicConstraints=critical,CA:TRUE"])
+        .args(["-addext", "keyUsage=critical,keyCertSign"]));
+}
+
+/// A keyless signing certificate as Fulcio would issue it, by CA `ca` for `email` from
+/// [`LAB_ISSUER`]: `NAME.crt`, and its key imported for cosign as `NAME.key` (password `lab`).
+fn signing_cert(lab: &Lab, registry: &OciRegistry, dir: &Path, name: &str, ca: &str, email: &str) {
+    let openssl = |args: &[&str]| run(Command::new("openssl").current_dir(dir).args(args));
+    openssl(&[
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        &format!("{name}.pem"),
+        "-out",
+        &format!("{name}.csr"),
+        "-subj",
+        "/O=tenancy-hub lab",
+    ]);
+    let ext = dir.join(format!("{name}.ext"));
+    std::fs::write(
+        &ext,
+        format!(
+            "subjectAltName=email:{email}\nkeyUsage=critical,digitalSignature\n\
+             extendedKeyUsage=codeSigning\n1.3.6.1.4.1.57264.1.8=ASN1:UTF8String:{LAB_ISSUER}\n"
+        ),
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &format!("{name}.csr"),
+        "-CA",
+        &format!("{ca}.crt"),
+        "-CAkey",
+        &format!("{ca}.key"),
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-out",
+        &format!("{name}.crt"),
+        "-extfile",
+        &format!("{name}.ext"),
+    ]);
+    run(cosign(lab, registry, dir).args([
+        "import-key-pair",
+        "--key",
+        &format!("{name}.pem"),
+        "--output-key-prefix",
+        name,
+    ]));
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_policy_asking_keyless_cosign_signatures_delivers_charts_of_the_trusted_identity_and_ca_only()
+ {
+    let _serial = SERIAL.lock().await;
+    let lab = Lab::get();
+    let registry = OciRegistry::serve(&lab);
+    let pki = tempfile::tempdir().unwrap();
+    let dir = pki.path();
+    for ca in ["lab-ca", "stranger-ca"] {
+        lab_ca(dir, ca);
+    }
+    signing_cert(
+        &lab,
+        &registry,
+        dir,
+        "release",
+        "lab-ca",
+        "release-bot@lab.test",
+    );
+    signing_cert(
+        &lab,
+        &registry,
+        dir,
+        "intruder",
+        "lab-ca",
+        "intruder@lab.test",
+    );
+    signing_cert(
+        &lab,
+        &registry,
+        dir,
+        "impostor",
+        "stranger-ca",
+        "release-bot@lab.test",
+    );
+    // cosign's "bring your own PKI": the key, its certificate and the chain, no transparency log.
+    let sign = |signer: &str, ca: &str, version: &str, digest: &str| {
+        run(cosign(&lab, &registry, dir)
+            .args(["sign", "--key", &format!("{signer}.key")])
+            .args(["--certificate", &format!("{signer}.crt")])
+            .args(["--certificate-chain", &format!("{ca}.crt")])
+            .args(["--tlog-upload=false", "--yes"])
+            .arg(format!(
+                "{}/charts/deployment-example@{digest}",
+                registry.host
+            )));
+        (version.to_owned(), digest.to_owned())
+    };
+    let mut pushed = Vec::new();
+    for (signer, ca, version) in [
+        ("release", "lab-ca", "4.0.0"),
+        ("intruder", "lab-ca", "4.0.1"),
+        ("impostor", "stranger-ca", "4.0.2"),
+    ] {
+        registry.push(&lab, &example_chart(), version).await;
+        let digest = oci_digest(&lab, &registry, version);
+        pushed.push(sign(signer, ca, version, &digest));
+    }
+    let signed = pushed[0].1.clone();
+    let root = std::fs::read_to_string(dir.join("lab-ca.crt")).unwrap();
+    let identity = OidcIdentityMatch {
+        issuer: r"https://issuer\.lab\.test".into(),
+        subject: r"release-bot@lab\.test".into(),
+    };
+
+    // The real verifier first: the chart cosign signed with the lab CA's certificate verifies.
+    let check = Check::Cosign {
+        chart: oci_chart(&registry, &signed),
+        public_keys: Vec::new(),
+        keyless: Some(Keyless {
+            certificates: vec![root.clone()],
+            rekor_public_key: None,
+            identities: vec![identity.clone()],
+            transparency_log: TransparencyLog::Skip,
+        }),
+    };
+    assert_eq!(
+        verifier(&lab).run(&check).await.unwrap(),
+        Verdict::Verified {
+            by: format!("keyless release-bot@lab.test from {LAB_ISSUER}"),
+            digest: signed.clone()
+        }
+    );
+
+    // The platform's Secrets: the registry's CA, and the root signing certificates chain to.
+    let (ca, trust) = (unique("registry-ca"), unique("keyless-roots"));
+    let pem = std::fs::read_to_string(&registry.ca).unwrap();
+    put_secret(&lab, OPERATOR_NAMESPACE, &ca, &[("ca.crt", &pem)]).await;
+    put_secret(&lab, OPERATOR_NAMESPACE, &trust, &[("lab-ca.crt", &root)]).await;
+    let id = unique("keyless");
+    let (hub, _) = Hub::two_teams(&id, "signatures-test", &["--chart-interval", "2"]).await;
+    let mut policy = allow_all(&hub.namespace, &[]);
+    let mut source = verified_source(
+        &registry.prefix(),
+        Some(&ca),
+        VerifyProvider::Cosign,
+        &trust,
+    );
+    let verify = source.verify.as_mut().unwrap();
+    verify.match_oidc_identity = vec![identity];
+    verify.transparency_log = Some(TransparencyLog::Skip);
+    policy.sources = vec![source];
+    hub.policy(&hub.namespace, policy).await;
+
+    let ns = unique("keyless");
+    let reference = registry.reference("deployment-example");
+    let at = |release: &str, version: &str| {
+        let mut c = chart(&reference, release, &[]);
+        c.version = Some(version.into());
+        c
+    };
+    let versions: Vec<&str> = pushed.iter().map(|(version, _)| version.as_str()).collect();
+    let spec = releases(
+        &ns,
+        &["member-1"],
+        at,
+        &[
+            ("signed", versions[0]),
+            ("other-identity", versions[1]),
+            ("other-ca", versions[2]),
+        ],
+    );
+    let status = deliver(
+        &hub,
+        spec,
+        &id,
+        &[
+            ("member-1", "signed", "Deployed"),
+            ("member-1", "other-identity", "Unverified"),
+            ("member-1", "other-ca", "Unverified"),
+        ],
+    )
+    .await;
+    let m = message(&status, "member-1", "signed").unwrap();
+    assert_eq!(
+        m.verified_by,
+        format!("cosign: keyless release-bot@lab.test from {LAB_ISSUER}"),
+        "{m:?}"
+    );
+    assert_eq!(m.chart_digest, signed, "{m:?}");
+    for (release, why) in [
+        ("other-identity", "matches no matchOIDCIdentity entry"),
+        ("other-ca", "does not chain to the trusted CA certificates"),
+    ] {
+        let m = message(&status, "member-1", release).unwrap();
+        assert!(
+            m.error_message.contains("refused by cosign (TenancyPolicy")
+                && m.error_message.contains(why),
+            "{release}: {m:?}"
+        );
+        assert!(m.verified_by.is_empty(), "{m:?}");
     }
     hub.releases_become("member-1", &ns, &[("signed", 1)]).await;
     hub.delete_and_wait_gone("charts").await;

@@ -184,14 +184,23 @@ pub struct SourceAccess {
 /// The signatures a source's charts must carry and whose trust material checks them.
 ///
 /// The Secret (in the operator's own namespace, like `secretRef`) holds, by provider: `cosign`,
-/// PEM public keys under keys ending in `.pub` (any of them may have signed); `notation`, PEM CA
-/// certificates under keys ending in `.crt` or `.pem` (the trust store); `provenance`, a PGP
-/// public keyring (armored or binary) under `keyring`. Read at each check, so a changed key
-/// takes effect at the next look.
+/// PEM public keys under keys ending in `.pub` (any of them may have signed) and, for keyless
+/// signatures (`matchOIDCIdentity`), the PEM CA certificates (roots and intermediates) signing
+/// certificates chain to under keys ending in `.crt` or `.pem`, and the transparency log's PEM
+/// public key under `rekor.pub` (never taken for a signing key); `notation`, PEM CA certificates
+/// under keys ending in `.crt` or `.pem` (the trust store); `provenance`, a PGP public keyring
+/// (armored or binary) under `keyring`. Read at each check, so a changed key takes effect at the
+/// next look.
 #[derive(
-    JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord,
+    KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord,
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("!has(self.matchOIDCIdentity) || self.provider == 'cosign'")
+        .message("matchOIDCIdentity is for cosign's keyless signatures; notation names its signers in trustedIdentities"),
+    validation = Rule::new("!has(self.transparencyLog) || has(self.matchOIDCIdentity)")
+        .message("transparencyLog applies to keyless cosign signatures: set it with matchOIDCIdentity")
+)]
 pub struct SourceVerify {
     /// `cosign` or `notation` (OCI sources), `provenance` (Helm `.prov` of HTTP(S) repositories).
     pub provider: VerifyProvider,
@@ -203,6 +212,63 @@ pub struct SourceVerify {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32), inner(length(min = 1, max = 1024)))]
     pub trusted_identities: Vec<String>,
+    /// Cosign only: accepts keyless signatures, made with a short-lived certificate chaining to
+    /// the CA certificates of the Secret, whose identity matches one of these (as Flux's
+    /// `matchOIDCIdentity`). Public keys of the Secret still verify too.
+    #[serde(
+        default,
+        rename = "matchOIDCIdentity",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    #[schemars(length(max = 16))]
+    pub match_oidc_identity: Vec<OidcIdentityMatch>,
+    /// Keyless cosign only: whether a signature must be in the transparency log (see
+    /// [`TransparencyLog`]); `Require` when not given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transparency_log: Option<TransparencyLog>,
+}
+
+/// One identity keyless signatures may be made by: RE2 regular expressions, each matching the
+/// whole value (`ci@lab\.test`, `https://git\.example\.com/charts/.*`).
+#[derive(
+    JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord,
+)]
+pub struct OidcIdentityMatch {
+    /// The OIDC issuer that vouched for the signer, as the signing certificate names it (Fulcio's
+    /// issuer extension): `https://issuer\.example\.com`.
+    #[schemars(length(min = 1, max = 1024))]
+    pub issuer: String,
+    /// The signer, one of the certificate's subject alternative names: an email
+    /// (`ci@example\.com`) or a URI (a workload's identity).
+    #[schemars(length(min = 1, max = 1024))]
+    pub subject: String,
+}
+
+/// Keyless cosign only: whether a signature must be in the transparency log. `Require` (the
+/// default) accepts a signature only with its log entry (a Rekor bundle) that the log's key,
+/// `rekor.pub` of the Secret, verifies offline, and checks the certificate against the time the
+/// log took it. `Skip` looks at no log: there is then no trusted signing time, so the certificate
+/// must be valid at each check.
+#[derive(
+    JsonSchema,
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+)]
+pub enum TransparencyLog {
+    /// A signature must carry a log entry verified with the log's key (`rekor.pub`).
+    #[default]
+    Require,
+    /// No log is looked at; the certificate must be valid at each check.
+    Skip,
 }
 
 /// Who signs a source's charts, and how.

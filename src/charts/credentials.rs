@@ -32,6 +32,20 @@ pub(crate) struct SecretData {
     pub(crate) version: String,
 }
 
+#[cfg(test)]
+impl SecretData {
+    /// A Secret holding `pairs` as text, at version 7.
+    pub(crate) fn of(pairs: &[(&str, &str)]) -> Self {
+        Self {
+            data: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+                .collect(),
+            version: "7".into(),
+        }
+    }
+}
+
 /// Reads Secrets by name: the hub's API in the operator, a map in tests.
 pub(crate) trait ReadSecret: Send + Sync {
     /// The Secret `namespace/name`, None when there is none.

@@ -6,12 +6,12 @@ use futures::future::BoxFuture;
 use tokio::time::Instant;
 
 use crate::{
-    api::policy::VerifyProvider,
+    api::policy::{SourceVerify, TransparencyLog, VerifyProvider},
     charts::{
         cache::{ChartCache, Resolved},
         catalog::{Checked, RemoteKey, Resolve},
         credentials::SecretData,
-        verify::{Check, OciChart, Verdict, Verifier},
+        verify::{Check, Keyless, OciChart, Verdict, Verifier},
     },
     plan::Verified,
     policy::{access::TrustRule, source::SourceUrl},
@@ -105,6 +105,14 @@ impl Sources {
         resolved: &Resolved,
         rule: &TrustRule,
     ) -> Result<Verdict, Unusable> {
+        if rule.verify.provider != VerifyProvider::Cosign
+            && !rule.verify.match_oidc_identity.is_empty()
+        {
+            return Err(format!(
+                "matchOIDCIdentity is for keyless cosign signatures, not {}",
+                rule.verify.provider.as_str()
+            ));
+        }
         let secret = self
             .cache
             .trust_secret(&rule.verify.secret_ref.name)
@@ -127,10 +135,7 @@ impl Sources {
                     registry,
                 };
                 let check = match rule.verify.provider {
-                    VerifyProvider::Cosign => Check::Cosign {
-                        chart,
-                        public_keys: texts(&secret, &[".pub"]),
-                    },
+                    VerifyProvider::Cosign => cosign_check(chart, &rule.verify, &secret, name)?,
                     _ => Check::Notation {
                         chart,
                         trust_store: texts(&secret, &[".crt", ".pem"]).join("\n"),
@@ -140,13 +145,6 @@ impl Sources {
                         },
                     },
                 };
-                if let Check::Cosign { public_keys, .. } = &check
-                    && public_keys.is_empty()
-                {
-                    return Err(format!(
-                        "Secret {name} holds no public key (a key ending in .pub) for cosign"
-                    ));
-                }
                 if let Check::Notation { trust_store, .. } = &check
                     && trust_store.is_empty()
                 {
@@ -219,12 +217,173 @@ impl Sources {
     }
 }
 
-/// The values of `secret` under keys ending in one of `suffixes`, in key order, as text.
+/// The Secret key of the transparency log's public key, which is never a signing key.
+const REKOR_KEY: &str = "rekor.pub";
+
+/// The cosign check of a rule: the Secret's public keys (`.pub`) and, when the rule names
+/// identities, keyless signatures by them chaining to its CA certificates (`.crt`, `.pem`), in
+/// the log whose key is `rekor.pub` unless the rule skips it.
+fn cosign_check(
+    chart: OciChart,
+    verify: &SourceVerify,
+    secret: &SecretData,
+    name: &str,
+) -> Result<Check, Unusable> {
+    let public_keys = texts(secret, &[".pub"]);
+    if verify.match_oidc_identity.is_empty() {
+        if public_keys.is_empty() {
+            return Err(format!(
+                "Secret {name} holds no public key (a key ending in .pub) for cosign"
+            ));
+        }
+        return Ok(Check::Cosign {
+            chart,
+            public_keys,
+            keyless: None,
+        });
+    }
+    let certificates = texts(secret, &[".crt", ".pem"]);
+    if certificates.is_empty() {
+        return Err(format!(
+            "Secret {name} holds no CA certificate (a key ending in .crt or .pem) for keyless cosign: add the root of the CA that issues the signing certificates"
+        ));
+    }
+    let transparency_log = verify.transparency_log.unwrap_or_default();
+    let rekor_public_key = match transparency_log {
+        TransparencyLog::Skip => None,
+        TransparencyLog::Require => Some(
+            secret
+                .data
+                .get(REKOR_KEY)
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+                .ok_or_else(|| {
+                    format!(
+                        "Secret {name} holds no {REKOR_KEY} (the transparency log's public key), which keyless cosign requires: add it, or set transparencyLog: Skip in the policy"
+                    )
+                })?,
+        ),
+    };
+    Ok(Check::Cosign {
+        chart,
+        public_keys,
+        keyless: Some(Keyless {
+            certificates,
+            rekor_public_key,
+            identities: verify.match_oidc_identity.clone(),
+            transparency_log,
+        }),
+    })
+}
+
+/// The values of `secret` under keys ending in one of `suffixes`, in key order, as text; never
+/// the transparency log's key.
 fn texts(secret: &SecretData, suffixes: &[&str]) -> Vec<String> {
     secret
         .data
         .iter()
-        .filter(|(k, _)| suffixes.iter().any(|s| k.ends_with(s)))
+        .filter(|(k, _)| *k != REKOR_KEY && suffixes.iter().any(|s| k.ends_with(s)))
         .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        api::{crd::SecretReference, policy::OidcIdentityMatch},
+        charts::verify::RegistryAccess,
+    };
+
+    const ROOT: &str = "-----BEGIN CERTIFICATE-----\nroot\n-----END CERTIFICATE-----\n";
+    const REKOR: &str = "-----BEGIN PUBLIC KEY-----\nrekor\n-----END PUBLIC KEY-----\n";
+    const SIGNING: &str = "-----BEGIN PUBLIC KEY-----\nsigning\n-----END PUBLIC KEY-----\n";
+
+    fn chart() -> OciChart {
+        OciChart {
+            reference: "registry.example/charts/app".into(),
+            digest: "sha256:00".into(),
+            registry: RegistryAccess::default(),
+        }
+    }
+
+    fn keyless(transparency_log: Option<TransparencyLog>) -> SourceVerify {
+        SourceVerify {
+            provider: VerifyProvider::Cosign,
+            secret_ref: SecretReference {
+                name: "trust".into(),
+            },
+            trusted_identities: Vec::new(),
+            match_oidc_identity: vec![OidcIdentityMatch {
+                issuer: r"https://issuer\.lab\.test".into(),
+                subject: r"ci@lab\.test".into(),
+            }],
+            transparency_log,
+        }
+    }
+
+    #[test]
+    fn a_keyless_rule_sends_the_roots_the_log_key_and_the_identities_and_keeps_the_keys() {
+        let trust = SecretData::of(&[
+            ("ca.crt", ROOT),
+            ("rekor.pub", REKOR),
+            ("release.pub", SIGNING),
+        ]);
+
+        let check = cosign_check(chart(), &keyless(None), &trust, "trust").unwrap();
+
+        let Check::Cosign {
+            public_keys,
+            keyless: Some(keyless),
+            ..
+        } = check
+        else {
+            panic!("a keyless cosign check: {check:?}")
+        };
+        assert_eq!(public_keys, vec![SIGNING], "rekor.pub is no signing key");
+        assert_eq!(keyless.certificates, vec![ROOT]);
+        assert_eq!(keyless.rekor_public_key.as_deref(), Some(REKOR));
+        assert_eq!(keyless.transparency_log, TransparencyLog::Require);
+        assert_eq!(keyless.identities[0].subject, r"ci@lab\.test");
+    }
+
+    #[test]
+    fn the_log_is_required_unless_the_rule_skips_it() {
+        let no_log_key = SecretData::of(&[("ca.crt", ROOT)]);
+
+        let required = cosign_check(chart(), &keyless(None), &no_log_key, "trust").unwrap_err();
+        let skipped = cosign_check(
+            chart(),
+            &keyless(Some(TransparencyLog::Skip)),
+            &SecretData::of(&[("ca.crt", ROOT), ("rekor.pub", REKOR)]),
+            "trust",
+        )
+        .unwrap();
+
+        assert!(
+            required.contains("no rekor.pub") && required.contains("transparencyLog: Skip"),
+            "{required}"
+        );
+        let Check::Cosign {
+            keyless: Some(keyless),
+            ..
+        } = skipped
+        else {
+            panic!("keyless")
+        };
+        assert_eq!(keyless.rekor_public_key, None, "Skip sends no log key");
+        assert_eq!(keyless.transparency_log, TransparencyLog::Skip);
+    }
+
+    #[test]
+    fn a_keyless_rule_without_a_ca_certificate_and_a_key_rule_without_a_key_say_what_to_add() {
+        let only_log = SecretData::of(&[("rekor.pub", REKOR)]);
+        let mut keys_only = keyless(None);
+        keys_only.match_oidc_identity.clear();
+
+        let keyless = cosign_check(chart(), &keyless(None), &only_log, "trust").unwrap_err();
+        let keyed = cosign_check(chart(), &keys_only, &only_log, "trust").unwrap_err();
+
+        assert!(keyless.contains("no CA certificate"), "{keyless}");
+        assert!(keyed.contains("no public key"), "{keyed}");
+    }
 }

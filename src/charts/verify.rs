@@ -25,6 +25,8 @@ use tokio::{
     time::Instant,
 };
 
+use crate::api::policy::{OidcIdentityMatch, TransparencyLog};
+
 /// The version of the request and the answer; the verifier's `protocolVersion` (verifier/main.go)
 /// and the shared fixtures in `verifier/testdata/protocol` change with it.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -82,13 +84,16 @@ pub struct OciChart {
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", rename_all_fields = "camelCase")]
 pub enum Check {
-    /// A cosign signature of the OCI chart by one of the PEM public keys.
+    /// A cosign signature of the OCI chart by one of the PEM public keys, or keyless.
     Cosign {
         /// The chart and its registry.
         #[serde(flatten)]
         chart: OciChart,
         /// PEM public keys (PKIX), any of which may have signed it.
         public_keys: Vec<String>,
+        /// Keyless signatures trusted besides the keys; None: keys only.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        keyless: Option<Keyless>,
     },
     /// A Notation signature of the OCI chart by a certificate of the trust store (PEM CA
     /// certificates) naming a trusted identity (`x509.subject: …`, or `*`).
@@ -120,6 +125,22 @@ pub enum Check {
     },
 }
 
+/// Keyless cosign signatures a check trusts: certificates chaining to `certificates`, of one of
+/// the `identities`, in the transparency log unless the rule skips it.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Keyless {
+    /// PEM CA certificates: the roots (self-signed) and the intermediates.
+    pub certificates: Vec<String>,
+    /// The transparency log's PEM public key; None when the rule is `Skip`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rekor_public_key: Option<String>,
+    /// The identities trusted, as the policy's `matchOIDCIdentity`.
+    pub identities: Vec<OidcIdentityMatch>,
+    /// Whether a signature must carry an entry of the log.
+    pub transparency_log: TransparencyLog,
+}
+
 fn as_base64<S: serde::Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
 }
@@ -134,7 +155,8 @@ impl Check {
     }
 
     /// What the verdict is kept under: the digest and a hash of the trust material (the kind of
-    /// signature, keys, trust store and identities, keyring and file name). Registry access is
+    /// signature, keys, trust store and identities, keyless CA certificates, log key, identities
+    /// and log rule, keyring and file name), so a changed root or identity is a new check. Registry access is
     /// not part of it: it decides whether a verdict can be reached, not which.
     pub fn key(&self) -> VerdictKey {
         let mut hash = Sha256::new();
@@ -143,9 +165,29 @@ impl Check {
             hash.update(bytes);
         };
         match self {
-            Check::Cosign { public_keys, .. } => {
+            Check::Cosign {
+                public_keys,
+                keyless,
+                ..
+            } => {
                 part(b"cosign");
                 public_keys.iter().for_each(|k| part(k.as_bytes()));
+                if let Some(keyless) = keyless {
+                    part(b"keyless");
+                    part(&(keyless.certificates.len() as u64).to_be_bytes());
+                    keyless.certificates.iter().for_each(|c| part(c.as_bytes()));
+                    part(b"rekor");
+                    part(keyless.rekor_public_key.as_deref().unwrap_or("").as_bytes());
+                    part(&(keyless.identities.len() as u64).to_be_bytes());
+                    for identity in &keyless.identities {
+                        part(identity.issuer.as_bytes());
+                        part(identity.subject.as_bytes());
+                    }
+                    part(match keyless.transparency_log {
+                        TransparencyLog::Require => b"require",
+                        TransparencyLog::Skip => b"skip",
+                    });
+                }
             }
             Check::Notation {
                 trust_store,
@@ -291,7 +333,7 @@ pub enum Error {
     /// The request was malformed or named files the verifier cannot read.
     #[error("{0}")]
     Request(String),
-    /// The verifier does not do what was asked (keyless cosign).
+    /// The verifier does not do what was asked.
     #[error("{0}")]
     Unsupported(String),
 }

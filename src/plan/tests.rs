@@ -845,6 +845,8 @@ fn a_chart_a_policy_asks_signatures_of_is_planned_only_verified_and_its_refusal_
                             name: "keys".into(),
                         },
                         trusted_identities: Vec::new(),
+                        match_oidc_identity: Vec::new(),
+                        transparency_log: None,
                     }),
                     ..Default::default()
                 }],

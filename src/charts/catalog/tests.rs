@@ -404,6 +404,8 @@ fn cosign_rule() -> Trust {
                 name: "keys".into(),
             },
             trusted_identities: Vec::new(),
+            match_oidc_identity: Vec::new(),
+            transparency_log: None,
         },
     }])
 }

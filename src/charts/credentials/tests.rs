@@ -10,13 +10,7 @@ use super::*;
 const PASSWORD: &str = "s3cret-pa55word";
 
 fn secret(pairs: &[(&str, &str)]) -> SecretData {
-    SecretData {
-        data: pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
-            .collect(),
-        version: "7".into(),
-    }
+    SecretData::of(pairs)
 }
 
 const CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";

@@ -6,8 +6,6 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -30,7 +28,7 @@ const maxSignatures = 32
 const cosignArtifactType = "application/vnd.dev.cosign.artifact.sig.v1+json"
 
 // cosignCheck asks whether an OCI chart's manifest digest carries a cosign signature made by one
-// of the public keys.
+// of the public keys, or (keyless) by a certificate of a trusted identity chaining to trusted CAs.
 type cosignCheck struct {
 	// The chart's repository, host[:port]/path, without scheme, tag or digest.
 	Reference string `json:"reference"`
@@ -39,8 +37,8 @@ type cosignCheck struct {
 	Registry registryAccess `json:"registry"`
 	// PEM public keys (PKIX: ECDSA, RSA or Ed25519), any of which may have signed it.
 	PublicKeys []string `json:"publicKeys"`
-	// Keyless verification (a Fulcio identity and a Rekor entry); not supported here.
-	Keyless json.RawMessage `json:"keyless,omitempty"`
+	// Keyless verification, besides the keys: either may verify.
+	Keyless *keylessCheck `json:"keyless,omitempty"`
 }
 
 // cosignKey is one trusted public key and its fingerprint.
@@ -51,9 +49,6 @@ type cosignKey struct {
 
 // parseCosignKeys reads the PEM public keys; an error names the key by its place.
 func parseCosignKeys(pems []string) ([]cosignKey, error) {
-	if len(pems) == 0 {
-		return nil, errors.New("no public key is given; give the cosign public key (cosign.pub) the charts are signed with")
-	}
 	keys := make([]cosignKey, 0, len(pems))
 	for i, text := range pems {
 		pub, err := cryptoutils.UnmarshalPEMToPublicKey([]byte(text))
@@ -98,9 +93,6 @@ func artifactDigest(reference, digest string) (name.Digest, v1.Hash, error) {
 // verifyCosign checks the cosign signatures of one digest: those under the `sha256-<hex>.sig` tag
 // and those attached as OCI 1.1 referrers.
 func verifyCosign(ctx context.Context, check cosignCheck) answer {
-	if len(check.Keyless) > 0 {
-		return failed(errorUnsupported, "keyless verification (Fulcio identity and Rekor) is not supported here: configure a public key")
-	}
 	ref, h, err := artifactDigest(check.Reference, check.Digest)
 	if err != nil {
 		return failed(errorRequest, "%v", err)
@@ -108,6 +100,14 @@ func verifyCosign(ctx context.Context, check cosignCheck) answer {
 	keys, err := parseCosignKeys(check.PublicKeys)
 	if err != nil {
 		return failed(errorTrust, "%v", err)
+	}
+	var keyless *keylessTrust
+	if check.Keyless != nil {
+		if keyless, err = check.Keyless.parse(); err != nil {
+			return failed(errorTrust, "%v", err)
+		}
+	} else if len(keys) == 0 {
+		return failed(errorTrust, "no public key is given; give the cosign public key (cosign.pub) the charts are signed with, or the identities and CA certificates of keyless signing")
 	}
 	creds, transport, err := check.Registry.open()
 	if err != nil {
@@ -132,12 +132,13 @@ func verifyCosign(ctx context.Context, check cosignCheck) answer {
 			return registryError(ref.String(), err)
 		}
 	}
-	return judgeCosign(ctx, sigs, h, keys)
+	return judgeCosign(ctx, sigs, h, keys, keyless)
 }
 
-// judgeCosign finds a signature made by a trusted key over this digest, or says why there is none.
-func judgeCosign(ctx context.Context, sigs []oci.Signature, h v1.Hash, keys []cosignKey) answer {
-	var mismatch string
+// judgeCosign finds a signature made by a trusted key or identity over this digest, or says why
+// there is none.
+func judgeCosign(ctx context.Context, sigs []oci.Signature, h v1.Hash, keys []cosignKey, keyless *keylessTrust) answer {
+	var mismatch, why string
 	for _, sig := range sigs {
 		for _, key := range keys {
 			co := &cosign.CheckOpts{SigVerifier: key.verifier, IgnoreTlog: true, IgnoreSCT: true}
@@ -151,11 +152,26 @@ func judgeCosign(ctx context.Context, sigs []oci.Signature, h v1.Hash, keys []co
 			}
 			return verified(key.fingerprint, h.String())
 		}
+		if keyless == nil {
+			continue
+		}
+		switch v := keyless.judge(ctx, sig, h); {
+		case v.mismatch:
+			mismatch = fmt.Sprintf("a signature by the trusted identity %s is of other content, not of %s: it was copied from another chart or the chart was changed after signing", strings.TrimPrefix(v.by, "keyless "), h)
+		case v.by != "":
+			return verified(v.by, h.String())
+		case why == "" || why == noCertificate:
+			// A signature with a certificate says more than a key's signature.
+			why = v.why
+		}
 	}
 	if mismatch != "" {
 		return refused(refusedMismatch, mismatch)
 	}
-	return refused(refusedUntrusted, fmt.Sprintf("%s has %d cosign signature(s), none made by a trusted key; sign it with the key the policy names, or add its public key", h, len(sigs)))
+	if keyless == nil {
+		return refused(refusedUntrusted, fmt.Sprintf("%s has %d cosign signature(s), none made by a trusted key; sign it with the key the policy names, or add its public key", h, len(sigs)))
+	}
+	return refused(refusedUntrusted, fmt.Sprintf("%s has %d cosign signature(s), none made by a trusted key or identity (the first: %s)", h, len(sigs), why))
 }
 
 // signatureTag is the tag cosign keeps a digest's signatures under.

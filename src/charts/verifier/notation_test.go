@@ -3,12 +3,9 @@ package main
 import (
 	"context"
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"math/big"
 	"testing"
 	"time"
 
@@ -27,27 +24,15 @@ type notationCA struct {
 
 func newNotationCA(t *testing.T, name string) notationCA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	template := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
+	key := newKey(t)
+	cert := issue(t, &x509.Certificate{
 		Subject:               pkix.Name{Country: []string{"US"}, Province: []string{"WA"}, Organization: []string{"Lab"}, CommonName: name},
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().Add(24 * time.Hour),
 		IsCA:                  true,
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, template, template, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, key, nil)
 	return notationCA{cert: cert, key: key}
 }
 
@@ -59,27 +44,15 @@ func (ca notationCA) pem() string {
 // issue makes a code-signing certificate for common name cn and returns a Notation signer with it.
 func (ca notationCA) issue(t *testing.T, cn string) notation.Signer {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	template := &x509.Certificate{
-		SerialNumber:          big.NewInt(time.Now().UnixNano()),
+	key := newKey(t)
+	cert := issue(t, &x509.Certificate{
 		Subject:               pkix.Name{Country: []string{"US"}, Province: []string{"WA"}, Organization: []string{"Lab"}, CommonName: cn},
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().Add(24 * time.Hour),
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageCodeSigning},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, template, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, key, &testCA{cert: ca.cert, key: ca.key})
 	s, err := signer.NewGenericSigner(key, []*x509.Certificate{cert, ca.cert})
 	if err != nil {
 		t.Fatal(err)

@@ -45,6 +45,27 @@ fn cosign() -> Check {
     Check::Cosign {
         chart: oci_chart(),
         public_keys: vec!["-----BEGIN PUBLIC KEY-----\nMFkw…\n-----END PUBLIC KEY-----\n".into()],
+        keyless: None,
+    }
+}
+
+fn keyless() -> Check {
+    Check::Cosign {
+        chart: oci_chart(),
+        public_keys: Vec::new(),
+        keyless: Some(Keyless {
+            certificates: vec![
+                "-----BEGIN CERTIFICATE-----\nMIIC…\n-----END CERTIFICATE-----\n".into(),
+            ],
+            rekor_public_key: Some(
+                "-----BEGIN PUBLIC KEY-----\nMFkw…\n-----END PUBLIC KEY-----\n".into(),
+            ),
+            identities: vec![OidcIdentityMatch {
+                issuer: r"https://issuer\.lab\.test".into(),
+                subject: r"ci@lab\.test".into(),
+            }],
+            transparency_log: TransparencyLog::Require,
+        }),
     }
 }
 
@@ -70,6 +91,7 @@ fn provenance() -> Check {
 fn every_request_is_the_shared_fixture_the_verifier_reads() {
     for (name, check) in [
         ("request-cosign", cosign()),
+        ("request-cosign-keyless", keyless()),
         ("request-notation", notation()),
         ("request-provenance", provenance()),
     ] {
@@ -383,6 +405,29 @@ fn the_key_follows_the_digest_and_the_trust_material_not_the_registry_access() {
     );
     assert_eq!(provenance().key().digest, DIGEST);
     assert_ne!(provenance().key(), cosign().key());
+}
+
+#[test]
+fn a_changed_root_log_key_identity_or_log_rule_is_a_new_check() {
+    let key = keyless().key();
+    let changed = |change: fn(&mut Keyless)| {
+        let mut check = keyless();
+        if let Check::Cosign {
+            keyless: Some(k), ..
+        } = &mut check
+        {
+            change(k);
+        }
+        check.key()
+    };
+
+    assert_eq!(keyless().key(), key);
+    assert_ne!(cosign().key(), key, "keys only is another trust");
+    assert_ne!(changed(|k| k.certificates.push("another root".into())), key);
+    assert_ne!(changed(|k| k.rekor_public_key = None), key);
+    assert_ne!(changed(|k| k.identities[0].subject = ".*".into()), key);
+    assert_ne!(changed(|k| k.identities[0].issuer = ".*".into()), key);
+    assert_ne!(changed(|k| k.transparency_log = TransparencyLog::Skip), key);
 }
 
 #[tokio::test(start_paused = true)]

@@ -364,6 +364,8 @@ fn verifying(url: &str, provider: crate::api::policy::VerifyProvider) -> SourceA
                 name: "trust".into(),
             },
             trusted_identities: Vec::new(),
+            match_oidc_identity: Vec::new(),
+            transparency_log: None,
         }),
         ..entry(url, None)
     }
