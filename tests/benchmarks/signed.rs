@@ -101,6 +101,8 @@ pub(crate) async fn signed(a: &Args) -> Value {
         provider: VerifyProvider::Cosign,
         secret_ref: SecretReference { name: trust },
         trusted_identities: Vec::new(),
+        match_oidc_identity: Vec::new(),
+        transparency_log: None,
     };
     let mut points = Vec::new();
     for &namespaces in &a.signed {

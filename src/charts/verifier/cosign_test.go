@@ -8,13 +8,16 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/base64"
+	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/sigstore/cosign/v2/pkg/oci"
 	"github.com/sigstore/cosign/v2/pkg/oci/mutate"
 	ociremote "github.com/sigstore/cosign/v2/pkg/oci/remote"
@@ -22,6 +25,7 @@ import (
 	"github.com/sigstore/sigstore/pkg/cryptoutils"
 	"github.com/sigstore/sigstore/pkg/signature"
 	"github.com/sigstore/sigstore/pkg/signature/payload"
+	"oras.land/oras-go/v2/registry/remote/errcode"
 )
 
 // newCosignKey is a key pair as `cosign generate-key-pair` makes (ECDSA P-256), and its PEM public key.
@@ -234,6 +238,22 @@ func TestRegistryErrorsSayWhatToDo(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestAStatusIsReadFromTheClientNeverFromANumberInTheText(t *testing.T) {
+	// A 503 whose URL holds 401 and 403 (in a digest, a port) is neither.
+	url, _ := url.Parse("https://127.0.0.1:40301/v2/charts/app/blobs/sha256:4010403")
+	for _, err := range []error{
+		&transport.Error{StatusCode: http.StatusServiceUnavailable, Request: &http.Request{Method: http.MethodGet, URL: url}},
+		&errcode.ErrorResponse{Method: http.MethodGet, URL: url, StatusCode: http.StatusServiceUnavailable},
+	} {
+		got := registryError("127.0.0.1:40301/charts/app", err)
+		wantError(t, got, errorRegistry, "check that the registry is reachable")
+	}
+	got := registryError("r/app", &errcode.ErrorResponse{Method: http.MethodGet, URL: url, StatusCode: http.StatusForbidden})
+	wantError(t, got, errorRegistry, "denied access (403)")
+	got = registryError("r/app", fmt.Errorf("wrapped: %w", &transport.Error{StatusCode: http.StatusUnauthorized}))
+	wantError(t, got, errorRegistry, "refused the credentials (401)")
 }
 
 func TestARegistryFailingMidwayIsAnErrorNotARefusal(t *testing.T) {

@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"oras.land/oras-go/v2/registry/remote/auth"
+	"oras.land/oras-go/v2/registry/remote/errcode"
 )
 
 // Bounds of every registry call.
@@ -211,17 +213,43 @@ func (l *limitedBody) Read(p []byte) (int, error) {
 
 func (l *limitedBody) Close() error { return l.body.Close() }
 
+// statusOf is the HTTP status of the registry's answer that failed, where the client kept it
+// (go-containerregistry's and oras' errors), else 0.
+func statusOf(err error) int {
+	var ggcr *transport.Error
+	if errors.As(err, &ggcr) {
+		return ggcr.StatusCode
+	}
+	var oras *errcode.ErrorResponse
+	if errors.As(err, &oras) {
+		return oras.StatusCode
+	}
+	return 0
+}
+
 // registryError says what to do about a failed registry call, without the credentials (which no
-// client puts in its errors) or anything the registry sent beyond its error codes.
+// client puts in its errors) or anything the registry sent beyond its error codes. The status
+// is the client's where it kept it; otherwise words of the error say it, never a bare number,
+// which a digest or a port in the same text may hold.
 func registryError(reference string, err error) answer {
 	text := err.Error()
+	status := statusOf(err)
+	says := func(words ...string) bool {
+		for _, w := range words {
+			if strings.Contains(text, w) {
+				return true
+			}
+		}
+		return false
+	}
 	switch {
-	case strings.Contains(text, "certificate signed by unknown authority"),
-		strings.Contains(text, "x509:"), strings.Contains(text, "tls:"):
+	case says("certificate signed by unknown authority", "x509:", "tls:"):
 		return failed(errorRegistry, "the TLS certificate of %s is not trusted (%v); give the source its CA bundle", reference, err)
-	case strings.Contains(text, "401"), strings.Contains(text, "UNAUTHORIZED"), strings.Contains(text, "unauthorized"):
+	case status == http.StatusUnauthorized,
+		status == 0 && says("401 Unauthorized", "UNAUTHORIZED", "unauthorized"):
 		return failed(errorRegistry, "%s refused the credentials (401); check the source's docker config", reference)
-	case strings.Contains(text, "403"), strings.Contains(text, "DENIED"), strings.Contains(text, "denied"):
+	case status == http.StatusForbidden,
+		status == 0 && says("403 Forbidden", "DENIED", "denied"):
 		return failed(errorRegistry, "%s denied access (403); give the source's credentials pull access to the repository", reference)
 	}
 	return failed(errorRegistry, "reading the signatures of %s failed: %v; check that the registry is reachable", reference, err)
