@@ -214,7 +214,10 @@ pub(crate) fn plain_release_message(
             chart_version,
         );
     }
-    if let Some(error) = failure {
+    // A record deployed at this spec and sealed by the operator outranks a failure of the job
+    // for the same spec: that job's end was not known (its executor stopped after helm deployed,
+    // so the job is not tried again) or it was a redundant try; what runs is what was asked.
+    if let Some(error) = failure.filter(|_| current.is_none()) {
         return message(
             release,
             phase::FAILED,

@@ -226,7 +226,8 @@ impl Hub {
             .expect("the Controller applies");
     }
 
-    /// Waits until the resource's status satisfies `check`, returning it.
+    /// Waits until the resource's status satisfies `check`, returning it; on the deadline, the
+    /// panic shows the conditions and every release's phase and message last seen.
     pub async fn status_until(
         &self,
         name: &str,
@@ -234,12 +235,22 @@ impl Hub {
         check: impl Fn(&ControllerStatus) -> bool,
     ) -> ControllerStatus {
         let api = self.api();
-        wait_until(what, DEADLINE, || async {
-            let c = api.get(name).await.ok()?;
-            let status = c.status?;
-            check(&status).then_some(status)
-        })
-        .await
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        let mut last = None;
+        loop {
+            if let Some(status) = api.get(name).await.ok().and_then(|c| c.status) {
+                if check(&status) {
+                    return status;
+                }
+                last = Some(status);
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out after {DEADLINE:?} waiting for {what}; the status last seen:\n{}",
+                last.as_ref().map_or("none".into(), status_digest)
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
     }
 
     /// Waits until releases in `namespace` of `context` are exactly `expected` (name -> revision, all deployed).
@@ -497,4 +508,23 @@ pub fn impersonating(
         impersonate: Some(who),
         ..Default::default()
     }
+}
+
+/// A status in a few lines: its conditions, then each release's cluster, phase, revision and
+/// message.
+fn status_digest(status: &ControllerStatus) -> String {
+    let mut out: Vec<String> = status
+        .conditions
+        .iter()
+        .map(|c| format!("{}={} ({}: {})", c.type_, c.status, c.reason, c.message))
+        .collect();
+    for t in &status.updated_tenancies {
+        for m in &t.chart_messages {
+            out.push(format!(
+                "{}/{}/{}: {} rev {:?} {}",
+                t.cluster, t.namespace, m.release_name, m.phase, m.revision, m.error_message
+            ));
+        }
+    }
+    out.join("\n")
 }

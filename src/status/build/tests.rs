@@ -197,6 +197,44 @@ fn a_failed_release_is_reported_on_itself_while_the_others_stay_deployed() {
     assert_eq!(degraded.status, "True");
 }
 
+#[test]
+fn a_record_deployed_at_the_spec_outranks_a_failure_of_the_job_for_that_spec() {
+    // The executor stopped after helm deployed revision 1 and before it answered: the job
+    // failed, the record says the release runs as asked, and no job is planned again.
+    let mut f = Fixture::new(&["hub/foo/foo", "hub/foo/nginx"]);
+    f.applied
+        .extend([deployed("hub/foo/foo", 1), deployed("hub/foo/nginx", 1)]);
+    let stopped = |fingerprint: &str| LastOutcome {
+        fingerprint: fingerprint.into(),
+        outcome: Outcome::Failed {
+            kind: crate::queue::FailureKind::Transient,
+            message: "the helm executor stopped before answering".into(),
+        },
+        owner: release("hub/foo/nginx").owner,
+        settled: true,
+        at: std::time::Instant::now(),
+    };
+    f.outcomes
+        .insert("hub/foo/nginx".parse().unwrap(), stopped("apply:h1"));
+    let s = f.build();
+    let msgs = &s.updated_tenancies[0].chart_messages;
+    assert_eq!(
+        (msgs[1].phase.as_str(), msgs[1].revision),
+        ("Deployed", Some(1))
+    );
+    assert_eq!(msgs[1].error_message, "");
+
+    // A record of another spec (the failed upgrade left the old one) does not: Failed stands.
+    let mut f = Fixture::new(&["hub/foo/nginx"]);
+    let (key, mut old) = deployed("hub/foo/nginx", 1);
+    old.spec_hash = Some("h0".into());
+    f.applied.insert(key, old);
+    f.outcomes
+        .insert("hub/foo/nginx".parse().unwrap(), stopped("apply:h1"));
+    let s = f.build();
+    assert_eq!(s.updated_tenancies[0].chart_messages[0].phase, "Failed");
+}
+
 fn condition_of<'a>(status: &'a ControllerStatus, type_: &str) -> &'a Condition {
     status.conditions.iter().find(|c| c.type_ == type_).unwrap()
 }
