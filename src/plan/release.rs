@@ -384,9 +384,19 @@ impl Job {
         }
     }
 
-    /// Identifies the desired end state: two jobs with one fingerprint do the same thing.
+    /// Identifies the desired end state: two jobs with one fingerprint do the same thing. An
+    /// apply's names the release's Helm settings too, when it has some: they make no revision
+    /// of their own, but a job queued with others is replaced, and a release that failed
+    /// settles no longer once they change (a longer timeout is tried).
     pub(crate) fn fingerprint(&self) -> String {
         match self {
+            Job::Apply { release, .. } if release.helm != HelmSettings::default() => {
+                use sha2::Digest as _;
+                let text = serde_json::to_vec(&release.helm).expect("plain data serializes");
+                let digest = sha2::Sha256::digest(text);
+                let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+                format!("apply:{}:{short}", release.spec_hash)
+            }
             Job::Apply { release, .. } => format!("apply:{}", release.spec_hash),
             Job::Uninstall { .. } => "uninstall".to_owned(),
             Job::Rollback { from, .. } => format!("rollback:{from}"),

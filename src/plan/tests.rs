@@ -1046,3 +1046,28 @@ fn a_release_with_a_longer_timeout_of_its_own_is_left_pending_that_long() {
         plan.jobs
     );
 }
+
+#[test]
+fn an_apply_with_other_helm_settings_is_another_job_for_the_same_revision() {
+    use crate::api::crd::CrdPolicy;
+    let world = World::new();
+    let plain = world.plan(&owner("a"), &seed());
+    let with = world.plan(&owner("a"), &with_helm_settings(CrdPolicy::Skip));
+    let longer = {
+        let mut spec = with_helm_settings(CrdPolicy::Skip);
+        spec.tenancies[0].charts[0]
+            .install
+            .as_mut()
+            .unwrap()
+            .timeout = Some("10m".into());
+        world.plan(&owner("a"), &spec)
+    };
+    let key = plain.jobs[0].key().clone();
+    let job = |plan: &Plan| plan.jobs.iter().find(|j| *j.key() == key).unwrap().clone();
+    let spec_hash = plain.desired[0].spec_hash.clone();
+    assert_eq!(job(&plain).fingerprint(), format!("apply:{spec_hash}"));
+    let (a, b) = (job(&with).fingerprint(), job(&longer).fingerprint());
+    assert!(a.starts_with(&format!("apply:{spec_hash}:")), "{a}");
+    assert_ne!(a, b, "a changed timeout is another job");
+    assert!(b.starts_with(&format!("apply:{spec_hash}:")), "{b}");
+}
