@@ -251,6 +251,33 @@ mod tests {
     }
 
     #[test]
+    fn a_hub_waits_for_a_pull_members_answer_as_long_as_the_job_asks_helm_to_take() {
+        let key: crate::api::key::ReleaseKey = "edge-1/team/web".parse().unwrap();
+        let owner = crate::plan::OwnerId {
+            namespace: "team".into(),
+            name: "c".into(),
+        };
+        let uninstall = |settings| Job::Uninstall {
+            key: key.clone(),
+            owner: owner.clone(),
+            identity: None,
+            settings,
+        };
+        assert_eq!(asked_timeout(&uninstall(Uninstall::default())), None);
+        assert_eq!(
+            asked_timeout(&uninstall(example().uninstall)),
+            Some(Duration::from_secs(90))
+        );
+        let rollback = Job::Rollback {
+            key: key.clone(),
+            owner: owner.clone(),
+            from: 2,
+            identity: None,
+        };
+        assert_eq!(asked_timeout(&rollback), None);
+    }
+
+    #[test]
     fn a_timeout_the_schema_would_refuse_keeps_the_default() {
         for written in ["", "5", "0s", "999ms", "1d", "-1s"] {
             let settings = HelmSettings {
