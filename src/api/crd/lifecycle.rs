@@ -36,6 +36,7 @@ pub struct Install {
     /// What is done with the chart's `crds/` directory: `Create` (the default) creates the CRDs
     /// missing from the cluster, `Skip` leaves them out. `CreateReplace` is refused for now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crd_policy")]
     pub crds: Option<CrdPolicy>,
 }
 
@@ -82,6 +83,7 @@ pub struct Upgrade {
     /// identity, and never changes one that exists (the Helm executor only; the `helm` binary
     /// cannot, and such a release is refused there). `CreateReplace` is refused for now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crd_policy")]
     pub crds: Option<CrdPolicy>,
 }
 
@@ -130,5 +132,39 @@ pub enum CrdPolicy {
 impl std::fmt::Display for CrdPolicy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         std::fmt::Debug::fmt(self, f)
+    }
+}
+
+/// The schema of a `crds` field: the policies as an enum, described by the field's own doc
+/// comment (which the enum's would otherwise replace) so `kubectl explain` says what each does
+/// for that action.
+fn crd_policy(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "nullable": true,
+        "enum": ["Skip", "Create", "CreateReplace"],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schema_of_a_crds_field_lists_every_policy_as_it_is_written() {
+        let schema = crd_policy(&mut schemars::SchemaGenerator::default());
+        let listed = schema.get("enum").and_then(|e| e.as_array()).unwrap();
+        let every = [CrdPolicy::Skip, CrdPolicy::Create, CrdPolicy::CreateReplace];
+        // A policy added to the enum must be added here, and to the schema.
+        for policy in every {
+            match policy {
+                CrdPolicy::Skip | CrdPolicy::Create | CrdPolicy::CreateReplace => {}
+            }
+        }
+        let written: Vec<serde_json::Value> = every
+            .iter()
+            .map(|p| serde_json::to_value(p).unwrap())
+            .collect();
+        assert_eq!(listed, &written);
     }
 }
