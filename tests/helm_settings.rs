@@ -8,7 +8,7 @@ use common::{
     fixtures::{chart, message, tenancy, unique, wait_until},
     hub::Hub,
 };
-use tenancy_hub::api::crd::{ControllerSpec, Install};
+use tenancy_hub::api::crd::{ControllerSpec, Install, Uninstall};
 
 /// A chart whose one object is a Job that never completes: its pod asks for a node no cluster
 /// has, so it is never scheduled (on the lab's kwok nodes, a Job's pod that runs completes).
@@ -137,4 +137,43 @@ async fn held_at_its_own_timeout(extra: &[&str]) {
     );
     assert!(failed.contains("not ready"), "{failed}");
     hub.delete_and_wait_gone("waits").await;
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_deleted_controller_uninstalls_keeping_the_history_its_chart_asks_to_keep() {
+    let hub = Hub::new("helm-settings-history").await;
+    let ns = unique("helm-settings-history-tenant");
+    let mut kept = chart("deployment-example", "kept", &[]);
+    kept.uninstall = Some(Uninstall {
+        keep_history: true,
+        timeout: Some("30s".into()),
+        ..Uninstall::default()
+    });
+    let spec = ControllerSpec {
+        tenancies: vec![tenancy(
+            &ns,
+            &["member-1"],
+            vec![kept, chart("deployment-example", "gone", &[])],
+        )],
+        ..Default::default()
+    };
+    hub.apply("history", spec).await;
+    hub.releases_become("member-1", &ns, &[("gone", 1), ("kept", 1)])
+        .await;
+    // Deletion ends: the release whose records stay, marked uninstalled, is not taken for one
+    // still there.
+    hub.delete_and_wait_gone("history").await;
+    let history = hub
+        .lab
+        .helm("member-1", &["history", "kept", "-n", &ns, "-o", "json"]);
+    let history: Vec<serde_json::Value> = serde_json::from_str(&history).unwrap();
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(history[0]["status"], "uninstalled", "{history:?}");
+    assert!(
+        hub.lab
+            .try_helm("member-1", &["history", "gone", "-n", &ns])
+            .is_err(),
+        "the other release is gone with its history"
+    );
 }
