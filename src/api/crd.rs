@@ -11,6 +11,7 @@ pub use crate::api::controller_status::{
     ChartMessage, ClusterStatus, ControllerStatus, DriftStatus, DriftedObject, PodStatus,
     RolloutCluster, RolloutHalt, RolloutStatus, Summary, TenancyStatus, WorkloadStatus,
 };
+pub use crate::api::crd::lifecycle::{CrdPolicy, Install, Uninstall, Upgrade};
 
 /// Name of the cluster a tenancy goes to when it names no clusters and no selector.
 pub const HUB_CLUSTER: &str = "hub";
@@ -298,6 +299,30 @@ pub struct Chart {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16), inner(length(min = 1, max = 117)))]
     pub depends_on: Vec<String>,
+
+    /// How Helm installs the release (Flux's `install`): timeout, wait, hooks, CRDs. Not part
+    /// of what is deployed: changing it alone makes no new revision; the next install uses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub install: Option<Install>,
+
+    /// How Helm upgrades the release (Flux's `upgrade`): timeout, wait, hooks, force, cleanup,
+    /// CRDs. Not part of what is deployed: changing it alone makes no new revision; the next
+    /// upgrade (a change of chart or values, a drift repair) uses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<Upgrade>,
+
+    /// How Helm uninstalls the release when this Controller is deleted (Flux's `uninstall`): a
+    /// chart removed from the spec is uninstalled with the operator's defaults, its entry being
+    /// gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uninstall: Option<Uninstall>,
+
+    /// Revisions Helm keeps for this release (Flux's `maxHistory`), 1 to 100: unlike Helm and
+    /// Flux, 0 (every revision, without bound) is not taken. Default: the operator's
+    /// `--history-max`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub max_history: Option<i32>,
 }
 
 /// Where values come from on the hub: one key of a Secret or ConfigMap in the resource's namespace.
@@ -482,6 +507,7 @@ pub fn crd_yaml() -> String {
 
 pub mod depth_policy;
 pub mod free_form;
+pub mod lifecycle;
 
 #[cfg(test)]
 mod tests;

@@ -140,6 +140,35 @@ pub struct TenancyPolicySpec {
         )
     )]
     pub alert_internal_addresses: Vec<String>,
+
+    /// What the governed Controllers' charts may ask of Helm itself (their `install`,
+    /// `upgrade` and `uninstall` settings). Absent: everything the chart entry offers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub helm: Option<HelmRule>,
+}
+
+/// What a policy lets its releases ask of Helm.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct HelmRule {
+    /// Whether a chart may set `install.disableHooks` or `upgrade.disableHooks`: skipping the
+    /// hooks a platform relies on (a migration, a registration Job). Default true; false makes
+    /// such a release `Forbidden` under this policy. Uninstalls skip delete hooks by default
+    /// whatever this says, as they always have.
+    #[serde(default = "yes")]
+    pub allow_disable_hooks: bool,
+}
+
+impl Default for HelmRule {
+    fn default() -> Self {
+        Self {
+            allow_disable_hooks: true,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// A chart source prefix and what the hub fetches it with.

@@ -425,7 +425,13 @@ async fn helm(binary: &Path) -> Finding {
         ..HelmOptions::default()
     };
     let subject = binary.display().to_string();
-    match crate::helm::process::run_helm(&options, vec!["version".into(), "--short".into()]).await {
+    match crate::helm::process::run_helm(
+        &options,
+        vec!["version".into(), "--short".into()],
+        options.timeout,
+    )
+    .await
+    {
         Ok(version) => Finding::pass("helm", subject, format!("runs, {}", version.trim())),
         Err((error, _)) => Finding::not_passed(
             "helm",

@@ -85,6 +85,7 @@ pub(crate) async fn cleanup(c: &TenancyController, ctx: &Context) -> Result<Acti
                 key: key.clone(),
                 owner: owner.clone(),
                 identity: removal.get(key).cloned().flatten(),
+                settings: plan::uninstall_settings(&c.spec, key),
             });
         }
     }

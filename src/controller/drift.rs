@@ -321,6 +321,7 @@ mod tests {
             rollback_on_failure: false,
             spec_hash: "h".into(),
             identity: None,
+            helm: Default::default(),
             drift: DriftDetection {
                 mode,
                 ignore: vec![],

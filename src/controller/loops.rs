@@ -494,6 +494,7 @@ mod tests {
                     name: "a".into(),
                 },
                 identity: None,
+                settings: Default::default(),
             },
             outcome: Outcome::Uninstalled,
             attempt: 1,

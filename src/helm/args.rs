@@ -1,55 +1,18 @@
 //! The helm argument builder: flags for upgrade, template, uninstall and rollback, values escaped so commas and backslashes are literal, and helm's JSON answer read back (pure).
 
-use std::{
-    ffi::OsString,
-    path::{Path, PathBuf},
-    time::Duration,
-};
+use std::{ffi::OsString, path::Path, time::Duration};
+
+pub(crate) use crate::helm::settings::HelmOptions;
 
 use crate::{
     api::key::ReleaseKey,
     api::policy::Impersonation,
+    helm::settings::{self, Applying, Removing},
     plan::{
         ChartSource, MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL,
         Release, SPEC_HASH_LABEL,
     },
 };
-
-/// How Helm is called.
-#[derive(Clone, Debug)]
-pub(crate) struct HelmOptions {
-    /// The `helm` binary.
-    pub(crate) binary: PathBuf,
-    /// `--timeout` of each call; the process is killed 30 s after it.
-    pub(crate) timeout: Duration,
-    /// `--history-max`: revisions kept per release.
-    pub(crate) history_max: u32,
-    /// Where helm keeps its discovery and HTTP caches (`KUBECACHEDIR`, `HELM_CACHE_HOME`) across
-    /// calls; helm's own default (under `$HOME`) when None.
-    pub(crate) cache_dir: Option<PathBuf>,
-    /// The long-lived executor on Helm's Go SDK (`tenancy-hub-helm`, see `helm::sdk`) that
-    /// runs the jobs; None: one `helm` process per job.
-    pub(crate) sdk: Option<PathBuf>,
-    /// How long the long-lived executor may sit without work before it exits (zero: never).
-    pub(crate) executor_idle: Duration,
-    /// The operator's sealing key: release records are sealed with it and acted on only when
-    /// they verify (see `helm::seal`). None only where nothing is written (previews, tests).
-    pub(crate) seal: Option<crate::helm::seal::SealKey>,
-}
-
-impl Default for HelmOptions {
-    fn default() -> Self {
-        Self {
-            binary: "helm".into(),
-            timeout: Duration::from_secs(300),
-            history_max: 5,
-            cache_dir: None,
-            sdk: None,
-            executor_idle: Duration::from_secs(30),
-            seal: None,
-        }
-    }
-}
 
 /// The cluster a call goes to, and as whom.
 #[derive(Clone, Copy, Debug)]
@@ -80,7 +43,7 @@ fn flag(name: &str, value: impl AsRef<std::ffi::OsStr>) -> OsString {
     s
 }
 
-fn common(args: &mut Vec<OsString>, key: &ReleaseKey, target: Target<'_>, options: &HelmOptions) {
+fn common(args: &mut Vec<OsString>, key: &ReleaseKey, target: Target<'_>, timeout: Duration) {
     args.push(flag("namespace", &key.scope.namespace));
     // An empty kubeconfig is the hub's in-cluster configuration, which helm finds by itself.
     if !target.kubeconfig.as_os_str().is_empty() {
@@ -93,18 +56,55 @@ fn common(args: &mut Vec<OsString>, key: &ReleaseKey, target: Target<'_>, option
             args.push(flag("kube-as-group", group));
         }
     }
-    args.push(flag("timeout", format!("{}s", options.timeout.as_secs())));
+    args.push(flag("timeout", format!("{}s", timeout.as_secs())));
 }
 
-/// Arguments of `helm upgrade --install` for a release. Every user-given value travels inside one
-/// `--flag=value` argument, and positional arguments follow `--`, so nothing can pose as a flag.
+/// Which of its actions `helm upgrade --install` does for a release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// The release is not there: a first install.
+    Install,
+    /// The release is there: an upgrade.
+    Upgrade,
+}
+
+/// The settings `helm upgrade --install` is given for a release in `phase`.
+pub(crate) fn applying(release: &Release, phase: Phase, options: &HelmOptions) -> Applying {
+    match phase {
+        Phase::Install => settings::install(&release.helm, options),
+        Phase::Upgrade => settings::upgrade(&release.helm, options),
+    }
+}
+
+/// True when the arguments of `helm upgrade --install` for a release hang on whether it is
+/// installed already: its install and upgrade settings differ in a flag both actions read, or
+/// its upgrade asks for what only an upgrade does.
+pub(crate) fn phase_matters(release: &Release, options: &HelmOptions) -> bool {
+    let (i, u) = (
+        settings::install(&release.helm, options),
+        settings::upgrade(&release.helm, options),
+    );
+    (i.timeout, i.wait, i.wait_for_jobs, i.disable_hooks)
+        != (u.timeout, u.wait, u.wait_for_jobs, u.disable_hooks)
+        || u.create_crds
+        || u.force
+        || u.cleanup_on_fail
+}
+
+/// Arguments of `helm upgrade --install` for a release, with the chart entry's settings for
+/// `phase` (see [`phase_matters`]; the install's CRD policy either way, helm reading it only
+/// when it installs). An upgrade's `crds: Create` is not here: the helm binary cannot do it, and
+/// the CLI executor refuses it. Every user-given value travels inside one `--flag=value`
+/// argument, and positional arguments follow `--`, so nothing can pose as a flag.
 pub(crate) fn upgrade_args(
     release: &Release,
     target: Target<'_>,
     values_file: Option<&Path>,
     archive: Option<&Path>,
     options: &HelmOptions,
+    phase: Phase,
 ) -> Vec<OsString> {
+    let asked = applying(release, phase, options);
     // --reset-values: the deployed values are exactly the spec's. Without it, helm reuses the last
     // release's values whenever an upgrade passes none, so a removed setting would stay in force.
     //
@@ -127,8 +127,29 @@ pub(crate) fn upgrade_args(
     if release.rollback_on_failure {
         args.push("--rollback-on-failure".into());
     }
-    common(&mut args, &release.key, target, options);
-    args.push(flag("history-max", options.history_max.to_string()));
+    if asked.wait {
+        args.push(flag("wait", "watcher"));
+    }
+    if asked.wait_for_jobs {
+        args.push("--wait-for-jobs".into());
+    }
+    if asked.disable_hooks {
+        args.push("--no-hooks".into());
+    }
+    if !settings::install(&release.helm, options).create_crds {
+        args.push("--skip-crds".into());
+    }
+    if asked.force {
+        // Helm replaces objects only with a client-side apply.
+        args.push("--force-replace".into());
+        args.push("--server-side=false".into());
+    }
+    if asked.cleanup_on_fail {
+        args.push("--cleanup-on-fail".into());
+    }
+    common(&mut args, &release.key, target, asked.timeout);
+    let history_max = settings::history_max(&release.helm, options);
+    args.push(flag("history-max", history_max.to_string()));
     args.push(flag("output", "json"));
     args.push(flag(
         "labels",
@@ -224,8 +245,10 @@ const REPAIR_DESCRIPTION_MAX: usize = 200;
 /// `helm upgrade` arguments turned into a drift repair: the revision's description says what
 /// drifted, and the apply is server-side and forced, because whatever changed the fields by hand
 /// (`kubectl scale`, another controller) now owns them and a plain apply would stop at the conflict
-/// (helm refuses `--force-conflicts` with client-side apply, hence `--server-side=true`).
+/// (helm refuses `--force-conflicts` with client-side apply, hence `--server-side=true`, and with
+/// `--force-replace`, which a repair drops).
 pub(crate) fn with_repair(mut args: Vec<OsString>, summary: &str) -> Vec<OsString> {
+    args.retain(|a| a != "--force-replace" && a != "--server-side=false");
     let description = repair_description(summary);
     let at = args.iter().position(|a| a == "--").unwrap_or(args.len());
     let flags = [
@@ -254,16 +277,24 @@ pub(crate) fn repair_description(summary: &str) -> String {
 /// The description of the revision a rollback of a halted rollout writes.
 pub(crate) const ROLLBACK_DESCRIPTION: &str = "rolled back by tenancy-hub: the rollout halted";
 
-/// Arguments of `helm uninstall` for a release.
+/// Arguments of `helm uninstall` for a release, as `asked`.
 pub(crate) fn uninstall_args(
     key: &ReleaseKey,
     target: Target<'_>,
-    options: &HelmOptions,
+    asked: &Removing,
 ) -> Vec<OsString> {
     let mut args: Vec<OsString> = vec!["uninstall".into()];
-    common(&mut args, key, target, options);
-    // Removing a release deletes what it installed and runs nothing its record asks for.
-    args.push("--no-hooks".into());
+    common(&mut args, key, target, asked.timeout);
+    // By default, removing a release deletes what it installed and runs nothing its record asks for.
+    if asked.disable_hooks {
+        args.push("--no-hooks".into());
+    }
+    if asked.keep_history {
+        args.push("--keep-history".into());
+    }
+    if asked.wait {
+        args.push(flag("wait", "watcher"));
+    }
     args.push("--".into());
     args.push(key.release.clone().into());
     args
@@ -278,7 +309,7 @@ pub(crate) fn rollback_args(
     options: &HelmOptions,
 ) -> Vec<OsString> {
     let mut args: Vec<OsString> = vec!["rollback".into()];
-    common(&mut args, key, target, options);
+    common(&mut args, key, target, options.timeout);
     args.push(flag("history-max", options.history_max.to_string()));
     args.push("--server-side=true".into());
     args.push("--force-conflicts".into());

@@ -121,9 +121,43 @@ impl HelmCli {
         }
     }
 
-    /// Runs helm; on failure, its trimmed message and what kind of failure it is.
-    async fn run(&self, args: Vec<OsString>) -> Result<String, (String, FailureKind)> {
-        run_helm(&self.options, args).await
+    /// Runs helm, given `--timeout` `timeout`; on failure, its trimmed message and what kind of
+    /// failure it is.
+    async fn run(
+        &self,
+        args: Vec<OsString>,
+        timeout: std::time::Duration,
+    ) -> Result<String, (String, FailureKind)> {
+        run_helm(&self.options, args, timeout).await
+    }
+
+    /// Whether applying `release` on `member` installs or upgrades it, looked up in its release
+    /// records only when its settings make the two differ (see `phase_matters`); Err: the
+    /// outcome of a release this executor cannot apply as asked, or of a failed look-up.
+    async fn phase(&self, member: &Member, release: &Release) -> Result<Phase, Outcome> {
+        if !phase_matters(release, &self.options) {
+            return Ok(Phase::Upgrade);
+        }
+        let records = records_left(member.client.clone(), &release.key)
+            .await
+            .map_err(|e| {
+                let message = format!(
+                    "looking up whether release {} is installed: {e}",
+                    release.key
+                );
+                Outcome::failed(message, FailureKind::Transient)
+            })?;
+        if records == 0 {
+            return Ok(Phase::Install);
+        }
+        if crate::helm::settings::upgrade(&release.helm, &self.options).create_crds {
+            let message = format!(
+                "release {}: upgrade.crds: Create is refused by the helm binary executor, which cannot create CRDs on an upgrade; run the operator with the Helm executor (--executor sdk), or set upgrade.crds: Skip",
+                release.key
+            );
+            return Err(Outcome::failed(message, FailureKind::Permanent));
+        }
+        Ok(Phase::Upgrade)
     }
 
     fn values_file(&self, values: &serde_json::Value) -> std::io::Result<tempfile::NamedTempFile> {
@@ -302,12 +336,18 @@ impl HelmCli {
             context: &member.entry.context,
             identity: release.identity.as_ref(),
         };
+        let phase = match self.phase(member, &release).await {
+            Ok(phase) => phase,
+            Err(outcome) => return self.finish_apply(&prepared, &release.key, outcome).await,
+        };
+        let timeout = applying(&release, phase, &self.options).timeout;
         let mut args = upgrade_args(
             &release,
             target,
             values.as_ref().map(|f| f.path()),
             archive.as_ref().map(|a| a.path()),
             &self.options,
+            phase,
         );
         if let Some(summary) = &repair {
             args = with_repair(args, summary);
@@ -315,7 +355,7 @@ impl HelmCli {
         if let Err(refused) = self.check_records(member, &release.key).await {
             return refused;
         }
-        let outcome = match self.run(args).await {
+        let outcome = match self.run(args, timeout).await {
             Ok(stdout) => match parse_release_json(&stdout) {
                 Some((revision, chart_version)) => {
                     self.seal_written(member, &release.key, &release.owner, revision)
@@ -366,7 +406,7 @@ impl HelmCli {
         };
         let member = &targeted.member;
         let args = rollback_args(&key, from - 1, targeted.target(&identity), &self.options);
-        match self.run(args).await {
+        match self.run(args, self.options.timeout).await {
             // A rollback writes the revision after the newest one.
             Ok(_) => {
                 self.seal_written(member, &key, owner, from + 1).await;
@@ -383,6 +423,7 @@ impl HelmCli {
         &self,
         key: ReleaseKey,
         identity: Option<Impersonation>,
+        settings: &crate::api::crd::Uninstall,
     ) -> Outcome {
         let targeted = match self.targeted(&key).await {
             Ok(targeted) => targeted,
@@ -390,7 +431,9 @@ impl HelmCli {
         };
         let member = &targeted.member;
         let target = targeted.target(&identity);
-        let outcome = match self.run(uninstall_args(&key, target, &self.options)).await {
+        let asked = crate::helm::settings::uninstall(settings, &self.options);
+        let args = uninstall_args(&key, target, &asked);
+        let outcome = match self.run(args, asked.timeout).await {
             Ok(_) => Outcome::Uninstalled,
             // Helm's words do not say whether the release is gone (its "not found" may be a
             // context's or a plugin's); the release records left in the namespace do.

@@ -10,3 +10,4 @@ pub(crate) mod process;
 pub(crate) mod protocol;
 pub(crate) mod sdk;
 pub mod seal;
+pub(crate) mod settings;

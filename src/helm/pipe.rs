@@ -409,7 +409,7 @@ impl Pipe {
             process.kill("its input closed");
             return Err(ExecutorError::InputClosed(e));
         }
-        let limit = self.options.timeout + ANSWER_GRACE;
+        let limit = std::time::Duration::from_secs(request.timeout_seconds) + ANSWER_GRACE;
         let answer = tokio::time::timeout(limit, rx).await;
         in_flight.answered = true;
         match answer {

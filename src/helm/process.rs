@@ -33,7 +33,7 @@ pub(crate) async fn template(
         .transpose()
         .map_err(|e| format!("writing the values file: {e}"))?;
     let args = template_args(release, values.as_ref().map(|f| f.path()), archive, render);
-    run_helm(options, args)
+    run_helm(options, args, options.timeout)
         .await
         .map_err(|(message, _)| message)
 }
@@ -70,11 +70,12 @@ pub(crate) fn values_file_in(
     Ok(file)
 }
 
-/// Runs helm without a shell, bounded by the timeout; on failure, its trimmed message and what
+/// Runs helm without a shell, stopped 30 s past `timeout` (the `--timeout` it was given); on failure, its trimmed message and what
 /// kind of failure it is.
 pub(crate) async fn run_helm(
     options: &HelmOptions,
     args: Vec<OsString>,
+    timeout: Duration,
 ) -> Result<String, (String, FailureKind)> {
     let mut command = Command::new(&options.binary);
     child_environment(&mut command, options);
@@ -91,7 +92,7 @@ pub(crate) async fn run_helm(
         );
         (message, FailureKind::Transient)
     })?;
-    let limit = options.timeout + Duration::from_secs(30);
+    let limit = timeout + Duration::from_secs(30);
     match tokio::time::timeout(limit, child.wait_with_output()).await {
         Err(_) => Err((
             format!(

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     api::key::ReleaseKey,
     helm::args::{self as helm, HelmOptions},
+    helm::settings::{self, Applying, Removing},
     plan::{
         MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, Release,
         SPEC_HASH_LABEL,
@@ -14,7 +15,7 @@ use crate::{
 /// The version of the messages on the executor's pipe: [`Hello`], [`Request`] and [`Answer`].
 /// Bump it when a message changes, with the executor's `protocolVersion` (`helm-sdk/main.go`) and
 /// the shared fixtures in `helm-sdk/testdata/protocol`, which the tests of both sides check.
-pub(crate) const PROTOCOL_VERSION: u32 = 1;
+pub(crate) const PROTOCOL_VERSION: u32 = 2;
 /// The version of Helm's Go SDK the executor is built with: the one `helm-sdk/go.mod` requires
 /// (a unit test keeps them in step).
 pub(crate) const HELM_SDK: &str = "v4.3.1";
@@ -75,8 +76,24 @@ pub(crate) struct Request {
     pub(crate) labels: std::collections::BTreeMap<&'static str, String>,
     /// Revisions kept.
     pub(crate) history_max: u32,
-    /// Helm's timeout.
+    /// Helm's timeout: for an `upgrade`, the longer of its install's and upgrade's, which the
+    /// executor's deadline follows.
     pub(crate) timeout_seconds: u64,
+    /// How an `upgrade` installs a release that is not there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) install: Option<Phase>,
+    /// How an `upgrade` upgrades a release that is there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) upgrade: Option<Phase>,
+    /// An `uninstall` skips the delete hooks.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) disable_hooks: bool,
+    /// An `uninstall` keeps the release's records, marked uninstalled.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) keep_history: bool,
+    /// An `uninstall` waits until the release's objects are gone.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) wait: bool,
     /// Roll back (or uninstall a first install) when the release does not become ready.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub(crate) rollback_on_failure: bool,
@@ -92,6 +109,45 @@ pub(crate) struct Request {
     /// The operator's sealing key (hex on the pipe; `Debug` shows nothing of it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) seal: Option<crate::helm::seal::SealKey>,
+}
+
+/// How one action of an `upgrade` request goes: its install or its upgrade.
+#[derive(Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Phase {
+    /// Helm's timeout for it.
+    pub(crate) timeout_seconds: u64,
+    /// Wait for the release's workloads to be ready.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) wait: bool,
+    /// Wait for its Jobs to complete too.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) wait_for_jobs: bool,
+    /// Skip its hooks.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) disable_hooks: bool,
+    /// `Create` (create the chart's missing CRDs) or `Skip`.
+    pub(crate) crds: &'static str,
+    /// Replace what cannot be patched, applying client-side (upgrades only).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) force: bool,
+    /// Delete what a failed upgrade created (upgrades only).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) cleanup_on_fail: bool,
+}
+
+impl From<Applying> for Phase {
+    fn from(a: Applying) -> Self {
+        Self {
+            timeout_seconds: a.timeout.as_secs(),
+            wait: a.wait,
+            wait_for_jobs: a.wait_for_jobs,
+            disable_hooks: a.disable_hooks,
+            crds: if a.create_crds { "Create" } else { "Skip" },
+            force: a.force,
+            cleanup_on_fail: a.cleanup_on_fail,
+        }
+    }
 }
 
 fn is_zero(n: &i64) -> bool {
@@ -117,7 +173,8 @@ pub(crate) struct Answer {
 }
 
 /// The request of an install or upgrade of `release` from `chart`, as `helm::upgrade_args` asks
-/// the CLI for it; with `repair`, a drift repair forcing the conflicts.
+/// the CLI for it, with the chart entry's settings of both actions (the executor knows which it
+/// does); with `repair`, a drift repair forcing the conflicts (and never replacing).
 pub(crate) fn upgrade_request(
     id: u64,
     release: &Release,
@@ -126,6 +183,7 @@ pub(crate) fn upgrade_request(
     repair: Option<&str>,
     options: &HelmOptions,
 ) -> Request {
+    let upgrade = settings::upgrade(&release.helm, options);
     let labels = [
         (MANAGED_BY_LABEL, MANAGED_BY.to_owned()),
         (OWNER_NAMESPACE_LABEL, release.owner.namespace.clone()),
@@ -148,8 +206,19 @@ pub(crate) fn upgrade_request(
             .map(|(k, v)| format!("{k}={}", helm::escape_set_value(v)))
             .collect(),
         labels,
-        history_max: options.history_max,
-        timeout_seconds: options.timeout.as_secs(),
+        history_max: settings::history_max(&release.helm, options),
+        timeout_seconds: settings::apply_timeout(&release.helm, options).as_secs(),
+        install: Some(settings::install(&release.helm, options).into()),
+        upgrade: Some(
+            Applying {
+                force: upgrade.force && repair.is_none(),
+                ..upgrade
+            }
+            .into(),
+        ),
+        disable_hooks: false,
+        keep_history: false,
+        wait: false,
         rollback_on_failure: release.rollback_on_failure,
         force_conflicts: repair.is_some(),
         description: repair.map(helm::repair_description).unwrap_or_default(),
@@ -158,7 +227,25 @@ pub(crate) fn upgrade_request(
     }
 }
 
-/// The request of an uninstall or (with `to`) a rollback of `key`, as the CLI path asks for them.
+/// The request of an uninstall of `key` as `asked`, as the CLI path asks for it.
+pub(crate) fn uninstall_request(
+    id: u64,
+    key: &ReleaseKey,
+    cluster: ClusterRef,
+    asked: &Removing,
+    options: &HelmOptions,
+) -> Request {
+    Request {
+        timeout_seconds: asked.timeout.as_secs(),
+        disable_hooks: asked.disable_hooks,
+        keep_history: asked.keep_history,
+        wait: asked.wait,
+        ..release_request(id, key, cluster, None, options)
+    }
+}
+
+/// The request of an uninstall (with the executor's defaults) or (with `to`) a rollback of
+/// `key`, as the CLI path asks for them.
 pub(crate) fn release_request(
     id: u64,
     key: &ReleaseKey,
@@ -182,6 +269,11 @@ pub(crate) fn release_request(
         labels: Default::default(),
         history_max: options.history_max,
         timeout_seconds: options.timeout.as_secs(),
+        install: None,
+        upgrade: None,
+        disable_hooks: to.is_none(),
+        keep_history: false,
+        wait: false,
         rollback_on_failure: false,
         force_conflicts: to.is_some(),
         description: if to.is_some() {

@@ -24,13 +24,13 @@
 use std::path::PathBuf;
 
 use crate::{
-    api::{key::ReleaseKey, policy::Impersonation},
+    api::{crd::Uninstall, key::ReleaseKey, policy::Impersonation},
     clusters::registry::Member,
     helm::args::HelmOptions,
     helm::cli::HelmCli,
     helm::outcome as helm,
     helm::pipe::{ExecutorError, Pipe},
-    helm::protocol::{Answer, ClusterRef, release_request, upgrade_request},
+    helm::protocol::{Answer, ClusterRef, release_request, uninstall_request, upgrade_request},
     plan::{ChartSource, Job, Release},
     queue::{Executor, FailureKind, Outcome},
 };
@@ -152,16 +152,27 @@ impl HelmExecutor {
             .await
     }
 
-    async fn uninstall(&self, key: ReleaseKey, identity: Option<Impersonation>) -> Outcome {
+    async fn uninstall(
+        &self,
+        key: ReleaseKey,
+        identity: Option<Impersonation>,
+        settings: Uninstall,
+    ) -> Outcome {
         let Some(pipe) = &self.pipe else {
-            return self.cli.uninstall(key, identity).await;
+            return self.cli.uninstall(key, identity, &settings).await;
         };
         let Some(member) = self.cli.member(&key) else {
             return helm::unregistered(&key);
         };
         let cluster = self.cluster(&member, identity.as_ref());
         let failed = match pipe
-            .call(release_request(0, &key, cluster, None, &self.options))
+            .call(uninstall_request(
+                0,
+                &key,
+                cluster,
+                &crate::helm::settings::uninstall(&settings, &self.options),
+                &self.options,
+            ))
             .await
         {
             Ok(Answer { error: None, .. }) => None,
@@ -226,7 +237,12 @@ impl Executor for HelmExecutor {
                 stale_pending,
                 repair,
             } => self.apply(*release, stale_pending, repair).await,
-            Job::Uninstall { key, identity, .. } => self.uninstall(key, identity).await,
+            Job::Uninstall {
+                key,
+                identity,
+                settings,
+                ..
+            } => self.uninstall(key, identity, settings).await,
             Job::Rollback {
                 key,
                 from,

@@ -235,6 +235,7 @@ pub(crate) fn apply(key: &str, spec_hash: &str) -> Job {
             spec_hash: spec_hash.into(),
             identity: None,
             drift: Default::default(),
+            helm: Default::default(),
         }),
         stale_pending: None,
         repair: None,

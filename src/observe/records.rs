@@ -28,14 +28,16 @@ pub(crate) fn record_events(client: kube::Client, selector: &str) -> RecordEvent
     crate::observe::relist::relisting_watcher(api, config).boxed()
 }
 
-/// Label selector of the newest release records tenancy-hub manages.
+/// Label selector of the newest release records tenancy-hub manages. A release uninstalled with
+/// its history kept (`uninstall.keepHistory`) leaves records marked `uninstalled`: it is gone,
+/// and they are not read.
 pub const MANAGED_SELECTOR: &str =
-    "owner=helm,multitenancy.dev/managed-by=tenancy-hub,status!=superseded";
+    "owner=helm,multitenancy.dev/managed-by=tenancy-hub,status!=superseded,status!=uninstalled";
 
 /// Label selector of the newest records of every other Helm release (`!=` also selects records
-/// without the label).
+/// without the label); one uninstalled with its history kept is gone, as above.
 pub const FOREIGN_SELECTOR: &str =
-    "owner=helm,multitenancy.dev/managed-by!=tenancy-hub,status!=superseded";
+    "owner=helm,multitenancy.dev/managed-by!=tenancy-hub,status!=superseded,status!=uninstalled";
 
 /// What Helm deployed for one revision of a release: its manifest and the values it was given.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]

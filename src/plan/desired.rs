@@ -9,7 +9,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::{
-    api::crd::{Chart, ControllerSpec, HUB_CLUSTER, Tenancy},
+    api::crd::{Chart, ControllerSpec, CrdPolicy, HUB_CLUSTER, Tenancy, Uninstall},
     api::key::{ClusterName, ClusterNamespace, ReleaseKey},
     policy::{
         Admission, Verdict,
@@ -142,6 +142,18 @@ pub(crate) fn release_key(
             .clone()
             .unwrap_or_else(|| tenancy.namespace.clone()),
     }
+}
+
+/// The `uninstall` settings `spec` gives the release `key`: those of the first chart entry of a
+/// tenancy of its namespace releasing it; the executor's defaults when none does.
+pub(crate) fn uninstall_settings(spec: &ControllerSpec, key: &ReleaseKey) -> Uninstall {
+    spec.tenancies
+        .iter()
+        .filter(|t| t.namespace == key.scope.namespace)
+        .flat_map(|t| t.charts.iter().map(move |c| (t, c)))
+        .find(|(t, c)| c.release_name.as_ref().unwrap_or(&t.namespace) == &key.release)
+        .and_then(|(_, c)| c.uninstall.clone())
+        .unwrap_or_default()
 }
 
 /// Where a chart comes from, as the spec names it.
@@ -391,6 +403,7 @@ fn resolve(
             return Err(Box::new(Problem::InvalidSetting { key, setting, why }));
         }
     }
+    let helm = helm_settings(&key, chart)?;
     let found = lookup(&source, credentials, trust, chart.version.as_deref());
     let (version, chart_digest, verified) = match found {
         ChartLookup::Found {
@@ -434,12 +447,42 @@ fn resolve(
         spec_hash: String::new(),
         identity: None,
         drift: chart.drift_detection.clone().unwrap_or_default(),
+        helm,
         masked: rendered.masked,
         credentials: credentials.clone(),
         verified,
     };
     release.spec_hash = spec_hash(&release);
     Ok(release)
+}
+
+/// A chart entry's Helm settings, or the problem of one that cannot be carried out: a CRD
+/// policy of `CreateReplace`, which needs the policy of CRD upgrades first.
+fn helm_settings(key: &ReleaseKey, chart: &Chart) -> Result<HelmSettings, Box<Problem>> {
+    let asked = [
+        ("install", chart.install.as_ref().and_then(|i| i.crds)),
+        ("upgrade", chart.upgrade.as_ref().and_then(|u| u.crds)),
+    ];
+    if let Some((action, crds)) = asked
+        .into_iter()
+        .find(|(_, crds)| *crds == Some(CrdPolicy::CreateReplace))
+    {
+        return Err(Box::new(Problem::UnsupportedSetting {
+            key: key.clone(),
+            chart: chart.chart_name.clone(),
+            setting: format!("{action}.crds: {}", crds.expect("found above")),
+            why: "replacing a chart's CRDs is not done yet: it changes cluster-wide schemas for every tenant and waits for a policy allowing it; use Create (missing CRDs only) or Skip".into(),
+        }));
+    }
+    Ok(HelmSettings {
+        install: chart.install.clone().unwrap_or_default(),
+        upgrade: chart.upgrade.clone().unwrap_or_default(),
+        uninstall: chart.uninstall.clone().unwrap_or_default(),
+        max_history: chart
+            .max_history
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|n| *n > 0),
+    })
 }
 
 /// Fingerprint of what Helm is given for a release: 16 hex digits. It covers the chart's resolved

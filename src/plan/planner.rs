@@ -234,12 +234,19 @@ fn plan_apply(inputs: &Inputs<'_>, release: &Release, held: &Held, plan: &mut Pl
     let job = match inputs.applied.get(&release.key) {
         None => Some(None),
         Some(a) if a.is_pending() => {
+            // A release whose own timeout is longer is left pending that long, and a minute.
+            let limit = release
+                .helm
+                .apply_timeout_secs()
+                .map_or(inputs.pending_timeout_secs, |t| {
+                    inputs.pending_timeout_secs.max(t.saturating_add(60))
+                });
             let age = a.modified_at.map_or(i64::MAX, |t| inputs.now - t);
-            let left = inputs.pending_timeout_secs.saturating_sub(age) + 1;
+            let left = limit.saturating_sub(age) + 1;
             if left > 0 {
                 plan.recheck_in = Some(plan.recheck_in.map_or(left, |r| r.min(left)));
             }
-            (age > inputs.pending_timeout_secs).then_some(Some(a.revision))
+            (age > limit).then_some(Some(a.revision))
         }
         Some(a) if a.status == "deployed" && a.spec_hash.as_deref() == Some(&release.spec_hash) => {
             // Deployed as asked: applied again, unchanged, only to repair drift found in
@@ -292,10 +299,12 @@ fn plan_removals(
             &a.key,
             inputs.clusters.get(&a.key.scope.cluster),
         ) {
+            // Its chart entry is gone: uninstalled with the executor's defaults.
             Ok(identity) => plan.jobs.push(Job::Uninstall {
                 key: a.key.clone(),
                 owner: inputs.owner.clone(),
                 identity,
+                settings: Default::default(),
             }),
             // Nothing runs with the operator's rights on the tenant's behalf: left in place.
             Err(rule) => problems.push(Problem::Forbidden {

@@ -5,7 +5,7 @@ use std::{fmt, path::PathBuf};
 use serde::Serialize;
 
 use crate::{
-    api::crd::{DriftDetection, TenancyController},
+    api::crd::{DriftDetection, Install, TenancyController, Uninstall, Upgrade},
     api::key::ReleaseKey,
     api::policy::Impersonation,
     policy::access::{Credentials, Trust},
@@ -102,6 +102,10 @@ pub(crate) struct Release {
     /// How drift of its live objects from its manifest is handled. Not part of the fingerprint:
     /// Helm never sees it, so changing only the mode or the ignore rules must not make a revision.
     pub(crate) drift: DriftDetection,
+    /// How Helm is asked to install, upgrade and uninstall it. Not part of the fingerprint: it
+    /// changes how Helm acts, not what is deployed, so changing it alone makes no revision.
+    #[serde(default)]
+    pub(crate) helm: HelmSettings,
     /// What of its values came from Secrets, masked wherever it could show.
     pub(crate) masked: Masked,
     /// Whose credentials the hub fetched its chart with: the key its archive is checked out of
@@ -135,9 +139,42 @@ impl fmt::Debug for Release {
             .field("spec_hash", &self.spec_hash)
             .field("identity", &self.identity)
             .field("drift", &self.drift)
+            .field("helm", &self.helm)
             .field("masked", &self.masked)
             .field("credentials", &self.credentials.to_string())
             .finish()
+    }
+}
+
+/// A chart entry's Helm settings (`install`, `upgrade`, `uninstall`, `maxHistory`), absent ones
+/// left to the executor's defaults (the operator's flags, or a pull member's agent's).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
+pub(crate) struct HelmSettings {
+    /// How the first install goes.
+    #[serde(default)]
+    pub(crate) install: Install,
+    /// How an upgrade goes.
+    #[serde(default)]
+    pub(crate) upgrade: Upgrade,
+    /// How an uninstall goes, when the entry is still there to say.
+    #[serde(default)]
+    pub(crate) uninstall: Uninstall,
+    /// Revisions kept (the schema keeps it from 1 to 100).
+    #[serde(default)]
+    pub(crate) max_history: Option<u32>,
+}
+
+impl HelmSettings {
+    /// The longest timeout of an install or upgrade these settings name themselves, in seconds.
+    pub(crate) fn apply_timeout_secs(&self) -> Option<i64> {
+        [&self.install.timeout, &self.upgrade.timeout]
+            .into_iter()
+            .filter_map(|t| {
+                t.as_deref()
+                    .and_then(crate::plan::rollout::parse_duration_ms)
+            })
+            .max()
+            .map(|ms| ms / 1000)
     }
 }
 
@@ -312,6 +349,10 @@ pub(crate) enum Job {
         owner: OwnerId,
         /// Whom Helm impersonates to uninstall it; the operator's own credentials when None.
         identity: Option<Impersonation>,
+        /// The chart entry's `uninstall` settings, when it is still there to say (a deleted
+        /// Controller); the executor's defaults otherwise.
+        #[serde(default)]
+        settings: Uninstall,
     },
     /// Roll a release back to the revision before `from` (a halted rollout's `rollbackOnHalt`).
     Rollback {
@@ -343,9 +384,19 @@ impl Job {
         }
     }
 
-    /// Identifies the desired end state: two jobs with one fingerprint do the same thing.
+    /// Identifies the desired end state: two jobs with one fingerprint do the same thing. An
+    /// apply's names the release's Helm settings too, when it has some: they make no revision
+    /// of their own, but a job queued with others is replaced, and a release that failed
+    /// settles no longer once they change (a longer timeout is tried).
     pub(crate) fn fingerprint(&self) -> String {
         match self {
+            Job::Apply { release, .. } if release.helm != HelmSettings::default() => {
+                use sha2::Digest as _;
+                let text = serde_json::to_vec(&release.helm).expect("plain data serializes");
+                let digest = sha2::Sha256::digest(text);
+                let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+                format!("apply:{}:{short}", release.spec_hash)
+            }
             Job::Apply { release, .. } => format!("apply:{}", release.spec_hash),
             Job::Uninstall { .. } => "uninstall".to_owned(),
             Job::Rollback { from, .. } => format!("rollback:{from}"),
@@ -443,6 +494,18 @@ pub(crate) enum Problem {
         /// What is wrong and what to do.
         why: String,
     },
+    /// A Helm setting of the chart entry that cannot be carried out (yet): refused, never
+    /// dropped.
+    UnsupportedSetting {
+        /// The release.
+        key: ReleaseKey,
+        /// The chart as named.
+        chart: String,
+        /// The setting as written, for example `upgrade.crds: CreateReplace`.
+        setting: String,
+        /// Why, and what to write instead.
+        why: String,
+    },
     /// A `dependsOn` entry names a release this resource does not release on the same cluster.
     UnknownDependency {
         /// The release whose chart names it.
@@ -476,6 +539,7 @@ impl Problem {
             | Problem::InvalidSetting { key, .. }
             | Problem::Forbidden { key, .. }
             | Problem::InvalidValues { key, .. }
+            | Problem::UnsupportedSetting { key, .. }
             | Problem::UnknownDependency { key, .. }
             | Problem::DependencyCycle { key, .. } => Some(key),
             Problem::UnknownCluster { .. }
@@ -497,6 +561,7 @@ impl Problem {
             Problem::Forbidden { .. } => "Forbidden",
             Problem::TooLarge { .. } => "SpecTooLarge",
             Problem::InvalidValues { .. } => "InvalidValues",
+            Problem::UnsupportedSetting { .. } => "UnsupportedSetting",
             Problem::UnknownDependency { .. } => "UnknownDependency",
             Problem::DependencyCycle { .. } => "DependencyCycle",
         }
@@ -561,6 +626,12 @@ impl fmt::Display for Problem {
                 f,
                 "release {key}: its values for cluster {} cannot be made: {why}; what runs stays as it is until they can",
                 key.scope.cluster
+            ),
+            Problem::UnsupportedSetting {
+                key, setting, why, ..
+            } => write!(
+                f,
+                "release {key}: {setting} is refused: {why}; nothing is installed or changed for it until the spec changes (what runs stays as it is)"
             ),
             Problem::UnknownDependency {
                 key,

@@ -21,7 +21,7 @@ mod waves;
 
 pub(crate) use events::{RolloutEvent, describe, halt_message};
 pub(crate) use jobs::{hold, note, rollbacks};
-pub(crate) use settings::Settings;
+pub(crate) use settings::{Settings, parse_duration_ms};
 pub(crate) use states::{Facts, state};
 pub(crate) use waves::waves;
 

@@ -930,3 +930,146 @@ fn a_chart_a_policy_asks_signatures_of_is_planned_only_verified_and_its_refusal_
         "an unverified release stays named: what runs is not uninstalled"
     );
 }
+
+/// The seed with every chart asking Helm for its own timeouts, waits, hooks and history.
+fn with_helm_settings(crds: crate::api::crd::CrdPolicy) -> ControllerSpec {
+    use crate::api::crd::{Install, Uninstall, Upgrade};
+    let mut spec = seed();
+    for chart in &mut spec.tenancies[0].charts {
+        chart.install = Some(Install {
+            timeout: Some("20s".into()),
+            wait_for_jobs: true,
+            ..Install::default()
+        });
+        chart.upgrade = Some(Upgrade {
+            timeout: Some("45m".into()),
+            force: true,
+            crds: Some(crds),
+            ..Upgrade::default()
+        });
+        chart.uninstall = Some(Uninstall {
+            keep_history: true,
+            ..Uninstall::default()
+        });
+        chart.max_history = Some(12);
+    }
+    spec
+}
+
+#[test]
+fn helm_settings_alone_keep_the_fingerprint_and_make_no_revision() {
+    use crate::api::crd::CrdPolicy;
+    let mut world = World::new();
+    let before = world.plan(&owner("a"), &seed());
+    world.apply(&before);
+    let after = world.plan(&owner("a"), &with_helm_settings(CrdPolicy::Create));
+    assert!(after.jobs.is_empty(), "{:?}", after.jobs);
+    assert!(after.problems.is_empty(), "{:?}", after.problems);
+    for (old, new) in before.desired.iter().zip(&after.desired) {
+        assert_eq!(old.spec_hash, new.spec_hash, "{}", new.key);
+        assert_eq!(spec_hash(old), spec_hash(new));
+        assert_eq!(new.helm.max_history, Some(12));
+        assert_eq!(new.helm.upgrade.crds, Some(CrdPolicy::Create));
+    }
+}
+
+#[test]
+fn the_next_helm_action_of_a_release_carries_its_settings() {
+    use crate::api::crd::CrdPolicy;
+    let mut world = World::new();
+    world.apply(&world.plan(&owner("a"), &seed()));
+    let mut spec = with_helm_settings(CrdPolicy::Skip);
+    spec.tenancies[0].charts[0].settings[0].value = "3".into();
+    let plan = world.plan(&owner("a"), &spec);
+    let [Job::Apply { release, .. }] = plan.jobs.as_slice() else {
+        panic!("one upgrade expected: {:?}", plan.jobs);
+    };
+    assert_eq!(release.helm.install.timeout.as_deref(), Some("20s"));
+    assert!(release.helm.install.wait_for_jobs && release.helm.upgrade.force);
+    assert!(release.helm.uninstall.keep_history);
+    assert_eq!(release.helm.apply_timeout_secs(), Some(45 * 60));
+}
+
+#[test]
+fn a_crd_policy_of_create_replace_is_refused_naming_the_release_and_nothing_runs() {
+    let world = World::new();
+    let plan = world.plan(
+        &owner("a"),
+        &with_helm_settings(crate::api::crd::CrdPolicy::CreateReplace),
+    );
+    assert!(plan.jobs.is_empty(), "{:?}", plan.jobs);
+    assert_eq!(plan.problems.len(), 2);
+    let problem = &plan.problems[0];
+    assert_eq!(problem.reason(), "UnsupportedSetting");
+    let text = problem.to_string();
+    assert!(text.contains("release hub/foo/foo"), "{text}");
+    assert!(
+        text.contains("upgrade.crds: CreateReplace is refused"),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_uninstall_takes_the_settings_of_the_entry_releasing_it_or_the_defaults() {
+    let spec = with_helm_settings(crate::api::crd::CrdPolicy::Skip);
+    let nginx: ReleaseKey = "member-1/foo/nginx".parse().unwrap();
+    assert!(uninstall_settings(&spec, &nginx).keep_history);
+    let other: ReleaseKey = "member-1/bar/nginx".parse().unwrap();
+    assert_eq!(uninstall_settings(&spec, &other), Default::default());
+}
+
+#[test]
+fn a_release_with_a_longer_timeout_of_its_own_is_left_pending_that_long() {
+    use crate::api::crd::CrdPolicy;
+    let mut world = World::new();
+    let spec = with_helm_settings(CrdPolicy::Skip);
+    world.apply(&world.plan(&owner("a"), &spec));
+    let key: ReleaseKey = "hub/foo/foo".parse().unwrap();
+    let deployed = world.applied[&key].clone();
+    let pending = |age: i64| Applied {
+        status: "pending-upgrade".into(),
+        modified_at: Some(10_000 - age),
+        ..deployed.clone()
+    };
+    // 601 s: past the operator's 600, well within the chart's own 45 minutes and a minute.
+    world.applied.insert(key.clone(), pending(601));
+    assert!(world.plan(&owner("a"), &spec).jobs.is_empty());
+    world.applied.insert(key.clone(), pending(45 * 60 + 61));
+    let plan = world.plan(&owner("a"), &spec);
+    assert!(
+        matches!(
+            plan.jobs.as_slice(),
+            [Job::Apply {
+                stale_pending: Some(_),
+                ..
+            }]
+        ),
+        "{:?}",
+        plan.jobs
+    );
+}
+
+#[test]
+fn an_apply_with_other_helm_settings_is_another_job_for_the_same_revision() {
+    use crate::api::crd::CrdPolicy;
+    let world = World::new();
+    let plain = world.plan(&owner("a"), &seed());
+    let with = world.plan(&owner("a"), &with_helm_settings(CrdPolicy::Skip));
+    let longer = {
+        let mut spec = with_helm_settings(CrdPolicy::Skip);
+        spec.tenancies[0].charts[0]
+            .install
+            .as_mut()
+            .unwrap()
+            .timeout = Some("10m".into());
+        world.plan(&owner("a"), &spec)
+    };
+    let key = plain.jobs[0].key().clone();
+    let job = |plan: &Plan| plan.jobs.iter().find(|j| *j.key() == key).unwrap().clone();
+    let spec_hash = plain.desired[0].spec_hash.clone();
+    assert_eq!(job(&plain).fingerprint(), format!("apply:{spec_hash}"));
+    let (a, b) = (job(&with).fingerprint(), job(&longer).fingerprint());
+    assert!(a.starts_with(&format!("apply:{spec_hash}:")), "{a}");
+    assert_ne!(a, b, "a changed timeout is another job");
+    assert!(b.starts_with(&format!("apply:{spec_hash}:")), "{b}");
+}

@@ -310,6 +310,14 @@ impl Admission {
                 describe_source(chart)
             ));
         }
+        if let Some(chart) = chart
+            && let Some(setting) = hooks_disabled(chart)
+            && !policy.helm.as_ref().is_none_or(|h| h.allow_disable_hooks)
+        {
+            return Some(format!(
+                "{setting} is set, and helm.allowDisableHooks is false: the chart's hooks must run"
+            ));
+        }
         None
     }
 
@@ -652,6 +660,17 @@ pub(crate) fn describe_source(chart: &Chart) -> String {
         Source::ChartHome => CHART_HOME_SOURCE.to_owned(),
         Source::Repository(url) => url.to_owned(),
         Source::Oci(reference) => reference.to_owned(),
+    }
+}
+
+/// The setting by which a chart entry skips its install or upgrade hooks, if it does.
+fn hooks_disabled(chart: &Chart) -> Option<&'static str> {
+    if chart.install.as_ref().is_some_and(|i| i.disable_hooks) {
+        Some("install.disableHooks")
+    } else if chart.upgrade.as_ref().is_some_and(|u| u.disable_hooks) {
+        Some("upgrade.disableHooks")
+    } else {
+        None
     }
 }
 

@@ -30,6 +30,7 @@ fn team_a() -> NamedPolicy {
     NamedPolicy {
         name: "team-a".into(),
         spec: TenancyPolicySpec {
+            helm: None,
             values_from: Default::default(),
             alert_secrets: Default::default(),
             alert_internal_addresses: Default::default(),
@@ -531,4 +532,58 @@ fn fetches_stay_under_the_narrowest_prefix_that_holds_the_source_or_the_source_i
             Default::default()
         ))
     );
+}
+
+#[test]
+fn skipping_hooks_is_allowed_unless_a_policy_forbids_it_and_then_the_rule_is_named() {
+    use crate::api::crd::{Install, Upgrade};
+    use crate::api::policy::HelmRule;
+    let release = key("member-1", "team-a-web");
+    let skipping_install = Chart {
+        install: Some(Install {
+            disable_hooks: true,
+            ..Install::default()
+        }),
+        ..home("web")
+    };
+    let skipping_upgrade = Chart {
+        upgrade: Some(Upgrade {
+            disable_hooks: true,
+            ..Upgrade::default()
+        }),
+        ..home("web")
+    };
+    let allowing = enforce(vec![team_a()]);
+    assert!(matches!(
+        allowing.admit("team-a", &release, None, &skipping_install),
+        Verdict::Allowed { .. }
+    ));
+    let mut strict = team_a();
+    strict.spec.helm = Some(HelmRule {
+        allow_disable_hooks: false,
+    });
+    let forbidding = enforce(vec![strict]);
+    for (chart, setting) in [
+        (&skipping_install, "install.disableHooks"),
+        (&skipping_upgrade, "upgrade.disableHooks"),
+    ] {
+        let why = refused(forbidding.admit("team-a", &release, None, chart));
+        assert!(why.contains("TenancyPolicy team-a"), "{why}");
+        assert!(
+            why.contains(&format!(
+                "{setting} is set, and helm.allowDisableHooks is false"
+            )),
+            "{why}"
+        );
+    }
+    assert!(matches!(
+        forbidding.admit("team-a", &release, None, &home("web")),
+        Verdict::Allowed { .. }
+    ));
+}
+
+#[test]
+fn a_policy_saying_nothing_of_helm_allows_skipping_hooks() {
+    let rule: crate::api::policy::HelmRule = serde_json::from_str("{}").unwrap();
+    assert!(rule.allow_disable_hooks);
 }

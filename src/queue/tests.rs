@@ -37,6 +37,7 @@ fn uninstall(key: &str) -> Job {
         key: key.parse().unwrap(),
         owner: owner(),
         identity: None,
+        settings: Default::default(),
     }
 }
 
@@ -106,10 +107,16 @@ fn of(owner: OwnerId, job: Job) -> Job {
                 repair,
             }
         }
-        Job::Uninstall { key, identity, .. } => Job::Uninstall {
+        Job::Uninstall {
+            key,
+            identity,
+            settings,
+            ..
+        } => Job::Uninstall {
             key,
             owner,
             identity,
+            settings,
         },
         Job::Rollback {
             key,
@@ -725,6 +732,7 @@ fn jobs_the_newest_plan_no_longer_has_are_dropped_and_others_kept() {
             key: "c/ns/theirs".parse().unwrap(),
             owner: other,
             identity: None,
+            settings: Default::default(),
         },
         now,
     );

@@ -128,6 +128,7 @@ pub fn allow_all(namespace: &str, sources: &[&str]) -> TenancyPolicySpec {
         alert_secrets: Vec::new(),
         alert_internal_addresses: Vec::new(),
         sources: Vec::new(),
+        helm: None,
     }
 }
 

@@ -28,6 +28,7 @@ fn release(k: &str) -> Release {
         spec_hash: "h".into(),
         identity: None,
         drift: Default::default(),
+        helm: Default::default(),
     }
 }
 
@@ -64,6 +65,7 @@ fn each_release_of_a_plan_gets_one_action_sorted_by_cluster_namespace_and_releas
                 key: key("m/a/gone"),
                 owner: release("m/a/gone").owner,
                 identity: None,
+                settings: Default::default(),
             },
         ],
         problems: vec![Problem::Conflict {

@@ -29,7 +29,13 @@ pub(crate) fn release(source: ChartSource) -> Release {
         spec_hash: "0123456789abcdef".into(),
         identity: None,
         drift: Default::default(),
+        helm: Default::default(),
     }
+}
+
+/// How an uninstall goes with no settings: the operator's defaults.
+fn removing() -> crate::helm::settings::Removing {
+    crate::helm::settings::uninstall(&Default::default(), &HelmOptions::default())
 }
 
 #[test]
@@ -40,6 +46,7 @@ fn a_repair_describes_its_drift_and_forces_a_server_side_apply_before_the_positi
         None,
         None,
         &HelmOptions::default(),
+        Phase::Upgrade,
     );
     let args = strings(with_repair(plain.clone(), "Deployment/web /spec/replicas"));
     assert_eq!(args.len(), plain.len() + 3);
@@ -82,6 +89,7 @@ fn plain_upgrade(r: &Release) -> Vec<String> {
         None,
         None,
         &HelmOptions::default(),
+        Phase::Upgrade,
     ))
 }
 
@@ -125,6 +133,7 @@ fn a_template_renders_the_chart_with_exactly_the_upgrades_chart_arguments() {
         Some(file),
         None,
         &HelmOptions::default(),
+        Phase::Upgrade,
     ));
     let tail = |args: &[String]| {
         let at = args.iter().position(|a| a == "--version=1.2.3").unwrap();
@@ -153,6 +162,7 @@ fn a_cached_archive_replaces_version_and_repository_in_upgrades_and_renders_alik
         None,
         Some(archive),
         &HelmOptions::default(),
+        Phase::Upgrade,
     ));
     assert!(
         !upgrade
@@ -218,6 +228,7 @@ fn upgrade_names_the_cluster_namespace_owner_and_release() {
         None,
         None,
         &HelmOptions::default(),
+        Phase::Upgrade,
     ));
     assert_eq!(
         args,
@@ -254,6 +265,7 @@ fn repository_charts_pin_their_version_and_values_come_from_a_file() {
         Some(Path::new("/tmp/v.yaml")),
         None,
         &HelmOptions::default(),
+        Phase::Upgrade,
     ));
     assert!(args.contains(&"--repo=http://127.0.0.1:8080/charts".to_string()));
     assert!(args.contains(&"--version=1.2.3".to_string()));
@@ -269,6 +281,7 @@ fn oci_references_are_the_chart_argument() {
         None,
         None,
         &HelmOptions::default(),
+        Phase::Upgrade,
     ));
     assert_eq!(args.last().unwrap(), "oci://127.0.0.1:5000/charts/web");
     assert!(!args.iter().any(|a| a.starts_with("--repo")));
@@ -305,7 +318,7 @@ fn flag_looking_values_and_names_stay_inside_their_argument() {
 #[test]
 fn uninstall_targets_one_release_in_one_cluster_and_runs_none_of_its_hooks() {
     let key: ReleaseKey = "member-2/team/db".parse().unwrap();
-    let args = strings(uninstall_args(&key, target(), &HelmOptions::default()));
+    let args = strings(uninstall_args(&key, target(), &removing()));
     assert_eq!(
         args,
         [
@@ -340,6 +353,7 @@ fn an_impersonated_call_acts_as_the_user_and_groups_and_every_call_leaves_the_na
         None,
         None,
         &HelmOptions::default(),
+        Phase::Upgrade,
     ));
     assert!(args.contains(&"--kube-as-user=team-a-deployer".to_string()));
     assert!(args.contains(&"--kube-as-group=team-a".to_string()));
@@ -349,7 +363,7 @@ fn an_impersonated_call_acts_as_the_user_and_groups_and_every_call_leaves_the_na
     assert!(!plain.contains(&"--create-namespace".to_string()));
     assert!(!plain.iter().any(|a| a.starts_with("--kube-as")));
     let key: ReleaseKey = "member-2/team/db".parse().unwrap();
-    let args = strings(uninstall_args(&key, as_team, &HelmOptions::default()));
+    let args = strings(uninstall_args(&key, as_team, &removing()));
     assert!(args.contains(&"--kube-as-user=team-a-deployer".to_string()));
 }
 
@@ -632,7 +646,7 @@ fn the_in_cluster_hub_is_left_to_helms_own_in_cluster_configuration() {
     let args = strings(uninstall_args(
         &"hub/foo/foo".parse().unwrap(),
         in_cluster,
-        &HelmOptions::default(),
+        &removing(),
     ));
     assert!(
         !args
@@ -663,4 +677,114 @@ fn a_release_sent_to_a_member_carries_no_word_of_its_credentials() {
     );
     let back: Release = serde_json::from_str(&sent).unwrap();
     assert_eq!(back.credentials, Default::default());
+}
+
+/// The example release with a chart entry's Helm settings for every action.
+fn with_settings() -> Release {
+    let mut r = release(ChartSource::Directory("/charts/web".into()));
+    r.helm = crate::helm::settings::example();
+    r
+}
+
+/// The arguments of `helm upgrade --install` of `r` in `phase`, for the default target and
+/// options.
+fn in_phase(r: &Release, phase: Phase) -> Vec<OsString> {
+    upgrade_args(r, target(), None, None, &HelmOptions::default(), phase)
+}
+
+/// The flags of `args` before `--`, without those every upgrade has.
+fn asked(args: Vec<OsString>) -> Vec<String> {
+    let args = strings(args);
+    let dashes = args.iter().position(|a| a == "--").unwrap();
+    let plain = plain_upgrade(&release(ChartSource::Directory("/charts/web".into())));
+    args[..dashes]
+        .iter()
+        .filter(|a| !plain.contains(a))
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn without_settings_an_upgrade_has_the_operators_timeout_and_history_and_nothing_else() {
+    let args = plain_upgrade(&release(ChartSource::Directory("/charts/web".into())));
+    assert!(args.contains(&"--timeout=300s".to_string()));
+    assert!(args.contains(&"--history-max=5".to_string()));
+    for flag in [
+        "--wait",
+        "--no-hooks",
+        "--skip-crds",
+        "--force",
+        "--cleanup-on-fail",
+    ] {
+        assert!(
+            !args.iter().any(|a| a.starts_with(flag)),
+            "{flag}: {args:?}"
+        );
+    }
+    assert!(!phase_matters(
+        &release(ChartSource::Directory("/charts/web".into())),
+        &HelmOptions::default()
+    ));
+}
+
+#[test]
+fn an_install_gets_the_entrys_install_settings() {
+    let r = with_settings();
+    let args = in_phase(&r, Phase::Install);
+    assert_eq!(
+        asked(args),
+        [
+            "--wait=watcher",
+            "--wait-for-jobs",
+            "--skip-crds",
+            "--timeout=20s",
+            "--history-max=12"
+        ]
+    );
+    assert!(phase_matters(&r, &HelmOptions::default()));
+}
+
+#[test]
+fn an_upgrade_gets_the_entrys_upgrade_settings_and_replaces_client_side() {
+    let r = with_settings();
+    let args = in_phase(&r, Phase::Upgrade);
+    assert_eq!(
+        asked(args.clone()),
+        [
+            "--no-hooks",
+            "--skip-crds",
+            "--force-replace",
+            "--server-side=false",
+            "--cleanup-on-fail",
+            "--timeout=3600s",
+            "--history-max=12"
+        ]
+    );
+    let repair = strings(with_repair(args, "Deployment/web /spec/replicas"));
+    assert!(repair.contains(&"--force-conflicts".to_string()));
+    assert!(repair.contains(&"--server-side=true".to_string()));
+    assert!(
+        !repair
+            .iter()
+            .any(|a| a == "--force-replace" || a == "--server-side=false"),
+        "a repair never replaces: {repair:?}"
+    );
+}
+
+#[test]
+fn an_uninstall_runs_hooks_keeps_history_and_waits_only_when_asked() {
+    let key: ReleaseKey = "member-2/team/db".parse().unwrap();
+    let settings = crate::helm::settings::example().uninstall;
+    let asked = crate::helm::settings::uninstall(&settings, &HelmOptions::default());
+    let args = strings(uninstall_args(&key, target(), &asked));
+    assert_eq!(
+        &args[4..],
+        [
+            "--timeout=90s",
+            "--keep-history",
+            "--wait=watcher",
+            "--",
+            "db"
+        ]
+    );
 }

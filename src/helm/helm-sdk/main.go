@@ -44,6 +44,7 @@ import (
 	"helm.sh/helm/v4/pkg/storage"
 	"helm.sh/helm/v4/pkg/storage/driver"
 	"helm.sh/helm/v4/pkg/strvals"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -68,7 +69,7 @@ const capabilitiesTTL = 30 * time.Second
 // protocolVersion is the version of the messages on the pipe: hello, request and response. Bump it
 // when a message changes, with the operator's PROTOCOL_VERSION (src/helm/sdk.rs) and the
 // shared fixtures in testdata/protocol, which the tests of both sides check.
-const protocolVersion = 1
+const protocolVersion = 2
 
 // hello is the first line the executor writes, before it reads any request. Its "protocol" field
 // keeps its name and type in every version, so an operator can always tell which one an executor
@@ -125,12 +126,22 @@ type request struct {
 	// A chart directory or archive on local disk.
 	Chart string `json:"chart,omitempty"`
 	// Values (a JSON object), then `--set` expressions applied over them in order.
-	Values            json.RawMessage   `json:"values,omitempty"`
-	Set               []string          `json:"set,omitempty"`
-	Labels            map[string]string `json:"labels,omitempty"`
-	HistoryMax        int               `json:"historyMax"`
-	TimeoutSeconds    int               `json:"timeoutSeconds"`
-	RollbackOnFailure bool              `json:"rollbackOnFailure,omitempty"`
+	Values     json.RawMessage   `json:"values,omitempty"`
+	Set        []string          `json:"set,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	HistoryMax int               `json:"historyMax"`
+	// Helm's timeout; for an upgrade, the longer of its install's and its upgrade's, which the
+	// request's deadline follows.
+	TimeoutSeconds int `json:"timeoutSeconds"`
+	// How an upgrade installs a release that is not there, and upgrades one that is.
+	Install *phase `json:"install,omitempty"`
+	Upgrade *phase `json:"upgrade,omitempty"`
+	// How an uninstall goes: skipping the delete hooks, keeping the records, waiting for the
+	// objects to be gone.
+	DisableHooks      bool `json:"disableHooks,omitempty"`
+	KeepHistory       bool `json:"keepHistory,omitempty"`
+	Wait              bool `json:"wait,omitempty"`
+	RollbackOnFailure bool `json:"rollbackOnFailure,omitempty"`
 	// Server-side apply forcing conflicts (a drift repair, a rollback).
 	ForceConflicts bool   `json:"forceConflicts,omitempty"`
 	Description    string `json:"description,omitempty"`
@@ -139,6 +150,38 @@ type request struct {
 	// The operator's sealing key, hex: records are sealed with it and read back only when they
 	// verify (seal.go). Required.
 	Seal string `json:"seal"`
+}
+
+// phase is how one action of an upgrade request goes: its install or its upgrade.
+type phase struct {
+	TimeoutSeconds int  `json:"timeoutSeconds"`
+	Wait           bool `json:"wait,omitempty"`
+	WaitForJobs    bool `json:"waitForJobs,omitempty"`
+	DisableHooks   bool `json:"disableHooks,omitempty"`
+	// "Create" (the chart's missing CRDs are created) or "Skip".
+	Crds string `json:"crds"`
+	// Replace what cannot be patched, applying client-side (upgrades only).
+	Force bool `json:"force,omitempty"`
+	// Delete what a failed upgrade created (upgrades only).
+	CleanupOnFail bool `json:"cleanupOnFail,omitempty"`
+}
+
+// phaseOr is p, or the action's defaults when the request names none: the request's timeout,
+// no wait, hooks run, and crds as given.
+func phaseOr(p *phase, req request, crds string) phase {
+	if p != nil {
+		return *p
+	}
+	return phase{TimeoutSeconds: req.TimeoutSeconds, Crds: crds}
+}
+
+// strategy is the wait strategy of an action: the CLI's `--wait` (watcher) when asked, else
+// hooks only.
+func strategy(wait bool) kube.WaitStrategy {
+	if wait {
+		return kube.StatusWatcherStrategy
+	}
+	return kube.HookOnlyStrategy
 }
 
 // decodeRequest reads one request line. A field this executor does not know is refused, not
@@ -274,6 +317,11 @@ func refusal(req request) string {
 	if key, err := hex.DecodeString(req.Seal); err != nil || len(key) < 32 || req.Cluster.Name == "" {
 		return "the request carries no sealing key or cluster name: the operator must send both"
 	}
+	for _, p := range []*phase{req.Install, req.Upgrade} {
+		if p != nil && p.Crds != "Create" && p.Crds != "Skip" {
+			return fmt.Sprintf("unknown CRD policy %q: this executor does Create and Skip", p.Crds)
+		}
+	}
 	switch req.Op {
 	case "upgrade", "uninstall", "rollback":
 		return ""
@@ -298,19 +346,14 @@ func (e *executor) run(ctx context.Context, req request) response {
 	timeout := time.Duration(req.TimeoutSeconds) * time.Second
 	switch req.Op {
 	case "upgrade":
-		rel, err := e.upgrade(ctx, cfg, req, timeout)
+		rel, err := e.upgrade(ctx, cfg, req)
 		if err != nil {
 			out.Error = err.Error()
 			return out
 		}
 		out.Revision, out.ChartVersion = rel.Version, rel.Chart.Metadata.Version
 	case "uninstall":
-		uninstall := action.NewUninstall(cfg)
-		uninstall.Timeout, uninstall.DeletionPropagation = timeout, "background"
-		uninstall.WaitStrategy, uninstall.WaitOptions = kube.HookOnlyStrategy, waitOptions()
-		// Removing a release deletes what it installed and runs nothing it asks for.
-		uninstall.DisableHooks = true
-		if _, err := uninstall.Run(req.Release); err != nil {
+		if _, err := uninstallAction(cfg, req).Run(req.Release); err != nil {
 			out.Error = err.Error()
 		}
 	case "rollback":
@@ -391,6 +434,59 @@ func loadChart(path string) (ci.Charter, error) {
 	return ch, nil
 }
 
+// crdFiles are the contents of the files under crds/ of the chart and its subcharts, in the
+// order Helm installs them.
+func crdFiles(ch ci.Charter) [][]byte {
+	ac, err := ci.NewAccessor(ch)
+	if err != nil {
+		return nil
+	}
+	var out [][]byte
+	for _, f := range ac.Files() {
+		if strings.HasPrefix(f.Name, "crds/") && (strings.HasSuffix(f.Name, ".yaml") || strings.HasSuffix(f.Name, ".yml") || strings.HasSuffix(f.Name, ".json")) {
+			out = append(out, f.Data)
+		}
+	}
+	for _, dep := range ac.Dependencies() {
+		out = append(out, crdFiles(dep)...)
+	}
+	return out
+}
+
+// createMissingCRDs creates the chart's CRDs that the cluster lacks, a file at a time as Helm's
+// install does, as the request's identity; one that exists is left exactly as it is. Those
+// created are waited for until established, so the upgrade's objects find their kinds.
+func createMissingCRDs(cfg *action.Configuration, ch ci.Charter) error {
+	var created kube.ResourceList
+	for _, data := range crdFiles(ch) {
+		res, err := cfg.KubeClient.Build(bytes.NewBuffer(data), false)
+		if err != nil {
+			return fmt.Errorf("failed to create CRDs: %w", err)
+		}
+		if _, err := cfg.KubeClient.Create(res); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				continue
+			}
+			return fmt.Errorf("failed to create CRDs: %w", err)
+		}
+		created = append(created, res...)
+	}
+	if len(created) == 0 {
+		return nil
+	}
+	waiter, err := cfg.KubeClient.GetWaiter(kube.StatusWatcherStrategy)
+	if err != nil {
+		return err
+	}
+	if err := waiter.Wait(created, time.Minute); err != nil {
+		return fmt.Errorf("the CRDs created are not established: %w", err)
+	}
+	if discovery, err := cfg.RESTClientGetter.ToDiscoveryClient(); err == nil {
+		discovery.Invalidate()
+	}
+	return nil
+}
+
 func toV1(rel ri.Releaser) (*rspb.Release, error) {
 	switch r := rel.(type) {
 	case *rspb.Release:
@@ -402,8 +498,58 @@ func toV1(rel ri.Releaser) (*rspb.Release, error) {
 	}
 }
 
+// installAction is the install of an upgrade request whose release is not there (or, with
+// replace, only its uninstalled records are), as the request's install settings ask.
+func installAction(cfg *action.Configuration, req request, replace bool) *action.Install {
+	asked := phaseOr(req.Install, req, "Create")
+	install := action.NewInstall(cfg)
+	install.ReleaseName, install.Namespace, install.Labels = req.Release, req.Namespace, req.Labels
+	install.Timeout, install.WaitOptions = time.Duration(asked.TimeoutSeconds)*time.Second, waitOptions()
+	install.WaitStrategy, install.WaitForJobs = strategy(asked.Wait), asked.WaitForJobs
+	install.DisableHooks, install.SkipCRDs = asked.DisableHooks, asked.Crds == "Skip"
+	install.RollbackOnFailure, install.DisableOpenAPIValidation = req.RollbackOnFailure, true
+	install.ServerSideApply, install.ForceConflicts = true, req.ForceConflicts
+	install.Description, install.Replace = req.Description, replace
+	return install
+}
+
+// upgradeAction is the upgrade of an upgrade request whose release is there, as the request's
+// upgrade settings ask (its CRDs are created before, see createMissingCRDs).
+func upgradeAction(cfg *action.Configuration, req request) *action.Upgrade {
+	asked := phaseOr(req.Upgrade, req, "Skip")
+	upgrade := action.NewUpgrade(cfg)
+	upgrade.Namespace, upgrade.Labels, upgrade.ResetValues = req.Namespace, req.Labels, true
+	upgrade.MaxHistory, upgrade.Timeout = req.HistoryMax, time.Duration(asked.TimeoutSeconds)*time.Second
+	upgrade.WaitStrategy, upgrade.WaitOptions = strategy(asked.Wait), waitOptions()
+	upgrade.WaitForJobs, upgrade.DisableHooks = asked.WaitForJobs, asked.DisableHooks
+	upgrade.CleanupOnFail = asked.CleanupOnFail
+	upgrade.RollbackOnFailure, upgrade.DisableOpenAPIValidation = req.RollbackOnFailure, true
+	upgrade.ServerSideApply, upgrade.ForceConflicts = "auto", req.ForceConflicts
+	switch {
+	case req.ForceConflicts:
+		// A drift repair: server-side, forcing conflicts, never replacing.
+		upgrade.ServerSideApply = "true"
+	case asked.Force:
+		// Helm replaces objects only with a client-side apply.
+		upgrade.ServerSideApply, upgrade.ForceReplace = "false", true
+	}
+	upgrade.Description = req.Description
+	return upgrade
+}
+
+// uninstallAction is the uninstall a request asks for: the operator skips the delete hooks
+// unless the chart entry asks for them.
+func uninstallAction(cfg *action.Configuration, req request) *action.Uninstall {
+	uninstall := action.NewUninstall(cfg)
+	uninstall.Timeout = time.Duration(req.TimeoutSeconds) * time.Second
+	uninstall.DeletionPropagation = "background"
+	uninstall.WaitStrategy, uninstall.WaitOptions = strategy(req.Wait), waitOptions()
+	uninstall.DisableHooks, uninstall.KeepHistory = req.DisableHooks, req.KeepHistory
+	return uninstall
+}
+
 // upgrade is `helm upgrade --install --reset-values --disable-openapi-validation`.
-func (e *executor) upgrade(ctx context.Context, cfg *action.Configuration, req request, timeout time.Duration) (*rspb.Release, error) {
+func (e *executor) upgrade(ctx context.Context, cfg *action.Configuration, req request) (*rspb.Release, error) {
 	ch, err := loadChart(req.Chart)
 	if err != nil {
 		return nil, err
@@ -434,13 +580,7 @@ func (e *executor) upgrade(ctx context.Context, cfg *action.Configuration, req r
 		uninstalled = convErr == nil && last.Info.Status == rcommon.StatusUninstalled
 	}
 	if errors.Is(err, driver.ErrReleaseNotFound) || uninstalled {
-		install := action.NewInstall(cfg)
-		install.ReleaseName, install.Namespace, install.Labels = req.Release, req.Namespace, req.Labels
-		install.Timeout, install.WaitStrategy, install.WaitOptions = timeout, kube.HookOnlyStrategy, waitOptions()
-		install.RollbackOnFailure, install.DisableOpenAPIValidation = req.RollbackOnFailure, true
-		install.ServerSideApply, install.ForceConflicts = true, req.ForceConflicts
-		install.Description, install.Replace = req.Description, uninstalled
-		rel, err := install.RunWithContext(ctx, ch, vals)
+		rel, err := installAction(cfg, req, uninstalled).RunWithContext(ctx, ch, vals)
 		if err != nil {
 			return nil, err
 		}
@@ -448,17 +588,12 @@ func (e *executor) upgrade(ctx context.Context, cfg *action.Configuration, req r
 	} else if err != nil {
 		return nil, err
 	}
-	upgrade := action.NewUpgrade(cfg)
-	upgrade.Namespace, upgrade.Labels, upgrade.ResetValues = req.Namespace, req.Labels, true
-	upgrade.MaxHistory, upgrade.Timeout = req.HistoryMax, timeout
-	upgrade.WaitStrategy, upgrade.WaitOptions = kube.HookOnlyStrategy, waitOptions()
-	upgrade.RollbackOnFailure, upgrade.DisableOpenAPIValidation = req.RollbackOnFailure, true
-	upgrade.ServerSideApply, upgrade.ForceConflicts = "auto", req.ForceConflicts
-	if req.ForceConflicts {
-		upgrade.ServerSideApply = "true"
+	if phaseOr(req.Upgrade, req, "Skip").Crds == "Create" {
+		if err := createMissingCRDs(cfg, ch); err != nil {
+			return nil, fmt.Errorf("UPGRADE FAILED: %w", err)
+		}
 	}
-	upgrade.Description = req.Description
-	rel, err := upgrade.RunWithContext(ctx, req.Release, ch, vals)
+	rel, err := upgradeAction(cfg, req).RunWithContext(ctx, req.Release, ch, vals)
 	if err != nil {
 		return nil, fmt.Errorf("UPGRADE FAILED: %w", err)
 	}

@@ -39,6 +39,18 @@ fn release() -> Release {
     release
 }
 
+/// `release()` with a chart entry's Helm settings for every action.
+fn with_settings() -> Release {
+    let mut release = release();
+    release.helm = crate::helm::settings::example();
+    release
+}
+
+/// An `uninstall` block running the delete hooks, keeping history and waiting.
+fn uninstall_settings() -> crate::api::crd::Uninstall {
+    crate::helm::settings::example().uninstall
+}
+
 /// A member, as an impersonated identity.
 fn cluster() -> ClusterRef {
     ClusterRef {
@@ -93,6 +105,27 @@ fn requests() -> Vec<(&'static str, Request)> {
         (
             "request-uninstall",
             release_request(9, &key, cluster(), None, &options),
+        ),
+        (
+            "request-upgrade-settings",
+            upgrade_request(
+                11,
+                &with_settings(),
+                cluster(),
+                archive.into(),
+                None,
+                &options,
+            ),
+        ),
+        (
+            "request-uninstall-settings",
+            uninstall_request(
+                12,
+                &key,
+                cluster(),
+                &crate::helm::settings::uninstall(&uninstall_settings(), &options),
+                &options,
+            ),
         ),
         (
             "request-rollback",
@@ -213,6 +246,7 @@ fn the_upgrade_labels_its_records_as_the_cli_does() {
         None,
         None,
         &options(),
+        crate::helm::args::Phase::Upgrade,
     );
     let labels = cli
         .iter()
@@ -224,6 +258,37 @@ fn the_upgrade_labels_its_records_as_the_cli_does() {
         let (k, v) = pair.split_once('=').unwrap();
         assert_eq!(line["labels"][k], v, "label {k}");
     }
+}
+
+#[test]
+fn a_drift_repair_never_replaces_even_when_the_upgrade_forces() {
+    let repair = upgrade_request(
+        1,
+        &with_settings(),
+        cluster(),
+        "/c".into(),
+        Some("x"),
+        &options(),
+    );
+    let upgrade = repair
+        .upgrade
+        .expect("an upgrade request says how it upgrades");
+    assert!(repair.force_conflicts && !upgrade.force);
+    assert!(upgrade.disable_hooks && upgrade.cleanup_on_fail);
+}
+
+#[test]
+fn an_answer_is_awaited_as_long_as_the_longest_timeout_the_request_gives_helm() {
+    let request = upgrade_request(
+        1,
+        &with_settings(),
+        cluster(),
+        "/c".into(),
+        None,
+        &options(),
+    );
+    assert_eq!(request.timeout_seconds, 3600);
+    assert_eq!(request.install.unwrap().timeout_seconds, 20);
 }
 
 #[test]

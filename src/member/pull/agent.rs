@@ -474,6 +474,7 @@ mod tests {
             spec_hash: "0123456789abcdef".into(),
             identity: None,
             drift: Default::default(),
+            helm: Default::default(),
         }
     }
 
@@ -548,6 +549,7 @@ mod tests {
             key: "edge-1/team/web".parse().unwrap(),
             owner: release().owner,
             identity: None,
+            settings: Default::default(),
         };
         assert_eq!(already_done(&uninstall, Some(&record)), None);
     }

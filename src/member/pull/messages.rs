@@ -353,20 +353,27 @@ mod tests {
     }
 
     #[test]
-    fn a_work_call_round_trips_through_json() {
+    fn a_work_call_round_trips_through_json_with_its_helm_settings() {
         let key: ReleaseKey = "edge-1/team-a/web".parse().unwrap();
+        let sent = Job::Uninstall {
+            key: key.clone(),
+            owner: crate::plan::OwnerId {
+                namespace: "team-a".into(),
+                name: "c".into(),
+            },
+            identity: None,
+            settings: crate::api::crd::Uninstall {
+                timeout: Some("90s".into()),
+                disable_hooks: Some(false),
+                keep_history: true,
+                wait: true,
+            },
+        };
         let call = Call {
             cluster: "edge-1".parse().unwrap(),
             id: new_id(),
             body: CallBody::Work {
-                job: Job::Uninstall {
-                    key: key.clone(),
-                    owner: crate::plan::OwnerId {
-                        namespace: "team-a".into(),
-                        name: "c".into(),
-                    },
-                    identity: None,
-                },
+                job: sent.clone(),
                 chart: None,
             },
         };
@@ -375,5 +382,9 @@ mod tests {
             panic!("not work")
         };
         assert_eq!(job.key(), &key);
+        assert_eq!(
+            job, sent,
+            "the agent runs the uninstall as the hub asked it"
+        );
     }
 }

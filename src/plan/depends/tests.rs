@@ -297,6 +297,7 @@ fn apply_job(k: &str) -> Job {
             spec_hash: "h".into(),
             identity: None,
             drift: Default::default(),
+            helm: Default::default(),
         }),
         stale_pending: None,
         repair: None,
@@ -308,6 +309,7 @@ fn uninstall_job(k: &str) -> Job {
         key: key(k),
         owner: owner(),
         identity: None,
+        settings: Default::default(),
     }
 }
 

@@ -418,6 +418,7 @@ fn jobs_of_clusters_not_reached_are_held_and_the_others_kept() {
             name: "app".into(),
         },
         identity: None,
+        settings: Default::default(),
     };
     let mut plan = Plan {
         jobs: vec![job("m1/team/web"), job("m2/team/web"), job("m3/team/db")],
@@ -467,6 +468,7 @@ fn with_rollback_on_halt_the_failed_cluster_is_rolled_back_and_then_held() {
         spec_hash: "new".into(),
         identity: None,
         drift: Default::default(),
+        helm: Default::default(),
     };
     let applied = |key: &str, hash: &str, revision: i64| {
         (

@@ -36,6 +36,7 @@ fn release(key: &str) -> Release {
         spec_hash: "h1".into(),
         identity: None,
         drift: Default::default(),
+        helm: Default::default(),
     }
 }
 

@@ -104,7 +104,10 @@ impl MemberLink for PullLink {
             self.cluster.clone(),
             self.executor.clone(),
         );
-        let within = self.answer_within;
+        // A chart entry asking Helm for longer than the link waits gets its time, and two minutes.
+        let within = crate::helm::settings::asked_timeout(&job).map_or(self.answer_within, |t| {
+            self.answer_within.max(t + Duration::from_secs(120))
+        });
         async move {
             let key = job.key().clone();
             let chart = match &job {

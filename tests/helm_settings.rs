@@ -1,0 +1,179 @@
+//! End-to-end tests of per-release Helm settings: a chart's own install timeout and wait, beside a chart that keeps the operator's defaults.
+
+mod common;
+
+use std::{path::Path, time::Duration};
+
+use common::{
+    fixtures::{chart, message, tenancy, unique, wait_until},
+    hub::Hub,
+};
+use tenancy_hub::api::crd::{ControllerSpec, Install, Uninstall};
+
+/// A chart whose one object is a Job that never completes: its pod asks for a node no cluster
+/// has, so it is never scheduled (on the lab's kwok nodes, a Job's pod that runs completes).
+fn write_job_chart(dir: &Path) {
+    std::fs::create_dir_all(dir.join("templates")).unwrap();
+    std::fs::write(
+        dir.join("Chart.yaml"),
+        "apiVersion: v2\nname: job-example\nversion: 0.1.0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("templates/job.yaml"),
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {{ .Release.Name }}\nspec:\n  backoffLimit: 0\n  template:\n    spec:\n      restartPolicy: Never\n      nodeSelector:\n        tenancy-hub.test/none: \"none\"\n      containers:\n        - name: work\n          image: busybox\n          command: [sleep, \"3600\"]\n",
+    )
+    .unwrap();
+}
+
+/// The description of the first revision of release `slow` in `namespace` of member-1 once Helm
+/// recorded it failed.
+fn first_revision_failed(hub: &Hub, namespace: &str) -> Option<String> {
+    let history = hub
+        .lab
+        .try_helm(
+            "member-1",
+            &["history", "slow", "-n", namespace, "-o", "json"],
+        )
+        .ok()?;
+    let history: Vec<serde_json::Value> = serde_json::from_str(&history).ok()?;
+    let first = history.first()?;
+    (first["status"] == "failed").then(|| first["description"].as_str().unwrap_or("").to_owned())
+}
+
+/// Whether a release's error says Helm timed out.
+fn timed_out(error: &str) -> bool {
+    ["timed out", "deadline", "timeout"]
+        .iter()
+        .any(|w| error.contains(w))
+}
+
+/// Copies the chart directory `from` to `to`.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_chart_waiting_for_its_jobs_fails_at_its_own_timeout_and_a_fast_chart_beside_it_is_not_held()
+ {
+    held_at_its_own_timeout(&[]).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn the_helm_binary_executor_holds_a_chart_to_its_own_timeout_too() {
+    held_at_its_own_timeout(&["--executor", "cli"]).await;
+}
+
+/// A chart installing with `waitForJobs` and a 20 s timeout of its own, beside one with the
+/// operator's defaults, on an operator run with `extra` arguments.
+async fn held_at_its_own_timeout(extra: &[&str]) {
+    let home = tempfile::tempdir().unwrap();
+    write_job_chart(&home.path().join("job-example"));
+    copy_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts/deployment-example"),
+        &home.path().join("deployment-example"),
+    );
+    let args = [&["--chart-home", home.path().to_str().unwrap()][..], extra].concat();
+    let hub = Hub::with_args("helm-settings", &args).await;
+    let ns = unique("helm-settings-tenant");
+    let mut slow = chart("job-example", "slow", &[]);
+    slow.install = Some(Install {
+        timeout: Some("20s".into()),
+        wait_for_jobs: true,
+        ..Install::default()
+    });
+    let fast = chart("deployment-example", "fast", &[]);
+    let spec = ControllerSpec {
+        tenancies: vec![tenancy(&ns, &["member-1"], vec![slow, fast])],
+        ..Default::default()
+    };
+    let started = tokio::time::Instant::now();
+    hub.apply("waits", spec).await;
+
+    // The fast chart is deployed while the slow one still waits for its Job.
+    let api = hub.api();
+    let at = wait_until(
+        "the fast release deployed",
+        Duration::from_secs(120),
+        || async {
+            let status = api.get("waits").await.ok()?.status?;
+            let fast = message(&status, "member-1", "fast")?;
+            (fast.phase == "Deployed").then(|| {
+                message(&status, "member-1", "slow")
+                    .map(|s| s.error_message.clone())
+                    .unwrap_or_default()
+            })
+        },
+    )
+    .await;
+    assert!(
+        !timed_out(&at) || started.elapsed() >= Duration::from_secs(20),
+        "the slow release timed out before the fast one was deployed, and before its own 20s: {at}"
+    );
+
+    // The slow one fails at its own 20 s, long before the operator's 300 s: its first revision,
+    // as Helm recorded it, failed for its Job not being ready.
+    let failed = wait_until(
+        "the slow release to fail",
+        Duration::from_secs(150),
+        || async { first_revision_failed(&hub, &ns) },
+    )
+    .await;
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(20) && took < Duration::from_secs(150),
+        "failed after {took:?}: {failed}"
+    );
+    assert!(failed.contains("not ready"), "{failed}");
+    hub.delete_and_wait_gone("waits").await;
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_deleted_controller_uninstalls_keeping_the_history_its_chart_asks_to_keep() {
+    let hub = Hub::new("helm-settings-history").await;
+    let ns = unique("helm-settings-history-tenant");
+    let mut kept = chart("deployment-example", "kept", &[]);
+    kept.uninstall = Some(Uninstall {
+        keep_history: true,
+        timeout: Some("30s".into()),
+        ..Uninstall::default()
+    });
+    let spec = ControllerSpec {
+        tenancies: vec![tenancy(
+            &ns,
+            &["member-1"],
+            vec![kept, chart("deployment-example", "gone", &[])],
+        )],
+        ..Default::default()
+    };
+    hub.apply("history", spec).await;
+    hub.releases_become("member-1", &ns, &[("gone", 1), ("kept", 1)])
+        .await;
+    // Deletion ends: the release whose records stay, marked uninstalled, is not taken for one
+    // still there.
+    hub.delete_and_wait_gone("history").await;
+    let history = hub
+        .lab
+        .helm("member-1", &["history", "kept", "-n", &ns, "-o", "json"]);
+    let history: Vec<serde_json::Value> = serde_json::from_str(&history).unwrap();
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(history[0]["status"], "uninstalled", "{history:?}");
+    assert!(
+        hub.lab
+            .try_helm("member-1", &["history", "gone", "-n", &ns])
+            .is_err(),
+        "the other release is gone with its history"
+    );
+}
