@@ -367,6 +367,22 @@ pub(crate) enum Job {
     },
 }
 
+impl Release {
+    /// The fingerprint of the job applying this release as planned (see [`Job::fingerprint`]):
+    /// its spec hash, and a digest of its Helm settings when it has some. The status reads the
+    /// outcome of the job with this fingerprint.
+    pub(crate) fn apply_fingerprint(&self) -> String {
+        if self.helm == HelmSettings::default() {
+            return format!("apply:{}", self.spec_hash);
+        }
+        use sha2::Digest as _;
+        let text = serde_json::to_vec(&self.helm).expect("plain data serializes");
+        let digest = sha2::Sha256::digest(text);
+        let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+        format!("apply:{}:{short}", self.spec_hash)
+    }
+}
+
 impl Job {
     /// The release the job is about.
     pub(crate) fn key(&self) -> &ReleaseKey {
@@ -390,14 +406,7 @@ impl Job {
     /// settles no longer once they change (a longer timeout is tried).
     pub(crate) fn fingerprint(&self) -> String {
         match self {
-            Job::Apply { release, .. } if release.helm != HelmSettings::default() => {
-                use sha2::Digest as _;
-                let text = serde_json::to_vec(&release.helm).expect("plain data serializes");
-                let digest = sha2::Sha256::digest(text);
-                let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
-                format!("apply:{}:{short}", release.spec_hash)
-            }
-            Job::Apply { release, .. } => format!("apply:{}", release.spec_hash),
+            Job::Apply { release, .. } => release.apply_fingerprint(),
             Job::Uninstall { .. } => "uninstall".to_owned(),
             Job::Rollback { from, .. } => format!("rollback:{from}"),
         }

@@ -161,7 +161,7 @@ pub(crate) fn plain_release_message(
     let applied = view.applied.get(&release.key);
     // Only the outcome of a job for the current spec counts: after a revert to a good spec, an
     // old failure says nothing about the release.
-    let current_job = format!("apply:{}", release.spec_hash);
+    let current_job = release.apply_fingerprint();
     let last = view
         .outcomes
         .get(&release.key)

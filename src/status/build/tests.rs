@@ -236,6 +236,42 @@ fn a_record_deployed_at_the_spec_outranks_a_failure_of_the_job_for_that_spec() {
     assert_eq!(s.updated_tenancies[0].chart_messages[0].phase, "Failed");
 }
 
+#[test]
+fn a_failure_of_a_release_with_helm_settings_of_its_own_is_reported() {
+    // Its job's fingerprint names the settings; the status reads that job's outcome.
+    let mut f = Fixture::new(&["hub/foo/slow"]);
+    f.plan.desired[0].helm.install.timeout = Some("20s".into());
+    let fingerprint = crate::plan::Job::Apply {
+        release: Box::new(f.plan.desired[0].clone()),
+        stale_pending: None,
+        repair: None,
+    }
+    .fingerprint();
+    assert_ne!(
+        fingerprint, "apply:h1",
+        "the settings are in the job's fingerprint"
+    );
+    f.outcomes.insert(
+        "hub/foo/slow".parse().unwrap(),
+        LastOutcome {
+            fingerprint,
+            outcome: Outcome::Failed {
+                kind: crate::queue::FailureKind::Transient,
+                message: "context deadline exceeded".into(),
+            },
+            owner: release("hub/foo/slow").owner,
+            settled: true,
+            at: std::time::Instant::now(),
+        },
+    );
+    let s = f.build();
+    let m = &s.updated_tenancies[0].chart_messages[0];
+    assert_eq!(
+        (m.phase.as_str(), m.error_message.as_str()),
+        ("Failed", "context deadline exceeded")
+    );
+}
+
 fn condition_of<'a>(status: &'a ControllerStatus, type_: &str) -> &'a Condition {
     status.conditions.iter().find(|c| c.type_ == type_).unwrap()
 }
