@@ -20,30 +20,15 @@ use crate::common::{
 /// Where the operator keeps the platform's Secrets.
 const OPERATOR_NAMESPACE: &str = "tenancy-hub";
 
-/// The sum of every series of metric `name` the operator shows, 0 when it shows none.
-fn metric_or_zero(hub: &Hub, name: &str) -> f64 {
-    let (_, body) = hub.operator.as_ref().expect("an operator").get("/metrics");
-    body.lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix(name)?;
-            let value = match rest.strip_prefix(' ') {
-                Some(v) => v,
-                None => rest.strip_prefix('{')?.rsplit_once("} ")?.1,
-            };
-            value.parse::<f64>().ok()
-        })
-        .sum()
-}
-
 /// One delivery of the chart to `namespaces` namespaces of every cluster by a fresh operator,
-/// its source under `verify` or none: seconds to every release deployed, the signature checks
-/// it ran, and the resolutions.
+/// its source under `verify` or none: seconds to every release deployed, and the signature
+/// checks it ran.
 async fn deliver(
     registry: &OciRegistry,
     ca: &str,
     verify: Option<SourceVerify>,
     namespaces: usize,
-) -> (f64, f64, f64) {
+) -> (f64, f64) {
     let hub = Hub::with_args("bench-signed", &["--tenancy-policy", "enforce"]).await;
     let mut policy = allow_all(&hub.namespace, &[]);
     policy.sources = vec![SourceAccess {
@@ -72,10 +57,10 @@ async fn deliver(
     })
     .await;
     let took = started.elapsed().as_secs_f64();
-    let checks = metric_or_zero(&hub, "tenancy_hub_chart_verifications_total");
-    let resolutions = metric_or_zero(&hub, "tenancy_hub_chart_resolutions_total");
+    let operator = hub.operator.as_ref().expect("an operator");
+    let checks = operator.metric_or_zero("tenancy_hub_chart_verifications_total");
     hub.delete_and_wait_gone("signed").await;
-    (took, checks, resolutions)
+    (took, checks)
 }
 
 /// For each count of `--signed` namespaces, `--runs` deliveries with the signature asked and
@@ -121,7 +106,7 @@ pub(crate) async fn signed(a: &Args) -> Value {
                 r + 1,
                 a.runs
             ));
-            let (took, ran, _) = deliver(&registry, &ca, Some(rule.clone()), namespaces).await;
+            let (took, ran) = deliver(&registry, &ca, Some(rule.clone()), namespaces).await;
             checked.push(took);
             checks.push(ran);
         }

@@ -186,8 +186,21 @@ impl Operator {
 
     /// A metric of the operator: the sum of every series of that name, or one series when `name` carries its labels (`name{label="value"}`).
     pub fn metric(&self, name: &str) -> f64 {
+        let (values, body) = self.series(name);
+        assert!(!values.is_empty(), "no metric {name} in:\n{body}");
+        values.iter().sum()
+    }
+
+    /// Like [`Operator::metric`], 0 when the operator shows no series of it (a counter never
+    /// counted).
+    pub fn metric_or_zero(&self, name: &str) -> f64 {
+        self.series(name).0.iter().sum()
+    }
+
+    /// The values of every series of metric `name` the operator shows, and the whole page.
+    fn series(&self, name: &str) -> (Vec<f64>, String) {
         let (_, body) = self.get("/metrics");
-        let values: Vec<f64> = body
+        let values = body
             .lines()
             .filter_map(|l| {
                 let rest = l.strip_prefix(name)?;
@@ -201,8 +214,7 @@ impl Operator {
                 value.parse().ok()
             })
             .collect();
-        assert!(!values.is_empty(), "no metric {name} in:\n{body}");
-        values.iter().sum()
+        (values, body)
     }
 }
 
