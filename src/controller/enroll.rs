@@ -26,6 +26,9 @@ use futures::{FutureExt as _, StreamExt as _};
 use k8s_openapi::{
     api::{
         authentication::v1::SelfSubjectReview,
+        authorization::v1::{
+            ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+        },
         coordination::v1::Lease,
         core::v1::Namespace,
         rbac::v1::{RoleBinding, Subject},
@@ -67,6 +70,8 @@ use crate::{
 pub(crate) const FIELD_MANAGER: &str = "tenancy-hub";
 /// How often a member's objects are applied again while it is enrolled.
 pub(crate) const REAPPLY_EVERY: Duration = Duration::from_secs(600);
+/// How long a RoleBinding the operator just made may take to reach the hub's authorizer.
+const BINDING_SETTLES: Duration = Duration::from_secs(10);
 /// How soon a member the registration file names is looked at again.
 const FILE_NAME_RECHECK: Duration = Duration::from_secs(60);
 
@@ -354,7 +359,11 @@ impl Enrollment {
         self.make_namespace(cluster, &e.namespace).await?;
         if let Some(binding) = &e.operator {
             let bindings: Api<RoleBinding> = Api::namespaced(self.hub.clone(), &namespace);
-            create(cluster, &bindings, binding).await?;
+            if create(cluster, &bindings, binding).await? {
+                // The API server authorizes from a cache of bindings that learns this one a
+                // moment later; the writes below would be refused until it does.
+                self.wait_until_bound(&namespace).await;
+            }
         }
         let accounts = Api::namespaced(self.hub.clone(), &namespace);
         for account in &e.accounts {
@@ -373,6 +382,40 @@ impl Enrollment {
         apply(cluster, &quotas, &e.quota).await?;
         let secrets = Api::namespaced(self.hub.clone(), &namespace);
         apply(cluster, &secrets, &e.config).await
+    }
+
+    /// Waits, at most [`BINDING_SETTLES`], until the API server allows the operator to apply
+    /// ServiceAccounts in `namespace`: its RoleBinding there, just made, has reached the
+    /// authorizer. On time out (or when the question cannot be asked), the writes that follow
+    /// say what is refused.
+    async fn wait_until_bound(&self, namespace: &str) {
+        let reviews: Api<SelfSubjectAccessReview> = Api::all(self.hub.clone());
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    namespace: Some(namespace.to_owned()),
+                    verb: Some("patch".into()),
+                    resource: Some("serviceaccounts".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let deadline = Instant::now() + BINDING_SETTLES;
+        let mut pause = Duration::from_millis(50);
+        while Instant::now() < deadline {
+            match within_time(reviews.create(&PostParams::default(), &review)).await {
+                Ok(answer) if answer.status.as_ref().is_some_and(|s| s.allowed) => return,
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::debug!(%error, namespace, "cannot ask the hub what the operator may do");
+                    return;
+                }
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
     }
 
     /// Creates the member's namespace, or checks that the one of its name is the member's.
