@@ -197,6 +197,11 @@ pub struct ChartMessage {
     /// Where the live objects differ from the deployed manifest, while they do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift: Option<DriftStatus>,
+    /// The chart's tests run after this revision was deployed (`test.enable`), by name, and how
+    /// each ended: `Succeeded`, `Failed` or `Unknown`. Failed tests fail the release and are
+    /// named in `errorMessage`; after an operator restart this stays empty until tests run again.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tests: BTreeMap<String, String>,
 }
 
 /// Drift of one release: the objects whose live state differs from the deployed manifest (at

@@ -11,7 +11,7 @@ pub use crate::api::controller_status::{
     ChartMessage, ClusterStatus, ControllerStatus, DriftStatus, DriftedObject, PodStatus,
     RolloutCluster, RolloutHalt, RolloutStatus, Summary, TenancyStatus, WorkloadStatus,
 };
-pub use crate::api::crd::lifecycle::{CrdPolicy, Install, Uninstall, Upgrade};
+pub use crate::api::crd::lifecycle::{CrdPolicy, Install, Test, TestFilter, Uninstall, Upgrade};
 
 /// Name of the cluster a tenancy goes to when it names no clusters and no selector.
 pub const HUB_CLUSTER: &str = "hub";
@@ -310,6 +310,11 @@ pub struct Chart {
     /// upgrade (a change of chart or values, a drift repair) uses it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<Upgrade>,
+
+    /// Whether the chart's tests run after each install and upgrade (Flux's `test`), and which.
+    /// Not part of what is deployed: changing it alone makes no new revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test: Option<Test>,
 
     /// How Helm uninstalls the release when this Controller is deleted (Flux's `uninstall`): a
     /// chart removed from the spec is uninstalled with the operator's defaults, its entry being

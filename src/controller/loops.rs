@@ -355,18 +355,26 @@ fn describe(completed: &Completed) -> (EventType, &'static str, String) {
         Outcome::Applied {
             revision: 1,
             chart_version,
+            tests,
         } => (
             EventType::Normal,
             "Installed",
-            format!("installed {key} (chart {chart_version}, revision 1)"),
+            format!(
+                "installed {key} (chart {chart_version}, revision 1){}",
+                tests_passed(tests)
+            ),
         ),
         Outcome::Applied {
             revision,
             chart_version,
+            tests,
         } => (
             EventType::Normal,
             "Upgraded",
-            format!("upgraded {key} (chart {chart_version}, revision {revision})"),
+            format!(
+                "upgraded {key} (chart {chart_version}, revision {revision}){}",
+                tests_passed(tests)
+            ),
         ),
         Outcome::Uninstalled => (
             EventType::Normal,
@@ -402,6 +410,15 @@ pub(crate) struct HealthChanges {
     pub(crate) controllers: Store<TenancyController>,
     /// Paced status writes.
     pub(crate) writer: Arc<StatusWriter>,
+}
+
+/// What an Event says of the tests run after an install or upgrade: nothing when none ran.
+fn tests_passed(tests: &[crate::queue::TestResult]) -> String {
+    match tests.len() {
+        0 => String::new(),
+        1 => format!("; its test {} passed", tests[0].name),
+        n => format!("; its {n} tests passed"),
+    }
 }
 
 /// What a change of a cluster's reachability sets off: when it is back, its waiting jobs run at

@@ -308,6 +308,13 @@ impl HelmCli {
         stale_pending: Option<i64>,
         repair: Option<String>,
     ) -> Outcome {
+        if repair.is_none() && crate::helm::settings::test(&release.helm, &self.options).is_some() {
+            let message = format!(
+                "release {}: test.enable is refused by the helm binary executor, which cannot judge the tests and mark the revision as the Helm executor does; run the operator with the Helm executor (--executor sdk), or remove test",
+                release.key
+            );
+            return Outcome::failed(message, FailureKind::Permanent);
+        }
         // Held until helm is done, so the cache keeps the archive meanwhile.
         let archive = self.checkout(&release);
         if let Some(why) = uncached(&release, archive.as_ref().map(|a| a.path())) {
@@ -363,6 +370,7 @@ impl HelmCli {
                     Outcome::Applied {
                         revision,
                         chart_version,
+                        tests: Vec::new(),
                     }
                 }
                 None => {
@@ -373,6 +381,7 @@ impl HelmCli {
                     Outcome::Applied {
                         revision: 0,
                         chart_version: String::new(),
+                        tests: Vec::new(),
                     }
                 }
             },
@@ -413,6 +422,7 @@ impl HelmCli {
                 Outcome::Applied {
                     revision: from + 1,
                     chart_version: String::new(),
+                    tests: Vec::new(),
                 }
             }
             Err((message, kind)) => Outcome::failed(message, kind),

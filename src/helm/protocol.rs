@@ -5,17 +5,18 @@ use serde::{Deserialize, Serialize};
 use crate::{
     api::key::ReleaseKey,
     helm::args::{self as helm, HelmOptions},
-    helm::settings::{self, Applying, Removing},
+    helm::settings::{self, Applying, Removing, Testing},
     plan::{
         MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, Release,
         SPEC_HASH_LABEL,
     },
+    queue::TestResult,
 };
 
 /// The version of the messages on the executor's pipe: [`Hello`], [`Request`] and [`Answer`].
 /// Bump it when a message changes, with the executor's `protocolVersion` (`helm-sdk/main.go`) and
 /// the shared fixtures in `helm-sdk/testdata/protocol`, which the tests of both sides check.
-pub(crate) const PROTOCOL_VERSION: u32 = 2;
+pub(crate) const PROTOCOL_VERSION: u32 = 3;
 /// The version of Helm's Go SDK the executor is built with: the one `helm-sdk/go.mod` requires
 /// (a unit test keeps them in step).
 pub(crate) const HELM_SDK: &str = "v4.3.1";
@@ -106,6 +107,9 @@ pub(crate) struct Request {
     /// The revision a rollback goes to.
     #[serde(skip_serializing_if = "is_zero")]
     pub(crate) revision: i64,
+    /// The chart's tests, run after an `upgrade` installs or upgrades.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) test: Option<TestRun>,
     /// The operator's sealing key (hex on the pipe; `Debug` shows nothing of it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) seal: Option<crate::helm::seal::SealKey>,
@@ -150,13 +154,41 @@ impl From<Applying> for Phase {
     }
 }
 
+/// How the chart's tests run after an install or upgrade.
+#[derive(Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct TestRun {
+    /// `helm test --timeout`, for all of them.
+    pub(crate) timeout_seconds: u64,
+    /// Report the results, never fail the release on them.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) ignore_failures: bool,
+    /// Only these tests run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) include: Vec<String>,
+    /// These never run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) exclude: Vec<String>,
+}
+
+impl From<Testing> for TestRun {
+    fn from(t: Testing) -> Self {
+        Self {
+            timeout_seconds: t.timeout.as_secs(),
+            ignore_failures: t.ignore_failures,
+            include: t.include,
+            exclude: t.exclude,
+        }
+    }
+}
+
 fn is_zero(n: &i64) -> bool {
     *n == 0
 }
 
 /// One answer line. A field the operator does not know makes it garbage (the executor is then
 /// stopped): it would be a message of another protocol version.
-#[derive(Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct Answer {
     /// The request's id.
@@ -170,6 +202,9 @@ pub(crate) struct Answer {
     /// The chart version deployed.
     #[serde(default)]
     pub(crate) chart_version: String,
+    /// The tests run after the install or upgrade and how each ended, failed ones included.
+    #[serde(default)]
+    pub(crate) tests: Vec<TestResult>,
 }
 
 /// The request of an install or upgrade of `release` from `chart`, as `helm::upgrade_args` asks
@@ -223,6 +258,10 @@ pub(crate) fn upgrade_request(
         force_conflicts: repair.is_some(),
         description: repair.map(helm::repair_description).unwrap_or_default(),
         revision: 0,
+        // A drift repair puts back what the tests already passed on: they are not run again.
+        test: settings::test(&release.helm, options)
+            .filter(|_| repair.is_none())
+            .map(TestRun::from),
         seal: options.seal.clone(),
     }
 }
@@ -282,6 +321,7 @@ pub(crate) fn release_request(
             String::new()
         },
         revision: to.unwrap_or(0),
+        test: None,
         seal: options.seal.clone(),
     }
 }

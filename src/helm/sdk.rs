@@ -122,11 +122,7 @@ impl HelmExecutor {
             &self.options,
         );
         let outcome = match pipe.call(request).await {
-            Ok(Answer { error: Some(e), .. }) => failure(&e),
-            Ok(answer) => Outcome::Applied {
-                revision: answer.revision,
-                chart_version: answer.chart_version,
-            },
+            Ok(answer) => applied(answer),
             Err(e @ (ExecutorError::Stopped | ExecutorError::Overdue(_))) => {
                 // The executor is gone with the install or upgrade in flight: a revision it left
                 // pending is cleared now, so the job tried again does not wait out helm's timeout.
@@ -219,6 +215,7 @@ impl HelmExecutor {
             Ok(Answer { error: None, .. }) => Outcome::Applied {
                 revision: from + 1,
                 chart_version: String::new(),
+                tests: Vec::new(),
             },
             Ok(Answer { error: Some(e), .. }) => failure(&e),
             Err(e) => Outcome::failed(e.to_string(), FailureKind::Transient),
@@ -250,6 +247,25 @@ impl Executor for HelmExecutor {
                 owner,
             } => self.rollback(key, from, identity, &owner).await,
         }
+    }
+}
+
+/// What the answer to an install or upgrade came to.
+pub(crate) fn applied(answer: Answer) -> Outcome {
+    match answer {
+        // Deployed, then its tests failed: the chart's verdict on this revision, which the
+        // executor has marked failed (or rolled back); a retry would only write another.
+        Answer {
+            error: Some(e),
+            revision: 1..,
+            ..
+        } => Outcome::failed(e, FailureKind::Permanent),
+        Answer { error: Some(e), .. } => failure(&e),
+        answer => Outcome::Applied {
+            revision: answer.revision,
+            chart_version: answer.chart_version,
+            tests: answer.tests,
+        },
     }
 }
 

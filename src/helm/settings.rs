@@ -75,6 +75,19 @@ pub(crate) struct Removing {
     pub(crate) wait: bool,
 }
 
+/// The tests run after an install or upgrade, as Helm is asked to run them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Testing {
+    /// `helm test --timeout`, for all of them.
+    pub(crate) timeout: Duration,
+    /// Report the results, never fail the release on them.
+    pub(crate) ignore_failures: bool,
+    /// Only these tests run (none: every test not excluded).
+    pub(crate) include: Vec<String>,
+    /// These never run.
+    pub(crate) exclude: Vec<String>,
+}
+
 /// A duration as the schema admits it, or `default` (the schema keeps it readable and bounded;
 /// anything else is the default, never zero).
 fn timeout(written: Option<&str>, default: Duration) -> Duration {
@@ -113,6 +126,22 @@ pub(crate) fn upgrade(settings: &HelmSettings, options: &HelmOptions) -> Applyin
     }
 }
 
+/// The tests after an install or upgrade of a release with `settings`, with `options` as
+/// defaults: None unless its entry enables them.
+pub(crate) fn test(settings: &HelmSettings, options: &HelmOptions) -> Option<Testing> {
+    let t = settings.test.as_ref().filter(|t| t.enable)?;
+    let (exclude, include) = t.filters.iter().partition::<Vec<_>, _>(|f| f.exclude);
+    let names = |filters: Vec<&crate::api::crd::TestFilter>| {
+        filters.into_iter().map(|f| f.name.clone()).collect()
+    };
+    Some(Testing {
+        timeout: timeout(t.timeout.as_deref(), options.timeout),
+        ignore_failures: t.ignore_failures,
+        include: names(include),
+        exclude: names(exclude),
+    })
+}
+
 /// The uninstall of a release with `settings`, with `options` as defaults.
 pub(crate) fn uninstall(settings: &Uninstall, options: &HelmOptions) -> Removing {
     Removing {
@@ -128,30 +157,39 @@ pub(crate) fn history_max(settings: &HelmSettings, options: &HelmOptions) -> u32
     settings.max_history.unwrap_or(options.history_max)
 }
 
-/// The longest an apply of a release with `settings` may take in Helm, install or upgrade:
-/// what the executor and the hub wait for before they give up on it.
+/// The longest an apply of a release with `settings` may take in Helm, install or upgrade,
+/// and its tests after: what the executor and the hub wait for before they give up on it.
 pub(crate) fn apply_timeout(settings: &HelmSettings, options: &HelmOptions) -> Duration {
+    let tests = test(settings, options).map_or(Duration::ZERO, |t| t.timeout);
     install(settings, options)
         .timeout
         .max(upgrade(settings, options).timeout)
+        + tests
 }
 
 /// The longest timeout a job's settings name themselves (not the executor's default, which a
 /// pull member's agent sets): what a hub waiting for the job's answer gives it at least.
 pub(crate) fn asked_timeout(job: &Job) -> Option<Duration> {
-    let written: Vec<Option<&str>> = match job {
-        Job::Apply { release, .. } => vec![
-            release.helm.install.timeout.as_deref(),
-            release.helm.upgrade.timeout.as_deref(),
-        ],
-        Job::Uninstall { settings, .. } => vec![settings.timeout.as_deref()],
-        Job::Rollback { .. } => Vec::new(),
+    let (written, tests): (Vec<Option<&str>>, _) = match job {
+        Job::Apply { release, .. } => (
+            vec![
+                release.helm.install.timeout.as_deref(),
+                release.helm.upgrade.timeout.as_deref(),
+            ],
+            release.helm.test.as_ref().filter(|t| t.enable),
+        ),
+        Job::Uninstall { settings, .. } => (vec![settings.timeout.as_deref()], None),
+        Job::Rollback { .. } => (Vec::new(), None),
     };
-    written
+    let apply = written
         .into_iter()
         .map(|t| timeout(t, Duration::ZERO))
         .max()
-        .filter(|t| !t.is_zero())
+        .unwrap_or_default();
+    // Tests that name no timeout of their own take the executor's default, which is not known
+    // here: the hub then waits at least the apply's own timeout twice.
+    let tests = tests.map_or(Duration::ZERO, |t| timeout(t.timeout.as_deref(), apply));
+    Some(apply + tests).filter(|t| !t.is_zero())
 }
 
 /// A chart entry's settings for every action, unlike the defaults in each: the tests' example,
@@ -180,6 +218,21 @@ pub(crate) fn example() -> HelmSettings {
             keep_history: true,
             wait: true,
         },
+        test: Some(crate::api::crd::Test {
+            enable: true,
+            timeout: Some("2m".into()),
+            ignore_failures: false,
+            filters: vec![
+                crate::api::crd::TestFilter {
+                    name: "test-connection".into(),
+                    exclude: false,
+                },
+                crate::api::crd::TestFilter {
+                    name: "test-slow".into(),
+                    exclude: true,
+                },
+            ],
+        }),
         max_history: Some(12),
     }
 }
@@ -244,9 +297,43 @@ mod tests {
         assert_eq!(r.timeout, Duration::from_secs(90));
         assert!(!r.disable_hooks && r.keep_history && r.wait);
         assert_eq!(history_max(&settings, &options()), 12);
+        // The longest action, then its tests.
         assert_eq!(
             apply_timeout(&settings, &options()),
-            Duration::from_secs(3600)
+            Duration::from_secs(3600 + 120)
+        );
+        let t = test(&settings, &options()).expect("the example enables its tests");
+        assert_eq!(t.timeout, Duration::from_secs(120));
+        assert_eq!(
+            (t.include, t.exclude),
+            (
+                vec!["test-connection".to_owned()],
+                vec!["test-slow".to_owned()]
+            )
+        );
+        assert!(!t.ignore_failures);
+    }
+
+    #[test]
+    fn tests_run_only_when_enabled_and_take_the_operators_timeout_unless_they_name_one() {
+        let mut settings = HelmSettings::default();
+        assert_eq!(test(&settings, &options()), None);
+        settings.test = Some(crate::api::crd::Test::default());
+        assert_eq!(test(&settings, &options()), None, "written but not enabled");
+        assert_eq!(
+            apply_timeout(&settings, &options()),
+            Duration::from_secs(300)
+        );
+        settings.test = Some(crate::api::crd::Test {
+            enable: true,
+            ..Default::default()
+        });
+        let t = test(&settings, &options()).unwrap();
+        assert_eq!(t.timeout, Duration::from_secs(300));
+        assert!(t.include.is_empty() && t.exclude.is_empty());
+        assert_eq!(
+            apply_timeout(&settings, &options()),
+            Duration::from_secs(600)
         );
     }
 

@@ -478,6 +478,7 @@ fn helm_settings(key: &ReleaseKey, chart: &Chart) -> Result<HelmSettings, Box<Pr
         install: chart.install.clone().unwrap_or_default(),
         upgrade: chart.upgrade.clone().unwrap_or_default(),
         uninstall: chart.uninstall.clone().unwrap_or_default(),
+        test: chart.test.clone().filter(|t| t.enable),
         max_history: chart
             .max_history
             .and_then(|n| u32::try_from(n).ok())

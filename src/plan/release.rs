@@ -5,7 +5,7 @@ use std::{fmt, path::PathBuf};
 use serde::Serialize;
 
 use crate::{
-    api::crd::{DriftDetection, Install, TenancyController, Uninstall, Upgrade},
+    api::crd::{DriftDetection, Install, TenancyController, Test, Uninstall, Upgrade},
     api::key::ReleaseKey,
     api::policy::Impersonation,
     policy::access::{Credentials, Trust},
@@ -146,7 +146,7 @@ impl fmt::Debug for Release {
     }
 }
 
-/// A chart entry's Helm settings (`install`, `upgrade`, `uninstall`, `maxHistory`), absent ones
+/// A chart entry's Helm settings (`install`, `upgrade`, `test`, `uninstall`, `maxHistory`), absent ones
 /// left to the executor's defaults (the operator's flags, or a pull member's agent's).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 pub(crate) struct HelmSettings {
@@ -159,6 +159,9 @@ pub(crate) struct HelmSettings {
     /// How an uninstall goes, when the entry is still there to say.
     #[serde(default)]
     pub(crate) uninstall: Uninstall,
+    /// Whether and which of the chart's tests run after an install or upgrade.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) test: Option<Test>,
     /// Revisions kept (the schema keeps it from 1 to 100).
     #[serde(default)]
     pub(crate) max_history: Option<u32>,

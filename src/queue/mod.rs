@@ -78,6 +78,9 @@ pub enum Outcome {
         revision: i64,
         /// Chart version now deployed.
         chart_version: String,
+        /// The chart's tests run after it, when its entry asks for them, and how each ended.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tests: Vec<TestResult>,
     },
     /// Uninstalled (or was already gone).
     Uninstalled,
@@ -88,6 +91,15 @@ pub enum Outcome {
         /// Whether and how a later try may succeed.
         kind: FailureKind,
     },
+}
+
+/// One of a chart's tests (`helm test`) and how its run ended.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TestResult {
+    /// The name of its object (a Pod or a Job) in the chart.
+    pub name: String,
+    /// `Succeeded`, `Failed`, or `Unknown` when it did not end.
+    pub phase: String,
 }
 
 /// What kind of failure a job met, which decides whether and how it is tried again.

@@ -91,7 +91,34 @@ pub(crate) fn message(
             .map(|v| v.by.clone())
             .unwrap_or_default(),
         drift: None,
+        tests: BTreeMap::new(),
     }
+}
+
+/// How many test results a chart message shows: what one answer of the executor carries (a
+/// pull member's agent may send more).
+const SHOWN_TESTS: usize = 64;
+
+/// Test results as a chart message shows them: at most [`SHOWN_TESTS`], each name at most 253
+/// bytes (an object's name), each phase one Helm has (else `Unknown`).
+fn shown_tests(tests: &[crate::queue::TestResult]) -> BTreeMap<String, String> {
+    tests
+        .iter()
+        .take(SHOWN_TESTS)
+        .map(|t| {
+            let mut name = t.name.clone();
+            let mut cut = name.len().min(253);
+            while !name.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            name.truncate(cut);
+            let phase = match t.phase.as_str() {
+                "Succeeded" | "Failed" => t.phase.clone(),
+                _ => "Unknown".to_owned(),
+            };
+            (name, phase)
+        })
+        .collect()
 }
 
 /// Where a remote chart comes from, as a chart message shows it: `<repository> <chart>` or the
@@ -147,9 +174,21 @@ pub(crate) fn release_message(
     view: &ReleaseView<'_>,
     held: &HeldBack<'_>,
 ) -> ChartMessage {
+    let message = plain_release_message(release, view, held);
+    let tests = view
+        .outcomes
+        .get(&release.key)
+        .filter(|l| l.fingerprint == release.apply_fingerprint())
+        .filter(|_| message.phase == phase::DEPLOYED)
+        .map(|l| match &l.outcome {
+            Outcome::Applied { tests, .. } => shown_tests(tests),
+            _ => BTreeMap::new(),
+        })
+        .unwrap_or_default();
     ChartMessage {
         drift: view.drift.get(&release.key).cloned(),
-        ..plain_release_message(release, view, held)
+        tests,
+        ..message
     }
 }
 

@@ -1,4 +1,4 @@
-//! A chart's Helm settings per action (`install`, `upgrade`, `uninstall`, `maxHistory`), in Flux HelmRelease's words: how Helm is asked, never what it deploys.
+//! A chart's Helm settings per action (`install`, `upgrade`, `test`, `uninstall`, `maxHistory`), in Flux HelmRelease's words: how Helm is asked, never what it deploys.
 
 use kube::KubeSchema;
 use schemars::JsonSchema;
@@ -115,6 +115,52 @@ pub struct Uninstall {
     /// `disableWait: false`). Default false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub wait: bool,
+}
+
+/// Whether and how the chart's tests (its `helm.sh/hook: test` objects) run after each install
+/// and upgrade, as `helm test` does (Flux's `test`).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Test {
+    /// Run the tests after every install and upgrade. A test that fails fails the release: it is
+    /// reported `Failed` with the tests that failed, tried again like any failed upgrade, halts a
+    /// rollout wave and holds what `dependsOn` it; with `rollbackOnFailure` the release is rolled
+    /// back (a first install uninstalled). The Helm executor only: the `helm` binary executor
+    /// refuses a release that asks.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub enable: bool,
+
+    /// How long the tests may take, all of them: a duration such as "30s" or "5m", from 1s to 1h.
+    /// Default: the operator's `--helm-timeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = "^([0-9]+(ms|s|m|h))+$"), length(max = 32))]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('1s') && duration(self) <= duration('1h')")
+        .message("timeout must be between 1s and 1h, for example \"5m\""))]
+    pub timeout: Option<String>,
+
+    /// Report the tests' results but never fail the release on them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ignore_failures: bool,
+
+    /// Which tests run, by the name of their object: with no filter, every test; a filter with
+    /// `exclude` leaves its test out; when any filter does not exclude, only the tests they name
+    /// run (`helm test --filter name=…,!name=…`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub filters: Vec<TestFilter>,
+}
+
+/// One test picked or left out by name (Flux's `test.filters`).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct TestFilter {
+    /// The name of the test's object (its Pod or Job) in the chart.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+
+    /// Leave this test out instead of picking it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub exclude: bool,
 }
 
 /// What Helm does with a chart's `crds/` directory (Flux's `crds`).

@@ -69,7 +69,7 @@ const capabilitiesTTL = 30 * time.Second
 // protocolVersion is the version of the messages on the pipe: hello, request and response. Bump it
 // when a message changes, with the operator's PROTOCOL_VERSION (src/helm/sdk.rs) and the
 // shared fixtures in testdata/protocol, which the tests of both sides check.
-const protocolVersion = 2
+const protocolVersion = 3
 
 // hello is the first line the executor writes, before it reads any request. Its "protocol" field
 // keeps its name and type in every version, so an operator can always tell which one an executor
@@ -147,6 +147,8 @@ type request struct {
 	Description    string `json:"description,omitempty"`
 	// The revision a rollback goes to.
 	Revision int `json:"revision,omitempty"`
+	// The chart's tests, run after an upgrade request installs or upgrades (testing.go).
+	Test *testRun `json:"test,omitempty"`
 	// The operator's sealing key, hex: records are sealed with it and read back only when they
 	// verify (seal.go). Required.
 	Seal string `json:"seal"`
@@ -206,6 +208,8 @@ type response struct {
 	Error        string `json:"error,omitempty"`
 	Revision     int    `json:"revision,omitempty"`
 	ChartVersion string `json:"chartVersion,omitempty"`
+	// The tests the request ran and how they ended, failed ones included.
+	Tests []testResult `json:"tests,omitempty"`
 }
 
 // clients are the kube clients of one cluster and identity, kept across requests.
@@ -352,6 +356,14 @@ func (e *executor) run(ctx context.Context, req request) response {
 			return out
 		}
 		out.Revision, out.ChartVersion = rel.Version, rel.Chart.Metadata.Version
+		if req.Test == nil {
+			return out
+		}
+		var failed error
+		out.Tests, failed = runTests(cfg, req, rel)
+		if failed != nil && !req.Test.IgnoreFailures {
+			out.Error = afterFailedTests(cfg, req, rel, failed).Error()
+		}
 	case "uninstall":
 		if _, err := uninstallAction(cfg, req).Run(req.Release); err != nil {
 			out.Error = err.Error()

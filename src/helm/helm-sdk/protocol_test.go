@@ -127,6 +127,11 @@ func TestEveryResponseFixtureIsWhatTheExecutorWrites(t *testing.T) {
 	written := map[string]any{
 		"hello":            hello{Protocol: protocolVersion, Helm: "v4.3.1"},
 		"response-applied": response{ID: 7, Revision: 3, ChartVersion: "0.1.0"},
+		"response-tests-passed": response{ID: 7, Revision: 3, ChartVersion: "0.1.0", Tests: []testResult{
+			{Name: "test-connection", Phase: "Succeeded"}, {Name: "test-schema", Phase: "Succeeded"}}},
+		"response-tests-failed": response{ID: 7, Revision: 3, ChartVersion: "0.1.0",
+			Error: "the tests of revision 3 failed: test-connection (Failed); rolled back to revision 2 (rollbackOnFailure)",
+			Tests: []testResult{{Name: "test-connection", Phase: "Failed"}, {Name: "test-schema", Phase: "Succeeded"}}},
 		// An uninstall or a rollback done.
 		"response-done": response{ID: 9},
 		"response-failed-render": response{ID: 7, Error: "UPGRADE FAILED: execution error at " +

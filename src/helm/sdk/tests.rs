@@ -4,6 +4,7 @@ use std::{io::Write as _, path::Path, time::Duration};
 
 use super::*;
 use crate::helm::{pipe::*, protocol::*};
+use crate::queue::TestResult;
 
 /// The protocol's shared fixtures, which the executor's `go test` checks too
 /// (`helm-sdk/protocol_test.go`): what the operator writes, and what the executor answers.
@@ -142,11 +143,36 @@ fn answers() -> Vec<(&'static str, Answer, Option<FailureKind>)> {
         error: error.map(str::to_owned),
         revision: 0,
         chart_version: String::new(),
+        tests: Vec::new(),
     };
     let applied = Answer {
         revision: 3,
         chart_version: "0.1.0".into(),
         ..answer(7, None)
+    };
+    let results = |failed: &str| {
+        vec![
+            TestResult {
+                name: "test-connection".into(),
+                phase: failed.into(),
+            },
+            TestResult {
+                name: "test-schema".into(),
+                phase: "Succeeded".into(),
+            },
+        ]
+    };
+    let tested = Answer {
+        tests: results("Succeeded"),
+        ..applied.clone()
+    };
+    let tests_failed = Answer {
+        error: Some(
+            "the tests of revision 3 failed: test-connection (Failed); rolled back to revision 2 (rollbackOnFailure)"
+                .into(),
+        ),
+        tests: results("Failed"),
+        ..applied.clone()
     };
     let render = "UPGRADE FAILED: execution error at \
             (deployment-example/templates/deployment.yaml:21:20): image.tag is required";
@@ -162,6 +188,9 @@ fn answers() -> Vec<(&'static str, Answer, Option<FailureKind>)> {
     use FailureKind::{Permanent, Transient, Unavailable};
     vec![
         ("response-applied", applied, None),
+        ("response-tests-passed", tested, None),
+        // Deployed, then its tests failed: a verdict on the revision, not tried again.
+        ("response-tests-failed", tests_failed, Some(Permanent)),
         // An uninstall or a rollback done.
         ("response-done", answer(9, None), None),
         failed("response-failed-render", 7, render, Permanent),
@@ -189,12 +218,12 @@ fn every_answer_fixture_reads_as_the_answer_and_failure_it_stands_for() {
         let answer: Answer =
             serde_json::from_value(fixture(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(answer, want, "{name}");
-        let outcome = answer.error.as_deref().map(failure);
+        let outcome = super::applied(answer);
         assert_eq!(
-            outcome.map(|o| match o {
-                Outcome::Failed { kind, .. } => kind,
-                other => panic!("{name}: {other:?}"),
-            }),
+            match outcome {
+                Outcome::Failed { kind, .. } => Some(kind),
+                Outcome::Applied { .. } | Outcome::Uninstalled => None,
+            },
             kind,
             "{name}"
         );
@@ -261,7 +290,7 @@ fn the_upgrade_labels_its_records_as_the_cli_does() {
 }
 
 #[test]
-fn a_drift_repair_never_replaces_even_when_the_upgrade_forces() {
+fn a_drift_repair_never_replaces_even_when_the_upgrade_forces_and_runs_no_tests() {
     let repair = upgrade_request(
         1,
         &with_settings(),
@@ -275,6 +304,8 @@ fn a_drift_repair_never_replaces_even_when_the_upgrade_forces() {
         .expect("an upgrade request says how it upgrades");
     assert!(repair.force_conflicts && !upgrade.force);
     assert!(upgrade.disable_hooks && upgrade.cleanup_on_fail);
+    // It puts back what the tests passed on: they are not run again.
+    assert_eq!(repair.test, None);
 }
 
 #[test]
@@ -287,8 +318,10 @@ fn an_answer_is_awaited_as_long_as_the_longest_timeout_the_request_gives_helm() 
         None,
         &options(),
     );
-    assert_eq!(request.timeout_seconds, 3600);
+    // The upgrade's hour, then the tests' two minutes.
+    assert_eq!(request.timeout_seconds, 3600 + 120);
     assert_eq!(request.install.unwrap().timeout_seconds, 20);
+    assert_eq!(request.test.unwrap().timeout_seconds, 120);
 }
 
 #[test]
