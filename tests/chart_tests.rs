@@ -5,10 +5,13 @@ mod common;
 use std::{collections::BTreeMap, path::Path, time::Duration};
 
 use common::{
+    agent::{deployed_revision, hub_cli, join},
     fixtures::{chart, message, tenancy, unique, wait_until},
     hub::Hub,
 };
-use tenancy_hub::api::crd::{Chart, ChartMessage, ControllerSpec, Test};
+use tenancy_hub::api::crd::{
+    Chart, ChartMessage, ClusterSelector, ControllerSpec, Rollout, Test, Wave,
+};
 
 /// How long one chart's tests may take before they count as failed.
 const TEST_TIMEOUT: &str = "15s";
@@ -211,4 +214,86 @@ async fn the_helm_binary_executor_refuses_a_release_asking_for_tests_and_install
         "nothing was installed"
     );
     hub.delete_and_wait_gone("refused").await;
+}
+
+#[tokio::test]
+#[ignore = "needs the lab with pull members: kind/up.sh --pull-members 2, then --include-ignored"]
+async fn a_pull_members_tests_are_reported_and_a_failing_one_halts_the_rollout_before_the_next_wave()
+ {
+    let home = tempfile::tempdir().unwrap();
+    write_tested_chart(&home.path().join("tested-example"));
+    let hub = Hub::with_args(
+        "chart-tests-pull",
+        &["--chart-home", home.path().to_str().unwrap()],
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let edge = unique("edge-t");
+    // `cluster add --pull` labels it kind=edge, which member-1 is not: the edge's wave goes first.
+    let _agent = join(&hub.lab, &edge, "pull-1", dir.path());
+    let ns = unique("chart-tests-pull-tenant");
+    let spec = |passes| ControllerSpec {
+        tenancies: vec![tenancy(
+            &ns,
+            &["member-1", &edge],
+            vec![tested("web", passes)],
+        )],
+        rollout: Some(Rollout {
+            progress_deadline: Some("2m".into()),
+            waves: vec![Wave {
+                cluster_selector: ClusterSelector {
+                    match_labels: BTreeMap::from([("kind".into(), "edge".into())]),
+                },
+            }],
+            ..Rollout::default()
+        }),
+        ..Default::default()
+    };
+    hub.apply("web", spec(true)).await;
+    let status = hub
+        .status_until(
+            "web",
+            "the first rollout complete with both clusters' tests",
+            |s| {
+                let passed = |cluster: &str| {
+                    message(s, cluster, "web").is_some_and(|m| {
+                        m.tests.get("web-test").map(String::as_str) == Some("Succeeded")
+                    })
+                };
+                s.rollout
+                    .as_ref()
+                    .is_some_and(|r| r.generation == 1 && r.phase == "Complete")
+                    && passed(&edge)
+                    && passed("member-1")
+            },
+        )
+        .await;
+    assert_eq!(message(&status, &edge, "web").unwrap().revision, Some(1));
+
+    // The change fails its test on the edge, in the first wave: the rollout halts there and
+    // member-1, in the next wave, keeps revision 1.
+    hub.apply("web", spec(false)).await;
+    let status = hub
+        .status_until("web", "the rollout halted on the edge's failed test", |s| {
+            s.rollout
+                .as_ref()
+                .is_some_and(|r| r.generation == 2 && r.phase == "Halted")
+        })
+        .await;
+    let failed = message(&status, &edge, "web").expect("the edge's release in status");
+    assert_eq!(failed.phase, "Failed", "{failed:?}");
+    assert!(
+        failed
+            .error_message
+            .contains("the tests of revision 2 failed: web-test (Failed)"),
+        "{failed:?}"
+    );
+    assert_eq!(
+        deployed_revision(&hub.lab, "pull-1", &ns, "web"),
+        None,
+        "revision 2 is marked failed"
+    );
+    hub.releases_become("member-1", &ns, &[("web", 1)]).await;
+    hub.delete_and_wait_gone("web").await;
+    hub_cli(&hub.lab, &["cluster", "remove", &edge]);
 }
