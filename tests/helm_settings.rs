@@ -5,10 +5,14 @@ mod common;
 use std::{path::Path, time::Duration};
 
 use common::{
-    fixtures::{chart, message, tenancy, unique, wait_until},
-    hub::Hub,
+    agent::{deployed_revision, hub_cli, join},
+    fixtures::{DEADLINE, chart, message, tenancy, unique, wait_until},
+    hub::{Hub, allow_all},
 };
-use tenancy_hub::api::crd::{ControllerSpec, Install, Uninstall};
+use tenancy_hub::api::{
+    crd::{ControllerSpec, Install, Uninstall, Upgrade},
+    policy::{HelmRule, TenancyPolicySpec},
+};
 
 /// A chart whose one object is a Job that never completes: its pod asks for a node no cluster
 /// has, so it is never scheduled (on the lab's kwok nodes, a Job's pod that runs completes).
@@ -176,4 +180,96 @@ async fn a_deleted_controller_uninstalls_keeping_the_history_its_chart_asks_to_k
             .is_err(),
         "the other release is gone with its history"
     );
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_policy_forbidding_disabled_hooks_refuses_that_release_and_not_its_neighbour() {
+    let hub = Hub::with_args("helm-settings-hooks", &["--tenancy-policy", "enforce"]).await;
+    let policy = TenancyPolicySpec {
+        helm: Some(HelmRule {
+            allow_disable_hooks: false,
+        }),
+        ..allow_all(&hub.namespace, &[])
+    };
+    hub.policy(&hub.namespace, policy).await;
+    let ns = unique("helm-settings-hooks-tenant");
+    let mut hookless = chart("deployment-example", "hookless", &[]);
+    hookless.upgrade = Some(Upgrade {
+        disable_hooks: true,
+        ..Upgrade::default()
+    });
+    let spec = ControllerSpec {
+        tenancies: vec![tenancy(
+            &ns,
+            &["member-1"],
+            vec![hookless, chart("deployment-example", "hooked", &[])],
+        )],
+        ..Default::default()
+    };
+    hub.apply("hooks", spec).await;
+    let api = hub.api();
+    let refused = wait_until(
+        "the hookless release forbidden, its neighbour deployed",
+        Duration::from_secs(120),
+        || async {
+            let status = api.get("hooks").await.ok()?.status?;
+            let hooked = message(&status, "member-1", "hooked")?;
+            let hookless = message(&status, "member-1", "hookless")?;
+            (hooked.phase == "Deployed" && hookless.phase == "Forbidden")
+                .then(|| hookless.error_message.clone())
+        },
+    )
+    .await;
+    assert!(refused.contains("allowDisableHooks"), "{refused}");
+    assert!(
+        hub.lab
+            .try_helm("member-1", &["history", "hookless", "-n", &ns])
+            .is_err(),
+        "no Helm call for the forbidden release"
+    );
+    hub.delete_and_wait_gone("hooks").await;
+}
+
+#[tokio::test]
+#[ignore = "needs the lab with pull members: kind/up.sh --pull-members 2, then --include-ignored"]
+async fn a_pull_members_agent_uninstalls_keeping_the_history_its_chart_asks_to_keep() {
+    let hub = Hub::new("helm-settings-pull").await;
+    let dir = tempfile::tempdir().unwrap();
+    let edge = unique("edge-s");
+    let _agent = join(&hub.lab, &edge, "pull-2", dir.path());
+    let ns = unique("helm-settings-pull-tenant");
+    let mut kept = chart("deployment-example", "kept", &[]);
+    kept.uninstall = Some(Uninstall {
+        keep_history: true,
+        ..Uninstall::default()
+    });
+    let spec = ControllerSpec {
+        tenancies: vec![tenancy(&ns, &[&edge], vec![kept])],
+        ..Default::default()
+    };
+    hub.apply("kept", spec).await;
+    wait_until(
+        "the release deployed on the pull member",
+        DEADLINE,
+        || async { (deployed_revision(&hub.lab, "pull-2", &ns, "kept") == Some(1)).then_some(()) },
+    )
+    .await;
+    hub.delete_and_wait_gone("kept").await;
+    // The agent uninstalled it as the chart entry asked: its one record stays, marked so.
+    let statuses = hub.lab.try_pull_kubectl(
+        "pull-2",
+        &[
+            "get",
+            "secrets",
+            "-n",
+            &ns,
+            "-l",
+            "owner=helm,name=kept",
+            "-o",
+            "jsonpath={.items[*].metadata.labels.status}",
+        ],
+    );
+    assert_eq!(statuses.as_deref().map(str::trim), Ok("uninstalled"));
+    hub_cli(&hub.lab, &["cluster", "remove", &edge]);
 }
