@@ -140,6 +140,21 @@ async fn held_at_its_own_timeout(extra: &[&str]) {
         "failed after {took:?}: {failed}"
     );
     assert!(failed.contains("not ready"), "{failed}");
+    // The failed revision is the operator's own, sealed whichever executor wrote it: the
+    // release reads as failing on its own timeout (Failed, or Pending while it is tried again),
+    // not as a Conflict with records of no one's.
+    let error = wait_until(
+        "the slow release reported failing on its timeout",
+        Duration::from_secs(60),
+        || async {
+            let status = api.get("waits").await.ok()?.status?;
+            let slow = message(&status, "member-1", "slow")?;
+            (["Failed", "Pending"].contains(&slow.phase.as_str()) && timed_out(&slow.error_message))
+                .then(|| slow.error_message.clone())
+        },
+    )
+    .await;
+    assert!(!error.contains("did not seal"), "{error}");
     hub.delete_and_wait_gone("waits").await;
 }
 

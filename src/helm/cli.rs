@@ -259,9 +259,10 @@ impl HelmCli {
 
     /// Before a helm process acts on a release: its records must all be sealed by the operator
     /// (`helm::seal`), or nothing runs.
-    async fn check_records(&self, member: &Member, key: &ReleaseKey) -> Result<(), Outcome> {
+    /// Ok: the newest revision they hold (0 for none, or when nothing is sealed here).
+    async fn check_records(&self, member: &Member, key: &ReleaseKey) -> Result<i64, Outcome> {
         let Some(seal) = &self.options.seal else {
-            return Ok(());
+            return Ok(0);
         };
         crate::helm::seal::check_release(seal, member.client.clone(), key)
             .await
@@ -359,9 +360,10 @@ impl HelmCli {
         if let Some(summary) = &repair {
             args = with_repair(args, summary);
         }
-        if let Err(refused) = self.check_records(member, &release.key).await {
-            return refused;
-        }
+        let before = match self.check_records(member, &release.key).await {
+            Ok(newest) => newest,
+            Err(refused) => return refused,
+        };
         let outcome = match self.run(args, timeout).await {
             Ok(stdout) => match parse_release_json(&stdout) {
                 Some((revision, chart_version)) => {
@@ -385,9 +387,33 @@ impl HelmCli {
                     }
                 }
             },
-            Err((message, kind)) => Outcome::failed(message, kind),
+            Err((message, kind)) => {
+                // What helm wrote before it failed (a failed revision, a rollback) is sealed
+                // too, or the next try would find records of no one's and refuse the release.
+                self.seal_failed(member, &release, before).await;
+                Outcome::failed(message, kind)
+            }
         };
         self.finish_apply(&prepared, &release.key, outcome).await
+    }
+
+    /// After a helm process failed on `release`, whose newest revision was `before`: seals the
+    /// revisions it wrote.
+    async fn seal_failed(&self, member: &Member, release: &Release, before: i64) {
+        if self.options.seal.is_none() {
+            return;
+        }
+        match crate::helm::seal::written_after(member.client.clone(), &release.key, before).await {
+            Ok(written) => {
+                for revision in written {
+                    self.seal_written(member, &release.key, &release.owner, revision)
+                        .await;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(release = %release.key, error = %e, "could not list the revisions a failed helm wrote; they are held as foreign until the release is applied again");
+            }
+        }
     }
 
     /// The registered member a release key names, with the kubeconfig helm is given for it, once

@@ -459,15 +459,40 @@ async fn records(
     Ok(api.list(&params).await?.items)
 }
 
+/// The revisions of `found` (release records) newer than `than`, at most the two newest: what one
+/// helm process writes at most (a failed revision, and the rollback after it).
+fn newest(found: &[Secret], than: i64) -> Vec<i64> {
+    let mut newer: Vec<i64> = found
+        .iter()
+        .filter_map(|s| s.metadata.labels.as_ref()?.get("version")?.parse().ok())
+        .filter(|r| *r > than)
+        .collect();
+    newer.sort_unstable_by(|a, b| b.cmp(a));
+    newer.truncate(2);
+    newer
+}
+
+/// The revisions of `release` written after revision `than`, newest first, at most two: those a
+/// helm process that failed may have written.
+pub(crate) async fn written_after(
+    client: kube::Client,
+    release: &crate::api::key::ReleaseKey,
+    than: i64,
+) -> kube::Result<Vec<i64>> {
+    let found = records(client, &release.scope.namespace, &release.release).await?;
+    Ok(newest(&found, than))
+}
+
 /// Before a helm process acts on a release: every record of it must be sealed by `key`, or
 /// nothing runs (Err, naming the records and what to do). The helm binary reads records itself,
 /// so a record forged after this check and before helm reads it is not caught: the executor
 /// (`tenancy-hub-helm`) checks inside the read and leaves no such window.
+/// Ok: the newest revision among them (0 when there is none).
 pub(crate) async fn check_release(
     key: &SealKey,
     client: kube::Client,
     release: &crate::api::key::ReleaseKey,
-) -> Result<(), String> {
+) -> Result<i64, String> {
     let found = records(client, &release.scope.namespace, &release.release)
         .await
         .map_err(|e| format!("reading the release records of {release}: {e}"))?;
@@ -476,7 +501,7 @@ pub(crate) async fn check_release(
         .filter_map(|s| check_record(key, &release.scope.cluster, s).err())
         .collect();
     if bad.is_empty() {
-        return Ok(());
+        return Ok(newest(&found, 0).into_iter().max().unwrap_or(0));
     }
     Err(format!(
         "release {release} has records this operator did not seal ({}): nothing runs on content it did not write; a cluster admin should inspect and delete them",

@@ -135,3 +135,19 @@ fn the_key_never_shows_in_debug_output() {
     assert_eq!(format!("{key:?}"), "SealKey(***)");
     assert!(SealKey::from_bytes(&[1u8; 16]).is_none(), "too short");
 }
+
+#[test]
+fn a_failed_helm_process_is_taken_to_have_written_at_most_the_two_revisions_after_the_newest() {
+    let record = |version: &str| Secret {
+        metadata: ObjectMeta {
+            labels: Some([("version".to_owned(), version.to_owned())].into()),
+            ..ObjectMeta::default()
+        },
+        ..Secret::default()
+    };
+    let found: Vec<Secret> = ["1", "2", "10", "3", "x"].into_iter().map(record).collect();
+    // Revision 10 sorts after 3 as a number; a label that is no number is no revision.
+    assert_eq!(newest(&found, 2), vec![10, 3]);
+    assert_eq!(newest(&found, 10), Vec::<i64>::new());
+    assert_eq!(newest(&found[..2], 0), vec![2, 1]);
+}
