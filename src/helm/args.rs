@@ -300,17 +300,20 @@ pub(crate) fn uninstall_args(
     args
 }
 
-/// Arguments of `helm rollback` of a release to revision `to`, server-side like every upgrade.
-/// It does not wait for readiness: the status reports how the rolled-back release fares.
+/// Arguments of `helm rollback` of a release to revision `to`, server-side like every upgrade,
+/// with a `--timeout` and a `--history-max` (`limits`: the chart entry's upgrade timeout and
+/// `maxHistory`, or the operator's). It does not wait for readiness: the status reports how the
+/// rolled-back release fares.
 pub(crate) fn rollback_args(
     key: &ReleaseKey,
     to: i64,
     target: Target<'_>,
-    options: &HelmOptions,
+    limits: (std::time::Duration, u32),
 ) -> Vec<OsString> {
+    let (timeout, history_max) = limits;
     let mut args: Vec<OsString> = vec!["rollback".into()];
-    common(&mut args, key, target, options.timeout);
-    args.push(flag("history-max", options.history_max.to_string()));
+    common(&mut args, key, target, timeout);
+    args.push(flag("history-max", history_max.to_string()));
     args.push("--server-side=true".into());
     args.push("--force-conflicts".into());
     args.push(flag("description", ROLLBACK_DESCRIPTION));

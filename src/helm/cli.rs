@@ -434,14 +434,18 @@ impl HelmCli {
         from: i64,
         identity: Option<Impersonation>,
         owner: &crate::plan::OwnerId,
+        helm: &crate::plan::HelmSettings,
     ) -> Outcome {
         let targeted = match self.targeted(&key).await {
             Ok(targeted) => targeted,
             Err(outcome) => return outcome,
         };
         let member = &targeted.member;
-        let args = rollback_args(&key, from - 1, targeted.target(&identity), &self.options);
-        match self.run(args, self.options.timeout).await {
+        let timeout = crate::helm::settings::upgrade(helm, &self.options).timeout;
+        let history_max = crate::helm::settings::history_max(helm, &self.options);
+        let target = targeted.target(&identity);
+        let args = rollback_args(&key, from - 1, target, (timeout, history_max));
+        match self.run(args, timeout).await {
             // A rollback writes the revision after the newest one.
             Ok(_) => {
                 self.seal_written(member, &key, owner, from + 1).await;

@@ -283,6 +283,23 @@ pub(crate) fn uninstall_request(
     }
 }
 
+/// The request of a rollback of `key` to revision `to`, with the chart entry's upgrade timeout
+/// and `maxHistory` (`helm`), as the CLI path asks for it.
+pub(crate) fn rollback_request(
+    id: u64,
+    key: &ReleaseKey,
+    cluster: ClusterRef,
+    to: i64,
+    helm: &crate::plan::HelmSettings,
+    options: &HelmOptions,
+) -> Request {
+    Request {
+        timeout_seconds: settings::upgrade(helm, options).timeout.as_secs(),
+        history_max: settings::history_max(helm, options),
+        ..release_request(id, key, cluster, Some(to), options)
+    }
+}
+
 /// The request of an uninstall (with the executor's defaults) or (with `to`) a rollback of
 /// `key`, as the CLI path asks for them.
 pub(crate) fn release_request(

@@ -30,7 +30,7 @@ use crate::{
     helm::cli::HelmCli,
     helm::outcome as helm,
     helm::pipe::{ExecutorError, Pipe},
-    helm::protocol::{Answer, ClusterRef, release_request, uninstall_request, upgrade_request},
+    helm::protocol::{Answer, ClusterRef, rollback_request, uninstall_request, upgrade_request},
     plan::{ChartSource, Job, Release},
     queue::{Executor, FailureKind, Outcome},
 };
@@ -193,20 +193,22 @@ impl HelmExecutor {
         from: i64,
         identity: Option<Impersonation>,
         owner: &crate::plan::OwnerId,
+        helm: &crate::plan::HelmSettings,
     ) -> Outcome {
         let Some(pipe) = &self.pipe else {
-            return self.cli.rollback(key, from, identity, owner).await;
+            return self.cli.rollback(key, from, identity, owner, helm).await;
         };
         let Some(member) = self.cli.member(&key) else {
             return helm::unregistered(&key);
         };
         let cluster = self.cluster(&member, identity.as_ref());
         match pipe
-            .call(release_request(
+            .call(rollback_request(
                 0,
                 &key,
                 cluster,
-                Some(from - 1),
+                from - 1,
+                helm,
                 &self.options,
             ))
             .await
@@ -245,7 +247,8 @@ impl Executor for HelmExecutor {
                 from,
                 identity,
                 owner,
-            } => self.rollback(key, from, identity, &owner).await,
+                helm,
+            } => self.rollback(key, from, identity, &owner, &helm).await,
         }
     }
 }

@@ -179,7 +179,7 @@ pub(crate) fn asked_timeout(job: &Job) -> Option<Duration> {
             release.helm.test.as_ref().filter(|t| t.enable),
         ),
         Job::Uninstall { settings, .. } => (vec![settings.timeout.as_deref()], None),
-        Job::Rollback { .. } => (Vec::new(), None),
+        Job::Rollback { helm, .. } => (vec![helm.upgrade.timeout.as_deref()], None),
     };
     let apply = written
         .into_iter()
@@ -360,8 +360,18 @@ mod tests {
             owner: owner.clone(),
             from: 2,
             identity: None,
+            helm: Box::default(),
         };
         assert_eq!(asked_timeout(&rollback), None);
+        // A rollback is waited for as long as the chart entry's upgrade may take.
+        let rollback = Job::Rollback {
+            key: key.clone(),
+            owner: owner.clone(),
+            from: 2,
+            identity: None,
+            helm: Box::new(example()),
+        };
+        assert_eq!(asked_timeout(&rollback), Some(Duration::from_secs(3600)));
     }
 
     #[test]

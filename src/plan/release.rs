@@ -367,6 +367,10 @@ pub(crate) enum Job {
         from: i64,
         /// Whom Helm impersonates, as for the release's other jobs.
         identity: Option<Impersonation>,
+        /// The chart entry's Helm settings: the rollback takes its upgrade's timeout and its
+        /// `maxHistory`.
+        #[serde(default)]
+        helm: Box<HelmSettings>,
     },
 }
 

@@ -128,6 +128,7 @@ fn of(owner: OwnerId, job: Job) -> Job {
             owner,
             from,
             identity,
+            helm: Default::default(),
         },
     }
 }

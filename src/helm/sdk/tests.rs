@@ -631,3 +631,17 @@ async fn a_probe_tells_the_executors_helm_and_leaves_nothing_running() {
     assert_eq!(hello, serde_json::from_value(fixture("hello")).unwrap());
     wait_dead(scripted_pid(dir.path())).await;
 }
+
+#[test]
+fn a_rollback_takes_the_chart_entrys_upgrade_timeout_and_history_and_else_the_operators() {
+    let key: ReleaseKey = "member-1/team/web".parse().unwrap();
+    let own = rollback_request(1, &key, cluster(), 4, &with_settings().helm, &options());
+    assert_eq!((own.op, own.revision), ("rollback", 4));
+    assert_eq!((own.timeout_seconds, own.history_max), (3600, 12));
+    let plain = rollback_request(1, &key, cluster(), 4, &Default::default(), &options());
+    let defaults = options();
+    assert_eq!(
+        (plain.timeout_seconds, plain.history_max),
+        (defaults.timeout.as_secs(), defaults.history_max)
+    );
+}

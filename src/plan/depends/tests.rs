@@ -387,6 +387,7 @@ fn an_uninstall_waits_while_a_release_depending_on_it_is_installed() {
         owner: owner(),
         from: 3,
         identity: None,
+        helm: Default::default(),
     };
     let (go, _) = gate(vec![rollback.clone()], &e, &|_| Some("no".into()), &|_| {
         true

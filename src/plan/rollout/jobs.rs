@@ -56,6 +56,7 @@ pub(crate) fn rollbacks(
                     owner: r.owner.clone(),
                     from: a.revision,
                     identity: r.identity.clone(),
+                    helm: Box::new(r.helm.clone()),
                 })
         })
         .collect()
