@@ -197,6 +197,11 @@ pub struct ChartMessage {
     /// Where the live objects differ from the deployed manifest, while they do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift: Option<DriftStatus>,
+    /// What the last install or upgrade of this spec did with the chart's `crds/` (as its
+    /// `crds` policy asked): how many were created, replaced or left unchanged, with their
+    /// first names; empty when the chart brings none or the Helm executor did not say.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub crds: String,
 }
 
 /// Drift of one release: the objects whose live state differs from the deployed manifest (at

@@ -355,6 +355,7 @@ fn describe(completed: &Completed) -> (EventType, &'static str, String) {
         Outcome::Applied {
             revision: 1,
             chart_version,
+            ..
         } => (
             EventType::Normal,
             "Installed",
@@ -363,6 +364,7 @@ fn describe(completed: &Completed) -> (EventType, &'static str, String) {
         Outcome::Applied {
             revision,
             chart_version,
+            ..
         } => (
             EventType::Normal,
             "Upgraded",

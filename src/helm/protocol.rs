@@ -15,7 +15,7 @@ use crate::{
 /// The version of the messages on the executor's pipe: [`Hello`], [`Request`] and [`Answer`].
 /// Bump it when a message changes, with the executor's `protocolVersion` (`helm-sdk/main.go`) and
 /// the shared fixtures in `helm-sdk/testdata/protocol`, which the tests of both sides check.
-pub(crate) const PROTOCOL_VERSION: u32 = 2;
+pub(crate) const PROTOCOL_VERSION: u32 = 3;
 /// The version of Helm's Go SDK the executor is built with: the one `helm-sdk/go.mod` requires
 /// (a unit test keeps them in step).
 pub(crate) const HELM_SDK: &str = "v4.3.1";
@@ -126,7 +126,8 @@ pub(crate) struct Phase {
     /// Skip its hooks.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub(crate) disable_hooks: bool,
-    /// `Create` (create the chart's missing CRDs) or `Skip`.
+    /// `Skip`, `Create` (create the chart's missing CRDs) or `CreateReplace` (and replace the
+    /// others, unless a version still stored would go).
     pub(crate) crds: &'static str,
     /// Replace what cannot be patched, applying client-side (upgrades only).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -143,7 +144,11 @@ impl From<Applying> for Phase {
             wait: a.wait,
             wait_for_jobs: a.wait_for_jobs,
             disable_hooks: a.disable_hooks,
-            crds: if a.create_crds { "Create" } else { "Skip" },
+            crds: match (a.create_crds, a.replace_crds) {
+                (_, true) => "CreateReplace",
+                (true, false) => "Create",
+                (false, false) => "Skip",
+            },
             force: a.force,
             cleanup_on_fail: a.cleanup_on_fail,
         }
@@ -170,6 +175,9 @@ pub(crate) struct Answer {
     /// The chart version deployed.
     #[serde(default)]
     pub(crate) chart_version: String,
+    /// What became of the chart's CRDs; None when it brings none.
+    #[serde(default)]
+    pub(crate) crds: Option<crate::queue::crds::CrdReport>,
 }
 
 /// The request of an install or upgrade of `release` from `chart`, as `helm::upgrade_args` asks

@@ -126,6 +126,7 @@ impl HelmExecutor {
             Ok(answer) => Outcome::Applied {
                 revision: answer.revision,
                 chart_version: answer.chart_version,
+                crds: answer.crds,
             },
             Err(e @ (ExecutorError::Stopped | ExecutorError::Overdue(_))) => {
                 // The executor is gone with the install or upgrade in flight: a revision it left
@@ -219,6 +220,7 @@ impl HelmExecutor {
             Ok(Answer { error: None, .. }) => Outcome::Applied {
                 revision: from + 1,
                 chart_version: String::new(),
+                crds: None,
             },
             Ok(Answer { error: Some(e), .. }) => failure(&e),
             Err(e) => Outcome::failed(e.to_string(), FailureKind::Transient),

@@ -206,6 +206,7 @@ impl FakeLink {
                 _ => Outcome::Applied {
                     revision: 1,
                     chart_version: "0.1.0".into(),
+                    crds: None,
                 },
             })
         })

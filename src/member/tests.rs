@@ -29,7 +29,8 @@ async fn links_run_a_job_on_the_link_of_its_cluster_only() {
         outcome,
         Outcome::Applied {
             revision: 1,
-            chart_version: "0.1.0".into()
+            chart_version: "0.1.0".into(),
+            crds: None,
         }
     );
     assert!(one.calls().is_empty());

@@ -855,6 +855,7 @@ async fn run_starts_jobs_as_they_are_enqueued_and_reports_them() {
     let applied = Outcome::Applied {
         revision: 2,
         chart_version: "0.1.0".into(),
+        crds: None,
     };
     answer.send(applied.clone()).unwrap();
     let completed = h.completed().await;

@@ -91,6 +91,7 @@ pub(crate) fn message(
             .map(|v| v.by.clone())
             .unwrap_or_default(),
         drift: None,
+        crds: String::new(),
     }
 }
 
@@ -149,7 +150,22 @@ pub(crate) fn release_message(
 ) -> ChartMessage {
     ChartMessage {
         drift: view.drift.get(&release.key).cloned(),
+        crds: crds_reported(release, view),
         ..plain_release_message(release, view, held)
+    }
+}
+
+/// What the last apply of the release's current spec did with its chart's CRDs, in words.
+fn crds_reported(release: &Release, view: &ReleaseView<'_>) -> String {
+    let current_job = release.apply_fingerprint();
+    match view.outcomes.get(&release.key) {
+        Some(last) if last.fingerprint == current_job => match &last.outcome {
+            Outcome::Applied {
+                crds: Some(crds), ..
+            } => crds.summary(),
+            _ => String::new(),
+        },
+        _ => String::new(),
     }
 }
 

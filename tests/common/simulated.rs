@@ -373,6 +373,7 @@ impl Member {
                 Outcome::Applied {
                     revision,
                     chart_version: work.chart_version.clone().unwrap_or_default(),
+                    crds: None,
                 }
             };
             state.answered.insert(work.key.clone(), id.to_owned());

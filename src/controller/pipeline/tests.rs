@@ -303,6 +303,7 @@ async fn a_release_just_installed_whose_record_is_not_seen_yet_is_not_installed_
     let applied = || Outcome::Applied {
         revision: 1,
         chart_version: "0.1.0".into(),
+        crds: None,
     };
     let installed = |at| web_finished(job, &world.owner, applied(), false, at);
 

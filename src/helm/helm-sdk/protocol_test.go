@@ -127,6 +127,11 @@ func TestEveryResponseFixtureIsWhatTheExecutorWrites(t *testing.T) {
 	written := map[string]any{
 		"hello":            hello{Protocol: protocolVersion, Helm: "v4.3.1"},
 		"response-applied": response{ID: 7, Revision: 3, ChartVersion: "0.1.0"},
+		"response-applied-crds": response{ID: 12, Revision: 2, ChartVersion: "2.15.4", Crds: &crdReport{
+			Created:   []string{"widgets.example.com"},
+			Replaced:  []string{"sealedsecrets.bitnami.com"},
+			Unchanged: []string{"gadgets.example.com"},
+		}},
 		// An uninstall or a rollback done.
 		"response-done": response{ID: 9},
 		"response-failed-render": response{ID: 7, Error: "UPGRADE FAILED: execution error at " +

@@ -142,11 +142,22 @@ fn answers() -> Vec<(&'static str, Answer, Option<FailureKind>)> {
         error: error.map(str::to_owned),
         revision: 0,
         chart_version: String::new(),
+        crds: None,
     };
     let applied = Answer {
         revision: 3,
         chart_version: "0.1.0".into(),
         ..answer(7, None)
+    };
+    let with_crds = Answer {
+        revision: 2,
+        chart_version: "2.15.4".into(),
+        crds: Some(crate::queue::crds::CrdReport {
+            created: vec!["widgets.example.com".into()],
+            replaced: vec!["sealedsecrets.bitnami.com".into()],
+            unchanged: vec!["gadgets.example.com".into()],
+        }),
+        ..answer(12, None)
     };
     let render = "UPGRADE FAILED: execution error at \
             (deployment-example/templates/deployment.yaml:21:20): image.tag is required";
@@ -162,6 +173,7 @@ fn answers() -> Vec<(&'static str, Answer, Option<FailureKind>)> {
     use FailureKind::{Permanent, Transient, Unavailable};
     vec![
         ("response-applied", applied, None),
+        ("response-applied-crds", with_crds, None),
         // An uninstall or a rollback done.
         ("response-done", answer(9, None), None),
         failed("response-failed-render", 7, render, Permanent),

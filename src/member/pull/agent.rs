@@ -446,6 +446,7 @@ fn already_done(job: &Job, applied: Option<&Applied>) -> Option<Outcome> {
     same.then(|| Outcome::Applied {
         revision: applied.revision,
         chart_version: release.version.clone().unwrap_or_default(),
+        crds: None,
     })
 }
 
@@ -510,7 +511,8 @@ mod tests {
             done,
             Some(Outcome::Applied {
                 revision: 4,
-                chart_version: "0.1.0".into()
+                chart_version: "0.1.0".into(),
+                crds: None,
             })
         );
     }

@@ -228,7 +228,8 @@ async fn an_unavailable_member_is_retried_past_the_attempt_cap_until_it_answers(
         up.outcome,
         Outcome::Applied {
             revision: 1,
-            chart_version: "0.1.0".into()
+            chart_version: "0.1.0".into(),
+            crds: None,
         }
     );
     assert_eq!(one.jobs().len(), 4);
