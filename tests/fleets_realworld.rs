@@ -9,7 +9,7 @@ mod common;
 use std::{collections::BTreeMap, path::PathBuf};
 
 use common::{
-    fixtures::{DEADLINE, message, unique, wait_until},
+    fixtures::{DEADLINE, message, real_chart_home, unique, wait_until},
     hub::{Hub, allow_all},
     lab::Lab,
 };
@@ -44,29 +44,6 @@ const REFUSED: &str = "dns-refused";
 
 /// The hub Secret the releases read values from.
 const SECRET: &str = "dns-credentials";
-
-/// The chart home holding the real-world chart: the one the lab's env file names, or the one
-/// `kind/real-chart.sh` fetches (cached) for a lab started before it named one.
-fn chart_home(lab: &Lab) -> PathBuf {
-    let env = std::fs::read_to_string(lab.dir.join("env")).unwrap_or_default();
-    if let Some(dir) = env.lines().find_map(|l| {
-        l.strip_prefix("export TENANCY_HUB_REAL_CHARTS=\"")
-            .map(|d| d.trim_end_matches('"').to_owned())
-    }) {
-        return dir.into();
-    }
-    let out = std::process::Command::new(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kind/real-chart.sh"),
-    )
-    .output()
-    .expect("kind/real-chart.sh runs");
-    assert!(
-        out.status.success(),
-        "kind/real-chart.sh failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().into()
-}
 
 /// A registration file of the lab's two members with labels and variables of their own:
 /// member-1 in region east with no variables (so defaults apply), member-2 in region west with
@@ -235,7 +212,7 @@ async fn shown_on_hub(hub: &Hub, name: &str) -> String {
 #[ignore = "needs the lab: run tests/run.sh"]
 async fn a_real_world_chart_is_delivered_with_each_clusters_own_values_and_a_masked_secret() {
     let lab = Lab::get();
-    let home = chart_home(&lab);
+    let home = real_chart_home(&lab, CHART);
     assert!(
         home.join(CHART).join("Chart.yaml").is_file(),
         "no {CHART} chart in {}",

@@ -204,6 +204,7 @@ async fn a_policy_forbidding_disabled_hooks_refuses_that_release_and_not_its_nei
     let policy = TenancyPolicySpec {
         helm: Some(HelmRule {
             allow_disable_hooks: false,
+            ..HelmRule::default()
         }),
         ..allow_all(&hub.namespace, &[])
     };

@@ -202,6 +202,11 @@ pub struct ChartMessage {
     /// named in `errorMessage`; after an operator restart this stays empty until tests run again.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tests: BTreeMap<String, String>,
+    /// What the last install or upgrade of this spec did with the chart's `crds/` (as its
+    /// `crds` policy asked): how many were created, replaced or left unchanged, with their
+    /// first names; empty when the chart brings none or the Helm executor did not say.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub crds: String,
 }
 
 /// Drift of one release: the objects whose live state differs from the deployed manifest (at

@@ -157,14 +157,32 @@ pub struct HelmRule {
     /// whatever this says, as they always have.
     #[serde(default = "yes")]
     pub allow_disable_hooks: bool,
+
+    /// The CRD policies (`install.crds`, `upgrade.crds`, with their defaults `Create` and
+    /// `Skip` when unset) the governed charts may use. Default `[Skip, Create]`: a chart may
+    /// create the CRDs a cluster lacks, as the release's identity, never change one there.
+    /// `CreateReplace` changes a cluster-wide schema every tenant of the cluster shares: list it
+    /// to let these charts replace their CRDs; a release using a policy not listed is
+    /// `Forbidden`, with nothing run.
+    #[serde(default = "create_and_skip")]
+    #[schemars(length(max = 3))]
+    pub crd_policies: Vec<crate::api::crd::CrdPolicy>,
 }
 
 impl Default for HelmRule {
     fn default() -> Self {
         Self {
             allow_disable_hooks: true,
+            crd_policies: create_and_skip(),
         }
     }
+}
+
+/// The CRD policies a policy allows unless it says otherwise: those that never change a CRD
+/// that exists.
+pub(crate) fn create_and_skip() -> Vec<crate::api::crd::CrdPolicy> {
+    use crate::api::crd::CrdPolicy;
+    vec![CrdPolicy::Skip, CrdPolicy::Create]
 }
 
 fn yes() -> bool {

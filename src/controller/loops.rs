@@ -356,6 +356,7 @@ fn describe(completed: &Completed) -> (EventType, &'static str, String) {
             revision: 1,
             chart_version,
             tests,
+            ..
         } => (
             EventType::Normal,
             "Installed",
@@ -368,6 +369,7 @@ fn describe(completed: &Completed) -> (EventType, &'static str, String) {
             revision,
             chart_version,
             tests,
+            ..
         } => (
             EventType::Normal,
             "Upgraded",

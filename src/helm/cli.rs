@@ -135,6 +135,9 @@ impl HelmCli {
     /// records only when its settings make the two differ (see `phase_matters`); Err: the
     /// outcome of a release this executor cannot apply as asked, or of a failed look-up.
     async fn phase(&self, member: &Member, release: &Release) -> Result<Phase, Outcome> {
+        if let Some(refused) = replaces_crds(release, &self.options) {
+            return Err(refused);
+        }
         if !phase_matters(release, &self.options) {
             return Ok(Phase::Upgrade);
         }
@@ -373,6 +376,7 @@ impl HelmCli {
                         revision,
                         chart_version,
                         tests: Vec::new(),
+                        crds: None,
                     }
                 }
                 None => {
@@ -384,6 +388,7 @@ impl HelmCli {
                         revision: 0,
                         chart_version: String::new(),
                         tests: Vec::new(),
+                        crds: None,
                     }
                 }
             },
@@ -453,6 +458,7 @@ impl HelmCli {
                     revision: from + 1,
                     chart_version: String::new(),
                     tests: Vec::new(),
+                    crds: None,
                 }
             }
             Err((message, kind)) => Outcome::failed(message, kind),
@@ -498,6 +504,27 @@ impl HelmCli {
             )
         })
     }
+}
+
+/// The refusal of a release asking for `crds: CreateReplace`, which the `helm` binary cannot do
+/// (it never replaces a CRD): None when neither its install nor its upgrade asks for it.
+fn replaces_crds(release: &Release, options: &HelmOptions) -> Option<Outcome> {
+    let asked = [
+        (
+            "install",
+            crate::helm::settings::install(&release.helm, options),
+        ),
+        (
+            "upgrade",
+            crate::helm::settings::upgrade(&release.helm, options),
+        ),
+    ];
+    let (action, _) = asked.into_iter().find(|(_, a)| a.replace_crds)?;
+    let message = format!(
+        "release {}: {action}.crds: CreateReplace is refused by the helm binary executor, which cannot replace CRDs; run the operator with the Helm executor (--executor sdk), or set {action}.crds: Create",
+        release.key
+    );
+    Some(Outcome::failed(message, FailureKind::Permanent))
 }
 
 #[cfg(test)]

@@ -130,7 +130,8 @@ pub(crate) struct Phase {
     /// Skip its hooks.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub(crate) disable_hooks: bool,
-    /// `Create` (create the chart's missing CRDs) or `Skip`.
+    /// `Skip`, `Create` (create the chart's missing CRDs) or `CreateReplace` (and replace the
+    /// others, unless a version still stored would go).
     pub(crate) crds: &'static str,
     /// Replace what cannot be patched, applying client-side (upgrades only).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -147,7 +148,11 @@ impl From<Applying> for Phase {
             wait: a.wait,
             wait_for_jobs: a.wait_for_jobs,
             disable_hooks: a.disable_hooks,
-            crds: if a.create_crds { "Create" } else { "Skip" },
+            crds: match (a.create_crds, a.replace_crds) {
+                (_, true) => "CreateReplace",
+                (true, false) => "Create",
+                (false, false) => "Skip",
+            },
             force: a.force,
             cleanup_on_fail: a.cleanup_on_fail,
         }
@@ -205,6 +210,9 @@ pub(crate) struct Answer {
     /// The tests run after the install or upgrade and how each ended, failed ones included.
     #[serde(default)]
     pub(crate) tests: Vec<TestResult>,
+    /// What became of the chart's CRDs; None when it brings none.
+    #[serde(default)]
+    pub(crate) crds: Option<crate::queue::crds::CrdReport>,
 }
 
 /// The request of an install or upgrade of `release` from `chart`, as `helm::upgrade_args` asks

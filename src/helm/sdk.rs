@@ -218,6 +218,7 @@ impl HelmExecutor {
                 revision: from + 1,
                 chart_version: String::new(),
                 tests: Vec::new(),
+                crds: None,
             },
             Ok(Answer { error: Some(e), .. }) => failure(&e),
             Err(e) => Outcome::failed(e.to_string(), FailureKind::Transient),
@@ -268,6 +269,7 @@ pub(crate) fn applied(answer: Answer) -> Outcome {
             revision: answer.revision,
             chart_version: answer.chart_version,
             tests: answer.tests,
+            crds: answer.crds,
         },
     }
 }

@@ -56,6 +56,8 @@ pub(crate) struct Applying {
     pub(crate) disable_hooks: bool,
     /// Create the chart's missing CRDs (an install's default; an upgrade only when asked).
     pub(crate) create_crds: bool,
+    /// Also replace the chart's CRDs the cluster has (`CreateReplace`; the Helm executor only).
+    pub(crate) replace_crds: bool,
     /// Replace what cannot be patched (`--force-replace`, client-side): upgrades only.
     pub(crate) force: bool,
     /// Delete what a failed upgrade created (`--cleanup-on-fail`): upgrades only.
@@ -107,6 +109,7 @@ pub(crate) fn install(settings: &HelmSettings, options: &HelmOptions) -> Applyin
         wait_for_jobs: i.wait_for_jobs,
         disable_hooks: i.disable_hooks,
         create_crds: i.crds != Some(CrdPolicy::Skip),
+        replace_crds: i.crds == Some(CrdPolicy::CreateReplace),
         force: false,
         cleanup_on_fail: false,
     }
@@ -120,7 +123,8 @@ pub(crate) fn upgrade(settings: &HelmSettings, options: &HelmOptions) -> Applyin
         wait: u.wait || u.wait_for_jobs,
         wait_for_jobs: u.wait_for_jobs,
         disable_hooks: u.disable_hooks,
-        create_crds: u.crds == Some(CrdPolicy::Create),
+        create_crds: matches!(u.crds, Some(CrdPolicy::Create | CrdPolicy::CreateReplace)),
+        replace_crds: u.crds == Some(CrdPolicy::CreateReplace),
         force: u.force,
         cleanup_on_fail: u.cleanup_on_fail,
     }
@@ -259,6 +263,7 @@ mod tests {
             wait_for_jobs: false,
             disable_hooks: false,
             create_crds: true,
+            replace_crds: false,
             force: false,
             cleanup_on_fail: false,
         };

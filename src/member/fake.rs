@@ -207,6 +207,7 @@ impl FakeLink {
                     revision: 1,
                     chart_version: "0.1.0".into(),
                     tests: Vec::new(),
+                    crds: None,
                 },
             })
         })

@@ -31,6 +31,7 @@ async fn links_run_a_job_on_the_link_of_its_cluster_only() {
             revision: 1,
             chart_version: "0.1.0".into(),
             tests: Vec::new(),
+            crds: None,
         }
     );
     assert!(one.calls().is_empty());

@@ -9,7 +9,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::{
-    api::crd::{Chart, ControllerSpec, CrdPolicy, HUB_CLUSTER, Tenancy, Uninstall},
+    api::crd::{Chart, ControllerSpec, HUB_CLUSTER, Tenancy, Uninstall},
     api::key::{ClusterName, ClusterNamespace, ReleaseKey},
     policy::{
         Admission, Verdict,
@@ -403,7 +403,7 @@ fn resolve(
             return Err(Box::new(Problem::InvalidSetting { key, setting, why }));
         }
     }
-    let helm = helm_settings(&key, chart)?;
+    let helm = helm_settings(chart);
     let found = lookup(&source, credentials, trust, chart.version.as_deref());
     let (version, chart_digest, verified) = match found {
         ChartLookup::Found {
@@ -456,25 +456,10 @@ fn resolve(
     Ok(release)
 }
 
-/// A chart entry's Helm settings, or the problem of one that cannot be carried out: a CRD
-/// policy of `CreateReplace`, which needs the policy of CRD upgrades first.
-fn helm_settings(key: &ReleaseKey, chart: &Chart) -> Result<HelmSettings, Box<Problem>> {
-    let asked = [
-        ("install", chart.install.as_ref().and_then(|i| i.crds)),
-        ("upgrade", chart.upgrade.as_ref().and_then(|u| u.crds)),
-    ];
-    if let Some((action, crds)) = asked
-        .into_iter()
-        .find(|(_, crds)| *crds == Some(CrdPolicy::CreateReplace))
-    {
-        return Err(Box::new(Problem::UnsupportedSetting {
-            key: key.clone(),
-            chart: chart.chart_name.clone(),
-            setting: format!("{action}.crds: {}", crds.expect("found above")),
-            why: "replacing a chart's CRDs is not done yet: it changes cluster-wide schemas for every tenant and waits for a policy allowing it; use Create (missing CRDs only) or Skip".into(),
-        }));
-    }
-    Ok(HelmSettings {
+/// A chart entry's Helm settings. What a policy lets a tenant ask of Helm (hooks skipped, CRDs
+/// replaced) is the admission's to refuse (`policy::TenancyPolicies::refusal`).
+fn helm_settings(chart: &Chart) -> HelmSettings {
+    HelmSettings {
         install: chart.install.clone().unwrap_or_default(),
         upgrade: chart.upgrade.clone().unwrap_or_default(),
         uninstall: chart.uninstall.clone().unwrap_or_default(),
@@ -483,7 +468,7 @@ fn helm_settings(key: &ReleaseKey, chart: &Chart) -> Result<HelmSettings, Box<Pr
             .max_history
             .and_then(|n| u32::try_from(n).ok())
             .filter(|n| *n > 0),
-    })
+    }
 }
 
 /// Fingerprint of what Helm is given for a release: 16 hex digits. It covers the chart's resolved

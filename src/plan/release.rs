@@ -510,18 +510,6 @@ pub(crate) enum Problem {
         /// What is wrong and what to do.
         why: String,
     },
-    /// A Helm setting of the chart entry that cannot be carried out (yet): refused, never
-    /// dropped.
-    UnsupportedSetting {
-        /// The release.
-        key: ReleaseKey,
-        /// The chart as named.
-        chart: String,
-        /// The setting as written, for example `upgrade.crds: CreateReplace`.
-        setting: String,
-        /// Why, and what to write instead.
-        why: String,
-    },
     /// A `dependsOn` entry names a release this resource does not release on the same cluster.
     UnknownDependency {
         /// The release whose chart names it.
@@ -555,7 +543,6 @@ impl Problem {
             | Problem::InvalidSetting { key, .. }
             | Problem::Forbidden { key, .. }
             | Problem::InvalidValues { key, .. }
-            | Problem::UnsupportedSetting { key, .. }
             | Problem::UnknownDependency { key, .. }
             | Problem::DependencyCycle { key, .. } => Some(key),
             Problem::UnknownCluster { .. }
@@ -577,7 +564,6 @@ impl Problem {
             Problem::Forbidden { .. } => "Forbidden",
             Problem::TooLarge { .. } => "SpecTooLarge",
             Problem::InvalidValues { .. } => "InvalidValues",
-            Problem::UnsupportedSetting { .. } => "UnsupportedSetting",
             Problem::UnknownDependency { .. } => "UnknownDependency",
             Problem::DependencyCycle { .. } => "DependencyCycle",
         }
@@ -642,12 +628,6 @@ impl fmt::Display for Problem {
                 f,
                 "release {key}: its values for cluster {} cannot be made: {why}; what runs stays as it is until they can",
                 key.scope.cluster
-            ),
-            Problem::UnsupportedSetting {
-                key, setting, why, ..
-            } => write!(
-                f,
-                "release {key}: {setting} is refused: {why}; nothing is installed or changed for it until the spec changes (what runs stays as it is)"
             ),
             Problem::UnknownDependency {
                 key,

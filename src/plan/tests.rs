@@ -991,22 +991,15 @@ fn the_next_helm_action_of_a_release_carries_its_settings() {
 }
 
 #[test]
-fn a_crd_policy_of_create_replace_is_refused_naming_the_release_and_nothing_runs() {
+fn a_crd_policy_of_create_replace_is_planned_with_the_release_for_the_policy_to_judge() {
+    use crate::api::crd::CrdPolicy;
     let world = World::new();
-    let plan = world.plan(
-        &owner("a"),
-        &with_helm_settings(crate::api::crd::CrdPolicy::CreateReplace),
-    );
-    assert!(plan.jobs.is_empty(), "{:?}", plan.jobs);
-    assert_eq!(plan.problems.len(), 2);
-    let problem = &plan.problems[0];
-    assert_eq!(problem.reason(), "UnsupportedSetting");
-    let text = problem.to_string();
-    assert!(text.contains("release hub/foo/foo"), "{text}");
-    assert!(
-        text.contains("upgrade.crds: CreateReplace is refused"),
-        "{text}"
-    );
+    let plan = world.plan(&owner("a"), &with_helm_settings(CrdPolicy::CreateReplace));
+    assert!(plan.problems.is_empty(), "{:?}", plan.problems);
+    assert!(!plan.desired.is_empty());
+    for release in &plan.desired {
+        assert_eq!(release.helm.upgrade.crds, Some(CrdPolicy::CreateReplace));
+    }
 }
 
 #[test]

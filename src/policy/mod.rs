@@ -318,6 +318,9 @@ impl Admission {
                 "{setting} is set, and helm.allowDisableHooks is false: the chart's hooks must run"
             ));
         }
+        if let Some(chart) = chart {
+            return crds_refused(policy, chart);
+        }
         None
     }
 
@@ -661,6 +664,39 @@ pub(crate) fn describe_source(chart: &Chart) -> String {
         Source::Repository(url) => url.to_owned(),
         Source::Oci(reference) => reference.to_owned(),
     }
+}
+
+/// Why `policy` refuses the CRD policy of `chart`'s install or upgrade (their defaults when
+/// unset: `Create` and `Skip`), if it does: one not in `helm.crdPolicies`.
+fn crds_refused(policy: &TenancyPolicySpec, chart: &Chart) -> Option<String> {
+    use crate::api::crd::CrdPolicy;
+    let allowed = policy
+        .helm
+        .as_ref()
+        .map_or_else(crate::api::policy::create_and_skip, |h| {
+            h.crd_policies.clone()
+        });
+    let asked = [
+        (
+            "install.crds",
+            chart.install.as_ref().and_then(|i| i.crds),
+            CrdPolicy::Create,
+        ),
+        (
+            "upgrade.crds",
+            chart.upgrade.as_ref().and_then(|u| u.crds),
+            CrdPolicy::Skip,
+        ),
+    ];
+    let (setting, crds) = asked
+        .into_iter()
+        .map(|(setting, written, default)| (setting, written.unwrap_or(default)))
+        .find(|(_, crds)| !allowed.contains(crds))?;
+    let listed: Vec<String> = allowed.iter().map(ToString::to_string).collect();
+    Some(format!(
+        "{setting} is {crds}, which helm.crdPolicies [{}] does not list: CRDs are cluster-wide, shared by every tenant of the cluster; ask the platform team to list {crds}, or choose one listed",
+        listed.join(", ")
+    ))
 }
 
 /// The setting by which a chart entry skips its install or upgrade hooks, if it does.

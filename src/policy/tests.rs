@@ -561,6 +561,7 @@ fn skipping_hooks_is_allowed_unless_a_policy_forbids_it_and_then_the_rule_is_nam
     let mut strict = team_a();
     strict.spec.helm = Some(HelmRule {
         allow_disable_hooks: false,
+        ..HelmRule::default()
     });
     let forbidding = enforce(vec![strict]);
     for (chart, setting) in [
@@ -586,4 +587,87 @@ fn skipping_hooks_is_allowed_unless_a_policy_forbids_it_and_then_the_rule_is_nam
 fn a_policy_saying_nothing_of_helm_allows_skipping_hooks() {
     let rule: crate::api::policy::HelmRule = serde_json::from_str("{}").unwrap();
     assert!(rule.allow_disable_hooks);
+}
+
+/// A chart of the chart home whose install and upgrade use these CRD policies.
+fn with_crds(
+    install: Option<crate::api::crd::CrdPolicy>,
+    upgrade: Option<crate::api::crd::CrdPolicy>,
+) -> Chart {
+    use crate::api::crd::{Install, Upgrade};
+    Chart {
+        install: Some(Install {
+            crds: install,
+            ..Install::default()
+        }),
+        upgrade: Some(Upgrade {
+            crds: upgrade,
+            ..Upgrade::default()
+        }),
+        ..home("web")
+    }
+}
+
+#[test]
+fn a_tenant_may_create_missing_crds_but_not_replace_them_unless_its_policy_lists_it() {
+    use crate::api::crd::CrdPolicy::{Create, CreateReplace, Skip};
+    let release = key("member-1", "team-a-web");
+    let default = enforce(vec![team_a()]);
+    for (install, upgrade) in [
+        (None, None),
+        (Some(Skip), Some(Create)),
+        (Some(Create), None),
+    ] {
+        assert!(
+            matches!(
+                default.admit("team-a", &release, None, &with_crds(install, upgrade)),
+                Verdict::Allowed { .. }
+            ),
+            "{install:?} {upgrade:?}"
+        );
+    }
+    for (chart, setting) in [
+        (
+            with_crds(None, Some(CreateReplace)),
+            "upgrade.crds is CreateReplace",
+        ),
+        (
+            with_crds(Some(CreateReplace), None),
+            "install.crds is CreateReplace",
+        ),
+    ] {
+        let why = refused(default.admit("team-a", &release, None, &chart));
+        assert!(why.contains("TenancyPolicy team-a"), "{why}");
+        assert!(why.contains(setting), "{why}");
+        assert!(why.contains("helm.crdPolicies [Skip, Create]"), "{why}");
+    }
+    let mut replacing = team_a();
+    replacing.spec.helm = Some(
+        serde_json::from_str(r#"{"crdPolicies": ["Skip", "Create", "CreateReplace"]}"#).unwrap(),
+    );
+    let allowing = enforce(vec![replacing]);
+    assert!(matches!(
+        allowing.admit(
+            "team-a",
+            &release,
+            None,
+            &with_crds(None, Some(CreateReplace))
+        ),
+        Verdict::Allowed { .. }
+    ));
+}
+
+#[test]
+fn a_policy_listing_only_skip_refuses_the_installs_default_of_create() {
+    let release = key("member-1", "team-a-web");
+    let mut skip_only = team_a();
+    skip_only.spec.helm = Some(serde_json::from_str(r#"{"crdPolicies": ["Skip"]}"#).unwrap());
+    let policies = enforce(vec![skip_only]);
+    let why = refused(policies.admit("team-a", &release, None, &home("web")));
+    assert!(why.contains("install.crds is Create"), "{why}");
+    let skipping = with_crds(Some(crate::api::crd::CrdPolicy::Skip), None);
+    assert!(matches!(
+        policies.admit("team-a", &release, None, &skipping),
+        Verdict::Allowed { .. }
+    ));
 }

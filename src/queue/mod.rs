@@ -16,6 +16,7 @@
 //! - `retain_planned` and `drop_applies`: O(log n) per waiting job of that owner;
 //! - `next_wake`: O(log n); `running_for`: O(workers).
 
+pub(crate) mod crds;
 pub(crate) mod failure;
 pub(crate) mod handle;
 pub(crate) mod state;
@@ -81,6 +82,9 @@ pub enum Outcome {
         /// The chart's tests run after it, when its entry asks for them, and how each ended.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         tests: Vec<TestResult>,
+        /// What became of the chart's CRDs, when it brings some and the Helm executor ran it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        crds: Option<crds::CrdReport>,
     },
     /// Uninstalled (or was already gone).
     Uninstalled,

@@ -857,6 +857,7 @@ async fn run_starts_jobs_as_they_are_enqueued_and_reports_them() {
         revision: 2,
         chart_version: "0.1.0".into(),
         tests: Vec::new(),
+        crds: None,
     };
     answer.send(applied.clone()).unwrap();
     let completed = h.completed().await;

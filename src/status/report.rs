@@ -92,6 +92,7 @@ pub(crate) fn message(
             .unwrap_or_default(),
         drift: None,
         tests: BTreeMap::new(),
+        crds: String::new(),
     }
 }
 
@@ -188,7 +189,22 @@ pub(crate) fn release_message(
     ChartMessage {
         drift: view.drift.get(&release.key).cloned(),
         tests,
+        crds: crds_reported(release, view),
         ..message
+    }
+}
+
+/// What the last apply of the release's current spec did with its chart's CRDs, in words.
+fn crds_reported(release: &Release, view: &ReleaseView<'_>) -> String {
+    let current_job = release.apply_fingerprint();
+    match view.outcomes.get(&release.key) {
+        Some(last) if last.fingerprint == current_job => match &last.outcome {
+            Outcome::Applied {
+                crds: Some(crds), ..
+            } => crds.summary(),
+            _ => String::new(),
+        },
+        _ => String::new(),
     }
 }
 

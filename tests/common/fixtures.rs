@@ -232,3 +232,28 @@ pub async fn put_secret(lab: &Lab, namespace: &str, name: &str, data: &[(&str, &
     })
     .await;
 }
+
+/// The chart home of the real-world charts holding `chart`: the one the lab's env file names, or
+/// the one `kind/real-chart.sh` fetches (cached) for a lab started before it held that chart.
+#[allow(dead_code)] // used by some test crates only
+pub fn real_chart_home(lab: &Lab, chart: &str) -> std::path::PathBuf {
+    let env = std::fs::read_to_string(lab.dir.join("env")).unwrap_or_default();
+    let named = env.lines().find_map(|l| {
+        l.strip_prefix("export TENANCY_HUB_REAL_CHARTS=\"")
+            .map(|d| std::path::PathBuf::from(d.trim_end_matches('"')))
+    });
+    if let Some(dir) = named.filter(|d| d.join(chart).join("Chart.yaml").is_file()) {
+        return dir;
+    }
+    let out = std::process::Command::new(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kind/real-chart.sh"),
+    )
+    .output()
+    .expect("kind/real-chart.sh runs");
+    assert!(
+        out.status.success(),
+        "kind/real-chart.sh failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().into()
+}

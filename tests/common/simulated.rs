@@ -374,6 +374,7 @@ impl Member {
                     revision,
                     chart_version: work.chart_version.clone().unwrap_or_default(),
                     tests: Vec::new(),
+                    crds: None,
                 }
             };
             state.answered.insert(work.key.clone(), id.to_owned());

@@ -34,7 +34,9 @@ pub struct Install {
     pub disable_hooks: bool,
 
     /// What is done with the chart's `crds/` directory: `Create` (the default) creates the CRDs
-    /// missing from the cluster, `Skip` leaves them out. `CreateReplace` is refused for now.
+    /// missing from the cluster, `Skip` leaves them out, `CreateReplace` also replaces those
+    /// there (the Helm executor only; never dropping a version still stored). A TenancyPolicy
+    /// lists those allowed (`helm.crdPolicies`, default Skip and Create).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crd_policy")]
     pub crds: Option<CrdPolicy>,
@@ -81,7 +83,9 @@ pub struct Upgrade {
     /// What is done with the chart's `crds/` directory: `Skip` (the default, as Helm) leaves
     /// every CRD alone; `Create` creates the CRDs missing from the cluster, as the release's
     /// identity, and never changes one that exists (the Helm executor only; the `helm` binary
-    /// cannot, and such a release is refused there). `CreateReplace` is refused for now.
+    /// cannot, and such a release is refused there). `CreateReplace` also replaces those there
+    /// with the chart's definition, unless it drops a version still stored, which refuses the
+    /// upgrade; a TenancyPolicy must list it (`helm.crdPolicies`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crd_policy")]
     pub crds: Option<CrdPolicy>,
@@ -170,8 +174,8 @@ pub enum CrdPolicy {
     Skip,
     /// Create the chart's CRDs missing from the cluster; never change one that exists.
     Create,
-    /// Create missing CRDs and replace existing ones. Not done yet: a release asking for it is
-    /// refused, with the reason, until CRD upgrades come with their policy.
+    /// Create missing CRDs and replace existing ones (server-side apply), unless a version still
+    /// stored would go.
     CreateReplace,
 }
 

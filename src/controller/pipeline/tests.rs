@@ -304,6 +304,7 @@ async fn a_release_just_installed_whose_record_is_not_seen_yet_is_not_installed_
         revision: 1,
         chart_version: "0.1.0".into(),
         tests: Vec::new(),
+        crds: None,
     };
     let installed = |at| web_finished(job, &world.owner, applied(), false, at);
 

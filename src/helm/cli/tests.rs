@@ -788,3 +788,45 @@ fn an_uninstall_runs_hooks_keeps_history_and_waits_only_when_asked() {
         ]
     );
 }
+
+#[test]
+fn create_replace_is_refused_by_the_helm_binary_naming_the_release_and_the_action() {
+    use crate::api::crd::{CrdPolicy, Install, Upgrade};
+    let options = HelmOptions::default();
+    let mut r = release(ChartSource::Directory("/charts/web".into()));
+    assert_eq!(replaces_crds(&r, &options), None, "the defaults run");
+    r.helm.upgrade = Upgrade {
+        crds: Some(CrdPolicy::Create),
+        ..Upgrade::default()
+    };
+    assert_eq!(
+        replaces_crds(&r, &options),
+        None,
+        "Create is refused later, on an upgrade only"
+    );
+    for action in ["install", "upgrade"] {
+        let mut asking = r.clone();
+        if action == "install" {
+            asking.helm.install = Install {
+                crds: Some(CrdPolicy::CreateReplace),
+                ..Install::default()
+            };
+        } else {
+            asking.helm.upgrade.crds = Some(CrdPolicy::CreateReplace);
+        }
+        let Some(Outcome::Failed { message, kind }) = replaces_crds(&asking, &options) else {
+            panic!("{action}: CreateReplace ran");
+        };
+        assert_eq!(kind, FailureKind::Permanent);
+        assert!(
+            message.contains(&format!("release {}", asking.key)),
+            "{message}"
+        );
+        assert!(
+            message.contains(&format!(
+                "{action}.crds: CreateReplace is refused by the helm binary"
+            )),
+            "{message}"
+        );
+    }
+}

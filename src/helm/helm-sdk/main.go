@@ -44,7 +44,6 @@ import (
 	"helm.sh/helm/v4/pkg/storage"
 	"helm.sh/helm/v4/pkg/storage/driver"
 	"helm.sh/helm/v4/pkg/strvals"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -160,7 +159,8 @@ type phase struct {
 	Wait           bool `json:"wait,omitempty"`
 	WaitForJobs    bool `json:"waitForJobs,omitempty"`
 	DisableHooks   bool `json:"disableHooks,omitempty"`
-	// "Create" (the chart's missing CRDs are created) or "Skip".
+	// "Skip", "Create" (the chart's missing CRDs are created) or "CreateReplace" (and the others
+	// replaced), before Helm's action (see applyCRDs).
 	Crds string `json:"crds"`
 	// Replace what cannot be patched, applying client-side (upgrades only).
 	Force bool `json:"force,omitempty"`
@@ -210,6 +210,8 @@ type response struct {
 	ChartVersion string `json:"chartVersion,omitempty"`
 	// The tests the request ran and how they ended, failed ones included.
 	Tests []testResult `json:"tests,omitempty"`
+	// What became of the chart's CRDs; omitted when it brings none.
+	Crds *crdReport `json:"crds,omitempty"`
 }
 
 // clients are the kube clients of one cluster and identity, kept across requests.
@@ -322,8 +324,8 @@ func refusal(req request) string {
 		return "the request carries no sealing key or cluster name: the operator must send both"
 	}
 	for _, p := range []*phase{req.Install, req.Upgrade} {
-		if p != nil && p.Crds != "Create" && p.Crds != "Skip" {
-			return fmt.Sprintf("unknown CRD policy %q: this executor does Create and Skip", p.Crds)
+		if p != nil && p.Crds != crdCreate && p.Crds != crdSkip && p.Crds != crdCreateReplace {
+			return fmt.Sprintf("unknown CRD policy %q: this executor does Skip, Create and CreateReplace", p.Crds)
 		}
 	}
 	switch req.Op {
@@ -350,12 +352,15 @@ func (e *executor) run(ctx context.Context, req request) response {
 	timeout := time.Duration(req.TimeoutSeconds) * time.Second
 	switch req.Op {
 	case "upgrade":
-		rel, err := e.upgrade(ctx, cfg, req)
+		rel, crds, err := e.upgrade(ctx, cfg, req)
 		if err != nil {
 			out.Error = err.Error()
 			return out
 		}
 		out.Revision, out.ChartVersion = rel.Version, rel.Chart.Metadata.Version
+		if !crds.empty() {
+			out.Crds = crds
+		}
 		if req.Test == nil {
 			return out
 		}
@@ -465,40 +470,6 @@ func crdFiles(ch ci.Charter) [][]byte {
 	return out
 }
 
-// createMissingCRDs creates the chart's CRDs that the cluster lacks, a file at a time as Helm's
-// install does, as the request's identity; one that exists is left exactly as it is. Those
-// created are waited for until established, so the upgrade's objects find their kinds.
-func createMissingCRDs(cfg *action.Configuration, ch ci.Charter) error {
-	var created kube.ResourceList
-	for _, data := range crdFiles(ch) {
-		res, err := cfg.KubeClient.Build(bytes.NewBuffer(data), false)
-		if err != nil {
-			return fmt.Errorf("failed to create CRDs: %w", err)
-		}
-		if _, err := cfg.KubeClient.Create(res); err != nil {
-			if apierrors.IsAlreadyExists(err) {
-				continue
-			}
-			return fmt.Errorf("failed to create CRDs: %w", err)
-		}
-		created = append(created, res...)
-	}
-	if len(created) == 0 {
-		return nil
-	}
-	waiter, err := cfg.KubeClient.GetWaiter(kube.StatusWatcherStrategy)
-	if err != nil {
-		return err
-	}
-	if err := waiter.Wait(created, time.Minute); err != nil {
-		return fmt.Errorf("the CRDs created are not established: %w", err)
-	}
-	if discovery, err := cfg.RESTClientGetter.ToDiscoveryClient(); err == nil {
-		discovery.Invalidate()
-	}
-	return nil
-}
-
 func toV1(rel ri.Releaser) (*rspb.Release, error) {
 	switch r := rel.(type) {
 	case *rspb.Release:
@@ -513,12 +484,13 @@ func toV1(rel ri.Releaser) (*rspb.Release, error) {
 // installAction is the install of an upgrade request whose release is not there (or, with
 // replace, only its uninstalled records are), as the request's install settings ask.
 func installAction(cfg *action.Configuration, req request, replace bool) *action.Install {
-	asked := phaseOr(req.Install, req, "Create")
+	asked := phaseOr(req.Install, req, crdCreate)
 	install := action.NewInstall(cfg)
 	install.ReleaseName, install.Namespace, install.Labels = req.Release, req.Namespace, req.Labels
 	install.Timeout, install.WaitOptions = time.Duration(asked.TimeoutSeconds)*time.Second, waitOptions()
 	install.WaitStrategy, install.WaitForJobs = strategy(asked.Wait), asked.WaitForJobs
-	install.DisableHooks, install.SkipCRDs = asked.DisableHooks, asked.Crds == "Skip"
+	// The chart's CRDs are done before, as the policy asks (see applyCRDs).
+	install.DisableHooks, install.SkipCRDs = asked.DisableHooks, true
 	install.RollbackOnFailure, install.DisableOpenAPIValidation = req.RollbackOnFailure, true
 	install.ServerSideApply, install.ForceConflicts = true, req.ForceConflicts
 	install.Description, install.Replace = req.Description, replace
@@ -526,9 +498,9 @@ func installAction(cfg *action.Configuration, req request, replace bool) *action
 }
 
 // upgradeAction is the upgrade of an upgrade request whose release is there, as the request's
-// upgrade settings ask (its CRDs are created before, see createMissingCRDs).
+// upgrade settings ask (its CRDs are done before, see applyCRDs).
 func upgradeAction(cfg *action.Configuration, req request) *action.Upgrade {
-	asked := phaseOr(req.Upgrade, req, "Skip")
+	asked := phaseOr(req.Upgrade, req, crdSkip)
 	upgrade := action.NewUpgrade(cfg)
 	upgrade.Namespace, upgrade.Labels, upgrade.ResetValues = req.Namespace, req.Labels, true
 	upgrade.MaxHistory, upgrade.Timeout = req.HistoryMax, time.Duration(asked.TimeoutSeconds)*time.Second
@@ -560,15 +532,16 @@ func uninstallAction(cfg *action.Configuration, req request) *action.Uninstall {
 	return uninstall
 }
 
-// upgrade is `helm upgrade --install --reset-values --disable-openapi-validation`.
-func (e *executor) upgrade(ctx context.Context, cfg *action.Configuration, req request) (*rspb.Release, error) {
+// upgrade is `helm upgrade --install --reset-values --disable-openapi-validation`, with the chart's
+// CRDs done first as the action's policy asks (applyCRDs), and what became of them.
+func (e *executor) upgrade(ctx context.Context, cfg *action.Configuration, req request) (*rspb.Release, *crdReport, error) {
 	ch, err := loadChart(req.Chart)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	vals, err := values(req)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	crds := bringsCRDs(ch)
 	if !crds {
@@ -592,24 +565,29 @@ func (e *executor) upgrade(ctx context.Context, cfg *action.Configuration, req r
 		uninstalled = convErr == nil && last.Info.Status == rcommon.StatusUninstalled
 	}
 	if errors.Is(err, driver.ErrReleaseNotFound) || uninstalled {
+		report, err := applyCRDs(cfg, ch, phaseOr(req.Install, req, crdCreate).Crds)
+		if err != nil {
+			return nil, nil, err
+		}
 		rel, err := installAction(cfg, req, uninstalled).RunWithContext(ctx, ch, vals)
 		if err != nil {
-			return nil, err
+			return nil, report, err
 		}
-		return toV1(rel)
+		v1, err := toV1(rel)
+		return v1, report, err
 	} else if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if phaseOr(req.Upgrade, req, "Skip").Crds == "Create" {
-		if err := createMissingCRDs(cfg, ch); err != nil {
-			return nil, fmt.Errorf("UPGRADE FAILED: %w", err)
-		}
+	report, err := applyCRDs(cfg, ch, phaseOr(req.Upgrade, req, crdSkip).Crds)
+	if err != nil {
+		return nil, nil, fmt.Errorf("UPGRADE FAILED: %w", err)
 	}
 	rel, err := upgradeAction(cfg, req).RunWithContext(ctx, req.Release, ch, vals)
 	if err != nil {
-		return nil, fmt.Errorf("UPGRADE FAILED: %w", err)
+		return nil, report, fmt.Errorf("UPGRADE FAILED: %w", err)
 	}
-	return toV1(rel)
+	v1, err := toV1(rel)
+	return v1, report, err
 }
 
 func main() {

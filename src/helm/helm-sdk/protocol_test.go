@@ -132,6 +132,11 @@ func TestEveryResponseFixtureIsWhatTheExecutorWrites(t *testing.T) {
 		"response-tests-failed": response{ID: 7, Revision: 3, ChartVersion: "0.1.0",
 			Error: "the tests of revision 3 failed: test-connection (Failed); rolled back to revision 2 (rollbackOnFailure)",
 			Tests: []testResult{{Name: "test-connection", Phase: "Failed"}, {Name: "test-schema", Phase: "Succeeded"}}},
+		"response-applied-crds": response{ID: 12, Revision: 2, ChartVersion: "2.15.4", Crds: &crdReport{
+			Created:   []string{"widgets.example.com"},
+			Replaced:  []string{"sealedsecrets.bitnami.com"},
+			Unchanged: []string{"gadgets.example.com"},
+		}},
 		// An uninstall or a rollback done.
 		"response-done": response{ID: 9},
 		"response-failed-render": response{ID: 7, Error: "UPGRADE FAILED: execution error at " +

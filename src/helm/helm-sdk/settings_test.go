@@ -26,8 +26,8 @@ func TestWithoutSettingsTheActionsAreWhatTheyWereBeforeThem(t *testing.T) {
 	cfg := action.NewConfiguration()
 	req := fixtureRequest(t, "request-upgrade")
 	install := installAction(cfg, req, false)
-	if install.Timeout != 300*time.Second || install.WaitStrategy != kube.HookOnlyStrategy || install.WaitForJobs || install.DisableHooks || install.SkipCRDs {
-		t.Errorf("install %+v, want 300s, hooks only, hooks run, CRDs created", install)
+	if install.Timeout != 300*time.Second || install.WaitStrategy != kube.HookOnlyStrategy || install.WaitForJobs || install.DisableHooks || !install.SkipCRDs {
+		t.Errorf("install %+v, want 300s, hooks only, hooks run, CRDs left to applyCRDs", install)
 	}
 	upgrade := upgradeAction(cfg, req)
 	if upgrade.Timeout != 300*time.Second || upgrade.WaitStrategy != kube.HookOnlyStrategy || upgrade.DisableHooks || upgrade.ForceReplace || upgrade.CleanupOnFail || upgrade.ServerSideApply != "auto" || upgrade.MaxHistory != 5 {
@@ -74,13 +74,17 @@ func TestACRDPolicyThisExecutorDoesNotKnowIsRefusedBeforeAnyClusterIsReached(t *
 	if err := json.Unmarshal(raw, &fields); err != nil {
 		t.Fatal(err)
 	}
-	fields["upgrade"].(map[string]any)["crds"] = "CreateReplace"
+	fields["upgrade"].(map[string]any)["crds"] = "Replace"
 	line, _ := json.Marshal(fields)
 	req, err := decodeRequest(line)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if why := refusal(req); !strings.Contains(why, "CreateReplace") {
+	if why := refusal(req); !strings.Contains(why, `"Replace"`) {
 		t.Fatalf("refusal %q, want the CRD policy named", why)
+	}
+	req.Upgrade.Crds = crdCreateReplace
+	if why := refusal(req); why != "" {
+		t.Fatalf("CreateReplace refused: %s", why)
 	}
 }

@@ -144,6 +144,7 @@ fn answers() -> Vec<(&'static str, Answer, Option<FailureKind>)> {
         revision: 0,
         chart_version: String::new(),
         tests: Vec::new(),
+        crds: None,
     };
     let applied = Answer {
         revision: 3,
@@ -174,6 +175,16 @@ fn answers() -> Vec<(&'static str, Answer, Option<FailureKind>)> {
         tests: results("Failed"),
         ..applied.clone()
     };
+    let with_crds = Answer {
+        revision: 2,
+        chart_version: "2.15.4".into(),
+        crds: Some(crate::queue::crds::CrdReport {
+            created: vec!["widgets.example.com".into()],
+            replaced: vec!["sealedsecrets.bitnami.com".into()],
+            unchanged: vec!["gadgets.example.com".into()],
+        }),
+        ..answer(12, None)
+    };
     let render = "UPGRADE FAILED: execution error at \
             (deployment-example/templates/deployment.yaml:21:20): image.tag is required";
     let unreachable = "UPGRADE FAILED: Get \"https://127.0.0.1:36443/api/v1/namespaces/team/\
@@ -191,6 +202,7 @@ fn answers() -> Vec<(&'static str, Answer, Option<FailureKind>)> {
         ("response-tests-passed", tested, None),
         // Deployed, then its tests failed: a verdict on the revision, not tried again.
         ("response-tests-failed", tests_failed, Some(Permanent)),
+        ("response-applied-crds", with_crds, None),
         // An uninstall or a rollback done.
         ("response-done", answer(9, None), None),
         failed("response-failed-render", 7, render, Permanent),

@@ -447,6 +447,7 @@ fn already_done(job: &Job, applied: Option<&Applied>) -> Option<Outcome> {
         revision: applied.revision,
         chart_version: release.version.clone().unwrap_or_default(),
         tests: Vec::new(),
+        crds: None,
     })
 }
 
@@ -513,6 +514,7 @@ mod tests {
                 revision: 4,
                 chart_version: "0.1.0".into(),
                 tests: Vec::new(),
+                crds: None,
             })
         );
     }

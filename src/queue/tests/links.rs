@@ -230,6 +230,7 @@ async fn an_unavailable_member_is_retried_past_the_attempt_cap_until_it_answers(
             revision: 1,
             chart_version: "0.1.0".into(),
             tests: Vec::new(),
+            crds: None,
         }
     );
     assert_eq!(one.jobs().len(), 4);
