@@ -361,6 +361,7 @@ impl HelmCli {
                     self.seal_written(member, &release.key, &release.owner, revision)
                         .await;
                     Outcome::Applied {
+                        adopted_from: None,
                         revision,
                         chart_version,
                     }
@@ -371,6 +372,7 @@ impl HelmCli {
                         "helm succeeded but its output did not parse; taking the release as applied"
                     );
                     Outcome::Applied {
+                        adopted_from: None,
                         revision: 0,
                         chart_version: String::new(),
                     }
@@ -411,6 +413,7 @@ impl HelmCli {
             Ok(_) => {
                 self.seal_written(member, &key, owner, from + 1).await;
                 Outcome::Applied {
+                    adopted_from: None,
                     revision: from + 1,
                     chart_version: String::new(),
                 }

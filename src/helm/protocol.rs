@@ -15,7 +15,7 @@ use crate::{
 /// The version of the messages on the executor's pipe: [`Hello`], [`Request`] and [`Answer`].
 /// Bump it when a message changes, with the executor's `protocolVersion` (`helm-sdk/main.go`) and
 /// the shared fixtures in `helm-sdk/testdata/protocol`, which the tests of both sides check.
-pub(crate) const PROTOCOL_VERSION: u32 = 2;
+pub(crate) const PROTOCOL_VERSION: u32 = 3;
 /// The version of Helm's Go SDK the executor is built with: the one `helm-sdk/go.mod` requires
 /// (a unit test keeps them in step).
 pub(crate) const HELM_SDK: &str = "v4.3.1";
@@ -109,6 +109,10 @@ pub(crate) struct Request {
     /// The operator's sealing key (hex on the pipe; `Debug` shows nothing of it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) seal: Option<crate::helm::seal::SealKey>,
+    /// An `upgrade` may take over the release when no record of it is sealed: its newest
+    /// record, once its every object is checked as the request's identity (`helm-sdk/adopt.go`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) adopt: bool,
 }
 
 /// How one action of an `upgrade` request goes: its install or its upgrade.
@@ -170,6 +174,9 @@ pub(crate) struct Answer {
     /// The chart version deployed.
     #[serde(default)]
     pub(crate) chart_version: String,
+    /// After an adoption: the labels of the record taken over, Helm's own left out (bounded).
+    #[serde(default)]
+    pub(crate) adopted: std::collections::BTreeMap<String, String>,
 }
 
 /// The request of an install or upgrade of `release` from `chart`, as `helm::upgrade_args` asks
@@ -224,6 +231,7 @@ pub(crate) fn upgrade_request(
         description: repair.map(helm::repair_description).unwrap_or_default(),
         revision: 0,
         seal: options.seal.clone(),
+        adopt: false,
     }
 }
 
@@ -283,6 +291,7 @@ pub(crate) fn release_request(
         },
         revision: to.unwrap_or(0),
         seal: options.seal.clone(),
+        adopt: false,
     }
 }
 

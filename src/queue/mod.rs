@@ -78,6 +78,10 @@ pub enum Outcome {
         revision: i64,
         /// Chart version now deployed.
         chart_version: String,
+        /// When this revision took over a release tenancy-hub did not own: the labels of its
+        /// previous record (its former owner's), in words.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        adopted_from: Option<String>,
     },
     /// Uninstalled (or was already gone).
     Uninstalled,

@@ -69,7 +69,7 @@ const capabilitiesTTL = 30 * time.Second
 // protocolVersion is the version of the messages on the pipe: hello, request and response. Bump it
 // when a message changes, with the operator's PROTOCOL_VERSION (src/helm/sdk.rs) and the
 // shared fixtures in testdata/protocol, which the tests of both sides check.
-const protocolVersion = 2
+const protocolVersion = 3
 
 // hello is the first line the executor writes, before it reads any request. Its "protocol" field
 // keeps its name and type in every version, so an operator can always tell which one an executor
@@ -150,6 +150,8 @@ type request struct {
 	// The operator's sealing key, hex: records are sealed with it and read back only when they
 	// verify (seal.go). Required.
 	Seal string `json:"seal"`
+	// An upgrade may take over the release when no record of it is sealed (adopt.go).
+	Adopt bool `json:"adopt,omitempty"`
 }
 
 // phase is how one action of an upgrade request goes: its install or its upgrade.
@@ -206,6 +208,8 @@ type response struct {
 	Error        string `json:"error,omitempty"`
 	Revision     int    `json:"revision,omitempty"`
 	ChartVersion string `json:"chartVersion,omitempty"`
+	// After an adoption: the labels of the record taken over (adopt.go).
+	Adopted map[string]string `json:"adopted,omitempty"`
 }
 
 // clients are the kube clients of one cluster and identity, kept across requests.
@@ -346,6 +350,13 @@ func (e *executor) run(ctx context.Context, req request) response {
 	timeout := time.Duration(req.TimeoutSeconds) * time.Second
 	switch req.Op {
 	case "upgrade":
+		if req.Adopt {
+			secrets, _ := cfg.Releases.Driver.(*sealedSecrets)
+			if out.Adopted, err = prepareAdoption(ctx, cfg, cl.clientset, secrets, req); err != nil {
+				out.Error = err.Error()
+				return out
+			}
+		}
 		rel, err := e.upgrade(ctx, cfg, req)
 		if err != nil {
 			out.Error = err.Error()

@@ -127,6 +127,8 @@ func TestEveryResponseFixtureIsWhatTheExecutorWrites(t *testing.T) {
 	written := map[string]any{
 		"hello":            hello{Protocol: protocolVersion, Helm: "v4.3.1"},
 		"response-applied": response{ID: 7, Revision: 3, ChartVersion: "0.1.0"},
+		"response-adopted": response{ID: 13, Revision: 2, ChartVersion: "0.1.0", Adopted: map[string]string{
+			"app.kubernetes.io/managed-by": "flux", "helm.toolkit.fluxcd.io/name": "web"}},
 		// An uninstall or a rollback done.
 		"response-done": response{ID: 9},
 		"response-failed-render": response{ID: 7, Error: "UPGRADE FAILED: execution error at " +

@@ -131,6 +131,13 @@ fn requests() -> Vec<(&'static str, Request)> {
             "request-rollback",
             release_request(10, &key, as_operator, Some(4), &options),
         ),
+        (
+            "request-adopt",
+            Request {
+                adopt: true,
+                ..upgrade_request(13, &release(), cluster(), archive.into(), None, &options)
+            },
+        ),
     ]
 }
 
@@ -141,6 +148,7 @@ fn answers() -> Vec<(&'static str, Answer, Option<FailureKind>)> {
         id,
         error: error.map(str::to_owned),
         revision: 0,
+        adopted: Default::default(),
         chart_version: String::new(),
     };
     let applied = Answer {
@@ -162,6 +170,22 @@ fn answers() -> Vec<(&'static str, Answer, Option<FailureKind>)> {
     use FailureKind::{Permanent, Transient, Unavailable};
     vec![
         ("response-applied", applied, None),
+        (
+            "response-adopted",
+            Answer {
+                revision: 2,
+                chart_version: "0.1.0".into(),
+                adopted: [
+                    ("app.kubernetes.io/managed-by", "flux"),
+                    ("helm.toolkit.fluxcd.io/name", "web"),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+                ..answer(13, None)
+            },
+            None,
+        ),
         // An uninstall or a rollback done.
         ("response-done", answer(9, None), None),
         failed("response-failed-render", 7, render, Permanent),
