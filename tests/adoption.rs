@@ -56,20 +56,23 @@ fn team_policy(
     }
 }
 
-/// The phase and message of `web` on member-1 for Controller `name` of `namespace`, once its
-/// phase is `phase`.
+/// The message of `web` on member-1 for Controller `name` of `namespace`, once its phase is
+/// `phase`; the last phase and message seen when it never is.
 async fn phase_of(hub: &Hub, namespace: &str, name: &str, phase: &str) -> String {
     let api: Api<TenancyController> = Api::namespaced(hub.client.clone(), namespace);
-    wait_until(
-        &format!("{namespace}/{name}'s web to be {phase}"),
-        DEADLINE,
-        || async {
-            let status: ControllerStatus = api.get(name).await.ok()?.status?;
-            let m = message(&status, "member-1", "web")?;
-            (m.phase == phase).then(|| m.error_message.clone())
-        },
-    )
-    .await
+    let deadline = std::time::Instant::now() + DEADLINE;
+    let mut last = None;
+    while std::time::Instant::now() < deadline {
+        let status: Option<ControllerStatus> = api.get(name).await.ok().and_then(|c| c.status);
+        if let Some(m) = status.as_ref().and_then(|s| message(s, "member-1", "web")) {
+            if m.phase == phase {
+                return m.error_message.clone();
+            }
+            last = Some((m.phase.clone(), m.error_message.clone()));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    panic!("{namespace}/{name}'s web never became {phase}; last seen: {last:?}");
 }
 
 /// The UIDs of the pods in `namespace` of member-1.
@@ -136,6 +139,20 @@ async fn a_hand_installed_release_is_adopted_without_an_outage_only_where_allowe
             "replicaCount=1",
             "--labels",
             "helm.toolkit.fluxcd.io/name=web",
+        ],
+    );
+    // The namespace existed before tenancy-hub: its admins grant team a's identity its rights.
+    let binding = format!("--user={deployer_a}");
+    hub.lab.kubectl(
+        "member-1",
+        &[
+            "-n",
+            &ns,
+            "create",
+            "rolebinding",
+            "team-a-admin",
+            "--clusterrole=admin",
+            &binding,
         ],
     );
     let running = wait_until("the hand-installed pod", DEADLINE, || async {

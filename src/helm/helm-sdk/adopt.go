@@ -102,6 +102,17 @@ func prepareAdoption(ctx context.Context, cfg *action.Configuration, clientset k
 	return reportedLabels(newest.Labels), nil
 }
 
+// adoptingUpgrade is the upgrade that takes a release over: server-side, forcing conflicts, so
+// the fields the previous owner's field manager held (helm's, Flux's helm-controller's) pass to
+// this executor's; values the chart renders as they run change nothing, so no pod is replaced.
+func adoptingUpgrade(req request) request {
+	req.ForceConflicts = true
+	if req.Description == "" {
+		req.Description = "adopted by tenancy-hub"
+	}
+	return req
+}
+
 // version is a record's revision label as a number; 0 when it has none.
 func version(s *v1.Secret) int {
 	n, _ := strconv.Atoi(s.Labels["version"])

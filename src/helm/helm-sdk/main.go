@@ -356,6 +356,9 @@ func (e *executor) run(ctx context.Context, req request) response {
 				out.Error = err.Error()
 				return out
 			}
+			if out.Adopted != nil {
+				req = adoptingUpgrade(req)
+			}
 		}
 		rel, err := e.upgrade(ctx, cfg, req)
 		if err != nil {
