@@ -107,6 +107,48 @@ async fn records(hub: &Hub, namespace: &str) -> BTreeMap<String, BTreeMap<String
         .collect()
 }
 
+/// Installs `web` (one replica) by hand with the real helm into `namespace` of member-1,
+/// labelled as Flux labels the releases it installs, grants `deployer` admin there as the
+/// namespace's admins would, and returns the UID of its pod once it runs.
+async fn install_by_hand(hub: &Hub, ns: &str, deployer: &str) -> Vec<String> {
+    let chart_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts/deployment-example");
+    let chart_dir = chart_dir.to_str().unwrap();
+    hub.lab.helm(
+        "member-1",
+        &[
+            "install",
+            "web",
+            chart_dir,
+            "-n",
+            ns,
+            "--create-namespace",
+            "--set",
+            "replicaCount=1",
+            "--labels",
+            "helm.toolkit.fluxcd.io/name=web",
+        ],
+    );
+    // The namespace existed before tenancy-hub: its admins grant the identity its rights.
+    let binding = format!("--user={deployer}");
+    hub.lab.kubectl(
+        "member-1",
+        &[
+            "-n",
+            ns,
+            "create",
+            "rolebinding",
+            "team-admin",
+            "--clusterrole=admin",
+            &binding,
+        ],
+    );
+    wait_until("the hand-installed pod", DEADLINE, || async {
+        let uids = pod_uids(hub, ns).await;
+        (uids.len() == 1).then_some(uids)
+    })
+    .await
+}
+
 #[tokio::test]
 #[ignore = "needs the lab: run tests/run.sh"]
 async fn a_hand_installed_release_is_adopted_without_an_outage_only_where_allowed_and_never_across_tenants()
@@ -123,43 +165,8 @@ async fn a_hand_installed_release_is_adopted_without_an_outage_only_where_allowe
     hub.policy(&team_b, team_policy(&team_b, &[&own_b], &deployer_b, true))
         .await;
 
-    // Installed by hand, labelled as Flux labels the releases it installs.
     let ns = format!("{id}-a-shop");
-    let chart_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts/deployment-example");
-    hub.lab.helm(
-        "member-1",
-        &[
-            "install",
-            "web",
-            chart_dir.to_str().unwrap(),
-            "-n",
-            &ns,
-            "--create-namespace",
-            "--set",
-            "replicaCount=1",
-            "--labels",
-            "helm.toolkit.fluxcd.io/name=web",
-        ],
-    );
-    // The namespace existed before tenancy-hub: its admins grant team a's identity its rights.
-    let binding = format!("--user={deployer_a}");
-    hub.lab.kubectl(
-        "member-1",
-        &[
-            "-n",
-            &ns,
-            "create",
-            "rolebinding",
-            "team-a-admin",
-            "--clusterrole=admin",
-            &binding,
-        ],
-    );
-    let running = wait_until("the hand-installed pod", DEADLINE, || async {
-        let uids = pod_uids(&hub, &ns).await;
-        (uids.len() == 1).then_some(uids)
-    })
-    .await;
+    let running = install_by_hand(&hub, &ns, &deployer_a).await;
 
     // Asked to adopt, but team a's policy does not allow adoption: a conflict saying why.
     hub.apply_in(&hub.namespace, &adopting("shop", &ns, &id))
@@ -231,4 +238,34 @@ async fn a_hand_installed_release_is_adopted_without_an_outage_only_where_allowe
         .await
         .unwrap();
     hub.delete_and_wait_gone("shop").await;
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn the_helm_binary_path_refuses_an_adoption_with_the_reason_and_changes_nothing() {
+    let id = unique("adoptcli");
+    let (hub, _) = Hub::two_teams(&id, LABEL, &["--executor", "cli"]).await;
+    let deployer = format!("{id}-a-deployer");
+    let policy = team_policy(&hub.namespace, &[&format!("{id}-a-*")], &deployer, true);
+    hub.policy(&hub.namespace, policy).await;
+    let ns = format!("{id}-a-shop");
+    let running = install_by_hand(&hub, &ns, &deployer).await;
+    let before = records(&hub, &ns).await;
+
+    hub.apply_in(&hub.namespace, &adopting("shop", &ns, &id))
+        .await;
+    let why = phase_of(&hub, &hub.namespace, "shop", "Failed").await;
+    assert!(why.contains("needs the tenancy-hub-helm executor"), "{why}");
+    assert_eq!(
+        records(&hub, &ns).await,
+        before,
+        "nothing changed on the member"
+    );
+    assert_eq!(pod_uids(&hub, &ns).await, running);
+    hub.delete_and_wait_gone("shop").await;
+    assert_eq!(
+        hub.lab.releases("member-1", &ns)["web"],
+        (1, "deployed".into()),
+        "never uninstalled: it was never the Controller's"
+    );
 }
