@@ -328,6 +328,16 @@ pub struct Chart {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100))]
     pub max_history: Option<i32>,
+
+    /// Take over a release of the same name already in the namespace that tenancy-hub does not
+    /// own (installed by hand, by Flux, by Argo CD): its next revision is an ordinary upgrade,
+    /// nothing is uninstalled, and the labels of its previous records are reported once in an
+    /// `Adopted` Event. Only where a TenancyPolicy governing this hub namespace allows the
+    /// release and sets `allowAdoption`, and only when every object of the existing release is
+    /// one the policy's identity may create, patch and delete; never a release another
+    /// Controller owns. Without it, such a release is a `Conflict`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adopt: bool,
 }
 
 /// Where values come from on the hub: one key of a Secret or ConfigMap in the resource's namespace.

@@ -145,6 +145,13 @@ pub struct TenancyPolicySpec {
     /// `upgrade` and `uninstall` settings). Absent: everything the chart entry offers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub helm: Option<HelmRule>,
+
+    /// Lets the governed Controllers take over (`adopt: true` on a chart) an existing Helm
+    /// release tenancy-hub does not own, in the clusters and namespaces this policy allows,
+    /// as this policy's identity. Default false: such a release is a `Conflict`. A release
+    /// another Controller owns (its records sealed by the operator) is never taken over.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_adoption: bool,
 }
 
 /// What a policy lets its releases ask of Helm.

@@ -307,6 +307,7 @@ mod tests {
 
     fn release(key: &ReleaseKey, mode: DriftMode) -> Release {
         Release {
+            adoption: Default::default(),
             masked: Default::default(),
             credentials: Default::default(),
             verified: None,

@@ -353,6 +353,18 @@ fn describe(completed: &Completed) -> (EventType, &'static str, String) {
     }
     match &completed.outcome {
         Outcome::Applied {
+            revision,
+            chart_version,
+            adopted_from: Some(previous),
+            ..
+        } => (
+            EventType::Normal,
+            "Adopted",
+            format!(
+                "adopted {key} (chart {chart_version}, revision {revision}), upgrading the release tenancy-hub did not own; its previous record carried the labels {previous}"
+            ),
+        ),
+        Outcome::Applied {
             revision: 1,
             chart_version,
             tests,

@@ -373,6 +373,7 @@ impl HelmCli {
                     self.seal_written(member, &release.key, &release.owner, revision)
                         .await;
                     Outcome::Applied {
+                        adopted_from: None,
                         revision,
                         chart_version,
                         tests: Vec::new(),
@@ -385,6 +386,7 @@ impl HelmCli {
                         "helm succeeded but its output did not parse; taking the release as applied"
                     );
                     Outcome::Applied {
+                        adopted_from: None,
                         revision: 0,
                         chart_version: String::new(),
                         tests: Vec::new(),
@@ -455,6 +457,7 @@ impl HelmCli {
             Ok(_) => {
                 self.seal_written(member, &key, owner, from + 1).await;
                 Outcome::Applied {
+                    adopted_from: None,
                     revision: from + 1,
                     chart_version: String::new(),
                     tests: Vec::new(),

@@ -113,6 +113,10 @@ pub(crate) struct Request {
     /// The operator's sealing key (hex on the pipe; `Debug` shows nothing of it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) seal: Option<crate::helm::seal::SealKey>,
+    /// An `upgrade` may take over the release when no record of it is sealed: its newest
+    /// record, once its every object is checked as the request's identity (`helm-sdk/adopt.go`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) adopt: bool,
 }
 
 /// How one action of an `upgrade` request goes: its install or its upgrade.
@@ -213,6 +217,9 @@ pub(crate) struct Answer {
     /// What became of the chart's CRDs; None when it brings none.
     #[serde(default)]
     pub(crate) crds: Option<crate::queue::crds::CrdReport>,
+    /// After an adoption: the labels of the record taken over, Helm's own left out (bounded).
+    #[serde(default)]
+    pub(crate) adopted: std::collections::BTreeMap<String, String>,
 }
 
 /// The request of an install or upgrade of `release` from `chart`, as `helm::upgrade_args` asks
@@ -271,6 +278,7 @@ pub(crate) fn upgrade_request(
             .filter(|_| repair.is_none())
             .map(TestRun::from),
         seal: options.seal.clone(),
+        adopt: false,
     }
 }
 
@@ -348,6 +356,7 @@ pub(crate) fn release_request(
         revision: to.unwrap_or(0),
         test: None,
         seal: options.seal.clone(),
+        adopt: false,
     }
 }
 

@@ -30,7 +30,9 @@ use crate::{
     helm::cli::HelmCli,
     helm::outcome as helm,
     helm::pipe::{ExecutorError, Pipe},
-    helm::protocol::{Answer, ClusterRef, rollback_request, uninstall_request, upgrade_request},
+    helm::protocol::{
+        Answer, ClusterRef, Request, rollback_request, uninstall_request, upgrade_request,
+    },
     plan::{ChartSource, Job, Release},
     queue::{Executor, FailureKind, Outcome},
 };
@@ -100,12 +102,14 @@ impl HelmExecutor {
         release: Release,
         stale_pending: Option<i64>,
         repair: Option<String>,
+        adopt: bool,
     ) -> Outcome {
         // Held until helm is done, so the cache keeps the archive meanwhile.
         let archive = self.cli.checkout(&release);
         let (pipe, chart) = match (&self.pipe, &archive, &release.source) {
             (Some(pipe), Some(archive), _) => (pipe, archive.path().to_path_buf()),
             (Some(pipe), None, ChartSource::Directory(path)) => (pipe, path.clone()),
+            _ if adopt => return adoption_needs_the_executor(&release.key),
             _ => return self.cli.apply(release, stale_pending, repair).await,
         };
         let prepared = match self.cli.prepare(&release, stale_pending).await {
@@ -121,8 +125,9 @@ impl HelmExecutor {
             repair.as_deref(),
             &self.options,
         );
+        let request = Request { adopt, ..request };
         let outcome = match pipe.call(request).await {
-            Ok(answer) => applied(answer),
+            Ok(answer) => applied(answer, adopt),
             Err(e @ (ExecutorError::Stopped | ExecutorError::Overdue(_))) => {
                 // The executor is gone with the install or upgrade in flight: a revision it left
                 // pending is cleared now, so the job tried again does not wait out helm's timeout.
@@ -215,6 +220,7 @@ impl HelmExecutor {
         {
             // A rollback writes the revision after the newest one.
             Ok(Answer { error: None, .. }) => Outcome::Applied {
+                adopted_from: None,
                 revision: from + 1,
                 chart_version: String::new(),
                 tests: Vec::new(),
@@ -236,7 +242,8 @@ impl Executor for HelmExecutor {
                 release,
                 stale_pending,
                 repair,
-            } => self.apply(*release, stale_pending, repair).await,
+                adopt,
+            } => self.apply(*release, stale_pending, repair, adopt).await,
             Job::Uninstall {
                 key,
                 identity,
@@ -254,8 +261,8 @@ impl Executor for HelmExecutor {
     }
 }
 
-/// What the answer to an install or upgrade came to.
-pub(crate) fn applied(answer: Answer) -> Outcome {
+/// What the answer to an install or upgrade (an adoption when `adopt`) came to.
+pub(crate) fn applied(answer: Answer, adopt: bool) -> Outcome {
     match answer {
         // Deployed, then its tests failed: the chart's verdict on this revision, which the
         // executor has marked failed (or rolled back); a retry would only write another.
@@ -270,8 +277,32 @@ pub(crate) fn applied(answer: Answer) -> Outcome {
             chart_version: answer.chart_version,
             tests: answer.tests,
             crds: answer.crds,
+            adopted_from: adopt.then(|| previous_labels(&answer.adopted)),
         },
     }
+}
+
+/// The outcome of an adoption that cannot run: the `helm` binary reads release records itself,
+/// so it cannot be let read exactly one checked record a tenant may have written.
+fn adoption_needs_the_executor(key: &ReleaseKey) -> Outcome {
+    Outcome::failed(
+        format!(
+            "adopting release {key} needs the tenancy-hub-helm executor and a chart on disk (a chart-home or cached repository chart): the helm binary path (an OCI chart, or no executor configured) does not take over releases; install the executor or use such a chart"
+        ),
+        FailureKind::Permanent,
+    )
+}
+
+/// The labels an adopted release's previous record carried, in words (`none` when it had none).
+fn previous_labels(labels: &std::collections::BTreeMap<String, String>) -> String {
+    if labels.is_empty() {
+        return "none".to_owned();
+    }
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Finds the executor: `given` when set, else [`BINARY`] beside `helm`, else on `PATH`.

@@ -204,6 +204,7 @@ impl FakeLink {
             Script::Now(match job {
                 Job::Uninstall { .. } => Outcome::Uninstalled,
                 _ => Outcome::Applied {
+                    adopted_from: None,
                     revision: 1,
                     chart_version: "0.1.0".into(),
                     tests: Vec::new(),
@@ -218,7 +219,9 @@ impl FakeLink {
 /// `default/a`, from a spec that hashes to `spec_hash`.
 pub(crate) fn apply(key: &str, spec_hash: &str) -> Job {
     Job::Apply {
+        adopt: false,
         release: Box::new(Release {
+            adoption: Default::default(),
             masked: Default::default(),
             credentials: Default::default(),
             verified: None,

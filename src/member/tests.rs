@@ -28,6 +28,7 @@ async fn links_run_a_job_on_the_link_of_its_cluster_only() {
     assert_eq!(
         outcome,
         Outcome::Applied {
+            adopted_from: None,
             revision: 1,
             chart_version: "0.1.0".into(),
             tests: Vec::new(),

@@ -376,12 +376,31 @@ pub(crate) fn desired(
         ) {
             Ok(release) => out.releases.push(Release {
                 identity,
+                adoption: adoption(admission, &owner.namespace, key, labels, chart),
                 ..release
             }),
             Err(problem) => out.problems.push(*problem),
         }
     }
     out
+}
+
+/// Whether an admitted chart entry may take over an existing release of its key that
+/// tenancy-hub does not own: only when it asks (`adopt`) and the policies allow it.
+fn adoption(
+    admission: &Admission,
+    hub_namespace: &str,
+    key: &ReleaseKey,
+    labels: Option<&BTreeMap<String, String>>,
+    chart: &Chart,
+) -> Adoption {
+    if !chart.adopt {
+        return Adoption::NotAsked;
+    }
+    match admission.adoption(hub_namespace, key, labels, chart) {
+        Ok(()) => Adoption::Allowed,
+        Err(why) => Adoption::Refused(why),
+    }
 }
 
 /// One chart entry of the spec, for one key, with its values made for the key's cluster, as a
@@ -435,6 +454,7 @@ fn resolve(
         }));
     }
     let mut release = Release {
+        adoption: Default::default(),
         key,
         owner: owner.clone(),
         chart_name: chart.chart_name.clone(),

@@ -190,19 +190,23 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
     }
     let held = Held::of(inputs.spec, inputs.clusters);
     for release in &releases {
-        if let Some(holder) = holder(inputs, &release.key) {
-            problems.push(Problem::Conflict {
-                key: release.key.clone(),
-                holder,
-            });
-            continue;
-        }
+        let adopt = match holding(inputs, release) {
+            Holding::Ours => false,
+            Holding::Adoptable => true,
+            Holding::Other(holder) => {
+                problems.push(Problem::Conflict {
+                    key: release.key.clone(),
+                    holder,
+                });
+                continue;
+            }
+        };
         plan.desired.push(release.clone());
         if !inputs.synced.contains(&release.key.scope.cluster) {
             plan.waiting.push(release.key.clone());
             continue;
         }
-        plan_apply(inputs, release, &held, &mut plan);
+        plan_apply(inputs, release, adopt, &held, &mut plan);
     }
     // A spec too large to plan names no key, and uninstalls nothing either.
     if !too_large {
@@ -212,15 +216,37 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
     plan
 }
 
-/// Who else holds a release key, in words: the Controller the claims give it to, or the one (or
-/// the Helm user, with no owner label) whose release is installed there. None when it is ours.
-fn holder(inputs: &Inputs<'_>, key: &ReleaseKey) -> Option<String> {
+/// Who holds the key of a release this resource asks for.
+enum Holding {
+    /// This resource, or nobody yet.
+    Ours,
+    /// A Helm release tenancy-hub does not own, which this release may take over (`adopt`).
+    Adoptable,
+    /// Somebody else, in words: the Controller the claims give it to, the one whose sealed
+    /// release is installed there, or the Helm user (no verified owner) with why it stays theirs.
+    Other(String),
+}
+
+/// Who holds the key of `release`. A release another Controller owns (its record sealed for
+/// that Controller) is never adoptable; one no seal vouches for is, where `release.adoption`
+/// allows it.
+fn holding(inputs: &Inputs<'_>, release: &Release) -> Holding {
+    let key = &release.key;
     match inputs.claims.get(key) {
-        Some(h) if h != inputs.owner => Some(format!("Controller {h}")),
+        Some(h) if h != inputs.owner => Holding::Other(format!("Controller {h}")),
         _ => match inputs.applied.get(key).map(|a| &a.owner) {
-            Some(Some(o)) if o != inputs.owner => Some(format!("Controller {o}")),
-            Some(None) => Some("a Helm release not managed by tenancy-hub".into()),
-            _ => None,
+            Some(Some(o)) if o != inputs.owner => Holding::Other(format!("Controller {o}")),
+            Some(None) => match &release.adoption {
+                Adoption::Allowed => Holding::Adoptable,
+                Adoption::Refused(why) => Holding::Other(format!(
+                    "a Helm release not managed by tenancy-hub, which adopt: true may not take over ({why})"
+                )),
+                Adoption::NotAsked => Holding::Other(
+                    "a Helm release not managed by tenancy-hub (to take it over without an outage, set adopt: true on its chart entry, where a TenancyPolicy sets allowAdoption)"
+                        .into(),
+                ),
+            },
+            _ => Holding::Ours,
         },
     }
 }
@@ -229,7 +255,7 @@ fn holder(inputs: &Inputs<'_>, key: &ReleaseKey) -> Option<String> {
 /// not installed, differs from the spec, has been pending past the timeout (noting when to look
 /// again while it is not), or drifted in its deployed revision with repair enabled. A release
 /// `suspend` holds is listed as suspended instead.
-fn plan_apply(inputs: &Inputs<'_>, release: &Release, held: &Held, plan: &mut Plan) {
+fn plan_apply(inputs: &Inputs<'_>, release: &Release, adopt: bool, held: &Held, plan: &mut Plan) {
     let mut repair = None;
     let job = match inputs.applied.get(&release.key) {
         None => Some(None),
@@ -264,6 +290,7 @@ fn plan_apply(inputs: &Inputs<'_>, release: &Release, held: &Held, plan: &mut Pl
         plan.suspended.push(release.key.clone());
     } else if let Some(stale_pending) = job {
         plan.jobs.push(Job::Apply {
+            adopt,
             release: Box::new(release.clone()),
             stale_pending,
             repair,

@@ -117,6 +117,22 @@ pub(crate) struct Release {
     /// that archive).
     #[serde(skip)]
     pub(crate) verified: Option<Verified>,
+    /// Whether it may take over an existing release of its key tenancy-hub does not own, as the
+    /// chart entry and the policies say. Not part of the fingerprint; decided on the hub.
+    #[serde(skip)]
+    pub(crate) adoption: Adoption,
+}
+
+/// Whether a release may take over an existing release of its key that tenancy-hub does not own.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Adoption {
+    /// Its chart entry does not ask to (`adopt` unset).
+    #[default]
+    NotAsked,
+    /// Asked, and the policy whose identity acts for it sets `allowAdoption`.
+    Allowed,
+    /// Asked, and refused: why, and what to do.
+    Refused(String),
 }
 
 impl fmt::Debug for Release {
@@ -343,6 +359,10 @@ pub(crate) enum Job {
         stale_pending: Option<i64>,
         /// Set when the release is applied again, unchanged, to repair drift: what drifted.
         repair: Option<String>,
+        /// Takes over the release of the same key tenancy-hub does not own (`adopt: true`, a
+        /// policy's `allowAdoption`): the executor lets Helm read its newest record once checked.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        adopt: bool,
     },
     /// Uninstall a release no longer asked for.
     Uninstall {

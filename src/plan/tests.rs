@@ -1066,3 +1066,5 @@ fn an_apply_with_other_helm_settings_is_another_job_for_the_same_revision() {
     assert_ne!(a, b, "a changed timeout is another job");
     assert!(b.starts_with(&format!("apply:{spec_hash}:")), "{b}");
 }
+
+mod adoption;

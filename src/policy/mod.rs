@@ -506,6 +506,34 @@ impl Admission {
         }
     }
 
+    /// Whether a Controller of `hub_namespace` may take over the existing release `key` that
+    /// tenancy-hub does not own (its chart entry sets `adopt`): the policy whose identity acts for
+    /// it (see [`Self::chosen`]) must set `allowAdoption`. In every mode: adoption is never taken
+    /// with the operator's own rights for want of a policy. Err says why not and what to do.
+    pub(crate) fn adoption(
+        &self,
+        hub_namespace: &str,
+        key: &ReleaseKey,
+        labels: Option<&BTreeMap<String, String>>,
+        chart: &Chart,
+    ) -> Result<(), String> {
+        let governing = self.governing(hub_namespace);
+        let acting = Self::chosen(governing.iter().copied().filter(|p| {
+            self.broken_rule(&p.spec, key, labels, Some(chart))
+                .is_none()
+        }));
+        match acting {
+            Some(p) if p.spec.allow_adoption => Ok(()),
+            Some(p) => Err(format!(
+                "TenancyPolicy {}, which allows this release, does not set allowAdoption: a platform admin must allow adoption there to take over a release tenancy-hub does not own",
+                p.name
+            )),
+            None => Err(format!(
+                "no TenancyPolicy governing hub namespace {hub_namespace} allows this release: adoption needs one that does and sets allowAdoption"
+            )),
+        }
+    }
+
     /// The policy whose identity Helm acts as, of those allowing a release: impersonating
     /// policies before trusted ones (the narrower rights win), then the first by name. One rule
     /// for every action, so the identity never depends on which policy the store lists first.

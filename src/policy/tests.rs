@@ -30,6 +30,7 @@ fn team_a() -> NamedPolicy {
     NamedPolicy {
         name: "team-a".into(),
         spec: TenancyPolicySpec {
+            allow_adoption: false,
             helm: None,
             values_from: Default::default(),
             alert_secrets: Default::default(),

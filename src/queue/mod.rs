@@ -85,6 +85,10 @@ pub enum Outcome {
         /// What became of the chart's CRDs, when it brings some and the Helm executor ran it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         crds: Option<crds::CrdReport>,
+        /// When this revision took over a release tenancy-hub did not own: the labels of its
+        /// previous record (its former owner's), in words.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        adopted_from: Option<String>,
     },
     /// Uninstalled (or was already gone).
     Uninstalled,

@@ -99,9 +99,11 @@ fn of(owner: OwnerId, job: Job) -> Job {
             mut release,
             stale_pending,
             repair,
+            adopt,
         } => {
             release.owner = owner;
             Job::Apply {
+                adopt,
                 release,
                 stale_pending,
                 repair,
@@ -854,6 +856,7 @@ async fn run_starts_jobs_as_they_are_enqueued_and_reports_them() {
     assert_eq!(job, apply("c/ns/a", "h1"));
     tokio::time::advance(Duration::from_secs(5)).await;
     let applied = Outcome::Applied {
+        adopted_from: None,
         revision: 2,
         chart_version: "0.1.0".into(),
         tests: Vec::new(),

@@ -114,6 +114,7 @@ async fn install_values_depth_policy(hub: &Client) {
 #[allow(dead_code)] // used by some test crates only
 pub fn allow_all(namespace: &str, sources: &[&str]) -> TenancyPolicySpec {
     TenancyPolicySpec {
+        allow_adoption: false,
         hub_namespaces: vec![namespace.to_owned()],
         clusters: vec!["hub".into()],
         cluster_selector: Some(PolicyClusterSelector::default()),

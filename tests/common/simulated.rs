@@ -371,6 +371,7 @@ impl Member {
                 let record = self.record(&work, revision);
                 state.records.insert(work.key.clone(), record);
                 Outcome::Applied {
+                    adopted_from: None,
                     revision,
                     chart_version: work.chart_version.clone().unwrap_or_default(),
                     tests: Vec::new(),

@@ -10,6 +10,7 @@ fn key(k: &str) -> ReleaseKey {
 
 fn release(k: &str) -> Release {
     Release {
+        adoption: Default::default(),
         masked: Default::default(),
         credentials: Default::default(),
         verified: None,
@@ -48,6 +49,7 @@ fn applied(k: &str, revision: i64) -> (ReleaseKey, Applied) {
 
 fn apply(k: &str) -> Job {
     Job::Apply {
+        adopt: false,
         release: Box::new(release(k)),
         stale_pending: None,
         repair: None,

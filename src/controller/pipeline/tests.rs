@@ -301,6 +301,7 @@ async fn a_release_just_installed_whose_record_is_not_seen_yet_is_not_installed_
     let job = first.enqueue.first().expect("the install is queued");
     assert!(!first.catching_up);
     let applied = || Outcome::Applied {
+        adopted_from: None,
         revision: 1,
         chart_version: "0.1.0".into(),
         tests: Vec::new(),

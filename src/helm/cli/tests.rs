@@ -11,6 +11,7 @@ use std::path::Path;
 /// A release of the example chart from `source`, with one setting.
 pub(crate) fn release(source: ChartSource) -> Release {
     Release {
+        adoption: Default::default(),
         masked: Default::default(),
         credentials: Default::default(),
         verified: None,

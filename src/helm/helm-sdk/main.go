@@ -151,6 +151,8 @@ type request struct {
 	// The operator's sealing key, hex: records are sealed with it and read back only when they
 	// verify (seal.go). Required.
 	Seal string `json:"seal"`
+	// An upgrade may take over the release when no record of it is sealed (adopt.go).
+	Adopt bool `json:"adopt,omitempty"`
 }
 
 // phase is how one action of an upgrade request goes: its install or its upgrade.
@@ -212,6 +214,8 @@ type response struct {
 	Tests []testResult `json:"tests,omitempty"`
 	// What became of the chart's CRDs; omitted when it brings none.
 	Crds *crdReport `json:"crds,omitempty"`
+	// After an adoption: the labels of the record taken over (adopt.go).
+	Adopted map[string]string `json:"adopted,omitempty"`
 }
 
 // clients are the kube clients of one cluster and identity, kept across requests.
@@ -352,6 +356,16 @@ func (e *executor) run(ctx context.Context, req request) response {
 	timeout := time.Duration(req.TimeoutSeconds) * time.Second
 	switch req.Op {
 	case "upgrade":
+		if req.Adopt {
+			secrets, _ := cfg.Releases.Driver.(*sealedSecrets)
+			if out.Adopted, err = prepareAdoption(ctx, cfg, cl.clientset, secrets, req); err != nil {
+				out.Error = err.Error()
+				return out
+			}
+			if out.Adopted != nil {
+				req = adoptingUpgrade(req)
+			}
+		}
 		rel, crds, err := e.upgrade(ctx, cfg, req)
 		if err != nil {
 			out.Error = err.Error()

@@ -137,6 +137,8 @@ func TestEveryResponseFixtureIsWhatTheExecutorWrites(t *testing.T) {
 			Replaced:  []string{"sealedsecrets.bitnami.com"},
 			Unchanged: []string{"gadgets.example.com"},
 		}},
+		"response-adopted": response{ID: 13, Revision: 2, ChartVersion: "0.1.0", Adopted: map[string]string{
+			"app.kubernetes.io/managed-by": "flux", "helm.toolkit.fluxcd.io/name": "web"}},
 		// An uninstall or a rollback done.
 		"response-done": response{ID: 9},
 		"response-failed-render": response{ID: 7, Error: "UPGRADE FAILED: execution error at " +

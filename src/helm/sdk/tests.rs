@@ -132,6 +132,13 @@ fn requests() -> Vec<(&'static str, Request)> {
             "request-rollback",
             release_request(10, &key, as_operator, Some(4), &options),
         ),
+        (
+            "request-adopt",
+            Request {
+                adopt: true,
+                ..upgrade_request(13, &release(), cluster(), archive.into(), None, &options)
+            },
+        ),
     ]
 }
 
@@ -142,6 +149,7 @@ fn answers() -> Vec<(&'static str, Answer, Option<FailureKind>)> {
         id,
         error: error.map(str::to_owned),
         revision: 0,
+        adopted: Default::default(),
         chart_version: String::new(),
         tests: Vec::new(),
         crds: None,
@@ -203,6 +211,22 @@ fn answers() -> Vec<(&'static str, Answer, Option<FailureKind>)> {
         // Deployed, then its tests failed: a verdict on the revision, not tried again.
         ("response-tests-failed", tests_failed, Some(Permanent)),
         ("response-applied-crds", with_crds, None),
+        (
+            "response-adopted",
+            Answer {
+                revision: 2,
+                chart_version: "0.1.0".into(),
+                adopted: [
+                    ("app.kubernetes.io/managed-by", "flux"),
+                    ("helm.toolkit.fluxcd.io/name", "web"),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+                ..answer(13, None)
+            },
+            None,
+        ),
         // An uninstall or a rollback done.
         ("response-done", answer(9, None), None),
         failed("response-failed-render", 7, render, Permanent),
@@ -230,7 +254,7 @@ fn every_answer_fixture_reads_as_the_answer_and_failure_it_stands_for() {
         let answer: Answer =
             serde_json::from_value(fixture(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(answer, want, "{name}");
-        let outcome = super::applied(answer);
+        let outcome = super::applied(answer, false);
         assert_eq!(
             match outcome {
                 Outcome::Failed { kind, .. } => Some(kind),

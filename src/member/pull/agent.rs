@@ -417,6 +417,7 @@ impl Agent {
         );
         tracing::info!(key = %release.key, what, "repairing drift locally");
         let job = Job::Apply {
+            adopt: false,
             release,
             stale_pending: None,
             repair: Some(what),
@@ -435,6 +436,7 @@ fn already_done(job: &Job, applied: Option<&Applied>) -> Option<Outcome> {
         release,
         stale_pending: None,
         repair: None,
+        adopt: false,
     } = job
     else {
         return None;
@@ -444,6 +446,7 @@ fn already_done(job: &Job, applied: Option<&Applied>) -> Option<Outcome> {
         && applied.spec_hash.as_deref() == Some(release.spec_hash.as_str())
         && applied.status == "deployed";
     same.then(|| Outcome::Applied {
+        adopted_from: None,
         revision: applied.revision,
         chart_version: release.version.clone().unwrap_or_default(),
         tests: Vec::new(),
@@ -458,6 +461,7 @@ mod tests {
 
     fn release() -> Release {
         Release {
+            adoption: Default::default(),
             masked: Default::default(),
             credentials: Default::default(),
             verified: None,
@@ -496,6 +500,7 @@ mod tests {
 
     fn apply(repair: Option<&str>) -> Job {
         Job::Apply {
+            adopt: false,
             release: Box::new(release()),
             stale_pending: None,
             repair: repair.map(String::from),
@@ -511,6 +516,7 @@ mod tests {
         assert_eq!(
             done,
             Some(Outcome::Applied {
+                adopted_from: None,
                 revision: 4,
                 chart_version: "0.1.0".into(),
                 tests: Vec::new(),

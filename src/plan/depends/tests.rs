@@ -281,7 +281,9 @@ fn a_release_asked_for_twice_is_named_but_only_its_duplicate_problem_is_told() {
 fn apply_job(k: &str) -> Job {
     let key = key(k);
     Job::Apply {
+        adopt: false,
         release: Box::new(Release {
+            adoption: Default::default(),
             masked: Default::default(),
             credentials: Default::default(),
             verified: None,

@@ -227,6 +227,7 @@ async fn an_unavailable_member_is_retried_past_the_attempt_cap_until_it_answers(
     assert_eq!(
         up.outcome,
         Outcome::Applied {
+            adopted_from: None,
             revision: 1,
             chart_version: "0.1.0".into(),
             tests: Vec::new(),

@@ -18,6 +18,7 @@ use std::collections::{BTreeSet, HashMap};
 
 fn release(key: &str) -> Release {
     Release {
+        adoption: Default::default(),
         masked: Default::default(),
         credentials: Default::default(),
         verified: None,
@@ -242,6 +243,7 @@ fn a_failure_of_a_release_with_helm_settings_of_its_own_is_reported() {
     let mut f = Fixture::new(&["hub/foo/slow"]);
     f.plan.desired[0].helm.install.timeout = Some("20s".into());
     let fingerprint = crate::plan::Job::Apply {
+        adopt: false,
         release: Box::new(f.plan.desired[0].clone()),
         stale_pending: None,
         repair: None,

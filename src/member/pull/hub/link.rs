@@ -110,6 +110,9 @@ impl MemberLink for PullLink {
         });
         async move {
             let key = job.key().clone();
+            if let Job::Apply { adopt: true, .. } = &job {
+                return Started::Finished(adoption_refused(&key));
+            }
             let chart = match &job {
                 Job::Apply { release, .. } => {
                     match publish_chart(&hub, &cluster, executor.as_deref(), release).await {
@@ -572,6 +575,18 @@ fn relist(observed: &crate::member::pull::messages::Observed) -> Vec<(String, Ch
         changes.push((ns.clone(), Change::Lost(problem.clone())));
     }
     changes
+}
+
+/// The outcome of an adoption asked of a pull member: not carried out there. The agent would
+/// have to check the release's existing objects as the policy's identity and let its executor read
+/// one unsealed record, and the hub could not see what it checked; refused until it can.
+fn adoption_refused(key: &crate::api::key::ReleaseKey) -> Outcome {
+    Outcome::failed(
+        format!(
+            "adopting release {key} is not done on pull members: the hub cannot check there that the existing release is within the policy's identity; uninstall it there and let the Controller install it, or deliver to this cluster as a push member"
+        ),
+        FailureKind::Permanent,
+    )
 }
 
 #[cfg(test)]

@@ -157,3 +157,30 @@ fn a_namespace_report_relists_its_pods_each_kind_of_workload_and_its_problem() {
         ]
     );
 }
+
+#[tokio::test]
+async fn an_adoption_asked_of_a_pull_member_is_refused_with_the_reason_and_nothing_is_published() {
+    let (hub, cluster) = (hub(), "edge-3".parse::<ClusterName>().unwrap());
+    renewed(&hub, &cluster);
+    let link = PullLink::new(cluster, hub, None, ANSWER_WITHIN);
+    let mut release = crate::helm::cli::tests::release(crate::plan::ChartSource::Directory(
+        "/charts/deployment-example".into(),
+    ));
+    release.key = "edge-3/team-a/web".parse().unwrap();
+    let job = Job::Apply {
+        release: Box::new(release),
+        stale_pending: None,
+        repair: None,
+        adopt: true,
+    };
+    // The hub's client has no API server behind it: a publish would fail as Transient.
+    let outcome = link.execute(job).await;
+    let Outcome::Failed { message, kind } = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(kind, FailureKind::Permanent);
+    assert!(
+        message.contains("edge-3/team-a/web") && message.contains("not done on pull members"),
+        "{message}"
+    );
+}
