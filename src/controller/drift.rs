@@ -308,6 +308,7 @@ mod tests {
     fn release(key: &ReleaseKey, mode: DriftMode) -> Release {
         Release {
             masked: Default::default(),
+            post_render: None,
             credentials: Default::default(),
             verified: None,
             key: key.clone(),

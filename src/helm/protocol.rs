@@ -15,7 +15,7 @@ use crate::{
 /// The version of the messages on the executor's pipe: [`Hello`], [`Request`] and [`Answer`].
 /// Bump it when a message changes, with the executor's `protocolVersion` (`helm-sdk/main.go`) and
 /// the shared fixtures in `helm-sdk/testdata/protocol`, which the tests of both sides check.
-pub(crate) const PROTOCOL_VERSION: u32 = 2;
+pub(crate) const PROTOCOL_VERSION: u32 = 3;
 /// The version of Helm's Go SDK the executor is built with: the one `helm-sdk/go.mod` requires
 /// (a unit test keeps them in step).
 pub(crate) const HELM_SDK: &str = "v4.3.1";
@@ -109,6 +109,9 @@ pub(crate) struct Request {
     /// The operator's sealing key (hex on the pipe; `Debug` shows nothing of it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) seal: Option<crate::helm::seal::SealKey>,
+    /// An `upgrade`'s post-render patches and common metadata, run as Helm's post-renderer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) post_render: Option<crate::plan::post_render::PostRender>,
 }
 
 /// How one action of an `upgrade` request goes: its install or its upgrade.
@@ -224,6 +227,7 @@ pub(crate) fn upgrade_request(
         description: repair.map(helm::repair_description).unwrap_or_default(),
         revision: 0,
         seal: options.seal.clone(),
+        post_render: release.post_render.clone(),
     }
 }
 
@@ -283,6 +287,7 @@ pub(crate) fn release_request(
         },
         revision: to.unwrap_or(0),
         seal: options.seal.clone(),
+        post_render: None,
     }
 }
 

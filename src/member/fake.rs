@@ -218,6 +218,7 @@ pub(crate) fn apply(key: &str, spec_hash: &str) -> Job {
     Job::Apply {
         release: Box::new(Release {
             masked: Default::default(),
+            post_render: None,
             credentials: Default::default(),
             verified: None,
             key: key.parse().expect("a valid release key"),

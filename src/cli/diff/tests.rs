@@ -11,6 +11,7 @@ fn key(k: &str) -> ReleaseKey {
 fn release(k: &str) -> Release {
     Release {
         masked: Default::default(),
+        post_render: None,
         credentials: Default::default(),
         verified: None,
         key: key(k),

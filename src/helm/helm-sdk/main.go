@@ -69,7 +69,7 @@ const capabilitiesTTL = 30 * time.Second
 // protocolVersion is the version of the messages on the pipe: hello, request and response. Bump it
 // when a message changes, with the operator's PROTOCOL_VERSION (src/helm/sdk.rs) and the
 // shared fixtures in testdata/protocol, which the tests of both sides check.
-const protocolVersion = 2
+const protocolVersion = 3
 
 // hello is the first line the executor writes, before it reads any request. Its "protocol" field
 // keeps its name and type in every version, so an operator can always tell which one an executor
@@ -147,6 +147,9 @@ type request struct {
 	Description    string `json:"description,omitempty"`
 	// The revision a rollback goes to.
 	Revision int `json:"revision,omitempty"`
+	// An upgrade's post-render patches and common metadata (postrender.go), run as Helm's
+	// post-renderer of the install or upgrade, so the record holds the patched manifest.
+	PostRender *postRender `json:"postRender,omitempty"`
 	// The operator's sealing key, hex: records are sealed with it and read back only when they
 	// verify (seal.go). Required.
 	Seal string `json:"seal"`
@@ -510,6 +513,9 @@ func installAction(cfg *action.Configuration, req request, replace bool) *action
 	install.RollbackOnFailure, install.DisableOpenAPIValidation = req.RollbackOnFailure, true
 	install.ServerSideApply, install.ForceConflicts = true, req.ForceConflicts
 	install.Description, install.Replace = req.Description, replace
+	if req.PostRender != nil {
+		install.PostRenderer = kustomizer{spec: *req.PostRender}
+	}
 	return install
 }
 
@@ -534,6 +540,9 @@ func upgradeAction(cfg *action.Configuration, req request) *action.Upgrade {
 		upgrade.ServerSideApply, upgrade.ForceReplace = "false", true
 	}
 	upgrade.Description = req.Description
+	if req.PostRender != nil {
+		upgrade.PostRenderer = kustomizer{spec: *req.PostRender}
+	}
 	return upgrade
 }
 
@@ -601,8 +610,16 @@ func (e *executor) upgrade(ctx context.Context, cfg *action.Configuration, req r
 }
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == "post-render" {
+		// A preview's post-render (tenancy-hub diff): one request on stdin, the manifest on stdout.
+		if err := preview(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) > 1 {
-		fmt.Fprintln(os.Stderr, "usage: tenancy-hub-helm (no arguments; the tenancy-hub operator starts it and speaks JSON lines on stdin and stdout)")
+		fmt.Fprintln(os.Stderr, "usage: tenancy-hub-helm [post-render] (no arguments: the tenancy-hub operator starts it and speaks JSON lines on stdin and stdout; post-render: patches the manifest of one JSON request on stdin, for a preview)")
 		os.Exit(2)
 	}
 	level := slog.LevelWarn

@@ -457,6 +457,7 @@ mod tests {
     fn release() -> Release {
         Release {
             masked: Default::default(),
+            post_render: None,
             credentials: Default::default(),
             verified: None,
             key: "edge-1/team/web".parse().unwrap(),

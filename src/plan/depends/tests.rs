@@ -283,6 +283,7 @@ fn apply_job(k: &str) -> Job {
     Job::Apply {
         release: Box::new(Release {
             masked: Default::default(),
+            post_render: None,
             credentials: Default::default(),
             verified: None,
             key: key.clone(),

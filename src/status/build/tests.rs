@@ -19,6 +19,7 @@ use std::collections::{BTreeSet, HashMap};
 fn release(key: &str) -> Release {
     Release {
         masked: Default::default(),
+        post_render: None,
         credentials: Default::default(),
         verified: None,
         key: key.parse().unwrap(),
