@@ -1,10 +1,11 @@
-//! End-to-end tests of post-render patches: a patch, an image override and common metadata on the member's objects and in `diff`, and the patches a policy refuses, on the hub or in the executor.
+//! End-to-end tests of post-render patches: a patch, an image override and common metadata on the member's objects and in `diff`, on a pull member too, and the patches a policy refuses, on the hub or in the executor.
 
 mod common;
 
 use std::{collections::BTreeMap, time::Duration};
 
 use common::{
+    agent::{hub_cli, join},
     fixtures::{chart, message, tenancy, unique, wait_until},
     hub::{Hub, allow_all},
 };
@@ -203,4 +204,55 @@ async fn a_patch_to_a_cluster_role_and_a_patch_moving_a_deployment_are_refused_w
             .is_err()
     );
     hub.delete_and_wait_gone("refused").await;
+}
+
+/// The Deployment `web` of `namespace` in pull member `pull`, once its `patched-on` label is
+/// there.
+async fn patched_deployment(hub: &Hub, pull: &str, namespace: &str) -> serde_json::Value {
+    wait_until(
+        "the patched Deployment",
+        Duration::from_secs(120),
+        || async {
+            let json = hub
+                .lab
+                .try_pull_kubectl(
+                    pull,
+                    &["get", "deployment", "web", "-n", namespace, "-o", "json"],
+                )
+                .ok()?;
+            let deployment: serde_json::Value = serde_json::from_str(&json).ok()?;
+            deployment["metadata"]["labels"]["patched-on"]
+                .is_string()
+                .then_some(deployment)
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+#[ignore = "needs the lab with pull members: kind/up.sh --pull-members 2, then --include-ignored"]
+async fn a_pull_members_agent_applies_the_patches_rendered_for_its_cluster() {
+    let hub = Hub::new("patches-pull").await;
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("edge");
+    let _agent = join(&hub.lab, &name, "pull-1", dir.path());
+    let ns = unique("patches-pulled");
+    let spec = ControllerSpec {
+        tenancies: vec![tenancy(&ns, &[&name], vec![patched_web()])],
+        ..Default::default()
+    };
+    hub.apply("patched", spec).await;
+    let deployment = patched_deployment(&hub, "pull-1", &ns).await;
+    // Rendered for the pull member's registered name, not its kubeconfig context.
+    assert_eq!(
+        deployment["metadata"]["labels"]["patched-on"],
+        name.as_str()
+    );
+    assert_eq!(deployment["metadata"]["labels"]["team"], "blue");
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["image"],
+        "registry.example/nginx:1.28"
+    );
+    hub.delete_and_wait_gone("patched").await;
+    hub_cli(&hub.lab, &["cluster", "remove", &name]);
 }
