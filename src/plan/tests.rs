@@ -1145,3 +1145,28 @@ fn a_post_render_adds_to_the_fingerprint_only_where_it_applies() {
         .collect();
     assert_eq!(changed, ["member-1/team/web"]);
 }
+
+#[test]
+fn the_executor_is_told_of_sensitive_kinds_only_where_the_allowing_policy_says_so() {
+    let allowances = |sensitive: bool| {
+        let mut w = World::new();
+        let mut p = policy(&["team"], &["member-1", "member-2"]);
+        p.spec.helm = Some(crate::api::policy::HelmRule {
+            allow_post_render_sensitive_kinds: sensitive,
+            ..Default::default()
+        });
+        w.admission = enforcing(vec![p]);
+        let plan = w.plan(&owner("a"), &with_east_patch("gold"));
+        plan.desired
+            .iter()
+            .filter_map(|r| {
+                Some((
+                    r.key.to_string(),
+                    r.post_render.as_ref()?.allow_sensitive_kinds,
+                ))
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(allowances(false), [("member-1/team/web".to_owned(), false)]);
+    assert_eq!(allowances(true), [("member-1/team/web".to_owned(), true)]);
+}

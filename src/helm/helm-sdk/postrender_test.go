@@ -228,3 +228,14 @@ func TestAPreviewRefusesAFieldItDoesNotKnow(t *testing.T) {
 		t.Fatal("an unknown field was taken")
 	}
 }
+
+func TestATargetWrittenAsAPatternReachingAClusterRoleIsJudgedByItsResult(t *testing.T) {
+	// The hub reads target kinds as written; kustomize reads them as patterns.
+	_, err := run(t, chart, one(patch{
+		Patch:  `[{"op": "add", "path": "/rules/0/verbs/-", "value": "*"}]`,
+		Target: &target{Kind: "Cluster.*"},
+	}))
+	if err == nil || !strings.Contains(err.Error(), "ClusterRole /reader") {
+		t.Fatalf("want a refusal naming the ClusterRole, got %v", err)
+	}
+}
