@@ -12,6 +12,9 @@ pub use crate::api::controller_status::{
     RolloutCluster, RolloutHalt, RolloutStatus, Summary, TenancyStatus, WorkloadStatus,
 };
 pub use crate::api::crd::lifecycle::{CrdPolicy, Install, Test, TestFilter, Uninstall, Upgrade};
+pub use crate::api::crd::post_render::{
+    CommonMetadata, Image, Kustomize, Patch, PatchTarget, PostRenderer,
+};
 
 /// Name of the cluster a tenancy goes to when it names no clusters and no selector.
 pub const HUB_CLUSTER: &str = "hub";
@@ -338,6 +341,22 @@ pub struct Chart {
     /// Controller owns. Without it, such a release is a `Conflict`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub adopt: bool,
+
+    /// Kustomize patches and image overrides run over the manifest Helm rendered, in order, before
+    /// the release is applied and recorded (Flux's `postRenderers`); the overrides selecting a
+    /// cluster add theirs after these. Part of what is deployed: a change upgrades the release.
+    /// The Helm executor only (the `helm` binary cannot run them, and refuses such a release). A
+    /// TenancyPolicy may forbid them (`helm.allowPostRenderers: false`); a change to RBAC,
+    /// admission webhooks or policies, or CRDs needs `helm.allowPostRenderSensitiveKinds`, and no
+    /// object may be added, removed, renamed, or moved to another kind or namespace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub post_renderers: Vec<PostRenderer>,
+
+    /// Labels and annotations set on every object the chart renders (Flux's `commonMetadata`),
+    /// after the post-renderers; as they are, under the same policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub common_metadata: Option<CommonMetadata>,
 }
 
 /// Where values come from on the hub: one key of a Secret or ConfigMap in the resource's namespace.
@@ -411,6 +430,10 @@ pub struct ChartOverride {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 1000))]
     pub settings: Vec<Setting>,
+    /// Post-renderers run after the chart's own, on the selected clusters only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub post_renderers: Vec<PostRenderer>,
 }
 
 /// Drift detection of one release: its live objects compared with the fields its manifest sets.
@@ -523,6 +546,7 @@ pub fn crd_yaml() -> String {
 pub mod depth_policy;
 pub mod free_form;
 pub mod lifecycle;
+pub mod post_render;
 
 #[cfg(test)]
 mod tests;

@@ -174,6 +174,20 @@ pub struct HelmRule {
     #[serde(default = "create_and_skip")]
     #[schemars(length(max = 3))]
     pub crd_policies: Vec<crate::api::crd::CrdPolicy>,
+
+    /// Whether a chart may set `postRenderers` or `commonMetadata` (its own or an override's):
+    /// patches over what the chart renders. Default true; false makes such a release `Forbidden`
+    /// under this policy.
+    #[serde(default = "yes")]
+    pub allow_post_renderers: bool,
+
+    /// Whether post-render patches and `commonMetadata` may change objects of the sensitive
+    /// kinds: RBAC (Role, ClusterRole, RoleBinding, ClusterRoleBinding), admission webhooks and
+    /// policies, CustomResourceDefinitions. Default false: a patch naming one is `Forbidden`, and
+    /// the Helm executor fails a release whose patched manifest changes one (a patch may retarget
+    /// the object it aims at, so the result is judged, not the target).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_post_render_sensitive_kinds: bool,
 }
 
 impl Default for HelmRule {
@@ -181,6 +195,8 @@ impl Default for HelmRule {
         Self {
             allow_disable_hooks: true,
             crd_policies: create_and_skip(),
+            allow_post_renderers: true,
+            allow_post_render_sensitive_kinds: false,
         }
     }
 }

@@ -77,6 +77,11 @@ pub struct DiffArgs {
     /// Timeout of each helm call, in seconds.
     #[arg(long, default_value_t = 120)]
     pub(crate) helm_timeout: u64,
+    /// The Helm executor (tenancy-hub-helm), whose post-renderer patches the manifests of charts
+    /// with `postRenderers` or `commonMetadata`, as an install does. Default: tenancy-hub-helm
+    /// beside --helm, else on PATH.
+    #[arg(long, env = "TENANCY_HUB_HELM_EXECUTOR")]
+    pub(crate) helm_executor: Option<std::path::PathBuf>,
     /// The chart signature verifier, for the sources whose policy asks signatures (as `run
     /// --verifier`). Default: tenancy-hub-verify beside --helm, else on PATH.
     #[arg(long, env = "TENANCY_HUB_VERIFIER")]
@@ -301,6 +306,7 @@ impl Charts {
         let helm = HelmOptions {
             binary: args.helm.clone(),
             timeout: Duration::from_secs(args.helm_timeout),
+            sdk: crate::helm::sdk::locate(args.helm_executor.as_deref(), &args.helm),
             ..HelmOptions::default()
         };
         let scratch = tempfile::Builder::new()
@@ -350,7 +356,14 @@ impl Charts {
             release.verified.as_ref().map(|v| v.archive.as_str()),
         );
         let archive = archive.as_ref().map(|a| a.path());
-        helm::template(&self.helm, release, archive, render).await
+        let manifest = helm::template(&self.helm, release, archive, render).await?;
+        match &release.post_render {
+            // The executor's own post-renderer, so the preview is what an install deploys.
+            Some(post_render) => {
+                crate::helm::preview::post_render(&self.helm, &manifest, post_render).await
+            }
+            None => Ok(manifest),
+        }
     }
 }
 

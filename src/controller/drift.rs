@@ -309,6 +309,7 @@ mod tests {
         Release {
             adoption: Default::default(),
             masked: Default::default(),
+            post_render: None,
             credentials: Default::default(),
             verified: None,
             key: key.clone(),

@@ -319,6 +319,13 @@ impl HelmCli {
             );
             return Outcome::failed(message, FailureKind::Permanent);
         }
+        if release.post_render.is_some() {
+            let message = format!(
+                "release {}: postRenderers and commonMetadata are refused by the helm binary executor, which cannot run the operator's post-renderer; run the operator with the Helm executor (--executor sdk), or remove them",
+                release.key
+            );
+            return Outcome::failed(message, FailureKind::Permanent);
+        }
         // Held until helm is done, so the cache keeps the archive meanwhile.
         let archive = self.checkout(&release);
         if let Some(why) = uncached(&release, archive.as_ref().map(|a| a.path())) {

@@ -6,6 +6,7 @@ pub(crate) mod kubeconfig;
 pub(crate) mod namespace;
 pub(crate) mod outcome;
 pub(crate) mod pipe;
+pub(crate) mod preview;
 pub(crate) mod process;
 pub(crate) mod protocol;
 pub(crate) mod sdk;

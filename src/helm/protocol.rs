@@ -117,6 +117,9 @@ pub(crate) struct Request {
     /// record, once its every object is checked as the request's identity (`helm-sdk/adopt.go`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub(crate) adopt: bool,
+    /// An `upgrade`'s post-render patches and common metadata, run as Helm's post-renderer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) post_render: Option<crate::plan::post_render::PostRender>,
 }
 
 /// How one action of an `upgrade` request goes: its install or its upgrade.
@@ -279,6 +282,7 @@ pub(crate) fn upgrade_request(
             .map(TestRun::from),
         seal: options.seal.clone(),
         adopt: false,
+        post_render: release.post_render.clone(),
     }
 }
 
@@ -357,6 +361,7 @@ pub(crate) fn release_request(
         test: None,
         seal: options.seal.clone(),
         adopt: false,
+        post_render: None,
     }
 }
 

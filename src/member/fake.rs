@@ -223,6 +223,7 @@ pub(crate) fn apply(key: &str, spec_hash: &str) -> Job {
         release: Box::new(Release {
             adoption: Default::default(),
             masked: Default::default(),
+            post_render: None,
             credentials: Default::default(),
             verified: None,
             key: key.parse().expect("a valid release key"),

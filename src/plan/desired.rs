@@ -20,6 +20,7 @@ use crate::{
 use crate::plan::{
     fleet::{self, Fleet},
     limits,
+    post_render::PostRender,
     release::*,
 };
 
@@ -374,11 +375,21 @@ pub(crate) fn desired(
             rendered,
             (&credentials, &trust),
         ) {
-            Ok(release) => out.releases.push(Release {
-                identity,
-                adoption: adoption(admission, &owner.namespace, key, labels, chart),
-                ..release
-            }),
+            Ok(mut release) => {
+                if let Some(post_render) = &mut release.post_render {
+                    post_render.allow_sensitive_kinds = admission.post_render_sensitive_allowed(
+                        &owner.namespace,
+                        key,
+                        labels,
+                        chart,
+                    );
+                }
+                out.releases.push(Release {
+                    identity,
+                    adoption: adoption(admission, &owner.namespace, key, labels, chart),
+                    ..release
+                })
+            }
             Err(problem) => out.problems.push(*problem),
         }
     }
@@ -469,6 +480,7 @@ fn resolve(
         drift: chart.drift_detection.clone().unwrap_or_default(),
         helm,
         masked: rendered.masked,
+        post_render: rendered.post_render,
         credentials: credentials.clone(),
         verified,
     };
@@ -502,6 +514,9 @@ pub(crate) fn spec_hash(release: &Release) -> String {
         settings: &'a [(String, String)],
         values: &'a Option<serde_json::Value>,
         rollback: bool,
+        // Absent when none, so the fingerprint of a release without one is what it always was.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        post_render: Option<PostRender>,
     }
     let source = match &release.source {
         // The chart home may move between replicas; the chart's name identifies it.
@@ -515,6 +530,7 @@ pub(crate) fn spec_hash(release: &Release) -> String {
         settings: &release.settings,
         values: &release.values,
         rollback: release.rollback_on_failure,
+        post_render: release.post_render.as_ref().map(PostRender::deployed),
     })
     .expect("plain data serializes");
     let digest = Sha256::digest(text);

@@ -9,6 +9,7 @@ use serde_json::Value;
 use crate::{
     api::crd::{Chart, ValuesKind, ValuesReference, free_form::too_deep},
     api::key::{ClusterName, ReleaseKey},
+    plan::post_render::{self, PostRender},
     plan::release::{Masked, OwnerId, ValuesLookup, ValuesSource},
     plan::values::{self, MAX_RENDERED_BYTES, Scope, TemplateError},
     policy::Admission,
@@ -44,6 +45,8 @@ pub(crate) struct Rendered {
     pub(crate) masked: Masked,
     /// The hub objects read, found or not.
     pub(crate) sources: BTreeSet<ValuesSource>,
+    /// Its post-render patches and common metadata for the cluster.
+    pub(crate) post_render: Option<PostRender>,
 }
 
 /// Why a chart's values cannot be made for a cluster (never a Secret's content), and the hub
@@ -90,7 +93,15 @@ pub(crate) fn render(
         fleet,
         admission,
     };
-    let result = build(&at, chart, &mut out, &mut masked);
+    let result = build(&at, chart, &mut out, &mut masked).and_then(|()| {
+        let selected = chart
+            .overrides
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| selects(&o.cluster_selector.match_labels, at.scope.labels));
+        out.post_render = post_render::render(chart, selected, &at.scope)?;
+        Ok(())
+    });
     out.masked = Masked::new(masked);
     match result {
         Ok(()) => Ok(out),

@@ -6,6 +6,7 @@ pub(crate) mod desired;
 pub mod fleet;
 pub(crate) mod limits;
 pub(crate) mod planner;
+pub(crate) mod post_render;
 pub(crate) mod release;
 pub(crate) mod rollout;
 pub(crate) mod values;

@@ -108,6 +108,10 @@ pub(crate) struct Release {
     pub(crate) helm: HelmSettings,
     /// What of its values came from Secrets, masked wherever it could show.
     pub(crate) masked: Masked,
+    /// Its post-render patches and common metadata, run by the Helm executor over the rendered
+    /// manifest. Part of the fingerprint (the allowance of sensitive kinds aside).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) post_render: Option<crate::plan::post_render::PostRender>,
     /// Whose credentials the hub fetched its chart with: the key its archive is checked out of
     /// the chart cache by. Not part of the fingerprint, and never sent to a member.
     #[serde(skip)]
@@ -157,6 +161,7 @@ impl fmt::Debug for Release {
             .field("drift", &self.drift)
             .field("helm", &self.helm)
             .field("masked", &self.masked)
+            .field("post_render", &self.post_render)
             .field("credentials", &self.credentials.to_string())
             .finish()
     }

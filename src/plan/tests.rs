@@ -1068,3 +1068,99 @@ fn an_apply_with_other_helm_settings_is_another_job_for_the_same_revision() {
 }
 
 mod adoption;
+/// Two releases on two clusters; `web` patched on the east cluster by an override.
+fn with_east_patch(value: &str) -> ControllerSpec {
+    use crate::api::crd::{ChartOverride, ClusterSelector, Kustomize, Patch, PostRenderer};
+    let mut web = chart("deployment-example", Some("web"), &[]);
+    web.overrides = vec![ChartOverride {
+        cluster_selector: ClusterSelector {
+            match_labels: BTreeMap::from([("region".into(), "east".into())]),
+        },
+        post_renderers: vec![PostRenderer {
+            kustomize: Some(Kustomize {
+                patches: vec![Patch {
+                    patch: format!(
+                        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  labels:\n    tier: {value}\n"
+                    ),
+                    target: None,
+                }],
+                images: Vec::new(),
+            }),
+        }],
+        ..ChartOverride::default()
+    }];
+    ControllerSpec {
+        tenancies: vec![tenancy(
+            "team",
+            &["member-1", "member-2"],
+            vec![web, chart("statefulset-example", Some("db"), &[])],
+        )],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_changed_patch_upgrades_exactly_the_releases_it_patches_and_an_unchanged_one_none() {
+    let mut world = World::new();
+    let first = world.plan(&owner("a"), &with_east_patch("gold"));
+    assert_eq!(first.jobs.len(), 4);
+    world.apply(&first);
+    let again = world.plan(&owner("a"), &with_east_patch("gold"));
+    assert!(again.jobs.is_empty(), "{:?}", again.jobs);
+    let changed = world.plan(&owner("a"), &with_east_patch("silver"));
+    assert_eq!(keys(&changed.jobs), ["apply member-1/team/web"]);
+    let [Job::Apply { release, .. }] = changed.jobs.as_slice() else {
+        unreachable!()
+    };
+    let post_render = release
+        .post_render
+        .as_ref()
+        .expect("the patch travels with the job");
+    assert!(
+        post_render.renderers[0].patches[0]
+            .patch
+            .contains("tier: silver")
+    );
+}
+
+#[test]
+fn a_post_render_adds_to_the_fingerprint_only_where_it_applies() {
+    let world = World::new();
+    let mut plain = with_east_patch("gold");
+    plain.tenancies[0].charts[0].overrides.clear();
+    let before = world.plan(&owner("a"), &plain);
+    let after = world.plan(&owner("a"), &with_east_patch("gold"));
+    let changed: Vec<String> = before
+        .desired
+        .iter()
+        .zip(&after.desired)
+        .filter(|(old, new)| old.spec_hash != new.spec_hash)
+        .map(|(_, new)| new.key.to_string())
+        .collect();
+    assert_eq!(changed, ["member-1/team/web"]);
+}
+
+#[test]
+fn the_executor_is_told_of_sensitive_kinds_only_where_the_allowing_policy_says_so() {
+    let allowances = |sensitive: bool| {
+        let mut w = World::new();
+        let mut p = policy(&["team"], &["member-1", "member-2"]);
+        p.spec.helm = Some(crate::api::policy::HelmRule {
+            allow_post_render_sensitive_kinds: sensitive,
+            ..Default::default()
+        });
+        w.admission = enforcing(vec![p]);
+        let plan = w.plan(&owner("a"), &with_east_patch("gold"));
+        plan.desired
+            .iter()
+            .filter_map(|r| {
+                Some((
+                    r.key.to_string(),
+                    r.post_render.as_ref()?.allow_sensitive_kinds,
+                ))
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(allowances(false), [("member-1/team/web".to_owned(), false)]);
+    assert_eq!(allowances(true), [("member-1/team/web".to_owned(), true)]);
+}

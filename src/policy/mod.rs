@@ -1,6 +1,7 @@
 //! Admission: which releases the tenancy policies allow, as whom Helm acts for them, and the chart-source rules every mode keeps (pure).
 
 pub mod access;
+pub(crate) mod post_render;
 pub(crate) mod source;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -318,10 +319,37 @@ impl Admission {
                 "{setting} is set, and helm.allowDisableHooks is false: the chart's hooks must run"
             ));
         }
-        if let Some(chart) = chart {
-            return crds_refused(policy, chart);
+        if let Some(chart) = chart
+            && let Some(refused) = crds_refused(policy, chart)
+        {
+            return Some(refused);
         }
-        None
+        chart.and_then(|chart| post_render::broken_rule(policy, chart))
+    }
+
+    /// Whether the post-render of an allowed release may change objects of the sensitive kinds:
+    /// as the policy its identity comes from says (see [`Admission::admit`]); true where no
+    /// policy allows it and the mode is permissive, which enforces nothing.
+    pub(crate) fn post_render_sensitive_allowed(
+        &self,
+        hub_namespace: &str,
+        key: &ReleaseKey,
+        labels: Option<&BTreeMap<String, String>>,
+        chart: &Chart,
+    ) -> bool {
+        let governing = self.governing(hub_namespace);
+        let allowing = governing.iter().copied().filter(|p| {
+            self.broken_rule(&p.spec, key, labels, Some(chart))
+                .is_none()
+        });
+        match Self::chosen(allowing) {
+            Some(policy) => policy
+                .spec
+                .helm
+                .as_ref()
+                .is_some_and(|h| h.allow_post_render_sensitive_kinds),
+            None => self.mode == Mode::Permissive,
+        }
     }
 
     /// Whether a Controller of `hub_namespace` may read values from the hub object of `kind`,

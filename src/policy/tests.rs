@@ -609,6 +609,34 @@ fn with_crds(
     }
 }
 
+/// A chart entry with one JSON6902 patch aimed at `kind`, or a strategic merge patch naming it.
+fn patching(kind: &str, strategic: bool) -> Chart {
+    use crate::api::crd::{Kustomize, Patch, PatchTarget, PostRenderer};
+    let patch = if strategic {
+        Patch {
+            patch: format!("apiVersion: v1\nkind: {kind}\nmetadata:\n  name: x\n"),
+            target: None,
+        }
+    } else {
+        Patch {
+            patch: r#"[{"op": "add", "path": "/metadata/labels/a", "value": "b"}]"#.into(),
+            target: Some(PatchTarget {
+                kind: Some(kind.into()),
+                ..PatchTarget::default()
+            }),
+        }
+    };
+    Chart {
+        post_renderers: vec![PostRenderer {
+            kustomize: Some(Kustomize {
+                patches: vec![patch],
+                images: Vec::new(),
+            }),
+        }],
+        ..home("web")
+    }
+}
+
 #[test]
 fn a_tenant_may_create_missing_crds_but_not_replace_them_unless_its_policy_lists_it() {
     use crate::api::crd::CrdPolicy::{Create, CreateReplace, Skip};
@@ -671,4 +699,99 @@ fn a_policy_listing_only_skip_refuses_the_installs_default_of_create() {
         policies.admit("team-a", &release, None, &skipping),
         Verdict::Allowed { .. }
     ));
+}
+
+#[test]
+fn a_patch_naming_an_rbac_webhook_or_crd_kind_is_forbidden_by_default() {
+    let release = key("member-1", "team-a");
+    let admission = enforce(vec![team_a()]);
+    for kind in [
+        "ClusterRole",
+        "RoleBinding",
+        "MutatingWebhookConfiguration",
+        "ValidatingAdmissionPolicyBinding",
+        "CustomResourceDefinition",
+    ] {
+        for strategic in [false, true] {
+            let why =
+                refused(admission.admit("team-a", &release, None, &patching(kind, strategic)));
+            assert!(
+                why.contains(&format!("a post-render patch names kind {kind}"))
+                    && why.contains("helm.allowPostRenderSensitiveKinds is false"),
+                "{why}"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_override_patching_a_cluster_role_is_forbidden_too() {
+    let mut chart = home("web");
+    chart.overrides = vec![crate::api::crd::ChartOverride {
+        post_renderers: patching("ClusterRole", false).post_renderers,
+        ..Default::default()
+    }];
+    let why =
+        refused(enforce(vec![team_a()]).admit("team-a", &key("member-1", "team-a"), None, &chart));
+    assert!(why.contains("names kind ClusterRole"), "{why}");
+}
+
+#[test]
+fn a_patch_to_a_deployment_is_allowed_and_its_executor_refuses_sensitive_changes() {
+    let release = key("member-1", "team-a");
+    let admission = enforce(vec![team_a()]);
+    let chart = patching("Deployment", false);
+    assert!(matches!(
+        admission.admit("team-a", &release, None, &chart),
+        Verdict::Allowed { .. }
+    ));
+    // What the patch does is judged by the executor, which gets no allowance.
+    assert!(!admission.post_render_sensitive_allowed("team-a", &release, None, &chart));
+}
+
+#[test]
+fn a_policy_allowing_sensitive_kinds_lets_the_patch_and_its_result_through() {
+    let release = key("member-1", "team-a");
+    let mut open = team_a();
+    open.spec.helm = Some(crate::api::policy::HelmRule {
+        allow_post_render_sensitive_kinds: true,
+        ..crate::api::policy::HelmRule::default()
+    });
+    let admission = enforce(vec![open]);
+    let chart = patching("ClusterRole", false);
+    assert!(matches!(
+        admission.admit("team-a", &release, None, &chart),
+        Verdict::Allowed { .. }
+    ));
+    assert!(admission.post_render_sensitive_allowed("team-a", &release, None, &chart));
+}
+
+#[test]
+fn a_policy_forbidding_post_renderers_refuses_patches_and_common_metadata() {
+    let release = key("member-1", "team-a");
+    let mut strict = team_a();
+    strict.spec.helm = Some(crate::api::policy::HelmRule {
+        allow_post_renderers: false,
+        ..crate::api::policy::HelmRule::default()
+    });
+    let admission = enforce(vec![strict]);
+    let labelled = Chart {
+        common_metadata: Some(Default::default()),
+        ..home("web")
+    };
+    for chart in [patching("Deployment", false), labelled] {
+        let why = refused(admission.admit("team-a", &release, None, &chart));
+        assert!(why.contains("helm.allowPostRenderers is false"), "{why}");
+    }
+    assert!(matches!(
+        admission.admit("team-a", &release, None, &home("web")),
+        Verdict::Allowed { .. }
+    ));
+}
+
+#[test]
+fn a_policy_saying_nothing_of_helm_allows_post_renderers_but_not_sensitive_kinds() {
+    let rule: crate::api::policy::HelmRule = serde_json::from_str("{}").unwrap();
+    assert!(rule.allow_post_renderers);
+    assert!(!rule.allow_post_render_sensitive_kinds);
 }

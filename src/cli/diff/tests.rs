@@ -12,6 +12,7 @@ fn release(k: &str) -> Release {
     Release {
         adoption: Default::default(),
         masked: Default::default(),
+        post_render: None,
         credentials: Default::default(),
         verified: None,
         key: key(k),

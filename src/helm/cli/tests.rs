@@ -13,6 +13,7 @@ pub(crate) fn release(source: ChartSource) -> Release {
     Release {
         adoption: Default::default(),
         masked: Default::default(),
+        post_render: None,
         credentials: Default::default(),
         verified: None,
         key: "member-1/team/web".parse().unwrap(),
@@ -830,4 +831,39 @@ fn create_replace_is_refused_by_the_helm_binary_naming_the_release_and_the_actio
             "{message}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_release_with_a_post_render_is_refused_by_the_helm_binary_and_nothing_runs() {
+    let cache = tempfile::tempdir().unwrap();
+    let charts = crate::charts::cache::ChartCache::open(
+        cache.path(),
+        crate::charts::cache::DEFAULT_SIZE,
+        std::path::PathBuf::from("helm"),
+        Default::default(),
+    )
+    .unwrap();
+    // No cluster is registered: anything past the refusal would fail otherwise.
+    let cli = HelmCli::new(
+        HelmOptions {
+            binary: "/nonexistent/helm".into(),
+            ..HelmOptions::default()
+        },
+        Default::default(),
+        Default::default(),
+        Arc::new(charts),
+    )
+    .unwrap();
+    let patched = Release {
+        post_render: Some(crate::plan::post_render::tests::example()),
+        ..release(ChartSource::Directory("/charts/deployment-example".into()))
+    };
+    let Outcome::Failed { message, kind } = cli.apply(patched, None, None).await else {
+        panic!("a refusal");
+    };
+    assert_eq!(kind, FailureKind::Permanent);
+    assert!(
+        message.starts_with("release member-1/team/web: postRenderers and commonMetadata are refused by the helm binary executor"),
+        "{message}"
+    );
 }

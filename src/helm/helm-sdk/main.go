@@ -148,6 +148,9 @@ type request struct {
 	Revision int `json:"revision,omitempty"`
 	// The chart's tests, run after an upgrade request installs or upgrades (testing.go).
 	Test *testRun `json:"test,omitempty"`
+	// An upgrade's post-render patches and common metadata (postrender.go), run as Helm's
+	// post-renderer of the install or upgrade, so the record holds the patched manifest.
+	PostRender *postRender `json:"postRender,omitempty"`
 	// The operator's sealing key, hex: records are sealed with it and read back only when they
 	// verify (seal.go). Required.
 	Seal string `json:"seal"`
@@ -508,6 +511,9 @@ func installAction(cfg *action.Configuration, req request, replace bool) *action
 	install.RollbackOnFailure, install.DisableOpenAPIValidation = req.RollbackOnFailure, true
 	install.ServerSideApply, install.ForceConflicts = true, req.ForceConflicts
 	install.Description, install.Replace = req.Description, replace
+	if req.PostRender != nil {
+		install.PostRenderer = kustomizer{spec: *req.PostRender}
+	}
 	return install
 }
 
@@ -532,6 +538,9 @@ func upgradeAction(cfg *action.Configuration, req request) *action.Upgrade {
 		upgrade.ServerSideApply, upgrade.ForceReplace = "false", true
 	}
 	upgrade.Description = req.Description
+	if req.PostRender != nil {
+		upgrade.PostRenderer = kustomizer{spec: *req.PostRender}
+	}
 	return upgrade
 }
 
@@ -605,8 +614,16 @@ func (e *executor) upgrade(ctx context.Context, cfg *action.Configuration, req r
 }
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == "post-render" {
+		// A preview's post-render (tenancy-hub diff): one request on stdin, the manifest on stdout.
+		if err := preview(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) > 1 {
-		fmt.Fprintln(os.Stderr, "usage: tenancy-hub-helm (no arguments; the tenancy-hub operator starts it and speaks JSON lines on stdin and stdout)")
+		fmt.Fprintln(os.Stderr, "usage: tenancy-hub-helm [post-render] (no arguments: the tenancy-hub operator starts it and speaks JSON lines on stdin and stdout; post-render: patches the manifest of one JSON request on stdin, for a preview)")
 		os.Exit(2)
 	}
 	level := slog.LevelWarn

@@ -129,6 +129,20 @@ fn requests() -> Vec<(&'static str, Request)> {
             ),
         ),
         (
+            "request-upgrade-post-render",
+            upgrade_request(
+                13,
+                &Release {
+                    post_render: Some(crate::plan::post_render::tests::example()),
+                    ..plain.clone()
+                },
+                cluster(),
+                archive.into(),
+                None,
+                &options,
+            ),
+        ),
+        (
             "request-rollback",
             release_request(10, &key, as_operator, Some(4), &options),
         ),

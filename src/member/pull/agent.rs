@@ -463,6 +463,7 @@ mod tests {
         Release {
             adoption: Default::default(),
             masked: Default::default(),
+            post_render: None,
             credentials: Default::default(),
             verified: None,
             key: "edge-1/team/web".parse().unwrap(),

@@ -285,6 +285,7 @@ fn apply_job(k: &str) -> Job {
         release: Box::new(Release {
             adoption: Default::default(),
             masked: Default::default(),
+            post_render: None,
             credentials: Default::default(),
             verified: None,
             key: key.clone(),

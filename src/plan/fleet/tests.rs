@@ -177,6 +177,7 @@ fn overrides_selecting_a_cluster_merge_in_order_over_the_charts_values() {
     let mut chart = chart();
     chart.overrides = vec![
         ChartOverride {
+            post_renderers: Vec::new(),
             cluster_selector: ClusterSelector {
                 match_labels: labels(&[("env", "prod")]),
             },
@@ -187,6 +188,7 @@ fn overrides_selecting_a_cluster_merge_in_order_over_the_charts_values() {
             }],
         },
         ChartOverride {
+            post_renderers: Vec::new(),
             cluster_selector: ClusterSelector {
                 match_labels: labels(&[("region", "east")]),
             },

@@ -20,6 +20,7 @@ fn release(key: &str) -> Release {
     Release {
         adoption: Default::default(),
         masked: Default::default(),
+        post_render: None,
         credentials: Default::default(),
         verified: None,
         key: key.parse().unwrap(),
