@@ -1,7 +1,9 @@
 //! Admission: which releases the tenancy policies allow, as whom Helm acts for them, and the chart-source rules every mode keeps (pure).
 
 pub mod access;
+mod helm;
 pub(crate) mod post_render;
+mod reads;
 pub(crate) mod source;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -311,20 +313,7 @@ impl Admission {
                 describe_source(chart)
             ));
         }
-        if let Some(chart) = chart
-            && let Some(setting) = hooks_disabled(chart)
-            && !policy.helm.as_ref().is_none_or(|h| h.allow_disable_hooks)
-        {
-            return Some(format!(
-                "{setting} is set, and helm.allowDisableHooks is false: the chart's hooks must run"
-            ));
-        }
-        if let Some(chart) = chart
-            && let Some(refused) = crds_refused(policy, chart)
-        {
-            return Some(refused);
-        }
-        chart.and_then(|chart| post_render::broken_rule(policy, chart))
+        chart.and_then(|chart| helm::broken_rule(policy, chart))
     }
 
     /// Whether the post-render of an allowed release may change objects of the sensitive kinds:
@@ -350,133 +339,6 @@ impl Admission {
                 .is_some_and(|h| h.allow_post_render_sensitive_kinds),
             None => self.mode == Mode::Permissive,
         }
-    }
-
-    /// Whether a Controller of `hub_namespace` may read values from the hub object of `kind`,
-    /// `name` and `labels` in its own namespace: some policy governing the namespace has a
-    /// `valuesFrom` rule allowing it. In every mode; the refusal names the object and what to do.
-    pub(crate) fn may_read_values(
-        &self,
-        hub_namespace: &str,
-        kind: crate::api::crd::ValuesKind,
-        name: &str,
-        labels: &BTreeMap<String, String>,
-    ) -> Result<(), String> {
-        let governing = self.governing(hub_namespace);
-        if governing.iter().any(|p| {
-            p.spec
-                .values_from
-                .iter()
-                .any(|r| r.allows(kind, name, labels))
-        }) {
-            return Ok(());
-        }
-        Err(Self::values_refusal(&governing, hub_namespace, kind, name))
-    }
-
-    /// What may be read of the hub object of `kind` and `name` before anything of it is known,
-    /// so that nothing is read of an object no rule could allow: [`ValuesAccess::Content`] when
-    /// a rule allows it whatever its labels, [`ValuesAccess::LabelsFirst`] when only a rule on
-    /// labels could. The refusal is [`Self::may_read_values`]'s, word for word, so it never
-    /// tells whether the object exists or how large it is.
-    pub(crate) fn values_access(
-        &self,
-        hub_namespace: &str,
-        kind: crate::api::crd::ValuesKind,
-        name: &str,
-    ) -> Result<ValuesAccess, String> {
-        let governing = self.governing(hub_namespace);
-        let rules = || governing.iter().flat_map(|p| &p.spec.values_from);
-        if rules().any(|r| r.allows(kind, name, &BTreeMap::new())) {
-            Ok(ValuesAccess::Content)
-        } else if rules().any(|r| r.kind.is_none_or(|k| k == kind) && !r.match_labels.is_empty()) {
-            Ok(ValuesAccess::LabelsFirst)
-        } else {
-            Err(Self::values_refusal(&governing, hub_namespace, kind, name))
-        }
-    }
-
-    fn values_refusal(
-        governing: &[&NamedPolicy],
-        hub_namespace: &str,
-        kind: crate::api::crd::ValuesKind,
-        name: &str,
-    ) -> String {
-        let policies: Vec<&str> = governing.iter().map(|p| p.name.as_str()).collect();
-        if policies.is_empty() {
-            format!(
-                "{kind} {hub_namespace}/{name} may not be read: no TenancyPolicy governs hub namespace {hub_namespace}"
-            )
-        } else {
-            format!(
-                "{kind} {hub_namespace}/{name} may not be read: no valuesFrom rule of the policies governing {hub_namespace} ({}) allows it; a platform admin adds one",
-                policies.join(", ")
-            )
-        }
-    }
-
-    /// Whether an Alert of `hub_namespace` may send to the webhook of its Secret `name`, judged
-    /// before anything of the Secret is read: by name ([`AlertSecret::Allowed`] or
-    /// [`AlertSecret::Refused`]), or only once its labels are known ([`AlertSecret::ByLabels`],
-    /// then [`Admission::may_send_alert`]). Only `alertSecrets` rules count, in every mode.
-    pub(crate) fn alert_secret(&self, hub_namespace: &str, name: &str) -> AlertSecret {
-        let governing = self.governing(hub_namespace);
-        let rules = || governing.iter().flat_map(|p| &p.spec.alert_secrets);
-        if rules().any(|r| r.allows(name, &BTreeMap::new())) {
-            AlertSecret::Allowed
-        } else if rules().any(|r| r.needs_labels(name)) {
-            AlertSecret::ByLabels
-        } else {
-            AlertSecret::Refused(self.alert_refusal(hub_namespace, name))
-        }
-    }
-
-    /// Whether an Alert of `hub_namespace` may send to the webhook of Secret `name` carrying
-    /// `labels` (an absent Secret is judged as one without labels, so a refusal says the same
-    /// whether it exists).
-    pub(crate) fn may_send_alert(
-        &self,
-        hub_namespace: &str,
-        name: &str,
-        labels: &BTreeMap<String, String>,
-    ) -> Result<(), String> {
-        match self
-            .governing(hub_namespace)
-            .iter()
-            .flat_map(|p| &p.spec.alert_secrets)
-            .any(|r| r.allows(name, labels))
-        {
-            true => Ok(()),
-            false => Err(self.alert_refusal(hub_namespace, name)),
-        }
-    }
-
-    fn alert_refusal(&self, hub_namespace: &str, name: &str) -> String {
-        let governing = self.governing(hub_namespace);
-        let policies: Vec<&str> = governing.iter().map(|p| p.name.as_str()).collect();
-        if policies.is_empty() {
-            format!(
-                "Secret {hub_namespace}/{name} may not be read: no TenancyPolicy governs hub namespace {hub_namespace}"
-            )
-        } else {
-            format!(
-                "Secret {hub_namespace}/{name} may not be read: no alertSecrets rule of the policies governing {hub_namespace} ({}) allows it; a platform admin adds one",
-                policies.join(", ")
-            )
-        }
-    }
-
-    /// The internal addresses (CIDRs and host names) the policies governing `hub_namespace`
-    /// let its Alerts send to.
-    pub(crate) fn alert_internal_addresses(&self, hub_namespace: &str) -> Vec<String> {
-        let mut all: Vec<String> = self
-            .governing(hub_namespace)
-            .iter()
-            .flat_map(|p| p.spec.alert_internal_addresses.iter().cloned())
-            .collect();
-        all.sort();
-        all.dedup();
-        all
     }
 
     /// What the policies say of one release of a `Controller` in `hub_namespace`: allowed (and as
@@ -719,50 +581,6 @@ pub(crate) fn describe_source(chart: &Chart) -> String {
         Source::ChartHome => CHART_HOME_SOURCE.to_owned(),
         Source::Repository(url) => url.to_owned(),
         Source::Oci(reference) => reference.to_owned(),
-    }
-}
-
-/// Why `policy` refuses the CRD policy of `chart`'s install or upgrade (their defaults when
-/// unset: `Create` and `Skip`), if it does: one not in `helm.crdPolicies`.
-fn crds_refused(policy: &TenancyPolicySpec, chart: &Chart) -> Option<String> {
-    use crate::api::crd::CrdPolicy;
-    let allowed = policy
-        .helm
-        .as_ref()
-        .map_or_else(crate::api::policy::create_and_skip, |h| {
-            h.crd_policies.clone()
-        });
-    let asked = [
-        (
-            "install.crds",
-            chart.install.as_ref().and_then(|i| i.crds),
-            CrdPolicy::Create,
-        ),
-        (
-            "upgrade.crds",
-            chart.upgrade.as_ref().and_then(|u| u.crds),
-            CrdPolicy::Skip,
-        ),
-    ];
-    let (setting, crds) = asked
-        .into_iter()
-        .map(|(setting, written, default)| (setting, written.unwrap_or(default)))
-        .find(|(_, crds)| !allowed.contains(crds))?;
-    let listed: Vec<String> = allowed.iter().map(ToString::to_string).collect();
-    Some(format!(
-        "{setting} is {crds}, which helm.crdPolicies [{}] does not list: CRDs are cluster-wide, shared by every tenant of the cluster; ask the platform team to list {crds}, or choose one listed",
-        listed.join(", ")
-    ))
-}
-
-/// The setting by which a chart entry skips its install or upgrade hooks, if it does.
-fn hooks_disabled(chart: &Chart) -> Option<&'static str> {
-    if chart.install.as_ref().is_some_and(|i| i.disable_hooks) {
-        Some("install.disableHooks")
-    } else if chart.upgrade.as_ref().is_some_and(|u| u.disable_hooks) {
-        Some("upgrade.disableHooks")
-    } else {
-        None
     }
 }
 
