@@ -228,6 +228,16 @@ fn says_nothing(v: &Value) -> bool {
     }
 }
 
+/// True for the zero of a scalar: 0, false, the empty string.
+fn is_zero_scalar(v: &Value) -> bool {
+    match v {
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::Bool(b) => !b,
+        Value::String(s) => s.is_empty(),
+        _ => false,
+    }
+}
+
 fn walk(desired: &Value, live: Option<&Value>, path: &mut String, out: &mut Vec<String>) {
     if says_nothing(desired) {
         return;
@@ -252,6 +262,10 @@ fn walk(desired: &Value, live: Option<&Value>, path: &mut String, out: &mut Vec<
         }
         (Value::Object(_) | Value::Array(_), _) => out.push(path.clone()),
         (_, Some(have)) if same_scalar(desired, have) => {}
+        // The API server drops a zero it holds in a plain field (`initialDelaySeconds: 0`,
+        // `false`, `""`): absent, the field holds that zero; a field that defaults to another
+        // value is stored with it, and compares as a value.
+        (_, None) if is_zero_scalar(desired) => {}
         _ => out.push(path.clone()),
     }
 }

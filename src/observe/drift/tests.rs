@@ -370,3 +370,22 @@ fn repairs_are_limited_per_release_counted_once_per_revision_and_allowed_again_l
     assert_eq!(limiter.allow(&other, 1, later), RepairVerdict::Allowed);
     assert_eq!(limiter.allow(&key, 4, t0 + window), RepairVerdict::Allowed);
 }
+
+#[test]
+fn a_zero_the_server_drops_is_no_drift_and_a_changed_or_removed_value_still_is() {
+    let desired = json!({"spec": {"probe": {"initialDelaySeconds": 0, "periodSeconds": 10},
+        "paused": false, "note": ""}});
+    // The API server keeps no zero of a plain field: absent is the same.
+    let live = json!({"spec": {"probe": {"periodSeconds": 10}}});
+    assert_eq!(differences(&desired, &live), Vec::<String>::new());
+    // A value that is not zero, removed or changed, is drift; so is a zero changed live.
+    let changed = json!({"spec": {"probe": {"initialDelaySeconds": 5}, "paused": true}});
+    assert_eq!(
+        differences(&desired, &changed),
+        [
+            "/spec/paused",
+            "/spec/probe/initialDelaySeconds",
+            "/spec/probe/periodSeconds"
+        ]
+    );
+}
