@@ -9,8 +9,11 @@ use common::{
     fixtures::{chart, message, tenancy, unique, wait_until},
     hub::{Hub, allow_all},
 };
-use tenancy_hub::api::crd::{
-    Chart, CommonMetadata, ControllerSpec, Image, Kustomize, Patch, PatchTarget, PostRenderer,
+use tenancy_hub::api::{
+    crd::{
+        Chart, CommonMetadata, ControllerSpec, Image, Kustomize, Patch, PatchTarget, PostRenderer,
+    },
+    policy::{HelmRule, TenancyPolicySpec},
 };
 
 /// `deployment-example` as release `web`, with a strategic merge patch labelling its Deployment
@@ -255,4 +258,50 @@ async fn a_pull_members_agent_applies_the_patches_rendered_for_its_cluster() {
     );
     hub.delete_and_wait_gone("patched").await;
     hub_cli(&hub.lab, &["cluster", "remove", &name]);
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_policy_forbidding_post_renderers_refuses_a_patched_chart_and_deploys_its_neighbour() {
+    let hub = Hub::with_args("patches-forbidden", &["--tenancy-policy", "enforce"]).await;
+    let policy = TenancyPolicySpec {
+        helm: Some(HelmRule {
+            allow_post_renderers: false,
+            ..HelmRule::default()
+        }),
+        ..allow_all(&hub.namespace, &[])
+    };
+    hub.policy(&hub.namespace, policy).await;
+    let ns = unique("patches-forbidden-tenant");
+    let spec = ControllerSpec {
+        tenancies: vec![tenancy(
+            &ns,
+            &["member-1"],
+            vec![patched_web(), chart("deployment-example", "plain", &[])],
+        )],
+        ..Default::default()
+    };
+    hub.apply("forbidden", spec).await;
+    let api = hub.api();
+    let (phase, why) = wait_until(
+        "the patched release refused, its neighbour deployed",
+        Duration::from_secs(120),
+        || async {
+            let status = api.get("forbidden").await.ok()?.status?;
+            let web = message(&status, "member-1", "web")?;
+            let plain = message(&status, "member-1", "plain")?;
+            (plain.phase == "Deployed" && web.error_message.contains("allowPostRenderers"))
+                .then(|| (web.phase.clone(), web.error_message.clone()))
+        },
+    )
+    .await;
+    assert_eq!(phase, "Forbidden", "{why}");
+    assert!(why.contains("helm.allowPostRenderers is false"), "{why}");
+    assert!(
+        hub.lab
+            .try_helm("member-1", &["status", "web", "-n", &ns])
+            .is_err(),
+        "a forbidden release gets no Helm call"
+    );
+    hub.delete_and_wait_gone("forbidden").await;
 }

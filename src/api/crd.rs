@@ -11,7 +11,10 @@ pub use crate::api::controller_status::{
     ChartMessage, ClusterStatus, ControllerStatus, DriftStatus, DriftedObject, PodStatus,
     RolloutCluster, RolloutHalt, RolloutStatus, Summary, TenancyStatus, WorkloadStatus,
 };
-pub use crate::api::crd::lifecycle::{CrdPolicy, Install, Test, TestFilter, Uninstall, Upgrade};
+pub use crate::api::crd::lifecycle::{
+    CrdPolicy, Install, InstallRemediation, RemediationStrategy, Test, TestFilter, Uninstall,
+    Upgrade, UpgradeRemediation,
+};
 pub use crate::api::crd::post_render::{
     CommonMetadata, Image, Kustomize, Patch, PatchTarget, PostRenderer,
 };

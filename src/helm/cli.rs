@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, api::DeleteParams};
 
 use crate::{
+    api::crd::RemediationStrategy,
     api::key::{ClusterName, ReleaseKey},
     api::policy::Impersonation,
     charts::cache::ChartCache,
@@ -15,7 +16,7 @@ use crate::{
     helm::namespace::Namespaces,
     helm::outcome::{records_left, uninstall_outcome},
     helm::process::{run_helm, uncached, values_file_in},
-    plan::Release,
+    plan::{Release, remediation::Remediate},
     queue::{FailureKind, Outcome},
 };
 
@@ -134,11 +135,19 @@ impl HelmCli {
     /// Whether applying `release` on `member` installs or upgrades it, looked up in its release
     /// records only when its settings make the two differ (see `phase_matters`); Err: the
     /// outcome of a release this executor cannot apply as asked, or of a failed look-up.
-    async fn phase(&self, member: &Member, release: &Release) -> Result<Phase, Outcome> {
+    async fn phase(
+        &self,
+        member: &Member,
+        release: &Release,
+        remediate: Remediate,
+    ) -> Result<Phase, Outcome> {
         if let Some(refused) = replaces_crds(release, &self.options) {
             return Err(refused);
         }
-        if !phase_matters(release, &self.options) {
+        // `--rollback-on-failure` is one flag for both actions: whether it is given hangs on
+        // the action when a failed install and a failed upgrade are remediated differently.
+        let remediation_differs = remediate.install != remediate.upgrade.is_some();
+        if !phase_matters(release, &self.options) && !remediation_differs {
             return Ok(Phase::Upgrade);
         }
         let records = records_left(member.client.clone(), &release.key)
@@ -308,10 +317,14 @@ impl HelmCli {
 
     pub(crate) async fn apply(
         &self,
-        release: Release,
+        mut release: Release,
         stale_pending: Option<i64>,
         repair: Option<String>,
+        remediate: Remediate,
     ) -> Outcome {
+        if let Some(refused) = uninstall_strategy(&release) {
+            return refused;
+        }
         if repair.is_none() && crate::helm::settings::test(&release.helm, &self.options).is_some() {
             let message = format!(
                 "release {}: test.enable is refused by the helm binary executor, which cannot judge the tests and mark the revision as the Helm executor does; run the operator with the Helm executor (--executor sdk), or remove test",
@@ -354,9 +367,16 @@ impl HelmCli {
             context: &member.entry.context,
             identity: release.identity.as_ref(),
         };
-        let phase = match self.phase(member, &release).await {
+        let phase = match self.phase(member, &release, remediate).await {
             Ok(phase) => phase,
             Err(outcome) => return self.finish_apply(&prepared, &release.key, outcome).await,
+        };
+        // What this try does on failure, as helm's one switch for it (`upgrade_args` reads it):
+        // a failed install uninstalled, a failed upgrade rolled back (an uninstall strategy is
+        // refused above).
+        release.rollback_on_failure = match phase {
+            Phase::Install => remediate.install,
+            Phase::Upgrade => remediate.upgrade.is_some(),
         };
         let timeout = applying(&release, phase, &self.options).timeout;
         let mut args = upgrade_args(
@@ -535,6 +555,19 @@ fn replaces_crds(release: &Release, options: &HelmOptions) -> Option<Outcome> {
         release.key
     );
     Some(Outcome::failed(message, FailureKind::Permanent))
+}
+
+/// The refusal of a release whose failed upgrades are to be uninstalled: the helm binary
+/// cannot do that in the call that failed.
+fn uninstall_strategy(release: &Release) -> Option<Outcome> {
+    let strategy = release.helm.upgrade.remediation.as_ref()?.strategy?;
+    (strategy == RemediationStrategy::Uninstall).then(|| {
+        let message = format!(
+            "release {}: upgrade.remediation.strategy: uninstall is refused by the helm binary executor, which can only roll a failed upgrade back; run the operator with the Helm executor (--executor sdk), or set strategy: rollback",
+            release.key
+        );
+        Outcome::failed(message, FailureKind::Permanent)
+    })
 }
 
 #[cfg(test)]

@@ -3,12 +3,12 @@
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    api::key::ReleaseKey,
+    api::{crd::RemediationStrategy, key::ReleaseKey},
     helm::args::{self as helm, HelmOptions},
     helm::settings::{self, Applying, Removing, Testing},
     plan::{
         MANAGED_BY, MANAGED_BY_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, Release,
-        SPEC_HASH_LABEL,
+        SPEC_HASH_LABEL, remediation::Remediate,
     },
     queue::TestResult,
 };
@@ -16,7 +16,7 @@ use crate::{
 /// The version of the messages on the executor's pipe: [`Hello`], [`Request`] and [`Answer`].
 /// Bump it when a message changes, with the executor's `protocolVersion` (`helm-sdk/main.go`) and
 /// the shared fixtures in `helm-sdk/testdata/protocol`, which the tests of both sides check.
-pub(crate) const PROTOCOL_VERSION: u32 = 3;
+pub(crate) const PROTOCOL_VERSION: u32 = 4;
 /// The version of Helm's Go SDK the executor is built with: the one `helm-sdk/go.mod` requires
 /// (a unit test keeps them in step).
 pub(crate) const HELM_SDK: &str = "v4.3.1";
@@ -95,9 +95,6 @@ pub(crate) struct Request {
     /// An `uninstall` waits until the release's objects are gone.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub(crate) wait: bool,
-    /// Roll back (or uninstall a first install) when the release does not become ready.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) rollback_on_failure: bool,
     /// Server-side apply forcing conflicts.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub(crate) force_conflicts: bool,
@@ -146,6 +143,10 @@ pub(crate) struct Phase {
     /// Delete what a failed upgrade created (upgrades only).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub(crate) cleanup_on_fail: bool,
+    /// What is done when this action fails (its tests included): `uninstall`, `rollback`
+    /// (upgrades only), or nothing (empty: the failed revision stays).
+    #[serde(skip_serializing_if = "str::is_empty")]
+    pub(crate) remediate: &'static str,
 }
 
 impl From<Applying> for Phase {
@@ -162,6 +163,7 @@ impl From<Applying> for Phase {
             },
             force: a.force,
             cleanup_on_fail: a.cleanup_on_fail,
+            remediate: "",
         }
     }
 }
@@ -227,13 +229,15 @@ pub(crate) struct Answer {
 
 /// The request of an install or upgrade of `release` from `chart`, as `helm::upgrade_args` asks
 /// the CLI for it, with the chart entry's settings of both actions (the executor knows which it
-/// does); with `repair`, a drift repair forcing the conflicts (and never replacing).
+/// does) and what this try does when it fails (`remediate`); with `repair`, a drift repair
+/// forcing the conflicts (and never replacing).
 pub(crate) fn upgrade_request(
     id: u64,
     release: &Release,
     cluster: ClusterRef,
     chart: String,
     repair: Option<&str>,
+    remediate: Remediate,
     options: &HelmOptions,
 ) -> Request {
     let upgrade = settings::upgrade(&release.helm, options);
@@ -261,18 +265,25 @@ pub(crate) fn upgrade_request(
         labels,
         history_max: settings::history_max(&release.helm, options),
         timeout_seconds: settings::apply_timeout(&release.helm, options).as_secs(),
-        install: Some(settings::install(&release.helm, options).into()),
-        upgrade: Some(
-            Applying {
+        install: Some(Phase {
+            remediate: if remediate.install { "uninstall" } else { "" },
+            ..settings::install(&release.helm, options).into()
+        }),
+        upgrade: Some(Phase {
+            remediate: match remediate.upgrade {
+                Some(RemediationStrategy::Rollback) => "rollback",
+                Some(RemediationStrategy::Uninstall) => "uninstall",
+                None => "",
+            },
+            ..Applying {
                 force: upgrade.force && repair.is_none(),
                 ..upgrade
             }
-            .into(),
-        ),
+            .into()
+        }),
         disable_hooks: false,
         keep_history: false,
         wait: false,
-        rollback_on_failure: release.rollback_on_failure,
         force_conflicts: repair.is_some(),
         description: repair.map(helm::repair_description).unwrap_or_default(),
         revision: 0,
@@ -350,7 +361,6 @@ pub(crate) fn release_request(
         disable_hooks: to.is_none(),
         keep_history: false,
         wait: false,
-        rollback_on_failure: false,
         force_conflicts: to.is_some(),
         description: if to.is_some() {
             helm::ROLLBACK_DESCRIPTION.to_owned()

@@ -33,7 +33,7 @@ use crate::{
     helm::protocol::{
         Answer, ClusterRef, Request, rollback_request, uninstall_request, upgrade_request,
     },
-    plan::{ChartSource, Job, Release},
+    plan::{ChartSource, Job, Release, remediation::Remediate},
     queue::{Executor, FailureKind, Outcome},
 };
 
@@ -103,6 +103,7 @@ impl HelmExecutor {
         stale_pending: Option<i64>,
         repair: Option<String>,
         adopt: bool,
+        remediate: Remediate,
     ) -> Outcome {
         // Held until helm is done, so the cache keeps the archive meanwhile.
         let archive = self.cli.checkout(&release);
@@ -110,7 +111,12 @@ impl HelmExecutor {
             (Some(pipe), Some(archive), _) => (pipe, archive.path().to_path_buf()),
             (Some(pipe), None, ChartSource::Directory(path)) => (pipe, path.clone()),
             _ if adopt => return adoption_needs_the_executor(&release.key),
-            _ => return self.cli.apply(release, stale_pending, repair).await,
+            _ => {
+                return self
+                    .cli
+                    .apply(release, stale_pending, repair, remediate)
+                    .await;
+            }
         };
         let prepared = match self.cli.prepare(&release, stale_pending).await {
             Ok(prepared) => prepared,
@@ -123,6 +129,7 @@ impl HelmExecutor {
             cluster,
             chart.to_string_lossy().into_owned(),
             repair.as_deref(),
+            remediate,
             &self.options,
         );
         let request = Request { adopt, ..request };
@@ -237,13 +244,18 @@ impl Executor for HelmExecutor {
         if let Some(outcome) = self.cli.unreachable(job.key()) {
             return outcome;
         }
+        let remediate = job.remediate();
         match job {
             Job::Apply {
                 release,
                 stale_pending,
                 repair,
                 adopt,
-            } => self.apply(*release, stale_pending, repair, adopt).await,
+                ..
+            } => {
+                self.apply(*release, stale_pending, repair, adopt, remediate)
+                    .await
+            }
             Job::Uninstall {
                 key,
                 identity,

@@ -245,6 +245,8 @@ pub(crate) fn apply(key: &str, spec_hash: &str) -> Job {
         }),
         stale_pending: None,
         repair: None,
+        installing: false,
+        attempt: 0,
     }
 }
 
@@ -282,7 +284,8 @@ impl MemberLink for FakeLink {
 
     fn start(&self, job: Job) -> BoxFuture<'static, Started> {
         let script = self.next_script(&job);
-        self.record(Call::Job(job));
+        // Recorded as planned, which try it is aside, so tests compare it with what they queued.
+        self.record(Call::Job(job.at_try(0)));
         async move {
             match script {
                 Script::Now(outcome) => Started::Finished(outcome),

@@ -8,6 +8,7 @@ pub(crate) mod limits;
 pub(crate) mod planner;
 pub(crate) mod post_render;
 pub(crate) mod release;
+pub(crate) mod remediation;
 pub(crate) mod rollout;
 pub(crate) mod values;
 

@@ -289,11 +289,17 @@ fn plan_apply(inputs: &Inputs<'_>, release: &Release, adopt: bool, held: &Held, 
     if job.is_some() && held.holds(&release.key) {
         plan.suspended.push(release.key.clone());
     } else if let Some(stale_pending) = job {
+        let installing = inputs
+            .applied
+            .get(&release.key)
+            .is_none_or(|a| a.status == "uninstalled");
         plan.jobs.push(Job::Apply {
             adopt,
             release: Box::new(release.clone()),
             stale_pending,
             repair,
+            installing,
+            attempt: 0,
         });
     }
 }

@@ -368,6 +368,14 @@ pub(crate) enum Job {
         /// policy's `allowAdoption`): the executor lets Helm read its newest record once checked.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         adopt: bool,
+        /// Set when the release was not installed when planned: a failure is an install's, which
+        /// `install.remediation` retries (an upgrade's otherwise).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        installing: bool,
+        /// Which try this is, from 1, set by the queue as it starts the job (0 before): what a
+        /// failure of it is remediated with follows from it (see [`Job::remediate`]).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        attempt: u32,
     },
     /// Uninstall a release no longer asked for.
     Uninstall {
@@ -415,7 +423,19 @@ impl Release {
     }
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 impl Job {
+    /// The job as try `attempt` (from 1) of it.
+    pub(crate) fn at_try(mut self, n: u32) -> Self {
+        if let Job::Apply { attempt, .. } = &mut self {
+            *attempt = n;
+        }
+        self
+    }
+
     /// The release the job is about.
     pub(crate) fn key(&self) -> &ReleaseKey {
         match self {

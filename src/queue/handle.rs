@@ -258,7 +258,7 @@ fn panicked() -> Outcome {
 /// Starts one job: runs it to its end, or until it is handed over.
 async fn start<E: Executor>(executor: Arc<E>, job: Job, attempt: u32, waited: Duration) -> Ran {
     let started = Instant::now();
-    let run = AssertUnwindSafe(executor.start(job.clone()))
+    let run = AssertUnwindSafe(executor.start(job.clone().at_try(attempt)))
         .catch_unwind()
         .await;
     let outcome = match run {

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::{
     api::key::{ClusterName, ReleaseKey},
-    plan::{Job, OwnerId},
+    plan::{Job, OwnerId, remediation::Budget},
     queue::turns::{OwnerQueue, TenantQueue, Turns, make_ready, priority_of},
     queue::{Enqueued, FailureKind, Outcome, QueueConfig},
 };
@@ -376,7 +376,8 @@ impl State {
     }
 
     /// Records a finished job; re-queues a retryable failure and returns its delay, or says the
-    /// job is stalled because it failed transiently `max_attempts` times. A job that found its
+    /// job is stalled because it failed transiently `max_attempts` times (or as often as its
+    /// chart entry's remediation allows, which also retries a permanent failure). A job that found its
     /// cluster unreachable waits without using up a try.
     pub(crate) fn finish(
         &mut self,
@@ -387,21 +388,33 @@ impl State {
     ) -> Finished {
         let key = job.key();
         self.release(key, now);
-        let attempts = match outcome {
+        // The tries allowed: the chart entry's remediation retries when it sets some, whatever
+        // failed (Flux's rule); otherwise the queue's cap, for transient failures only.
+        let tries = |transient: bool| match job.budget() {
+            Budget::Unlimited => u32::MAX,
+            Budget::Tries(n) => n,
+            Budget::Unset if transient => self.config.max_attempts,
+            Budget::Unset => 0,
+        };
+        let (attempts, cap) = match outcome {
             Outcome::Failed {
                 kind: FailureKind::Transient,
                 ..
-            } => attempt,
+            } => (attempt, tries(true)),
             Outcome::Failed {
                 kind: FailureKind::Unavailable,
                 ..
-            } => attempt.saturating_sub(1),
+            } => (attempt.saturating_sub(1), tries(true)),
+            Outcome::Failed {
+                kind: FailureKind::Permanent,
+                ..
+            } if attempt < tries(false) => (attempt, tries(false)),
             _ => return Finished::Done,
         };
         if self.waiting.contains_key(key) {
             return Finished::Done; // a newer job for the key took its place
         }
-        if attempts >= self.config.max_attempts {
+        if attempts >= cap {
             return Finished::Stalled;
         }
         let delay = match outcome {

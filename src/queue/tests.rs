@@ -100,6 +100,8 @@ fn of(owner: OwnerId, job: Job) -> Job {
             stale_pending,
             repair,
             adopt,
+            installing,
+            attempt,
         } => {
             release.owner = owner;
             Job::Apply {
@@ -107,6 +109,8 @@ fn of(owner: OwnerId, job: Job) -> Job {
                 release,
                 stale_pending,
                 repair,
+                installing,
+                attempt,
             }
         }
         Job::Uninstall {
@@ -796,6 +800,8 @@ struct Scripted {
 impl Executor for Scripted {
     async fn execute(&self, job: Job) -> Outcome {
         let (answer, outcome) = oneshot::channel();
+        // Passed on as planned, which try it is aside, for the tests to compare.
+        let job = job.at_try(0);
         self.calls.send((job, answer)).expect("the test listens");
         outcome.await.unwrap_or(Outcome::Uninstalled)
     }
@@ -1059,3 +1065,4 @@ async fn members_that_never_answer_hold_no_worker_and_time_out_into_backoff() {
 }
 
 mod links;
+mod remediation;

@@ -1,4 +1,4 @@
-//! A chart's Helm settings per action (`install`, `upgrade`, `test`, `uninstall`, `maxHistory`), in Flux HelmRelease's words: how Helm is asked, never what it deploys.
+//! A chart's Helm settings per action (`install`, `upgrade`, `test`, `uninstall`, `maxHistory`) and how a failure is remediated, in Flux HelmRelease's words: how Helm is asked, never what it deploys.
 
 use kube::KubeSchema;
 use schemars::JsonSchema;
@@ -40,6 +40,30 @@ pub struct Install {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crd_policy")]
     pub crds: Option<CrdPolicy>,
+
+    /// What is done when the install fails (Helm's error, a wait past its timeout, a failed
+    /// test): how often it is tried again, and whether the failed release is uninstalled first.
+    /// Absent: tried again only on failures known to pass (a timeout, a conflict), and left as
+    /// it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remediation: Option<InstallRemediation>,
+}
+
+/// How a failed install is remediated and tried again (Flux's `install.remediation`): between
+/// tries the failed release is uninstalled, so the next try is a fresh install.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct InstallRemediation {
+    /// How many times a failed install is tried again, whatever failed, with the queue's
+    /// backoff between tries; -1 tries again until the spec changes. Default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = -1, max = 100))]
+    pub retries: Option<i32>,
+
+    /// Uninstall the release after the last try failed too, instead of leaving it failed for a
+    /// person to look at. Default: true when `retries` is set above 0, false otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remediate_last_failure: Option<bool>,
 }
 
 /// How Helm upgrades a release already installed. Absent fields keep the operator's defaults
@@ -89,6 +113,47 @@ pub struct Upgrade {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crd_policy")]
     pub crds: Option<CrdPolicy>,
+
+    /// What is done when the upgrade fails (Helm's error, a wait past its timeout, a failed
+    /// test): how often it is tried again, and whether the release is first rolled back to its
+    /// last good revision or uninstalled. Absent: tried again only on failures known to pass,
+    /// and left as it failed (unless the chart's `rollbackOnFailure`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remediation: Option<UpgradeRemediation>,
+}
+
+/// How a failed upgrade is remediated and tried again (Flux's `upgrade.remediation`).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeRemediation {
+    /// How many times a failed upgrade is tried again, whatever failed, with the queue's
+    /// backoff between tries and the `strategy` done before each; -1 tries again until the spec
+    /// changes. Default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = -1, max = 100))]
+    pub retries: Option<i32>,
+
+    /// Remediate after the last try failed too, instead of leaving the failed revision for a
+    /// person to look at. Default: true when `retries` is set above 0, false otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remediate_last_failure: Option<bool>,
+
+    /// What remediating a failed upgrade does: `rollback` (the default) goes back to the last
+    /// good revision, which keeps serving; `uninstall` removes the release, so the next try is a
+    /// fresh install (the Helm executor only: the `helm` binary executor refuses it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "strategy")]
+    pub strategy: Option<RemediationStrategy>,
+}
+
+/// What remediating a failed upgrade does (Flux's `upgrade.remediation.strategy`).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "camelCase")]
+pub enum RemediationStrategy {
+    /// Roll back to the last good revision.
+    Rollback,
+    /// Uninstall the release.
+    Uninstall,
 }
 
 /// How Helm uninstalls a release: when the chart leaves the spec (the operator's defaults then,
@@ -196,6 +261,15 @@ fn crd_policy(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     })
 }
 
+/// The schema of a `strategy` field, described by the field's own doc comment.
+fn strategy(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "nullable": true,
+        "enum": ["rollback", "uninstall"],
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,6 +283,26 @@ mod tests {
         for policy in every {
             match policy {
                 CrdPolicy::Skip | CrdPolicy::Create | CrdPolicy::CreateReplace => {}
+            }
+        }
+        let written: Vec<serde_json::Value> = every
+            .iter()
+            .map(|p| serde_json::to_value(p).unwrap())
+            .collect();
+        assert_eq!(listed, &written);
+    }
+
+    #[test]
+    fn the_schema_of_a_strategy_field_lists_every_strategy_as_it_is_written() {
+        let schema = strategy(&mut schemars::SchemaGenerator::default());
+        let listed = schema.get("enum").and_then(|e| e.as_array()).unwrap();
+        let every = [
+            RemediationStrategy::Rollback,
+            RemediationStrategy::Uninstall,
+        ];
+        for s in every {
+            match s {
+                RemediationStrategy::Rollback | RemediationStrategy::Uninstall => {}
             }
         }
         let written: Vec<serde_json::Value> = every

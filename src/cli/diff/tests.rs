@@ -54,6 +54,8 @@ fn apply(k: &str) -> Job {
         release: Box::new(release(k)),
         stale_pending: None,
         repair: None,
+        installing: false,
+        attempt: 0,
     }
 }
 

@@ -858,7 +858,9 @@ async fn a_release_with_a_post_render_is_refused_by_the_helm_binary_and_nothing_
         post_render: Some(crate::plan::post_render::tests::example()),
         ..release(ChartSource::Directory("/charts/deployment-example".into()))
     };
-    let Outcome::Failed { message, kind } = cli.apply(patched, None, None).await else {
+    let Outcome::Failed { message, kind } =
+        cli.apply(patched, None, None, Default::default()).await
+    else {
         panic!("a refusal");
     };
     assert_eq!(kind, FailureKind::Permanent);
@@ -866,4 +868,23 @@ async fn a_release_with_a_post_render_is_refused_by_the_helm_binary_and_nothing_
         message.starts_with("release member-1/team/web: postRenderers and commonMetadata are refused by the helm binary executor"),
         "{message}"
     );
+}
+
+#[test]
+fn the_helm_binary_refuses_an_uninstall_strategy_naming_the_release_and_what_to_do() {
+    let mut r = release(ChartSource::Directory("/charts/web".into()));
+    assert!(uninstall_strategy(&r).is_none(), "no remediation");
+    r.helm.upgrade.remediation = Some(crate::api::crd::UpgradeRemediation {
+        retries: Some(2),
+        strategy: Some(RemediationStrategy::Rollback),
+        ..Default::default()
+    });
+    assert!(uninstall_strategy(&r).is_none(), "a rollback is helm's own");
+    r.helm.upgrade.remediation.as_mut().unwrap().strategy = Some(RemediationStrategy::Uninstall);
+    let Some(Outcome::Failed { message, kind }) = uninstall_strategy(&r) else {
+        panic!("an uninstall strategy on the helm binary path is refused")
+    };
+    assert_eq!(kind, FailureKind::Permanent);
+    assert!(message.contains(&r.key.to_string()), "{message}");
+    assert!(message.contains("--executor sdk") && message.contains("strategy: rollback"));
 }

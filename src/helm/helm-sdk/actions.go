@@ -125,7 +125,7 @@ func installAction(cfg *action.Configuration, req request, replace bool) *action
 	install.WaitStrategy, install.WaitForJobs = strategy(asked.Wait), asked.WaitForJobs
 	// The chart's CRDs are done before, as the policy asks (see applyCRDs).
 	install.DisableHooks, install.SkipCRDs = asked.DisableHooks, true
-	install.RollbackOnFailure, install.DisableOpenAPIValidation = req.RollbackOnFailure, true
+	install.RollbackOnFailure, install.DisableOpenAPIValidation = asked.Remediate == remediateUninstall, true
 	install.ServerSideApply, install.ForceConflicts = true, req.ForceConflicts
 	install.Description, install.Replace = req.Description, replace
 	if req.PostRender != nil {
@@ -144,7 +144,7 @@ func upgradeAction(cfg *action.Configuration, req request) *action.Upgrade {
 	upgrade.WaitStrategy, upgrade.WaitOptions = strategy(asked.Wait), waitOptions()
 	upgrade.WaitForJobs, upgrade.DisableHooks = asked.WaitForJobs, asked.DisableHooks
 	upgrade.CleanupOnFail = asked.CleanupOnFail
-	upgrade.RollbackOnFailure, upgrade.DisableOpenAPIValidation = req.RollbackOnFailure, true
+	upgrade.RollbackOnFailure, upgrade.DisableOpenAPIValidation = asked.Remediate == remediateRollback, true
 	upgrade.ServerSideApply, upgrade.ForceConflicts = "auto", req.ForceConflicts
 	switch {
 	case req.ForceConflicts:
@@ -173,15 +173,16 @@ func uninstallAction(cfg *action.Configuration, req request) *action.Uninstall {
 }
 
 // upgrade is `helm upgrade --install --reset-values --disable-openapi-validation`, with the chart's
-// CRDs done first as the action's policy asks (applyCRDs), and what became of them.
-func (e *executor) upgrade(ctx context.Context, cfg *action.Configuration, req request) (*rspb.Release, *crdReport, error) {
+// CRDs done first as the action's policy asks (applyCRDs), and what became of them; installed
+// says it was an install. A failed action is remediated as its phase asks (remediateUpgrade).
+func (e *executor) upgrade(ctx context.Context, cfg *action.Configuration, req request) (*rspb.Release, *crdReport, bool, error) {
 	ch, err := loadChart(req.Chart)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	vals, err := values(req)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	crds := bringsCRDs(ch)
 	if !crds {
@@ -199,33 +200,57 @@ func (e *executor) upgrade(ctx context.Context, cfg *action.Configuration, req r
 	history := action.NewHistory(cfg)
 	history.Max = 1
 	versions, err := history.Run(req.Release)
-	uninstalled := false
+	uninstalled, before := false, 0
 	if err == nil && len(versions) > 0 {
 		last, convErr := toV1(versions[len(versions)-1])
 		uninstalled = convErr == nil && last.Info.Status == rcommon.StatusUninstalled
+		if convErr == nil {
+			before = last.Version
+		}
 	}
 	if errors.Is(err, driver.ErrReleaseNotFound) || uninstalled {
 		report, err := applyCRDs(cfg, ch, phaseOr(req.Install, req, crdCreate).Crds)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, true, err
 		}
 		rel, err := installAction(cfg, req, uninstalled).RunWithContext(ctx, ch, vals)
 		if err != nil {
-			return nil, report, err
+			return nil, report, true, err
 		}
 		v1, err := toV1(rel)
-		return v1, report, err
+		return v1, report, true, err
 	} else if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	report, err := applyCRDs(cfg, ch, phaseOr(req.Upgrade, req, crdSkip).Crds)
 	if err != nil {
-		return nil, nil, fmt.Errorf("UPGRADE FAILED: %w", err)
+		return nil, nil, false, fmt.Errorf("UPGRADE FAILED: %w", err)
 	}
 	rel, err := upgradeAction(cfg, req).RunWithContext(ctx, req.Release, ch, vals)
 	if err != nil {
-		return nil, report, fmt.Errorf("UPGRADE FAILED: %w", err)
+		return nil, report, false, remediateUpgrade(cfg, req, before, fmt.Errorf("UPGRADE FAILED: %w", err))
 	}
 	v1, err := toV1(rel)
-	return v1, report, err
+	return v1, report, false, err
+}
+
+// remediateUpgrade uninstalls a release whose upgrade failed (why) after writing a revision past
+// before, when its upgrade phase asks for that strategy (Helm itself rolls back, through the
+// action's RollbackOnFailure). What was done, for the answer's error.
+func remediateUpgrade(cfg *action.Configuration, req request, before int, why error) error {
+	if phaseOr(req.Upgrade, req, crdSkip).Remediate != remediateUninstall {
+		return why
+	}
+	newest, err := cfg.Releases.Last(req.Release)
+	if err != nil {
+		return why
+	}
+	if last, convErr := toV1(newest); convErr != nil || last.Version <= before {
+		return why // nothing was written: the release as it was keeps serving
+	}
+	uninstall := uninstallAction(cfg, request{TimeoutSeconds: req.TimeoutSeconds, DisableHooks: true})
+	if _, err := uninstall.Run(req.Release); err != nil {
+		return fmt.Errorf("%w; uninstalling the release failed too: %v", why, err)
+	}
+	return fmt.Errorf("%w; the release was uninstalled (upgrade.remediation.strategy: uninstall)", why)
 }

@@ -5,7 +5,7 @@ package main
 //
 // Its newest record is tenant-writable evidence: whoever may write Secrets in the namespace can
 // forge it, with a manifest naming any object. Helm would act on that manifest: the upgrade
-// deletes what it has and the chart no longer renders, and a rollback (rollbackOnFailure, a
+// deletes what it has and the chart no longer renders, and a rollback (remediation, a
 // halted rollout) applies it again. So, before Helm reads it, every object of its manifest and
 // hooks is checked with a SelfSubjectAccessReview made as the request's identity (the policy's
 // impersonated user, or the operator for a trusted policy): that identity must be allowed to

@@ -60,7 +60,7 @@ const capabilitiesTTL = 30 * time.Second
 // protocolVersion is the version of the messages on the pipe: hello, request and response. Bump it
 // when a message changes, with the operator's PROTOCOL_VERSION (src/helm/sdk.rs) and the
 // shared fixtures in testdata/protocol, which the tests of both sides check.
-const protocolVersion = 3
+const protocolVersion = 4
 
 // hello is the first line the executor writes, before it reads any request. Its "protocol" field
 // keeps its name and type in every version, so an operator can always tell which one an executor
@@ -129,10 +129,9 @@ type request struct {
 	Upgrade *phase `json:"upgrade,omitempty"`
 	// How an uninstall goes: skipping the delete hooks, keeping the records, waiting for the
 	// objects to be gone.
-	DisableHooks      bool `json:"disableHooks,omitempty"`
-	KeepHistory       bool `json:"keepHistory,omitempty"`
-	Wait              bool `json:"wait,omitempty"`
-	RollbackOnFailure bool `json:"rollbackOnFailure,omitempty"`
+	DisableHooks bool `json:"disableHooks,omitempty"`
+	KeepHistory  bool `json:"keepHistory,omitempty"`
+	Wait         bool `json:"wait,omitempty"`
 	// Server-side apply forcing conflicts (a drift repair, a rollback).
 	ForceConflicts bool   `json:"forceConflicts,omitempty"`
 	Description    string `json:"description,omitempty"`
@@ -163,7 +162,16 @@ type phase struct {
 	Force bool `json:"force,omitempty"`
 	// Delete what a failed upgrade created (upgrades only).
 	CleanupOnFail bool `json:"cleanupOnFail,omitempty"`
+	// What is done when the action fails, its tests included: "uninstall", "rollback" (upgrades
+	// only), or nothing (empty: the failed revision stays).
+	Remediate string `json:"remediate,omitempty"`
 }
+
+// The remediations of a failed action.
+const (
+	remediateUninstall = "uninstall"
+	remediateRollback  = "rollback"
+)
 
 // phaseOr is p, or the action's defaults when the request names none: the request's timeout,
 // no wait, hooks run, and crds as given.
@@ -327,6 +335,12 @@ func refusal(req request) string {
 			return fmt.Sprintf("unknown CRD policy %q: this executor does Skip, Create and CreateReplace", p.Crds)
 		}
 	}
+	if req.Install != nil && req.Install.Remediate != "" && req.Install.Remediate != remediateUninstall {
+		return fmt.Sprintf("unknown remediation %q of an install: this executor uninstalls a failed install", req.Install.Remediate)
+	}
+	if u := req.Upgrade; u != nil && u.Remediate != "" && u.Remediate != remediateUninstall && u.Remediate != remediateRollback {
+		return fmt.Sprintf("unknown remediation %q of an upgrade: this executor does rollback and uninstall", u.Remediate)
+	}
 	switch req.Op {
 	case "upgrade", "uninstall", "rollback":
 		return ""
@@ -361,7 +375,7 @@ func (e *executor) run(ctx context.Context, req request) response {
 				req = adoptingUpgrade(req)
 			}
 		}
-		rel, crds, err := e.upgrade(ctx, cfg, req)
+		rel, crds, installed, err := e.upgrade(ctx, cfg, req)
 		if err != nil {
 			out.Error = err.Error()
 			return out
@@ -376,7 +390,7 @@ func (e *executor) run(ctx context.Context, req request) response {
 		var failed error
 		out.Tests, failed = runTests(cfg, req, rel)
 		if failed != nil && !req.Test.IgnoreFailures {
-			out.Error = afterFailedTests(cfg, req, rel, failed).Error()
+			out.Error = afterFailedTests(cfg, req, rel, installed, failed).Error()
 		}
 	case "uninstall":
 		if _, err := uninstallAction(cfg, req).Run(req.Release); err != nil {

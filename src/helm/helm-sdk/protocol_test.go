@@ -94,6 +94,22 @@ func TestARequestWithAFieldTheExecutorDoesNotKnowIsRefused(t *testing.T) {
 	}
 }
 
+func TestARemediationTheExecutorDoesNotKnowIsRefusedNamingIt(t *testing.T) {
+	for _, c := range []struct{ install, upgrade, want string }{
+		{"rollback", "", `unknown remediation "rollback" of an install`},
+		{"", "purge", `unknown remediation "purge" of an upgrade`},
+	} {
+		req, err := decodeRequest(fixtures(t, "request-upgrade")["request-upgrade"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Install.Remediate, req.Upgrade.Remediate = c.install, c.upgrade
+		if why := refusal(req); !strings.Contains(why, c.want) {
+			t.Errorf("install %q, upgrade %q: refusal %q, want %q", c.install, c.upgrade, why, c.want)
+		}
+	}
+}
+
 func TestTheUpgradeFixturesValuesAndSettingsMergeAsHelmsCLIMergesThem(t *testing.T) {
 	req, err := decodeRequest(fixtures(t, "request-upgrade")["request-upgrade"])
 	if err != nil {
@@ -130,7 +146,7 @@ func TestEveryResponseFixtureIsWhatTheExecutorWrites(t *testing.T) {
 		"response-tests-passed": response{ID: 7, Revision: 3, ChartVersion: "0.1.0", Tests: []testResult{
 			{Name: "test-connection", Phase: "Succeeded"}, {Name: "test-schema", Phase: "Succeeded"}}},
 		"response-tests-failed": response{ID: 7, Revision: 3, ChartVersion: "0.1.0",
-			Error: "the tests of revision 3 failed: test-connection (Failed); rolled back to revision 2 (rollbackOnFailure)",
+			Error: "the tests of revision 3 failed: test-connection (Failed); rolled back to revision 2 (remediation)",
 			Tests: []testResult{{Name: "test-connection", Phase: "Failed"}, {Name: "test-schema", Phase: "Succeeded"}}},
 		"response-applied-crds": response{ID: 12, Revision: 2, ChartVersion: "2.15.4", Crds: &crdReport{
 			Created:   []string{"widgets.example.com"},

@@ -106,19 +106,24 @@ func runTests(cfg *action.Configuration, req request, rel *rspb.Release) ([]test
 	return results, fmt.Errorf("the tests of revision %d failed: %s", rel.Version, failed)
 }
 
-// afterFailedTests handles tests of rel that failed: with rollbackOnFailure, the release goes
-// back to the revision before (a first install is uninstalled), as a failed upgrade would;
-// otherwise rel is marked failed, so the release counts as failed wherever it is read (and is
-// tried again) until a revision passes. What was done, for the answer's error.
-func afterFailedTests(cfg *action.Configuration, req request, rel *rspb.Release, why error) error {
-	if req.RollbackOnFailure {
-		if rel.Version <= 1 {
-			uninstall := uninstallAction(cfg, request{TimeoutSeconds: req.TimeoutSeconds, DisableHooks: true})
-			if _, err := uninstall.Run(req.Release); err != nil {
-				return fmt.Errorf("%w; uninstalling the release failed too: %v", why, err)
-			}
-			return fmt.Errorf("%w; the release was uninstalled (rollbackOnFailure)", why)
+// afterFailedTests handles tests of rel that failed: when the action that wrote rel (an install
+// when installed) asks for remediation, the release is uninstalled or goes back to the revision
+// before, as a failed install or upgrade would; otherwise rel is marked failed, so the release
+// counts as failed wherever it is read (and is tried again) until a revision passes. What was
+// done, for the answer's error.
+func afterFailedTests(cfg *action.Configuration, req request, rel *rspb.Release, installed bool, why error) error {
+	remediate := phaseOr(req.Upgrade, req, crdSkip).Remediate
+	if installed {
+		remediate = phaseOr(req.Install, req, crdCreate).Remediate
+	}
+	if remediate == remediateUninstall || (remediate == remediateRollback && rel.Version <= 1) {
+		uninstall := uninstallAction(cfg, request{TimeoutSeconds: req.TimeoutSeconds, DisableHooks: true})
+		if _, err := uninstall.Run(req.Release); err != nil {
+			return fmt.Errorf("%w; uninstalling the release failed too: %v", why, err)
 		}
+		return fmt.Errorf("%w; the release was uninstalled (remediation)", why)
+	}
+	if remediate == remediateRollback {
 		rollback := action.NewRollback(cfg)
 		rollback.Version, rollback.MaxHistory = rel.Version-1, req.HistoryMax
 		rollback.Timeout = time.Duration(req.TimeoutSeconds) * time.Second
@@ -128,7 +133,7 @@ func afterFailedTests(cfg *action.Configuration, req request, rel *rspb.Release,
 		if err := rollback.Run(req.Release); err != nil {
 			return fmt.Errorf("%w; rolling back to revision %d failed too: %v", why, rel.Version-1, err)
 		}
-		return fmt.Errorf("%w; rolled back to revision %d (rollbackOnFailure)", why, rel.Version-1)
+		return fmt.Errorf("%w; rolled back to revision %d (remediation)", why, rel.Version-1)
 	}
 	latest, err := cfg.Releases.Get(req.Release, rel.Version)
 	if err != nil {

@@ -40,6 +40,11 @@ fn release() -> Release {
     release
 }
 
+/// What the first try of `release` does when it fails.
+fn first(release: &Release) -> crate::plan::remediation::Remediate {
+    crate::plan::remediation::for_try(&release.helm, release.rollback_on_failure, 1)
+}
+
 /// `release()` with a chart entry's Helm settings for every action.
 fn with_settings() -> Release {
     let mut release = release();
@@ -90,7 +95,15 @@ fn requests() -> Vec<(&'static str, Request)> {
     vec![
         (
             "request-upgrade",
-            upgrade_request(7, &release(), cluster(), archive.into(), None, &options),
+            upgrade_request(
+                7,
+                &release(),
+                cluster(),
+                archive.into(),
+                None,
+                first(&release()),
+                &options,
+            ),
         ),
         (
             "request-repair",
@@ -100,6 +113,7 @@ fn requests() -> Vec<(&'static str, Request)> {
                 hub,
                 "/charts/deployment-example".into(),
                 repair,
+                first(&plain),
                 &options,
             ),
         ),
@@ -115,6 +129,7 @@ fn requests() -> Vec<(&'static str, Request)> {
                 cluster(),
                 archive.into(),
                 None,
+                first(&with_settings()),
                 &options,
             ),
         ),
@@ -139,6 +154,7 @@ fn requests() -> Vec<(&'static str, Request)> {
                 cluster(),
                 archive.into(),
                 None,
+                first(&plain),
                 &options,
             ),
         ),
@@ -150,7 +166,15 @@ fn requests() -> Vec<(&'static str, Request)> {
             "request-adopt",
             Request {
                 adopt: true,
-                ..upgrade_request(13, &release(), cluster(), archive.into(), None, &options)
+                ..upgrade_request(
+                    13,
+                    &release(),
+                    cluster(),
+                    archive.into(),
+                    None,
+                    first(&release()),
+                    &options,
+                )
             },
         ),
     ]
@@ -191,7 +215,7 @@ fn answers() -> Vec<(&'static str, Answer, Option<FailureKind>)> {
     };
     let tests_failed = Answer {
         error: Some(
-            "the tests of revision 3 failed: test-connection (Failed); rolled back to revision 2 (rollbackOnFailure)"
+            "the tests of revision 3 failed: test-connection (Failed); rolled back to revision 2 (remediation)"
                 .into(),
         ),
         tests: results("Failed"),
@@ -347,6 +371,7 @@ fn a_drift_repair_never_replaces_even_when_the_upgrade_forces_and_runs_no_tests(
         cluster(),
         "/c".into(),
         Some("x"),
+        first(&with_settings()),
         &options(),
     );
     let upgrade = repair
@@ -366,6 +391,7 @@ fn an_answer_is_awaited_as_long_as_the_longest_timeout_the_request_gives_helm() 
         cluster(),
         "/c".into(),
         None,
+        first(&with_settings()),
         &options(),
     );
     // The upgrade's hour, then the tests' two minutes.
@@ -382,6 +408,7 @@ fn a_long_repair_description_is_cut_as_the_clis() {
         cluster(),
         "/c".into(),
         Some(&"é".repeat(500)),
+        first(&release()),
         &HelmOptions::default(),
     );
     assert!(long.force_conflicts);

@@ -421,6 +421,8 @@ impl Agent {
             release,
             stale_pending: None,
             repair: Some(what),
+            installing: false,
+            attempt: 0,
         };
         if let Ok(job) = self.localize(job, chart.as_ref()).await {
             let _ = self.local.execute(job).await;
@@ -437,6 +439,7 @@ fn already_done(job: &Job, applied: Option<&Applied>) -> Option<Outcome> {
         stale_pending: None,
         repair: None,
         adopt: false,
+        ..
     } = job
     else {
         return None;
@@ -505,6 +508,8 @@ mod tests {
             release: Box::new(release()),
             stale_pending: None,
             repair: repair.map(String::from),
+            installing: false,
+            attempt: 0,
         }
     }
 

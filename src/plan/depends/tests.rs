@@ -304,6 +304,8 @@ fn apply_job(k: &str) -> Job {
         }),
         stale_pending: None,
         repair: None,
+        installing: false,
+        attempt: 0,
     }
 }
 

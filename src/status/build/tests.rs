@@ -248,6 +248,8 @@ fn a_failure_of_a_release_with_helm_settings_of_its_own_is_reported() {
         release: Box::new(f.plan.desired[0].clone()),
         stale_pending: None,
         repair: None,
+        installing: false,
+        attempt: 0,
     }
     .fingerprint();
     assert_ne!(

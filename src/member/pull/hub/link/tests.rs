@@ -172,6 +172,8 @@ async fn an_adoption_asked_of_a_pull_member_is_refused_with_the_reason_and_nothi
         stale_pending: None,
         repair: None,
         adopt: true,
+        installing: false,
+        attempt: 0,
     };
     // The hub's client has no API server behind it: a publish would fail as Transient.
     let outcome = link.execute(job).await;
