@@ -22,9 +22,10 @@ use crate::{
     member::pull::hub::{LOOK_EVERY, Member, PullHub},
     member::pull::messages::{Call, CallBody, ChartRef, Reply, ask_name, new_id, reply_name},
     member::pull::watching::watch_name,
-    observe::drift::{self, ObjectDrift},
+    observe::drift,
     observe::model::{Change, WorkloadKind},
     observe::records::{self, RecordEvents},
+    observe::release_check::Checked,
     observe::releases,
     observe::watch::{ClusterWatch, ShardShares},
     plan::{Applied, ChartSource, Job, Release},
@@ -180,10 +181,7 @@ impl MemberLink for PullLink {
         follow_workloads(self.hub.clone(), watch).boxed()
     }
 
-    fn check_drift(
-        &self,
-        check: DriftCheck,
-    ) -> BoxFuture<'static, drift::Result<Vec<ObjectDrift>>> {
+    fn check_drift(&self, check: DriftCheck) -> BoxFuture<'static, drift::Result<Checked>> {
         let (hub, cluster) = (self.hub.clone(), self.cluster.clone());
         async move {
             let key = check.key.clone();
@@ -192,7 +190,12 @@ impl MemberLink for PullLink {
                 reason,
             };
             match ask(&hub, &cluster, CallBody::Drift(check)).await {
-                Ok(Reply::Drift(found)) => found.map_err(agent),
+                // What an agent says is bounded as any hostile input: its health report is
+                // cut to the listed few, with short names and reasons.
+                Ok(Reply::Drift(found)) => found.map_err(agent).map(|mut checked| {
+                    checked.health = checked.health.bounded();
+                    checked
+                }),
                 Ok(_) => Err(agent(LinkError::WrongReply { cluster }.to_string())),
                 Err(e) => Err(agent(e.to_string())),
             }

@@ -75,7 +75,7 @@ fn a_manifest_reply_is_taken_and_any_other_is_refused_naming_the_member() {
         None
     );
 
-    let wrong = manifest_of(cluster.clone(), Reply::Drift(Ok(Vec::new()))).unwrap_err();
+    let wrong = manifest_of(cluster.clone(), Reply::Drift(Ok(Default::default()))).unwrap_err();
     assert!(matches!(&wrong, LinkError::WrongReply { .. }), "{wrong:?}");
     assert!(wrong.to_string().contains("pull member edge-3"), "{wrong}");
 
