@@ -133,7 +133,9 @@ impl Judged {
     pub(crate) fn finish(mut self) -> Self {
         self.objects
             .sort_by(|a, b| (a.verdict.health, &a.id).cmp(&(b.verdict.health, &b.id)));
-        self.more += self.objects.len().saturating_sub(MAX_LISTED);
+        self.more = self
+            .more
+            .saturating_add(self.objects.len().saturating_sub(MAX_LISTED));
         self.objects.truncate(MAX_LISTED);
         self
     }

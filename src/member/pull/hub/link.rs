@@ -38,6 +38,27 @@ use crate::{
 pub(crate) const ANSWER_WITHIN: Duration = Duration::from_secs(10 * 60);
 /// How long a job's outcome waits for the agent's records to show it.
 const SETTLE_WITHIN: Duration = Duration::from_secs(10);
+/// What an agent's reply to a check says, bounded as any hostile input: its health report is
+/// cut to the listed few objects, with short names and reasons.
+fn checked_of(
+    key: &ReleaseKey,
+    cluster: ClusterName,
+    reply: Result<Reply, LinkError>,
+) -> drift::Result<Checked> {
+    let agent = |reason: String| drift::Error::Agent {
+        key: key.clone(),
+        reason,
+    };
+    match reply {
+        Ok(Reply::Drift(found)) => found.map_err(agent).map(|mut checked| {
+            checked.health = checked.health.bounded();
+            checked
+        }),
+        Ok(_) => Err(agent(LinkError::WrongReply { cluster }.to_string())),
+        Err(e) => Err(agent(e.to_string())),
+    }
+}
+
 /// How long a drift check or a manifest read may take.
 const REPLY_WITHIN: Duration = Duration::from_secs(60);
 
@@ -185,20 +206,8 @@ impl MemberLink for PullLink {
         let (hub, cluster) = (self.hub.clone(), self.cluster.clone());
         async move {
             let key = check.key.clone();
-            let agent = |reason: String| drift::Error::Agent {
-                key: key.clone(),
-                reason,
-            };
-            match ask(&hub, &cluster, CallBody::Drift(check)).await {
-                // What an agent says is bounded as any hostile input: its health report is
-                // cut to the listed few, with short names and reasons.
-                Ok(Reply::Drift(found)) => found.map_err(agent).map(|mut checked| {
-                    checked.health = checked.health.bounded();
-                    checked
-                }),
-                Ok(_) => Err(agent(LinkError::WrongReply { cluster }.to_string())),
-                Err(e) => Err(agent(e.to_string())),
-            }
+            let reply = ask(&hub, &cluster, CallBody::Drift(check)).await;
+            checked_of(&key, cluster, reply)
         }
         .boxed()
     }
