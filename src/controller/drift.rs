@@ -304,7 +304,7 @@ impl DriftBoard {
 
     /// The health of the deployed revision of releases where an object is not current, and of
     /// releases whose chart has `healthCheckExprs` while that revision is not judged yet
-    /// (`Unknown`: it is not ready until it is).
+    /// (`Unknown`: it is not ready until it is; a check of it is asked for).
     pub(crate) fn health(
         &self,
         applied: &HashMap<ReleaseKey, Applied>,
@@ -317,11 +317,17 @@ impl DriftBoard {
             let judged = self.judged.get(key).filter(|j| j.0 == a.revision);
             let status = match judged {
                 Some(j) => health_status(a.revision, &j.1),
-                None if !w.health.is_empty() => Some(HealthStatus {
-                    revision: a.revision,
-                    state: "Unknown".into(),
-                    ..HealthStatus::default()
-                }),
+                None if !w.health.is_empty() => {
+                    // The check that follows Helm's apply may have seen the record before it
+                    // changed: ask again, so the revision is judged within a second, not at the
+                    // next interval (nudges gather, so a release is checked once however often).
+                    self.nudge(DriftCheckRequest::Release(key.clone()));
+                    Some(HealthStatus {
+                        revision: a.revision,
+                        state: "Unknown".into(),
+                        ..HealthStatus::default()
+                    })
+                }
                 None => None,
             };
             if let Some(status) = status {
