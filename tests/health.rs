@@ -10,6 +10,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::{
+    agent::{hub_cli, join},
     fixtures::{DEADLINE, message, ready, real_chart_home, tenancy, unique},
     hub::Hub,
     lab::Lab,
@@ -62,8 +63,9 @@ fn synced_expr() -> HealthCheckExpr {
     }
 }
 
-/// Writes SealedSecret `db`'s status conditions in `namespace` of `cluster`, as its controller
-/// would: through the status subresource (or the object itself, for a CRD without one).
+/// Writes SealedSecret `db`'s status conditions in `namespace` of `cluster` (a push member by
+/// context, or a pull member by name), as its controller would: through the status subresource
+/// (or the object itself, for a CRD without one).
 fn write_conditions(lab: &Lab, cluster: &str, namespace: &str, conditions: Value) {
     let patch = json!({"status": {"conditions": conditions}}).to_string();
     let args = [
@@ -78,8 +80,15 @@ fn write_conditions(lab: &Lab, cluster: &str, namespace: &str, conditions: Value
     ];
     let mut with_subresource = args.to_vec();
     with_subresource.push("--subresource=status");
-    if lab.try_kubectl(cluster, &with_subresource).is_err() {
-        lab.kubectl(cluster, &args);
+    let kubectl = |args: &[&str]| {
+        if cluster.starts_with("pull-") {
+            lab.try_pull_kubectl(cluster, args)
+        } else {
+            lab.try_kubectl(cluster, args)
+        }
+    };
+    if kubectl(&with_subresource).is_err() {
+        kubectl(&args).unwrap_or_else(|e| panic!("writing db's status in {cluster}: {e}"));
     }
 }
 
@@ -331,4 +340,65 @@ async fn kstatus_rules_judge_a_custom_resource_that_no_expression_names() {
     })
     .await;
     hub.delete_and_wait_gone_within("plain", DEADLINE * 2).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the lab with pull members: kind/up.sh --pull-members 2, then --include-ignored"]
+async fn a_pull_members_agent_judges_the_custom_resource_and_the_hub_reports_it() {
+    let lab = Lab::get();
+    let home = real_chart_home(&lab, CHART);
+    let hub = Hub::with_args(
+        "health-pull",
+        &[
+            "--chart-home",
+            home.to_str().unwrap(),
+            "--drift-interval",
+            "2",
+        ],
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let edge = unique("edge");
+    let _agent = join(&hub.lab, &edge, "pull-1", dir.path());
+    let ns = unique("health-pull");
+    let mut ss = sealed_secrets("ss", true);
+    ss.health_check_exprs = vec![synced_expr()];
+    hub.apply(
+        "edge",
+        ControllerSpec {
+            tenancies: vec![tenancy(&ns, &[&edge], vec![ss])],
+            ..Default::default()
+        },
+    )
+    .await;
+    hub.status_until("edge", "ss deployed on the pull member, in progress", |s| {
+        message(s, &edge, "ss").is_some_and(|m| m.phase == "Deployed")
+            && health(s, &edge, "ss").is_some_and(|(state, _)| state == "InProgress")
+    })
+    .await;
+    write_conditions(
+        &lab,
+        "pull-1",
+        &ns,
+        json!([condition("Synced", "False", "ErrUnsealFailed", "no key")]),
+    );
+    let s = hub
+        .status_until("edge", "the agent's verdict: failed", |s| {
+            health(s, &edge, "ss").is_some_and(|(state, _)| state == "Failed")
+        })
+        .await;
+    assert_eq!(
+        health(&s, &edge, "ss").unwrap().1,
+        "failed holds; Synced=False ErrUnsealFailed no key"
+    );
+    write_conditions(
+        &lab,
+        "pull-1",
+        &ns,
+        json!([condition("Synced", "True", "", "")]),
+    );
+    hub.status_until("edge", "ready once the agent finds it current", ready)
+        .await;
+    hub.delete_and_wait_gone_within("edge", DEADLINE * 2).await;
+    hub_cli(&hub.lab, &["cluster", "remove", &edge]);
 }
