@@ -197,6 +197,10 @@ pub struct ChartMessage {
     /// Where the live objects differ from the deployed manifest, while they do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift: Option<DriftStatus>,
+    /// The objects of the deployed revision that are not current (judged by the chart's
+    /// `healthCheckExprs` or kstatus's rules), while any is; the release is not ready meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthStatus>,
     /// The chart's tests run after this revision was deployed (`test.enable`), by name, and how
     /// each ended: `Succeeded`, `Failed` or `Unknown`. Failed tests fail the release and are
     /// named in `errorMessage`; after an operator restart this stays empty until tests run again.
@@ -255,6 +259,44 @@ pub struct DriftedObject {
     /// Differing fields beyond those listed.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub more_paths: i32,
+}
+
+/// The health of a release's objects, while one is not current: at most 10 objects, the worst
+/// first, and a count of the rest.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthStatus {
+    /// The Helm revision whose objects were judged.
+    pub revision: i64,
+    /// The worst of them: `Failed` (halts a rollout at once), `InProgress`, or `Unknown` while
+    /// the revision's objects have not been judged yet.
+    pub state: String,
+    /// Objects not current.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub objects: Vec<UnhealthyObject>,
+    /// Objects not current beyond those listed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub more_objects: i32,
+}
+
+/// One object of a release that is not current, and why.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct UnhealthyObject {
+    /// Object API version.
+    pub api_version: String,
+    /// Object kind.
+    pub kind: String,
+    /// Object name.
+    pub name: String,
+    /// Object namespace; empty for cluster-scoped objects.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    /// `Failed` or `InProgress`.
+    pub health: String,
+    /// Why, in a few words (at most 256 bytes): the expression that held, the conditions.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
 }
 
 fn is_zero(n: &i32) -> bool {

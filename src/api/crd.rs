@@ -8,9 +8,11 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use crate::api::controller_status::{
-    ChartMessage, ClusterStatus, ControllerStatus, DriftStatus, DriftedObject, PodStatus,
-    RolloutCluster, RolloutHalt, RolloutStatus, Summary, TenancyStatus, WorkloadStatus,
+    ChartMessage, ClusterStatus, ControllerStatus, DriftStatus, DriftedObject, HealthStatus,
+    PodStatus, RolloutCluster, RolloutHalt, RolloutStatus, Summary, TenancyStatus, UnhealthyObject,
+    WorkloadStatus,
 };
+pub use crate::api::crd::health::HealthCheckExpr;
 pub use crate::api::crd::lifecycle::{
     CrdPolicy, Install, InstallRemediation, RemediationStrategy, Test, TestFilter, Uninstall,
     Upgrade, UpgradeRemediation,
@@ -360,6 +362,16 @@ pub struct Chart {
     /// after the post-renderers; as they are, under the same policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub common_metadata: Option<CommonMetadata>,
+
+    /// How objects of the kinds the chart deploys are judged (Flux's `healthCheckExprs`): CEL
+    /// expressions per `apiVersion` and `kind`, at most 16. Other objects with
+    /// `status.conditions` are judged by kstatus's rules (`Ready`, `Reconciling`, `Stalled`,
+    /// `observedGeneration`); Deployments, StatefulSets, DaemonSets and pods by their rollout.
+    /// `Ready`, `dependsOn` and rollout waves wait for every judged object to be current, and the
+    /// status names the first that is not and why. Not part of what is deployed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub health_check_exprs: Vec<HealthCheckExpr>,
 }
 
 /// Where values come from on the hub: one key of a Secret or ConfigMap in the resource's namespace.
@@ -548,6 +560,7 @@ pub fn crd_yaml() -> String {
 
 pub mod depth_policy;
 pub mod free_form;
+pub mod health;
 pub mod lifecycle;
 pub mod post_render;
 

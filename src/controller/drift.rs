@@ -1,4 +1,4 @@
-//! Drift detection's board: which releases are compared with their manifests, what was found, and repair limits (the loop that looks is `controller::drift_checks`).
+//! The release checks' board: which releases are compared with their manifests and judged for health, the drift and health found, and repair limits (the loop that looks is `controller::drift_checks`).
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -11,10 +11,11 @@ use k8s_openapi::jiff::Timestamp;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::{
-    api::crd::{DriftDetection, DriftMode, DriftStatus},
+    api::crd::{DriftDetection, DriftMode, DriftStatus, HealthCheckExpr, HealthStatus},
     api::key::{ClusterName, ReleaseKey},
     api::policy::Impersonation,
     observe::drift::{self, ObjectDrift, RepairLimiter, RepairVerdict},
+    plan::health::Judged,
     plan::{Applied, Drifted, OwnerId, Release},
 };
 
@@ -68,6 +69,16 @@ pub(crate) struct Watched {
     pub(crate) owner: OwnerId,
     pub(crate) settings: DriftDetection,
     pub(crate) identity: Option<Impersonation>,
+    /// The chart's `healthCheckExprs`.
+    pub(crate) health: Vec<HealthCheckExpr>,
+}
+
+impl Watched {
+    /// True when a check reads anything: drift detection is not disabled, or the chart judges
+    /// some kind by an expression.
+    pub(crate) fn reads(&self) -> bool {
+        self.settings.mode != DriftMode::Disabled || !self.health.is_empty()
+    }
 }
 
 /// Which releases are watched for drift and what was found, shared by the reconciler and the loop.
@@ -75,6 +86,8 @@ pub(crate) struct DriftBoard {
     /// Releases compared with their manifests.
     pub(crate) watched: DashMap<ReleaseKey, Watched>,
     found: DashMap<ReleaseKey, Found>,
+    /// The health last judged per release, with the revision judged.
+    judged: DashMap<ReleaseKey, (i64, Judged)>,
     /// The revision of each release whose record cannot be compared (it does not decode, expands
     /// past the bound, names too many objects): reported once, not read again until it changes.
     pub(crate) unusable: DashMap<ReleaseKey, i64>,
@@ -103,6 +116,7 @@ impl DriftBoard {
         let board = Self {
             watched: DashMap::new(),
             found: DashMap::new(),
+            judged: DashMap::new(),
             unusable: DashMap::new(),
             limiter: Mutex::new(RepairLimiter::new(REPAIRS_PER_WINDOW, REPAIR_WINDOW)),
             nudges,
@@ -122,13 +136,15 @@ impl DriftBoard {
                 owner: owner.clone(),
                 settings: release.drift.clone(),
                 identity: release.identity.clone(),
+                health: release.health.clone(),
             };
             let before = self.watched.insert(release.key.clone(), entry);
-            if before.is_none() {
+            if before.is_none_or(|b| b.health != release.health) {
                 self.nudge(DriftCheckRequest::Release(release.key.clone()));
             }
         }
         self.found.retain(|k, _| self.watched.contains_key(k));
+        self.judged.retain(|k, _| self.watched.contains_key(k));
         self.unusable.retain(|k, _| self.watched.contains_key(k));
     }
 
@@ -270,6 +286,80 @@ impl DriftBoard {
     pub(crate) fn forget_found(&self, key: &ReleaseKey) -> bool {
         self.found.remove(key).is_some()
     }
+
+    /// Records the health judged in a release's `revision`; true when it changed what is known.
+    pub(crate) fn record_health(&self, key: &ReleaseKey, revision: i64, judged: Judged) -> bool {
+        let new = (revision, judged);
+        let changed = self.judged.get(key).is_none_or(|held| *held != new);
+        if changed {
+            self.judged.insert(key.clone(), new);
+        }
+        changed
+    }
+
+    /// Forgets the health judged of a release that is no longer read; true when some was known.
+    pub(crate) fn forget_health(&self, key: &ReleaseKey) -> bool {
+        self.judged.remove(key).is_some()
+    }
+
+    /// The health of the deployed revision of releases where an object is not current, and of
+    /// releases whose chart has `healthCheckExprs` while that revision is not judged yet
+    /// (`Unknown`: it is not ready until it is; a check of it is asked for).
+    pub(crate) fn health(
+        &self,
+        applied: &HashMap<ReleaseKey, Applied>,
+    ) -> HashMap<ReleaseKey, HealthStatus> {
+        let mut out = HashMap::new();
+        for (key, a) in applied.iter().filter(|(_, a)| a.status == "deployed") {
+            let Some(w) = self.watched.get(key).filter(|w| w.reads()) else {
+                continue;
+            };
+            let judged = self.judged.get(key).filter(|j| j.0 == a.revision);
+            let status = match judged {
+                Some(j) => health_status(a.revision, &j.1),
+                None if !w.health.is_empty() => {
+                    // The check that follows Helm's apply may have seen the record before it
+                    // changed: ask again, so the revision is judged within a second, not at the
+                    // next interval (nudges gather, so a release is checked once however often).
+                    self.nudge(DriftCheckRequest::Release(key.clone()));
+                    Some(HealthStatus {
+                        revision: a.revision,
+                        state: "Unknown".into(),
+                        ..HealthStatus::default()
+                    })
+                }
+                None => None,
+            };
+            if let Some(status) = status {
+                out.insert(key.clone(), status);
+            }
+        }
+        out
+    }
+}
+
+/// What the status shows of a judged revision: None when every object is current.
+fn health_status(revision: i64, judged: &Judged) -> Option<HealthStatus> {
+    if judged.objects.is_empty() {
+        return None;
+    }
+    Some(HealthStatus {
+        revision,
+        state: judged.worst().to_string(),
+        objects: judged
+            .objects
+            .iter()
+            .map(|o| crate::api::crd::UnhealthyObject {
+                api_version: o.id.api_version.clone(),
+                kind: o.id.kind.clone(),
+                name: o.id.name.clone(),
+                namespace: o.id.namespace.clone().unwrap_or_default(),
+                health: o.verdict.health.to_string(),
+                reason: o.verdict.reason.clone(),
+            })
+            .collect(),
+        more_objects: i32::try_from(judged.more).unwrap_or(i32::MAX),
+    })
 }
 
 #[cfg(test)]
@@ -307,6 +397,7 @@ mod tests {
 
     fn release(key: &ReleaseKey, mode: DriftMode) -> Release {
         Release {
+            health: Vec::new(),
             adoption: Default::default(),
             masked: Default::default(),
             post_render: None,
@@ -424,5 +515,47 @@ mod tests {
         board.forget(&owner());
         assert!(!board.is_watched(&key));
         assert!(board.found.is_empty());
+    }
+
+    #[test]
+    fn health_counts_for_the_judged_revision_and_a_release_with_expressions_waits_to_be_judged() {
+        use crate::plan::health::{Health, Judged, Verdict};
+        let (board, mut nudges) = DriftBoard::new(Duration::from_secs(300));
+        let key: ReleaseKey = "member-1/team/web".parse().unwrap();
+        let mut judged_release = release(&key, DriftMode::Disabled);
+        board.track(&owner(), &[judged_release.clone()]);
+        assert!(
+            board.health(&applied(&key, 2)).is_empty(),
+            "nothing read, nothing judged"
+        );
+        judged_release.health = vec![HealthCheckExpr {
+            api_version: "example.com/v1".into(),
+            kind: "Widget".into(),
+            current: "true".into(),
+            ..Default::default()
+        }];
+        board.track(&owner(), &[judged_release]);
+        while nudges.try_recv().is_ok() {}
+        assert_eq!(board.health(&applied(&key, 2))[&key].state, "Unknown");
+        let mut found = Judged::default();
+        found.add(
+            drift("/x")[0].id.clone(),
+            Verdict {
+                health: Health::Failed,
+                reason: "Stalled=True".into(),
+            },
+        );
+        assert!(board.record_health(&key, 2, found.clone().finish()));
+        assert!(!board.record_health(&key, 2, found.finish()), "nothing new");
+        let status = &board.health(&applied(&key, 2))[&key];
+        assert_eq!(
+            (status.state.as_str(), status.objects[0].name.as_str()),
+            ("Failed", "web")
+        );
+        assert_eq!(board.health(&applied(&key, 3))[&key].state, "Unknown");
+        assert!(board.record_health(&key, 3, Judged::default()));
+        assert!(board.health(&applied(&key, 3)).is_empty(), "all current");
+        board.forget(&owner());
+        assert!(!board.forget_health(&key));
     }
 }

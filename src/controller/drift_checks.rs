@@ -1,4 +1,4 @@
-//! The drift checks: the loop that compares watched releases with their manifests (every `--drift-interval`, and within a second of a nudge), reports what it finds and asks for repairs.
+//! The release checks: the loop that compares watched releases with their manifests and judges their objects' health (every `--drift-interval`, and within a second of a nudge), reports what it finds and asks for repairs.
 
 use std::{collections::BTreeSet, sync::Arc};
 
@@ -105,8 +105,9 @@ async fn check(ctx: &DriftChecks, key: ReleaseKey, trigger: &Sender<ObjectRef<Te
         return;
     };
     let object = ObjectRef::new(&watched.owner.name).within(&watched.owner.namespace);
-    if watched.settings.mode == DriftMode::Disabled {
-        if ctx.index.drift.forget_found(&key) {
+    if !watched.reads() {
+        let forgot = ctx.index.drift.forget_found(&key);
+        if ctx.index.drift.forget_health(&key) || forgot {
             let _ = trigger.send(object).await;
         }
         return;
@@ -138,10 +139,12 @@ async fn check(ctx: &DriftChecks, key: ReleaseKey, trigger: &Sender<ObjectRef<Te
             revision: applied.revision,
             identity: watched.identity.clone(),
             ignore: watched.settings.ignore.clone(),
+            compare: watched.settings.mode != DriftMode::Disabled,
+            health: watched.health.clone(),
         })
         .await;
-    let objects = match checked {
-        Ok(objects) => objects,
+    let checked = match checked {
+        Ok(checked) => checked,
         Err(error) if error.is_lasting() => {
             ctx.index
                 .drift
@@ -170,7 +173,24 @@ async fn check(ctx: &DriftChecks, key: ReleaseKey, trigger: &Sender<ObjectRef<Te
             return;
         }
     };
-    if tell(ctx, &key, &watched, applied.revision, objects, &object).await {
+    let judged = checked.health;
+    if !judged.objects.is_empty() {
+        tracing::debug!(release = %key, revision = applied.revision, worst = %judged.worst(), "objects not current");
+    }
+    let health_changed = ctx
+        .index
+        .drift
+        .record_health(&key, applied.revision, judged);
+    let drift_told = tell(
+        ctx,
+        &key,
+        &watched,
+        applied.revision,
+        checked.drift,
+        &object,
+    )
+    .await;
+    if drift_told || health_changed {
         let _ = trigger.send(object).await;
     }
 }

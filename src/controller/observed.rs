@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::{
-    api::crd::{DriftStatus, RolloutStatus},
+    api::crd::{DriftStatus, HealthStatus, RolloutStatus},
     api::key::{ClusterName, ReleaseKey},
     observe::drift::RepairVerdict,
     observe::model::ScopeState,
@@ -61,6 +61,9 @@ pub(crate) struct Live {
     pub(crate) dependencies: Edges,
     /// Drift found in the deployed revisions of its releases.
     pub(crate) drift: HashMap<ReleaseKey, DriftStatus>,
+    /// The health of the deployed revisions' objects, where one is not current or is not
+    /// judged yet.
+    pub(crate) health: HashMap<ReleaseKey, HealthStatus>,
 }
 
 impl Live {

@@ -105,7 +105,7 @@ pub(crate) fn decide(
     if gated {
         // The gates judge clusters and releases as they would stand with every job let through.
         let (busy, outcomes) = jobs_of(live, &plan);
-        let judged = report_of(c, seen, &plan, (&busy, &outcomes), &drift);
+        let judged = report_of(c, seen, &plan, (&busy, &outcomes), (&drift, &live.health));
         rollout = gate_rollout(c, &mut plan, seen, &judged, &busy, live, planning.now);
         edges = gate_dependencies(
             seen.owner,
@@ -133,7 +133,7 @@ pub(crate) fn decide(
         .iter()
         .any(|j| !seen.applied.contains_key(j.key()) && redundant(live, j, seen.applied));
     let (busy, outcomes) = busy_after(live, &plan, &enqueue);
-    let mut report = report_of(c, seen, &plan, (&busy, &outcomes), &drift);
+    let mut report = report_of(c, seen, &plan, (&busy, &outcomes), (&drift, &live.health));
     status::add_orphans(&mut report, seen.orphans);
     report.rollout = rollout.as_ref().map(|r: &rollout::Step| r.state.clone());
     Decision {
@@ -179,7 +179,10 @@ fn report_of(
     seen: &Seen<'_>,
     plan: &plan::Plan,
     (busy, outcomes): (&BTreeSet<ReleaseKey>, &HashMap<ReleaseKey, LastOutcome>),
-    drift: &HashMap<ReleaseKey, crate::api::crd::DriftStatus>,
+    (drift, health): (
+        &HashMap<ReleaseKey, crate::api::crd::DriftStatus>,
+        &HashMap<ReleaseKey, crate::api::crd::HealthStatus>,
+    ),
 ) -> ReleaseReport {
     status::releases(&ReleaseView {
         plan,
@@ -189,6 +192,7 @@ fn report_of(
         synced: seen.synced,
         generation: c.meta().generation,
         drift,
+        health,
     })
 }
 

@@ -148,6 +148,7 @@ pub(crate) fn look(
         unreachable,
         rollout: ctx.kept.index.rollout(seen.owner),
         drift: ctx.kept.index.drift.statuses(seen.applied),
+        health: ctx.kept.index.drift.health(seen.applied),
         dependencies,
     }
 }

@@ -15,8 +15,9 @@ use crate::{
     helm::args::RenderFor,
     member::error::{self, LinkError},
     member::link::{DriftCheck, MemberLink},
-    observe::drift::{self, ObjectDrift},
+    observe::drift,
     observe::records::{Deployed, Record, RecordEvents},
+    observe::release_check::Checked,
     observe::watch::ClusterWatch,
     plan::{Applied, ChartSource, Job, OwnerId, Release},
     queue::{Outcome, Started},
@@ -221,6 +222,7 @@ pub(crate) fn apply(key: &str, spec_hash: &str) -> Job {
     Job::Apply {
         adopt: false,
         release: Box::new(Release {
+            health: Vec::new(),
             adoption: Default::default(),
             masked: Default::default(),
             post_render: None,
@@ -314,12 +316,9 @@ impl MemberLink for FakeLink {
         async move { watch.stop.cancelled().await }.boxed()
     }
 
-    fn check_drift(
-        &self,
-        check: DriftCheck,
-    ) -> BoxFuture<'static, drift::Result<Vec<ObjectDrift>>> {
+    fn check_drift(&self, check: DriftCheck) -> BoxFuture<'static, drift::Result<Checked>> {
         self.record(Call::Drift(check.key));
-        futures::future::ready(Ok(Vec::new())).boxed()
+        futures::future::ready(Ok(Checked::default())).boxed()
     }
 
     fn probe(&self) -> BoxFuture<'static, Health> {

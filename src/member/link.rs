@@ -5,20 +5,22 @@ use std::collections::HashMap;
 use futures::future::BoxFuture;
 
 use crate::{
-    api::crd::DriftIgnore,
+    api::crd::{DriftIgnore, HealthCheckExpr},
     api::key::{ClusterName, ReleaseKey},
     api::policy::Impersonation,
     clusters::registry::Health,
     helm::args::RenderFor,
     member::error,
-    observe::drift::{self, ObjectDrift},
+    observe::drift,
     observe::records::RecordEvents,
+    observe::release_check::Checked,
     observe::watch::ClusterWatch,
     plan::{Applied, Job},
     queue::{Outcome, Started},
 };
 
-/// One drift check the hub asks of a member: compare a release's revision with the live objects.
+/// One check the hub asks of a member: compare a release's revision with the live objects, and
+/// judge their health.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct DriftCheck {
     /// The release.
@@ -29,6 +31,17 @@ pub(crate) struct DriftCheck {
     pub(crate) identity: Option<Impersonation>,
     /// Fields left out of the comparison.
     pub(crate) ignore: Vec<DriftIgnore>,
+    /// Compare the objects with the manifest (drift detection is not disabled); when false,
+    /// only the objects of kinds `health` names are read, to judge them.
+    #[serde(default = "yes")]
+    pub(crate) compare: bool,
+    /// The chart's health expressions: every object read is judged, by them or by kstatus's rules.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) health: Vec<HealthCheckExpr>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// One member cluster as the hub reaches it. Every method returns an owned future or stream, so a
@@ -49,9 +62,8 @@ pub(crate) trait MemberLink: Send + Sync {
     fn release_records(&self, selector: &str) -> RecordEvents;
     /// The task that watches its pods and workloads as `watch` asks.
     fn watch_workloads(&self, watch: ClusterWatch) -> BoxFuture<'static, ()>;
-    /// Compares a release's manifest with what runs.
-    fn check_drift(&self, check: DriftCheck)
-    -> BoxFuture<'static, drift::Result<Vec<ObjectDrift>>>;
+    /// Compares a release's manifest with what runs, and judges the health of what runs.
+    fn check_drift(&self, check: DriftCheck) -> BoxFuture<'static, drift::Result<Checked>>;
     /// Whether its API server answers, and its version.
     fn probe(&self) -> BoxFuture<'static, Health>;
     /// Its releases, the newest record of each, read once: for a look that acts on nothing (the

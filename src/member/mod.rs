@@ -21,7 +21,7 @@ use crate::{
     clusters::registry::{ClusterRegistry, Health, Member, SharedRegistry},
     helm::{cli::unregistered, sdk::HelmExecutor},
     member::pull::{hub::PullHub, wire::Signer},
-    observe::drift::Kinds,
+    observe::release_check::Kinds,
     observe::watch::{ClusterWatch, Observers},
     plan::Job,
     queue::{Executor, Outcome, Started},

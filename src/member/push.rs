@@ -15,8 +15,9 @@ use crate::{
     helm::{args::RenderFor, sdk::HelmExecutor},
     member::error::{self, LinkError},
     member::link::{DriftCheck, MemberLink},
-    observe::drift::{self, Kinds, ObjectDrift},
+    observe::drift,
     observe::records::{self, RecordEvents},
+    observe::release_check::{self, Asked, Checked, Kinds},
     observe::releases,
     observe::watch::{self, ClusterWatch},
     plan::{Applied, Job},
@@ -72,19 +73,27 @@ impl MemberLink for PushLink {
         watch::watch_cluster(self.member.client.clone(), watch).boxed()
     }
 
-    fn check_drift(
-        &self,
-        check: DriftCheck,
-    ) -> BoxFuture<'static, drift::Result<Vec<ObjectDrift>>> {
+    fn check_drift(&self, check: DriftCheck) -> BoxFuture<'static, drift::Result<Checked>> {
         let (client, kinds) = (self.member.client.clone(), self.kinds.clone());
         async move {
-            drift::check(
+            let health = kinds
+                .compiled
+                .rules(&check.health)
+                .map_err(|e| drift::Error::Health {
+                    key: check.key.clone(),
+                    reason: e.to_string(),
+                })?;
+            let asked = Asked {
+                compare: check.compare,
+                ignore: &check.ignore,
+                health: &health,
+            };
+            release_check::check(
                 &client,
                 check.identity.as_ref(),
                 &kinds,
-                &check.key,
-                check.revision,
-                &check.ignore,
+                (&check.key, check.revision),
+                asked,
             )
             .await
         }

@@ -1,4 +1,4 @@
-//! Drift: a release's live objects compared with the fields its manifest sets (pure), read from its member cluster.
+//! Drift: a release's live objects compared with the fields its manifest sets (pure; `release_check` reads them from the member cluster).
 //!
 //! Why a "the manifest's fields are a subset of live" comparison and not a server-side apply
 //! dry-run: it needs only `get` on the release's objects (a dry-run apply needs the right to patch
@@ -13,22 +13,15 @@ use std::{
 };
 
 use base64::Engine as _;
-use dashmap::DashMap;
-use k8s_openapi::api::core::v1::Secret;
-use kube::{
-    Api, Client,
-    api::{ApiResource, DynamicObject, GroupVersionKind},
-    discovery::{self, Scope},
-};
 use serde_json::Value;
 
 use crate::{
     api::crd::{DriftIgnore, DriftStatus, DriftedObject},
-    api::key::{ClusterName, ReleaseKey},
-    api::policy::Impersonation,
-    clusters::identity::acting_as,
-    observe::records::decode_manifest,
+    api::key::ReleaseKey,
 };
+
+/// One object of a manifest (kept with the health judge, which names objects too).
+pub(crate) use crate::plan::health::ObjectId;
 
 /// Objects listed in a release's drift status; the rest are counted.
 pub(crate) const MAX_OBJECTS: usize = 10;
@@ -44,7 +37,10 @@ impl Error {
     /// True when trying again cannot help until the release changes: its record cannot be
     /// compared, or its identity cannot be acted as.
     pub(crate) fn is_lasting(&self) -> bool {
-        matches!(self, Error::Undecodable { .. } | Error::Identity { .. })
+        matches!(
+            self,
+            Error::Undecodable { .. } | Error::Identity { .. } | Error::Health { .. }
+        )
     }
 }
 
@@ -79,6 +75,15 @@ pub(crate) enum Error {
         /// Why.
         reason: String,
     },
+    /// The chart's health expressions cannot be used (refused when planned: only a hub of
+    /// another version sends such a check).
+    #[error("release {key}: {reason}")]
+    Health {
+        /// The release.
+        key: ReleaseKey,
+        /// Which expression, and what is wrong.
+        reason: String,
+    },
     /// A pull member's agent could not compare it, or did not answer.
     #[error("release {key}: {reason}")]
     Agent {
@@ -99,34 +104,6 @@ pub(crate) enum Error {
     },
 }
 
-/// One object of a manifest: its kind, name and namespace.
-#[derive(
-    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-pub(crate) struct ObjectId {
-    /// `apiVersion`, for example `apps/v1`.
-    pub(crate) api_version: String,
-    /// Kind.
-    pub(crate) kind: String,
-    /// Namespace the manifest gives; None when it gives none.
-    pub(crate) namespace: Option<String>,
-    /// Name.
-    pub(crate) name: String,
-}
-
-impl ObjectId {
-    /// The kind, name and namespace of a manifest object, when it has them.
-    pub(crate) fn of(object: &Value) -> Option<Self> {
-        let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
-        Some(Self {
-            api_version: text(object.get("apiVersion"))?,
-            kind: text(object.get("kind"))?,
-            namespace: text(object.pointer("/metadata/namespace")).filter(|n| !n.is_empty()),
-            name: text(object.pointer("/metadata/name"))?,
-        })
-    }
-}
-
 /// Where one live object differs from its manifest.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct ObjectDrift {
@@ -143,7 +120,7 @@ pub(crate) struct ObjectDrift {
 
 impl ObjectDrift {
     /// An object `user` may not read.
-    fn not_readable(id: ObjectId, user: &str) -> Self {
+    pub(crate) fn not_readable(id: ObjectId, user: &str) -> Self {
         Self {
             id,
             missing: false,
@@ -499,117 +476,6 @@ impl RepairLimiter {
     pub(crate) fn retain(&mut self, keep: impl Fn(&ReleaseKey) -> bool) {
         self.repairs.retain(|k, _| keep(k));
     }
-}
-
-/// The API resources of the kinds met in manifests, per cluster, so each kind is discovered once.
-#[derive(Default)]
-pub(crate) struct Kinds {
-    known: DashMap<(ClusterName, String, String), (ApiResource, bool)>,
-}
-
-impl Kinds {
-    /// The API resource of `id`'s kind in `cluster` and whether it is namespaced.
-    async fn resolve(
-        &self,
-        client: &Client,
-        cluster: &ClusterName,
-        id: &ObjectId,
-    ) -> kube::Result<(ApiResource, bool)> {
-        let key = (cluster.clone(), id.api_version.clone(), id.kind.clone());
-        if let Some(known) = self.known.get(&key) {
-            return Ok(known.clone());
-        }
-        let (group, version) = id
-            .api_version
-            .split_once('/')
-            .unwrap_or(("", &id.api_version));
-        let gvk = GroupVersionKind::gvk(group, version, &id.kind);
-        let (resource, capabilities) = discovery::pinned_kind(client, &gvk).await?;
-        let found = (resource, capabilities.scope == Scope::Namespaced);
-        self.known.insert(key, found.clone());
-        Ok(found)
-    }
-}
-
-/// Compares the live objects of release `key` with the manifest of its `revision`. The record
-/// and the objects are read as `identity` (the user and groups Helm acts as for the release) when
-/// it has one, so a check reads nothing that identity may not read: an object it may not read is
-/// reported as such, never fetched with the operator's rights; kinds are discovered with the
-/// operator's own `member` client. Secret values are compared, never returned: only paths are.
-pub(crate) async fn check(
-    member: &Client,
-    identity: Option<&Impersonation>,
-    kinds: &Kinds,
-    key: &ReleaseKey,
-    revision: i64,
-    rules: &[DriftIgnore],
-) -> Result<Vec<ObjectDrift>> {
-    let record = format!("sh.helm.release.v1.{}.v{revision}", key.release);
-    let undecodable = |reason: String| Error::Undecodable {
-        key: key.clone(),
-        record: record.clone(),
-        reason,
-    };
-    let reader = match identity {
-        Some(who) => acting_as(member, who).map_err(|reason| Error::Identity {
-            key: key.clone(),
-            reason,
-        })?,
-        None => member.clone(),
-    };
-    let secrets: Api<Secret> = Api::namespaced(reader.clone(), &key.scope.namespace);
-    let secret = secrets.get(&record).await.map_err(|e| Error::Record {
-        key: key.clone(),
-        record: record.clone(),
-        source: Box::new(e),
-    })?;
-    let data = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get("release"))
-        .ok_or_else(|| undecodable("no data.release".into()))?;
-    let manifest = decode_manifest(&data.0).map_err(undecodable)?;
-    let objects = manifest_objects(&manifest).map_err(undecodable)?;
-    drop(manifest);
-    let mut out = Vec::new();
-    for desired in objects {
-        let Some(mut id) = ObjectId::of(&desired) else {
-            continue;
-        };
-        let live_error = |e: kube::Error, id: &ObjectId| Error::Live {
-            key: key.clone(),
-            object: format!("{}/{}", id.kind, id.name),
-            source: Box::new(e),
-        };
-        let (resource, namespaced) = kinds
-            .resolve(member, &key.scope.cluster, &id)
-            .await
-            .map_err(|e| live_error(e, &id))?;
-        let api: Api<DynamicObject> = if namespaced {
-            let namespace = id
-                .namespace
-                .get_or_insert_with(|| key.scope.namespace.clone())
-                .clone();
-            Api::namespaced_with(reader.clone(), &namespace, &resource)
-        } else {
-            id.namespace = None;
-            Api::all_with(reader.clone(), &resource)
-        };
-        let live = match (api.get_opt(&id.name).await, identity) {
-            (Ok(live), _) => live,
-            (Err(kube::Error::Api(s)), Some(who)) if s.code == 403 => {
-                out.push(ObjectDrift::not_readable(id, &who.user));
-                continue;
-            }
-            (Err(e), _) => return Err(live_error(e, &id)),
-        };
-        let live = live.map(|l| serde_json::to_value(l).unwrap_or(Value::Null));
-        if let Some(drift) = object_drift(id, &desired, live.as_ref(), rules) {
-            out.push(drift);
-        }
-    }
-    out.sort_by(|a, b| a.id.cmp(&b.id));
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@ pub(crate) mod drift;
 pub mod model;
 pub(crate) mod record_feed;
 pub mod records;
+pub(crate) mod release_check;
 pub mod releases;
 pub(crate) mod relist;
 pub(crate) mod revisions;

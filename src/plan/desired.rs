@@ -9,8 +9,9 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::{
-    api::crd::{Chart, ControllerSpec, HUB_CLUSTER, Tenancy, Uninstall},
+    api::crd::{Chart, ControllerSpec, HUB_CLUSTER, HealthCheckExpr, Tenancy, Uninstall},
     api::key::{ClusterName, ClusterNamespace, ReleaseKey},
+    plan::health::Rules,
     policy::{
         Admission, Verdict,
         access::{Credentials, Trust},
@@ -306,6 +307,7 @@ pub(crate) fn desired(
         }
     };
     let (first, mut repeated) = repeats(&asked);
+    let mut health_checked: HashMap<&[HealthCheckExpr], Option<String>> = HashMap::new();
     for (i, (key, _, chart)) in asked.iter().enumerate() {
         out.named.insert(key.clone());
         if let Some(r) = repeated.remove(&i) {
@@ -361,6 +363,20 @@ pub(crate) fn desired(
             }
         };
         out.sources.extend(rendered.sources.iter().cloned());
+        // Compiled once per set of expressions, however many clusters the chart goes to.
+        let exprs = chart.health_check_exprs.as_slice();
+        let refused = health_checked
+            .entry(exprs)
+            .or_insert_with(|| Rules::compile(exprs).err().map(|e| e.to_string()));
+        if let Some(why) = refused {
+            out.problems.push(Problem::InvalidHealthCheck {
+                key: key.clone(),
+                owner: owner.clone(),
+                chart: chart.chart_name.clone(),
+                why: why.clone(),
+            });
+            continue;
+        }
         // Admitted above, so its credentials are too.
         let credentials = admission
             .credentials(&owner.namespace, chart)
@@ -478,6 +494,7 @@ fn resolve(
         spec_hash: String::new(),
         identity: None,
         drift: chart.drift_detection.clone().unwrap_or_default(),
+        health: chart.health_check_exprs.clone(),
         helm,
         masked: rendered.masked,
         post_render: rendered.post_render,

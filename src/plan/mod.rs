@@ -4,6 +4,7 @@ pub(crate) mod claims;
 pub(crate) mod depends;
 pub(crate) mod desired;
 pub mod fleet;
+pub(crate) mod health;
 pub(crate) mod limits;
 pub(crate) mod planner;
 pub(crate) mod post_render;

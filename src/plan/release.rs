@@ -102,6 +102,10 @@ pub(crate) struct Release {
     /// How drift of its live objects from its manifest is handled. Not part of the fingerprint:
     /// Helm never sees it, so changing only the mode or the ignore rules must not make a revision.
     pub(crate) drift: DriftDetection,
+    /// How its objects' health is judged (`healthCheckExprs`), checked to compile when planned.
+    /// Not part of the fingerprint: Helm never sees it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) health: Vec<crate::api::crd::HealthCheckExpr>,
     /// How Helm is asked to install, upgrade and uninstall it. Not part of the fingerprint: it
     /// changes how Helm acts, not what is deployed, so changing it alone makes no revision.
     #[serde(default)]
@@ -159,6 +163,7 @@ impl fmt::Debug for Release {
             .field("spec_hash", &self.spec_hash)
             .field("identity", &self.identity)
             .field("drift", &self.drift)
+            .field("health", &self.health)
             .field("helm", &self.helm)
             .field("masked", &self.masked)
             .field("post_render", &self.post_render)
@@ -566,6 +571,18 @@ pub(crate) enum Problem {
         /// The releases this resource names on that cluster: a few, and how many more.
         releases: String,
     },
+    /// The chart's `healthCheckExprs` cannot be used: an expression does not compile or breaks
+    /// a bound.
+    InvalidHealthCheck {
+        /// The release.
+        key: ReleaseKey,
+        /// The Controller asking for it.
+        owner: OwnerId,
+        /// The chart as named.
+        chart: String,
+        /// Which expression, and what is wrong.
+        why: String,
+    },
     /// The release is on a cycle of `dependsOn`: no order can install it.
     DependencyCycle {
         /// The release.
@@ -589,7 +606,8 @@ impl Problem {
             | Problem::Forbidden { key, .. }
             | Problem::InvalidValues { key, .. }
             | Problem::UnknownDependency { key, .. }
-            | Problem::DependencyCycle { key, .. } => Some(key),
+            | Problem::DependencyCycle { key, .. }
+            | Problem::InvalidHealthCheck { key, .. } => Some(key),
             Problem::UnknownCluster { .. }
             | Problem::NoClusterSelected { .. }
             | Problem::TooLarge { .. } => None,
@@ -611,6 +629,7 @@ impl Problem {
             Problem::InvalidValues { .. } => "InvalidValues",
             Problem::UnknownDependency { .. } => "UnknownDependency",
             Problem::DependencyCycle { .. } => "DependencyCycle",
+            Problem::InvalidHealthCheck { .. } => "InvalidHealthCheck",
         }
     }
 }
@@ -683,6 +702,15 @@ impl fmt::Display for Problem {
                 f,
                 "release {key}: dependsOn names {dependency}, which this resource does not release on cluster {} (its releases there: {releases}); nothing is installed or changed for it until the spec names a release it has there (what runs stays as it is)",
                 key.scope.cluster
+            ),
+            Problem::InvalidHealthCheck {
+                key,
+                owner,
+                chart,
+                why,
+            } => write!(
+                f,
+                "release {key}: Controller {owner}, chart {chart:?}: {why}; nothing is installed or changed for it until the expression is fixed (what runs stays as it is)"
             ),
             Problem::DependencyCycle { key, cycle, .. } => write!(
                 f,

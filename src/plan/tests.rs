@@ -615,6 +615,50 @@ fn clusters_not_yet_synced_are_waited_for_and_never_uninstalled_from() {
 }
 
 #[test]
+fn a_health_expression_that_does_not_compile_is_a_problem_naming_the_controller_chart_and_kind() {
+    let world = World::new();
+    let mut broken = chart("missing-expr", Some("m"), &[]);
+    broken.chart_name = "deployment-example".into();
+    broken.health_check_exprs = vec![crate::api::crd::HealthCheckExpr {
+        api_version: "bitnami.com/v1alpha1".into(),
+        kind: "SealedSecret".into(),
+        current: "status.conditions.exists(c, c.type == ".into(),
+        ..Default::default()
+    }];
+    let mut fine = chart("deployment-example", None, &[]);
+    fine.health_check_exprs = vec![crate::api::crd::HealthCheckExpr {
+        api_version: "apps/v1".into(),
+        kind: "Deployment".into(),
+        current: "status.availableReplicas >= 1".into(),
+        ..Default::default()
+    }];
+    let spec = ControllerSpec {
+        tenancies: vec![tenancy("a", &[], vec![broken, fine])],
+        ..Default::default()
+    };
+    let plan = world.plan(&owner("x"), &spec);
+    assert_eq!(keys(&plan.jobs), ["apply hub/a/a"]);
+    assert_eq!(plan.problems[0].reason(), "InvalidHealthCheck");
+    let text = plan.problems[0].to_string();
+    assert!(
+        text.starts_with("release hub/a/m: Controller default/x, chart \"deployment-example\": healthCheckExprs[0] (bitnami.com/v1alpha1 SealedSecret) current: does not compile"),
+        "{text}"
+    );
+    assert_eq!(
+        plan.desired[0].health.len(),
+        1,
+        "the expressions travel with the release"
+    );
+    let mut fingerprint = plan.desired[0].clone();
+    fingerprint.health.clear();
+    assert_eq!(
+        spec_hash(&fingerprint),
+        plan.desired[0].spec_hash,
+        "not part of the fingerprint"
+    );
+}
+
+#[test]
 fn the_spec_hash_changes_with_what_helm_sees_and_nothing_else() {
     let world = World::new();
     let base = world.plan(&owner("a"), &seed()).desired[0].clone();

@@ -6,8 +6,8 @@ use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Condition, jiff::Timestamp}
 
 use crate::{
     api::crd::{
-        ChartMessage, ClusterStatus, ControllerStatus, PodStatus, Summary, TenancyStatus,
-        WorkloadStatus,
+        ChartMessage, ClusterStatus, ControllerStatus, HealthStatus, PodStatus, Summary,
+        TenancyStatus, WorkloadStatus,
     },
     api::key::{ClusterName, ReleaseKey},
     observe::model::{PodInfo, ScopeState},
@@ -89,8 +89,9 @@ pub(crate) fn cluster_readiness(
 }
 
 /// Judges one release of a report by the same rule as [`cluster_readiness`], on that release
-/// alone (for `dependsOn`): deployed from the newest spec, watched live, its workloads rolled out
-/// and its pods ready; a release with no workloads is ready once deployed and watched. A release
+/// alone (for `dependsOn`): deployed from the newest spec, its judged objects current (the
+/// chart's `healthCheckExprs`, kstatus's rules), watched live, its workloads rolled out and its
+/// pods ready; a release with no workloads is ready once deployed, judged and watched. A release
 /// the report does not show, or shows with a problem, is not deployed.
 pub(crate) fn release_readiness(
     report: &ReleaseReport,
@@ -152,6 +153,18 @@ fn readiness(
                     format!("release {here}/{} is {}", m.release_name, m.phase),
                 )
             });
+        }
+        if let Some((m, health)) = t
+            .chart_messages
+            .iter()
+            .find_map(|m| m.health.as_ref().map(|h| (m, h)))
+        {
+            let words = (m.release_name.clone(), health_words(here, health));
+            if health.state == "Failed" {
+                out.failed.get_or_insert(words);
+            } else {
+                out.waiting.get_or_insert(words);
+            }
         }
         if entry_ready(&t) {
             continue;
@@ -248,10 +261,39 @@ fn fill(t: &mut TenancyStatus, state: &ScopeState, synced: bool) {
         .collect();
 }
 
-/// Whether an entry shows nothing left to do: every release deployed, watched live, every
-/// workload rolled out and every pod ready.
+/// A release's objects not current, in words: the first of them and why.
+fn health_words(namespace: &str, health: &HealthStatus) -> String {
+    let Some(o) = health.objects.first() else {
+        return format!(
+            "the objects of revision {} are not judged yet",
+            health.revision
+        );
+    };
+    let at = if o.namespace.is_empty() {
+        namespace
+    } else {
+        &o.namespace
+    };
+    let more = health.objects.len() - 1 + usize::try_from(health.more_objects).unwrap_or(0);
+    let more = if more > 0 {
+        format!(" (and {more} more not current)")
+    } else {
+        String::new()
+    };
+    let reason = if o.reason.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", o.reason)
+    };
+    format!("{} {at}/{} is {}{reason}{more}", o.kind, o.name, o.health)
+}
+
+/// Whether an entry shows nothing left to do: every release deployed and its judged objects
+/// current, watched live, every workload rolled out and every pod ready.
 fn entry_ready(t: &TenancyStatus) -> bool {
-    t.chart_messages.iter().all(|m| m.phase == phase::DEPLOYED)
+    t.chart_messages
+        .iter()
+        .all(|m| m.phase == phase::DEPLOYED && m.health.is_none())
         && t.fresh
         && t.replication_controller_status.iter().all(|w| w.rolled_out)
         && t.pods_ready == t.pods_total
@@ -276,8 +318,22 @@ pub(crate) fn bound(status: &mut ControllerStatus, budget: usize) {
         }
     }
     if size(status) > budget {
+        for m in status
+            .updated_tenancies
+            .iter_mut()
+            .flat_map(|t| &mut t.chart_messages)
+        {
+            if let Some(h) = &mut m.health {
+                let cut = h.objects.len().saturating_sub(1);
+                h.objects.truncate(1);
+                h.more_objects = h.more_objects.saturating_add(cut as i32);
+            }
+        }
+    }
+    if size(status) > budget {
         for t in &mut status.updated_tenancies {
-            t.chart_messages.retain(|m| m.phase != phase::DEPLOYED);
+            t.chart_messages
+                .retain(|m| m.phase != phase::DEPLOYED || m.health.is_some());
             for m in &mut t.chart_messages {
                 m.setting_map.clear();
                 m.values.clear();

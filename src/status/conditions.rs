@@ -83,6 +83,11 @@ pub(crate) struct ConditionInputs<'a> {
     pub(crate) failing_pods: Vec<String>,
     /// Releases whose live objects differ from their manifest, as `cluster/namespace/release`.
     pub(crate) drifted: Vec<String>,
+    /// Releases with an object judged in progress (or not judged yet), as
+    /// `cluster/namespace/release (Kind name)`.
+    pub(crate) objects_in_progress: Vec<String>,
+    /// Releases with an object judged failed, as `cluster/namespace/release (Kind name: reason)`.
+    pub(crate) objects_failed: Vec<String>,
 }
 
 impl<'a> ConditionInputs<'a> {
@@ -100,6 +105,8 @@ impl<'a> ConditionInputs<'a> {
             pods_not_ready: 0,
             failing_pods: Vec::new(),
             drifted: Vec::new(),
+            objects_in_progress: Vec::new(),
+            objects_failed: Vec::new(),
         };
         for t in tenancies {
             let here = format!("{}/{}", t.cluster, t.namespace);
@@ -121,6 +128,17 @@ impl<'a> ConditionInputs<'a> {
                 }
                 if m.drift.is_some() {
                     f.drifted.push(format!("{here}/{}", m.release_name));
+                }
+                if let Some(h) = &m.health {
+                    let first = h.objects.first().map_or_else(
+                        || "not judged yet".to_owned(),
+                        |o| format!("{} {}: {}", o.kind, o.name, o.reason),
+                    );
+                    let named = format!("{here}/{} ({first})", m.release_name);
+                    match h.state.as_str() {
+                        "Failed" => f.objects_failed.push(named),
+                        _ => f.objects_in_progress.push(named),
+                    }
                 }
             }
             if !t.chart_messages.iter().any(|m| is_managed(&m.phase)) {
@@ -292,15 +310,39 @@ pub(crate) const RECONCILING: &[Rule] = &[
         message: |f| format!("waiting for workload(s) {} to roll out", some(&f.rolling)),
     },
     Rule {
+        reason: "ObjectsInProgress",
+        holds: |f| !f.objects_in_progress.is_empty(),
+        message: |f| {
+            format!(
+                "waiting for the objects of release(s) {} to be current (see chartMessages[].health)",
+                some(&f.objects_in_progress)
+            )
+        },
+    },
+    Rule {
         reason: "PodsNotReady",
         holds: |f| f.pods_not_ready > 0,
         message: |f| format!("waiting for {} pod(s) to be ready", f.pods_not_ready),
     },
 ];
 
+/// Objects of a release judged failed: the resource is degraded, and not ready (nothing else
+/// may stall or hold it).
+const OBJECTS_FAILED: Rule = Rule {
+    reason: "ObjectsFailed",
+    holds: |f| !f.objects_failed.is_empty(),
+    message: |f| {
+        format!(
+            "objects of release(s) {} failed (see chartMessages[].health)",
+            some(&f.objects_failed)
+        )
+    },
+};
+
 /// What has failed while nothing stalls (`Degraded`); a stalled resource is degraded by what
 /// stalls it.
 pub(crate) const DEGRADED: &[Rule] = &[
+    OBJECTS_FAILED,
     Rule {
         reason: "PodsFailing",
         holds: |f| !f.failing_pods.is_empty(),
@@ -325,6 +367,7 @@ pub(crate) const NOT_READY: &[Rule] = &[
         holds: |f| f.has(phase::SUSPENDED),
         message: held_back,
     },
+    OBJECTS_FAILED,
     // Drift keeps Ready False (what runs is not what was asked for) without being stalled,
     // reconciling or degraded: in mode warn nothing changes it, in mode enabled a repair does.
     Rule {

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::{
-    api::crd::{ChartMessage, ControllerStatus, DriftStatus, TenancyStatus},
+    api::crd::{ChartMessage, ControllerStatus, DriftStatus, HealthStatus, TenancyStatus},
     api::key::{ClusterName, ReleaseKey},
     plan::{Applied, ChartSource, Plan, Problem, Release},
     policy::source::redact,
@@ -43,6 +43,8 @@ pub(crate) struct ReleaseView<'a> {
     pub(crate) generation: Option<i64>,
     /// Drift found in the deployed revision of releases.
     pub(crate) drift: &'a HashMap<ReleaseKey, DriftStatus>,
+    /// The health of the deployed revision's objects, of releases where one is not current.
+    pub(crate) health: &'a HashMap<ReleaseKey, HealthStatus>,
 }
 
 /// The release side of a resource's status, waiting to be joined with what runs.
@@ -91,6 +93,7 @@ pub(crate) fn message(
             .map(|v| v.by.clone())
             .unwrap_or_default(),
         drift: None,
+        health: None,
         tests: BTreeMap::new(),
         crds: String::new(),
     }
@@ -188,6 +191,11 @@ pub(crate) fn release_message(
         .unwrap_or_default();
     ChartMessage {
         drift: view.drift.get(&release.key).cloned(),
+        health: view
+            .health
+            .get(&release.key)
+            .filter(|h| message.revision == Some(h.revision))
+            .cloned(),
         tests,
         crds: crds_reported(release, view),
         ..message

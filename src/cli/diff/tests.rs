@@ -10,6 +10,7 @@ fn key(k: &str) -> ReleaseKey {
 
 fn release(k: &str) -> Release {
     Release {
+        health: Vec::new(),
         adoption: Default::default(),
         masked: Default::default(),
         post_render: None,

@@ -11,6 +11,7 @@ use std::path::Path;
 /// A release of the example chart from `source`, with one setting.
 pub(crate) fn release(source: ChartSource) -> Release {
     Release {
+        health: Vec::new(),
         adoption: Default::default(),
         masked: Default::default(),
         post_render: None,

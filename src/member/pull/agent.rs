@@ -406,11 +406,15 @@ impl Agent {
             revision,
             identity: release.identity.clone(),
             ignore: release.drift.ignore.clone(),
+            compare: true,
+            health: Vec::new(),
         };
-        let Ok(drifted) = self.local.check_drift(check).await else {
+        let Ok(checked) = self.local.check_drift(check).await else {
             return;
         };
-        let Some(first) = drifted.first() else { return };
+        let Some(first) = checked.drift.first() else {
+            return;
+        };
         let what = format!(
             "{} {} drifted while the hub was out of reach",
             first.id.kind, first.id.name
@@ -464,6 +468,7 @@ mod tests {
 
     fn release() -> Release {
         Release {
+            health: Vec::new(),
             adoption: Default::default(),
             masked: Default::default(),
             post_render: None,

@@ -16,9 +16,9 @@ use crate::{
     member::link::DriftCheck,
     member::pull::watching::Watched,
     member::pull::wire::{AgentConfig, WireError},
-    observe::drift::ObjectDrift,
     observe::model::{PodInfo, WorkloadInfo},
     observe::records::Deployed,
+    observe::release_check::Checked,
     plan::{Job, OwnerId},
     queue::Outcome,
 };
@@ -139,7 +139,7 @@ impl Call {
         matches!(self.body, CallBody::Drift(_)).then(|| Replied {
             cluster: self.cluster.clone(),
             id: self.id.clone(),
-            reply: Reply::Drift(Ok(Vec::new())),
+            reply: Reply::Drift(Ok(Checked::default())),
         })
     }
 
@@ -221,8 +221,8 @@ pub struct Answer {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) enum Reply {
-    /// A drift check's finding.
-    Drift(Result<Vec<ObjectDrift>, String>),
+    /// A drift check's finding: drift, and the health of the objects judged.
+    Drift(Result<Checked, String>),
     /// A revision's manifest and values (None: the record is gone).
     Manifest(Result<Option<Deployed>, String>),
 }

@@ -2,6 +2,9 @@
 
 use super::*;
 use crate::api::crd::DriftTarget;
+use crate::observe::release_check::{Asked, Kinds, check};
+use crate::plan::health::Rules;
+use kube::Client;
 use serde_json::json;
 
 fn deployment() -> Value {
@@ -121,8 +124,15 @@ async fn an_impersonated_release_is_read_as_its_identity_and_what_it_may_not_rea
     };
     let key: ReleaseKey = "member-1/team/web".parse().unwrap();
     let kinds = Kinds::default();
-    let checked =
-        tokio::spawn(async move { check(&member, Some(&who), &kinds, &key, 3, &[]).await });
+    let checked = tokio::spawn(async move {
+        let health = Rules::compile(&[]).unwrap();
+        let asked = Asked {
+            compare: true,
+            ignore: &[],
+            health: &health,
+        };
+        check(&member, Some(&who), &kinds, (&key, 3), asked).await
+    });
     let me = Some("team-a-deployer");
     // The manifest names an object of the release's namespace, a Secret of another
     // namespace and a cluster-scoped object, as a forged record would.
@@ -185,7 +195,7 @@ async fn an_impersonated_release_is_read_as_its_identity_and_what_it_may_not_rea
         forbidden("clusterroles.rbac.authorization.k8s.io \"admin\""),
     )
     .await;
-    let found = checked.await.unwrap().unwrap();
+    let found = checked.await.unwrap().unwrap().drift;
     let said: Vec<(String, bool, Option<&str>)> = found
         .iter()
         .map(|o| (o.id.name.clone(), o.missing, o.not_readable_by.as_deref()))

@@ -283,6 +283,7 @@ fn apply_job(k: &str) -> Job {
     Job::Apply {
         adopt: false,
         release: Box::new(Release {
+            health: Vec::new(),
             adoption: Default::default(),
             masked: Default::default(),
             post_render: None,

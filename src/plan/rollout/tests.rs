@@ -450,6 +450,7 @@ fn with_rollback_on_halt_the_failed_cluster_is_rolled_back_and_then_held() {
         "the failed cluster gets the new generation no more"
     );
     let release = |key: &str| Release {
+        health: Vec::new(),
         adoption: Default::default(),
         masked: Default::default(),
         post_render: None,

@@ -18,6 +18,7 @@ use std::collections::{BTreeSet, HashMap};
 
 fn release(key: &str) -> Release {
     Release {
+        health: Vec::new(),
         adoption: Default::default(),
         masked: Default::default(),
         post_render: None,
@@ -64,6 +65,7 @@ struct Fixture {
     busy: BTreeSet<ReleaseKey>,
     synced: BTreeSet<ClusterName>,
     drift: HashMap<ReleaseKey, DriftStatus>,
+    health: HashMap<ReleaseKey, crate::api::crd::HealthStatus>,
 }
 
 impl Fixture {
@@ -81,6 +83,7 @@ impl Fixture {
                 .map(|c| c.parse().unwrap())
                 .collect(),
             drift: HashMap::new(),
+            health: HashMap::new(),
         }
     }
 
@@ -93,6 +96,7 @@ impl Fixture {
             synced: &self.synced,
             generation: Some(4),
             drift: &self.drift,
+            health: &self.health,
         })
     }
 
@@ -1063,4 +1067,111 @@ fn releases_held_by_depends_on_are_pending_and_say_what_they_wait_for() {
             .starts_with("no longer in the spec, uninstalled after")
     );
     assert_eq!(ready(&s).0, "False");
+}
+
+fn unhealthy(state: &str, revision: i64, reason: &str) -> crate::api::crd::HealthStatus {
+    crate::api::crd::HealthStatus {
+        revision,
+        state: state.into(),
+        objects: vec![crate::api::crd::UnhealthyObject {
+            api_version: "bitnami.com/v1alpha1".into(),
+            kind: "SealedSecret".into(),
+            name: "db".into(),
+            namespace: "team".into(),
+            health: state.into(),
+            reason: reason.into(),
+        }],
+        more_objects: 0,
+    }
+}
+
+#[test]
+fn an_object_not_current_keeps_ready_false_and_gates_depends_on_and_the_rollout_by_one_rule() {
+    let mut f = Fixture::new(&["member-1/team/db", "member-1/team/web"]);
+    f.applied.extend([
+        deployed("member-1/team/db", 2),
+        deployed("member-1/team/web", 1),
+    ]);
+    let db: ReleaseKey = "member-1/team/db".parse().unwrap();
+    let empty = |_: &str, _: &str| Some(running_scope(0, 0));
+    f.health.insert(
+        db.clone(),
+        unhealthy("InProgress", 2, "current does not hold yet"),
+    );
+    let s = f.build();
+    assert_eq!(ready(&s), ("False", "ObjectsInProgress"));
+    let m = &s.updated_tenancies[0].chart_messages[0];
+    assert_eq!(
+        (
+            m.release_name.as_str(),
+            m.health.as_ref().unwrap().state.as_str()
+        ),
+        ("db", "InProgress")
+    );
+    let report = f.report();
+    let waiting = release_readiness(&report, &db, &empty);
+    assert!(waiting.deployed && !waiting.ready && waiting.failed.is_none());
+    assert_eq!(
+        waiting.waiting.unwrap().1,
+        "SealedSecret team/db is InProgress: current does not hold yet"
+    );
+    let web = release_readiness(&report, &"member-1/team/web".parse().unwrap(), &empty);
+    assert!(web.ready, "another release is not held by it: {web:?}");
+    let cluster = cluster_readiness(&report, "member-1", &empty);
+    assert!(!cluster.ready && cluster.failed.is_none());
+
+    f.health.insert(
+        db.clone(),
+        unhealthy(
+            "Failed",
+            2,
+            "failed holds; Synced=False no key could decrypt",
+        ),
+    );
+    let s = f.build();
+    assert_eq!(ready(&s), ("False", "ObjectsFailed"));
+    let degraded = s.conditions.iter().find(|c| c.type_ == "Degraded").unwrap();
+    assert!(degraded.message.contains("SealedSecret db: failed holds"));
+    let cluster = cluster_readiness(&f.report(), "member-1", &empty);
+    assert_eq!(
+        cluster.failed,
+        Some((
+            "db".into(),
+            "SealedSecret team/db is Failed: failed holds; Synced=False no key could decrypt"
+                .into()
+        )),
+        "a failed object halts a rollout at once"
+    );
+
+    f.health
+        .insert(db.clone(), unhealthy("Failed", 1, "an older revision"));
+    assert_eq!(
+        ready(&f.build()),
+        ("True", "Ready"),
+        "health judged in another revision does not count"
+    );
+}
+
+#[test]
+fn a_revision_not_judged_yet_is_waited_for() {
+    let mut f = Fixture::new(&["member-1/team/db"]);
+    f.applied.extend([deployed("member-1/team/db", 3)]);
+    f.health.insert(
+        "member-1/team/db".parse().unwrap(),
+        crate::api::crd::HealthStatus {
+            revision: 3,
+            state: "Unknown".into(),
+            ..Default::default()
+        },
+    );
+    let judged = release_readiness(
+        &f.report(),
+        &"member-1/team/db".parse().unwrap(),
+        &|_, _| Some(running_scope(0, 0)),
+    );
+    assert!(!judged.ready);
+    assert_eq!(
+        judged.waiting.unwrap().1,
+        "the objects of revision 3 are not judged yet"
+    );
 }

@@ -22,9 +22,10 @@ use crate::{
     member::pull::hub::{LOOK_EVERY, Member, PullHub},
     member::pull::messages::{Call, CallBody, ChartRef, Reply, ask_name, new_id, reply_name},
     member::pull::watching::watch_name,
-    observe::drift::{self, ObjectDrift},
+    observe::drift,
     observe::model::{Change, WorkloadKind},
     observe::records::{self, RecordEvents},
+    observe::release_check::Checked,
     observe::releases,
     observe::watch::{ClusterWatch, ShardShares},
     plan::{Applied, ChartSource, Job, Release},
@@ -37,6 +38,27 @@ use crate::{
 pub(crate) const ANSWER_WITHIN: Duration = Duration::from_secs(10 * 60);
 /// How long a job's outcome waits for the agent's records to show it.
 const SETTLE_WITHIN: Duration = Duration::from_secs(10);
+/// What an agent's reply to a check says, bounded as any hostile input: its health report is
+/// cut to the listed few objects, with short names and reasons.
+fn checked_of(
+    key: &ReleaseKey,
+    cluster: ClusterName,
+    reply: Result<Reply, LinkError>,
+) -> drift::Result<Checked> {
+    let agent = |reason: String| drift::Error::Agent {
+        key: key.clone(),
+        reason,
+    };
+    match reply {
+        Ok(Reply::Drift(found)) => found.map_err(agent).map(|mut checked| {
+            checked.health = checked.health.bounded();
+            checked
+        }),
+        Ok(_) => Err(agent(LinkError::WrongReply { cluster }.to_string())),
+        Err(e) => Err(agent(e.to_string())),
+    }
+}
+
 /// How long a drift check or a manifest read may take.
 const REPLY_WITHIN: Duration = Duration::from_secs(60);
 
@@ -180,22 +202,12 @@ impl MemberLink for PullLink {
         follow_workloads(self.hub.clone(), watch).boxed()
     }
 
-    fn check_drift(
-        &self,
-        check: DriftCheck,
-    ) -> BoxFuture<'static, drift::Result<Vec<ObjectDrift>>> {
+    fn check_drift(&self, check: DriftCheck) -> BoxFuture<'static, drift::Result<Checked>> {
         let (hub, cluster) = (self.hub.clone(), self.cluster.clone());
         async move {
             let key = check.key.clone();
-            let agent = |reason: String| drift::Error::Agent {
-                key: key.clone(),
-                reason,
-            };
-            match ask(&hub, &cluster, CallBody::Drift(check)).await {
-                Ok(Reply::Drift(found)) => found.map_err(agent),
-                Ok(_) => Err(agent(LinkError::WrongReply { cluster }.to_string())),
-                Err(e) => Err(agent(e.to_string())),
-            }
+            let reply = ask(&hub, &cluster, CallBody::Drift(check)).await;
+            checked_of(&key, cluster, reply)
         }
         .boxed()
     }

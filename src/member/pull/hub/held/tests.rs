@@ -8,7 +8,7 @@ fn reply(id: &str) -> Vec<u8> {
     serde_json::to_vec(&Replied {
         cluster: edge(),
         id: id.into(),
-        reply: Reply::Drift(Ok(Vec::new())),
+        reply: Reply::Drift(Ok(Default::default())),
     })
     .unwrap()
 }

@@ -75,7 +75,7 @@ fn a_manifest_reply_is_taken_and_any_other_is_refused_naming_the_member() {
         None
     );
 
-    let wrong = manifest_of(cluster.clone(), Reply::Drift(Ok(Vec::new()))).unwrap_err();
+    let wrong = manifest_of(cluster.clone(), Reply::Drift(Ok(Default::default()))).unwrap_err();
     assert!(matches!(&wrong, LinkError::WrongReply { .. }), "{wrong:?}");
     assert!(wrong.to_string().contains("pull member edge-3"), "{wrong}");
 
@@ -185,4 +185,40 @@ async fn an_adoption_asked_of_a_pull_member_is_refused_with_the_reason_and_nothi
         message.contains("edge-3/team-a/web") && message.contains("not done on pull members"),
         "{message}"
     );
+}
+
+#[test]
+fn a_hostile_health_report_is_cut_to_size_and_a_wrong_reply_refused() {
+    use crate::plan::health::{Health, Judged, MAX_LISTED, MAX_REASON, ObjectHealth, Verdict};
+    let cluster: ClusterName = "edge-5".parse().unwrap();
+    let key: ReleaseKey = "edge-5/team-a/web".parse().unwrap();
+    let object = |i: usize| ObjectHealth {
+        id: crate::observe::drift::ObjectId {
+            api_version: "v1".repeat(1000),
+            kind: "SealedSecret".into(),
+            namespace: Some("n".repeat(10_000)),
+            name: format!("s{i}"),
+        },
+        verdict: Verdict {
+            health: Health::InProgress,
+            reason: "x".repeat(1 << 20),
+        },
+    };
+    let hostile = Checked {
+        drift: Vec::new(),
+        health: Judged {
+            objects: (0..10_000).map(object).collect(),
+            more: usize::MAX - 5,
+            judged: 3,
+        },
+    };
+    let taken = checked_of(&key, cluster.clone(), Ok(Reply::Drift(Ok(hostile)))).unwrap();
+    assert_eq!(taken.health.objects.len(), MAX_LISTED);
+    assert_eq!(taken.health.more, usize::MAX, "counts saturate");
+    for o in &taken.health.objects {
+        assert!(o.verdict.reason.len() <= MAX_REASON);
+        assert!(o.id.api_version.len() <= 253 && o.id.namespace.as_ref().unwrap().len() <= 63);
+    }
+    let wrong = checked_of(&key, cluster, Ok(Reply::Manifest(Ok(None)))).unwrap_err();
+    assert!(wrong.to_string().contains("pull member edge-5"), "{wrong}");
 }
