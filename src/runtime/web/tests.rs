@@ -479,12 +479,19 @@ async fn sessions_end_when_idle_or_old_and_are_bounded() {
 
 /// The view's router over the fake hub, with [`controllers`] and [`model`].
 async fn app() -> (Router, tempfile::TempDir) {
+    let (app, _, dir) = app_with_model().await;
+    (app, dir)
+}
+
+/// [`app`], and its model.
+async fn app_with_model() -> (Router, Arc<Model>, tempfile::TempDir) {
     let (mut api, dir) = crate::runtime::http::tests::state().await;
-    api.model = Arc::new(model());
+    let model = Arc::new(model());
+    api.model = model.clone();
     let (hub, _) = fake::hub();
     api.fleet.set(controllers, hub);
     let web = WebState::new(api, CancellationToken::new(), TaskTracker::new());
-    (router(web), dir)
+    (router(web), model, dir)
 }
 
 use axum::Router;
@@ -563,6 +570,48 @@ async fn a_stream_without_a_token_or_with_a_rejected_one_is_refused() {
         response.headers()[header::CONTENT_TYPE],
         "text/event-stream"
     );
+}
+
+/// The next frame of a live stream's body, within `within`.
+async fn next_frame(body: &mut axum::body::BodyDataStream, within: std::time::Duration) -> String {
+    use futures::StreamExt as _;
+    let frame = tokio::time::timeout(within, body.next()).await;
+    let frame = frame
+        .expect("a frame in time")
+        .expect("the stream goes on")
+        .unwrap();
+    String::from_utf8_lossy(&frame).into_owned()
+}
+
+#[tokio::test]
+async fn a_pod_gone_reaches_an_open_stream_as_the_changed_section_only() {
+    let (app, model, _dir) = app_with_model().await;
+    let page = get("/ui/live/controllers/team-a/web", Some(fake::TEAM_A));
+    let response = app.clone().oneshot(page).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body().into_data_stream();
+    let first = next_frame(&mut body, std::time::Duration::from_secs(2)).await;
+    assert!(
+        first.starts_with("event: page\n") && first.contains("web-x"),
+        "{first}"
+    );
+    assert!(
+        !first.contains("db-x"),
+        "team-b's pod in team-a's stream: {first}"
+    );
+    let scope = "member-1/apps".parse().unwrap();
+    model.apply(
+        (scope, Change::PodGone("web-x".into())),
+        Timestamp::UNIX_EPOCH,
+    );
+    let started = std::time::Instant::now();
+    let next = next_frame(&mut body, std::time::Duration::from_secs(2)).await;
+    assert!(next.starts_with("event: sections\n"), "{next}");
+    assert!(
+        next.contains("t-member-1%2Fapps") && !next.contains("web-x"),
+        "{next}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
 }
 
 fn login(token: &str, origin: Option<&str>) -> Request<Body> {
