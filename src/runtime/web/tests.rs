@@ -353,6 +353,22 @@ fn a_cell_shows_the_worst_state_of_its_releases_and_live_pods() {
         with(message("web", "Deployed"), pending_wave),
         CellState::Held
     );
+    // A rollout halted by this cluster: its cell says failed, not held.
+    let halted_here = |s: &mut ControllerStatus| {
+        s.rollout = Some(RolloutStatus {
+            phase: "Halted".into(),
+            clusters: vec![RolloutCluster {
+                name: "member-9".into(),
+                state: "Failed".into(),
+                ..RolloutCluster::default()
+            }],
+            ..RolloutStatus::default()
+        });
+    };
+    assert_eq!(
+        with(message("web", "Deployed"), halted_here),
+        CellState::Failed
+    );
 }
 
 #[test]
