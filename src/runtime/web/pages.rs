@@ -11,7 +11,7 @@ use crate::{
     observe::model::Model,
     runtime::web::{
         html::{Page, esc, id, seg},
-        view::{ClusterInfo, Live, Seen, cell, live, release_state},
+        view::{ClusterInfo, Live, Seen, cell, live, release_state, watched},
     },
 };
 
@@ -134,6 +134,7 @@ fn tenancy_html(t: &TenancyStatus, live: &Live) -> String {
                 .unwrap_or("the watch is not connected")
         ),
         None if t.fresh => "as last reported".to_owned(),
+        None if !watched(t) => "not watched: no release here is delivered".to_owned(),
         None => "cluster unreachable".to_owned(),
     };
     let mut out = format!(

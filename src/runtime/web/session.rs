@@ -144,9 +144,14 @@ pub(crate) fn over_https(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.eq_ignore_ascii_case("https"))
 }
 
-/// Whether a form was posted from this site: its `Origin` (or, without one, its `Referer`)
-/// names the host the request was sent to. A browser sends one of them with every POST.
+/// Whether a form was posted from this site: the browser says so (`Sec-Fetch-Site:
+/// same-origin`), or its `Origin` (without one, its `Referer`) names the host the request was
+/// sent to. A browser sends one of them with every POST.
 pub(crate) fn same_origin(headers: &HeaderMap) -> bool {
+    let fetch_site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
+    if fetch_site == Some("same-origin") {
+        return true;
+    }
     let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
         return false;
     };

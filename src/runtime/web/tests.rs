@@ -327,6 +327,17 @@ fn a_cell_shows_the_worst_state_of_its_releases_and_live_pods() {
         with(message("web", "Forbidden"), |_| {}),
         CellState::Forbidden
     );
+    // Refused releases only: never watched, so never fresh, and no word on reachability.
+    let refused = TenancyStatus {
+        fresh: false,
+        ..tenancy("member-9", "apps", vec![message("odd", "Invalid")])
+    };
+    let refused = ControllerStatus {
+        updated_tenancies: vec![refused],
+        ..ControllerStatus::default()
+    };
+    let refused = cell(&controller("t", "c", refused), "member-9", &model);
+    assert_eq!(refused.unwrap().state, CellState::Failed);
     assert_eq!(
         with(message("web", "Pending"), |_| {}),
         CellState::Progressing

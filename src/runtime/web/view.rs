@@ -244,6 +244,13 @@ pub(crate) fn live(model: &Model, tenancy: &TenancyStatus) -> Live {
     }
 }
 
+/// Whether the operator watches what `t`'s releases run: some release there is managed (not
+/// refused, held elsewhere or orphaned). An entry of refused releases only is never fresh, and
+/// says nothing of its cluster's reachability.
+pub(crate) fn watched(t: &TenancyStatus) -> bool {
+    t.chart_messages.iter().any(|m| phase::is_managed(&m.phase))
+}
+
 /// The state of one release, by its phase and message alone.
 pub(crate) fn release_state(m: &ChartMessage) -> CellState {
     match m.phase.as_str() {
@@ -316,7 +323,7 @@ impl<'a> ByCluster<'a> {
         let mut reachable = reported.is_none_or(|s| s.reachable);
         for t in tenancies {
             let live = live(model, t);
-            reachable &= live.live.unwrap_or(t.fresh);
+            reachable &= live.live.unwrap_or(t.fresh || !watched(t));
             if live.live.is_some() {
                 pods.total += live.pods.len();
                 pods.ready += live.pods.iter().filter(|p| p.ready).count();
