@@ -1,26 +1,23 @@
-//! The fleet view's live updates: one server-sent event stream per open page, bounded per
-//! viewer and in all, sending the sections of the page that changed.
+//! The fleet view's live updates (pure but for the count of open streams): the bounds on open
+//! streams per viewer and in all, and what to send an open page when its page changed.
 //!
-//! Each stream is a task of its own: every [`TICK`] it looks whether the model, the Controllers
-//! or the registry changed (a cheap fingerprint), and if so builds the viewer's page again, as
-//! the page handlers do (the viewer's token reviewed again, through the reviewer's cache), and
-//! sends what differs. A reader that does not take an event within [`SLOW_READER`] is dropped,
-//! as is one whose token the hub no longer accepts; at most [`PER_VIEWER`] streams per identity
-//! and [`IN_ALL`] in all are open.
+//! A stream (`state::stream`) is a task of its own: every [`TICK`] it looks whether the model,
+//! the Controllers or the registry changed (a cheap fingerprint), and if so builds the viewer's
+//! page again, as the page handlers do (the viewer's token reviewed again, through the
+//! reviewer's cache), and sends what [`update`] says. A reader that does not take an event within
+//! [`SLOW_READER`] is dropped, as is one whose token the hub no longer accepts; at most
+//! [`PER_VIEWER`] streams per identity and [`IN_ALL`] in all are open.
 
 use std::{
     collections::HashMap,
-    convert::Infallible,
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
 
-use axum::response::sse::{Event, KeepAlive, Sse};
-use futures::Stream;
+use axum::response::sse::Event;
 use sha2::{Digest, Sha256};
-use tokio::sync::mpsc;
 
-use crate::runtime::web::{Built, View, WebState, html::Page};
+use crate::runtime::web::html::Page;
 
 /// How often a stream looks for changes: a change reaches an open page within about this
 /// (plus the time to build and send it).
@@ -31,7 +28,7 @@ pub(crate) const RECHECK: Duration = Duration::from_secs(10);
 /// How long a reader may take to accept an event before its stream is dropped.
 pub(crate) const SLOW_READER: Duration = Duration::from_secs(5);
 /// Events waiting for a reader at most.
-const QUEUE: usize = 4;
+pub(crate) const QUEUE: usize = 4;
 /// Streams one identity may have open at once.
 pub(crate) const PER_VIEWER: usize = 8;
 /// Streams open at once in all.
@@ -108,7 +105,7 @@ pub(crate) fn update(before: Option<&Page>, now: &Page) -> Option<Event> {
     }
 }
 
-fn json_event<T: serde::Serialize>(name: &str, data: &T) -> Event {
+pub(crate) fn json_event<T: serde::Serialize>(name: &str, data: &T) -> Event {
     Event::default()
         .event(name)
         .json_data(data)
@@ -117,80 +114,4 @@ fn json_event<T: serde::Serialize>(name: &str, data: &T) -> Event {
                 .event("gone")
                 .data("cannot encode an update")
         })
-}
-
-/// The stream of `view` for the viewer with `token`, whose page was served with digest
-/// `served` (empty: send the page first). Holds `slot` while open.
-pub(crate) fn stream(
-    state: WebState,
-    token: Arc<str>,
-    from: Option<std::net::IpAddr>,
-    view: View,
-    served: String,
-    slot: Slot,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let (tx, rx) = mpsc::channel(QUEUE);
-    let (cancel, tasks) = (state.cancel.clone(), state.tasks.clone());
-    tasks.spawn(async move {
-        tokio::select! {
-            () = cancel.cancelled() => {}
-            () = produce(&state, &token, from, &view, &served, &tx) => {}
-        }
-        drop(slot);
-    });
-    let events =
-        futures::stream::unfold(
-            rx,
-            |mut rx| async move { rx.recv().await.map(|e| (Ok(e), rx)) },
-        );
-    Sse::new(events).keep_alive(KeepAlive::default())
-}
-
-/// Sends `view`'s updates on `tx` until the reader goes, is too slow, or may read no more.
-async fn produce(
-    state: &WebState,
-    token: &Arc<str>,
-    from: Option<std::net::IpAddr>,
-    view: &View,
-    served: &str,
-    tx: &mpsc::Sender<Event>,
-) {
-    let mut last: Option<Page> = None;
-    let mut seen_at: Option<(u64, tokio::time::Instant)> = None;
-    let mut tick = tokio::time::interval(TICK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = tx.closed() => return,
-            _ = tick.tick() => {}
-        }
-        let fingerprint = state.fingerprint();
-        if let Some((f, at)) = seen_at
-            && f == fingerprint
-            && at.elapsed() < RECHECK
-        {
-            continue;
-        }
-        seen_at = Some((fingerprint, tokio::time::Instant::now()));
-        let (event, end) = match state.build(token, from, view).await {
-            Ok(Built { page, .. }) => {
-                if last.is_none() && digest(&page) == served {
-                    last = Some(page);
-                    continue;
-                }
-                let event = update(last.as_ref(), &page);
-                last = Some(page);
-                match event {
-                    Some(event) => (event, false),
-                    None => continue,
-                }
-            }
-            Err(e) if e.is_transient() => continue,
-            Err(e) => (Event::default().event("gone").data(e.to_string()), true),
-        };
-        // A reader gone, or too slow to take an event within its time, is let go.
-        if tx.send_timeout(event, SLOW_READER).await.is_err() || end {
-            return;
-        }
-    }
 }

@@ -16,10 +16,11 @@ use serde::Deserialize;
 use crate::runtime::{
     auth::AuthError,
     web::{
-        View, WebError, WebState, fleet, html,
+        fleet, html,
         html::seg,
         live::{self, digest},
         session,
+        state::{self, View, WebError, WebState},
         view::Filters,
     },
 };
@@ -273,7 +274,7 @@ async fn stream(
         )
             .into_response();
     };
-    live::stream(state, viewer.token, viewer.from, view, served, slot).into_response()
+    state::stream(state, viewer.token, viewer.from, view, served, slot).into_response()
 }
 
 async fn fleet_live(
@@ -329,7 +330,7 @@ async fn login(
         return (StatusCode::FORBIDDEN, Html(html::login(Some(why)))).into_response();
     }
     let token = form.token.trim();
-    let reviewed = match super::bearer(token) {
+    let reviewed = match state::bearer(token) {
         Ok(t) => state.api.reviewer.authenticate(&t, from).await,
         Err(e) => Err(e),
     };

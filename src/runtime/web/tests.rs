@@ -16,7 +16,10 @@ use crate::{
     },
     observe::model::{Change, Model, PodInfo, WorkloadInfo, WorkloadKind, WorkloadRef},
     runtime::auth::Access,
-    runtime::web::view::{CellState, cell},
+    runtime::web::{
+        fleet, html, live, pages, session,
+        view::{CellState, ClusterInfo, Filters, Seen, cell},
+    },
 };
 
 /// Strings a tenant writes, each an attempt at markup or script.
