@@ -106,6 +106,25 @@ async fn fetched(browser: &Browser, path: &str) -> String {
         .to_owned()
 }
 
+/// Opens the fleet's live stream at `addr` with `token`: its status, and the connection, held
+/// open until dropped.
+fn open_stream(addr: std::net::SocketAddr, token: &str) -> (u16, std::net::TcpStream) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET /ui/live/fleet HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n"
+    )
+    .unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).unwrap();
+    let code = String::from_utf8_lossy(&head[9..12]).parse().unwrap_or(0);
+    (code, stream)
+}
+
 #[tokio::test]
 #[ignore = "needs the lab: run tests/run.sh"]
 async fn each_tenant_sees_its_own_fleet_live_and_nothing_of_the_other() {
@@ -303,6 +322,26 @@ async fn each_tenant_sees_its_own_fleet_live_and_nothing_of_the_other() {
     }
     let a_page = format!("/ui/controllers/{ns_a}/shop");
     assert!(fetched(&b, &a_page).await.starts_with("404 "));
+
+    // Live streams are bounded per viewer: with B's browser holding one (or two, while the one
+    // fetched above is let go), B's further streams are refused past eight in all, and A, another
+    // identity, is still served.
+    let mut held = Vec::new();
+    let refused = loop {
+        let (code, stream) = open_stream(operator.http, &token_b);
+        if code != 200 || held.len() == 10 {
+            break code;
+        }
+        held.push(stream);
+    };
+    assert_eq!(refused, 429);
+    assert!(
+        (6..=7).contains(&held.len()),
+        "{} streams opened",
+        held.len()
+    );
+    assert_eq!(open_stream(operator.http, &token_a).0, 200);
+    drop(held);
     assert!(
         !operator.logged().contains(&token_a),
         "a token reached the log"
