@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The tenancy-hub demo: brings up the lab (a hub and two member clusters), installs the Controller
 # CRD on the hub, shows every registered cluster reachable, runs the operator, and delivers the seed's
-# example Controller to the hub and a second tenancy to both members.
+# example Controller to the hub and a second tenancy to both members, and ends by printing the
+# fleet view's URL and a token to sign in with.
 #
 #   kind/demo.sh [--members N] [--dir DIR]
 #
-# The lab stays up afterwards so you can explore it; kind/down.sh --dir DIR stops it.
+# The lab and the operator (for the fleet view) stay up afterwards so you can explore them;
+# kind/down.sh --dir DIR stops both.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -24,8 +26,9 @@ if [[ -t 1 ]]; then BOLD=$'\033[1m' PLAIN=$'\033[0m'; else BOLD='' PLAIN=''; fi
 step() { printf '\n%s==> %s%s\n' "$BOLD" "$*" "$PLAIN"; }
 
 OPERATOR_PID=
+KEEP_OPERATOR=false
 stop_operator() {
-    if [[ -n $OPERATOR_PID ]] && kill -0 "$OPERATOR_PID" 2>/dev/null; then
+    if ! $KEEP_OPERATOR && [[ -n $OPERATOR_PID ]] && kill -0 "$OPERATOR_PID" 2>/dev/null; then
         kill -TERM "$OPERATOR_PID"
         wait "$OPERATOR_PID" || true
     fi
@@ -81,11 +84,30 @@ echo "GET http://$HTTP_ADDR/api/v1/clusters (Authorization: Bearer \$(kubectl --
 curl -s -H "Authorization: Bearer $TOKEN" "http://$HTTP_ADDR/api/v1/clusters" |
     python3 -m json.tool --compact 2>/dev/null || true
 
+# The fleet view: the same operator serves it beside the status API. A viewer token of the demo
+# tenants' hub namespace (default), which may get the Controllers there and nothing else.
+kubectl --context hub create serviceaccount fleet-viewer -n default --dry-run=client -o yaml |
+    kubectl --context hub apply -f - >/dev/null
+kubectl --context hub create role fleet-viewer -n default --verb=get \
+    --resource=controllers.multitenancy.dev --dry-run=client -o yaml | kubectl --context hub apply -f - >/dev/null
+kubectl --context hub create rolebinding fleet-viewer -n default --role=fleet-viewer \
+    --serviceaccount=default:fleet-viewer --dry-run=client -o yaml | kubectl --context hub apply -f - >/dev/null
+VIEW_TOKEN=$(kubectl --context hub create token fleet-viewer -n default --duration 8h)
+# The operator keeps running for the view; kind/down.sh stops it with the lab.
+KEEP_OPERATOR=true
+printf '%s tenancy-hub-operator %s\n' "$OPERATOR_PID" "$(readlink -f "$TH")" >>"$LAB_DIR/pids"
+
 cat <<MSG
 
-The operator stops as this script ends; the lab and the releases stay. Try:
+The fleet view (the operator keeps running for it; log: $LAB_DIR/operator.log):
+  http://$HTTP_ADDR/ui/
+Sign in with this token of the demo tenants' hub namespace (default), valid 8 hours:
+  $VIEW_TOKEN
+(another: kubectl --context hub create token fleet-viewer -n default; see docs/fleet-view.md)
+
+The lab, the releases and the operator stay. Try:
   source $LAB_DIR/env
   kubectl --context hub get controllers -o yaml
-  $TH run --kubeconfig \$KUBECONFIG --context hub --clusters $LAB_DIR/clusters.yaml --chart-home config/charts
-Stop the lab with: kind/down.sh --dir $LAB_DIR
+  $TH status --kubeconfig \$KUBECONFIG --context hub
+Stop the lab and the operator with: kind/down.sh --dir $LAB_DIR
 MSG

@@ -53,7 +53,7 @@ const MEMBER_NAMESPACE_ROLE: &str = "tenancy-hub-member-namespace";
 const FIELD_MANAGER: &str = "tenancy-hub-chart-tests";
 
 /// Value sets rendered besides the defaults, each with the flags it must add.
-const VARIANTS: [(&[&str], &[&str]); 5] = [
+const VARIANTS: [(&[&str], &[&str]); 6] = [
     (&["shards=3", "replicas=3"], &["--shards=3"]),
     (
         &["leaderElection.enabled=false", "replicas=1"],
@@ -76,6 +76,14 @@ const VARIANTS: [(&[&str], &[&str]); 5] = [
         ],
     ),
     (&["serviceMonitor.enabled=true"], &[]),
+    (
+        &[
+            "view.service.enabled=true",
+            "view.ingress.enabled=true",
+            "view.ingress.host=fleet.example.com",
+        ],
+        &[],
+    ),
 ];
 
 fn repo() -> &'static Path {
@@ -436,6 +444,38 @@ fn the_service_monitor_is_rendered_only_when_asked_and_scrapes_the_service() {
     assert_eq!(endpoint["path"].as_str(), Some("/metrics"));
     let ports = service["spec"]["ports"].as_sequence().unwrap();
     assert!(ports.iter().any(|p| p["name"] == endpoint["port"]));
+}
+
+#[test]
+#[ignore = "needs the lab's helm: kind/build.sh, then cargo test --test helm_chart -- --ignored"]
+fn the_fleet_view_is_exposed_only_when_asked_and_only_its_path() {
+    let none = render(&[]);
+    assert!(!none.iter().any(|d| kind(d) == "Ingress"));
+    let docs = render(&[
+        "view.service.enabled=true",
+        "view.ingress.enabled=true",
+        "view.ingress.host=fleet.example.com",
+        "view.ingress.tls[0].secretName=fleet-tls",
+    ]);
+    let service = find(&docs, "Service", "tenancy-hub-view");
+    assert_eq!(
+        service["spec"]["ports"][0]["targetPort"].as_str(),
+        Some("http")
+    );
+    let ingress = find(&docs, "Ingress", "tenancy-hub-view");
+    let rule = &ingress["spec"]["rules"][0];
+    assert_eq!(rule["host"].as_str(), Some("fleet.example.com"));
+    let paths = rule["http"]["paths"].as_sequence().unwrap();
+    assert_eq!(paths.len(), 1, "only /ui is routed: {paths:?}");
+    assert_eq!(paths[0]["path"].as_str(), Some("/ui"));
+    assert_eq!(
+        paths[0]["backend"]["service"]["name"].as_str(),
+        Some("tenancy-hub-view")
+    );
+    assert_eq!(
+        ingress["spec"]["tls"][0]["secretName"].as_str(),
+        Some("fleet-tls")
+    );
 }
 
 #[test]

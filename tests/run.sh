@@ -77,6 +77,15 @@ for module in src/helm/helm-sdk src/charts/verifier kind/tools/notation-sign; do
     )
 done
 
+phase "browser"
+# The fleet view's tests drive Debian's headless Chromium through its WebDriver.
+if [[ ! -x /usr/bin/chromium || ! -x /usr/bin/chromedriver ]]; then
+    sudo=
+    ((EUID == 0)) || sudo=sudo
+    $sudo apt-get update -qq
+    $sudo apt-get install -y chromium chromium-driver
+fi
+
 phase "lab up"
 lab_started=true
 "$REPO/kind/up.sh" --members "${TEST_MEMBERS:-3}" --pull-members "${TEST_PULL_MEMBERS:-2}" --dir "$LAB_DIR"

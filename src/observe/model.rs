@@ -165,17 +165,32 @@ impl ScopeState {
 #[derive(Default)]
 pub(crate) struct Model {
     scopes: DashMap<ClusterNamespace, ScopeState>,
+    /// Bumped on every change, so a reader (the fleet view's live streams) can tell cheaply
+    /// whether anything changed since it last looked.
+    version: std::sync::atomic::AtomicU64,
 }
 
 impl Model {
     /// Applies a tagged change.
     pub(crate) fn apply(&self, (scope, change): Tagged, now: Timestamp) {
         self.scopes.entry(scope).or_default().apply(change, now);
+        self.bump();
+    }
+
+    /// A number that changes whenever the model does.
+    pub(crate) fn version(&self) -> u64 {
+        self.version.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn bump(&self) {
+        self.version
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
     /// Forgets a namespace no longer watched.
     pub(crate) fn forget(&self, scope: &ClusterNamespace) {
         self.scopes.remove(scope);
+        self.bump();
     }
 
     /// What is known of one namespace.

@@ -1,4 +1,4 @@
-//! HTTP endpoints: health, readiness, Prometheus metrics and the read-only status API, which shows each caller only what its token may read.
+//! HTTP endpoints: health, readiness, Prometheus metrics, the read-only status API, which shows each caller only what its token may read, and the fleet view beside it.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -75,6 +75,8 @@ pub(crate) struct ApiState {
     pub(crate) streams: StreamCounts,
     /// The releases each Controller's status reports in a cluster/namespace.
     pub(crate) releases: ScopeReleases,
+    /// The hub's Controllers and a hub client, for the fleet view.
+    pub(crate) fleet: crate::runtime::web::FleetSources,
 }
 
 /// The releases the Controllers' statuses report in a cluster/namespace, each with its
@@ -271,8 +273,10 @@ pub(crate) async fn serve(
         )
     })?;
     let addr = listener.local_addr()?;
-    tracing::info!(%addr, "serving health, metrics and the status API");
-    let accept = connections::accept(listener, router(state), cancel, tasks.clone());
+    tracing::info!(%addr, "serving health, metrics, the status API and the fleet view (/ui/)");
+    let web = crate::runtime::web::WebState::new(state.clone(), cancel.clone(), tasks.clone());
+    let app = router(state).merge(crate::runtime::web::router(web));
+    let accept = connections::accept(listener, app, cancel, tasks.clone());
     tasks.spawn(accept.instrument(tracing::info_span!("http", %addr)));
     Ok(addr)
 }
@@ -307,7 +311,7 @@ async fn metrics(State(state): State<ApiState>) -> Response {
 }
 
 /// Says plainly that this replica has nothing to serve, rather than an empty picture.
-fn serving(state: &ApiState) -> Result<()> {
+pub(crate) fn serving(state: &ApiState) -> Result<()> {
     match &**state.ready.load() {
         Readiness::Ready => Ok(()),
         Readiness::Starting => Err(ApiError::NotServing(
@@ -362,4 +366,4 @@ async fn namespace(
 mod connections;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -1,4 +1,4 @@
-//! Running the operator: wiring, leader election, the HTTP endpoints and who may read them.
+//! Running the operator: wiring, leader election, the HTTP endpoints (the status API and the fleet view) and who may read them.
 
 pub(crate) mod agent;
 pub(crate) mod auth;
@@ -11,4 +11,5 @@ pub(crate) mod shards;
 pub(crate) mod status_api;
 pub(crate) mod steward;
 pub(crate) mod tasks;
+pub(crate) mod web;
 pub(crate) mod wiring;

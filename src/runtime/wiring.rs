@@ -457,6 +457,7 @@ async fn serve_http(
     let owners = ScopeOwners::default();
     let releases = ScopeReleases::default();
     let streams = StreamCounts::default();
+    let fleet = crate::runtime::web::FleetSources::default();
     let http = ApiState {
         model: ctx.members.model.clone(),
         registry: ctx.members.registry.clone(),
@@ -483,6 +484,7 @@ async fn serve_http(
         owners: owners.clone(),
         streams: streams.clone(),
         releases: releases.clone(),
+        fleet: fleet.clone(),
     };
     let address = http::serve(config.http_addr, http, cancel.clone(), tasks)
         .await
@@ -503,6 +505,17 @@ async fn serve_http(
                 .unwrap_or_default()
         }
     });
+    fleet.set(
+        {
+            let ctx = Arc::downgrade(ctx);
+            move || {
+                ctx.upgrade()
+                    .map(|ctx| ctx.hub.controllers.state())
+                    .unwrap_or_default()
+            }
+        },
+        ctx.hub.client.clone(),
+    );
     streams.set({
         let ctx = Arc::downgrade(ctx);
         move || {

@@ -1,6 +1,7 @@
 //! Shared helpers of the end-to-end tests, one module per concern; tests import from the modules.
 
 pub mod agent;
+pub mod browser;
 pub mod envelope;
 pub mod fixtures;
 pub mod forge;

@@ -299,7 +299,7 @@ fn a_namespace_no_tenancy_targets_is_not_watched() {
 }
 
 /// A registry of the hub, member-1 (labelled) and member-2, built from a kubeconfig in `dir`.
-async fn registry(dir: &FsPath) -> SharedRegistry {
+pub(crate) async fn registry(dir: &FsPath) -> SharedRegistry {
     let kc = dir.join("kubeconfig");
     std::fs::write(
             &kc,
@@ -322,7 +322,8 @@ async fn registry(dir: &FsPath) -> SharedRegistry {
     Arc::new(arc_swap::ArcSwap::from_pointee(registry))
 }
 
-async fn state() -> (ApiState, tempfile::TempDir) {
+/// A status API state over the fake hub, with the model and registry above.
+pub(crate) async fn state() -> (ApiState, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let metrics = Metrics::new();
     metrics.watch_event();
@@ -345,6 +346,7 @@ async fn state() -> (ApiState, tempfile::TempDir) {
         owners: scope_owners,
         streams: StreamCounts::default(),
         releases: scope_releases(),
+        fleet: Default::default(),
     };
     (state, dir)
 }

@@ -1,0 +1,23 @@
+//! The fleet view: read-only web pages served beside the status API (the fleet matrix, one
+//! Controller, one cluster), live over server-sent events, each viewer shown only what its token
+//! may read by the status API's own rules.
+//!
+//! Server-rendered HTML with one small embedded script and style sheet (no build step, nothing
+//! fetched from elsewhere: it works air-gapped), under a strict Content-Security-Policy. Pages
+//! and streams are built by one function, `state::WebState::build`, from what the viewer may see
+//! (`view::Seen`); the rooms below it are pure.
+
+mod fleet;
+mod html;
+mod live;
+mod pages;
+mod routes;
+mod session;
+mod state;
+mod view;
+
+pub(crate) use routes::router;
+pub(crate) use state::{FleetSources, WebState};
+
+#[cfg(test)]
+mod tests;

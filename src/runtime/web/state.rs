@@ -1,0 +1,347 @@
+//! The fleet view's state and its one way of building a page for a viewer: what the viewer may
+//! see (the status API's reviews), the page of it, and the live stream that builds it again
+//! when something changes.
+
+use std::{
+    collections::BTreeSet,
+    convert::Infallible,
+    hash::{Hash as _, Hasher as _},
+    net::IpAddr,
+    sync::{Arc, OnceLock},
+    time::Duration,
+};
+
+use axum::{
+    http::HeaderValue,
+    response::sse::{Event, KeepAlive, Sse},
+};
+use futures::Stream;
+use kube::{Api, ResourceExt as _};
+use tokio::sync::mpsc;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+
+use crate::{
+    api::{crd::TenancyController, member_cluster::MemberCluster},
+    runtime::{
+        auth::{AuthError, Token},
+        http::{ApiState, serving},
+        status_api::{ApiError, registered},
+        web::{
+            fleet,
+            html::Page,
+            live::{self, RECHECK, SLOW_READER, Slot, TICK, digest, update},
+            pages::{self, Agent},
+            session,
+            view::{ClusterInfo, Filters, Seen},
+        },
+    },
+};
+
+/// How long the hub may take to say how a pull member's agent is, before its page goes without.
+const AGENT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the view reads beyond the status API's state: the hub's Controllers (with their
+/// statuses, as the reconciler sees them) and a hub client. Set once the reconciler's state
+/// exists; until then no Controller is shown.
+#[derive(Clone, Default)]
+pub(crate) struct FleetSources(Arc<OnceLock<Sources>>);
+
+struct Sources {
+    controllers: ControllersOf,
+    hub: kube::Client,
+}
+
+type ControllersOf = Box<dyn Fn() -> Vec<Arc<TenancyController>> + Send + Sync>;
+
+impl FleetSources {
+    /// Reads Controllers with `controllers` and the hub with `hub` from now on (the first call only).
+    pub(crate) fn set(
+        &self,
+        controllers: impl Fn() -> Vec<Arc<TenancyController>> + Send + Sync + 'static,
+        hub: kube::Client,
+    ) {
+        let _ = self.0.set(Sources {
+            controllers: Box::new(controllers),
+            hub,
+        });
+    }
+
+    fn controllers(&self) -> Vec<Arc<TenancyController>> {
+        self.0.get().map(|s| (s.controllers)()).unwrap_or_default()
+    }
+
+    fn hub(&self) -> Option<kube::Client> {
+        self.0.get().map(|s| s.hub.clone())
+    }
+}
+
+/// What the view's handlers and streams read.
+#[derive(Clone)]
+pub(crate) struct WebState {
+    /// The status API's state: the model, the registry, the reviewer, readiness.
+    pub(crate) api: ApiState,
+    /// Signed-in browsers.
+    pub(crate) sessions: Arc<session::Sessions>,
+    /// Open live streams.
+    pub(crate) slots: Arc<live::Slots>,
+    /// Fires on shutdown: live streams end.
+    cancel: CancellationToken,
+    /// Owns the live streams' tasks.
+    tasks: TaskTracker,
+}
+
+impl WebState {
+    /// The view's state over the status API's `api`; streams are tasks of `tasks`, ended by `cancel`.
+    pub(crate) fn new(api: ApiState, cancel: CancellationToken, tasks: TaskTracker) -> Self {
+        Self {
+            api,
+            sessions: Arc::default(),
+            slots: Arc::default(),
+            cancel,
+            tasks,
+        }
+    }
+}
+
+/// Which page.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum View {
+    /// The matrix, filtered.
+    Fleet(Filters),
+    /// One Controller.
+    Controller {
+        /// Its hub namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+    },
+    /// One cluster.
+    Cluster(String),
+}
+
+/// A page built for a viewer, with what frames it.
+pub(crate) struct Built {
+    /// The page.
+    pub(crate) page: Page,
+    /// Who the viewer is (user name).
+    pub(crate) who: String,
+    /// The filter form, on the fleet page.
+    pub(crate) filters: String,
+}
+
+/// Why a page cannot be shown.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WebError {
+    /// No identity the hub accepts, or the hub cannot be asked.
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+    /// Not there, or not for this viewer: the two are told apart by no one but the operator.
+    #[error("{0}")]
+    NotFound(String),
+    /// This replica works no Controller now (starting, or standing by).
+    #[error("{0}")]
+    NotServing(String),
+}
+
+impl WebError {
+    /// Whether trying again later may help (the stream keeps its page meanwhile).
+    pub(crate) fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Self::NotServing(_)
+                | Self::Auth(
+                    AuthError::Busy { .. } | AuthError::CallerBusy { .. } | AuthError::Hub { .. }
+                )
+        )
+    }
+}
+
+/// A token as the status API's reviewer takes it.
+pub(crate) fn bearer(token: &str) -> Result<Token, AuthError> {
+    let header =
+        HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| AuthError::NotBearer)?;
+    Token::from_header(Some(&header))
+}
+
+impl WebState {
+    /// `view` as the viewer with `token` (sent from `from`) may see it.
+    ///
+    /// # Errors
+    /// [`WebError::Auth`] when the hub does not accept the token or cannot be asked,
+    /// [`WebError::NotFound`] for a Controller or cluster not there or not the viewer's,
+    /// [`WebError::NotServing`] while this replica works no Controller.
+    pub(crate) async fn build(
+        &self,
+        token: &str,
+        from: Option<IpAddr>,
+        view: &View,
+    ) -> Result<Built, WebError> {
+        let identity = self
+            .api
+            .reviewer
+            .authenticate(&bearer(token)?, from)
+            .await?;
+        serving(&self.api).map_err(|e| match e {
+            ApiError::NotServing(why) => WebError::NotServing(why),
+            other => WebError::NotServing(other.to_string()),
+        })?;
+        let controllers = self.api.fleet.controllers();
+        let namespaces: BTreeSet<String> =
+            controllers.iter().filter_map(|c| c.namespace()).collect();
+        let access = self.api.reviewer.access(&identity, namespaces).await?;
+        let seen = Seen::of(controllers, self.clusters(), &access);
+        let model = &self.api.model;
+        let (page, filters) = match view {
+            View::Fleet(filters) => (
+                fleet::page(&seen, model, filters),
+                fleet::filter_form(&seen, filters),
+            ),
+            View::Controller { namespace, name } => {
+                let c = seen.controller(namespace, name).ok_or_else(|| {
+                    WebError::NotFound(format!(
+                        "Controller {namespace}/{name} is not on the hub, or you may not read it"
+                    ))
+                })?;
+                (pages::controller(c, model), String::new())
+            }
+            View::Cluster(name) => {
+                let cluster = seen.cluster(name).ok_or_else(|| {
+                    WebError::NotFound(format!(
+                        "cluster {name} is not registered, or no Controller you may read targets it"
+                    ))
+                })?;
+                let agent = match cluster.pull {
+                    true => self.agent(name).await,
+                    false => None,
+                };
+                let page = pages::cluster(&seen, cluster, agent.as_ref(), model);
+                (page, String::new())
+            }
+        };
+        Ok(Built {
+            page,
+            who: identity.username.clone(),
+            filters,
+        })
+    }
+
+    /// Every registered cluster, in registry order, with whether it is pulled.
+    fn clusters(&self) -> Vec<ClusterInfo> {
+        let registry = self.api.registry.load();
+        registered(&registry)
+            .into_iter()
+            .map(|e| ClusterInfo {
+                pull: registry.get(&e.name).is_none(),
+                name: e.name.to_string(),
+                labels: e.labels,
+            })
+            .collect()
+    }
+
+    /// What the hub's `MemberCluster` says of pull member `name`'s agent, if it answers in time.
+    async fn agent(&self, name: &str) -> Option<Agent> {
+        let api: Api<MemberCluster> = Api::all(self.api.fleet.hub()?);
+        let member = tokio::time::timeout(AGENT_TIMEOUT, api.get_opt(name))
+            .await
+            .ok()?
+            .ok()??;
+        let status = member.status.unwrap_or_default();
+        Some(Agent {
+            joined: status.joined,
+            last_seen: status.last_seen,
+            ready: status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Ready")
+                .map(|c| format!("{}: {}: {}", c.status, c.reason, c.message)),
+        })
+    }
+
+    /// A number that changes when the model, the Controllers or the registry do.
+    fn fingerprint(&self) -> u64 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.api.model.version().hash(&mut h);
+        for c in self.api.fleet.controllers() {
+            c.metadata.uid.hash(&mut h);
+            c.metadata.resource_version.hash(&mut h);
+        }
+        (Arc::as_ptr(&self.api.registry.load_full()) as usize).hash(&mut h);
+        h.finish()
+    }
+}
+
+/// The stream of `view` for the viewer with `token`, whose page was served with digest
+/// `served` (empty: send the page first). Holds `slot` while open.
+pub(crate) fn stream(
+    state: WebState,
+    token: Arc<str>,
+    from: Option<std::net::IpAddr>,
+    view: View,
+    served: String,
+    slot: Slot,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let (tx, rx) = mpsc::channel(live::QUEUE);
+    let (cancel, tasks) = (state.cancel.clone(), state.tasks.clone());
+    tasks.spawn(async move {
+        tokio::select! {
+            () = cancel.cancelled() => {}
+            () = produce(&state, &token, from, &view, &served, &tx) => {}
+        }
+        drop(slot);
+    });
+    let events =
+        futures::stream::unfold(
+            rx,
+            |mut rx| async move { rx.recv().await.map(|e| (Ok(e), rx)) },
+        );
+    Sse::new(events).keep_alive(KeepAlive::default())
+}
+
+/// Sends `view`'s updates on `tx` until the reader goes, is too slow, or may read no more.
+async fn produce(
+    state: &WebState,
+    token: &Arc<str>,
+    from: Option<std::net::IpAddr>,
+    view: &View,
+    served: &str,
+    tx: &mpsc::Sender<Event>,
+) {
+    let mut last: Option<Page> = None;
+    let mut seen_at: Option<(u64, tokio::time::Instant)> = None;
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = tx.closed() => return,
+            _ = tick.tick() => {}
+        }
+        let fingerprint = state.fingerprint();
+        if let Some((f, at)) = seen_at
+            && f == fingerprint
+            && at.elapsed() < RECHECK
+        {
+            continue;
+        }
+        seen_at = Some((fingerprint, tokio::time::Instant::now()));
+        let (event, end) = match state.build(token, from, view).await {
+            Ok(Built { page, .. }) => {
+                if last.is_none() && digest(&page) == served {
+                    last = Some(page);
+                    continue;
+                }
+                let event = update(last.as_ref(), &page);
+                last = Some(page);
+                match event {
+                    Some(event) => (event, false),
+                    None => continue,
+                }
+            }
+            Err(e) if e.is_transient() => continue,
+            Err(e) => (Event::default().event("gone").data(e.to_string()), true),
+        };
+        // A reader gone, or too slow to take an event within its time, is let go.
+        if tx.send_timeout(event, SLOW_READER).await.is_err() || end {
+            return;
+        }
+    }
+}

@@ -1,0 +1,359 @@
+//! End-to-end tests of the fleet view in a real headless browser: two tenants on one operator,
+//! each token shown its own Controllers and nothing of the other's (in the page and in what the
+//! browser is sent), a pod deleted on a member shown gone without a reload, tenant-written markup
+//! inert, one tenant's token refused on the other's pages and the event stream refused without
+//! one. Screenshots of each view go to the lab's `screenshots/` folder.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{
+    browser::Browser,
+    fixtures::{DEADLINE, chart, tenancy, unique, wait_until},
+    hub::{Hub, create_namespace, reader_token},
+    lab::Lab,
+    operator::{Operator, http_get},
+};
+use k8s_openapi::api::core::v1::Pod;
+use kube::{
+    Api,
+    api::{DeleteParams, ListParams},
+};
+use tenancy_hub::api::crd::{ControllerSpec, TenancyController};
+
+/// The label the test's operator selects its Controllers by.
+const LABEL: &str = "web-view.tenancy-hub.test/run";
+/// What a tenant writes where markup could hide: a chart name and values.
+const EVIL_CHART: &str = "<img src=x onerror=window.xssed=1>";
+const EVIL_VALUE: &str = "</pre><script>window.xssed=2</script><svg onload=window.xssed=3>";
+
+/// Controller `name` in hub namespace `hub_ns`, labelled for the test's operator, delivering
+/// `deployment-example` as `web` (two replicas) into `namespace` of `clusters`, plus `extra` charts.
+fn controller(
+    id: &str,
+    hub_ns: &str,
+    name: &str,
+    namespace: &str,
+    clusters: &[&str],
+    extra: Vec<tenancy_hub::api::crd::Chart>,
+) -> TenancyController {
+    let mut web = chart("deployment-example", "web", &[("replicaCount", "2")]);
+    web.values = Some(serde_json::json!({ "note": EVIL_VALUE }));
+    let charts = [vec![web], extra].concat();
+    let mut c = TenancyController::new(
+        name,
+        ControllerSpec {
+            tenancies: vec![tenancy(namespace, clusters, charts)],
+            ..ControllerSpec::default()
+        },
+    );
+    c.metadata.namespace = Some(hub_ns.into());
+    c.metadata.labels = Some([(LABEL.to_owned(), id.to_owned())].into());
+    c
+}
+
+/// Signs `browser` in to the view at `base` with `token`.
+async fn sign_in(browser: &Browser, base: &str, token: &str) {
+    browser.goto(&format!("{base}/ui/login")).await;
+    browser.type_into("#token", token).await;
+    browser.click("#signin").await;
+}
+
+/// Waits until the page's text satisfies `check`, within `timeout`; returns the text.
+async fn text_until(
+    browser: &Browser,
+    what: &str,
+    timeout: Duration,
+    check: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let text = browser.text().await;
+        if check(&text) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; the page says:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// What the browser is sent for `path` (its status and body), fetched in the page with its cookie;
+/// a live stream is read until its first event.
+async fn fetched(browser: &Browser, path: &str) -> String {
+    let script = format!(
+        "const done = arguments[0];
+         fetch({path:?}).then(async r => {{
+           const reader = r.body.getReader();
+           let text = '';
+           while (true) {{
+             const {{value, done: end}} = await reader.read();
+             if (end) break;
+             text += new TextDecoder().decode(value);
+             if (r.headers.get('content-type') === 'text/event-stream' && text.includes('\\n\\n')) {{ reader.cancel(); break; }}
+           }}
+           done(r.status + ' ' + text);
+         }}).catch(e => done('error ' + e));"
+    );
+    browser
+        .run_async(&script)
+        .await
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Opens the fleet's live stream at `addr` with `token`: its status, and the connection, held
+/// open until dropped.
+fn open_stream(addr: std::net::SocketAddr, token: &str) -> (u16, std::net::TcpStream) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET /ui/live/fleet HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n"
+    )
+    .unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).unwrap();
+    let code = String::from_utf8_lossy(&head[9..12]).parse().unwrap_or(0);
+    (code, stream)
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn each_tenant_sees_its_own_fleet_live_and_nothing_of_the_other() {
+    let id = unique("webview");
+    let (ns_a, ns_b) = (format!("{id}-a"), format!("{id}-b"));
+    let hub = Hub::without_operator(Lab::get(), ns_a.clone()).await;
+    create_namespace(&hub.client, &ns_b).await;
+    let lab = &hub.lab;
+    let selector = format!("{LABEL}={id}");
+    let operator =
+        Operator::start_with(lab, &ns_a, &["--selector", &selector, "--lease-name", &id]);
+    let base = format!("http://{}", operator.http);
+    let (apps_a, apps_b) = (format!("{id}-apps-a"), format!("{id}-apps-b"));
+    hub.apply_in(
+        &ns_a,
+        &controller(&id, &ns_a, "shop", &apps_a, &["member-1"], vec![]),
+    )
+    .await;
+    // A chart name no chart has: reported (as a release that cannot be delivered) with its name.
+    let mut odd = controller(
+        &id,
+        &ns_a,
+        "odd",
+        &format!("{apps_a}-odd"),
+        &["member-1"],
+        vec![],
+    );
+    odd.spec.tenancies[0].charts = vec![chart(EVIL_CHART, "odd", &[])];
+    hub.apply_in(&ns_a, &odd).await;
+    hub.apply_in(
+        &ns_b,
+        &controller(
+            &id,
+            &ns_b,
+            "bank",
+            &apps_b,
+            &["member-1", "member-2"],
+            vec![],
+        ),
+    )
+    .await;
+    let (token_a, token_b) = (
+        reader_token(lab, &hub.client, &ns_a).await,
+        reader_token(lab, &hub.client, &ns_b).await,
+    );
+    let shots = lab.dir.join("screenshots");
+
+    // Tenant A: its Controller in the matrix, nothing of B's, in the page and in what it is sent.
+    let a = Browser::start().await;
+    sign_in(&a, &base, &token_a).await;
+    let fleet = text_until(&a, "A's Controller in the matrix", DEADLINE, |t| {
+        t.contains(&format!("{ns_a}/shop"))
+    })
+    .await;
+    a.screenshot(&shots.join("fleet-tenant-a.png")).await;
+    for sent in [
+        a.run("return document.documentElement.outerHTML;")
+            .await
+            .to_string(),
+        fetched(&a, "/ui/").await,
+        fetched(&a, "/ui/live/fleet").await,
+        fetched(&a, "/ui/clusters/member-1").await,
+    ] {
+        for other in [ns_b.as_str(), apps_b.as_str(), "bank", "member-2"] {
+            assert!(
+                !sent.contains(other),
+                "{other} was sent to tenant A: {sent}\n(page: {fleet})"
+            );
+        }
+    }
+
+    // A's token replayed on B's pages and stream: answered as pages that are not there.
+    let b_page = format!("/ui/controllers/{ns_b}/bank");
+    assert!(fetched(&a, &b_page).await.starts_with("404 "));
+    assert_eq!(http_get(operator.http, &b_page, Some(&token_a)).0, 404);
+    assert_eq!(
+        http_get(
+            operator.http,
+            &format!("/ui/live/controllers/{ns_b}/bank"),
+            Some(&token_a)
+        )
+        .0,
+        404
+    );
+    assert_eq!(
+        http_get(operator.http, "/ui/clusters/member-2", Some(&token_a)).0,
+        404
+    );
+    // The stream without a token, or with one the hub rejects: refused.
+    assert_eq!(http_get(operator.http, "/ui/live/fleet", None).0, 401);
+    assert_eq!(
+        http_get(operator.http, "/ui/live/fleet", Some("not-a-token")).0,
+        401
+    );
+    assert_eq!(
+        http_get(operator.http, "/ui/", None).0,
+        303,
+        "pages send the browser to sign in"
+    );
+
+    // The Controller page: A's pods, live. A pod deleted on the member is gone from the page
+    // within 2 s, without a reload.
+    a.goto(&format!("{base}/ui/controllers/{ns_a}/shop")).await;
+    let member = lab.client("member-1").await;
+    let pods: Api<Pod> = Api::namespaced(member, &apps_a);
+    let names = wait_until("web's two pods to run on member-1", DEADLINE, || async {
+        let list = pods.list(&ListParams::default()).await.ok()?;
+        let names: Vec<String> = list
+            .items
+            .iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        (names.len() == 2).then_some(names)
+    })
+    .await;
+    text_until(&a, "both pods on the page", DEADLINE, |t| {
+        names.iter().all(|n| t.contains(n.as_str()))
+    })
+    .await;
+    a.screenshot(&shots.join("controller-tenant-a.png")).await;
+    a.run("window.notReloaded = true;").await;
+    pods.delete(&names[0], &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    let deleted = Instant::now();
+    text_until(
+        &a,
+        "the deleted pod gone from the page",
+        Duration::from_secs(2),
+        |t| !t.contains(names[0].as_str()),
+    )
+    .await;
+    let shown_after = deleted.elapsed();
+    println!("a pod deleted on member-1 left the open page after {shown_after:?}");
+    assert_eq!(
+        a.run("return window.notReloaded === true;").await,
+        true,
+        "the page reloaded"
+    );
+
+    // Tenant-written markup is shown as text and runs nothing: values, and a chart's name.
+    a.run("document.querySelectorAll('details').forEach(d => d.open = true);")
+        .await;
+    text_until(&a, "the values shown as text", DEADLINE, |t| {
+        t.contains(EVIL_VALUE)
+    })
+    .await;
+    let planted = "return [typeof window.xssed, document.querySelectorAll('main img, main svg, main script').length];";
+    assert_eq!(a.run(planted).await, serde_json::json!(["undefined", 0]));
+    a.screenshot(&shots.join("controller-hostile-values.png"))
+        .await;
+    a.goto(&format!("{base}/ui/controllers/{ns_a}/odd")).await;
+    text_until(&a, "the hostile chart's release reported", DEADLINE, |t| {
+        t.contains(EVIL_CHART)
+    })
+    .await;
+    assert_eq!(a.run(planted).await, serde_json::json!(["undefined", 0]));
+    a.screenshot(&shots.join("controller-hostile-chart-name.png"))
+        .await;
+    a.goto(&format!("{base}/ui/clusters/member-1")).await;
+    text_until(&a, "the cluster page", DEADLINE, |t| {
+        t.contains(&format!("{ns_a}/shop"))
+    })
+    .await;
+    a.screenshot(&shots.join("cluster-member-1-tenant-a.png"))
+        .await;
+    // Keyboard: the first link of the header is reached with Tab.
+    a.goto(&format!("{base}/ui/")).await;
+    a.keys("\u{E004}").await;
+    let focused = a
+        .run("return document.activeElement.getAttribute('href');")
+        .await;
+    assert_eq!(focused, "/ui/");
+
+    // Tenant B: its own, nothing of A's.
+    let b = Browser::start().await;
+    sign_in(&b, &base, &token_b).await;
+    text_until(&b, "B's Controller in the matrix", DEADLINE, |t| {
+        t.contains(&format!("{ns_b}/bank"))
+    })
+    .await;
+    b.screenshot(&shots.join("fleet-tenant-b.png")).await;
+    let sent = [
+        b.run("return document.documentElement.outerHTML;")
+            .await
+            .to_string(),
+        fetched(&b, "/ui/live/fleet").await,
+    ]
+    .concat();
+    for other in [ns_a.as_str(), apps_a.as_str(), "shop", "odd"] {
+        assert!(
+            !sent.contains(other),
+            "{other} was sent to tenant B: {sent}"
+        );
+    }
+    let a_page = format!("/ui/controllers/{ns_a}/shop");
+    assert!(fetched(&b, &a_page).await.starts_with("404 "));
+
+    // Live streams are bounded per viewer: with B's browser holding one (or two, while the one
+    // fetched above is let go), B's further streams are refused past eight in all, and A, another
+    // identity, is still served.
+    let mut held = Vec::new();
+    let refused = loop {
+        let (code, stream) = open_stream(operator.http, &token_b);
+        if code != 200 || held.len() == 10 {
+            break code;
+        }
+        held.push(stream);
+    };
+    assert_eq!(refused, 429);
+    assert!(
+        (6..=7).contains(&held.len()),
+        "{} streams opened",
+        held.len()
+    );
+    assert_eq!(open_stream(operator.http, &token_a).0, 200);
+    drop(held);
+    assert!(
+        !operator.logged().contains(&token_a),
+        "a token reached the log"
+    );
+
+    drop((a, b));
+    for (ns, name) in [(&ns_a, "shop"), (&ns_a, "odd"), (&ns_b, "bank")] {
+        Api::<TenancyController>::namespaced(hub.client.clone(), ns)
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    common::hub::all_gone(&Api::namespaced(hub.client.clone(), &ns_a), DEADLINE).await;
+    common::hub::all_gone(&Api::namespaced(hub.client.clone(), &ns_b), DEADLINE).await;
+}
