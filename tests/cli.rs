@@ -28,7 +28,7 @@ fn version_names_the_helm_sdk_and_the_executor_protocol() {
         assert!(
             line.contains(env!("CARGO_PKG_VERSION"))
                 && line.contains("Helm SDK v4.")
-                && line.contains("executor protocol 3"),
+                && line.contains("executor protocol 4"),
             "{args:?}: {line}"
         );
     }

@@ -91,4 +91,4 @@ lab_started=true
 "$REPO/kind/up.sh" --members "${TEST_MEMBERS:-3}" --pull-members "${TEST_PULL_MEMBERS:-2}" --dir "$LAB_DIR"
 
 phase "end-to-end tests"
-TENANCY_HUB_LAB_DIR=$LAB_DIR cargo test --locked --test '*' -- --include-ignored 2>&1 | tee -a "$RESULTS"
+TENANCY_HUB_LAB_DIR=$LAB_DIR cargo test --locked --no-fail-fast --test '*' -- --include-ignored 2>&1 | tee -a "$RESULTS"
