@@ -128,7 +128,7 @@ impl Operator {
             .stderr(file)
             .spawn()
             .expect("the operator starts");
-        let operator = Self {
+        let mut operator = Self {
             child,
             log,
             http,
@@ -159,11 +159,18 @@ impl Operator {
         terminate(&mut self.child, "the operator", &self.log);
     }
 
-    /// Waits until /readyz answers 200, within 60 seconds.
-    fn wait_ready(&self) {
+    /// Waits until /readyz answers 200, within 60 seconds. A refused or reset connection while
+    /// it starts is tried again; an operator that exits fails at once, naming its log.
+    fn wait_ready(&mut self) {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while std::time::Instant::now() < deadline {
-            if std::net::TcpStream::connect(self.http).is_ok() && self.get("/readyz").0 == 200 {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "the operator exited ({status}) before it was ready; see {}",
+                    self.log.display()
+                );
+            }
+            if matches!(try_http_get(self.http, "/readyz", None), Ok((200, _))) {
                 return;
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -272,16 +279,27 @@ pub fn stop_on_drop(child: &mut std::process::Child, what: &str, log: &Path) {
 /// GETs `path` from an HTTP server at `addr`, with a bearer token if given: (status code, body).
 #[allow(dead_code)] // used by some test crates only
 pub fn http_get(addr: std::net::SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
+    try_http_get(addr, path, token)
+        .unwrap_or_else(|e| panic!("GET {path} from the HTTP server at {addr} failed: {e}"))
+}
+
+/// Like [`http_get`], the connection's error instead of a panic.
+#[allow(dead_code)] // used by some test crates only
+pub fn try_http_get(
+    addr: std::net::SocketAddr,
+    path: &str,
+    token: Option<&str>,
+) -> std::io::Result<(u16, String)> {
     use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr)
-        .unwrap_or_else(|e| panic!("nothing answers HTTP at {addr}: {e}"));
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n").unwrap();
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    let mut request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n");
     if let Some(token) = token {
-        write!(stream, "Authorization: Bearer {token}\r\n").unwrap();
+        request.push_str(&format!("Authorization: Bearer {token}\r\n"));
     }
-    write!(stream, "\r\n").unwrap();
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes())?;
     let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
+    stream.read_to_string(&mut response)?;
     let code = response
         .split_whitespace()
         .nth(1)
@@ -291,7 +309,7 @@ pub fn http_get(addr: std::net::SocketAddr, path: &str, token: Option<&str>) -> 
         .split_once("\r\n\r\n")
         .map(|(_, b)| b.to_owned())
         .unwrap_or_default();
-    (code, body)
+    Ok((code, body))
 }
 
 /// The RSS and peak RSS (KiB) and CPU seconds so far of process `pid`, from /proc.
