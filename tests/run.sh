@@ -78,13 +78,15 @@ for module in src/helm/helm-sdk src/charts/verifier kind/tools/notation-sign; do
 done
 
 phase "browser"
-# The fleet view's tests drive Debian's headless Chromium through its WebDriver.
+# The fleet view's tests drive Debian's headless Chromium through its WebDriver ...
 if [[ ! -x /usr/bin/chromium || ! -x /usr/bin/chromedriver ]]; then
     sudo=
     ((EUID == 0)) || sudo=sudo
     $sudo apt-get update -qq
     $sudo apt-get install -y chromium chromium-driver
 fi
+# ... and check each view's accessibility with axe-core, from the npm registry.
+"$REPO/kind/axe.sh" >/dev/null
 
 phase "lab up"
 lab_started=true

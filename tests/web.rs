@@ -9,6 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
+    agent::join,
     browser::Browser,
     fixtures::{DEADLINE, chart, tenancy, unique, wait_until},
     hub::{Hub, create_namespace, reader_token},
@@ -138,9 +139,13 @@ async fn each_tenant_sees_its_own_fleet_live_and_nothing_of_the_other() {
         Operator::start_with(lab, &ns_a, &["--selector", &selector, "--lease-name", &id]);
     let base = format!("http://{}", operator.http);
     let (apps_a, apps_b) = (format!("{id}-apps-a"), format!("{id}-apps-b"));
+    // A pull member, whose agent's version shows on its cluster page.
+    let agent_dir = tempfile::tempdir().unwrap();
+    let edge = unique("edge-w");
+    let _agent = join(lab, &edge, "pull-1", agent_dir.path());
     hub.apply_in(
         &ns_a,
-        &controller(&id, &ns_a, "shop", &apps_a, &["member-1"], vec![]),
+        &controller(&id, &ns_a, "shop", &apps_a, &["member-1", &edge], vec![]),
     )
     .await;
     // A chart name no chart has: reported (as a release that cannot be delivered) with its name.
@@ -244,6 +249,11 @@ async fn each_tenant_sees_its_own_fleet_live_and_nothing_of_the_other() {
         names.iter().all(|n| t.contains(n.as_str()))
     })
     .await;
+    // Below the releases: what the planner does next, and the operator's Events.
+    text_until(&a, "the Next and Last Events sections", DEADLINE, |t| {
+        t.contains("Next") && t.contains("Last Events") && t.contains("Installed")
+    })
+    .await;
     a.screenshot(&shots.join("controller-tenant-a.png")).await;
     a.run("window.notReloaded = true;").await;
     pods.delete(&names[0], &DeleteParams::default().grace_period(0))
@@ -291,6 +301,37 @@ async fn each_tenant_sees_its_own_fleet_live_and_nothing_of_the_other() {
     .await;
     a.screenshot(&shots.join("cluster-member-1-tenant-a.png"))
         .await;
+    // The pull member's page: its agent's version, as the agent reports it.
+    a.goto(&format!("{base}/ui/clusters/{edge}")).await;
+    let shown_version = "return [...document.querySelectorAll('#health dt')].find(d => d.textContent == 'Agent version')?.nextElementSibling?.textContent ?? '';";
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let version = a.run(shown_version).await;
+        if version == env!("CARGO_PKG_VERSION") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agent's version was not shown on {edge}'s page: {version}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        a.goto(&format!("{base}/ui/clusters/{edge}")).await;
+    }
+    a.screenshot(&shots.join("cluster-pull-member-tenant-a.png"))
+        .await;
+    // Accessibility: axe-core finds nothing against WCAG 2 A and AA on the three views.
+    for page in [
+        "/ui/".to_owned(),
+        format!("/ui/controllers/{ns_a}/shop"),
+        "/ui/clusters/member-1".to_owned(),
+    ] {
+        a.goto(&format!("{base}{page}")).await;
+        let found = a.accessibility_violations().await;
+        assert!(
+            found.is_empty(),
+            "{page} breaks WCAG 2 A/AA rules: {found:#?}"
+        );
+    }
     // Keyboard: the first link of the header is reached with Tab.
     a.goto(&format!("{base}/ui/")).await;
     a.keys("\u{E004}").await;

@@ -211,6 +211,19 @@ pub struct ChartMessage {
     /// first names; empty when the chart brings none or the Helm executor did not say.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub crds: String,
+    /// Which gate holds this release's Helm work back while it is `Pending`: `Rollout` (its
+    /// cluster's wave has not come, or the rollout halted) or `DependsOn` (a release it depends
+    /// on is not Ready); empty when no gate does. `errorMessage` says what it waits for.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub held_by: String,
+}
+
+/// The gates a release's Helm work may be held back by, as `heldBy` names them.
+pub mod held_by {
+    /// The rollout: the cluster's wave has not come, or the rollout halted.
+    pub const ROLLOUT: &str = "Rollout";
+    /// `dependsOn`: a release it depends on is not Ready.
+    pub const DEPENDS_ON: &str = "DependsOn";
 }
 
 /// Drift of one release: the objects whose live state differs from the deployed manifest (at

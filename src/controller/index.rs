@@ -1,6 +1,6 @@
-//! What the hub keeps per Controller between reconciles, in one index with one `forget`: the release keys it asks for, the problems it was told, its rollout, the last `dependsOn` edges, the last outcome of each of its releases, and its releases watched for drift.
+//! What the hub keeps per Controller between reconciles, in one index with one `forget`: the release keys it asks for, the problems it was told, its rollout, the last `dependsOn` edges, what its newest plan does next, the last outcome of each of its releases, and its releases watched for drift.
 
-use std::collections::BTreeSet;
+use std::{collections::BTreeSet, sync::Arc};
 
 use dashmap::DashMap;
 use kube::runtime::reflector::ObjectRef;
@@ -10,7 +10,7 @@ use crate::{
     api::key::ReleaseKey,
     controller::{drift::DriftBoard, interest::Interest},
     plan::{OwnerId, depends::Edges},
-    status::report::LastOutcome,
+    status::{next::Next, report::LastOutcome},
 };
 
 /// The per-Controller state of the reconciler and its loops. Service handles (queue, writer,
@@ -25,6 +25,9 @@ pub(crate) struct ControllerIndex {
     /// an operator restart, the edges of releases already dropped from the spec are not known,
     /// and those releases are uninstalled in no particular order.
     depends: DashMap<OwnerId, Edges>,
+    /// What the newest plan of each Controller does next (its jobs, let through or held), for
+    /// the fleet view; Controllers with nothing to do have no entry.
+    next: DashMap<OwnerId, Arc<Vec<Next>>>,
     /// Releases watched for drift, what was found, and the repair limiter.
     pub(crate) drift: DriftBoard,
 }
@@ -38,6 +41,7 @@ impl ControllerIndex {
             outcomes: DashMap::new(),
             rollouts: DashMap::new(),
             depends: DashMap::new(),
+            next: DashMap::new(),
             drift,
         }
     }
@@ -101,6 +105,20 @@ impl ControllerIndex {
         };
     }
 
+    /// Keeps what `owner`'s newest plan does next; nothing to do forgets it.
+    pub(crate) fn set_next(&self, owner: &OwnerId, next: Vec<Next>) {
+        if next.is_empty() {
+            self.next.remove(owner);
+        } else {
+            self.next.insert(owner.clone(), Arc::new(next));
+        }
+    }
+
+    /// What `owner`'s newest plan does next: its jobs, let through or held (empty: nothing).
+    pub(crate) fn next(&self, owner: &OwnerId) -> Arc<Vec<Next>> {
+        self.next.get(owner).map(|n| n.clone()).unwrap_or_default()
+    }
+
     /// The `dependsOn` edges last kept for `owner` (see the field's note on restarts).
     pub(crate) fn dependencies(&self, owner: &OwnerId) -> Edges {
         self.depends
@@ -129,6 +147,7 @@ impl ControllerIndex {
         self.reported.remove(&owner);
         self.rollouts.remove(&owner);
         self.depends.remove(&owner);
+        self.next.remove(&owner);
         self.outcomes.retain(|_, o| o.owner != owner);
     }
 }
@@ -169,6 +188,13 @@ mod tests {
         let edges = Edges::from([(key.clone(), [key.clone()].into())]);
         index.set_dependencies(&owner, edges.clone());
         assert_eq!(index.dependencies(&owner), edges);
+        let next = crate::status::next::Next {
+            key: key.clone(),
+            action: crate::status::next::Action::Install,
+            held: None,
+        };
+        index.set_next(&owner, vec![next.clone()]);
+        assert_eq!(*index.next(&owner), [next]);
 
         index.forget(&object);
 
@@ -177,6 +203,7 @@ mod tests {
         assert!(index.outcomes_of(&owner).is_empty());
         assert!(index.rollout(&owner).is_none());
         assert!(index.dependencies(&owner).is_empty());
+        assert!(index.next(&owner).is_empty());
         assert!(
             index.tell_once(&owner, "a problem"),
             "told notes are forgotten too"

@@ -186,6 +186,10 @@ async fn apply(c: &TenancyController, ctx: &Context) -> Result<Action> {
     ctx.kept
         .index
         .set_dependencies(owner, decision.edges.clone());
+    ctx.kept.index.set_next(
+        owner,
+        crate::status::next::next(plan, &decision.held, seen.applied),
+    );
     enqueue(ctx, owner, plan, &decision.enqueue);
     let telling = Telling {
         events: &ctx.out.events,

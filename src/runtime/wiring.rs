@@ -516,6 +516,29 @@ async fn serve_http(
         },
         ctx.hub.client.clone(),
     );
+    fleet.set_next({
+        let ctx = Arc::downgrade(ctx);
+        move |namespace, name| {
+            let owner = crate::plan::OwnerId {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            };
+            ctx.upgrade()
+                .map(|ctx| ctx.kept.index.next(&owner))
+                .unwrap_or_default()
+        }
+    });
+    if let Some(pull) = ctx.members.links.pull_hub() {
+        let pull = Arc::downgrade(&pull);
+        fleet.set_agents(move |cluster| {
+            let cluster: crate::api::key::ClusterName = cluster.parse().ok()?;
+            let status = pull
+                .upgrade()?
+                .member(&cluster)
+                .read(|r| r.status.clone())?;
+            Some((status.version, status.kube_version))
+        });
+    }
     streams.set({
         let ctx = Arc::downgrade(ctx);
         move || {

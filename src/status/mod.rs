@@ -2,6 +2,7 @@
 
 pub mod build;
 pub(crate) mod conditions;
+pub(crate) mod next;
 pub(crate) mod phase;
 pub(crate) mod report;
 pub(crate) mod writer;

@@ -10,7 +10,7 @@ use crate::{
     queue::Outcome,
 };
 
-use crate::status::phase;
+use crate::{api::controller_status::held_by, status::phase};
 
 /// The last outcome of a release's Helm job, with the fingerprint of the job.
 #[derive(Clone, Debug, PartialEq)]
@@ -96,6 +96,7 @@ pub(crate) fn message(
         health: None,
         tests: BTreeMap::new(),
         crds: String::new(),
+        held_by: String::new(),
     }
 }
 
@@ -251,22 +252,28 @@ pub(crate) fn plain_release_message(
         );
     }
     if held.rollout.contains(&release.key) {
-        return message(
-            release,
-            phase::PENDING,
-            view.plan.rollout_note.clone().unwrap_or_default(),
-            applied.map(|a| a.revision),
-            chart_version,
-        );
+        return ChartMessage {
+            held_by: held_by::ROLLOUT.into(),
+            ..message(
+                release,
+                phase::PENDING,
+                view.plan.rollout_note.clone().unwrap_or_default(),
+                applied.map(|a| a.revision),
+                chart_version,
+            )
+        };
     }
     if let Some(waiting) = held.depends.get(&release.key) {
-        return message(
-            release,
-            phase::PENDING,
-            waiting.clone(),
-            applied.map(|a| a.revision),
-            chart_version,
-        );
+        return ChartMessage {
+            held_by: held_by::DEPENDS_ON.into(),
+            ..message(
+                release,
+                phase::PENDING,
+                waiting.clone(),
+                applied.map(|a| a.revision),
+                chart_version,
+            )
+        };
     }
     if view.busy.contains(&release.key) {
         return message(
@@ -324,6 +331,7 @@ pub(crate) fn held_removal(key: &ReleaseKey, view: &ReleaseView<'_>) -> ChartMes
             view.plan.rollout_note.as_deref().unwrap_or_default()
         ),
         revision: view.applied.get(key).map(|a| a.revision),
+        held_by: held_by::ROLLOUT.into(),
         ..Default::default()
     }
 }
@@ -348,6 +356,7 @@ fn held_removals<'a>(view: &'a ReleaseView<'_>) -> Vec<(&'a ReleaseKey, ChartMes
                 release_name: k.release.clone(),
                 phase: phase::PENDING.into(),
                 error_message: format!("no longer in the spec, {waiting}"),
+                held_by: held_by::DEPENDS_ON.into(),
                 revision: view.applied.get(k).map(|a| a.revision),
                 ..Default::default()
             };

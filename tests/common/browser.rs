@@ -173,6 +173,25 @@ impl Browser {
         self.call("POST", "/actions", Some(body)).await;
     }
 
+    /// What axe-core (fetched by `kind/axe.sh`) finds against WCAG 2 A and AA in the page as it
+    /// stands: one line per rule broken, with the rule, its help and the elements that break it.
+    pub async fn accessibility_violations(&self) -> Vec<String> {
+        let axe = axe_source();
+        // Loaded by the driver, not by the page: the page's CSP allows no script but its own.
+        self.run(&format!("{axe}\nreturn typeof axe;")).await;
+        let found = self
+            .run_async(
+                "const done = arguments[0];
+                 axe.run(document, {runOnly: {type: 'tag', values: ['wcag2a', 'wcag2aa']}})
+                   .then(r => done(r.violations.map(v => v.id + ': ' + v.help + ' (' +
+                       v.nodes.map(n => n.target.join(' ')).slice(0, 5).join(', ') + ')')))
+                   .catch(e => done(['axe failed: ' + e]));",
+            )
+            .await;
+        serde_json::from_value(found.clone())
+            .unwrap_or_else(|e| panic!("axe answered {found}: {e}"))
+    }
+
     /// Saves a screenshot of the page as `path` (PNG), making its folder.
     pub async fn screenshot(&self, path: &Path) -> PathBuf {
         let png = self.call("GET", "/screenshot", None).await;
@@ -206,4 +225,21 @@ impl Drop for Browser {
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
+}
+
+/// The source of axe-core's `axe.min.js`, fetched (once, cached) by `kind/axe.sh`.
+fn axe_source() -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("kind/axe.sh");
+    let out = Command::new(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("{} cannot run: {e}", script.display()));
+    assert!(
+        out.status.success(),
+        "{} failed: is npm there and the npm registry reachable?",
+        script.display()
+    );
+    let path = String::from_utf8(out.stdout).unwrap();
+    std::fs::read_to_string(path.trim())
+        .unwrap_or_else(|e| panic!("axe-core at {} cannot be read: {e}", path.trim()))
 }

@@ -6,6 +6,7 @@ use clap::ValueEnum;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+pub(crate) use crate::status::next::Action;
 use crate::{
     api::crd::HUB_CLUSTER,
     api::key::ReleaseKey,
@@ -19,38 +20,6 @@ pub(crate) enum DiffOutput {
     Text,
     /// A JSON array of {cluster, namespace, release, action, reason?, diff?, failed?}.
     Json,
-}
-
-/// What applying the file would do to one release.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum Action {
-    /// A first `helm install`.
-    Install,
-    /// A `helm upgrade` to a new revision.
-    Upgrade,
-    /// A `helm uninstall`.
-    Uninstall,
-    /// No Helm call.
-    Unchanged,
-    /// No Helm call because the release cannot be delivered as written: invalid, in conflict, or
-    /// forbidden by the tenancy policies.
-    Refused,
-    /// Not known: the cluster's releases could not be read.
-    Unknown,
-}
-
-impl Action {
-    pub(crate) fn word(self) -> &'static str {
-        match self {
-            Action::Install => "install",
-            Action::Upgrade => "upgrade",
-            Action::Uninstall => "uninstall",
-            Action::Unchanged => "unchanged",
-            Action::Refused => "refused",
-            Action::Unknown => "unknown",
-        }
-    }
 }
 
 /// A remote chart as the preview shows it: where from, which version and digest, and who signed
@@ -166,19 +135,12 @@ pub(crate) fn entries(
 ) -> Vec<Entry> {
     let revision = |k: &ReleaseKey| applied.get(k).map(|a| a.revision);
     let mut out: Vec<Entry> = Vec::new();
-    let mut jobs: BTreeSet<&ReleaseKey> = BTreeSet::new();
-    for job in plan.jobs.iter().chain(held) {
-        jobs.insert(job.key());
-        let action = match job {
-            Job::Apply { .. } if applied.contains_key(job.key()) => Action::Upgrade,
-            Job::Apply { .. } => Action::Install,
-            Job::Uninstall { .. } => Action::Uninstall,
-            Job::Rollback { .. } => Action::Upgrade,
-        };
-        let mut entry = Entry::of(job.key(), action, revision(job.key()));
-        entry.reason = held_back(plan, job.key());
+    for step in crate::status::next::next(plan, held, applied) {
+        let mut entry = Entry::of(&step.key, step.action, revision(&step.key));
+        entry.reason = step.held;
         out.push(entry);
     }
+    let jobs: BTreeSet<&ReleaseKey> = plan.jobs.iter().chain(held).map(Job::key).collect();
     for release in plan.desired.iter().filter(|r| !jobs.contains(&r.key)) {
         let key = &release.key;
         let mut entry = Entry::of(key, Action::Unchanged, revision(key));
@@ -246,21 +208,6 @@ pub(crate) fn entries(
         ))
     });
     out
-}
-
-/// Why the gates hold back `key`'s Helm work, in words, when they do: the rollout has not
-/// reached its cluster, or `dependsOn` orders it after a release that is not Ready.
-fn held_back(plan: &Plan, key: &ReleaseKey) -> Option<String> {
-    if plan.rollout_held.contains(key) {
-        let note = plan
-            .rollout_note
-            .as_deref()
-            .unwrap_or("waiting for the rollout");
-        return Some(format!("held back by the rollout: {note}"));
-    }
-    plan.dependency_held
-        .get(key)
-        .map(|waits| format!("held back by dependsOn: {waits}"))
 }
 
 pub(crate) fn placeholder() -> ReleaseKey {

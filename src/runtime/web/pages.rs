@@ -13,6 +13,7 @@ use crate::{
         html::{Page, esc, id, seg},
         view::{ClusterInfo, Live, Seen, cell, live, release_state, watched},
     },
+    status::next::Next,
 };
 
 /// What the hub knows of a pull member's agent, for the cluster page.
@@ -24,6 +25,10 @@ pub(crate) struct Agent {
     pub(crate) last_seen: Option<String>,
     /// Its `Ready` condition, as "True: reason: message".
     pub(crate) ready: Option<String>,
+    /// The version the agent last reported of itself, if it has.
+    pub(crate) version: Option<String>,
+    /// Its cluster's Kubernetes version, as the agent last reported it.
+    pub(crate) kube_version: Option<String>,
 }
 
 /// A link to Controller `c`'s page, showing `namespace/name`.
@@ -78,6 +83,47 @@ pub(crate) fn controller(c: &TenancyController, model: &Model) -> Page {
     }
     page
 }
+
+/// What the Controller's newest plan does next, as `diff` would say it: each Helm action
+/// planned, let through or held back by a gate (with what holds it).
+pub(crate) fn next_html(next: &[Next]) -> String {
+    let mut out = String::from("<section id=next><h2>Next</h2>");
+    if next.is_empty() {
+        out.push_str("<p>Nothing to do: every release is as planned.</p></section>");
+        return out;
+    }
+    let _ = write!(
+        out,
+        "<p>{} Helm action{} planned, from the planner <code>tenancy-hub diff</code> runs (its manifests' diff is the command's to show).</p>",
+        next.len(),
+        if next.len() == 1 { "" } else { "s" }
+    );
+    out.push_str("<table><thead><tr><th scope=col>Cluster</th><th scope=col>Namespace</th><th scope=col>Release</th><th scope=col>Action</th><th scope=col>State</th></tr></thead><tbody>");
+    for n in next.iter().take(SHOWN_NEXT) {
+        let (class, state) = match &n.held {
+            Some(why) => ("held", why.as_str()),
+            None => ("progressing", "queued or running"),
+        };
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"c s-{class}\">{}</td></tr>",
+            esc(n.key.scope.cluster.as_str()),
+            esc(&n.key.scope.namespace),
+            esc(&n.key.release),
+            n.action.word(),
+            esc(state)
+        );
+    }
+    out.push_str("</tbody></table>");
+    if next.len() > SHOWN_NEXT {
+        let _ = write!(out, "<p>and {} more.</p>", next.len() - SHOWN_NEXT);
+    }
+    out.push_str("</section>");
+    out
+}
+
+/// Planned actions listed on a Controller's page, at most.
+const SHOWN_NEXT: usize = 200;
 
 /// The rollout's waves and where it stands.
 fn rollout_html(r: &RolloutStatus) -> String {
@@ -285,10 +331,12 @@ pub(crate) fn cluster(
     if let Some(a) = agent {
         let _ = write!(
             health,
-            "<dt>Agent</dt><dd>{}; Lease renewed {}; Ready: {}</dd>",
+            "<dt>Agent</dt><dd>{}; Lease renewed {}; Ready: {}</dd><dt>Agent version</dt><dd>{}</dd><dt>Kubernetes</dt><dd>{}</dd>",
             if a.joined { "joined" } else { "not joined" },
             esc(a.last_seen.as_deref().unwrap_or("never")),
-            esc(a.ready.as_deref().unwrap_or("unknown"))
+            esc(a.ready.as_deref().unwrap_or("unknown")),
+            esc(a.version.as_deref().unwrap_or("not reported yet")),
+            esc(a.kube_version.as_deref().unwrap_or("not reported yet"))
         );
     }
     health.push_str("<dt>Labels</dt><dd>");

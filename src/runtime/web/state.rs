@@ -15,8 +15,10 @@ use axum::{
     http::HeaderValue,
     response::sse::{Event, KeepAlive, Sse},
 };
+use dashmap::DashMap;
 use futures::Stream;
-use kube::{Api, ResourceExt as _};
+use k8s_openapi::api::core::v1::Event as KubeEvent;
+use kube::{Api, ResourceExt as _, api::ListParams};
 use tokio::sync::mpsc;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
@@ -27,7 +29,7 @@ use crate::{
         http::{ApiState, serving},
         status_api::{ApiError, registered},
         web::{
-            fleet,
+            events, fleet,
             html::Page,
             live::{self, RECHECK, SLOW_READER, Slot, TICK, digest, update},
             pages::{self, Agent},
@@ -35,16 +37,39 @@ use crate::{
             view::{ClusterInfo, Filters, Seen},
         },
     },
+    status::next::Next,
 };
 
-/// How long the hub may take to say how a pull member's agent is, before its page goes without.
+/// How long the hub may take to say how a pull member's agent is, or to list a Controller's
+/// Events, before its page goes without.
 const AGENT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a Controller's Events, once read, are shown before they are read again.
+const EVENTS_FRESH: Duration = Duration::from_secs(5);
+/// Events listed per Controller at most (the operator folds repeats into series, so a
+/// Controller has few).
+const EVENTS_LISTED: u32 = 200;
+/// Controllers whose Events are held at once before the stale ones are dropped.
+const EVENTS_HELD: usize = 1024;
+
+/// The last Events read per Controller uid: when, and the rows or why not.
+type EventsRead = DashMap<String, (tokio::time::Instant, Result<Arc<Vec<events::Row>>, String>)>;
 
 /// What the view reads beyond the status API's state: the hub's Controllers (with their
 /// statuses, as the reconciler sees them) and a hub client. Set once the reconciler's state
 /// exists; until then no Controller is shown.
 #[derive(Clone, Default)]
-pub(crate) struct FleetSources(Arc<OnceLock<Sources>>);
+pub(crate) struct FleetSources {
+    sources: Arc<OnceLock<Sources>>,
+    agents: Arc<OnceLock<AgentsOf>>,
+    next: Arc<OnceLock<NextOf>>,
+}
+
+/// What a Controller's newest plan does next, by its hub namespace and name.
+type NextOf = Box<dyn Fn(&str, &str) -> Arc<Vec<Next>> + Send + Sync>;
+
+/// What a pull member's agent last reported of itself: its version and its cluster's Kubernetes
+/// version, as the agent wrote them (not trusted: shown escaped and cut).
+type AgentsOf = Box<dyn Fn(&str) -> Option<(String, Option<String>)> + Send + Sync>;
 
 struct Sources {
     controllers: ControllersOf,
@@ -60,18 +85,50 @@ impl FleetSources {
         controllers: impl Fn() -> Vec<Arc<TenancyController>> + Send + Sync + 'static,
         hub: kube::Client,
     ) {
-        let _ = self.0.set(Sources {
+        let _ = self.sources.set(Sources {
             controllers: Box::new(controllers),
             hub,
         });
     }
 
+    /// Reads what pull members' agents report of themselves with `agents` from now on (the
+    /// first call only).
+    pub(crate) fn set_agents(
+        &self,
+        agents: impl Fn(&str) -> Option<(String, Option<String>)> + Send + Sync + 'static,
+    ) {
+        let _ = self.agents.set(Box::new(agents));
+    }
+
+    /// Reads what each Controller's newest plan does next with `next` from now on (the first
+    /// call only).
+    pub(crate) fn set_next(
+        &self,
+        next: impl Fn(&str, &str) -> Arc<Vec<Next>> + Send + Sync + 'static,
+    ) {
+        let _ = self.next.set(Box::new(next));
+    }
+
+    fn agent_reported(&self, cluster: &str) -> Option<(String, Option<String>)> {
+        self.agents.get().and_then(|f| f(cluster))
+    }
+
+    fn next_of(&self, namespace: &str, name: &str) -> Arc<Vec<Next>> {
+        self.next
+            .get()
+            .map(|f| f(namespace, name))
+            .unwrap_or_default()
+    }
+
     fn controllers(&self) -> Vec<Arc<TenancyController>> {
-        self.0.get().map(|s| (s.controllers)()).unwrap_or_default()
+        self.sources
+            .get()
+            .map(|s| (s.controllers)())
+            .unwrap_or_default()
     }
 
     fn hub(&self) -> Option<kube::Client> {
-        self.0.get().map(|s| s.hub.clone())
+        self.sources.get().map(|s| s.hub.clone())
     }
 }
 
@@ -84,6 +141,8 @@ pub(crate) struct WebState {
     pub(crate) sessions: Arc<session::Sessions>,
     /// Open live streams.
     pub(crate) slots: Arc<live::Slots>,
+    /// The last Events read per Controller (by uid), with when they were read.
+    events: Arc<EventsRead>,
     /// Fires on shutdown: live streams end.
     cancel: CancellationToken,
     /// Owns the live streams' tasks.
@@ -97,6 +156,7 @@ impl WebState {
             api,
             sessions: Arc::default(),
             slots: Arc::default(),
+            events: Arc::default(),
             cancel,
             tasks,
         }
@@ -202,7 +262,20 @@ impl WebState {
                         "Controller {namespace}/{name} is not on the hub, or you may not read it"
                     ))
                 })?;
-                (pages::controller(c, model), String::new())
+                let mut page = pages::controller(c, model);
+                let (rows, why) = match self.events(c).await {
+                    Ok(rows) => (Some(rows), None),
+                    Err(why) => (None, Some(why)),
+                };
+                page.section(
+                    "next".into(),
+                    pages::next_html(&self.api.fleet.next_of(namespace, name)),
+                );
+                page.section(
+                    "events".into(),
+                    events::section(rows.as_deref().map(Vec::as_slice), why.as_deref()),
+                );
+                (page, String::new())
             }
             View::Cluster(name) => {
                 let cluster = seen.cluster(name).ok_or_else(|| {
@@ -246,7 +319,14 @@ impl WebState {
             .ok()?
             .ok()??;
         let status = member.status.unwrap_or_default();
+        let (version, kube_version) = self
+            .api
+            .fleet
+            .agent_reported(name)
+            .map_or((None, None), |(v, k)| (Some(v), k));
         Some(Agent {
+            version: version.map(|v| shown_version(&v)),
+            kube_version: kube_version.map(|v| shown_version(&v)),
             joined: status.joined,
             last_seen: status.last_seen,
             ready: status
@@ -255,6 +335,47 @@ impl WebState {
                 .find(|c| c.type_ == "Ready")
                 .map(|c| format!("{}: {}: {}", c.status, c.reason, c.message)),
         })
+    }
+
+    /// The last Events the operator recorded about `c`: read from the hub at most every
+    /// [`EVENTS_FRESH`] per Controller, whatever the number of viewers; why not, when they
+    /// cannot be read in time.
+    async fn events(&self, c: &TenancyController) -> Result<Arc<Vec<events::Row>>, String> {
+        let uid = c.metadata.uid.clone().unwrap_or_default();
+        if let Some(held) = self.events.get(&uid)
+            && held.0.elapsed() < EVENTS_FRESH
+        {
+            return held.1.clone();
+        }
+        let namespace = c.namespace().unwrap_or_default();
+        let read = match self.api.fleet.hub() {
+            None => Err("the hub cannot be read yet".to_owned()),
+            Some(hub) => {
+                let api: Api<KubeEvent> = Api::namespaced(hub, &namespace);
+                let params = ListParams::default()
+                    .fields(&format!("involvedObject.uid={uid}"))
+                    .limit(EVENTS_LISTED);
+                match tokio::time::timeout(AGENT_TIMEOUT, api.list(&params)).await {
+                    Ok(Ok(list)) => Ok(Arc::new(events::rows(list.items, &uid))),
+                    Ok(Err(e)) => {
+                        tracing::debug!(%namespace, error = %e, "cannot list a Controller's Events");
+                        Err(format!(
+                            "The Events of hub namespace {namespace} cannot be read now; the operator tries again."
+                        ))
+                    }
+                    Err(_) => Err(format!(
+                        "The hub did not list the Events of hub namespace {namespace} in time; the operator tries again."
+                    )),
+                }
+            }
+        };
+        if self.events.len() >= EVENTS_HELD {
+            self.events
+                .retain(|_, held| held.0.elapsed() < EVENTS_FRESH);
+        }
+        self.events
+            .insert(uid, (tokio::time::Instant::now(), read.clone()));
+        read
     }
 
     /// A number that changes when the model, the Controllers or the registry do.
@@ -268,6 +389,18 @@ impl WebState {
         (Arc::as_ptr(&self.api.registry.load_full()) as usize).hash(&mut h);
         h.finish()
     }
+}
+
+/// The most of an agent's version string the page shows: the agent writes it, so it is cut.
+const SHOWN_VERSION: usize = 64;
+
+/// `v` as the cluster page shows it: at most [`SHOWN_VERSION`] characters, control characters
+/// dropped.
+pub(crate) fn shown_version(v: &str) -> String {
+    v.chars()
+        .filter(|c| !c.is_control())
+        .take(SHOWN_VERSION)
+        .collect()
 }
 
 /// The stream of `view` for the viewer with `token`, whose page was served with digest

@@ -238,6 +238,8 @@ fn every_tenant_written_string_is_escaped_on_every_page() {
             joined: true,
             last_seen: Some(evil.into()),
             ready: Some(evil.into()),
+            version: Some(evil.into()),
+            kube_version: Some(evil.into()),
         };
         let on_cluster = pages::cluster(
             &seen,
@@ -255,6 +257,36 @@ fn every_tenant_written_string_is_escaped_on_every_page() {
         assert_inert(&html::login(Some(evil)), evil);
         assert_inert(&html::message(evil, evil), evil);
     }
+}
+
+#[test]
+fn a_pull_members_page_shows_its_agents_version_cut_to_what_a_page_can_hold() {
+    let model = model();
+    let seen = Seen::of(controllers(), clusters(), &team_a());
+    let long = format!("1.2.3\u{1b}[31m\n{}", "x".repeat(10_000));
+    let agent = pages::Agent {
+        joined: true,
+        version: Some(state::shown_version(&long)),
+        kube_version: Some(state::shown_version("v1.36.3")),
+        ..Default::default()
+    };
+    let page = pages::cluster(&seen, &cluster("member-1", &[]), Some(&agent), &model);
+    let main = page.main();
+    assert!(
+        main.contains("<dt>Agent version</dt><dd>1.2.3[31mxxx"),
+        "{main}"
+    );
+    assert!(
+        main.contains("<dt>Kubernetes</dt><dd>v1.36.3</dd>"),
+        "{main}"
+    );
+    assert!(!main.contains(&"x".repeat(64)), "cut to 64 characters");
+    let unknown = pages::Agent::default();
+    let page = pages::cluster(&seen, &cluster("member-1", &[]), Some(&unknown), &model);
+    assert!(
+        page.main()
+            .contains("<dt>Agent version</dt><dd>not reported yet</dd>")
+    );
 }
 
 #[test]
@@ -318,9 +350,23 @@ fn a_cell_shows_the_worst_state_of_its_releases_and_live_pods() {
     };
     let held = ChartMessage {
         error_message: "held back by the rollout: waiting for rollout wave 2/3".into(),
+        held_by: "Rollout".into(),
         ..message("web", "Pending")
     };
     assert_eq!(with(held, |_| {}), CellState::Held);
+    // The state is the gate's, not the message's words: a tenant's chart failing with words
+    // like the planner's is not shown held.
+    let mimic = ChartMessage {
+        error_message: "waiting for dependency db (not Ready)".into(),
+        ..message("web", "Pending")
+    };
+    assert_eq!(with(mimic, |_| {}), CellState::Progressing);
+    let waiting = ChartMessage {
+        error_message: "waiting for dependency db (not Ready)".into(),
+        held_by: "DependsOn".into(),
+        ..message("web", "Pending")
+    };
+    assert_eq!(with(waiting, |_| {}), CellState::Held);
     let drifted = ChartMessage {
         drift: Some(DriftStatus::default()),
         ..message("web", "Deployed")
@@ -569,4 +615,5 @@ fn the_matrix_of_a_thousand_clusters_renders_within_its_budget() {
     );
 }
 
+mod events;
 mod served;

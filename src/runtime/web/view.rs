@@ -257,12 +257,7 @@ pub(crate) fn release_state(m: &ChartMessage) -> CellState {
         phase::FORBIDDEN | phase::UNVERIFIED => CellState::Forbidden,
         phase::FAILED | phase::CONFLICT | phase::INVALID | phase::ORPHANED => CellState::Failed,
         phase::SUSPENDED => CellState::Held,
-        phase::PENDING
-            if m.error_message.contains("held back by the rollout")
-                || m.error_message.contains("waiting for dependency") =>
-        {
-            CellState::Held
-        }
+        phase::PENDING if !m.held_by.is_empty() => CellState::Held,
         phase::DEPLOYED if m.drift.is_some() => CellState::Drifted,
         phase::DEPLOYED => CellState::Ready,
         _ => CellState::Progressing,

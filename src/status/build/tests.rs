@@ -559,6 +559,7 @@ fn releases_held_by_the_rollout_are_pending_and_say_which_wave_they_wait_for() {
     let m = &s.updated_tenancies[0].chart_messages[0];
     assert_eq!(m.phase, phase::PENDING);
     assert_eq!(m.error_message, "waiting for rollout wave 1/2");
+    assert_eq!(m.held_by, "Rollout");
 }
 
 #[test]
@@ -1065,6 +1066,10 @@ fn releases_held_by_depends_on_are_pending_and_say_what_they_wait_for() {
         messages[1]
             .error_message
             .starts_with("no longer in the spec, uninstalled after")
+    );
+    assert_eq!(
+        (messages[0].held_by.as_str(), messages[1].held_by.as_str()),
+        ("DependsOn", "DependsOn")
     );
     assert_eq!(ready(&s).0, "False");
 }

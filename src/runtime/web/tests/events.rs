@@ -1,0 +1,129 @@
+//! The Controller page's Events: only the operator's, about that Controller, newest first, bounded
+//! and escaped.
+
+use k8s_openapi::{
+    api::core::v1::{Event, EventSeries, EventSource, ObjectReference},
+    apimachinery::pkg::apis::meta::v1::{MicroTime, Time},
+};
+
+use crate::runtime::web::events::{self, REPORTER, SHOWN};
+
+fn event(uid: &str, reporter: &str, at: &str, reason: &str, message: &str) -> Event {
+    Event {
+        involved_object: ObjectReference {
+            uid: Some(uid.into()),
+            ..Default::default()
+        },
+        reporting_component: Some(reporter.into()),
+        last_timestamp: Some(Time(at.parse().unwrap())),
+        type_: Some("Normal".into()),
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+        count: Some(1),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn only_the_operators_events_about_the_controller_show_newest_first_and_bounded() {
+    let mut list = vec![
+        event("c1", REPORTER, "2026-01-01T00:00:01Z", "Installed", "old"),
+        event(
+            "c1",
+            "someone-else",
+            "2026-01-01T00:00:09Z",
+            "Installed",
+            "forged",
+        ),
+        event(
+            "c2",
+            REPORTER,
+            "2026-01-01T00:00:09Z",
+            "Installed",
+            "another's",
+        ),
+        event(
+            "c1",
+            REPORTER,
+            "2026-01-01T00:00:05Z",
+            "UpgradeFailed",
+            "new",
+        ),
+    ];
+    // A series says when it was last seen; an old-style Event says who reported it in `source`.
+    let mut series = event("c1", "", "2026-01-01T00:00:00Z", "DriftRepaired", "series");
+    series.reporting_component = None;
+    series.source = Some(EventSource {
+        component: Some(REPORTER.into()),
+        ..Default::default()
+    });
+    series.series = Some(EventSeries {
+        count: Some(7),
+        last_observed_time: Some(MicroTime("2026-01-01T00:00:07Z".parse().unwrap())),
+    });
+    list.push(series);
+    let rows = events::rows(list, "c1");
+    let shown: Vec<(&str, i32)> = rows.iter().map(|r| (r.message.as_str(), r.count)).collect();
+    assert_eq!(shown, [("series", 7), ("new", 1), ("old", 1)]);
+
+    let many = (0..50)
+        .map(|i| {
+            let at = format!("2026-01-01T00:{:02}:00Z", i);
+            event("c1", REPORTER, &at, "Installed", &"m".repeat(5000))
+        })
+        .collect();
+    let rows = events::rows(many, "c1");
+    assert_eq!(rows.len(), SHOWN);
+    assert_eq!(rows[0].at, "2026-01-01T00:49:00Z");
+    assert!(rows.iter().all(|r| r.message.chars().count() == 1024));
+}
+
+#[test]
+fn the_events_section_escapes_and_says_why_when_there_are_none() {
+    let evil = "<img src=x onerror=alert(1)>";
+    let rows = events::rows(
+        vec![event("c1", REPORTER, "2026-01-01T00:00:01Z", evil, evil)],
+        "c1",
+    );
+    let html = events::section(Some(&rows), None);
+    assert!(!html.contains("<img"), "{html}");
+    assert!(html.contains("&lt;img src=x onerror=alert(1)&gt;"));
+    assert!(events::section(Some(&[]), None).contains("no Event"));
+    let denied = events::section(
+        None,
+        Some("The Events of hub namespace <t> cannot be read now"),
+    );
+    assert!(
+        denied.contains("hub namespace &lt;t&gt; cannot"),
+        "{denied}"
+    );
+}
+
+#[test]
+fn the_next_section_lists_the_planners_actions_with_what_holds_them() {
+    use crate::runtime::web::pages::next_html;
+    use crate::status::next::{Action, Next};
+    assert!(next_html(&[]).contains("Nothing to do"));
+    let evil = "<script>alert(1)</script>";
+    let next = [
+        Next {
+            key: "member-1/team-a/web".parse().unwrap(),
+            action: Action::Upgrade,
+            held: None,
+        },
+        Next {
+            key: "member-2/team-a/web".parse().unwrap(),
+            action: Action::Install,
+            held: Some(format!("held back by the rollout: {evil}")),
+        },
+    ];
+    let html = next_html(&next);
+    assert!(html.contains("<td>member-1</td><td>team-a</td><td>web</td><td>upgrade</td><td class=\"c s-progressing\">queued or running</td>"), "{html}");
+    assert!(
+        html.contains(
+            "<td>install</td><td class=\"c s-held\">held back by the rollout: &lt;script&gt;"
+        ),
+        "{html}"
+    );
+    assert!(!html.contains("<script>"));
+}

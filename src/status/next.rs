@@ -1,0 +1,91 @@
+//! What the planner will do next for one Controller's releases (pure): the Helm action of every
+//! job its plan holds, let through or held back by a gate, with what holds it. `diff` reports
+//! these for a file; the reconciler keeps them for the fleet view, so a viewer reads the same
+//! answer the operator acts on.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::{
+    api::key::ReleaseKey,
+    plan::{Applied, Job, Plan},
+};
+
+/// What would happen to one release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Action {
+    /// A first `helm install`.
+    Install,
+    /// A `helm upgrade` to a new revision.
+    Upgrade,
+    /// A `helm uninstall`.
+    Uninstall,
+    /// No Helm call.
+    Unchanged,
+    /// No Helm call because the release cannot be delivered as written: invalid, in conflict, or
+    /// forbidden by the tenancy policies.
+    Refused,
+    /// Not known: the cluster's releases could not be read.
+    Unknown,
+}
+
+impl Action {
+    /// The action in a word.
+    pub(crate) fn word(self) -> &'static str {
+        match self {
+            Action::Install => "install",
+            Action::Upgrade => "upgrade",
+            Action::Uninstall => "uninstall",
+            Action::Unchanged => "unchanged",
+            Action::Refused => "refused",
+            Action::Unknown => "unknown",
+        }
+    }
+}
+
+/// One job of a plan: its release, its Helm action, and what holds it back, if a gate does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Next {
+    /// The release.
+    pub(crate) key: ReleaseKey,
+    /// Its Helm action.
+    pub(crate) action: Action,
+    /// Why the gates hold it back, in words; None when it is let through.
+    pub(crate) held: Option<String>,
+}
+
+/// The jobs of `plan` (let through) and `held` (held back by the rollout or `dependsOn`), each
+/// with its action, given the releases `applied` now, in the plan's order.
+pub(crate) fn next(plan: &Plan, held: &[Job], applied: &HashMap<ReleaseKey, Applied>) -> Vec<Next> {
+    plan.jobs
+        .iter()
+        .chain(held)
+        .map(|job| Next {
+            key: job.key().clone(),
+            action: match job {
+                Job::Apply { .. } if applied.contains_key(job.key()) => Action::Upgrade,
+                Job::Apply { .. } => Action::Install,
+                Job::Uninstall { .. } => Action::Uninstall,
+                Job::Rollback { .. } => Action::Upgrade,
+            },
+            held: held_back(plan, job.key()),
+        })
+        .collect()
+}
+
+/// Why the gates hold back `key`'s Helm work, in words, when they do: the rollout has not
+/// reached its cluster, or `dependsOn` orders it after a release that is not Ready.
+fn held_back(plan: &Plan, key: &ReleaseKey) -> Option<String> {
+    if plan.rollout_held.contains(key) {
+        let note = plan
+            .rollout_note
+            .as_deref()
+            .unwrap_or("waiting for the rollout");
+        return Some(format!("held back by the rollout: {note}"));
+    }
+    plan.dependency_held
+        .get(key)
+        .map(|waits| format!("held back by dependsOn: {waits}"))
+}
