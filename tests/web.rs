@@ -12,7 +12,7 @@ use common::{
     agent::join,
     browser::Browser,
     fixtures::{DEADLINE, chart, tenancy, unique, wait_until},
-    hub::{Hub, create_namespace, reader_token},
+    hub::{EDITOR, Hub, create_namespace, editor_token, reader_token},
     lab::Lab,
     operator::{Operator, http_get},
 };
@@ -397,4 +397,92 @@ async fn each_tenant_sees_its_own_fleet_live_and_nothing_of_the_other() {
     }
     common::hub::all_gone(&Api::namespaced(hub.client.clone(), &ns_a), DEADLINE).await;
     common::hub::all_gone(&Api::namespaced(hub.client.clone(), &ns_b), DEADLINE).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_viewer_who_may_patch_suspends_resumes_and_asks_for_a_drift_check_as_itself() {
+    let id = unique("webact");
+    let hub = Hub::without_operator(Lab::get(), id.clone()).await;
+    let lab = &hub.lab;
+    let selector = format!("{LABEL}={id}");
+    let operator = Operator::start_with(lab, &id, &["--selector", &selector, "--lease-name", &id]);
+    let base = format!("http://{}", operator.http);
+    let apps = format!("{id}-apps");
+    hub.apply_in(
+        &id,
+        &controller(&id, &id, "shop", &apps, &["member-1"], vec![]),
+    )
+    .await;
+    let controllers: Api<TenancyController> = Api::namespaced(hub.client.clone(), &id);
+    let page = format!("{base}/ui/controllers/{id}/shop");
+
+    // A reader is offered nothing to do.
+    let reader = reader_token(lab, &hub.client, &id).await;
+    let r = Browser::start().await;
+    sign_in(&r, &base, &reader).await;
+    r.goto(&page).await;
+    text_until(&r, "the reader's Controller page", DEADLINE, |t| {
+        t.contains("Last Events")
+    })
+    .await;
+    assert!(
+        !r.text().await.contains("Actions"),
+        "a reader was offered actions"
+    );
+    // Posted anyway, from the view's own page: refused, and nothing changes.
+    let posted = r
+        .run_async(&format!(
+            "fetch('/ui/controllers/{id}/shop/actions/suspend', {{method: 'POST'}})
+               .then(a => arguments[0](a.status));"
+        ))
+        .await;
+    assert_eq!(posted, 403);
+    assert!(!controllers.get("shop").await.unwrap().spec.suspend);
+
+    // An editor suspends, resumes and asks for a drift check, each as itself.
+    let editor = editor_token(lab, &hub.client, &id).await;
+    let e = Browser::start().await;
+    sign_in(&e, &base, &editor).await;
+    e.goto(&page).await;
+    text_until(&e, "the editor's actions", DEADLINE, |t| {
+        t.contains("Check drift now") && t.contains("Suspend")
+    })
+    .await;
+    e.click("form[action$='/actions/suspend'] button").await;
+    text_until(&e, "the page back, saying so", DEADLINE, |t| {
+        t.contains("Suspended: no Helm call is made")
+    })
+    .await;
+    let suspended = controllers.get("shop").await.unwrap();
+    assert!(suspended.spec.suspend, "the Controller was not suspended");
+    text_until(&e, "Resume offered", DEADLINE, |t| t.contains("Resume")).await;
+    e.screenshot(&lab.dir.join("screenshots/controller-actions-suspended.png"))
+        .await;
+    e.click("form[action$='/actions/resume'] button").await;
+    text_until(&e, "resumed", DEADLINE, |t| t.contains("Resumed:")).await;
+    assert!(!controllers.get("shop").await.unwrap().spec.suspend);
+    e.click("form[action$='/actions/check-drift'] button").await;
+    text_until(&e, "the drift check asked", DEADLINE, |t| {
+        t.contains("Asked for a drift check")
+    })
+    .await;
+    wait_until("the operator to check drift as asked", DEADLINE, || async {
+        operator
+            .logged()
+            .contains("a drift check was asked for; checking now")
+            .then_some(())
+    })
+    .await;
+    // The hub's audit would name the editor: the operator's log does too, and never its token.
+    let logged = operator.logged();
+    assert!(logged.contains(&format!("system:serviceaccount:{id}:{EDITOR}")));
+    assert!(!logged.contains(&editor) && !logged.contains(&reader));
+
+    drop((r, e));
+    controllers
+        .delete("shop", &DeleteParams::default())
+        .await
+        .unwrap();
+    common::hub::all_gone(&controllers, DEADLINE).await;
 }

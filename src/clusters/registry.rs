@@ -357,6 +357,50 @@ impl ClusterRegistry {
         self.members.get(name)
     }
 
+    /// A client of the hub at the operator's own address and TLS settings, whose one credential
+    /// is `token`: the fleet view's actions are made with it, so the hub's RBAC judges the viewer,
+    /// not the operator. Nothing of the operator's own credentials (certificates, tokens,
+    /// impersonation, exec plugins) is kept.
+    ///
+    /// # Errors
+    /// [`RegistryError::Hub`] when the hub's kubeconfig (or in-cluster settings) cannot be read
+    /// again, [`RegistryError::Client`] when the client cannot be built.
+    pub(crate) async fn hub_as(&self, token: &str) -> Result<Client> {
+        let name: ClusterName = HUB_CLUSTER
+            .parse()
+            .expect("the hub's name is a valid cluster name");
+        let hub = self
+            .members
+            .get(&name)
+            .ok_or_else(|| RegistryError::Hub("the hub is not registered".into()))?;
+        let mut config = if hub.kubeconfig.as_os_str().is_empty() {
+            Config::incluster().map_err(|e| RegistryError::Hub(format!("in-cluster: {e}")))?
+        } else {
+            let file = Kubeconfig::read_from(&hub.kubeconfig).map_err(|e| {
+                RegistryError::Hub(format!("kubeconfig {}: {e}", hub.kubeconfig.display()))
+            })?;
+            let options = KubeConfigOptions {
+                context: Some(hub.entry.context.clone()),
+                ..KubeConfigOptions::default()
+            };
+            Config::from_custom_kubeconfig(file, &options)
+                .await
+                .map_err(|e| {
+                    RegistryError::Hub(format!("kubeconfig {}: {e}", hub.kubeconfig.display()))
+                })?
+        };
+        config.auth_info = kube::config::AuthInfo {
+            token: Some(token.to_owned().into()),
+            ..kube::config::AuthInfo::default()
+        };
+        config.headers.clear();
+        config.connect_timeout = Some(CONNECT_TIMEOUT);
+        Client::try_from(config).map_err(|source| RegistryError::Client {
+            cluster: HUB_CLUSTER.into(),
+            source,
+        })
+    }
+
     /// The member joined under `name`, unless the registration file names it too.
     pub(crate) fn joined(&self, name: &ClusterName) -> Option<&Arc<Joined>> {
         self.joined

@@ -28,6 +28,10 @@ pub(crate) const GATHER: Duration = Duration::from_millis(500);
 /// Releases checked at once.
 pub(crate) const CONCURRENT_CHECKS: usize = 4;
 
+/// The annotation of a Controller asking for a drift check of its releases now: each new value
+/// asks once (the fleet view sets it to the time; `kubectl annotate … --overwrite` works too).
+pub const DRIFT_CHECK_ANNOTATION: &str = "multitenancy.dev/drift-check";
+
 /// What asks for a drift check.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum DriftCheckRequest {

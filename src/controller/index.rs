@@ -28,6 +28,9 @@ pub(crate) struct ControllerIndex {
     /// What the newest plan of each Controller does next (its jobs, let through or held), for
     /// the fleet view; Controllers with nothing to do have no entry.
     next: DashMap<OwnerId, Arc<Vec<Next>>>,
+    /// The last drift check each Controller asked for (its `multitenancy.dev/drift-check`
+    /// annotation), so each value asks once.
+    drift_asked: DashMap<OwnerId, String>,
     /// Releases watched for drift, what was found, and the repair limiter.
     pub(crate) drift: DriftBoard,
 }
@@ -42,6 +45,7 @@ impl ControllerIndex {
             rollouts: DashMap::new(),
             depends: DashMap::new(),
             next: DashMap::new(),
+            drift_asked: DashMap::new(),
             drift,
         }
     }
@@ -119,6 +123,18 @@ impl ControllerIndex {
         self.next.get(owner).map(|n| n.clone()).unwrap_or_default()
     }
 
+    /// True the first time `owner` asks for a drift check with annotation value `asked` (it is
+    /// recorded then); false for the value already seen.
+    pub(crate) fn drift_check_asked(&self, owner: &OwnerId, asked: &str) -> bool {
+        match self.drift_asked.get(owner) {
+            Some(seen) if *seen == asked => false,
+            _ => {
+                self.drift_asked.insert(owner.clone(), asked.to_owned());
+                true
+            }
+        }
+    }
+
     /// The `dependsOn` edges last kept for `owner` (see the field's note on restarts).
     pub(crate) fn dependencies(&self, owner: &OwnerId) -> Edges {
         self.depends
@@ -148,6 +164,7 @@ impl ControllerIndex {
         self.rollouts.remove(&owner);
         self.depends.remove(&owner);
         self.next.remove(&owner);
+        self.drift_asked.remove(&owner);
         self.outcomes.retain(|_, o| o.owner != owner);
     }
 }
@@ -204,6 +221,15 @@ mod tests {
         assert!(index.rollout(&owner).is_none());
         assert!(index.dependencies(&owner).is_empty());
         assert!(index.next(&owner).is_empty());
+        assert!(
+            index.drift_check_asked(&owner, "1"),
+            "the drift check asked is forgotten too"
+        );
+        assert!(
+            !index.drift_check_asked(&owner, "1"),
+            "each value asks once"
+        );
+        assert!(index.drift_check_asked(&owner, "2"));
         assert!(
             index.tell_once(&owner, "a problem"),
             "told notes are forgotten too"

@@ -27,6 +27,7 @@ use crate::{
     controller::cleanup::cleanup,
     controller::context::Context,
     controller::depends_gate::DEPENDENCY_POLL,
+    controller::drift::DRIFT_CHECK_ANNOTATION,
     controller::events::Telling,
     controller::observed::{Live, Observed, Seen},
     controller::pipeline::{CATCH_UP, Planning, concerned_keys, decide, gated, plan_spec},
@@ -190,6 +191,7 @@ async fn apply(c: &TenancyController, ctx: &Context) -> Result<Action> {
         owner,
         crate::status::next::next(plan, &decision.held, seen.applied),
     );
+    check_drift_if_asked(ctx, c, owner, plan);
     enqueue(ctx, owner, plan, &decision.enqueue);
     let telling = Telling {
         events: &ctx.out.events,
@@ -227,6 +229,33 @@ async fn apply(c: &TenancyController, ctx: &Context) -> Result<Action> {
         decision.rollout.as_ref(),
         decision.catching_up,
     ))
+}
+
+/// Checks every release of `c` for drift now when its `multitenancy.dev/drift-check`
+/// annotation holds a value not seen before (the fleet view's "Check drift now", or
+/// `kubectl annotate`): releases not watched for drift (`driftDetection: disabled`) are left.
+fn check_drift_if_asked(ctx: &Context, c: &TenancyController, owner: &OwnerId, plan: &plan::Plan) {
+    let Some(asked) = c.annotations().get(DRIFT_CHECK_ANNOTATION) else {
+        return;
+    };
+    if !ctx.kept.index.drift_check_asked(owner, asked) {
+        return;
+    }
+    let mut asked_for = 0;
+    for r in plan
+        .desired
+        .iter()
+        .filter(|r| ctx.kept.index.drift.is_watched(&r.key))
+    {
+        ctx.kept
+            .index
+            .drift
+            .nudge(crate::controller::drift::DriftCheckRequest::Release(
+                r.key.clone(),
+            ));
+        asked_for += 1;
+    }
+    tracing::info!(controller = %owner, releases = asked_for, "a drift check was asked for; checking now");
 }
 
 /// Drops the queued jobs of `owner` the newest plan no longer asks for, and queues `jobs`.

@@ -277,8 +277,9 @@ pub(crate) struct Reviewer {
     metrics: Arc<Metrics>,
 }
 
-/// Who, and in which hub namespace (None: cluster-wide).
-type AccessKey = (Arc<Identity>, Option<String>);
+/// Who, in which hub namespace (None: cluster-wide), and doing what to Controllers (`get`,
+/// `patch`).
+type AccessKey = (Arc<Identity>, Option<String>, &'static str);
 
 /// One gate per question being asked of the hub.
 type Gates<K> = DashMap<K, Arc<tokio::sync::Mutex<()>>>;
@@ -403,14 +404,14 @@ impl Reviewer {
         who: &Arc<Identity>,
         namespaces: BTreeSet<String>,
     ) -> Result<Access, AuthError> {
-        if self.may_get(who, None).await? {
+        if self.may(who, None, "get").await? {
             return Ok(Access::Everywhere);
         }
         // Every review asked is let finish, so its answer is remembered even when another of
         // the request's is refused: a retry gets further rather than asking again.
         let answers: Vec<Result<Option<String>, AuthError>> = futures::stream::iter(namespaces)
             .map(|namespace| async move {
-                let allowed = self.may_get(who, Some(namespace.clone())).await?;
+                let allowed = self.may(who, Some(namespace.clone()), "get").await?;
                 Ok(allowed.then_some(namespace))
             })
             .buffer_unordered(PARALLEL_REVIEWS)
@@ -423,14 +424,28 @@ impl Reviewer {
         Ok(Access::Namespaces(allowed))
     }
 
-    /// Whether `who` may get Controllers in `namespace` (cluster-wide when None): remembered,
-    /// or asked once for every caller asking it now, within the caller's budget.
-    async fn may_get(
+    /// Whether `who` may patch Controllers in hub namespace `namespace` (suspend them, resume
+    /// their rollouts, ask for drift checks), as [`Reviewer::access`] asks for `get`.
+    ///
+    /// # Errors
+    /// [`AuthError::Hub`] when the hub fails the review or does not answer in time.
+    pub(crate) async fn may_patch(
+        &self,
+        who: &Arc<Identity>,
+        namespace: &str,
+    ) -> Result<bool, AuthError> {
+        self.may(who, Some(namespace.to_owned()), "patch").await
+    }
+
+    /// Whether `who` may `verb` Controllers in `namespace` (cluster-wide when None):
+    /// remembered, or asked once for every caller asking it now, within the caller's budget.
+    async fn may(
         &self,
         who: &Arc<Identity>,
         namespace: Option<String>,
+        verb: &'static str,
     ) -> Result<bool, AuthError> {
-        let key = (who.clone(), namespace);
+        let key = (who.clone(), namespace, verb);
         if let Some(allowed) = lock(&self.access).get(&key, Instant::now()) {
             return Ok(allowed);
         }
@@ -444,21 +459,22 @@ impl Reviewer {
                     user: who.username.clone(),
                     retry_after,
                 })?;
-            let allowed = self.ask_access(who, key.1.clone()).await?;
+            let allowed = self.ask_access(who, key.1.clone(), verb).await?;
             lock(&self.access).insert(key.clone(), allowed, Instant::now());
             Ok(allowed)
         })
         .await
     }
 
-    /// Asks the hub whether `who` may get Controllers in `namespace` (cluster-wide when None).
+    /// Asks the hub whether `who` may `verb` Controllers in `namespace` (cluster-wide when None).
     async fn ask_access(
         &self,
         who: &Identity,
         namespace: Option<String>,
+        verb: &'static str,
     ) -> Result<bool, AuthError> {
         self.metrics.status_api_review("SubjectAccessReview");
-        let review = access_review(who, namespace);
+        let review = access_review(who, namespace, verb);
         let api: Api<SubjectAccessReview> = Api::all(self.hub.clone());
         let answer = on_time(
             "SubjectAccessReview",
@@ -469,8 +485,9 @@ impl Reviewer {
     }
 }
 
-/// The SubjectAccessReview asking whether `who` may get Controllers in `namespace` (everywhere when None).
-fn access_review(who: &Identity, namespace: Option<String>) -> SubjectAccessReview {
+/// The SubjectAccessReview asking whether `who` may `verb` Controllers in `namespace`
+/// (everywhere when None).
+fn access_review(who: &Identity, namespace: Option<String>, verb: &str) -> SubjectAccessReview {
     let some = |s: &str| (!s.is_empty()).then(|| s.to_owned());
     SubjectAccessReview {
         spec: SubjectAccessReviewSpec {
@@ -481,7 +498,7 @@ fn access_review(who: &Identity, namespace: Option<String>) -> SubjectAccessRevi
             resource_attributes: Some(ResourceAttributes {
                 group: Some(TenancyController::group(&()).into_owned()),
                 resource: Some(TenancyController::plural(&()).into_owned()),
-                verb: Some("get".into()),
+                verb: Some(verb.into()),
                 namespace,
                 ..ResourceAttributes::default()
             }),
@@ -522,7 +539,8 @@ pub(crate) mod fake {
 
     /// The token of an identity that may get Controllers everywhere.
     pub(crate) const ADMIN: &str = "admin-token";
-    /// The token of `system:serviceaccount:team-a:viewer`, which may get Controllers in `team-a` only.
+    /// The token of `system:serviceaccount:team-a:viewer`, which may get (not patch) Controllers
+    /// in `team-a` only.
     pub(crate) const TEAM_A: &str = "team-a-token";
     /// A token whose review the hub fails with a 500.
     pub(crate) const BROKEN: &str = "broken-token";
@@ -537,7 +555,7 @@ pub(crate) mod fake {
                 counter.fetch_add(1, Ordering::SeqCst);
                 let path = request.uri().path().to_owned();
                 let bytes = request.into_body().collect_bytes().await.unwrap();
-                let body: Value = serde_json::from_slice(&bytes).unwrap();
+                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
                 let (code, answer) = answer(&path, &body);
                 send.send_response(
                     Response::builder()
@@ -575,13 +593,21 @@ pub(crate) mod fake {
             "/apis/authorization.k8s.io/v1/subjectaccessreviews" => {
                 let spec = &body["spec"];
                 let namespace = spec["resourceAttributes"]["namespace"].as_str();
+                let verb = spec["resourceAttributes"]["verb"].as_str();
                 let allowed = match spec["user"].as_str().unwrap() {
                     "admin" => true,
-                    "system:serviceaccount:team-a:viewer" => namespace == Some("team-a"),
+                    "system:serviceaccount:team-a:viewer" => {
+                        namespace == Some("team-a") && verb == Some("get")
+                    }
                     _ => false,
                 };
                 (201, review(body, json!({"allowed": allowed})))
             }
+            // The Events of a hub namespace, for the fleet view's Controller pages: none.
+            events if events.starts_with("/api/v1/namespaces/") && events.ends_with("/events") => (
+                200,
+                json!({"kind": "EventList", "apiVersion": "v1", "metadata": {}, "items": []}),
+            ),
             other => panic!("the fake hub does not serve {other}"),
         }
     }

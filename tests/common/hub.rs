@@ -414,55 +414,81 @@ pub const READER: &str = "status-reader";
 /// scopes. Made once per namespace; waits until the hub's RBAC grants it.
 #[allow(dead_code)] // used by some test crates only
 pub async fn reader_token(lab: &Lab, hub: &Client, namespace: &str) -> String {
+    token_of(lab, hub, namespace, READER, &["get"]).await
+}
+
+/// Name of the ServiceAccount, Role and RoleBinding of [`editor_token`].
+pub const EDITOR: &str = "controller-editor";
+
+/// A token of ServiceAccount `controller-editor` in hub namespace `namespace`, which may `get`
+/// and `patch` the Controllers of that namespace and nothing else (what the fleet view's
+/// actions need). Waits until the hub's RBAC grants it.
+#[allow(dead_code)] // used by some test crates only
+pub async fn editor_token(lab: &Lab, hub: &Client, namespace: &str) -> String {
+    token_of(lab, hub, namespace, EDITOR, &["get", "patch"]).await
+}
+
+/// A token of ServiceAccount `account` in hub namespace `namespace`, which may do `verbs` to the
+/// Controllers of that namespace and nothing else, through a Role and RoleBinding of the same
+/// name. Waits until the hub's RBAC grants every verb.
+async fn token_of(
+    lab: &Lab,
+    hub: &Client,
+    namespace: &str,
+    account: &str,
+    verbs: &[&str],
+) -> String {
     let apply = PatchParams::apply("tenancy-hub-tests").force();
-    let mut account = ServiceAccount::default();
-    account.metadata.name = Some(READER.into());
+    let mut sa = ServiceAccount::default();
+    sa.metadata.name = Some(account.into());
     Api::<ServiceAccount>::namespaced(hub.clone(), namespace)
-        .patch(READER, &apply, &Patch::Apply(&account))
+        .patch(account, &apply, &Patch::Apply(&sa))
         .await
         .expect("the ServiceAccount applies");
     let mut role = Role::default();
-    role.metadata.name = Some(READER.into());
+    role.metadata.name = Some(account.into());
     role.rules = Some(vec![PolicyRule {
         api_groups: Some(vec!["multitenancy.dev".into()]),
         resources: Some(vec!["controllers".into()]),
-        verbs: vec!["get".into()],
+        verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
         ..PolicyRule::default()
     }]);
     Api::<Role>::namespaced(hub.clone(), namespace)
-        .patch(READER, &apply, &Patch::Apply(&role))
+        .patch(account, &apply, &Patch::Apply(&role))
         .await
         .expect("the Role applies");
     let mut binding = RoleBinding::default();
-    binding.metadata.name = Some(READER.into());
+    binding.metadata.name = Some(account.into());
     binding.role_ref = RoleRef {
         api_group: Some("rbac.authorization.k8s.io".into()),
         kind: "Role".into(),
-        name: READER.into(),
+        name: account.into(),
     };
     binding.subjects = Some(vec![Subject {
         kind: "ServiceAccount".into(),
-        name: READER.into(),
+        name: account.into(),
         namespace: Some(namespace.into()),
         ..Subject::default()
     }]);
     Api::<RoleBinding>::namespaced(hub.clone(), namespace)
-        .patch(READER, &apply, &Patch::Apply(&binding))
+        .patch(account, &apply, &Patch::Apply(&binding))
         .await
         .expect("the RoleBinding applies");
-    let user = format!("system:serviceaccount:{namespace}:{READER}");
-    wait_until(
-        "the hub's RBAC to let the status reader get Controllers",
-        Duration::from_secs(30),
-        || async {
-            let args = ["auth", "can-i", "get", "controllers.multitenancy.dev"];
-            let args = [&args[..], &["-n", namespace, "--as", &user]].concat();
-            let answer = lab.try_kubectl("hub", &args).unwrap_or_else(|no| no);
-            (answer.trim() == "yes").then_some(())
-        },
-    )
-    .await;
-    lab.kubectl("hub", &["create", "token", READER, "-n", namespace])
+    let user = format!("system:serviceaccount:{namespace}:{account}");
+    for verb in verbs {
+        wait_until(
+            &format!("the hub's RBAC to let {account} {verb} Controllers"),
+            Duration::from_secs(30),
+            || async {
+                let args = ["auth", "can-i", verb, "controllers.multitenancy.dev"];
+                let args = [&args[..], &["-n", namespace, "--as", &user]].concat();
+                let answer = lab.try_kubectl("hub", &args).unwrap_or_else(|no| no);
+                (answer.trim() == "yes").then_some(())
+            },
+        )
+        .await;
+    }
+    lab.kubectl("hub", &["create", "token", account, "-n", namespace])
         .trim()
         .to_owned()
 }

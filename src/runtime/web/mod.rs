@@ -7,6 +7,7 @@
 //! and streams are built by one function, `state::WebState::build`, from what the viewer may see
 //! (`view::Seen`); the rooms below it are pure.
 
+mod actions;
 mod events;
 mod fleet;
 mod html;

@@ -16,6 +16,7 @@ use serde::Deserialize;
 use crate::runtime::{
     auth::AuthError,
     web::{
+        actions::Act,
         fleet, html,
         html::seg,
         live::{self, digest},
@@ -49,6 +50,10 @@ pub(crate) fn router(state: WebState) -> Router {
         .route("/ui/login", get(login_form).post(login))
         .route("/ui/logout", axum::routing::post(logout))
         .route("/ui/controllers/{namespace}/{name}", get(controller_page))
+        .route(
+            "/ui/controllers/{namespace}/{name}/actions/{action}",
+            axum::routing::post(act),
+        )
         .route("/ui/clusters/{cluster}", get(cluster_page))
         .route("/ui/live/fleet", get(fleet_live))
         .route(
@@ -137,8 +142,14 @@ impl FromRequestParts<WebState> for Viewer {
     }
 }
 
-/// A page, or the answer that stands for it: sign in first, not found, try later.
-async fn page(state: &WebState, viewer: Result<Viewer, WebError>, view: View) -> Response {
+/// A page, or the answer that stands for it: sign in first, not found, try later; `notice`
+/// (ours, never a viewer's words) is shown above it, outside what the live stream replaces.
+async fn page(
+    state: &WebState,
+    viewer: Result<Viewer, WebError>,
+    view: View,
+    notice: Option<&'static str>,
+) -> Response {
     let viewer = match viewer {
         Ok(v) => v,
         Err(e) => return error_page(e),
@@ -161,7 +172,14 @@ async fn page(state: &WebState, viewer: Result<Viewer, WebError>, view: View) ->
         ),
         View::Cluster(name) => format!("/ui/live/clusters/{}?v={served}", seg(name)),
     };
-    Html(built.page.document(&live, &built.who, &built.filters)).into_response()
+    let mut frame = built.filters;
+    if let Some(notice) = notice {
+        frame.push_str(&format!(
+            "<p class=notice role=status>{}</p>",
+            html::esc(notice)
+        ));
+    }
+    Html(built.page.document(&live, &built.who, &frame)).into_response()
 }
 
 /// What a page request that cannot be answered gets.
@@ -177,6 +195,7 @@ fn error_page(e: WebError) -> Response {
             (StatusCode::SERVICE_UNAVAILABLE, "Not available")
         }
         WebError::NotFound(_) => (StatusCode::NOT_FOUND, "Not found"),
+        WebError::Refused(_) => (StatusCode::FORBIDDEN, "Not done"),
     };
     (code, Html(html::message(title, &e.to_string()))).into_response()
 }
@@ -200,6 +219,7 @@ fn error_status(e: WebError) -> Response {
             StatusCode::SERVICE_UNAVAILABLE
         }
         WebError::NotFound(_) => StatusCode::NOT_FOUND,
+        WebError::Refused(_) => StatusCode::FORBIDDEN,
     };
     (code, e.to_string()).into_response()
 }
@@ -209,15 +229,59 @@ async fn fleet_page(
     viewer: Result<Viewer, WebError>,
     Query(filters): Query<Filters>,
 ) -> Response {
-    page(&state, viewer, View::Fleet(filters)).await
+    page(&state, viewer, View::Fleet(filters), None).await
+}
+
+/// The Controller page's query: the action just done, if the viewer was sent back after one.
+#[derive(Deserialize)]
+struct Done {
+    #[serde(default)]
+    done: String,
 }
 
 async fn controller_page(
     State(state): State<WebState>,
     viewer: Result<Viewer, WebError>,
     Path((namespace, name)): Path<(String, String)>,
+    Query(Done { done }): Query<Done>,
 ) -> Response {
-    page(&state, viewer, View::Controller { namespace, name }).await
+    let notice = Act::parse(&done).map(Act::done);
+    page(&state, viewer, View::Controller { namespace, name }, notice).await
+}
+
+/// Does an action on a Controller as the viewer (a form of its page, posted from the view's own
+/// origin), then sends the viewer back to the page, which says what was asked.
+async fn act(
+    State(state): State<WebState>,
+    viewer: Result<Viewer, WebError>,
+    headers: HeaderMap,
+    Path((namespace, name, action)): Path<(String, String, String)>,
+) -> Response {
+    if !session::same_origin(&headers) {
+        return (StatusCode::FORBIDDEN, "act from the view's own page").into_response();
+    }
+    let Some(act) = Act::parse(&action) else {
+        return error_page(WebError::NotFound(format!(
+            "the view has no action {action}"
+        )));
+    };
+    let viewer = match viewer {
+        Ok(v) => v,
+        Err(e) => return error_page(e),
+    };
+    match state
+        .act(&viewer.token, viewer.from, &namespace, &name, act)
+        .await
+    {
+        Ok(()) => Redirect::to(&format!(
+            "/ui/controllers/{}/{}?done={}",
+            seg(&namespace),
+            seg(&name),
+            act.segment()
+        ))
+        .into_response(),
+        Err(e) => error_page(e),
+    }
 }
 
 async fn cluster_page(
@@ -225,7 +289,7 @@ async fn cluster_page(
     viewer: Result<Viewer, WebError>,
     Path(cluster): Path<String>,
 ) -> Response {
-    page(&state, viewer, View::Cluster(cluster)).await
+    page(&state, viewer, View::Cluster(cluster), None).await
 }
 
 /// The digest of the page a stream's page was served with.

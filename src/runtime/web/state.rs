@@ -29,7 +29,7 @@ use crate::{
         http::{ApiState, serving},
         status_api::{ApiError, registered},
         web::{
-            events, fleet,
+            actions, events, fleet,
             html::Page,
             live::{self, RECHECK, SLOW_READER, Slot, TICK, digest, update},
             pages::{self, Agent},
@@ -201,6 +201,10 @@ pub(crate) enum WebError {
     /// This replica works no Controller now (starting, or standing by).
     #[error("{0}")]
     NotServing(String),
+    /// The viewer may see it but not do that to it (the hub's RBAC says no), or the hub did not
+    /// take the change.
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl WebError {
@@ -275,6 +279,11 @@ impl WebState {
                     "events".into(),
                     events::section(rows.as_deref().map(Vec::as_slice), why.as_deref()),
                 );
+                // Offered only to viewers the hub lets patch Controllers there; a review that
+                // cannot be made now offers nothing rather than failing the page.
+                if let Ok(true) = self.api.reviewer.may_patch(&identity, namespace).await {
+                    page.section("actions".into(), actions::section(c, &actions::offered(c)));
+                }
                 (page, String::new())
             }
             View::Cluster(name) => {
@@ -335,6 +344,70 @@ impl WebState {
                 .find(|c| c.type_ == "Ready")
                 .map(|c| format!("{}: {}: {}", c.status, c.reason, c.message)),
         })
+    }
+
+    /// Does `act` to Controller `namespace/name` as the viewer with `token` (sent from `from`):
+    /// a merge patch made on the hub with that token, once the viewer is known to see the
+    /// Controller and the hub says it may patch Controllers there.
+    ///
+    /// # Errors
+    /// As [`WebState::build`]; [`WebError::Refused`] when the viewer may not patch there, or the
+    /// hub does not take the patch.
+    pub(crate) async fn act(
+        &self,
+        token: &str,
+        from: Option<IpAddr>,
+        namespace: &str,
+        name: &str,
+        act: actions::Act,
+    ) -> Result<(), WebError> {
+        let identity = self
+            .api
+            .reviewer
+            .authenticate(&bearer(token)?, from)
+            .await?;
+        let controllers = self.api.fleet.controllers();
+        let namespaces: BTreeSet<String> =
+            controllers.iter().filter_map(|c| c.namespace()).collect();
+        let access = self.api.reviewer.access(&identity, namespaces).await?;
+        let seen = Seen::of(controllers, self.clusters(), &access);
+        if seen.controller(namespace, name).is_none() {
+            return Err(WebError::NotFound(format!(
+                "Controller {namespace}/{name} is not on the hub, or you may not read it"
+            )));
+        }
+        if !self.api.reviewer.may_patch(&identity, namespace).await? {
+            return Err(WebError::Refused(format!(
+                "You may read Controller {namespace}/{name} but not change it: ask for `patch` on controllers.multitenancy.dev in hub namespace {namespace}."
+            )));
+        }
+        let refused = |why: String| {
+            WebError::Refused(format!(
+                "The hub did not take the change to Controller {namespace}/{name}: {why}"
+            ))
+        };
+        let registry = self.api.registry.load_full();
+        let hub = registry
+            .hub_as(token)
+            .await
+            .map_err(|e| refused(e.to_string()))?;
+        let api: Api<TenancyController> = Api::namespaced(hub, namespace);
+        let patch = act.patch(k8s_openapi::jiff::Timestamp::now().as_second());
+        let params = kube::api::PatchParams::default();
+        match tokio::time::timeout(
+            crate::api::HUB_WRITE_TIMEOUT,
+            api.patch(name, &params, &kube::api::Patch::Merge(&patch)),
+        )
+        .await
+        {
+            Ok(Ok(_)) => {
+                tracing::info!(controller = %format!("{namespace}/{name}"), user = %identity.username, action = act.segment(), "the fleet view made a change as its viewer");
+                Ok(())
+            }
+            Ok(Err(kube::Error::Api(status))) => Err(refused(status.message)),
+            Ok(Err(e)) => Err(refused(e.to_string())),
+            Err(_) => Err(refused("it did not answer in time; try again".into())),
+        }
     }
 
     /// The last Events the operator recorded about `c`: read from the hub at most every

@@ -615,5 +615,5 @@ fn the_matrix_of_a_thousand_clusters_renders_within_its_budget() {
     );
 }
 
-mod events;
+mod sections;
 mod served;

@@ -235,3 +235,79 @@ async fn the_assets_are_embedded_and_the_page_needs_no_inline_script_or_style() 
     );
     assert_eq!(page.matches("<script").count(), 1);
 }
+
+fn post(uri: &str, token: &str, same_origin: bool) -> Request<Body> {
+    let mut request = Request::post(uri).header(header::AUTHORIZATION, format!("Bearer {token}"));
+    if same_origin {
+        request = request.header("sec-fetch-site", "same-origin");
+    }
+    request.body(Body::empty()).unwrap()
+}
+
+#[tokio::test]
+async fn actions_are_offered_and_taken_only_where_the_hub_lets_the_viewer_patch() {
+    let (app, _dir) = app().await;
+    // TEAM_A may get its Controllers, not patch them: no actions on its page, and an action
+    // posted anyway is refused with what to ask for, before the hub is asked to change anything.
+    let (_, _, page) = send(&app, get("/ui/controllers/team-a/web", Some(fake::TEAM_A))).await;
+    assert!(
+        page.contains("Last Events") && !page.contains("id=actions"),
+        "{page}"
+    );
+    let suspend = "/ui/controllers/team-a/web/actions/suspend";
+    let (status, _, body) = send(&app, post(suspend, fake::TEAM_A, true)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(
+        body.contains("ask for `patch` on controllers.multitenancy.dev in hub namespace team-a"),
+        "{body}"
+    );
+    // Another tenant's Controller answers as one that is not there.
+    let (status, _, _) = send(
+        &app,
+        post(
+            "/ui/controllers/team-b/db/actions/suspend",
+            fake::TEAM_A,
+            true,
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // Posted from elsewhere (no same-origin sign): refused before anything is read.
+    let (status, _, _) = send(&app, post(suspend, fake::ADMIN, false)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _, _) = send(
+        &app,
+        post(
+            "/ui/controllers/team-a/web/actions/delete",
+            fake::ADMIN,
+            true,
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // ADMIN may patch: the page offers what applies to a Controller neither suspended nor halted.
+    let (_, _, page) = send(&app, get("/ui/controllers/team-a/web", Some(fake::ADMIN))).await;
+    assert!(page.contains("id=actions"), "{page}");
+    assert!(page.contains("action=\"/ui/controllers/team-a/web/actions/suspend\""));
+    assert!(page.contains("action=\"/ui/controllers/team-a/web/actions/check-drift\""));
+    assert!(!page.contains("actions/resume\"") && !page.contains("actions/resume-rollout"));
+    // Sent back after an action, the page says what was asked, in the view's own words only.
+    let (_, _, page) = send(
+        &app,
+        get("/ui/controllers/team-a/web?done=suspend", Some(fake::ADMIN)),
+    )
+    .await;
+    assert!(
+        page.contains("class=notice role=status>Suspended:"),
+        "{page}"
+    );
+    let (_, _, page) = send(
+        &app,
+        get(
+            "/ui/controllers/team-a/web?done=%3Cscript%3E",
+            Some(fake::ADMIN),
+        ),
+    )
+    .await;
+    assert!(!page.contains("class=notice"), "{page}");
+}

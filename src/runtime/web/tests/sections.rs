@@ -1,5 +1,6 @@
-//! The Controller page's Events: only the operator's, about that Controller, newest first, bounded
-//! and escaped.
+//! The Controller page's sections below its releases: the planner's next actions, the
+//! operator's Events (only its own, about that Controller, newest first, bounded and escaped),
+//! and the actions offered.
 
 use k8s_openapi::{
     api::core::v1::{Event, EventSeries, EventSource, ObjectReference},
@@ -126,4 +127,51 @@ fn the_next_section_lists_the_planners_actions_with_what_holds_them() {
         "{html}"
     );
     assert!(!html.contains("<script>"));
+}
+
+#[test]
+fn each_action_is_one_merge_patch_and_only_those_that_apply_are_offered() {
+    use crate::runtime::web::actions::{Act, offered, section};
+    assert_eq!(
+        Act::Suspend.patch(7),
+        serde_json::json!({"spec": {"suspend": true}})
+    );
+    assert_eq!(
+        Act::Resume.patch(7),
+        serde_json::json!({"spec": {"suspend": false}})
+    );
+    assert_eq!(
+        Act::ResumeRollout.patch(7),
+        serde_json::json!({"metadata": {"annotations": {"multitenancy.dev/rollout": "resume-7"}}})
+    );
+    assert_eq!(
+        Act::CheckDrift.patch(7),
+        serde_json::json!({"metadata": {"annotations": {"multitenancy.dev/drift-check": "7"}}})
+    );
+    for act in Act::ALL {
+        assert_eq!(Act::parse(act.segment()), Some(act));
+    }
+    assert_eq!(Act::parse("delete"), None);
+
+    let mut c = crate::api::crd::TenancyController::new("<b>", Default::default());
+    c.metadata.namespace = Some("team-a".into());
+    assert_eq!(offered(&c), [Act::Suspend, Act::CheckDrift]);
+    c.status = Some(crate::api::crd::ControllerStatus {
+        rollout: Some(crate::api::crd::RolloutStatus {
+            halted: Some(Default::default()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    assert_eq!(
+        offered(&c),
+        [Act::Suspend, Act::ResumeRollout, Act::CheckDrift]
+    );
+    c.spec.suspend = true;
+    assert_eq!(offered(&c), [Act::Resume]);
+    let html = section(&c, &offered(&c));
+    assert!(
+        html.contains("action=\"/ui/controllers/team-a/%3Cb%3E/actions/resume\""),
+        "{html}"
+    );
 }
