@@ -16,9 +16,9 @@ use common::{
     lab::Lab,
     operator::{Operator, http_get},
 };
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::util::intstr::IntOrString};
 use kube::{
-    Api,
+    Api, ResourceExt as _,
     api::{DeleteParams, ListParams},
 };
 use tenancy_hub::api::crd::{ControllerSpec, TenancyController};
@@ -409,10 +409,38 @@ async fn a_viewer_who_may_patch_suspends_resumes_and_asks_for_a_drift_check_as_i
     let operator = Operator::start_with(lab, &id, &["--selector", &selector, "--lease-name", &id]);
     let base = format!("http://{}", operator.http);
     let apps = format!("{id}-apps");
-    hub.apply_in(
-        &id,
-        &controller(&id, &id, "shop", &apps, &["member-1"], vec![]),
-    )
+    // Two waves, member-1 then member-2, each given 15 s to become ready.
+    let shop = |replicas: (&str, &str)| {
+        let mut c = controller(&id, &id, "shop", &apps, &["member-1", "member-2"], vec![]);
+        c.spec.tenancies[0].charts[0]
+            .settings
+            .push(tenancy_hub::api::crd::Setting {
+                key: replicas.0.into(),
+                value: replicas.1.into(),
+            });
+        c.spec.rollout = Some(tenancy_hub::api::crd::Rollout {
+            max_unavailable: Some(IntOrString::Int(1)),
+            progress_deadline: Some("15s".into()),
+            waves: ["1", "2"]
+                .map(|n| tenancy_hub::api::crd::Wave {
+                    cluster_selector: tenancy_hub::api::crd::ClusterSelector {
+                        match_labels: [("index".to_owned(), n.to_owned())].into(),
+                    },
+                })
+                .into(),
+            ..Default::default()
+        });
+        c
+    };
+    let rollout = |s: &tenancy_hub::api::crd::ControllerStatus, generation, phase: &str| {
+        s.rollout
+            .as_ref()
+            .is_some_and(|r| r.generation == generation && r.phase == phase)
+    };
+    hub.apply_in(&id, &shop(("podAnnotations.try", "1"))).await;
+    hub.status_until("shop", "the first rollout to complete", |s| {
+        rollout(s, 1, "Complete")
+    })
     .await;
     let controllers: Api<TenancyController> = Api::namespaced(hub.client.clone(), &id);
     let page = format!("{base}/ui/controllers/{id}/shop");
@@ -447,6 +475,58 @@ async fn a_viewer_who_may_patch_suspends_resumes_and_asks_for_a_drift_check_as_i
     e.goto(&page).await;
     text_until(&e, "the editor's actions", DEADLINE, |t| {
         t.contains("Check drift now") && t.contains("Suspend")
+    })
+    .await;
+    // A change whose pods never become ready halts the rollout at member-1: the matrix shows
+    // member-2's cell held, the page the halt, and the editor may resume the rollout.
+    hub.apply_in(&id, &shop(("nodeSelector.nowhere", "never")))
+        .await;
+    hub.status_until("shop", "the rollout to halt", |s| rollout(s, 2, "Halted"))
+        .await;
+    e.goto(&format!("{base}/ui/")).await;
+    let cell = |cluster: &str| {
+        format!("return document.querySelector('#row-{cluster} td.c')?.className ?? '';")
+    };
+    let deadline = Instant::now() + DEADLINE;
+    while e.run(&cell("member-2")).await != "c s-held" {
+        assert!(
+            Instant::now() < deadline,
+            "member-2's cell is not shown held"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_ne!(e.run(&cell("member-1")).await, "c s-ready");
+    e.screenshot(&lab.dir.join("screenshots/fleet-rollout-halted.png"))
+        .await;
+    e.goto(&page).await;
+    text_until(&e, "the halt and its action", DEADLINE, |t| {
+        t.contains("Halted at") && t.contains("Resume the rollout")
+    })
+    .await;
+    e.click("form[action$='/actions/resume-rollout'] button")
+        .await;
+    text_until(&e, "the resume asked", DEADLINE, |t| {
+        t.contains("Asked the rollout to resume")
+    })
+    .await;
+    let asked = controllers.get("shop").await.unwrap();
+    assert!(
+        asked
+            .annotations()
+            .get("multitenancy.dev/rollout")
+            .is_some_and(|v| v.starts_with("resume-")),
+        "{:?}",
+        asked.annotations()
+    );
+    // Back to a good change: the rollout completes, and then the suspend and resume.
+    hub.apply_in(&id, &shop(("podAnnotations.try", "3"))).await;
+    hub.status_until("shop", "the good change to roll out", |s| {
+        rollout(s, 3, "Complete")
+    })
+    .await;
+    e.goto(&page).await;
+    text_until(&e, "Suspend offered again", DEADLINE, |t| {
+        t.contains("Suspend")
     })
     .await;
     e.click("form[action$='/actions/suspend'] button").await;

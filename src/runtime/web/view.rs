@@ -148,7 +148,7 @@ impl CellState {
             Self::Unreachable => "?",
             Self::Forbidden => "⊘",
             Self::Failed => "✗",
-            Self::Held => "⏸",
+            Self::Held => "‖",
             Self::Drifted => "≠",
             Self::Progressing => "…",
             Self::Ready => "✓",
