@@ -414,15 +414,22 @@ pub const READER: &str = "status-reader";
 /// scopes. Made once per namespace; waits until the hub's RBAC grants it.
 #[allow(dead_code)] // used by some test crates only
 pub async fn reader_token(lab: &Lab, hub: &Client, namespace: &str) -> String {
+    reader_token_as(lab, hub, namespace, READER).await
+}
+
+/// Like [`reader_token`], for ServiceAccount `account` (Role and RoleBinding of the same name):
+/// another identity with the same reading rights.
+#[allow(dead_code)] // used by some test crates only
+pub async fn reader_token_as(lab: &Lab, hub: &Client, namespace: &str, account: &str) -> String {
     let apply = PatchParams::apply("tenancy-hub-tests").force();
-    let mut account = ServiceAccount::default();
-    account.metadata.name = Some(READER.into());
+    let mut sa = ServiceAccount::default();
+    sa.metadata.name = Some(account.into());
     Api::<ServiceAccount>::namespaced(hub.clone(), namespace)
-        .patch(READER, &apply, &Patch::Apply(&account))
+        .patch(account, &apply, &Patch::Apply(&sa))
         .await
         .expect("the ServiceAccount applies");
     let mut role = Role::default();
-    role.metadata.name = Some(READER.into());
+    role.metadata.name = Some(account.into());
     role.rules = Some(vec![PolicyRule {
         api_groups: Some(vec!["multitenancy.dev".into()]),
         resources: Some(vec!["controllers".into()]),
@@ -430,27 +437,27 @@ pub async fn reader_token(lab: &Lab, hub: &Client, namespace: &str) -> String {
         ..PolicyRule::default()
     }]);
     Api::<Role>::namespaced(hub.clone(), namespace)
-        .patch(READER, &apply, &Patch::Apply(&role))
+        .patch(account, &apply, &Patch::Apply(&role))
         .await
         .expect("the Role applies");
     let mut binding = RoleBinding::default();
-    binding.metadata.name = Some(READER.into());
+    binding.metadata.name = Some(account.into());
     binding.role_ref = RoleRef {
         api_group: Some("rbac.authorization.k8s.io".into()),
         kind: "Role".into(),
-        name: READER.into(),
+        name: account.into(),
     };
     binding.subjects = Some(vec![Subject {
         kind: "ServiceAccount".into(),
-        name: READER.into(),
+        name: account.into(),
         namespace: Some(namespace.into()),
         ..Subject::default()
     }]);
     Api::<RoleBinding>::namespaced(hub.clone(), namespace)
-        .patch(READER, &apply, &Patch::Apply(&binding))
+        .patch(account, &apply, &Patch::Apply(&binding))
         .await
         .expect("the RoleBinding applies");
-    let user = format!("system:serviceaccount:{namespace}:{READER}");
+    let user = format!("system:serviceaccount:{namespace}:{account}");
     wait_until(
         "the hub's RBAC to let the status reader get Controllers",
         Duration::from_secs(30),
@@ -462,7 +469,7 @@ pub async fn reader_token(lab: &Lab, hub: &Client, namespace: &str) -> String {
         },
     )
     .await;
-    lab.kubectl("hub", &["create", "token", READER, "-n", namespace])
+    lab.kubectl("hub", &["create", "token", account, "-n", namespace])
         .trim()
         .to_owned()
 }
