@@ -14,6 +14,7 @@ mod live;
 mod pages;
 mod routes;
 mod session;
+mod shared;
 mod state;
 mod view;
 
