@@ -83,6 +83,8 @@ pub(crate) async fn view(a: &Args) -> Value {
     let base = format!("http://{}", divided.operator().http);
     out.extend(in_browser(&divided, &base, &tokens[identities]).await);
     out.extend(streams(a, &divided, &base, &tokens[..identities]).await);
+    // Shown before the teardown, which at 1,000 members takes minutes: a run cut short keeps them.
+    progress(&format!("view: {}", Value::Object(out.clone())));
     let errors = divided.end().await;
     for error in errors.iter().take(5) {
         progress(&format!("view: {error}"));
