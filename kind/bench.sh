@@ -2,13 +2,14 @@
 # Benchmarks: convergence, status propagation latency, write load, footprint, breadth, growth
 # (namespaces, Controllers, clusters), shards, rollout, fairness and a peer (Flux), on the lab.
 #
-#   kind/bench.sh [--dir DIR] [--only convergence,latency,breadth,footprint,namespaces,controllers,clusters,pull,shards,rollout,waves,fairness,size,fleets,peer,envelope]
+#   kind/bench.sh [--dir DIR] [--only convergence,latency,breadth,footprint,namespaces,controllers,clusters,pull,shards,rollout,waves,fairness,size,fleets,peer,envelope,view]
 #                 [--pods P] [--namespaces 10,100,500] [--unrelated-pods N] [--controllers 10,100,1000]
 #                 [--clusters 1,5,10,20] [--quiet-seconds S] [--runs 3] [--shard-controllers 10]
 #                 [--wave N] [--samples K] [--sizes 100,1000,10000] [--readers 1,10,100] [--peer flux]
 #                 [--peer-targets hub,member-1,member-2] [--peer-workers 4] [--peer-setups flux,flux_shared,flux_wait]
 #                 [--envelope 100,500,1000] [--envelope-replicas 1,2,4] [--envelope-controllers 8]
-#                 [--signed 1,10,30] [--json FILE]
+#                 [--signed 1,10,30] [--view-clusters 1000] [--view-controllers 8] [--view-streams 50]
+#                 [--view-burst-seconds 30] [--json FILE]
 #
 # Brings the lab up in DIR if it is not running (default: .lab), builds tenancy-hub in release mode,
 # runs the scenarios (each with an operator of its own), prints a table and writes the figures as
@@ -33,6 +34,10 @@
 # (--shards K), --envelope-controllers 8 Controllers dividing the members between them.
 # So does signed: one cosign-signed OCI chart to --signed 1,10,30 namespaces of every cluster, --runs
 # times under a policy asking the signature and as many without (the cost per release, the checks run).
+# So does view: the fleet view against --view-clusters 1000 simulated pull members divided between
+# --view-controllers 8 Controllers (any lab; needs Debian's chromium and chromium-driver): the matrix's
+# first render in headless Chromium, one live update, and the operator's memory and CPU idle and over
+# a burst of changes, without views and with --view-streams 50 live streams open.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 

@@ -194,7 +194,7 @@ impl From<UserInfo> for Identity {
 }
 
 /// The hub namespaces in which a caller may `get` `Controller`s.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Access {
     /// Every namespace: the caller may get Controllers cluster-wide.
     Everywhere,
@@ -542,6 +542,9 @@ pub(crate) mod fake {
     /// The token of `system:serviceaccount:team-a:viewer`, which may get (not patch) Controllers
     /// in `team-a` only.
     pub(crate) const TEAM_A: &str = "team-a-token";
+    /// The token of `system:serviceaccount:team-a:other`, which may get Controllers in `team-a`
+    /// only: another identity with [`TEAM_A`]'s access.
+    pub(crate) const TEAM_A_OTHER: &str = "team-a-other-token";
     /// A token whose review the hub fails with a 500.
     pub(crate) const BROKEN: &str = "broken-token";
 
@@ -576,6 +579,8 @@ pub(crate) mod fake {
                     ADMIN => json!({"username": "admin", "groups": ["system:masters"]}),
                     TEAM_A => json!({"username": "system:serviceaccount:team-a:viewer",
                         "uid": "u-1", "groups": ["system:serviceaccounts"]}),
+                    TEAM_A_OTHER => json!({"username": "system:serviceaccount:team-a:other",
+                        "uid": "u-2", "groups": ["system:serviceaccounts"]}),
                     BROKEN => {
                         return (
                             500,
@@ -596,7 +601,8 @@ pub(crate) mod fake {
                 let verb = spec["resourceAttributes"]["verb"].as_str();
                 let allowed = match spec["user"].as_str().unwrap() {
                     "admin" => true,
-                    "system:serviceaccount:team-a:viewer" => {
+                    "system:serviceaccount:team-a:viewer"
+                    | "system:serviceaccount:team-a:other" => {
                         namespace == Some("team-a") && verb == Some("get")
                     }
                     _ => false,

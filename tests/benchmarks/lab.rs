@@ -6,7 +6,8 @@
 //! [--clusters 1,5,10,20] [--quiet-seconds S] [--runs 3] [--shard-controllers 10] [--wave N] [--samples K]
 //! [--sizes 100,1000,10000] [--readers 1,10,100] [--peer flux] [--peer-targets hub,member-1,member-2] [--peer-workers 4]
 //! [--peer-setups flux,flux_shared,flux_wait] [--envelope 100,500,1000] [--envelope-replicas 1,2,4]
-//! [--envelope-controllers 8] [--signed 1,10,30]`.
+//! [--envelope-controllers 8] [--signed 1,10,30] [--view-clusters 1000] [--view-controllers 8]
+//! [--view-streams 50] [--view-burst-seconds 30]`.
 //! `TENANCY_HUB_OPERATOR=PATH` runs another build of the operator (a baseline) in every scenario.
 //! The `rollout` scenario needs three members, `clusters` as many as its largest count
 //! (`kind/up.sh --members 20`), `pull` as many pull members (`kind/up.sh --members 1 --pull-members 20`:
@@ -25,6 +26,11 @@
 //! So does `signed` (`--only signed --signed 1,10,30`): one cosign-signed OCI chart delivered to that
 //! many namespaces of every cluster, `--runs` times under a policy asking the signature and as many
 //! under one that does not, with the checks the operator ran.
+//! So does `view` (`--only view --view-clusters 1000 --view-controllers 8 --view-streams 50`): the
+//! fleet view against that many simulated pull members divided between that many Controllers
+//! (the envelope's), its matrix's first render in headless Chromium, one live update, and the
+//! operator's memory and CPU idle and over a burst of changes (`--view-burst-seconds`), without
+//! views and with that many live streams open.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -35,6 +41,7 @@ mod procs;
 mod pull;
 mod signed;
 mod size;
+mod view;
 mod waves;
 
 use std::{
@@ -89,6 +96,10 @@ struct Args {
     envelope_replicas: Vec<usize>,
     envelope_controllers: usize,
     signed: Vec<usize>,
+    view_clusters: usize,
+    view_controllers: usize,
+    view_streams: usize,
+    view_burst_seconds: u64,
 }
 
 fn args() -> Args {
@@ -120,6 +131,10 @@ fn args() -> Args {
         envelope_replicas: Vec::new(),
         envelope_controllers: 8,
         signed: vec![1, 10, 30],
+        view_clusters: 1000,
+        view_controllers: 8,
+        view_streams: 50,
+        view_burst_seconds: 30,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -154,6 +169,14 @@ fn args() -> Args {
                 a.envelope_controllers = value().parse().expect("--envelope-controllers N")
             }
             "--signed" => a.signed = counts(&flag, &value()),
+            "--view-clusters" => a.view_clusters = value().parse().expect("--view-clusters N"),
+            "--view-controllers" => {
+                a.view_controllers = value().parse().expect("--view-controllers N")
+            }
+            "--view-streams" => a.view_streams = value().parse().expect("--view-streams N"),
+            "--view-burst-seconds" => {
+                a.view_burst_seconds = value().parse().expect("--view-burst-seconds S")
+            }
             "--bench" => {}
             other => panic!("unknown argument {other}; see the top of tests/benchmarks/lab.rs"),
         }
@@ -1831,6 +1854,11 @@ async fn main() {
     // signature rule: only when asked for.
     if named("signed") {
         results.insert("signed", signed::signed(&a).await);
+    }
+    // The fleet view against up to 1,000 simulated pull members, in a browser and with 50 live
+    // streams: only when asked for.
+    if named("view") {
+        results.insert("view", view::view(&a).await);
     }
     // Flux against the operator, alternating runs: only when asked for.
     if named("peer") {

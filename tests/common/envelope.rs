@@ -5,9 +5,15 @@
 //! Controller `some` on [`Envelope::sample`] members, created and then changed, the time to each
 //! of its works published timed by a watch of the work Secrets; the operator restarted and the
 //! time to its full resync; then everything removed. Figures are returned as JSON.
-//! [`Envelope::sharded`] (in `shards`) measures the same members against several replicas.
+//! [`Envelope::sharded`] (in `shards`) measures the same members against several replicas;
+//! [`Envelope::divided`] (in `divided`) holds them, divided between Controllers, for a caller's
+//! own measurements.
 
+mod divided;
 mod shards;
+
+#[allow(unused_imports)] // used by some test crates only
+pub use divided::Divided;
 
 use std::{
     collections::{BTreeMap, HashMap},

@@ -417,6 +417,13 @@ pub async fn reader_token(lab: &Lab, hub: &Client, namespace: &str) -> String {
     token_of(lab, hub, namespace, READER, &["get"]).await
 }
 
+/// Like [`reader_token`], for ServiceAccount `account` (Role and RoleBinding of the same name):
+/// another identity with the same reading rights.
+#[allow(dead_code)] // used by some test crates only
+pub async fn reader_token_as(lab: &Lab, hub: &Client, namespace: &str, account: &str) -> String {
+    token_of(lab, hub, namespace, account, &["get"]).await
+}
+
 /// Name of the ServiceAccount, Role and RoleBinding of [`editor_token`].
 pub const EDITOR: &str = "controller-editor";
 

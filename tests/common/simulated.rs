@@ -92,6 +92,8 @@ struct State {
     watched: BTreeSet<String>,
     /// The record pieces last written: managed, then foreign.
     pieces: [BTreeSet<String>; 2],
+    /// How many of each release's pods it reports not ready (0: all ready).
+    unready: usize,
 }
 
 /// Creates the `MemberCluster` of each of `names`, labelled by `labels` of its index, as
@@ -204,6 +206,21 @@ impl Fleet {
             state.records.values().cloned().collect()
         };
         member.report_records(true, records);
+    }
+
+    /// Has each member of `members` (by index) report `unready` of each release's pods not
+    /// ready, in every namespace the hub has it watch, as a member's pods failing their probes
+    /// would; the reports go out through each member's outbox.
+    #[allow(dead_code)] // used by some test crates only
+    pub fn unready_pods(&self, members: std::ops::Range<usize>, unready: usize) {
+        for member in &self.members[members] {
+            let watched = {
+                let mut state = member.state.lock().unwrap();
+                state.unready = unready.min(PODS_PER_RELEASE);
+                state.watched.clone()
+            };
+            watched.iter().for_each(|ns| member.report_observed(ns));
+        }
     }
 
     /// Reports not yet on the hub, over every member.
@@ -423,17 +440,18 @@ impl Member {
         }
     }
 
-    /// Reports what runs in `namespace`: one Deployment of [`PODS_PER_RELEASE`] ready pods per
-    /// release deployed there.
+    /// Reports what runs in `namespace`: one Deployment of [`PODS_PER_RELEASE`] pods per
+    /// release deployed there, all ready but the first `unready` (see [`Fleet::unready_pods`]).
     fn report_observed(&self, namespace: &str) {
-        let releases: Vec<String> = {
+        let (releases, unready): (Vec<String>, usize) = {
             let state = self.state.lock().unwrap();
-            state
+            let releases = state
                 .records
                 .keys()
                 .filter(|k| k.scope.namespace == namespace)
                 .map(|k| k.release.clone())
-                .collect()
+                .collect();
+            (releases, state.unready)
         };
         let id = |release: &str| WorkloadRef {
             kind: WorkloadKind::Deployment,
@@ -449,7 +467,7 @@ impl Member {
                     (0..PODS_PER_RELEASE).map(move |i| PodInfo {
                         name: format!("{r}-{i}"),
                         phase: "Running".into(),
-                        ready: true,
+                        ready: i >= unready,
                         restarts: 0,
                         reason: String::new(),
                         owner: Some(id(r)),
@@ -461,7 +479,7 @@ impl Member {
                 .map(|r| WorkloadInfo {
                     id: id(r),
                     release: Some(r.clone()),
-                    ready: replicas,
+                    ready: replicas - unready as i32,
                     desired: replicas,
                     rolled_out: true,
                 })

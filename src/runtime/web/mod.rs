@@ -15,6 +15,7 @@ mod live;
 mod pages;
 mod routes;
 mod session;
+mod shared;
 mod state;
 mod view;
 

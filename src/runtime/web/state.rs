@@ -1,6 +1,6 @@
 //! The fleet view's state and its one way of building a page for a viewer: what the viewer may
-//! see (the status API's reviews), the page of it, and the live stream that builds it again
-//! when something changes.
+//! see (the status API's reviews), the page of it (the fleet matrix built once per access group,
+//! see `shared`), and the live stream that builds it again when something changes.
 
 use std::{
     collections::BTreeSet,
@@ -34,6 +34,7 @@ use crate::{
             live::{self, RECHECK, SLOW_READER, Slot, TICK, digest, update},
             pages::{self, Agent},
             session,
+            shared::{SharedPage, SharedPages},
             view::{ClusterInfo, Filters, Seen},
         },
     },
@@ -143,6 +144,8 @@ pub(crate) struct WebState {
     pub(crate) slots: Arc<live::Slots>,
     /// The last Events read per Controller (by uid), with when they were read.
     events: Arc<EventsRead>,
+    /// The fleet pages built for each access group.
+    shared: Arc<SharedPages>,
     /// Fires on shutdown: live streams end.
     cancel: CancellationToken,
     /// Owns the live streams' tasks.
@@ -157,6 +160,7 @@ impl WebState {
             sessions: Arc::default(),
             slots: Arc::default(),
             events: Arc::default(),
+            shared: Arc::default(),
             cancel,
             tasks,
         }
@@ -181,12 +185,14 @@ pub(crate) enum View {
 
 /// A page built for a viewer, with what frames it.
 pub(crate) struct Built {
-    /// The page.
-    pub(crate) page: Page,
+    /// The page (shared with the viewers of the same access, for the fleet).
+    pub(crate) page: Arc<Page>,
     /// Who the viewer is (user name).
     pub(crate) who: String,
     /// The filter form, on the fleet page.
     pub(crate) filters: String,
+    /// The fingerprint (see `fingerprint`) the page was built at.
+    pub(crate) fingerprint: u64,
 }
 
 /// Why a page cannot be shown.
@@ -249,18 +255,29 @@ impl WebState {
             ApiError::NotServing(why) => WebError::NotServing(why),
             other => WebError::NotServing(other.to_string()),
         })?;
+        // Taken before what the page is built of, so a page is never older than its fingerprint.
+        let fingerprint = self.fingerprint();
         let controllers = self.api.fleet.controllers();
         let namespaces: BTreeSet<String> =
             controllers.iter().filter_map(|c| c.namespace()).collect();
         let access = self.api.reviewer.access(&identity, namespaces).await?;
-        let seen = Seen::of(controllers, self.clusters(), &access);
         let model = &self.api.model;
-        let (page, filters) = match view {
-            View::Fleet(filters) => (
-                fleet::page(&seen, model, filters),
-                fleet::filter_form(&seen, filters),
-            ),
+        let (page, filters, fingerprint) = match view {
+            View::Fleet(filters) => {
+                let (shared, built_at) = self
+                    .shared
+                    .get_or_build(&access, filters, fingerprint, || {
+                        let seen = Seen::of(controllers, self.clusters(), &access);
+                        SharedPage {
+                            page: Arc::new(fleet::page(&seen, model, filters)),
+                            filters: fleet::filter_form(&seen, filters),
+                        }
+                    })
+                    .await;
+                (shared.page.clone(), shared.filters.clone(), built_at)
+            }
             View::Controller { namespace, name } => {
+                let seen = Seen::of(controllers, self.clusters(), &access);
                 let c = seen.controller(namespace, name).ok_or_else(|| {
                     WebError::NotFound(format!(
                         "Controller {namespace}/{name} is not on the hub, or you may not read it"
@@ -284,9 +301,10 @@ impl WebState {
                 if let Ok(true) = self.api.reviewer.may_patch(&identity, namespace).await {
                     page.section("actions".into(), actions::section(c, &actions::offered(c)));
                 }
-                (page, String::new())
+                (Arc::new(page), String::new(), fingerprint)
             }
             View::Cluster(name) => {
+                let seen = Seen::of(controllers, self.clusters(), &access);
                 let cluster = seen.cluster(name).ok_or_else(|| {
                     WebError::NotFound(format!(
                         "cluster {name} is not registered, or no Controller you may read targets it"
@@ -297,13 +315,14 @@ impl WebState {
                     false => None,
                 };
                 let page = pages::cluster(&seen, cluster, agent.as_ref(), model);
-                (page, String::new())
+                (Arc::new(page), String::new(), fingerprint)
             }
         };
         Ok(Built {
             page,
             who: identity.username.clone(),
             filters,
+            fingerprint,
         })
     }
 
@@ -512,7 +531,7 @@ async fn produce(
     served: &str,
     tx: &mpsc::Sender<Event>,
 ) {
-    let mut last: Option<Page> = None;
+    let mut last: Option<Arc<Page>> = None;
     let mut seen_at: Option<(u64, tokio::time::Instant)> = None;
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -530,12 +549,18 @@ async fn produce(
         }
         seen_at = Some((fingerprint, tokio::time::Instant::now()));
         let (event, end) = match state.build(token, from, view).await {
-            Ok(Built { page, .. }) => {
+            Ok(Built {
+                page,
+                fingerprint: built_at,
+                ..
+            }) => {
+                // A page shared from before this tick's fingerprint: built again on the next.
+                seen_at = Some((built_at, tokio::time::Instant::now()));
                 if last.is_none() && digest(&page) == served {
                     last = Some(page);
                     continue;
                 }
-                let event = update(last.as_ref(), &page);
+                let event = update(last.as_deref(), &page);
                 last = Some(page);
                 match event {
                     Some(event) => (event, false),

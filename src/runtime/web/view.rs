@@ -361,7 +361,7 @@ impl<'a> ByCluster<'a> {
 }
 
 /// The fleet matrix's filters, from the page's query.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, serde::Deserialize)]
 pub(crate) struct Filters {
     /// Only the Controllers of this hub namespace (the tenant).
     #[serde(default)]

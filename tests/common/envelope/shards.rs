@@ -94,12 +94,12 @@ pub struct Replica {
 }
 
 /// One part's Controller on one count of replicas.
-struct Part {
+pub(super) struct Part {
     /// j: it goes to the members of part j.
-    index: usize,
-    name: String,
-    namespace: String,
-    members: usize,
+    pub(super) index: usize,
+    pub(super) name: String,
+    pub(super) namespace: String,
+    pub(super) members: usize,
     shard: u32,
 }
 
@@ -219,7 +219,7 @@ impl Run<'_> {
     }
 
     /// The `controllers` parts' Controllers on `k` shards: part j's in shard j % k.
-    fn parts(&self, k: usize, controllers: usize) -> Vec<Part> {
+    pub(super) fn parts(&self, k: usize, controllers: usize) -> Vec<Part> {
         let n = self.envelope.members;
         (0..controllers)
             .map(|index| {
@@ -240,7 +240,7 @@ impl Run<'_> {
     }
 
     /// Waits until the work of every part's Controller is taken on its members.
-    async fn taken_parts(&self, parts: &[Part]) -> Vec<Taken> {
+    pub(super) async fn taken_parts(&self, parts: &[Part]) -> Vec<Taken> {
         let api = self.hub.api();
         wait_until(
             "the work of every part's Controller taken",

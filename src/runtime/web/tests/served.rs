@@ -15,7 +15,7 @@ use super::{controllers, model};
 use crate::{
     observe::model::{Change, Model},
     runtime::auth::fake,
-    runtime::web::{WebState, router, routes},
+    runtime::web::{WebState, router, routes, state::View, view::Filters},
 };
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
@@ -310,4 +310,39 @@ async fn actions_are_offered_and_taken_only_where_the_hub_lets_the_viewer_patch(
     )
     .await;
     assert!(!page.contains("class=notice"), "{page}");
+}
+
+#[tokio::test]
+async fn viewers_of_one_access_share_the_fleet_page_and_no_other_viewer_is_given_it() {
+    let (mut api, _dir) = crate::runtime::http::tests::state().await;
+    api.model = Arc::new(model());
+    let (hub, _) = fake::hub();
+    api.fleet.set(controllers, hub);
+    let web = WebState::new(api, CancellationToken::new(), TaskTracker::new());
+    let fleet = View::Fleet(Filters::default());
+    // Built in turn for everywhere, team-a, and team-a again as another identity, then everywhere
+    // again: one model, one fingerprint throughout.
+    let admin = web.build(fake::ADMIN, None, &fleet).await.unwrap();
+    let a = web.build(fake::TEAM_A, None, &fleet).await.unwrap();
+    let other = web.build(fake::TEAM_A_OTHER, None, &fleet).await.unwrap();
+    let admin_again = web.build(fake::ADMIN, None, &fleet).await.unwrap();
+    assert!(admin.page.main().contains("team-b/"));
+    for built in [&a, &other] {
+        let main = built.page.main();
+        assert!(
+            main.contains("team-a/") && !main.contains("team-b"),
+            "{main}"
+        );
+        assert!(!built.filters.contains("team-b"), "{}", built.filters);
+    }
+    assert!(
+        Arc::ptr_eq(&a.page, &other.page),
+        "team-a's viewers share one build"
+    );
+    assert!(Arc::ptr_eq(&admin.page, &admin_again.page));
+    assert!(
+        !Arc::ptr_eq(&admin.page, &a.page),
+        "team-a is not given everywhere's page"
+    );
+    assert_ne!(a.who, other.who, "each is still told who it is");
 }
