@@ -1115,6 +1115,7 @@ fn an_apply_with_other_helm_settings_is_another_job_for_the_same_revision() {
 }
 
 mod adoption;
+mod git;
 /// Two releases on two clusters; `web` patched on the east cluster by an override.
 fn with_east_patch(value: &str) -> ControllerSpec {
     use crate::api::crd::{ChartOverride, ClusterSelector, Kustomize, Patch, PostRenderer};

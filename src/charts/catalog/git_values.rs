@@ -157,3 +157,6 @@ impl ChartCatalog {
         changed
     }
 }
+
+#[cfg(test)]
+mod tests;

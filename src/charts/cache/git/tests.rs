@@ -178,15 +178,24 @@ fn the_fetchers_own_protocol_examples_parse_when_present() {
     let Ok(files) = std::fs::read_dir(&dir) else {
         return;
     };
+    let mut read = 0;
     for file in files.flatten() {
+        read += 1;
         let name = file.file_name().to_string_lossy().into_owned();
         let bytes = std::fs::read(file.path()).unwrap();
         if name.contains("answer") {
             protocol::parse_answer(&bytes, &[]).unwrap_or_else(|e| panic!("{name}: {e}"));
         } else if name.contains("request") {
-            serde_json::from_slice::<Request>(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+            // What the operator would write of it is the example itself.
+            let request: Request =
+                serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let written: serde_json::Value =
+                serde_json::from_slice(&request.to_bytes().unwrap()).unwrap();
+            let example: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(written, example, "{name}");
         }
     }
+    assert!(read > 0, "{} holds no examples", dir.display());
 }
 
 // --- packing ---
