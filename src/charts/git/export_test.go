@@ -281,3 +281,23 @@ func TestATreeEntryNoCheckoutCouldWriteIsRefused(t *testing.T) {
 		t.Errorf("the entry was written outside the dir")
 	}
 }
+
+// Only the commit is fetched, not its history: a big file of an older commit is not received.
+func TestAFetchIsShallow(t *testing.T) {
+	repo := newRepo(t)
+	random := make([]byte, 512<<10)
+	if _, err := rand.Read(random); err != nil {
+		t.Fatal(err)
+	}
+	repo.commit(t, map[string]string{"charts/web/Chart.yaml": "name: web\n", "charts/web/big": string(random)})
+	os.Remove(filepath.Join(repo.work, "charts/web/big"))
+	small := repo.commit(t, nil)
+	url := httpGit{byID: true}.serveHTTP(t, repo.root)
+
+	got, out := fetchOver(t, url, small, chartPaths[:1], func(r *request) { r.MaxBytes = 64 << 10 })
+
+	wantOk(t, got)
+	if have := files(t, out); len(have) != 1 {
+		t.Errorf("written: %v", have)
+	}
+}
