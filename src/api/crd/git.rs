@@ -27,27 +27,29 @@ pub struct GitSource {
 
     /// The chart's directory in the repository, relative to its root (`charts/web`): no leading
     /// `/`, no `..` segment, no `\`. Its `Chart.yaml` names the chart: it must be `chartName`.
-    #[schemars(length(min = 1, max = 1024))]
-    #[x_kube(validation = Rule::new("!self.startsWith('/') && !self.matches('(^|/)[.][.](/|$)') && !self.contains('\\\\')")
-        .message("must be a path relative to the repository's root, without '..' segments or backslashes"))]
+    // A pattern, not a CEL rule: a rule on every path of every chart and override exceeds the
+    // API server's CEL cost budget. Relative, segments split by '/', none of them '..'.
+    #[schemars(
+        length(min = 1, max = 1024),
+        regex(
+            pattern = r"^([^/\\.][^/\\]*|\.|\.[^/\\.][^/\\]*|\.\.[^/\\]+)(/([^/\\.][^/\\]*|\.|\.[^/\\.][^/\\]*|\.\.[^/\\]+))*/?$"
+        )
+    )]
     pub path: String,
 
     /// How often the ref is looked up again (a branch moves, a new tag matches): a duration such
-    /// as "1m" or "30s", from 10s to 24h. Default: 1m, as Flux's.
+    /// as "1m" or "30s", taken within 10s and 24h. Default: 1m, as Flux's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = "^([0-9]+(s|m|h))+$"), length(max = 32))]
-    #[x_kube(validation = Rule::new("duration(self) >= duration('10s') && duration(self) <= duration('24h')")
-        .message("interval must be between 10s and 24h, for example \"1m\""))]
     pub interval: Option<String>,
 }
 
 /// Which commit of a Git repository is taken: exactly one field.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(
-    validation = Rule::new("(has(self.branch) ? 1 : 0) + (has(self.tag) ? 1 : 0) + (has(self.semver) ? 1 : 0) + (has(self.commit) ? 1 : 0) == 1")
-        .message("give exactly one of branch, tag, semver and commit")
-)]
+// Exactly one field, as the schema's property count (a CEL rule on every ref of every chart and
+// override exceeds the API server's CEL cost budget).
+#[schemars(extend("minProperties" = 1, "maxProperties" = 1))]
 pub struct GitRef {
     /// The newest commit of this branch (`main`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -173,9 +175,14 @@ pub struct GitValuesFile {
     pub git: GitValuesSource,
     /// The file's path in the repository, relative to its root, without `..`; `${cluster.name}`,
     /// `${cluster.labels.KEY}`, `${cluster.variables.KEY}` are replaced per cluster.
-    #[schemars(length(min = 1, max = 1024))]
-    #[x_kube(validation = Rule::new("!self.startsWith('/') && !self.matches('(^|/)[.][.](/|$)') && !self.contains('\\\\')")
-        .message("must be a path relative to the repository's root, without '..' segments or backslashes"))]
+    // A pattern, not a CEL rule: a rule on every path of every chart and override exceeds the
+    // API server's CEL cost budget. Relative, segments split by '/', none of them '..'.
+    #[schemars(
+        length(min = 1, max = 1024),
+        regex(
+            pattern = r"^([^/\\.][^/\\]*|\.|\.[^/\\.][^/\\]*|\.\.[^/\\]+)(/([^/\\.][^/\\]*|\.|\.[^/\\.][^/\\]*|\.\.[^/\\]+))*/?$"
+        )
+    )]
     pub path: String,
     /// A missing file is skipped instead of holding the release.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -198,7 +205,5 @@ pub struct GitValuesSource {
     /// How often the ref is looked up again, as a chart's `git.interval`. Default: 1m.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = "^([0-9]+(s|m|h))+$"), length(max = 32))]
-    #[x_kube(validation = Rule::new("duration(self) >= duration('10s') && duration(self) <= duration('24h')")
-        .message("interval must be between 10s and 24h, for example \"1m\""))]
     pub interval: Option<String>,
 }
