@@ -7,7 +7,7 @@ use std::{path::Path, time::Duration};
 use common::{
     agent::{deployed_revision, join},
     fixtures::{DEADLINE, chart, message, put_secret, ready, tenancy, unique, wait_until},
-    git::{GitRepo, GitServer},
+    git::{GitRepo, GitServer, ssh_signing_key},
     hub::{Hub, allow_all},
 };
 use k8s_openapi::api::core::v1::Event;
@@ -17,7 +17,9 @@ use tenancy_hub::api::{
         Chart, ControllerSpec, GitRef, GitSource, GitValuesFile, GitValuesSource, SecretReference,
         TenancyController,
     },
-    policy::{GitAccess, GitWebhook, SourceAccess, TenancyPolicySpec},
+    policy::{
+        GitAccess, GitWebhook, SourceAccess, SourceVerify, TenancyPolicySpec, VerifyProvider,
+    },
 };
 
 /// One test at a time: each joins a pull member or starts an operator of its own.
@@ -493,4 +495,80 @@ async fn per_cluster_values_files_from_git_differ_per_member_and_show_in_diff() 
         "{said}"
     );
     hub.delete_and_wait_gone("values").await;
+}
+
+#[tokio::test]
+#[ignore = "needs the lab with its Git server: kind/up.sh, then --include-ignored"]
+async fn where_a_policy_asks_signed_commits_an_unsigned_push_is_unverified_and_what_runs_stays() {
+    let _serial = SERIAL.lock().await;
+    let hub = hub_for("git-signed").await;
+    let setup = Setup::new(&hub).await;
+    let (_keys, signing, public) = ssh_signing_key();
+    let (_other_keys, stranger, _) = ssh_signing_key();
+    let signers = unique("git-signers");
+    put_secret(
+        &hub.lab,
+        OPERATOR_NAMESPACE,
+        &signers,
+        &[("release.pub", &public)],
+    )
+    .await;
+    let mut policy = setup.policy(&hub.namespace);
+    policy.sources[0].verify = Some(SourceVerify {
+        provider: VerifyProvider::Ssh,
+        secret_ref: SecretReference {
+            name: signers.clone(),
+        },
+        trusted_identities: Vec::new(),
+        match_oidc_identity: Vec::new(),
+        transparency_log: None,
+    });
+    hub.policy(&hub.namespace, policy).await;
+    let repo = setup.repo();
+    let signed = repo.push_dir_signed(
+        work_tree("0.1.0", 1, &[]).path(),
+        "main",
+        "signed",
+        &signing,
+    );
+    let ns = unique("signed");
+    hub.apply(
+        "signed",
+        ControllerSpec {
+            tenancies: vec![tenancy(
+                &ns,
+                &["member-1"],
+                vec![git_chart(&repo, "web", branch("main"))],
+            )],
+            ..Default::default()
+        },
+    )
+    .await;
+    let status = status_until(&hub, "signed", "the signed commit deployed", |s| {
+        shows_commit(s, "member-1", "web", &signed)
+    })
+    .await;
+    let by = &message(&status, "member-1", "web").unwrap().verified_by;
+    assert!(by.starts_with("ssh: SHA256:"), "{by}");
+
+    // An unsigned push, then one signed by a key the policy does not trust: neither is installed.
+    for what in ["unsigned", "untrusted"] {
+        let tree = work_tree("0.2.0", 2, &[]);
+        let commit = match what {
+            "unsigned" => repo.push_dir(tree.path(), "main", what),
+            _ => repo.push_dir_signed(tree.path(), "main", what, &stranger),
+        };
+        let status = status_until(&hub, "signed", &format!("the {what} commit refused"), |s| {
+            message(s, "member-1", "web")
+                .is_some_and(|m| m.phase == "Unverified" && m.error_message.contains(&commit))
+        })
+        .await;
+        let said = &message(&status, "member-1", "web").unwrap().error_message;
+        assert!(
+            said.contains(what) && said.contains("ssh (TenancyPolicy"),
+            "{said}"
+        );
+        hub.releases_become("member-1", &ns, &[("web", 1)]).await;
+    }
+    hub.delete_and_wait_gone("signed").await;
 }

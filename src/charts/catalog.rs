@@ -610,7 +610,7 @@ impl ChartCatalog {
             }
             match result {
                 Ok(resolved) => {
-                    if slot.good.as_ref() != Some(&resolved) {
+                    if slot.good.as_ref() != Some(&resolved) && slot.refused.is_none() {
                         tracing::info!(chart = %key.describe(), version = %resolved.version, digest = resolved.digest.as_deref().unwrap_or(""), "resolved chart");
                     }
                     slot.failure = None;
@@ -687,12 +687,13 @@ fn take_verdict(
             slot.refused = None;
         }
         Ok(Checked::Refused(reason)) => {
-            if slot.refused.as_ref() != Some(&reason) {
+            let refused = redact(&format!("{chart} {}: {reason}", resolved.version));
+            if slot.refused.as_ref() != Some(&refused) {
                 tracing::warn!(%chart, version = %resolved.version, %reason, "chart signatures refused; it reaches no member");
             }
             slot.good = None;
             slot.verified = None;
-            slot.refused = Some(redact(&format!("{chart} {}: {reason}", resolved.version)));
+            slot.refused = Some(refused);
         }
         Err(error) => {
             if slot.good.as_ref() == Some(&resolved) && slot.verified.is_some() {
