@@ -87,3 +87,126 @@ fn a_payload_names_its_repositories_in_normal_form() {
     assert!(repositories(b"not json").is_empty());
     assert!(repositories(br#"{"repository":{"clone_url":"file:///etc"}}"#).is_empty());
 }
+
+/// The Secrets of the operator's namespace: `hook` holds the shared secret.
+struct OneSecret;
+
+impl ReadSecret for OneSecret {
+    fn read<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<Option<crate::charts::credentials::SecretData>, String>,
+    > {
+        let found = (namespace == "tenancy-hub" && name == "hook")
+            .then(|| crate::charts::credentials::SecretData::of(&[("token", "s3cret-hook")]));
+        Box::pin(async move { Ok(found) })
+    }
+
+    fn labels<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<Option<std::collections::BTreeMap<String, String>>, String>,
+    > {
+        Box::pin(async { Ok(None) })
+    }
+}
+
+/// A receiver knowing policy `team-a`, whose Git entry under `https://git.example.com/team-a/`
+/// takes hooks signed with Secret `hook`.
+fn hooks() -> GitHooks {
+    use crate::api::policy::{GitAccess, GitWebhook, SourceAccess, TenancyPolicySpec};
+    let (store, mut writer) = kube::runtime::reflector::store::<TenancyPolicy>();
+    let policy = TenancyPolicy::new(
+        "team-a",
+        TenancyPolicySpec {
+            sources: vec![SourceAccess {
+                url: "https://git.example.com/team-a/".into(),
+                git: Some(GitAccess {
+                    webhook: Some(GitWebhook {
+                        secret_ref: crate::api::crd::SecretReference {
+                            name: "hook".into(),
+                        },
+                    }),
+                    ..GitAccess::default()
+                }),
+                ..SourceAccess::default()
+            }],
+            ..TenancyPolicySpec::default()
+        },
+    );
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(policy));
+    GitHooks {
+        policies: store,
+        secrets: Arc::new(OneSecret),
+        operator_namespace: "tenancy-hub".into(),
+        charts: Arc::new(ChartCatalog::with_resolver(
+            Box::new(NoResolver),
+            Duration::from_secs(60),
+        )),
+        windows: Default::default(),
+    }
+}
+
+/// Resolves nothing: the hook tests never plan.
+struct NoResolver;
+
+impl crate::charts::catalog::Resolve for NoResolver {
+    fn resolve<'a>(
+        &'a self,
+        _: &'a crate::charts::catalog::RemoteKey,
+        _: &'a SourceUrl,
+        _: Option<Instant>,
+    ) -> futures::future::BoxFuture<'a, Result<crate::charts::cache::Resolved, String>> {
+        Box::pin(async { Err("nothing resolves here".to_owned()) })
+    }
+}
+
+async fn post(
+    hooks: &GitHooks,
+    policy: &str,
+    headers: HeaderMap,
+    body: &'static [u8],
+) -> StatusCode {
+    receive(
+        State(hooks.clone()),
+        Path(policy.to_owned()),
+        headers,
+        Bytes::from_static(body),
+    )
+    .await
+    .status()
+}
+
+#[tokio::test]
+async fn an_unknown_policy_and_a_bad_signature_get_the_same_answer_and_a_flood_is_cut() {
+    let hooks = hooks();
+    let body: &'static [u8] =
+        br#"{"repository":{"clone_url":"https://git.example.com/team-a/charts.git"}}"#;
+    let good = headers(&[("x-gitea-signature", signed(b"s3cret-hook", body))]);
+    let bad = headers(&[("x-gitea-signature", signed(b"guess", body))]);
+    assert_eq!(
+        post(&hooks, "team-a", good.clone(), body).await,
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(
+        post(&hooks, "team-a", bad, body).await,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        post(&hooks, "team-b", good.clone(), body).await,
+        StatusCode::UNAUTHORIZED
+    );
+    for _ in 0..PER_WINDOW {
+        post(&hooks, "team-a", good.clone(), body).await;
+    }
+    assert_eq!(
+        post(&hooks, "team-a", good, body).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
