@@ -57,9 +57,9 @@ stop_tier() {
 }
 
 if [[ -s "$LAB_DIR/pids" ]]; then
-    # Clients of the API servers first (the demo's operator among them), then the API servers,
-    # then etcd under them.
-    stop_tier '(operator|kwok|scheduler|controller-manager)$'
+    # Clients of the API servers first (the demo's operator among them, and the Git server beside
+    # them), then the API servers, then etcd under them.
+    stop_tier '(operator|kwok|scheduler|controller-manager|git-server)$'
     stop_tier 'apiserver$'
     stop_tier '^etcd$'
     log "stopped $stopped processes of the lab in $LAB_DIR"

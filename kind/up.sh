@@ -15,6 +15,11 @@
 #   DIR/pull/pull-K.kubeconfig  context pull-K, that member's admin
 #   DIR/pull/hub-server         the hub API server's URL
 #   DIR/pull/hub.ca.crt         the CA that signed the hub API server's certificate
+# It also starts the lab's Git server (kind/tools/git-server, built by kind/git.sh) on loopback, for
+# Git chart sources: smart HTTP (basic auth or bearer token) and SSH (a client key, strict host key).
+# What a client needs is in DIR/git: http-url, ssh-url, auth.json (username, password, token; also
+# as the files username, password, token), client_ed25519 (the client key), known_hosts, repos/
+# (the bare repositories it serves: repos/team/charts.git is served as /team/charts.git).
 # With --light, every cluster but the hub runs the least a member needs (for many members on one
 # machine, as kind/bench.sh's scale scenarios do): the controller-manager runs only the controllers
 # that make and remove what charts deliver (workloads, jobs, namespaces, garbage collection,
@@ -30,7 +35,7 @@ PULL_MEMBERS=
 NODES=1
 LIGHT=false
 LAB_DIR=$(default_lab_dir)
-usage() { sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
     case $1 in
         --members) MEMBERS=${2:?--members needs a number}; shift 2 ;;
@@ -73,12 +78,14 @@ EXECUTOR=$("$LAB_ROOT/executor.sh")
 # The operator's checker of chart signatures, and the tools the tests sign charts with.
 VERIFIER=$("$LAB_ROOT/verifier.sh")
 SIGNING=$("$LAB_ROOT/signing.sh")
+# The operator's Git fetcher and the lab's Git server.
+GIT_BIN=$("$LAB_ROOT/git.sh")
 # A real-world chart (ExternalDNS's, pinned) for tests/fleets_realworld.rs, fetched once.
 REAL_CHARTS=$("$LAB_ROOT/real-chart.sh")
 PKI="$LAB_DIR/pki"
 LOGS="$LAB_DIR/logs"
 PULL_DIR="$LAB_DIR/pull"
-rm -rf "$PKI" "$LOGS" "$LAB_DIR/etcd" "$LAB_DIR/clusters" "$LAB_DIR/cmds" "$PULL_DIR"
+rm -rf "$PKI" "$LOGS" "$LAB_DIR/etcd" "$LAB_DIR/clusters" "$LAB_DIR/cmds" "$PULL_DIR" "$LAB_DIR/git"
 mkdir -p "$PKI" "$LOGS" "$LAB_DIR/clusters"
 : >"$LAB_DIR/pids"
 
@@ -208,6 +215,35 @@ start etcd etcd --name lab --data-dir "$LAB_DIR/etcd" \
     --log-level warn
 wait_for "etcd" 60 curl -sf "http://127.0.0.1:$ETCD_PORT/health"
 
+# --- the Git server ----------------------------------------------------------------------------
+# Its secrets go to files of DIR/git (mode 0600), never to argv.
+GIT_LAB="$LAB_DIR/git"
+mkdir -p "$GIT_LAB/repos"
+ssh-keygen -q -t ed25519 -N '' -C tenancy-hub-lab-git-host -f "$GIT_LAB/host_ed25519"
+ssh-keygen -q -t ed25519 -N '' -C tenancy-hub-lab-git-client -f "$GIT_LAB/client_ed25519"
+cp "$GIT_LAB/client_ed25519.pub" "$GIT_LAB/authorized_keys"
+GIT_HTTP_PORT=$(free_port)
+GIT_SSH_PORT=$(free_port)
+printf '[127.0.0.1]:%s %s\n' "$GIT_SSH_PORT" "$(cut -d' ' -f1,2 "$GIT_LAB/host_ed25519.pub")" >"$GIT_LAB/known_hosts"
+(
+    umask 077
+    printf 'lab\n' >"$GIT_LAB/username"
+    openssl rand -hex 16 >"$GIT_LAB/password"
+    openssl rand -hex 24 >"$GIT_LAB/token"
+    printf '{"username": "lab", "password": "%s", "token": "%s"}\n' "$(cat "$GIT_LAB/password")" "$(cat "$GIT_LAB/token")" >"$GIT_LAB/auth.json"
+)
+echo "http://127.0.0.1:$GIT_HTTP_PORT" >"$GIT_LAB/http-url"
+echo "ssh://git@127.0.0.1:$GIT_SSH_PORT" >"$GIT_LAB/ssh-url"
+log "starting the Git server on http://127.0.0.1:$GIT_HTTP_PORT and ssh://127.0.0.1:$GIT_SSH_PORT"
+mkdir -p "$LAB_DIR/cmds"
+printf '%q ' "$GIT_BIN/tenancy-hub-git-server" --repos "$GIT_LAB/repos" --http "127.0.0.1:$GIT_HTTP_PORT" \
+    --ssh "127.0.0.1:$GIT_SSH_PORT" --auth "$GIT_LAB/auth.json" --host-key "$GIT_LAB/host_ed25519" \
+    --authorized-keys "$GIT_LAB/authorized_keys" >"$LAB_DIR/cmds/git-server"
+eval "setsid $(cat "$LAB_DIR/cmds/git-server") >\"$LOGS/git-server.log\" 2>&1 </dev/null &"
+printf '%s %s %s\n' "$!" git-server "$GIT_BIN/tenancy-hub-git-server" >>"$LAB_DIR/pids"
+wait_for "the Git server (see $LOGS/git-server.log)" 30 curl -s -o /dev/null "http://127.0.0.1:$GIT_HTTP_PORT/"
+wait_for "the Git server's SSH (see $LOGS/git-server.log)" 30 bash -c "exec 3<>/dev/tcp/127.0.0.1/$GIT_SSH_PORT"
+
 declare -A API_PORT
 for c in "${ALL[@]}"; do
     port=$(free_port)
@@ -328,6 +364,14 @@ export TENANCY_HUB_HELM_EXECUTOR="$EXECUTOR"
 export TENANCY_HUB_VERIFIER="$VERIFIER"
 export TENANCY_HUB_SIGNING_TOOLS="$SIGNING"
 export TENANCY_HUB_REAL_CHARTS="$REAL_CHARTS"
+export TENANCY_HUB_GIT_FETCHER="$GIT_BIN/tenancy-hub-git"
+export TENANCY_HUB_GIT_HTTP="http://127.0.0.1:$GIT_HTTP_PORT"
+export TENANCY_HUB_GIT_SSH="ssh://git@127.0.0.1:$GIT_SSH_PORT"
+export TENANCY_HUB_GIT_DIR="$GIT_LAB"
+export TENANCY_HUB_GIT_REPOS="$GIT_LAB/repos"
+export TENANCY_HUB_GIT_AUTH="$GIT_LAB/auth.json"
+export TENANCY_HUB_GIT_SSH_KEY="$GIT_LAB/client_ed25519"
+export TENANCY_HUB_GIT_KNOWN_HOSTS="$GIT_LAB/known_hosts"
 ENV
 
 # kctl CLUSTER ARGS...: kubectl as the admin of CLUSTER, from the file that holds its credentials.
@@ -387,6 +431,7 @@ NAMESPACE
         echo "  pull members:  ${PULLS[*]} (a CA of their own each; in neither file above)"
         echo "  hub for joins: $PULL_DIR/hub-server, $PULL_DIR/hub.ca.crt"
     fi
+    echo "  git server:    http://127.0.0.1:$GIT_HTTP_PORT, ssh://git@127.0.0.1:$GIT_SSH_PORT (credentials in $GIT_LAB)"
     echo "  tools:         source $LAB_DIR/env   # KUBECONFIG, kubectl, helm"
     echo "  stop:          kind/down.sh --dir $LAB_DIR"
 } >"$LAB_DIR/summary"

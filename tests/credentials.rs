@@ -197,6 +197,7 @@ fn platform_source(url: String, secret: &str) -> SourceAccess {
         }),
         tenant_secrets: Vec::new(),
         verify: None,
+        git: None,
     }
 }
 
@@ -349,6 +350,7 @@ async fn private_charts_reach_push_and_pull_members_with_the_platforms_credentia
             ..Default::default()
         }],
         verify: None,
+        git: None,
     }];
     hub.policy(&team_b, policy_b).await;
     let ns_b = unique("private-b");

@@ -94,6 +94,7 @@ fn fleet_chart() -> Chart {
             values: Some(json!({"podAnnotations": {"tier": "prod"}})),
             settings: Vec::new(),
             post_renderers: Vec::new(),
+            values_files: Vec::new(),
         }],
         ..chart("deployment-example", "web", &[])
     }

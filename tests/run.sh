@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every test: formatting and lints, unit tests (Rust, then the Go executor's and verifier's), then the end-to-end tests against a fresh lab.
+# Runs every test: formatting and lints, unit tests (Rust, then the Go executor's, verifier's and Git fetcher's), then the end-to-end tests against a fresh lab.
 #
 #   tests/run.sh
 #
@@ -60,15 +60,16 @@ phase "lab binaries"
 "$REPO/kind/build.sh" >/dev/null
 "$REPO/kind/verifier.sh" >/dev/null
 "$REPO/kind/signing.sh" >/dev/null
+"$REPO/kind/git.sh" >/dev/null
 
 phase "unit tests"
 cargo test --locked --lib --bins 2>&1 | tee -a "$RESULTS"
 
 phase "executor and verifier tests"
-# The Go programs of the operator (the Helm executor, the checker of chart signatures) and the
-# lab's signing tool: each go.mod stays as `go mod tidy` leaves it (prints the difference and fails
-# otherwise), go vet is clean and the tests pass.
-for module in src/helm/helm-sdk src/charts/verifier kind/tools/notation-sign; do
+# The Go programs of the operator (the Helm executor, the checker of chart signatures, the Git
+# fetcher) and the lab's signing tool and Git server: each go.mod stays as `go mod tidy` leaves it
+# (prints the difference and fails otherwise), go vet is clean and the tests pass.
+for module in src/helm/helm-sdk src/charts/verifier src/charts/git kind/tools/notation-sign kind/tools/git-server; do
     (
         cd "$module"
         GOTOOLCHAIN=local GOFLAGS=-buildvcs=false go mod tidy -diff

@@ -419,6 +419,7 @@ fn verified_source(
             match_oidc_identity: Vec::new(),
             transparency_log: None,
         }),
+        git: None,
     }
 }
 

@@ -12,6 +12,7 @@ pub use crate::api::controller_status::{
     PodStatus, RolloutCluster, RolloutHalt, RolloutStatus, Summary, TenancyStatus, UnhealthyObject,
     WorkloadStatus,
 };
+pub use crate::api::crd::git::{GitRef, GitSource, GitValuesFile, GitValuesSource, RefKind};
 pub use crate::api::crd::health::HealthCheckExpr;
 pub use crate::api::crd::lifecycle::{
     CrdPolicy, Install, InstallRemediation, RemediationStrategy, Test, TestFilter, Uninstall,
@@ -232,8 +233,17 @@ pub struct SecretReference {
 /// One Helm chart released into a tenancy's namespace.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("!(has(self.repo) && has(self.git))")
+        .message("a chart comes from repo or from git, not both"),
+    validation = Rule::new("!has(self.git) || !self.chartName.startsWith('oci://')")
+        .message("a chart from git is named by its Chart.yaml's name, not an oci:// reference"),
+    validation = Rule::new("!has(self.git) || !has(self.version)")
+        .message("a chart from git takes its version from its Chart.yaml at the ref: remove version, or pick the commit with git.ref")
+)]
 pub struct Chart {
-    /// Chart to release: a directory name under the chart home, a chart name in `repo`, or an `oci://` reference.
+    /// Chart to release: a directory name under the chart home, a chart name in `repo` (or the
+    /// name in the `Chart.yaml` of the `git` path), or an `oci://` reference.
     #[schemars(length(min = 1, max = 512))]
     pub chart_name: String,
 
@@ -253,6 +263,10 @@ pub struct Chart {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 2048))]
     pub repo: Option<String>,
+
+    /// A Git repository the chart is taken from, at a ref and a path (instead of `repo`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<GitSource>,
 
     /// A Secret of this resource's own hub namespace holding the credentials (and CA) of the
     /// chart's source, used instead of the platform's: allowed only where a TenancyPolicy
@@ -294,6 +308,13 @@ pub struct Chart {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub values_from: Vec<ValuesReference>,
+
+    /// Values files read from Git repositories, merged in order after `valuesFrom` and before
+    /// `values`; their paths may refer to the target cluster (`values/${cluster.name}.yaml`). A
+    /// TenancyPolicy must allow the repository, the path and the ref, as for a Git chart.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub values_files: Vec<GitValuesFile>,
 
     /// Values and settings for the clusters a selector picks, merged in order over the chart's
     /// own `values` and `settings`.
@@ -441,6 +462,11 @@ pub struct ChartOverride {
     )]
     #[schemars(schema_with = "free_form_object")]
     pub values: Option<serde_json::Value>,
+    /// Values files from Git merged before this override's `values` (see the chart's
+    /// `valuesFiles`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub values_files: Vec<GitValuesFile>,
     /// Settings after the chart's; a key set again takes the later value.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 1000))]
@@ -560,6 +586,7 @@ pub fn crd_yaml() -> String {
 
 pub mod depth_policy;
 pub mod free_form;
+pub mod git;
 pub mod health;
 pub mod lifecycle;
 pub mod post_render;

@@ -221,15 +221,31 @@ fn yes() -> bool {
 /// and its key). `verify` requires signatures of this source's charts.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("!self.url.startsWith('ssh://') || has(self.git)")
+        .message("an ssh:// source is a Git repository: give git (paths and refs allowed)"),
+    validation = Rule::new("!has(self.git) || self.url.startsWith('https://') || self.url.startsWith('ssh://') || self.url.startsWith('http://')")
+        .message("a Git source's url is https:// or ssh:// (http:// for a server on a private network)"),
+    validation = Rule::new("!has(self.verify) || (has(self.git) == (self.verify.provider == 'pgp' || self.verify.provider == 'ssh'))")
+        .message("a Git source verifies commits (provider pgp or ssh); a Helm repository or OCI source takes cosign, notation or provenance")
+)]
 pub struct SourceAccess {
     /// URL prefix, written and matched as a `chartSources` entry (whole path segments, after
     /// normalisation): `https://charts.example.com/team-a/` or `oci://registry.example.com/team-a/`.
-    /// Listing it here allows it, as listing it in `chartSources` does.
+    /// Listing it here allows it, as listing it in `chartSources` does. With `git`, a prefix of
+    /// Git repositories instead (`https://git.example.com/team-a/`, `ssh://git@git.example.com/team-a/`;
+    /// a trailing `.git` is not part of a repository's name), which allows Git charts only.
     #[schemars(
         length(min = 1, max = 2048),
-        regex(pattern = r"^(https://[^/@]+.*|http://[^/@]+.*|oci://[^/@]+.*)$")
+        regex(pattern = r"^(https://[^/@]+.*|http://[^/@]+.*|oci://[^/@]+.*|ssh://[^/]+.*)$")
     )]
     pub url: String,
+
+    /// Makes this entry a prefix of Git repositories: the paths in them and the refs charts (and
+    /// values files) may be taken from. Git charts are allowed by such entries only, and such an
+    /// entry allows no Helm repository or OCI chart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<GitAccess>,
 
     /// A Secret of the operator's own namespace (which tenants cannot read) the hub fetches this
     /// source with. Read at each fetch, so a changed Secret takes effect without a restart.
@@ -249,6 +265,45 @@ pub struct SourceAccess {
     /// a chart's source applies; a Controller cannot waive one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify: Option<SourceVerify>,
+}
+
+/// What of the Git repositories under a `sources` prefix may be taken: which paths, at which
+/// refs. Patterns are an exact name, `prefix*` or `*`.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct GitAccess {
+    /// Directories of the repositories charts and values files may come from, relative to the
+    /// root and matched by whole path segments (`charts` holds `charts/web`, not `charts-x`);
+    /// empty: the whole repository.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(min = 1, max = 1024)))]
+    pub paths: Vec<String>,
+    /// Branches that may be taken (`main`, `release-*`, `*`); none when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(min = 1, max = 255)))]
+    pub branches: Vec<String>,
+    /// Tags that may be taken, by a `tag` or as the newest tag of a `semver` range (`v*`, `*`);
+    /// none when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(min = 1, max = 255)))]
+    pub tags: Vec<String>,
+    /// Whether a chart may name a `commit` directly. Default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_commits: bool,
+    /// Push hooks that make this entry's repositories due at once (`POST
+    /// /hooks/git/<policy name>` on the operator's HTTP port), signed with the secret under key
+    /// `token` of this Secret of the operator's namespace: GitHub's `X-Hub-Signature-256`,
+    /// Gitea's and Forgejo's `X-Gitea-Signature`, GitLab's `X-Gitlab-Token`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<GitWebhook>,
+}
+
+/// The secret a Git entry's push hooks are signed with.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct GitWebhook {
+    /// A Secret of the operator's namespace; its key `token` holds the shared secret.
+    pub secret_ref: crate::api::crd::SecretReference,
 }
 
 /// The signatures a source's charts must carry and whose trust material checks them.
@@ -272,7 +327,8 @@ pub struct SourceAccess {
         .message("transparencyLog applies to keyless cosign signatures: set it with matchOIDCIdentity")
 )]
 pub struct SourceVerify {
-    /// `cosign` or `notation` (OCI sources), `provenance` (Helm `.prov` of HTTP(S) repositories).
+    /// `cosign` or `notation` (OCI sources), `provenance` (Helm `.prov` of HTTP(S) repositories),
+    /// `pgp` or `ssh` (signed commits of Git sources).
     pub provider: VerifyProvider,
     /// The Secret of the operator's namespace holding the trust material.
     pub secret_ref: crate::api::crd::SecretReference,
@@ -353,6 +409,11 @@ pub enum VerifyProvider {
     Notation,
     /// A Helm provenance file (`.prov`) signed by a PGP key (HTTP(S) repositories).
     Provenance,
+    /// Git commits signed by a PGP key: the Secret's keys ending in `.asc` (armored public keys).
+    Pgp,
+    /// Git commits signed by an SSH key: the Secret's keys ending in `.pub` (one public key per
+    /// line, `ssh-ed25519 AAAA… name`).
+    Ssh,
 }
 
 impl VerifyProvider {
@@ -362,6 +423,8 @@ impl VerifyProvider {
             VerifyProvider::Cosign => "cosign",
             VerifyProvider::Notation => "notation",
             VerifyProvider::Provenance => "provenance",
+            VerifyProvider::Pgp => "pgp",
+            VerifyProvider::Ssh => "ssh",
         }
     }
 }

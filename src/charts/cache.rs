@@ -147,12 +147,14 @@ struct IndexSlot {
 /// The chart cache: owned by the chart catalog (which resolves through it) and handed to the
 /// helm executor (which installs from it).
 pub(crate) struct ChartCache {
-    store: Arc<ArchiveStore>,
+    pub(crate) store: Arc<ArchiveStore>,
     helm: PathBuf,
     fetcher: Fetcher,
     index_limit: u64,
     /// Reads the sources' Secrets; None: a source with credentials cannot be fetched.
-    secrets: Option<SourceSecrets>,
+    pub(crate) secrets: Option<SourceSecrets>,
+    /// The Git fetcher and what it answered.
+    pub(crate) git: git::GitState,
     /// By repository and scope, both in normal form, and whose credentials fetched it.
     indexes: DashMap<(SourceUrl, SourceUrl, Credentials), Arc<IndexSlot>>,
     /// Held while an archive is fetched, by its URL, so it is fetched once at a time.
@@ -226,7 +228,14 @@ impl ChartCache {
             secrets: None,
             indexes: DashMap::new(),
             downloads: DashMap::new(),
+            git: git::GitState::default(),
         })
+    }
+
+    /// Resolves Git charts with the fetcher at `path` (None: Git charts are refused, saying so).
+    pub(crate) fn with_git_fetcher(mut self, path: Option<PathBuf>) -> Self {
+        self.git.fetcher = path;
+        self
     }
 
     /// Refuses repository indexes larger than `bytes` (default [`DEFAULT_INDEX_LIMIT`]).
@@ -380,6 +389,7 @@ impl ChartCache {
             digest: None,
             archive: Some(archive),
             provenance: Some(format!("{location}.prov")),
+            git: None,
         })
     }
 
@@ -434,6 +444,9 @@ impl ChartCache {
                 .unwrap_or_else(PoisonError::into_inner)
                 .is_some_and(|used| used >= before)
         });
+        let kept: std::collections::HashSet<String> =
+            self.store.state().files.keys().cloned().collect();
+        self.git.forget(before, &kept);
     }
 
     /// Fetches an index entry's archive into the cache unless it is there, verifying it against
@@ -655,6 +668,7 @@ impl ChartCache {
             digest,
             archive: Some(sha),
             provenance: None,
+            git: None,
         })
     }
 
@@ -742,6 +756,7 @@ pub(crate) fn default_dir() -> PathBuf {
     base.join("tenancy-hub").join("charts")
 }
 
+pub(crate) mod git;
 mod signing;
 
 #[cfg(test)]

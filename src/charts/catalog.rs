@@ -13,8 +13,15 @@ use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
 use crate::{
+    api::crd::RefKind,
     api::crd::{Chart, ControllerSpec},
-    charts::cache::{ChartCache, Resolved},
+    charts::cache::{
+        ChartCache, Resolved,
+        git::{
+            GitChart,
+            files::{FileContent, FileGroup},
+        },
+    },
     plan::{self, ChartLookup, ChartSource, Verified},
     policy::Scope,
     policy::access::{Credentials, Trust},
@@ -34,6 +41,14 @@ enum Remote {
     Repository { url: String, chart: String },
     /// An `oci://` reference.
     Oci(String),
+    /// A chart directory of a Git repository at a ref.
+    Git {
+        url: String,
+        path: String,
+        reference: RefKind,
+        chart: String,
+        interval_secs: u64,
+    },
 }
 
 /// A remote chart with the version constraint it is asked for with, whose credentials it is
@@ -62,6 +77,19 @@ impl RemoteKey {
                 chart: chart.clone(),
             },
             ChartSource::Oci(reference) => Remote::Oci(reference.clone()),
+            ChartSource::Git {
+                url,
+                path,
+                reference,
+                chart,
+                interval_secs,
+            } => Remote::Git {
+                url: url.clone(),
+                path: path.clone(),
+                reference: reference.clone(),
+                chart: chart.clone(),
+                interval_secs: *interval_secs,
+            },
         };
         Ok(Self {
             remote,
@@ -75,8 +103,13 @@ impl RemoteKey {
     pub(crate) fn oci(&self) -> Option<&str> {
         match &self.remote {
             Remote::Oci(reference) => Some(reference),
-            Remote::Repository { .. } => None,
+            Remote::Repository { .. } | Remote::Git { .. } => None,
         }
+    }
+
+    /// Whether it is a Git chart.
+    pub(crate) fn is_git(&self) -> bool {
+        matches!(self.remote, Remote::Git { .. })
     }
 
     /// The chart in words, for messages: name, constraint and where it is looked for, without
@@ -89,6 +122,13 @@ impl RemoteKey {
         redact(&match &self.remote {
             Remote::Repository { url, chart } => format!("chart {chart} {version} from {url}"),
             Remote::Oci(reference) => format!("chart {reference} {version}"),
+            Remote::Git {
+                url,
+                path,
+                reference,
+                chart,
+                ..
+            } => format!("chart {chart} from Git {url} path {path} at {reference}"),
         })
     }
 
@@ -97,6 +137,7 @@ impl RemoteKey {
         let check = match self.remote {
             Remote::Repository { .. } => "check repo/version",
             Remote::Oci(_) => "check the oci:// reference/version",
+            Remote::Git { .. } => "check git (url, ref, path) and the source's Secret",
         };
         redact(&format!(
             "cannot resolve {}: {error}; {check}",
@@ -184,7 +225,23 @@ pub(crate) trait Resolve: Send + Sync {
 
     /// Forgets what no resolution used since `before`.
     fn forget(&self, _before: Instant) {}
+
+    /// Makes the Git sources of these repositories (names in normal form) due at once;
+    /// returns how many were known.
+    fn make_due(&self, repositories: &[SourceUrl]) -> usize {
+        let _ = repositories;
+        0
+    }
+
+    /// The commit a Git ref names now and the values files asked of it at that commit.
+    fn git_files<'a>(&'a self, group: &'a FileGroup<'a>) -> BoxFuture<'a, GitFiles> {
+        let _ = group;
+        Box::pin(async { Err("this process reads no Git values files".to_owned()) })
+    }
 }
+
+/// What [`Resolve::git_files`] answers.
+pub(crate) type GitFiles = Result<(String, BTreeMap<String, FileContent>), String>;
 
 impl Resolve for Arc<ChartCache> {
     fn resolve<'a>(
@@ -201,6 +258,22 @@ impl Resolve for Arc<ChartCache> {
                         .await
                 }
                 Remote::Oci(reference) => self.oci(reference, constraint, credentials).await,
+                Remote::Git {
+                    url,
+                    path,
+                    reference,
+                    chart,
+                    interval_secs,
+                } => {
+                    let chart = GitChart {
+                        url,
+                        path,
+                        reference,
+                        chart,
+                        interval: Duration::from_secs(*interval_secs),
+                    };
+                    self.git(&chart, credentials, &key.trust).await
+                }
             }
             .map_err(|e| e.to_string())
         })
@@ -208,6 +281,18 @@ impl Resolve for Arc<ChartCache> {
 
     fn forget(&self, before: Instant) {
         self.forget_indexes(before);
+    }
+
+    fn git_files<'a>(&'a self, group: &'a FileGroup<'a>) -> BoxFuture<'a, GitFiles> {
+        Box::pin(async move {
+            ChartCache::git_files(self, group)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn make_due(&self, repositories: &[SourceUrl]) -> usize {
+        self.git.make_due(repositories)
     }
 }
 
@@ -276,6 +361,7 @@ impl Entry {
                 version: Some(good.version.clone()),
                 digest: good.digest.clone(),
                 verified: None,
+                commit: good.git.as_ref().map(|g| g.commit.clone()),
             },
             (Some(good), _) => match &slot.verified {
                 // A repository chart has no digest of its own: the archive checked is its.
@@ -287,6 +373,7 @@ impl Entry {
                             .unwrap_or_else(|| format!("sha256:{}", verified.archive)),
                     ),
                     verified: Some(verified.clone()),
+                    commit: good.git.as_ref().map(|g| g.commit.clone()),
                 },
                 None => ChartLookup::Unverified(format!(
                     "the signatures of {} are not checked yet",
@@ -306,6 +393,9 @@ pub(crate) struct ChartCatalog {
     interval: Duration,
     directories: DashMap<PathBuf, Directory>,
     remote: DashMap<RemoteKey, Arc<Entry>>,
+    git_values: git_values::GitValues,
+    /// Woken when a push hook made Git sources due.
+    git_due: tokio::sync::Notify,
 }
 
 impl ChartCatalog {
@@ -323,7 +413,24 @@ impl ChartCatalog {
             interval,
             directories: DashMap::new(),
             remote: DashMap::new(),
+            git_values: Default::default(),
+            git_due: tokio::sync::Notify::new(),
         }
+    }
+
+    /// Makes the Git sources of these repositories due at once and wakes whoever waits in
+    /// [`ChartCatalog::git_woken`]; returns how many were known.
+    pub(crate) fn make_due(&self, repositories: &[SourceUrl]) -> usize {
+        let made = self.resolver.make_due(repositories);
+        if made > 0 {
+            self.git_due.notify_one();
+        }
+        made
+    }
+
+    /// Returns once a push hook made Git sources due.
+    pub(crate) async fn git_woken(&self) {
+        self.git_due.notified().await;
     }
 
     /// How often charts are looked at again.
@@ -374,6 +481,7 @@ impl ChartCatalog {
                     version: None,
                     digest: Some(entry.digest.clone()),
                     verified: None,
+                    commit: None,
                 },
                 None => ChartLookup::Missing(format!(
                     "no chart (Chart.yaml) at {}; add it to the chart home (--chart-home), or set repo or an oci:// chartName",
@@ -403,6 +511,30 @@ impl ChartCatalog {
                     }
                 };
                 changed.then_some(w)
+            })
+            .buffer_unordered(RESOLVE_CONCURRENCY)
+            .filter_map(futures::future::ready)
+            .collect()
+            .await
+    }
+
+    /// Resolves every wanted Git chart again: the cache asks the fetcher only of the sources
+    /// whose interval has passed. Returns the charts whose lookup changed.
+    pub(crate) async fn refresh_git(&self, wanted: &HashSet<Wanted>) -> HashSet<Wanted> {
+        let now = Instant::now();
+        let git: Vec<Wanted> = wanted
+            .iter()
+            .filter(|w| matches!(w, Wanted::Remote(key, _) if key.is_git()))
+            .cloned()
+            .collect();
+        futures::stream::iter(git)
+            .map(|w| async move {
+                let Wanted::Remote(key, scope) = &w else {
+                    return None;
+                };
+                self.resolve(key, scope, now, Some(now), |tried| tried > now)
+                    .await
+                    .then_some(w)
             })
             .buffer_unordered(RESOLVE_CONCURRENCY)
             .filter_map(futures::future::ready)
@@ -478,7 +610,7 @@ impl ChartCatalog {
             }
             match result {
                 Ok(resolved) => {
-                    if slot.good.as_ref() != Some(&resolved) {
+                    if slot.good.as_ref() != Some(&resolved) && slot.refused.is_none() {
                         tracing::info!(chart = %key.describe(), version = %resolved.version, digest = resolved.digest.as_deref().unwrap_or(""), "resolved chart");
                     }
                     slot.failure = None;
@@ -555,12 +687,13 @@ fn take_verdict(
             slot.refused = None;
         }
         Ok(Checked::Refused(reason)) => {
-            if slot.refused.as_ref() != Some(&reason) {
+            let refused = redact(&format!("{chart} {}: {reason}", resolved.version));
+            if slot.refused.as_ref() != Some(&refused) {
                 tracing::warn!(%chart, version = %resolved.version, %reason, "chart signatures refused; it reaches no member");
             }
             slot.good = None;
             slot.verified = None;
-            slot.refused = Some(redact(&format!("{chart} {}: {reason}", resolved.version)));
+            slot.refused = Some(refused);
         }
         Err(error) => {
             if slot.good.as_ref() == Some(&resolved) && slot.verified.is_some() {
@@ -612,6 +745,8 @@ fn digest_directory(root: &Path, stamp: &DirectoryListing) -> std::io::Result<St
     let digest = hasher.finalize();
     Ok(digest[..8].iter().map(|b| format!("{b:02x}")).collect())
 }
+
+mod git_values;
 
 #[cfg(test)]
 mod tests;

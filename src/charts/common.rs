@@ -18,6 +18,21 @@ pub(crate) struct Resolved {
     pub(crate) archive: Option<String>,
     /// Where a repository chart's provenance file (`.prov`) would be: beside its archive.
     pub(crate) provenance: Option<String>,
+    /// A Git chart's commit, ref and signatures.
+    pub(crate) git: Option<GitFound>,
+}
+
+/// What was resolved of a Git chart besides what every remote chart has.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct GitFound {
+    /// The commit, 40 hex digits.
+    pub(crate) commit: String,
+    /// The ref's full name (`refs/heads/main`), empty for a commit.
+    pub(crate) reference: String,
+    /// Who signed the commit, per signature rule, when rules ask.
+    pub(crate) signed_by: Vec<String>,
+    /// Why a signature rule refused the commit, when one did: nothing of it is packed.
+    pub(crate) refused: Option<String>,
 }
 
 /// A program the operator runs beside helm: `given`, else `name` beside `helm`, else on PATH.
@@ -130,6 +145,9 @@ pub(crate) enum Error {
     /// A failure and what to do about it.
     #[error("{error}; {hint}")]
     Hinted { error: Box<Error>, hint: String },
+    /// A Git source could not be resolved or fetched.
+    #[error("Git repository {url}: {message}")]
+    Git { url: String, message: String },
     /// `helm pull` failed.
     #[error("helm pull {reference}: {message}")]
     Pull { reference: String, message: String },

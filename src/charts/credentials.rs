@@ -32,6 +32,33 @@ pub(crate) struct SecretData {
     pub(crate) version: String,
 }
 
+impl SecretData {
+    /// Refuses a Secret larger than a source's may be (all its keys together).
+    pub(crate) fn bounded(&self) -> Result<(), String> {
+        let size: usize = self.data.values().map(Vec::len).sum();
+        match size > MAX_SECRET_BYTES {
+            true => Err(format!(
+                "holds more than {} KiB; refused",
+                MAX_SECRET_BYTES >> 10
+            )),
+            false => Ok(()),
+        }
+    }
+
+    /// The text of `key` without its trailing newlines, None when absent; an error (naming the
+    /// key, never its content) when it is not UTF-8.
+    pub(crate) fn text(&self, key: &str) -> Result<Option<String>, String> {
+        self.data
+            .get(key)
+            .map(|v| {
+                String::from_utf8(v.clone())
+                    .map(|s| s.trim_end_matches(['\n', '\r']).to_owned())
+                    .map_err(|_| format!("its key {key} is not UTF-8 text"))
+            })
+            .transpose()
+    }
+}
+
 #[cfg(test)]
 impl SecretData {
     /// A Secret holding `pairs` as text, at version 7.
@@ -179,24 +206,8 @@ impl Material {
     /// Parses a source's Secret: which keys it holds, each checked. The error says which key is
     /// missing or unusable, never its content.
     pub(crate) fn parse(secret: &SecretData, oci: bool) -> Result<Self, String> {
-        let size: usize = secret.data.values().map(Vec::len).sum();
-        if size > MAX_SECRET_BYTES {
-            return Err(format!(
-                "holds more than {} KiB; refused",
-                MAX_SECRET_BYTES >> 10
-            ));
-        }
-        let text = |key: &str| -> Result<Option<String>, String> {
-            secret
-                .data
-                .get(key)
-                .map(|v| {
-                    String::from_utf8(v.clone())
-                        .map(|s| s.trim_end_matches(['\n', '\r']).to_owned())
-                        .map_err(|_| format!("its key {key} is not UTF-8 text"))
-                })
-                .transpose()
-        };
+        secret.bounded()?;
+        let text = |key: &str| secret.text(key);
         let (username, password, token) = (text("username")?, text("password")?, text("token")?);
         let auth = match (username, password, token) {
             (Some(_), Some(_), Some(_)) => {
@@ -355,6 +366,25 @@ impl SourceSecrets {
         credentials: &Credentials,
         oci: bool,
     ) -> Result<Option<Material>, String> {
+        let Some(data) = self.read(credentials, KEYS).await? else {
+            return Ok(None);
+        };
+        let (policy, prefix) = credentials.origin().unwrap_or_default();
+        let (namespace, name) = self.place(credentials).unwrap_or_default();
+        Material::parse(&data, oci).map(Some).map_err(|why| {
+            format!(
+                "Secret {namespace}/{name}, named for source {prefix} by TenancyPolicy {policy}, {why}; its keys: {KEYS}"
+            )
+        })
+    }
+
+    /// The Secret `credentials` name, read now (None for [`Credentials::None`]), under the same
+    /// rules as [`SourceSecrets::material`]; `keys` says, in a refusal, which keys it needs.
+    pub(crate) async fn read(
+        &self,
+        credentials: &Credentials,
+        keys: &str,
+    ) -> Result<Option<SecretData>, String> {
         let Some((namespace, name)) = self.place(credentials) else {
             return Ok(None);
         };
@@ -394,14 +424,10 @@ impl SourceSecrets {
                 _ => "the operator's namespace",
             };
             return Err(format!(
-                "{secret}, named for source {prefix} by TenancyPolicy {policy}, does not exist: create it in {whose} with the keys the source needs ({KEYS})"
+                "{secret}, named for source {prefix} by TenancyPolicy {policy}, does not exist: create it in {whose} with the keys the source needs ({keys})"
             ));
         };
-        Material::parse(&data, oci).map(Some).map_err(|why| {
-            format!(
-                "{secret}, named for source {prefix} by TenancyPolicy {policy}, {why}; its keys: {KEYS}"
-            )
-        })
+        Ok(Some(data))
     }
 }
 

@@ -48,6 +48,17 @@ impl Resolve for Sources {
         resolved: &'a Resolved,
     ) -> BoxFuture<'a, Result<Checked, String>> {
         Box::pin(async move {
+            // A Git chart's commit was checked by the fetcher, rule by rule, as it was fetched.
+            if let Some(git) = resolved.git.as_ref().filter(|_| key.is_git()) {
+                return Ok(match (&git.refused, &resolved.archive) {
+                    (Some(refused), _) => Checked::Refused(refused.clone()),
+                    (None, Some(archive)) => Checked::Verified(Verified {
+                        by: git.signed_by.join("; "),
+                        archive: archive.clone(),
+                    }),
+                    (None, None) => return Err("the chart cache holds no archive of it".to_owned()),
+                });
+            }
             let Some(verifier) = &self.verifier else {
                 return Err(
                     "this operator runs without the signature verifier: install tenancy-hub-verify beside it or pass --verifier"
@@ -89,6 +100,17 @@ impl Resolve for Sources {
 
     fn forget(&self, before: Instant) {
         self.cache.forget_indexes(before);
+    }
+
+    fn make_due(&self, repositories: &[SourceUrl]) -> usize {
+        Resolve::make_due(&self.cache, repositories)
+    }
+
+    fn git_files<'a>(
+        &'a self,
+        group: &'a crate::charts::cache::git::files::FileGroup<'a>,
+    ) -> BoxFuture<'a, crate::charts::catalog::GitFiles> {
+        Resolve::git_files(&self.cache, group)
     }
 }
 
@@ -158,6 +180,10 @@ impl Sources {
                 self.provenance(verifier, key, scope, resolved, &secret, name)
                     .await
             }
+            (VerifyProvider::Pgp | VerifyProvider::Ssh, _) => Err(format!(
+                "{} checks signed commits of Git sources, not charts of a Helm repository or registry",
+                rule.verify.provider.as_str()
+            )),
             (VerifyProvider::Provenance, Some(_)) => Err(
                 "provenance (.prov) is checked for charts of Helm repositories; an OCI source takes cosign or notation"
                     .into(),

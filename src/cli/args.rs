@@ -107,6 +107,11 @@ pub struct RunArgs {
     /// sources are `Unverified`, saying how to install it.
     #[arg(long, env = "TENANCY_HUB_VERIFIER")]
     pub(crate) verifier: Option<PathBuf>,
+    /// The Git fetcher (tenancy-hub-git), run for each resolution of a Git source's ref and
+    /// each fetch of a new commit. Default: tenancy-hub-git beside --helm, else on PATH; when
+    /// missing, Git charts are reported unresolved, saying how to install it.
+    #[arg(long, env = "TENANCY_HUB_GIT_FETCHER")]
+    pub(crate) git_fetcher: Option<PathBuf>,
     /// Seconds one signature check may take (the registry asked for signatures included).
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub(crate) verify_timeout: u64,
@@ -293,6 +298,11 @@ impl RunArgs {
                 Duration::from_secs(self.verify_timeout),
             ),
             pull_answer_within: Duration::from_secs(self.pull_answer_within),
+            git_fetcher: crate::charts::common::locate_tool(
+                self.git_fetcher.as_deref(),
+                &self.helm,
+                crate::charts::cache::git::FETCHER,
+            ),
         }
     }
 

@@ -86,6 +86,10 @@ pub struct DiffArgs {
     /// --verifier`). Default: tenancy-hub-verify beside --helm, else on PATH.
     #[arg(long, env = "TENANCY_HUB_VERIFIER")]
     pub(crate) verifier: Option<PathBuf>,
+    /// The Git fetcher, for Git charts (as `run --git-fetcher`). Default: tenancy-hub-git
+    /// beside --helm, else on PATH.
+    #[arg(long, env = "TENANCY_HUB_GIT_FETCHER")]
+    pub(crate) git_fetcher: Option<PathBuf>,
 }
 
 /// The Controllers of a file; those naming no namespace go to `namespace`.
@@ -323,6 +327,11 @@ impl Charts {
                 args.helm.clone(),
                 Arc::new(crate::metrics::Metrics::new()),
             )?
+            .with_git_fetcher(crate::charts::common::locate_tool(
+                args.git_fetcher.as_deref(),
+                &args.helm,
+                crate::charts::cache::git::FETCHER,
+            ))
             .with_secrets(secrets),
         );
         // Signatures are checked as the operator checks them: what it would refuse, diff shows
@@ -353,7 +362,7 @@ impl Charts {
             &release.source,
             &release.credentials,
             release.version.as_deref(),
-            release.verified.as_ref().map(|v| v.archive.as_str()),
+            release.exact_archive(),
         );
         let archive = archive.as_ref().map(|a| a.path());
         let manifest = helm::template(&self.helm, release, archive, render).await?;

@@ -468,6 +468,9 @@ pub(crate) struct ChartRefresh {
     pub(crate) settings: Settings,
 }
 
+/// How often Git sources are looked at for a due resolution.
+const GIT_TICK: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Every interval, reads the chart-home directories and resolves the repository and OCI charts
 /// the hub's Controllers name again, and wakes the Controllers whose charts changed.
 pub(crate) async fn keep_fresh(
@@ -478,11 +481,17 @@ pub(crate) async fn keep_fresh(
     let interval = ctx.charts.interval();
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Git sources have intervals of their own (10s at the least): their refs are looked at
+    // this often, the fetcher asked only of those whose interval has passed.
+    let mut git_tick = tokio::time::interval_at(tokio::time::Instant::now() + GIT_TICK, GIT_TICK);
+    git_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::select! {
-            _ = tick.tick() => {}
+        let git_only = tokio::select! {
+            _ = tick.tick() => false,
+            _ = git_tick.tick() => true,
+            () = ctx.charts.git_woken() => true,
             () = cancel.cancelled() => return,
-        }
+        };
         let controllers = ctx.controllers.state();
         let home = &ctx.settings.chart_home;
         let admission = admission_of(&ctx.policies, &ctx.settings);
@@ -493,8 +502,26 @@ pub(crate) async fn keep_fresh(
             })
         };
         let all: HashSet<charts::Wanted> = controllers.iter().flat_map(|c| wanted(c)).collect();
+        if git_only {
+            let readers = tokio::select! {
+                readers = ctx.charts.refresh_git_files() => readers,
+                () = cancel.cancelled() => return,
+            };
+            for owner in readers {
+                tracing::debug!(%owner, "a Git values file it reads changed; reconciling");
+                let _ = trigger
+                    .send(ObjectRef::new(&owner.name).within(&owner.namespace))
+                    .await;
+            }
+        }
+        let refresh = async {
+            match git_only {
+                true => ctx.charts.refresh_git(&all).await,
+                false => ctx.charts.refresh(&all).await,
+            }
+        };
         let changed = tokio::select! {
-            changed = ctx.charts.refresh(&all) => changed,
+            changed = refresh => changed,
             () = cancel.cancelled() => return,
         };
         if changed.is_empty() {

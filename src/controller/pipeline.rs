@@ -222,9 +222,11 @@ pub(crate) async fn plan_spec(
             .lookup(source)
             .unwrap_or_else(|| plan::ValuesLookup::Unreadable("not read yet".into()))
     };
+    let git_files = |source: &plan::GitFileSource| planning.charts.git_file(source);
     let fleet = Fleet {
         variables: planning.variables,
         lookup: &values,
+        git_files: &git_files,
     };
     let run = || {
         plan::offload(plan::claims::named_charts(c), || {
@@ -245,12 +247,20 @@ pub(crate) async fn plan_spec(
             })
         })
     };
-    let plan = run();
-    // The hub objects its values read, read once when first named (their names may depend on
-    // the cluster, so only planning knows them), then planned with.
-    if planning.values.any_pending(&plan.sources, admission) {
-        planning.values.load(&plan.sources, admission).await;
-        return run();
+    let mut plan = run();
+    // The hub objects and Git values files its values read, read once when first named (their
+    // names and paths may depend on the cluster, so only planning knows them), then planned
+    // with; twice at most, for values read from what the first ones named.
+    for _ in 0..2 {
+        let hub = planning.values.any_pending(&plan.sources, admission);
+        if hub {
+            planning.values.load(&plan.sources, admission).await;
+        }
+        let git = planning.charts.load_git_files(owner, &plan.git_files).await;
+        if !hub && !git {
+            break;
+        }
+        plan = run();
     }
     plan
 }

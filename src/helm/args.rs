@@ -185,6 +185,9 @@ fn chart_args(
                     chart.into()
                 }
                 ChartSource::Oci(reference) => reference.into(),
+                // Never reached: a Git chart runs only from the archive the hub packed (see
+                // `helm::process::uncached`).
+                ChartSource::Git { chart, .. } => chart.into(),
             }
         }
     };

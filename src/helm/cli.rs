@@ -311,7 +311,7 @@ impl HelmCli {
             &release.source,
             &release.credentials,
             release.version.as_deref(),
-            release.verified.as_ref().map(|v| v.archive.as_str()),
+            release.exact_archive(),
         )
     }
 

@@ -44,6 +44,15 @@ pub(crate) async fn template(
 /// which would follow whatever the repository answers then. The cache fetches a missing one
 /// again at the next look at the charts (`--chart-interval`).
 pub(crate) fn uncached(release: &Release, archive: Option<&Path>) -> Option<String> {
+    if let ChartSource::Git { url, path, .. } = &release.source {
+        return archive.is_none().then(|| {
+            format!(
+                "chart {} from Git {} path {path} is not in the chart cache (not packed yet, or removed to keep --chart-cache-size); it is fetched again within its interval",
+                release.chart_name,
+                redact(url)
+            )
+        });
+    }
     let ChartSource::Repository { url, chart } = &release.source else {
         return None;
     };

@@ -224,6 +224,7 @@ pub(crate) fn apply(key: &str, spec_hash: &str) -> Job {
         release: Box::new(Release {
             health: Vec::new(),
             adoption: Default::default(),
+            commit: None,
             masked: Default::default(),
             post_render: None,
             credentials: Default::default(),

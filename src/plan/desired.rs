@@ -9,7 +9,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::{
-    api::crd::{Chart, ControllerSpec, HUB_CLUSTER, HealthCheckExpr, Tenancy, Uninstall},
+    api::crd::{Chart, ControllerSpec, HUB_CLUSTER, HealthCheckExpr, RefKind, Tenancy, Uninstall},
     api::key::{ClusterName, ClusterNamespace, ReleaseKey},
     plan::health::Rules,
     policy::{
@@ -160,7 +160,20 @@ pub(crate) fn uninstall_settings(spec: &ControllerSpec, key: &ReleaseKey) -> Uni
 
 /// Where a chart comes from, as the spec names it.
 pub(crate) fn source_of(chart: &Chart, chart_home: &Path) -> ChartSource {
-    if chart.chart_name.starts_with("oci://") {
+    if let Some(git) = &chart.git {
+        // Admission refuses a path that climbs out and a ref naming none or several before
+        // anything is planned or fetched; what it refuses never gets here.
+        ChartSource::Git {
+            url: git.url.clone(),
+            path: crate::policy::git::clean_path(&git.path).unwrap_or_else(|_| git.path.clone()),
+            reference: git
+                .reference
+                .kind()
+                .unwrap_or_else(|_| RefKind::Branch(String::new())),
+            chart: chart.chart_name.clone(),
+            interval_secs: git.interval_secs(),
+        }
+    } else if chart.chart_name.starts_with("oci://") {
         ChartSource::Oci(chart.chart_name.clone())
     } else if let Some(url) = &chart.repo {
         ChartSource::Repository {
@@ -190,6 +203,8 @@ pub(crate) struct Desired {
     pub(crate) too_large: bool,
     /// The hub objects `valuesFrom` read (found or not), to be watched.
     pub(crate) sources: BTreeSet<ValuesSource>,
+    /// The Git values files `valuesFiles` read (found or not), to be loaded.
+    pub(crate) git_files: BTreeSet<GitFileSource>,
 }
 
 /// One chart entry of the spec for one release key: the key, the tenancy's index, the chart.
@@ -322,6 +337,14 @@ pub(crate) fn desired(
         if first[key] != i {
             continue; // a later entry of a key asked for more than once, told with the first
         }
+        if chart.repo.is_some() && chart.git.is_some() {
+            out.problems.push(Problem::MissingChart {
+                key: key.clone(),
+                chart: chart.chart_name.clone(),
+                reason: "it names both repo and git, and a chart comes from one source: remove one of them".into(),
+            });
+            continue;
+        }
         let identity = match admission.admit(
             &owner.namespace,
             key,
@@ -355,6 +378,7 @@ pub(crate) fn desired(
             Ok(rendered) => rendered,
             Err(unrendered) => {
                 out.sources.extend(unrendered.sources);
+                out.git_files.extend(unrendered.git_files);
                 out.problems.push(Problem::InvalidValues {
                     key: key.clone(),
                     why: unrendered.why,
@@ -363,6 +387,7 @@ pub(crate) fn desired(
             }
         };
         out.sources.extend(rendered.sources.iter().cloned());
+        out.git_files.extend(rendered.git_files.iter().cloned());
         // Compiled once per set of expressions, however many clusters the chart goes to.
         let exprs = chart.health_check_exprs.as_slice();
         let refused = health_checked
@@ -451,12 +476,18 @@ fn resolve(
     }
     let helm = helm_settings(chart);
     let found = lookup(&source, credentials, trust, chart.version.as_deref());
-    let (version, chart_digest, verified) = match found {
+    let (version, chart_digest, verified, commit) = match found {
         ChartLookup::Found {
             version,
             digest,
             verified,
-        } => (version.or_else(|| chart.version.clone()), digest, verified),
+            commit,
+        } => (
+            version.or_else(|| chart.version.clone()),
+            digest,
+            verified,
+            commit,
+        ),
         ChartLookup::Missing(reason) => {
             return Err(Box::new(Problem::MissingChart {
                 key,
@@ -482,6 +513,7 @@ fn resolve(
     }
     let mut release = Release {
         adoption: Default::default(),
+        commit,
         key,
         owner: owner.clone(),
         chart_name: chart.chart_name.clone(),
@@ -538,6 +570,20 @@ pub(crate) fn spec_hash(release: &Release) -> String {
     let source = match &release.source {
         // The chart home may move between replicas; the chart's name identifies it.
         ChartSource::Directory(_) => &ChartSource::Directory(PathBuf::from(&release.chart_name)),
+        // How often the ref is looked at is not what is deployed.
+        ChartSource::Git {
+            url,
+            path,
+            reference,
+            chart,
+            ..
+        } => &ChartSource::Git {
+            url: url.clone(),
+            path: path.clone(),
+            reference: reference.clone(),
+            chart: chart.clone(),
+            interval_secs: 0,
+        },
         other => other,
     };
     let text = serde_json::to_vec(&Hashed {

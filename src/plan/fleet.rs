@@ -10,7 +10,7 @@ use crate::{
     api::crd::{Chart, ValuesKind, ValuesReference, free_form::too_deep},
     api::key::{ClusterName, ReleaseKey},
     plan::post_render::{self, PostRender},
-    plan::release::{Masked, OwnerId, ValuesLookup, ValuesSource},
+    plan::release::{GitFileLookup, GitFileSource, Masked, OwnerId, ValuesLookup, ValuesSource},
     plan::values::{self, MAX_RENDERED_BYTES, Scope, TemplateError},
     policy::Admission,
 };
@@ -21,6 +21,8 @@ pub struct Fleet<'a> {
     pub variables: &'a BTreeMap<ClusterName, BTreeMap<String, Value>>,
     /// What is known of a hub object `valuesFrom` names.
     pub lookup: &'a (dyn Fn(&ValuesSource) -> ValuesLookup + Sync),
+    /// What is known of a Git values file `valuesFiles` names.
+    pub git_files: &'a (dyn Fn(&GitFileSource) -> GitFileLookup + Sync),
 }
 
 impl Fleet<'_> {
@@ -30,6 +32,7 @@ impl Fleet<'_> {
         Fleet {
             variables: &NO_VARIABLES,
             lookup: &|_| ValuesLookup::Missing,
+            git_files: &|_| GitFileLookup::Unreadable("Git values files are not read here".into()),
         }
     }
 }
@@ -45,6 +48,8 @@ pub(crate) struct Rendered {
     pub(crate) masked: Masked,
     /// The hub objects read, found or not.
     pub(crate) sources: BTreeSet<ValuesSource>,
+    /// The Git values files read, found or not.
+    pub(crate) git_files: BTreeSet<GitFileSource>,
     /// Its post-render patches and common metadata for the cluster.
     pub(crate) post_render: Option<PostRender>,
 }
@@ -57,6 +62,8 @@ pub(crate) struct Unrendered {
     pub(crate) why: String,
     /// The hub objects read.
     pub(crate) sources: BTreeSet<ValuesSource>,
+    /// The Git values files read.
+    pub(crate) git_files: BTreeSet<GitFileSource>,
 }
 
 /// True when a selector's labels all hold on the cluster.
@@ -108,16 +115,17 @@ pub(crate) fn render(
         Err(why) => Err(Unrendered {
             why,
             sources: out.sources,
+            git_files: out.git_files,
         }),
     }
 }
 
 /// What one rendering reads: whose release, for which cluster, from where, under which policies.
-struct At<'a> {
-    owner: &'a OwnerId,
-    scope: Scope<'a>,
-    fleet: &'a Fleet<'a>,
-    admission: &'a Admission,
+pub(crate) struct At<'a> {
+    pub(crate) owner: &'a OwnerId,
+    pub(crate) scope: Scope<'a>,
+    pub(crate) fleet: &'a Fleet<'a>,
+    pub(crate) admission: &'a Admission,
 }
 
 /// The steps of [`render`], filling `out`.
@@ -155,6 +163,10 @@ fn build(
         values::merge(&mut merged, &document);
         any = true;
     }
+    for (i, file) in chart.values_files.iter().enumerate() {
+        let what = format!("valuesFiles[{i}]");
+        any |= git_file::merge(at, file, &what, out, &mut merged)?;
+    }
     if let Some(own) = &chart.values {
         if let Some(why) = too_deep(own) {
             return Err(why);
@@ -167,6 +179,10 @@ fn build(
     for (i, over) in chart.overrides.iter().enumerate() {
         if !selects(&over.cluster_selector.match_labels, scope.labels) {
             continue;
+        }
+        for (j, file) in over.values_files.iter().enumerate() {
+            let what = format!("overrides[{i}].valuesFiles[{j}]");
+            any |= git_file::merge(at, file, &what, out, &mut merged)?;
         }
         if let Some(values) = &over.values {
             if let Some(why) = too_deep(values) {
@@ -303,6 +319,8 @@ fn parse_document(
         Err(e) => Err(format!("key {key:?} is not YAML: {e}")),
     }
 }
+
+mod git_file;
 
 #[cfg(test)]
 mod tests;

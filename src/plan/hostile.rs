@@ -35,6 +35,7 @@ fn found(
     _: Option<&str>,
 ) -> ChartLookup {
     ChartLookup::Found {
+        commit: None,
         version: None,
         digest: None,
         verified: None,
@@ -398,6 +399,7 @@ fn allows(
         ChartSource::Directory(_) => s == "chart-home",
         ChartSource::Repository { url, .. } => s.starts_with("http") && under(url, s),
         ChartSource::Oci(reference) => s.starts_with("oci://") && under(reference, s),
+        ChartSource::Git { .. } => false,
     });
     governs && cluster_ok && namespace_ok && source_ok
 }

@@ -72,6 +72,8 @@ pub struct Plan {
     pub(crate) rollout_note: Option<String>,
     /// The hub objects `valuesFrom` read for this plan (found or not), to be watched.
     pub(crate) sources: BTreeSet<ValuesSource>,
+    /// The Git values files `valuesFiles` read for this plan (found or not), to be loaded.
+    pub(crate) git_files: BTreeSet<crate::plan::release::GitFileSource>,
     /// The `dependsOn` of the releases the spec names, as release keys (see [`depends`]).
     pub(crate) depends_on: depends::Edges,
     /// Releases whose Helm work waits for a release it depends on to be Ready (an install or
@@ -97,6 +99,7 @@ pub(crate) fn claimant(
 ) -> Claimant {
     let any_chart =
         |_: &ChartSource, _: &Credentials, _: &Trust, _: Option<&str>| ChartLookup::Found {
+            commit: None,
             version: None,
             digest: None,
             verified: None,
@@ -169,6 +172,7 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
         warnings,
         too_large,
         sources,
+        git_files,
     } = desired(
         inputs.owner,
         inputs.spec,
@@ -181,6 +185,7 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
     let mut plan = Plan {
         warnings,
         sources,
+        git_files,
         suspension: suspension(inputs.spec),
         ..Plan::default()
     };

@@ -69,6 +69,19 @@ pub enum ChartSource {
     },
     /// An `oci://` reference.
     Oci(String),
+    /// A chart directory of a Git repository at a ref.
+    Git {
+        /// The repository, as the spec writes it.
+        url: String,
+        /// The chart's directory in it, in normal form.
+        path: String,
+        /// The ref it is taken at.
+        reference: crate::api::crd::RefKind,
+        /// The chart's name, its Chart.yaml's.
+        chart: String,
+        /// Seconds between resolutions of the ref. Not part of the fingerprint.
+        interval_secs: u64,
+    },
 }
 
 /// A release the spec asks for, fully resolved. Its `Debug` form leaves out the values when some
@@ -129,6 +142,25 @@ pub(crate) struct Release {
     /// chart entry and the policies say. Not part of the fingerprint; decided on the hub.
     #[serde(skip)]
     pub(crate) adoption: Adoption,
+    /// The commit a Git chart was packed from, shown with its source. Part of the fingerprint
+    /// through the archive's digest only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) commit: Option<String>,
+}
+
+impl Release {
+    /// The sha256 (hex) of the archive it must be installed from, when only that one will do:
+    /// the archive its signatures were checked on, or a Git chart's packed archive.
+    pub(crate) fn exact_archive(&self) -> Option<&str> {
+        match (&self.verified, &self.source) {
+            (Some(verified), _) => Some(&verified.archive),
+            (None, ChartSource::Git { .. }) => self
+                .chart_digest
+                .as_deref()
+                .and_then(|d| d.strip_prefix("sha256:")),
+            (None, _) => None,
+        }
+    }
 }
 
 /// Whether a release may take over an existing release of its key that tenancy-hub does not own.
@@ -307,6 +339,56 @@ impl fmt::Display for ValuesSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
     }
+}
+
+/// A values file of a Git repository one rendering reads: the repository (as the spec writes
+/// it), the ref, the file's path for the cluster (normal form), how often the ref is looked up
+/// and whose credentials fetch it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GitFileSource {
+    /// The repository.
+    pub url: String,
+    /// The ref.
+    pub reference: crate::api::crd::RefKind,
+    /// The file's path, per-cluster references replaced.
+    pub path: String,
+    /// Seconds between resolutions of the ref.
+    pub interval_secs: u64,
+    /// Whose credentials fetch it.
+    pub credentials: Credentials,
+    /// The signature rules its commit must pass.
+    pub trust: Trust,
+}
+
+impl fmt::Display for GitFileSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "values file {} of Git repository {} at {}",
+            self.path,
+            crate::policy::source::redact(&self.url),
+            self.reference
+        )
+    }
+}
+
+/// What is known of a Git values file (a parameter, so planning stays pure).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GitFileLookup {
+    /// The file at the commit the ref names now.
+    Found {
+        /// The commit.
+        commit: String,
+        /// Its content.
+        content: String,
+    },
+    /// The commit the ref names holds no such file.
+    Missing {
+        /// The commit.
+        commit: String,
+    },
+    /// It cannot be read now: why, without any credential.
+    Unreadable(String),
 }
 
 /// What is known of a hub object values are read from (a parameter, so planning stays pure).
@@ -732,6 +814,8 @@ pub enum ChartLookup {
         digest: Option<String>,
         /// Its signatures as checked, when a policy requires them.
         verified: Option<Verified>,
+        /// The commit of a Git chart.
+        commit: Option<String>,
     },
     /// The chart cannot be found: where it was looked for and why it is not there.
     Missing(String),

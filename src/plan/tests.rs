@@ -82,6 +82,7 @@ fn lookup(
             ChartLookup::Missing(format!("no chart directory at {}", p.display()))
         }
         _ => ChartLookup::Found {
+            commit: None,
             version: None,
             digest: None,
             verified: None,
@@ -927,12 +928,14 @@ fn a_chart_a_policy_asks_signatures_of_is_planned_only_verified_and_its_refusal_
         assert_eq!(ruled, reference.starts_with(url), "{reference}");
         match reference.rsplit('/').next().unwrap() {
             "signed" => ChartLookup::Found {
+                commit: None,
                 version: Some("1.0.0".into()),
                 digest: Some("sha256:cd".into()),
                 verified: Some(verified.clone()),
             },
             "refused" => ChartLookup::Unverified("refused by cosign: no signature".into()),
             _ => ChartLookup::Found {
+                commit: None,
                 version: Some("1.0.0".into()),
                 digest: Some("sha256:ef".into()),
                 verified: None,
@@ -1112,6 +1115,7 @@ fn an_apply_with_other_helm_settings_is_another_job_for_the_same_revision() {
 }
 
 mod adoption;
+mod git;
 /// Two releases on two clusters; `web` patched on the east cluster by an override.
 fn with_east_patch(value: &str) -> ControllerSpec {
     use crate::api::crd::{ChartOverride, ClusterSelector, Kustomize, Patch, PostRenderer};

@@ -156,24 +156,35 @@ impl Holder<'_> {
     }
 }
 
-/// The URL of a chart's repository or OCI reference, in normal form; None for a chart-home
-/// chart or one that does not parse (the source rules refuse it before).
-fn source_url(chart: &Chart) -> Option<SourceUrl> {
+/// The URL of a chart's repository, OCI reference or Git repository (its name, without a
+/// trailing `.git`), in normal form, and whether it is Git; None for a chart-home chart or one
+/// that does not parse (the source rules refuse it before).
+fn source_url(chart: &Chart) -> Option<(SourceUrl, bool)> {
+    if let Some(git) = &chart.git {
+        return Some((SourceUrl::git(&git.url).ok()?.0, true));
+    }
     let text = match chart.chart_name.starts_with("oci://") {
         true => &chart.chart_name,
         false => chart.repo.as_ref()?,
     };
-    SourceUrl::parse(text).ok()
+    Some((SourceUrl::parse(text).ok()?, false))
 }
 
-/// The `sources` entries of the `governing` policies whose prefix holds `url`, the one that
-/// applies first (longest prefix, then policy name).
-fn holders<'a>(governing: &[Governing<'a>], url: &SourceUrl) -> Vec<Holder<'a>> {
+/// The `sources` entries of the `governing` policies whose prefix holds `url` (Git entries for
+/// a Git repository, the others otherwise), the one that applies first (longest prefix, then
+/// policy name).
+fn holders<'a>(governing: &[Governing<'a>], (url, git): &(SourceUrl, bool)) -> Vec<Holder<'a>> {
     let mut out: Vec<Holder<'a>> = governing
         .iter()
         .flat_map(|&(policy, spec)| {
             spec.sources.iter().filter_map(move |entry| {
-                let prefix = SourceUrl::parse(&entry.url).ok()?;
+                if entry.git.is_some() != *git {
+                    return None;
+                }
+                let prefix = match git {
+                    true => SourceUrl::git(&entry.url).ok()?.0,
+                    false => SourceUrl::parse(&entry.url).ok()?,
+                };
                 prefix.holds(url).then_some(Holder {
                     policy,
                     entry,
@@ -253,7 +264,7 @@ pub(crate) fn credentials(
         hub_namespace,
         chart,
         &named.name,
-        &url,
+        &url.0,
     ))
 }
 

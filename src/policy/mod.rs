@@ -1,6 +1,7 @@
 //! Admission: which releases the tenancy policies allow, as whom Helm acts for them, and the chart-source rules every mode keeps (pure).
 
 pub mod access;
+pub(crate) mod git;
 mod helm;
 pub(crate) mod post_render;
 mod reads;
@@ -9,7 +10,7 @@ pub(crate) mod source;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::{
-    api::crd::{Chart, HUB_CLUSTER},
+    api::crd::{Chart, GitSource, HUB_CLUSTER},
     api::key::{ClusterName, ReleaseKey},
     api::policy::{Impersonation, TenancyPolicySpec},
     policy::access::{Credentials, Trust},
@@ -116,10 +117,13 @@ enum Source<'a> {
     ChartHome,
     Repository(&'a str),
     Oci(&'a str),
+    Git(&'a GitSource),
 }
 
 fn source_of(chart: &Chart) -> Source<'_> {
-    if chart.chart_name.starts_with("oci://") {
+    if let Some(git) = &chart.git {
+        Source::Git(git)
+    } else if chart.chart_name.starts_with("oci://") {
         Source::Oci(&chart.chart_name)
     } else if let Some(url) = &chart.repo {
         Source::Repository(url)
@@ -128,13 +132,19 @@ fn source_of(chart: &Chart) -> Source<'_> {
     }
 }
 
-/// The URL prefixes of a policy's `chartSources` and `sources`, in normal form (one that does
-/// not parse holds nothing).
+/// The URL prefixes of a policy's `chartSources` and `sources` (Git entries aside), in normal
+/// form (one that does not parse holds nothing).
 fn prefixes(policy: &TenancyPolicySpec) -> impl Iterator<Item = SourceUrl> + '_ {
     policy
         .chart_sources
         .iter()
-        .chain(policy.sources.iter().map(|s| &s.url))
+        .chain(
+            policy
+                .sources
+                .iter()
+                .filter(|s| s.git.is_none())
+                .map(|s| &s.url),
+        )
         .filter_map(|s| SourceUrl::parse(s).ok())
 }
 
@@ -208,7 +218,63 @@ impl Admission {
                 }
                 self.check_url(hub_namespace, "OCI reference", reference)
             }
+            Source::Git(source) => {
+                plain()?;
+                self.check_git(hub_namespace, source)
+            }
         }
+    }
+
+    /// The rules every mode keeps for a Git chart (see [`git::check`]).
+    fn check_git(&self, hub_namespace: &str, source: &GitSource) -> Result<(), String> {
+        let governing = self.governing_specs(hub_namespace);
+        git::check(&governing, hub_namespace, source.into())
+    }
+
+    /// The policies governing a hub namespace, as their names and specs.
+    fn governing_specs(&self, hub_namespace: &str) -> Vec<access::Governing<'_>> {
+        self.governing(hub_namespace)
+            .into_iter()
+            .map(|p| (p.name.as_str(), &p.spec))
+            .collect()
+    }
+
+    /// Whether the Git values file `path` (rendered for the cluster) of `file` may be read for a
+    /// Controller of `hub_namespace`, and with whose credentials: the URL rules of every mode,
+    /// then, enforcing, a governing policy's Git entry holding the repository, the path and the
+    /// ref (as for a Git chart); a refusal says which rule and which policies.
+    pub(crate) fn values_file(
+        &self,
+        hub_namespace: &str,
+        file: &crate::api::crd::GitValuesFile,
+        path: &str,
+    ) -> Result<(Credentials, Trust), String> {
+        let source = git::Source {
+            url: &file.git.url,
+            path,
+            reference: &file.git.reference,
+        };
+        let governing = self.governing_specs(hub_namespace);
+        git::admit(
+            &governing,
+            hub_namespace,
+            self.mode == Mode::Enforce,
+            source,
+        )?;
+        let chart = Chart {
+            chart_name: "values".into(),
+            git: Some(GitSource {
+                url: file.git.url.clone(),
+                reference: file.git.reference.clone(),
+                path: path.to_owned(),
+                interval: None,
+            }),
+            ..Chart::default()
+        };
+        Ok((
+            self.credentials(hub_namespace, &chart)?,
+            self.trust(hub_namespace, &chart),
+        ))
     }
 
     /// The URL rules of [`Admission::check_source`], on the URL's normal form: `http`, `https`
@@ -253,6 +319,7 @@ impl Admission {
             Source::Repository(url) | Source::Oci(url) => {
                 SourceUrl::parse(url).is_ok_and(|url| prefixes(policy).any(|p| p.holds(&url)))
             }
+            Source::Git(source) => git::rule(policy, source.into()).is_none(),
         }
     }
 
@@ -304,6 +371,11 @@ impl Admission {
             } else {
                 format!("namespace {namespace} is not allowed")
             });
+        }
+        if let Some(source) = chart.and_then(|c| c.git.as_ref())
+            && let Some(rule) = git::rule(policy, source.into())
+        {
+            return Some(rule);
         }
         if let Some(chart) = chart
             && !Self::source_allowed(policy, chart)
@@ -562,6 +634,13 @@ impl Admission {
                 let trust = self.trust(hub_namespace, chart);
                 Some(Scope::Under(narrowest.unwrap_or(url), credentials, trust))
             }
+            // The fetcher reaches the repository alone: its scope is the repository's name.
+            Source::Git(git) => {
+                let (name, _) = SourceUrl::git(&git.url).ok()?;
+                let credentials = self.credentials(hub_namespace, chart).ok()?;
+                let trust = self.trust(hub_namespace, chart);
+                Some(Scope::Under(name, credentials, trust))
+            }
         }
     }
 }
@@ -581,6 +660,14 @@ pub(crate) fn describe_source(chart: &Chart) -> String {
         Source::ChartHome => CHART_HOME_SOURCE.to_owned(),
         Source::Repository(url) => url.to_owned(),
         Source::Oci(reference) => reference.to_owned(),
+        Source::Git(git) => format!(
+            "git {} path {} at {}",
+            redact(&git.url),
+            git.path,
+            git.reference
+                .kind()
+                .map_or_else(|why| why.to_owned(), |r| r.to_string())
+        ),
     }
 }
 

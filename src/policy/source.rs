@@ -34,6 +34,9 @@ pub(crate) enum Refused {
         "must not carry an encoded '/' or '\\' (%2F, %5C): a server that decodes it could serve another path than the one checked"
     )]
     EncodedSeparator,
+    /// Another scheme than https and ssh for a Git repository.
+    #[error("uses scheme {0}://, which is not allowed for Git; use https:// or ssh://")]
+    GitScheme(String),
     /// A `%` in an OCI reference, which never needs one.
     #[error("must not carry a '%': an OCI reference is plain text")]
     Percent,
@@ -105,12 +108,80 @@ impl SourceUrl {
         Ok(Self(normal.into()))
     }
 
+    /// Brings a Git repository URL (or a Git `sources` prefix) to normal form, as
+    /// [`SourceUrl::parse`] does a repository's: `https://` (and `http://`, which admission
+    /// takes only under a listed prefix) as a web URL (no credentials),
+    /// `ssh://` with its host and path normalised the same way, the user it logs in as kept
+    /// (`git@`, letters, digits, `.`, `_`, `-`; no password) and port 22 dropped. Returns the
+    /// repository's name, without a trailing `.git` (`…/charts.git` and `…/charts` are one
+    /// repository, one prefix), and the URL to fetch, the `.git` kept as written.
+    pub(crate) fn git(text: &str) -> Result<(Self, String), Refused> {
+        let Some((scheme, rest)) = text.split_once("://") else {
+            return Err(Refused::NotUrl("no scheme".into()));
+        };
+        let fetch = match scheme.to_ascii_lowercase().as_str() {
+            "https" | "http" => {
+                let web = Url::parse(text).map_err(|e| Refused::NotUrl(e.to_string()))?;
+                if web.query().is_some() || web.fragment().is_some() {
+                    return Err(Refused::Query);
+                }
+                Self::of(&web)?.0
+            }
+            "ssh" => Self::ssh(rest)?,
+            other => return Err(Refused::GitScheme(other.to_owned())),
+        };
+        let name = match fetch.strip_suffix(".git") {
+            Some(bare) if !bare.ends_with('/') => bare.to_owned(),
+            _ => fetch.clone(),
+        };
+        Ok((Self(name), fetch))
+    }
+
+    /// The normal form of the part of an `ssh://` URL after the scheme.
+    fn ssh(rest: &str) -> Result<String, Refused> {
+        if rest.contains(['?', '#']) {
+            return Err(Refused::Query);
+        }
+        let raw =
+            Url::parse(&format!("ssh://{rest}")).map_err(|e| Refused::NotUrl(e.to_string()))?;
+        if raw.password().is_some() {
+            return Err(Refused::Credentials);
+        }
+        let user = raw.username();
+        if !user
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        {
+            return Err(Refused::Credentials);
+        }
+        let host = raw
+            .host_str()
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| Refused::NotUrl("no host".into()))?;
+        // The host and path are normalised as a web URL's are (case, IPv4 forms, dot segments,
+        // `%2e`); the port is the one written, 22 being the default.
+        let web = Url::parse(&format!("https://{host}{}", raw.path()))
+            .map_err(|e| Refused::NotUrl(e.to_string()))?;
+        let normal = Self::of(&web)?;
+        let host_path = &normal.0["https://".len()..];
+        let (host, path) = host_path.split_at(host_path.find('/').unwrap_or(host_path.len()));
+        let user = match user.is_empty() {
+            true => String::new(),
+            false => format!("{user}@"),
+        };
+        let port = match raw.port() {
+            Some(port) if port != 22 => format!(":{port}"),
+            _ => String::new(),
+        };
+        Ok(format!("ssh://{user}{host}{port}{path}"))
+    }
+
     /// The URL as text.
     pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 
-    /// The scheme: `http`, `https` or `oci`.
+    /// The scheme: `http`, `https`, `oci` or (a Git repository's) `ssh`.
     pub(crate) fn scheme(&self) -> &str {
         self.0.split_once("://").map_or("", |(scheme, _)| scheme)
     }
@@ -129,6 +200,7 @@ impl SourceUrl {
     pub(crate) fn internal(&self) -> Option<&'static str> {
         let web = match self.scheme() {
             "oci" => Url::parse(&format!("https{}", &self.0["oci".len()..])).ok()?,
+            "ssh" => Url::parse(&format!("https{}", &self.0["ssh".len()..])).ok()?,
             _ => Url::parse(&self.0).ok()?,
         };
         internal_host(&web.host()?)

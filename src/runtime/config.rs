@@ -45,6 +45,8 @@ pub(crate) struct RunConfig {
     pub(crate) chart_cache_size: u64,
     /// The chart signature verifier and the deadline of each check.
     pub(crate) verifier: crate::charts::verify::VerifierBinary,
+    /// The Git fetcher, when one was found.
+    pub(crate) git_fetcher: Option<std::path::PathBuf>,
     /// Bytes a repository index may have at most.
     pub(crate) chart_index_limit: u64,
     /// How long a pull member's agent may take to answer a Helm job.

@@ -77,6 +77,8 @@ pub(crate) struct ApiState {
     pub(crate) releases: ScopeReleases,
     /// The hub's Controllers and a hub client, for the fleet view.
     pub(crate) fleet: crate::runtime::web::FleetSources,
+    /// The Git webhook receiver, when the operator serves one.
+    pub(crate) git_hooks: Option<crate::runtime::git_hooks::GitHooks>,
 }
 
 /// The releases the Controllers' statuses report in a cluster/namespace, each with its
@@ -275,7 +277,21 @@ pub(crate) async fn serve(
     let addr = listener.local_addr()?;
     tracing::info!(%addr, "serving health, metrics, the status API and the fleet view (/ui/)");
     let web = crate::runtime::web::WebState::new(state.clone(), cancel.clone(), tasks.clone());
-    let app = router(state).merge(crate::runtime::web::router(web));
+    let hooks = state.git_hooks.clone();
+    let mut app = router(state).merge(crate::runtime::web::router(web));
+    if let Some(hooks) = hooks {
+        app = app.merge(
+            Router::new()
+                .route(
+                    "/hooks/git/{policy}",
+                    axum::routing::post(crate::runtime::git_hooks::receive),
+                )
+                .layer(axum::extract::DefaultBodyLimit::max(
+                    crate::runtime::git_hooks::MAX_BODY,
+                ))
+                .with_state(hooks),
+        );
+    }
     let accept = connections::accept(listener, app, cancel, tasks.clone());
     tasks.spawn(accept.instrument(tracing::info_span!("http", %addr)));
     Ok(addr)

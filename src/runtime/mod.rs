@@ -3,6 +3,7 @@
 pub(crate) mod agent;
 pub(crate) mod auth;
 pub(crate) mod config;
+pub(crate) mod git_hooks;
 pub(crate) mod http;
 pub mod leader;
 pub(crate) mod operator;

@@ -348,6 +348,7 @@ async fn open_chart_cache(
         .await
         .expect("opening the chart cache does not panic")?
         .with_index_limit(config.chart_index_limit)
+        .with_git_fetcher(config.git_fetcher.clone())
         .with_secrets(crate::charts::credentials::SourceSecrets {
             reader: Arc::new(crate::charts::credentials::HubSecrets(hub.clone())),
             operator_namespace: config.settings.operator_namespace.clone(),
@@ -459,6 +460,15 @@ async fn serve_http(
     let streams = StreamCounts::default();
     let fleet = crate::runtime::web::FleetSources::default();
     let http = ApiState {
+        git_hooks: Some(crate::runtime::git_hooks::GitHooks {
+            policies: ctx.hub.policies.clone(),
+            secrets: Arc::new(crate::charts::credentials::HubSecrets(
+                ctx.hub.client.clone(),
+            )),
+            operator_namespace: config.settings.operator_namespace.clone(),
+            charts: ctx.kept.charts.clone(),
+            windows: Default::default(),
+        }),
         model: ctx.members.model.clone(),
         registry: ctx.members.registry.clone(),
         metrics: ctx.out.metrics.clone(),

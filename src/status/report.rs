@@ -82,7 +82,7 @@ pub(crate) fn message(
         phase: phase.to_owned(),
         revision,
         chart_version,
-        source: shown_source(&release.source),
+        source: shown_source(&release.source, release.commit.as_deref()),
         chart_digest: match release.source {
             ChartSource::Directory(_) => String::new(),
             _ => release.chart_digest.clone().unwrap_or_default(),
@@ -126,13 +126,23 @@ fn shown_tests(tests: &[crate::queue::TestResult]) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Where a remote chart comes from, as a chart message shows it: `<repository> <chart>` or the
-/// `oci://` reference, without credentials; empty for the chart home.
-pub(crate) fn shown_source(source: &ChartSource) -> String {
+/// Where a remote chart comes from, as a chart message shows it: `<repository> <chart>`, the
+/// `oci://` reference, or `git <repository> <path> @ <ref> commit <commit>`, without
+/// credentials; empty for the chart home.
+pub(crate) fn shown_source(source: &ChartSource, commit: Option<&str>) -> String {
     match source {
         ChartSource::Directory(_) => String::new(),
         ChartSource::Repository { url, chart } => redact(&format!("{url} {chart}")),
         ChartSource::Oci(reference) => redact(reference),
+        ChartSource::Git {
+            url,
+            path,
+            reference,
+            ..
+        } => redact(&match commit {
+            Some(commit) => format!("git {url} {path} @ {reference} commit {commit}"),
+            None => format!("git {url} {path} @ {reference}"),
+        }),
     }
 }
 

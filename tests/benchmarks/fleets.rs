@@ -23,7 +23,7 @@ use tenancy_hub::{
         key::ClusterName,
         policy::{TenancyPolicySpec, ValuesRule},
     },
-    plan::{OwnerId, ValuesLookup, ValuesSource, fleet::Fleet},
+    plan::{GitFileLookup, OwnerId, ValuesLookup, ValuesSource, fleet::Fleet},
     policy::{Admission, NamedPolicy},
 };
 
@@ -209,6 +209,7 @@ fn plan_ms(spec: &ControllerSpec) -> (f64, bool) {
     let fleet = Fleet {
         variables: &variables,
         lookup: &hub_object,
+        git_files: &|_| GitFileLookup::Unreadable("no Git values files in this benchmark".into()),
     };
     let mut clean = true;
     let times = plan_times(&owner, spec, &clusters, &admission, &fleet, RUNS, |p| {

@@ -36,6 +36,7 @@ async fn deliver(
         secret_ref: Some(SecretReference { name: ca.into() }),
         tenant_secrets: Vec::new(),
         verify,
+        git: None,
     }];
     hub.policy(&hub.namespace, policy).await;
     let run = unique("sg");

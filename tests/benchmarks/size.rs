@@ -88,6 +88,7 @@ pub fn plan_times(
         verified: None,
         version: None,
         digest: None,
+        commit: None,
     };
     let (applied, claims, drifted) = (HashMap::new(), HashMap::new(), HashMap::new());
     (0..runs)

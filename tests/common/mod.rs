@@ -5,6 +5,7 @@ pub mod browser;
 pub mod envelope;
 pub mod fixtures;
 pub mod forge;
+pub mod git;
 pub mod hostile;
 pub mod hub;
 pub mod lab;

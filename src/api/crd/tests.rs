@@ -41,6 +41,8 @@ fn the_schema_carries_the_cel_rules_with_messages() {
         "maxLength: 53",
         "x-kubernetes-preserve-unknown-fields: true",
         "at most 10000 charts over all its tenancies",
+        "a chart comes from repo or from git, not both",
+        "maxProperties: 1",
     ] {
         assert!(yaml.contains(needle), "CRD lacks {needle:?}");
     }
@@ -53,4 +55,26 @@ fn the_committed_crd_matches_the_code() {
         committed.strip_prefix("---\n") == Some(crd_yaml().as_str()),
         "crds/controllers.multitenancy.dev.yaml is stale: run kind/crds.sh"
     );
+}
+
+#[test]
+fn a_git_ref_names_exactly_one_thing_and_intervals_read_as_seconds() {
+    let one = GitRef {
+        tag: Some("v1".into()),
+        ..GitRef::default()
+    };
+    assert_eq!(one.kind(), Ok(RefKind::Tag("v1".into())));
+    assert!(GitRef::default().kind().is_err());
+    let two = GitRef {
+        branch: Some("main".into()),
+        commit: Some("a".repeat(40)),
+        ..GitRef::default()
+    };
+    assert!(two.kind().unwrap_err().contains("more than one"));
+    let interval = |text: Option<&str>| git::interval_secs(text);
+    assert_eq!(interval(None), 60);
+    assert_eq!(interval(Some("1h30m")), 5400);
+    assert_eq!(interval(Some("1s")), 10);
+    assert_eq!(interval(Some("90000h")), 24 * 3600);
+    assert_eq!(interval(Some("5x")), 60);
 }

@@ -441,6 +441,7 @@ async fn a_chart_under_a_signature_rule_is_found_only_once_verified_and_then_by_
     assert_eq!(
         signed_lookup(&catalog, &cosign_rule()),
         ChartLookup::Found {
+            commit: None,
             version: Some("1.0.0".into()),
             digest: Some(format!("sha256:{}", "ab".repeat(32))),
             verified: Some(Verified {

@@ -43,7 +43,8 @@ pub(crate) struct ChartShown {
 impl ChartShown {
     /// What of `release`'s chart is shown; None for a chart of the chart home.
     fn of(release: &crate::plan::Release) -> Option<Self> {
-        let source = crate::status::report::shown_source(&release.source);
+        let source =
+            crate::status::report::shown_source(&release.source, release.commit.as_deref());
         (!source.is_empty()).then(|| Self {
             source,
             version: release.version.clone().unwrap_or_default(),

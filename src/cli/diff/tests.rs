@@ -12,6 +12,7 @@ fn release(k: &str) -> Release {
     Release {
         health: Vec::new(),
         adoption: Default::default(),
+        commit: None,
         masked: Default::default(),
         post_render: None,
         credentials: Default::default(),
@@ -314,6 +315,7 @@ fn a_depends_on_cycle_found_by_the_planner_shows_as_refused_naming_the_chain() {
                  _: &crate::policy::access::Trust,
                  _: Option<&str>| {
         crate::plan::ChartLookup::Found {
+            commit: None,
             version: None,
             digest: None,
             verified: None,

@@ -13,6 +13,7 @@ pub(crate) fn release(source: ChartSource) -> Release {
     Release {
         health: Vec::new(),
         adoption: Default::default(),
+        commit: None,
         masked: Default::default(),
         post_render: None,
         credentials: Default::default(),

@@ -470,6 +470,7 @@ mod tests {
         Release {
             health: Vec::new(),
             adoption: Default::default(),
+            commit: None,
             masked: Default::default(),
             post_render: None,
             credentials: Default::default(),

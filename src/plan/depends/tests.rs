@@ -66,6 +66,7 @@ fn planned(spec: &ControllerSpec) -> Plan {
                  _: &crate::policy::access::Trust,
                  _: Option<&str>| {
         ChartLookup::Found {
+            commit: None,
             version: None,
             digest: None,
             verified: None,
@@ -285,6 +286,7 @@ fn apply_job(k: &str) -> Job {
         release: Box::new(Release {
             health: Vec::new(),
             adoption: Default::default(),
+            commit: None,
             masked: Default::default(),
             post_render: None,
             credentials: Default::default(),

@@ -96,6 +96,7 @@ fn fleet<'a>(variables: &'a BTreeMap<ClusterName, BTreeMap<String, Value>>) -> F
     Fleet {
         variables,
         lookup: &hub,
+        git_files: &|source| panic!("{source} was looked up"),
     }
 }
 
@@ -177,6 +178,7 @@ fn overrides_selecting_a_cluster_merge_in_order_over_the_charts_values() {
     let mut chart = chart();
     chart.overrides = vec![
         ChartOverride {
+            values_files: Vec::new(),
             post_renderers: Vec::new(),
             cluster_selector: ClusterSelector {
                 match_labels: labels(&[("env", "prod")]),
@@ -188,6 +190,7 @@ fn overrides_selecting_a_cluster_merge_in_order_over_the_charts_values() {
             }],
         },
         ChartOverride {
+            values_files: Vec::new(),
             post_renderers: Vec::new(),
             cluster_selector: ClusterSelector {
                 match_labels: labels(&[("region", "east")]),
@@ -400,6 +403,7 @@ fn a_name_no_rule_could_allow_is_refused_before_it_is_looked_up_and_is_never_rea
     let fleet = Fleet {
         variables: &variables,
         lookup: &|source| panic!("{source} was looked up"),
+        git_files: &|source| panic!("{source} was looked up"),
     };
     let labels = labels(&[("region", "east")]);
     let mut said = Vec::new();

@@ -452,6 +452,7 @@ fn with_rollback_on_halt_the_failed_cluster_is_rolled_back_and_then_held() {
     let release = |key: &str| Release {
         health: Vec::new(),
         adoption: Default::default(),
+        commit: None,
         masked: Default::default(),
         post_render: None,
         credentials: Default::default(),

@@ -25,6 +25,7 @@ fn policy(name: &str, namespaces: &[&str], sources: Vec<SourceAccess>) -> NamedP
 
 fn entry(url: &str, secret: Option<&str>) -> SourceAccess {
     SourceAccess {
+        git: None,
         url: url.into(),
         secret_ref: secret.map(|name| SecretReference { name: name.into() }),
         tenant_secrets: Vec::new(),
@@ -222,6 +223,7 @@ fn tenant_policy(rules: Vec<TenantSecretRule>) -> NamedPolicy {
         "team-a",
         &["team-a"],
         vec![SourceAccess {
+            git: None,
             url: "oci://registry.example.com/team-a".into(),
             secret_ref: Some(SecretReference {
                 name: "platform-pull".into(),

@@ -336,6 +336,7 @@ pub(crate) async fn state() -> (ApiState, tempfile::TempDir) {
             .collect()
     });
     let state = ApiState {
+        git_hooks: None,
         model: Arc::new(model()),
         registry: registry(dir.path()).await,
         metrics: Arc::new(metrics),

@@ -20,6 +20,7 @@ fn release(key: &str) -> Release {
     Release {
         health: Vec::new(),
         adoption: Default::default(),
+        commit: None,
         masked: Default::default(),
         post_render: None,
         credentials: Default::default(),
