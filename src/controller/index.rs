@@ -126,13 +126,14 @@ impl ControllerIndex {
     /// True the first time `owner` asks for a drift check with annotation value `asked` (it is
     /// recorded then); false for the value already seen.
     pub(crate) fn drift_check_asked(&self, owner: &OwnerId, asked: &str) -> bool {
-        match self.drift_asked.get(owner) {
-            Some(seen) if *seen == asked => false,
-            _ => {
-                self.drift_asked.insert(owner.clone(), asked.to_owned());
-                true
-            }
+        // One entry guard for the look and the write: a read guard held over an insert into
+        // the same shard would deadlock.
+        let mut seen = self.drift_asked.entry(owner.clone()).or_default();
+        if *seen == asked {
+            return false;
         }
+        asked.clone_into(&mut seen);
+        true
     }
 
     /// The `dependsOn` edges last kept for `owner` (see the field's note on restarts).
