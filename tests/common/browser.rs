@@ -83,6 +83,18 @@ impl Browser {
 
     /// Sends one WebDriver command; returns its `value`, panicking on a WebDriver error.
     async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        self.try_call(method, path, body)
+            .await
+            .unwrap_or_else(|error| panic!("WebDriver {method} {path}: {error}"))
+    }
+
+    /// Sends one WebDriver command; returns its `value`, or the WebDriver error's.
+    async fn try_call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, Value> {
         let url = format!("{}{path}", self.session);
         let request = match method {
             "GET" => self.http.get(&url),
@@ -100,11 +112,11 @@ impl Browser {
         let bytes = response.bytes().await.unwrap();
         let answer: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         if answer["value"]["error"].is_string() {
-            panic!("WebDriver {method} {path}: {}", answer["value"]);
+            return Err(answer["value"].clone());
         }
-        answer.get("value").cloned().map_or(answer, |value| {
+        Ok(answer.get("value").cloned().map_or(answer, |value| {
             if value.is_null() { Value::Null } else { value }
-        })
+        }))
     }
 
     /// Opens `url` and waits for it to load.
@@ -150,11 +162,21 @@ impl Browser {
             .await;
     }
 
-    /// Clicks the element `css` selects.
+    /// Clicks the element `css` selects. A live page may replace the element between finding
+    /// and clicking it (WebDriver's "stale element reference"): it is found again, a few times.
     pub async fn click(&self, css: &str) {
-        let element = self.find(css).await;
-        self.call("POST", &format!("/element/{element}/click"), None)
-            .await;
+        for _ in 0..10 {
+            let element = self.find(css).await;
+            match self
+                .try_call("POST", &format!("/element/{element}/click"), None)
+                .await
+            {
+                Ok(_) => return,
+                Err(e) if e["error"] == "stale element reference" => continue,
+                Err(e) => panic!("WebDriver click on {css}: {e}"),
+            }
+        }
+        panic!("the element {css} was replaced under every click of 10");
     }
 
     /// Presses keys (WebDriver key codes allowed, e.g. `\u{E004}` for Tab) in the focused element.
