@@ -3,6 +3,11 @@
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
+/// The schema's pattern of a path in a repository: relative, segments split by '/', none of
+/// them '..', no '\'. A pattern, not a CEL rule: a rule on every path of every chart and
+/// override exceeds the API server's CEL cost budget.
+const RELATIVE_PATH: &str = r"^([^/\\.][^/\\]*|\.|\.[^/\\.][^/\\]*|\.\.[^/\\]+)(/([^/\\.][^/\\]*|\.|\.[^/\\.][^/\\]*|\.\.[^/\\]+))*/?$";
+
 /// A chart taken from a directory of a Git repository, at a branch, a tag, the newest tag in a
 /// semver range, or a commit. The hub fetches it (shallow, bounded, with the credentials a
 /// TenancyPolicy's `sources` entry names), packs the directory into a chart archive and plans,
@@ -27,13 +32,9 @@ pub struct GitSource {
 
     /// The chart's directory in the repository, relative to its root (`charts/web`): no leading
     /// `/`, no `..` segment, no `\`. Its `Chart.yaml` names the chart: it must be `chartName`.
-    // A pattern, not a CEL rule: a rule on every path of every chart and override exceeds the
-    // API server's CEL cost budget. Relative, segments split by '/', none of them '..'.
     #[schemars(
         length(min = 1, max = 1024),
-        regex(
-            pattern = r"^([^/\\.][^/\\]*|\.|\.[^/\\.][^/\\]*|\.\.[^/\\]+)(/([^/\\.][^/\\]*|\.|\.[^/\\.][^/\\]*|\.\.[^/\\]+))*/?$"
-        )
+        regex(pattern = RELATIVE_PATH)
     )]
     pub path: String,
 
@@ -175,13 +176,9 @@ pub struct GitValuesFile {
     pub git: GitValuesSource,
     /// The file's path in the repository, relative to its root, without `..`; `${cluster.name}`,
     /// `${cluster.labels.KEY}`, `${cluster.variables.KEY}` are replaced per cluster.
-    // A pattern, not a CEL rule: a rule on every path of every chart and override exceeds the
-    // API server's CEL cost budget. Relative, segments split by '/', none of them '..'.
     #[schemars(
         length(min = 1, max = 1024),
-        regex(
-            pattern = r"^([^/\\.][^/\\]*|\.|\.[^/\\.][^/\\]*|\.\.[^/\\]+)(/([^/\\.][^/\\]*|\.|\.[^/\\.][^/\\]*|\.\.[^/\\]+))*/?$"
-        )
+        regex(pattern = RELATIVE_PATH)
     )]
     pub path: String,
     /// A missing file is skipped instead of holding the release.
