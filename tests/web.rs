@@ -634,7 +634,12 @@ async fn a_held_change_shows_its_manifest_diff_with_no_secret_in_the_page_or_wha
     );
     let base = format!("http://{}", operator.http);
     let apps = format!("{id}-apps");
-    // Two waves, member-1 then member-2; the token comes from hub Secret `vault`.
+    // A pull member: the hub renders its chart and asks its agent for the deployed manifest.
+    let agent_dir = tempfile::tempdir().unwrap();
+    let edge = unique("edge-d");
+    let _agent = join(lab, &edge, "pull-2", agent_dir.path());
+    // Three waves, member-1, member-2, then the pull member; the token comes from hub Secret
+    // `vault`.
     let shop = |settings: &[(&str, &str)]| {
         let mut chart = chart("vault-web", "web", settings);
         chart.values_from = vec![ValuesReference {
@@ -647,14 +652,18 @@ async fn a_held_change_shows_its_manifest_diff_with_no_secret_in_the_page_or_wha
         let mut c = TenancyController::new(
             "shop",
             ControllerSpec {
-                tenancies: vec![tenancy(&apps, &["member-1", "member-2"], vec![chart])],
+                tenancies: vec![tenancy(
+                    &apps,
+                    &["member-1", "member-2", &edge],
+                    vec![chart],
+                )],
                 rollout: Some(Rollout {
                     max_unavailable: Some(IntOrString::Int(1)),
                     progress_deadline: Some("15s".into()),
-                    waves: ["1", "2"]
-                        .map(|n| Wave {
+                    waves: [("index", "1"), ("index", "2"), ("kind", "edge")]
+                        .map(|(k, v)| Wave {
                             cluster_selector: tenancy_hub::api::crd::ClusterSelector {
-                                match_labels: [("index".to_owned(), n.to_owned())].into(),
+                                match_labels: [(k.to_owned(), v.to_owned())].into(),
                             },
                         })
                         .into(),
@@ -676,7 +685,7 @@ async fn a_held_change_shows_its_manifest_diff_with_no_secret_in_the_page_or_wha
     })
     .await;
     // A new token and two replicas, on nodes that never come: member-1 never becomes ready, so
-    // member-2's upgrade is held by the rollout.
+    // the upgrades of member-2 and of the pull member are held by the rollout.
     common::fixtures::put_secret(lab, &id, "vault", &[("token", &token2)]).await;
     hub.apply_in(
         &id,
@@ -702,9 +711,29 @@ async fn a_held_change_shows_its_manifest_diff_with_no_secret_in_the_page_or_wha
     })
     .await;
     assert!(shown.contains("-  replicas: 1"), "{shown}");
-    assert!(shown.contains("upgrade (revision 1 -> 2)"), "{shown}");
+    // Revision 2 or 3: the new token alone may have upgraded member-2 before the new spec came.
+    assert!(
+        shown.contains("upgrade (revision ") && shown.contains("held back by the rollout"),
+        "{shown}"
+    );
     b.screenshot(&lab.dir.join("screenshots/controller-manifest-diff.png"))
         .await;
+    // The pull member's diff: its deployed manifest from its agent.
+    b.goto(&format!(
+        "{base}/ui/controllers/{id}/shop/diff/{edge}/{apps}/web"
+    ))
+    .await;
+    let pulled = text_until(&b, "the pull member's diff", DEADLINE, |t| {
+        t.contains("+  replicas: 2") || t.contains("The diff is not shown")
+    })
+    .await;
+    assert!(pulled.contains("-  replicas: 1"), "{pulled}");
+    let pulled_dom = b
+        .run("return document.documentElement.outerHTML;")
+        .await
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     let dom = b
         .run("return document.documentElement.outerHTML;")
         .await
@@ -724,6 +753,7 @@ async fn a_held_change_shows_its_manifest_diff_with_no_secret_in_the_page_or_wha
     for secret in [LITERAL, &token1, &token2] {
         for (what, text) in [
             ("page", &dom),
+            ("pull member's page", &pulled_dom),
             ("response", &sent),
             ("operator's log", &operator.logged()),
             ("Events", &events),
