@@ -718,6 +718,11 @@ async fn a_held_change_shows_its_manifest_diff_with_no_secret_in_the_page_or_wha
     );
     b.screenshot(&lab.dir.join("screenshots/controller-manifest-diff.png"))
         .await;
+    let found = b.accessibility_violations().await;
+    assert!(
+        found.is_empty(),
+        "the diff page breaks WCAG 2 A/AA rules: {found:#?}"
+    );
     // The pull member's diff: its deployed manifest from its agent.
     b.goto(&format!(
         "{base}/ui/controllers/{id}/shop/diff/{edge}/{apps}/web"

@@ -99,3 +99,27 @@ fn held_back(plan: &Plan, key: &ReleaseKey) -> Option<String> {
         .get(key)
         .map(|waits| format!("held back by dependsOn: {waits}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_release_held_by_the_rollout_says_so_once() {
+        let key: ReleaseKey = "member-2/apps/web".parse().unwrap();
+        let mut plan = Plan {
+            rollout_held: vec![key.clone()],
+            ..Plan::default()
+        };
+        plan.rollout_note = Some("held back by the rollout: waiting for rollout wave 1/2".into());
+        assert_eq!(
+            held_back(&plan, &key).as_deref(),
+            Some("held back by the rollout: waiting for rollout wave 1/2")
+        );
+        plan.rollout_note = Some("waiting".into());
+        assert_eq!(
+            held_back(&plan, &key).as_deref(),
+            Some("held back by the rollout: waiting")
+        );
+    }
+}
