@@ -86,13 +86,18 @@ pub(crate) enum Made {
 
 impl Made {
     /// `made` as kept: a diff cut at [`SHOWN`] bytes on a line's end.
-    fn of(made: Result<Option<String>, String>) -> Self {
+    pub(crate) fn of(made: Result<Option<String>, String>) -> Self {
         match made {
             Ok(None) => Self::Same,
             Err(why) => Self::Unmade(why),
             Ok(Some(text)) if text.len() <= SHOWN => Self::Diff { text, left_out: 0 },
             Ok(Some(text)) => {
-                let end = text[..SHOWN].rfind('\n').map_or(0, |at| at + 1);
+                // A tenant's chart may hold characters of several bytes: cut between them.
+                let mut within = SHOWN;
+                while !text.is_char_boundary(within) {
+                    within -= 1;
+                }
+                let end = text[..within].rfind('\n').map_or(0, |at| at + 1);
                 Self::Diff {
                     left_out: text[end..].lines().count(),
                     text: text[..end].to_owned(),

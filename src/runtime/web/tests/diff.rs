@@ -328,3 +328,25 @@ async fn a_diff_is_shown_only_to_the_viewers_of_its_controller_and_only_for_what
     assert!(page.contains(&format!("href=\"{web}\"")), "{page}");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
+
+#[test]
+fn a_long_diff_of_characters_wider_than_a_byte_is_cut_between_characters() {
+    // A line of 3-byte characters that crosses the cut: cutting by bytes alone would panic.
+    let wide = "+  note: ".to_owned() + &"€".repeat(SHOWN) + "\n";
+    let made = Made::of(Ok(Some(format!("--- a\n+++ b\n{wide}"))));
+    assert_eq!(
+        made,
+        Made::Diff {
+            text: "--- a\n+++ b\n".into(),
+            left_out: 1
+        }
+    );
+    let one_line = Made::of(Ok(Some("€".repeat(SHOWN))));
+    assert_eq!(
+        one_line,
+        Made::Diff {
+            text: String::new(),
+            left_out: 1
+        }
+    );
+}
