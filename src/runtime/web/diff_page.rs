@@ -68,7 +68,13 @@ impl WebState {
         let got = match self.api.fleet.diff_maker() {
             Some(make) if offered(next) => {
                 self.diffs
-                    .get(next, &make, (&self.tasks, &self.cancel), WAIT)
+                    .get(
+                        &identity.username,
+                        next,
+                        &make,
+                        (&self.tasks, &self.cancel),
+                        WAIT,
+                    )
                     .await
             }
             Some(_) => {
@@ -120,8 +126,9 @@ fn body(next: &Next, got: &Got) -> String {
     let mut out = String::from("<section id=diff aria-labelledby=diff-h><h2 id=diff-h>Diff</h2>");
     match got {
         Got::Busy => out.push_str(&format!(
-            "<p class=notice role=status>The hub is making as many diffs as it may ({} at most); reload this page in a minute.</p>",
-            diffs::QUEUED
+            "<p class=notice role=status>The hub is making as many diffs as it may ({} at most, {} for one viewer); reload this page in a minute.</p>",
+            diffs::QUEUED,
+            diffs::PER_VIEWER
         )),
         Got::Pending => out.push_str(
             "<p class=notice role=status>The diff is being made (the chart is rendered with Helm); reload this page in a few seconds.</p>",

@@ -2,8 +2,9 @@
 //! the hub render without end: one render per (release, action, deployed revision, planned
 //! fingerprint) whatever the number of viewers and reloads, shared while it runs (single
 //! flight) and kept after in a small least-recently-used cache; at most [`RENDERS`] renders at
-//! once and [`QUEUED`] started in all; a render given [`RENDER_WITHIN`]; a failure tried again
-//! after [`FAILED_FRESH`]; the text cut at [`SHOWN`] bytes.
+//! once and [`QUEUED`] started in all, [`PER_VIEWER`] of them by one viewer; a render given
+//! [`RENDER_WITHIN`]; a failure tried again after [`FAILED_FRESH`]; the text cut at [`SHOWN`]
+//! bytes.
 //!
 //! The cache is hand-written: a few dozen entries evicted by last use need no crate, and none of
 //! the dependencies has one.
@@ -28,6 +29,9 @@ pub(crate) const RENDERS: usize = 2;
 /// Renders started and not finished (running or waiting for their turn), at most; past it a
 /// viewer is asked to try again.
 pub(crate) const QUEUED: usize = 16;
+/// Renders one viewer may have started and not finished, at most: one viewer (one tenant's
+/// token) cannot take the whole queue from the others.
+pub(crate) const PER_VIEWER: usize = 4;
 /// Diffs kept, at most (each at most [`SHOWN`] bytes: 8 MiB in all).
 pub(crate) const CACHED: usize = 32;
 /// The most of a diff's text shown, in bytes; the rest is left out, and the page says so.
@@ -130,36 +134,84 @@ pub(crate) struct Diffs {
     kept: std::sync::Mutex<(u64, HashMap<DiffKey, Kept>)>,
     renders: Arc<Semaphore>,
     queued: Arc<Semaphore>,
+    started: Arc<std::sync::Mutex<HashMap<String, usize>>>,
+    per_viewer: usize,
     cached: usize,
 }
 
 impl Default for Diffs {
     fn default() -> Self {
-        Self::new(RENDERS, QUEUED, CACHED)
+        Self::new(RENDERS, QUEUED, PER_VIEWER, CACHED)
+    }
+}
+
+/// One render a viewer started, counted against it until the render ends.
+struct StartedBy {
+    who: String,
+    started: Arc<std::sync::Mutex<HashMap<String, usize>>>,
+}
+
+impl StartedBy {
+    /// Counts one more render of `who` in `started`, unless it has `most` under way.
+    fn take(
+        who: &str,
+        started: &Arc<std::sync::Mutex<HashMap<String, usize>>>,
+        most: usize,
+    ) -> Option<Self> {
+        let mut counts = started
+            .lock()
+            .expect("the render counts are never poisoned");
+        let count = counts.entry(who.to_owned()).or_default();
+        (*count < most).then(|| {
+            *count += 1;
+            Self {
+                who: who.to_owned(),
+                started: started.clone(),
+            }
+        })
+    }
+}
+
+impl Drop for StartedBy {
+    fn drop(&mut self) {
+        let mut counts = self
+            .started
+            .lock()
+            .expect("the render counts are never poisoned");
+        if let Some(count) = counts.get_mut(&self.who) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.who);
+            }
+        }
     }
 }
 
 impl Diffs {
-    /// Diffs made `renders` at once, at most `queued` started, at most `cached` kept.
-    pub(crate) fn new(renders: usize, queued: usize, cached: usize) -> Self {
+    /// Diffs made `renders` at once, at most `queued` started (`per_viewer` by one viewer), at
+    /// most `cached` kept.
+    pub(crate) fn new(renders: usize, queued: usize, per_viewer: usize, cached: usize) -> Self {
         Self {
             kept: std::sync::Mutex::default(),
             renders: Arc::new(Semaphore::new(renders)),
             queued: Arc::new(Semaphore::new(queued)),
+            started: Arc::default(),
+            per_viewer,
             cached,
         }
     }
 
-    /// `next`'s diff, made with `make` (a task of `tasks`, ended by `cancel`) unless it is kept or
-    /// being made; waits for it at most `wait`.
+    /// `next`'s diff for viewer `who`, made with `make` (a task of `tasks`, ended by `cancel`)
+    /// unless it is kept or being made; waits for it at most `wait`.
     pub(crate) async fn get(
         &self,
+        who: &str,
         next: &Next,
         make: &MakeDiff,
         (tasks, cancel): (&TaskTracker, &CancellationToken),
         wait: Duration,
     ) -> Got {
-        let Some(made) = self.find_or_start(next, make, tasks, cancel) else {
+        let Some(made) = self.find_or_start(who, next, make, (tasks, cancel)) else {
             return Got::Busy;
         };
         match tokio::time::timeout(wait, made).await {
@@ -171,10 +223,10 @@ impl Diffs {
     /// The render of `next`'s diff: the one kept or under way, or a new one when one may start.
     fn find_or_start(
         &self,
+        who: &str,
         next: &Next,
         make: &MakeDiff,
-        tasks: &TaskTracker,
-        cancel: &CancellationToken,
+        (tasks, cancel): (&TaskTracker, &CancellationToken),
     ) -> Option<Shared<BoxFuture<'static, Arc<Made>>>> {
         let key = DiffKey::of(next);
         let mut kept = self.kept.lock().expect("the diff cache is never poisoned");
@@ -188,12 +240,13 @@ impl Diffs {
                 return Some(entry.made.clone());
             }
         }
+        let by = StartedBy::take(who, &self.started, self.per_viewer)?;
         let slot = self.queued.clone().try_acquire_owned().ok()?;
         let (renders, cancel) = (self.renders.clone(), cancel.clone());
         let work = make(next.clone());
         let release = next.key.clone();
         let task = tasks.spawn(async move {
-            let _slot = slot;
+            let _slot = (slot, by);
             let made = tokio::select! {
                 () = cancel.cancelled() => Err("the operator is stopping".to_owned()),
                 made = async {

@@ -75,29 +75,20 @@ fn counting(takes: Duration) -> (MakeDiff, Arc<AtomicUsize>, Arc<AtomicUsize>) {
     (make, calls, most)
 }
 
-fn bounds() -> (TaskTracker, CancellationToken) {
-    (TaskTracker::new(), CancellationToken::new())
+/// Asks `diffs` for `next`'s diff as viewer `who`, made with `make`, waiting at most `wait`.
+async fn ask(diffs: &Diffs, who: &str, next: &Next, make: &MakeDiff, wait: Duration) -> Got {
+    let (tasks, cancel) = (TaskTracker::new(), CancellationToken::new());
+    diffs.get(who, next, make, (&tasks, &cancel), wait).await
 }
 
 #[tokio::test(start_paused = true)]
 async fn many_viewers_of_one_release_and_plan_cost_one_render() {
     let diffs = Arc::new(Diffs::default());
     let (make, calls, _) = counting(Duration::from_secs(3));
-    let (tasks, cancel) = bounds();
     let next = upgrade("member-1/apps/web", "h1");
     let asks = (0..50).map(|_| {
-        let (diffs, make, next, tasks, cancel) = (
-            diffs.clone(),
-            make.clone(),
-            next.clone(),
-            tasks.clone(),
-            cancel.clone(),
-        );
-        async move {
-            diffs
-                .get(&next, &make, (&tasks, &cancel), Duration::from_secs(10))
-                .await
-        }
+        let (diffs, make, next) = (diffs.clone(), make.clone(), next.clone());
+        async move { ask(&diffs, "a", &next, &make, Duration::from_secs(10)).await }
     });
     let got = futures::future::join_all(asks).await;
     assert_eq!(calls.load(Ordering::SeqCst), 1);
@@ -106,34 +97,27 @@ async fn many_viewers_of_one_release_and_plan_cost_one_render() {
             .all(|g| g == &got[0] && matches!(g, Got::Ready(_)))
     );
     // Reloads are served from the cache; a new plan (another spec hash) is a new render.
-    diffs
-        .get(&next, &make, (&tasks, &cancel), Duration::from_secs(10))
-        .await;
+    ask(&diffs, "a", &next, &make, Duration::from_secs(10)).await;
     assert_eq!(calls.load(Ordering::SeqCst), 1);
-    diffs
-        .get(
-            &upgrade("member-1/apps/web", "h2"),
-            &make,
-            (&tasks, &cancel),
-            Duration::from_secs(10),
-        )
-        .await;
+    ask(
+        &diffs,
+        "a",
+        &upgrade("member-1/apps/web", "h2"),
+        &make,
+        Duration::from_secs(10),
+    )
+    .await;
     assert_eq!(calls.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test(start_paused = true)]
 async fn renders_run_two_at_once_and_past_the_queue_a_viewer_is_told_to_wait() {
-    let diffs = Arc::new(Diffs::new(2, 4, 32));
+    let diffs = Arc::new(Diffs::new(2, 4, 4, 32));
     let (make, calls, most) = counting(Duration::from_secs(5));
-    let (tasks, cancel) = bounds();
     let mut got = Vec::new();
     for i in 0..6 {
         let next = upgrade(&format!("member-1/apps/web-{i}"), "h");
-        got.push(
-            diffs
-                .get(&next, &make, (&tasks, &cancel), Duration::from_millis(1))
-                .await,
-        );
+        got.push(ask(&diffs, "a", &next, &make, Duration::from_millis(1)).await);
     }
     assert_eq!(
         got,
@@ -155,26 +139,61 @@ async fn renders_run_two_at_once_and_past_the_queue_a_viewer_is_told_to_wait() {
     );
     // Done, they free the queue.
     let next = upgrade("member-1/apps/web-5", "h");
-    let later = diffs
-        .get(&next, &make, (&tasks, &cancel), Duration::from_secs(10))
-        .await;
+    let later = ask(&diffs, "a", &next, &make, Duration::from_secs(10)).await;
     assert!(matches!(later, Got::Ready(_)), "{later:?}");
 }
 
 #[tokio::test(start_paused = true)]
+async fn one_viewer_cannot_take_the_whole_queue_and_joining_a_render_under_way_costs_nothing() {
+    let diffs = Diffs::new(2, 16, 2, 32);
+    let (make, calls, _) = counting(Duration::from_secs(5));
+    let nexts: Vec<Next> = (0..4)
+        .map(|i| upgrade(&format!("member-1/apps/web-{i}"), "h"))
+        .collect();
+    let wait = Duration::from_millis(1);
+    assert_eq!(ask(&diffs, "a", &nexts[0], &make, wait).await, Got::Pending);
+    assert_eq!(ask(&diffs, "a", &nexts[1], &make, wait).await, Got::Pending);
+    assert_eq!(
+        ask(&diffs, "a", &nexts[2], &make, wait).await,
+        Got::Busy,
+        "a has two under way"
+    );
+    assert_eq!(
+        ask(&diffs, "b", &nexts[0], &make, wait).await,
+        Got::Pending,
+        "b joins a's render"
+    );
+    assert_eq!(
+        ask(&diffs, "b", &nexts[2], &make, wait).await,
+        Got::Pending,
+        "b may start its own"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(matches!(
+        ask(&diffs, "a", &nexts[3], &make, wait).await,
+        Got::Pending | Got::Ready(_)
+    ));
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        4,
+        "a's renders ended, it may start more"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_least_recently_asked_diff_leaves_the_cache_first() {
-    let diffs = Diffs::new(2, 16, 2);
+    let diffs = Diffs::new(2, 16, 4, 2);
     let (make, calls, _) = counting(Duration::from_millis(10));
-    let (tasks, cancel) = bounds();
     let wait = Duration::from_secs(10);
     let [a, b, c] = ["a", "b", "c"].map(|r| upgrade(&format!("member-1/apps/{r}"), "h"));
     for next in [&a, &b, &a, &c] {
-        diffs.get(next, &make, (&tasks, &cancel), wait).await;
+        ask(&diffs, "a", next, &make, wait).await;
     }
     assert_eq!(calls.load(Ordering::SeqCst), 3);
-    diffs.get(&a, &make, (&tasks, &cancel), wait).await;
+    ask(&diffs, "a", &a, &make, wait).await;
     assert_eq!(calls.load(Ordering::SeqCst), 3, "a was kept");
-    diffs.get(&b, &make, (&tasks, &cancel), wait).await;
+    ask(&diffs, "a", &b, &make, wait).await;
     assert_eq!(calls.load(Ordering::SeqCst), 4, "b was dropped for c");
 }
 
@@ -189,15 +208,14 @@ async fn a_diff_that_could_not_be_made_is_tried_again_only_after_a_while() {
             async { Err("the agent of pull member m did not reply within 5 s".to_owned()) }.boxed()
         })
     };
-    let (tasks, cancel) = bounds();
     let next = upgrade("m/apps/web", "h");
     let wait = Duration::from_secs(1);
-    let got = diffs.get(&next, &make, (&tasks, &cancel), wait).await;
+    let got = ask(&diffs, "a", &next, &make, wait).await;
     assert!(matches!(&got, Got::Ready(m) if matches!(&**m, Made::Unmade(_))));
-    diffs.get(&next, &make, (&tasks, &cancel), wait).await;
+    ask(&diffs, "a", &next, &make, wait).await;
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     tokio::time::advance(FAILED_FRESH).await;
-    diffs.get(&next, &make, (&tasks, &cancel), wait).await;
+    ask(&diffs, "a", &next, &make, wait).await;
     assert_eq!(calls.load(Ordering::SeqCst), 2);
 }
 
@@ -206,11 +224,8 @@ async fn a_long_diff_is_cut_on_a_line_and_the_page_says_how_much_is_left_out() {
     let line = "+  key: ".to_owned() + &"x".repeat(100) + "\n";
     let long = line.repeat(SHOWN / line.len() + 50);
     let make: MakeDiff = Arc::new(move |_| futures::future::ready(Ok(Some(long.clone()))).boxed());
-    let (tasks, cancel) = bounds();
     let next = upgrade("member-1/apps/web", "h");
-    let got = Diffs::default()
-        .get(&next, &make, (&tasks, &cancel), Duration::from_secs(1))
-        .await;
+    let got = ask(&Diffs::default(), "a", &next, &make, Duration::from_secs(1)).await;
     let Got::Ready(made) = &got else {
         panic!("{got:?}")
     };
