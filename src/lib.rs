@@ -5,7 +5,8 @@
 //! `plan` (planner, rollout gates, claims), `queue` (the fair queue), `charts` (sources, cache,
 //! versions), `helm` (the executors, release-record seals), `observe` (release records, pod and
 //! workload watches, drift comparison), `member` (the seam: one link per member cluster), `notify`
-//! (Alerts: what happened told to webhooks), `status`,
+//! (Alerts: what happened told to webhooks), `status`, `preview` (a release's manifest diff, for `diff`
+//! and the fleet view),
 //! `controller` (the reconciler, its per-Controller index and loops), `runtime` (operator phases,
 //! leader election, shards, HTTP) and `cli`. Only what the binary and the tests use is public.
 
@@ -23,6 +24,7 @@ pub(crate) mod notify;
 pub mod observe;
 pub mod plan;
 pub mod policy;
+pub(crate) mod preview;
 pub mod queue;
 pub mod runtime;
 pub mod status;
@@ -33,7 +35,7 @@ mod tests {
 
     /// The folders from the pure core up to the binary's edge; a module may use only its own
     /// folder and those before it (`metrics` is used by every layer).
-    const LAYERS: [&str; 14] = [
+    const LAYERS: [&str; 15] = [
         "api",
         "clusters",
         "policy",
@@ -45,6 +47,7 @@ mod tests {
         "member",
         "notify",
         "status",
+        "preview",
         "controller",
         "runtime",
         "cli",

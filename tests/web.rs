@@ -566,3 +566,216 @@ async fn a_viewer_who_may_patch_suspends_resumes_and_asks_for_a_drift_check_as_i
         .unwrap();
     common::hub::all_gone(&controllers, DEADLINE).await;
 }
+
+/// A chart home with chart `vault-web`: `deployment-example`'s Deployment, a Secret holding
+/// `LITERAL` (written in the chart) beside the replica count and a token, and a ConfigMap
+/// showing the token (which the Controller takes from a hub Secret) beside the replica count.
+fn vault_chart_home() -> tempfile::TempDir {
+    let home = tempfile::tempdir().unwrap();
+    let chart = home.path().join("vault-web");
+    std::fs::create_dir_all(chart.join("templates")).unwrap();
+    let example =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts/deployment-example");
+    for file in ["values.yaml", "templates/deployment.yaml"] {
+        std::fs::copy(example.join(file), chart.join(file)).unwrap();
+    }
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: vault-web\nversion: 0.1.0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        chart.join("templates/secret.yaml"),
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {{{{ .Release.Name }}}}-vault\nstringData:\n  password: {LITERAL:?}\n  replicas: {{{{ .Values.replicaCount | quote }}}}\n  token: {{{{ .Values.token | quote }}}}\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        chart.join("templates/configmap.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-shown\ndata:\n  token: {{ .Values.token | quote }}\n  replicas: {{ .Values.replicaCount | quote }}\n",
+    )
+    .unwrap();
+    home
+}
+
+/// The password `vault-web` renders into its Secret.
+const LITERAL: &str = "l1teral-pw-from-the-chart";
+
+#[tokio::test]
+#[ignore = "needs the lab: run tests/run.sh"]
+async fn a_held_change_shows_its_manifest_diff_with_no_secret_in_the_page_or_what_the_browser_is_sent()
+ {
+    use tenancy_hub::api::{
+        crd::{Rollout, ValuesKind, ValuesReference, Wave},
+        policy::ValuesRule,
+    };
+    let started = Instant::now();
+    let id = unique("webdiff");
+    let hub = Hub::without_operator(Lab::get(), id.clone()).await;
+    let lab = &hub.lab;
+    let home = vault_chart_home();
+    let mut policy = common::hub::allow_all(&id, &[]);
+    policy.values_from = vec![ValuesRule {
+        kind: Some(ValuesKind::Secret),
+        names: vec!["vault".into()],
+        ..Default::default()
+    }];
+    hub.policy(&id, policy).await;
+    let operator = Operator::start_with(
+        lab,
+        &id,
+        &[
+            "--chart-home",
+            home.path().to_str().unwrap(),
+            "--lease-name",
+            &id,
+        ],
+    );
+    let base = format!("http://{}", operator.http);
+    let apps = format!("{id}-apps");
+    // A pull member: the hub renders its chart and asks its agent for the deployed manifest.
+    let agent_dir = tempfile::tempdir().unwrap();
+    let edge = unique("edge-d");
+    let _agent = join(lab, &edge, "pull-2", agent_dir.path());
+    // Three waves, member-1, member-2, then the pull member; the token comes from hub Secret
+    // `vault`.
+    let shop = |settings: &[(&str, &str)]| {
+        let mut chart = chart("vault-web", "web", settings);
+        chart.values_from = vec![ValuesReference {
+            kind: ValuesKind::Secret,
+            name: "vault".into(),
+            values_key: Some("token".into()),
+            target_path: Some("token".into()),
+            ..Default::default()
+        }];
+        let mut c = TenancyController::new(
+            "shop",
+            ControllerSpec {
+                tenancies: vec![tenancy(
+                    &apps,
+                    &["member-1", "member-2", &edge],
+                    vec![chart],
+                )],
+                rollout: Some(Rollout {
+                    max_unavailable: Some(IntOrString::Int(1)),
+                    progress_deadline: Some("15s".into()),
+                    waves: [("index", "1"), ("index", "2"), ("kind", "edge")]
+                        .map(|(k, v)| Wave {
+                            cluster_selector: tenancy_hub::api::crd::ClusterSelector {
+                                match_labels: [(k.to_owned(), v.to_owned())].into(),
+                            },
+                        })
+                        .into(),
+                    ..Default::default()
+                }),
+                ..ControllerSpec::default()
+            },
+        );
+        c.metadata.namespace = Some(id.clone());
+        c
+    };
+    let (token1, token2) = (unique("hub-s3cr3t-one"), unique("hub-s3cr3t-two"));
+    common::fixtures::put_secret(lab, &id, "vault", &[("token", &token1)]).await;
+    hub.apply_in(&id, &shop(&[("replicaCount", "1")])).await;
+    hub.status_until("shop", "the first rollout to complete", |s| {
+        s.rollout
+            .as_ref()
+            .is_some_and(|r| r.generation == 1 && r.phase == "Complete")
+    })
+    .await;
+    // A new token and two replicas, on nodes that never come: member-1 never becomes ready, so
+    // the upgrades of member-2 and of the pull member are held by the rollout.
+    common::fixtures::put_secret(lab, &id, "vault", &[("token", &token2)]).await;
+    hub.apply_in(
+        &id,
+        &shop(&[("replicaCount", "2"), ("nodeSelector.nowhere", "never")]),
+    )
+    .await;
+
+    let reader = reader_token(lab, &hub.client, &id).await;
+    let b = Browser::start().await;
+    sign_in(&b, &base, &reader).await;
+    b.goto(&format!("{base}/ui/controllers/{id}/shop")).await;
+    text_until(
+        &b,
+        "member-2's held upgrade with its diff link",
+        DEADLINE,
+        |t| t.contains("held back by the rollout") && t.contains("Show the manifest diff"),
+    )
+    .await;
+    let link = format!("a[href$='/diff/member-2/{apps}/web']");
+    b.click(&link).await;
+    let shown = text_until(&b, "the diff", DEADLINE, |t| {
+        t.contains("+  replicas: 2") || t.contains("The diff is not shown")
+    })
+    .await;
+    assert!(shown.contains("-  replicas: 1"), "{shown}");
+    // Revision 2 or 3: the new token alone may have upgraded member-2 before the new spec came.
+    assert!(
+        shown.contains("upgrade (revision ") && shown.contains("held back by the rollout"),
+        "{shown}"
+    );
+    b.screenshot(&lab.dir.join("screenshots/controller-manifest-diff.png"))
+        .await;
+    let found = b.accessibility_violations().await;
+    assert!(
+        found.is_empty(),
+        "the diff page breaks WCAG 2 A/AA rules: {found:#?}"
+    );
+    // The pull member's diff: its deployed manifest from its agent.
+    b.goto(&format!(
+        "{base}/ui/controllers/{id}/shop/diff/{edge}/{apps}/web"
+    ))
+    .await;
+    let pulled = text_until(&b, "the pull member's diff", DEADLINE, |t| {
+        t.contains("+  replicas: 2") || t.contains("The diff is not shown")
+    })
+    .await;
+    assert!(pulled.contains("-  replicas: 1"), "{pulled}");
+    let pulled_dom = b
+        .run("return document.documentElement.outerHTML;")
+        .await
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let dom = b
+        .run("return document.documentElement.outerHTML;")
+        .await
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let path = format!("/ui/controllers/{id}/shop/diff/member-2/{apps}/web");
+    let sent = fetched(&b, &path).await;
+    assert!(sent.starts_with("200 "), "{sent}");
+    // The Secret's values show masked, the token read from the hub Secret as ******.
+    assert!(dom.contains("*** (") && dom.contains("******"), "{dom}");
+    let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(hub.client.clone(), &id)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let events = serde_json::to_string(&events.items).unwrap();
+    for secret in [LITERAL, &token1, &token2] {
+        for (what, text) in [
+            ("page", &dom),
+            ("pull member's page", &pulled_dom),
+            ("response", &sent),
+            ("operator's log", &operator.logged()),
+            ("Events", &events),
+        ] {
+            assert!(!text.contains(secret), "{secret} is in the {what}");
+        }
+    }
+    eprintln!(
+        "the diff page: {} bytes; the test took {:.1} s",
+        sent.len(),
+        started.elapsed().as_secs_f64()
+    );
+    drop(b);
+    let controllers: Api<TenancyController> = Api::namespaced(hub.client.clone(), &id);
+    controllers
+        .delete("shop", &DeleteParams::default())
+        .await
+        .unwrap();
+    common::hub::all_gone(&controllers, DEADLINE).await;
+}

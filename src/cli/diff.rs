@@ -1,7 +1,7 @@
 //! `tenancy-hub diff`: what applying a Controller file would do, from the operator's own planner, changing nothing.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
+    collections::{BTreeMap, BTreeSet, HashMap},
     path::{Path, PathBuf},
     process::ExitCode,
     sync::Arc,
@@ -28,21 +28,17 @@ use crate::{
     controller::observed::{Live, Seen},
     controller::pipeline::{Planning, decide, plan_spec},
     helm::args::{HelmOptions, RenderFor},
-    helm::cli as helm,
     helm::seal::SealKey,
-    member::{Links, MemberLink, pull::wire::Signer},
+    member::{Links, pull::wire::Signer},
     observe::drift::RepairVerdict,
-    observe::records::Deployed,
     plan::{self, Applied, Job, Release, created_secs, owner_id},
-    plan::{Masked, values},
     policy::{Admission, NamedPolicy},
+    preview::{self, Renderer},
 };
 
 mod report;
 
-use report::{
-    Action, DiffOutput, Entry, entries, exit_code, mask_secrets, render_json, render_text, unified,
-};
+use report::{Action, DiffOutput, Entry, entries, exit_code, render_json, render_text};
 
 /// Options of `diff`.
 #[derive(Debug, Args)]
@@ -296,8 +292,7 @@ async fn policies(hub: kube::Client) -> anyhow::Result<Vec<NamedPolicy>> {
 /// What a preview renders charts with: helm, and a chart cache of its own, gone when it ends,
 /// so it renders from the archives an upgrade would install, fetched and verified the same way.
 struct Charts {
-    helm: HelmOptions,
-    cache: Arc<ChartCache>,
+    renderer: Renderer,
     catalog: ChartCatalog,
     /// The cache's directory; dropped last.
     _scratch: tempfile::TempDir,
@@ -349,30 +344,10 @@ impl Charts {
         };
         let catalog = ChartCatalog::with_resolver(Box::new(sources), Duration::from_secs(300));
         Ok(Self {
-            helm,
-            cache,
+            renderer: Renderer { helm, cache },
             catalog,
             _scratch: scratch,
         })
-    }
-
-    /// The manifest `release` renders as `render` says, from the archive an upgrade would install.
-    async fn render(&self, release: &Release, render: &RenderFor) -> Result<String, String> {
-        let archive = self.cache.checkout(
-            &release.source,
-            &release.credentials,
-            release.version.as_deref(),
-            release.exact_archive(),
-        );
-        let archive = archive.as_ref().map(|a| a.path());
-        let manifest = helm::template(&self.helm, release, archive, render).await?;
-        match &release.post_render {
-            // The executor's own post-renderer, so the preview is what an install deploys.
-            Some(post_render) => {
-                crate::helm::preview::post_render(&self.helm, &manifest, post_render).await
-            }
-            None => Ok(manifest),
-        }
     }
 }
 
@@ -395,7 +370,7 @@ async fn plan_files(
         variables: &state.variables,
         drifted: &drifted,
         now: state.now,
-        pending_timeout: charts.helm.timeout + Duration::from_secs(60),
+        pending_timeout: charts.renderer.helm.timeout + Duration::from_secs(60),
     };
     for c in files {
         let owner = owner_id(c);
@@ -447,19 +422,15 @@ impl HubState {
     }
 }
 
-/// Gives each entry that would install, upgrade or uninstall its diff: the manifest deployed
-/// now against the one its chart renders, Secrets' values masked.
+/// Gives each entry that would install, upgrade or uninstall its diff (see [`preview::compare`]):
+/// the manifest deployed now against the one its chart renders, Secrets' values masked.
 async fn compare(
     all: &mut [Entry],
     releases: &HashMap<ReleaseKey, Release>,
     links: &Links,
     charts: &Charts,
 ) -> anyhow::Result<()> {
-    let salt = std::hash::BuildHasher::hash_one(
-        &std::collections::hash_map::RandomState::new(),
-        std::process::id(),
-    )
-    .to_le_bytes();
+    let salt = preview::salt();
     let mut cluster_info: HashMap<String, RenderFor> = HashMap::new();
     for entry in all.iter_mut().filter(|e| {
         matches!(
@@ -474,101 +445,35 @@ async fn compare(
             continue;
         };
         eprintln!("Comparing {key}…");
-        let deployed = match deployed_manifest(member.as_ref(), &key, entry.revision).await {
-            Ok(deployed) => deployed,
-            Err(e) => {
-                entry.reason = Some(format!("its deployed manifest cannot be read: {e}"));
+        let release = releases.get(&key);
+        if release.is_some() && !cluster_info.contains_key(&entry.cluster) {
+            let info = member.capabilities().await;
+            cluster_info.insert(entry.cluster.clone(), info);
+        }
+        let asked = preview::Asked {
+            key: &key,
+            release,
+            action: entry.action,
+            revision: entry.revision,
+        };
+        let render = cluster_info
+            .get(&entry.cluster)
+            .cloned()
+            .unwrap_or_default();
+        match preview::compare(&charts.renderer, member.as_ref(), asked, &render, &salt).await {
+            Ok(diff) => set_diff(entry, diff),
+            Err(unmade) => {
+                entry.reason = Some(unmade.to_string());
                 entry.failed = true;
-                continue;
             }
-        };
-        let rendered = match releases.get(&key) {
-            Some(release) => {
-                if !cluster_info.contains_key(&entry.cluster) {
-                    let info = member.capabilities().await;
-                    cluster_info.insert(entry.cluster.clone(), info);
-                }
-                let render = RenderFor {
-                    is_upgrade: entry.action == Action::Upgrade,
-                    ..cluster_info[&entry.cluster].clone()
-                };
-                match charts.render(release, &render).await {
-                    Ok(manifest) => manifest,
-                    Err(e) => {
-                        entry.reason = Some(format!("the chart does not render: {e}"));
-                        entry.failed = true;
-                        continue;
-                    }
-                }
-            }
-            None => String::new(),
-        };
-        // What came from Secrets is masked on both sides, whatever object carries it.
-        let (deployed, rendered) = match releases.get(&key) {
-            Some(release) => {
-                let masks = masks_of(release, &deployed);
-                (masks.redact(&deployed.manifest), masks.redact(&rendered))
-            }
-            None => (deployed.manifest, rendered),
-        };
-        set_diff(entry, &key, &deployed, &rendered, &salt);
+        }
     }
     Ok(())
 }
 
-/// What the release's deployed `revision` holds; empty when none is deployed.
-async fn deployed_manifest(
-    member: &dyn MemberLink,
-    key: &ReleaseKey,
-    revision: Option<i64>,
-) -> anyhow::Result<Deployed> {
-    Ok(match revision {
-        Some(revision) => member
-            .manifest(key.clone(), revision)
-            .await
-            .map_err(anyhow::Error::msg)?
-            .unwrap_or_default(),
-        None => Deployed::default(),
-    })
-}
-
-/// What is masked in a release's diff: what its values take from Secrets now and, when it reads
-/// any, every piece of the deployed revision's values that its values now do not give openly (a
-/// Secret's earlier content among them).
-fn masks_of(release: &Release, deployed: &Deployed) -> Masked {
-    if release.masked.is_empty() {
-        return release.masked.clone();
-    }
-    let mut now = Vec::new();
-    if let Some(values) = &release.values {
-        values::leaves(values, &mut now);
-    }
-    let open: HashSet<&String> = now.iter().filter(|p| !release.masked.holds(p)).collect();
-    let mut before = Vec::new();
-    values::leaves(&deployed.values, &mut before);
-    release
-        .masked
-        .with(before.into_iter().filter(|p| !open.contains(p)))
-}
-
-/// The entry's diff of the `deployed` manifest against the `rendered` one, Secrets' values
-/// masked with `salt`; an upgrade that changes no manifest says so.
-fn set_diff(entry: &mut Entry, key: &ReleaseKey, deployed: &str, rendered: &str, salt: &[u8]) {
-    let old_name = match entry.revision {
-        Some(r) => format!("{key} (revision {r})"),
-        None => "/dev/null".to_owned(),
-    };
-    let new_name = match entry.action {
-        Action::Uninstall => "/dev/null".to_owned(),
-        _ => format!("{key} (revision {})", entry.revision.map_or(1, |r| r + 1)),
-    };
-    let diff = unified(
-        &mask_secrets(deployed, salt),
-        &mask_secrets(rendered, salt),
-        &old_name,
-        &new_name,
-    );
-    entry.diff = Some(diff).filter(|d| !d.is_empty());
+/// Gives `entry` its `diff`; an upgrade that changes no manifest says so.
+fn set_diff(entry: &mut Entry, diff: Option<String>) {
+    entry.diff = diff;
     if entry.diff.is_none() && entry.action == Action::Upgrade {
         entry.reason = Some("a new revision with the same manifest".into());
     }

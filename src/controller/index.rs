@@ -210,6 +210,8 @@ mod tests {
             key: key.clone(),
             action: crate::status::next::Action::Install,
             held: None,
+            release: None,
+            revision: None,
         };
         index.set_next(&owner, vec![next.clone()]);
         assert_eq!(*index.next(&owner), [next]);

@@ -294,7 +294,7 @@ pub(crate) async fn build(
             index: Arc::new(ControllerIndex::new(drift)),
             charts: Arc::new(ChartCatalog::with_resolver(
                 Box::new(crate::charts::signed::Sources {
-                    cache: chart_cache,
+                    cache: chart_cache.clone(),
                     verifier: Some(Arc::new(crate::charts::verify::Verifier::new(
                         config.verifier.clone(),
                         crate::charts::verify::DEFAULT_VERDICTS,
@@ -319,7 +319,11 @@ pub(crate) async fn build(
         },
     });
     let ready = Arc::new(arc_swap::ArcSwap::from_pointee(Readiness::Starting));
-    let address = serve_http(config, &ctx, &outboxes, &ready, cancel, tasks).await?;
+    let renderer = crate::preview::Renderer {
+        helm: config.helm.clone(),
+        cache: chart_cache,
+    };
+    let address = serve_http(config, &ctx, &outboxes, &ready, cancel, tasks, renderer).await?;
     Ok(Parts {
         ctx,
         runtime,
@@ -445,8 +449,9 @@ fn reconciler(
         .graceful_shutdown_on(cancel.clone().cancelled_owned())
 }
 
-/// Serves health, readiness, metrics and the status API; the API learns which Controllers watch
-/// a scope and the streams open, and nothing else of the context.
+/// Serves health, readiness, metrics, the status API and the fleet view; the API learns which
+/// Controllers watch a scope and the streams open, the view what each plans next and how to
+/// make its diffs (the member links and `renderer`), and nothing else of the context.
 async fn serve_http(
     config: &RunConfig,
     ctx: &Arc<Context>,
@@ -454,6 +459,7 @@ async fn serve_http(
     ready: &Arc<arc_swap::ArcSwap<Readiness>>,
     cancel: &CancellationToken,
     tasks: &TaskTracker,
+    renderer: crate::preview::Renderer,
 ) -> Result<std::net::SocketAddr, Error> {
     let owners = ScopeOwners::default();
     let releases = ScopeReleases::default();
@@ -537,6 +543,17 @@ async fn serve_http(
                 .map(|ctx| ctx.kept.index.next(&owner))
                 .unwrap_or_default()
         }
+    });
+    fleet.set_diff({
+        let (links, salt) = (ctx.members.links.clone(), crate::preview::salt());
+        std::sync::Arc::new(move |next| {
+            let (links, renderer) = (links.clone(), renderer.clone());
+            Box::pin(async move {
+                crate::preview::planned(&links, &renderer, &next, &salt)
+                    .await
+                    .map_err(|e| e.to_string())
+            })
+        })
     });
     if let Some(pull) = ctx.members.links.pull_hub() {
         let pull = Arc::downgrade(&pull);

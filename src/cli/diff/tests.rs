@@ -1,4 +1,4 @@
-//! Unit tests of `tenancy-hub diff`: entries, exit codes, masking, output and file parsing.
+//! Unit tests of `tenancy-hub diff`: entries, exit codes, output and file parsing.
 
 use super::report::*;
 use super::*;
@@ -154,49 +154,15 @@ fn the_exit_code_follows_kubectl_diff() {
     assert_eq!(exit_code(&[entry(Action::Install), unrendered]), 2);
 }
 
-const MANIFEST: &str = "---\n# Source: web/templates/secret.yaml\napiVersion: v1\nkind: Secret\nmetadata:\n  name: web\ndata:\n  password: aHVudGVyMg==\nstringData:\n  token: s3cr3t\n---\n# Source: web/templates/cm.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  motd: hello\n";
-
-#[test]
-fn secret_values_are_masked_and_everything_else_is_kept_as_it_is() {
-    let out = mask_secrets(MANIFEST, b"salt");
-    assert!(
-        !out.contains("aHVudGVyMg==") && !out.contains("s3cr3t"),
-        "{out}"
-    );
-    assert!(out.contains("password: '*** ("), "{out}");
-    assert!(out.contains("# Source: web/templates/secret.yaml\n"));
-    assert!(out.ends_with("---\n# Source: web/templates/cm.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  motd: hello\n"), "{out}");
-    assert_eq!(out, mask_secrets(MANIFEST, b"salt"), "masking is stable");
-}
-
-#[test]
-fn a_changed_secret_value_still_shows_as_a_change_without_showing_the_value() {
-    let changed = MANIFEST.replace("s3cr3t", "0th3r");
-    let diff = unified(
-        &mask_secrets(MANIFEST, b"k"),
-        &mask_secrets(&changed, b"k"),
-        "a",
-        "b",
-    );
-    let lines: Vec<&str> = diff
-        .lines()
-        .filter(|l| l.starts_with(['+', '-']) && !l.starts_with("+++") && !l.starts_with("---"))
-        .collect();
-    assert_eq!(lines.len(), 2, "{diff}");
-    assert!(lines[0].starts_with("-  token: '*** (") && lines[1].starts_with("+  token: '*** ("));
-    assert!(!diff.contains("s3cr3t") && !diff.contains("0th3r"));
-}
-
-#[test]
-fn a_document_that_does_not_parse_is_hidden_if_it_may_hold_a_secret() {
-    let out = mask_secrets("kind: Secret\ndata: [unclosed\n", b"k");
-    assert!(!out.contains("unclosed") && out.contains("hidden"), "{out}");
-}
-
 #[test]
 fn the_text_output_has_a_header_per_release_and_its_diff() {
     let mut upgrade = Entry::of(&key("member-1/team-a/web"), Action::Upgrade, Some(3));
-    upgrade.diff = Some(unified("replicas: 1\n", "replicas: 2\n", "old", "new"));
+    upgrade.diff = Some(crate::preview::unified(
+        "replicas: 1\n",
+        "replicas: 2\n",
+        "old",
+        "new",
+    ));
     let mut refused = Entry::of(&key("member-2/team-a/web"), Action::Refused, None);
     refused.reason = Some("release member-2/team-a/web is forbidden".into());
     let text = render_text(&[upgrade, refused]);
@@ -231,63 +197,6 @@ fn a_file_of_controllers_takes_the_given_namespace_when_it_names_none() {
     assert!(got[1].spec.suspend);
     let err = parse_file("kind: ConfigMap\n", "default").unwrap_err();
     assert!(err.to_string().contains("not a Controller"), "{err}");
-}
-
-#[test]
-fn a_diff_names_the_revisions_it_compares_and_an_upgrade_with_the_same_manifest_says_so() {
-    let k = key("member-1/team-a/web");
-    let mut upgrade = Entry::of(&k, Action::Upgrade, Some(3));
-    set_diff(&mut upgrade, &k, "replicas: 1\n", "replicas: 2\n", b"k");
-    assert_eq!(
-        upgrade.diff.as_deref(),
-        Some(
-            "--- member-1/team-a/web (revision 3)\n+++ member-1/team-a/web (revision 4)\n@@ -1 +1 @@\n-replicas: 1\n+replicas: 2\n"
-        )
-    );
-    assert_eq!(upgrade.reason, None);
-    let mut same = Entry::of(&k, Action::Upgrade, Some(3));
-    set_diff(&mut same, &k, "a: 1\n", "a: 1\n", b"k");
-    assert_eq!(
-        (same.diff, same.reason.as_deref()),
-        (None, Some("a new revision with the same manifest"))
-    );
-    let mut install = Entry::of(&k, Action::Install, None);
-    set_diff(&mut install, &k, "", "a: 1\n", b"k");
-    let diff = install.diff.unwrap();
-    assert!(
-        diff.starts_with("--- /dev/null\n+++ member-1/team-a/web (revision 1)\n"),
-        "{diff}"
-    );
-    let mut uninstall = Entry::of(&k, Action::Uninstall, Some(5));
-    set_diff(&mut uninstall, &k, "a: 1\n", "", b"k");
-    let diff = uninstall.diff.unwrap();
-    assert!(
-        diff.starts_with("--- member-1/team-a/web (revision 5)\n+++ /dev/null\n"),
-        "{diff}"
-    );
-}
-
-#[test]
-fn a_secrets_earlier_content_in_the_deployed_values_is_masked_too_and_open_values_are_not() {
-    let mut r = release("member-1/team/web");
-    r.values = Some(serde_json::json!({"token": "new-s3cr3t", "owner": "member-1"}));
-    r.masked = crate::plan::Masked::new(vec!["new-s3cr3t".into()]);
-    let deployed = Deployed {
-        manifest: "token: old-s3cr3t\nowner: member-1\n".into(),
-        values: serde_json::json!({"token": "old-s3cr3t", "owner": "member-1"}),
-    };
-    let masks = super::masks_of(&r, &deployed);
-    assert_eq!(
-        masks.redact(&deployed.manifest),
-        "token: ******\nowner: member-1\n"
-    );
-    assert_eq!(masks.redact("token: new-s3cr3t"), "token: ******");
-    // A release reading no Secret masks nothing.
-    r.masked = Default::default();
-    assert_eq!(
-        super::masks_of(&r, &deployed).redact("old-s3cr3t"),
-        "old-s3cr3t"
-    );
 }
 
 #[test]

@@ -5,9 +5,12 @@
 //! Server-rendered HTML with one small embedded script and style sheet (no build step, nothing
 //! fetched from elsewhere: it works air-gapped), under a strict Content-Security-Policy. Pages
 //! and streams are built by one function, `state::WebState::build`, from what the viewer may see
-//! (`view::Seen`); the rooms below it are pure.
+//! (`view::Seen`); the rooms below it are pure. A release's manifest diff has a page of its own,
+//! made on demand within bounds (`diffs`).
 
 mod actions;
+mod diff_page;
+pub(crate) mod diffs;
 mod events;
 mod fleet;
 mod html;

@@ -10,6 +10,7 @@ use crate::{
     api::crd::{ChartMessage, RolloutStatus, TenancyController, TenancyStatus},
     observe::model::Model,
     runtime::web::{
+        diff_page,
         html::{Page, esc, id, seg},
         view::{ClusterInfo, Live, Seen, cell, live, release_state, watched},
     },
@@ -84,9 +85,10 @@ pub(crate) fn controller(c: &TenancyController, model: &Model) -> Page {
     page
 }
 
-/// What the Controller's newest plan does next, as `diff` would say it: each Helm action
-/// planned, let through or held back by a gate (with what holds it).
-pub(crate) fn next_html(next: &[Next]) -> String {
+/// What Controller `namespace/name`'s newest plan does next, as `diff` would say it: each Helm
+/// action planned, let through or held back by a gate (with what holds it), and a link to its
+/// manifest diff.
+pub(crate) fn next_html(namespace: &str, name: &str, next: &[Next]) -> String {
     let mut out = String::from("<section id=next><h2>Next</h2>");
     if next.is_empty() {
         out.push_str("<p>Nothing to do: every release is as planned.</p></section>");
@@ -94,19 +96,27 @@ pub(crate) fn next_html(next: &[Next]) -> String {
     }
     let _ = write!(
         out,
-        "<p>{} Helm action{} planned, from the planner <code>tenancy-hub diff</code> runs (its manifests' diff is the command's to show).</p>",
+        "<p>{} Helm action{} planned, from the planner <code>tenancy-hub diff</code> runs; each manifest diff is made when asked.</p>",
         next.len(),
         if next.len() == 1 { "" } else { "s" }
     );
-    out.push_str("<table><thead><tr><th scope=col>Cluster</th><th scope=col>Namespace</th><th scope=col>Release</th><th scope=col>Action</th><th scope=col>State</th></tr></thead><tbody>");
+    out.push_str("<table><thead><tr><th scope=col>Cluster</th><th scope=col>Namespace</th><th scope=col>Release</th><th scope=col>Action</th><th scope=col>State</th><th scope=col>Manifest</th></tr></thead><tbody>");
     for n in next.iter().take(SHOWN_NEXT) {
         let (class, state) = match &n.held {
             Some(why) => ("held", why.as_str()),
             None => ("progressing", "queued or running"),
         };
+        let diff = match diff_page::offered(n) {
+            true => format!(
+                "<a href=\"{}\" aria-label=\"Show the manifest diff of {}\">Show the manifest diff</a>",
+                esc(&diff_page::path(namespace, name, &n.key)),
+                esc(&n.key.to_string())
+            ),
+            false => String::new(),
+        };
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"c s-{class}\">{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"c s-{class}\">{}</td><td>{diff}</td></tr>",
             esc(n.key.scope.cluster.as_str()),
             esc(&n.key.scope.namespace),
             esc(&n.key.release),

@@ -13,6 +13,7 @@ use axum::{
 };
 use serde::Deserialize;
 
+use crate::api::key::ReleaseKey;
 use crate::runtime::{
     auth::AuthError,
     web::{
@@ -53,6 +54,10 @@ pub(crate) fn router(state: WebState) -> Router {
         .route(
             "/ui/controllers/{namespace}/{name}/actions/{action}",
             axum::routing::post(act),
+        )
+        .route(
+            "/ui/controllers/{namespace}/{name}/diff/{cluster}/{target}/{release}",
+            get(diff_page),
         )
         .route("/ui/clusters/{cluster}", get(cluster_page))
         .route("/ui/live/fleet", get(fleet_live))
@@ -280,6 +285,36 @@ async fn act(
             act.segment()
         ))
         .into_response(),
+        Err(e) => error_page(e),
+    }
+}
+
+/// The manifest diff of one release a Controller's newest plan acts on (made on demand).
+async fn diff_page(
+    State(state): State<WebState>,
+    viewer: Result<Viewer, WebError>,
+    Path((namespace, name, cluster, target, release)): Path<(
+        String,
+        String,
+        String,
+        String,
+        String,
+    )>,
+) -> Response {
+    let viewer = match viewer {
+        Ok(v) => v,
+        Err(e) => return error_page(e),
+    };
+    let Ok(key) = format!("{cluster}/{target}/{release}").parse::<ReleaseKey>() else {
+        return error_page(WebError::NotFound(format!(
+            "{cluster}/{target}/{release} is not a release key"
+        )));
+    };
+    match state
+        .diff(&viewer.token, viewer.from, (&namespace, &name), &key)
+        .await
+    {
+        Ok((page, who)) => Html(page.document("", &who, "")).into_response(),
         Err(e) => error_page(e),
     }
 }

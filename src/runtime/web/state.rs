@@ -25,11 +25,13 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use crate::{
     api::{crd::TenancyController, member_cluster::MemberCluster},
     runtime::{
-        auth::{AuthError, Token},
+        auth::{AuthError, Identity, Token},
         http::{ApiState, serving},
         status_api::{ApiError, registered},
         web::{
-            actions, events, fleet,
+            actions,
+            diffs::{Diffs, MakeDiff},
+            events, fleet,
             html::Page,
             live::{self, RECHECK, SLOW_READER, Slot, TICK, digest, update},
             pages::{self, Agent},
@@ -63,6 +65,7 @@ pub(crate) struct FleetSources {
     sources: Arc<OnceLock<Sources>>,
     agents: Arc<OnceLock<AgentsOf>>,
     next: Arc<OnceLock<NextOf>>,
+    diff: Arc<OnceLock<MakeDiff>>,
 }
 
 /// What a Controller's newest plan does next, by its hub namespace and name.
@@ -110,11 +113,22 @@ impl FleetSources {
         let _ = self.next.set(Box::new(next));
     }
 
+    /// Makes the manifest diffs the view shows with `make` from now on (the first call only).
+    pub(crate) fn set_diff(&self, make: MakeDiff) {
+        let _ = self.diff.set(make);
+    }
+
+    /// What makes the manifest diffs the view shows, once set.
+    pub(crate) fn diff_maker(&self) -> Option<MakeDiff> {
+        self.diff.get().cloned()
+    }
+
     fn agent_reported(&self, cluster: &str) -> Option<(String, Option<String>)> {
         self.agents.get().and_then(|f| f(cluster))
     }
 
-    fn next_of(&self, namespace: &str, name: &str) -> Arc<Vec<Next>> {
+    /// What Controller `namespace/name`'s newest plan does next.
+    pub(crate) fn next_of(&self, namespace: &str, name: &str) -> Arc<Vec<Next>> {
         self.next
             .get()
             .map(|f| f(namespace, name))
@@ -146,10 +160,12 @@ pub(crate) struct WebState {
     events: Arc<EventsRead>,
     /// The fleet pages built for each access group.
     shared: Arc<SharedPages>,
-    /// Fires on shutdown: live streams end.
-    cancel: CancellationToken,
-    /// Owns the live streams' tasks.
-    tasks: TaskTracker,
+    /// The manifest diffs made and being made.
+    pub(crate) diffs: Arc<Diffs>,
+    /// Fires on shutdown: live streams and renders end.
+    pub(crate) cancel: CancellationToken,
+    /// Owns the live streams' and the renders' tasks.
+    pub(crate) tasks: TaskTracker,
 }
 
 impl WebState {
@@ -161,6 +177,7 @@ impl WebState {
             slots: Arc::default(),
             events: Arc::default(),
             shared: Arc::default(),
+            diffs: Arc::default(),
             cancel,
             tasks,
         }
@@ -290,7 +307,7 @@ impl WebState {
                 };
                 page.section(
                     "next".into(),
-                    pages::next_html(&self.api.fleet.next_of(namespace, name)),
+                    pages::next_html(namespace, name, &self.api.fleet.next_of(namespace, name)),
                 );
                 page.section(
                     "events".into(),
@@ -327,7 +344,7 @@ impl WebState {
     }
 
     /// Every registered cluster, in registry order, with whether it is pulled.
-    fn clusters(&self) -> Vec<ClusterInfo> {
+    pub(crate) fn clusters(&self) -> Vec<ClusterInfo> {
         let registry = self.api.registry.load();
         registered(&registry)
             .into_iter()
@@ -365,21 +382,19 @@ impl WebState {
         })
     }
 
-    /// Does `act` to Controller `namespace/name` as the viewer with `token` (sent from `from`):
-    /// a merge patch made on the hub with that token, once the viewer is known to see the
-    /// Controller and the hub says it may patch Controllers there.
+    /// Who the viewer with `token` (sent from `from`) is, once the hub says it may read
+    /// Controller `namespace/name`, by the rules its page is shown by.
     ///
     /// # Errors
-    /// As [`WebState::build`]; [`WebError::Refused`] when the viewer may not patch there, or the
-    /// hub does not take the patch.
-    pub(crate) async fn act(
+    /// [`WebError::Auth`] as [`WebState::build`]; [`WebError::NotFound`] for a Controller not
+    /// there or not the viewer's.
+    pub(crate) async fn reader_of(
         &self,
         token: &str,
         from: Option<IpAddr>,
         namespace: &str,
         name: &str,
-        act: actions::Act,
-    ) -> Result<(), WebError> {
+    ) -> Result<Arc<Identity>, WebError> {
         let identity = self
             .api
             .reviewer
@@ -395,6 +410,25 @@ impl WebState {
                 "Controller {namespace}/{name} is not on the hub, or you may not read it"
             )));
         }
+        Ok(identity)
+    }
+
+    /// Does `act` to Controller `namespace/name` as the viewer with `token` (sent from `from`):
+    /// a merge patch made on the hub with that token, once the viewer is known to see the
+    /// Controller and the hub says it may patch Controllers there.
+    ///
+    /// # Errors
+    /// As [`WebState::build`]; [`WebError::Refused`] when the viewer may not patch there, or the
+    /// hub does not take the patch.
+    pub(crate) async fn act(
+        &self,
+        token: &str,
+        from: Option<IpAddr>,
+        namespace: &str,
+        name: &str,
+        act: actions::Act,
+    ) -> Result<(), WebError> {
+        let identity = self.reader_of(token, from, namespace, name).await?;
         if !self.api.reviewer.may_patch(&identity, namespace).await? {
             return Err(WebError::Refused(format!(
                 "You may read Controller {namespace}/{name} but not change it: ask for `patch` on controllers.multitenancy.dev in hub namespace {namespace}."

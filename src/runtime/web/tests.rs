@@ -615,5 +615,6 @@ fn the_matrix_of_a_thousand_clusters_renders_within_its_budget() {
     );
 }
 
+mod diff;
 mod sections;
 mod served;

@@ -104,22 +104,26 @@ fn the_events_section_escapes_and_says_why_when_there_are_none() {
 fn the_next_section_lists_the_planners_actions_with_what_holds_them() {
     use crate::runtime::web::pages::next_html;
     use crate::status::next::{Action, Next};
-    assert!(next_html(&[]).contains("Nothing to do"));
+    assert!(next_html("team", "shop", &[]).contains("Nothing to do"));
     let evil = "<script>alert(1)</script>";
     let next = [
         Next {
             key: "member-1/team-a/web".parse().unwrap(),
             action: Action::Upgrade,
             held: None,
+            release: None,
+            revision: Some(1),
         },
         Next {
             key: "member-2/team-a/web".parse().unwrap(),
             action: Action::Install,
             held: Some(format!("held back by the rollout: {evil}")),
+            release: None,
+            revision: None,
         },
     ];
-    let html = next_html(&next);
-    assert!(html.contains("<td>member-1</td><td>team-a</td><td>web</td><td>upgrade</td><td class=\"c s-progressing\">queued or running</td>"), "{html}");
+    let html = next_html("team", "shop", &next);
+    assert!(html.contains("<td>member-1</td><td>team-a</td><td>web</td><td>upgrade</td><td class=\"c s-progressing\">queued or running</td><td></td>"), "{html}");
     assert!(
         html.contains(
             "<td>install</td><td class=\"c s-held\">held back by the rollout: &lt;script&gt;"
