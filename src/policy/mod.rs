@@ -172,14 +172,19 @@ impl Admission {
     }
 
     /// The signatures a chart of a `Controller` of `hub_namespace` must carry (see
-    /// [`access::trust`]).
+    /// [`access::trust`]), and the tags its Git semver range may pick (see [`git::tags`]).
     pub(crate) fn trust(&self, hub_namespace: &str, chart: &Chart) -> Trust {
         let governing: Vec<access::Governing<'_>> = self
             .governing(hub_namespace)
             .into_iter()
             .map(|p| (p.name.as_str(), &p.spec))
             .collect();
-        access::trust(&governing, chart)
+        let mut trust = access::trust(&governing, chart);
+        trust.tags = chart
+            .git
+            .as_ref()
+            .and_then(|git| git::tags(&governing, git.into()));
+        trust
     }
 }
 

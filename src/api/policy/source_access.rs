@@ -19,7 +19,9 @@ use crate::api::policy::rules::TenantSecretRule;
     validation = Rule::new("!self.url.startsWith('ssh://') || has(self.git)")
         .message("an ssh:// source is a Git repository: give git (paths and refs allowed)"),
     validation = Rule::new("!has(self.git) || self.url.startsWith('https://') || self.url.startsWith('ssh://') || self.url.startsWith('http://')")
-        .message("a Git source's url is https:// or ssh:// (http:// for a server on a private network)"),
+        .message("a Git source's url is https:// or ssh:// (http:// only with git.insecure: true, for labs)"),
+    validation = Rule::new("!has(self.git) || !self.url.startsWith('http://') || (has(self.git.insecure) && self.git.insecure)")
+        .message("a plain http:// Git source sends its credentials and takes its charts unprotected: use https:// or ssh://, or set git.insecure: true (for labs only)"),
     validation = Rule::new("!has(self.verify) || (has(self.git) == (self.verify.provider == 'pgp' || self.verify.provider == 'ssh'))")
         .message("a Git source verifies commits (provider pgp or ssh); a Helm repository or OCI source takes cosign, notation or provenance")
 )]
@@ -76,14 +78,21 @@ pub struct GitAccess {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32), inner(length(min = 1, max = 255)))]
     pub branches: Vec<String>,
-    /// Tags that may be taken, by a `tag` or as the newest tag of a `semver` range (`v*`, `*`);
-    /// none when empty.
+    /// Tags that may be taken (`v1.*`, `*`), by a `tag` or as the newest tag of a `semver`
+    /// range: a range is resolved only among the tags these patterns allow (of every entry
+    /// holding the repository and path), however new another is; none when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32), inner(length(min = 1, max = 255)))]
     pub tags: Vec<String>,
     /// Whether a chart may name a `commit` directly. Default false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_commits: bool,
+    /// Lets this entry's repositories be fetched over plain `http://`, and this entry's
+    /// credentials be sent there (as Flux's `insecure`): for labs only, where anyone on the
+    /// path reads the credentials and may change the charts. Default false: an `http://` Git
+    /// URL is refused, in every mode, unless the entry holding it says so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub insecure: bool,
     /// Push hooks that make this entry's repositories due at once (`POST
     /// /hooks/git/<policy name>` on the operator's HTTP port), signed with the secret under key
     /// `token` of this Secret of the operator's namespace: GitHub's `X-Hub-Signature-256`,
