@@ -69,7 +69,7 @@ impl Resolve for Sources {
                 return Err("the chart cache holds no archive of it".to_owned());
             };
             let mut by = Vec::new();
-            for rule in &key.trust.0 {
+            for rule in &key.trust.rules {
                 let provider = rule.verify.provider.as_str();
                 let verdict = self.check(verifier, key, scope, resolved, rule).await;
                 let outcome = match &verdict {

@@ -106,20 +106,30 @@ impl TrustRule {
     }
 }
 
-/// The signature rules a chart must pass, in order: empty when none is required.
+/// What the policies require of what the hub fetches for a chart: the signature rules it must
+/// pass, and for a Git semver range the tags the range may pick. Part of every cache key, so
+/// what was fetched under one set of rules is never served under another.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Trust(pub Vec<TrustRule>);
+pub struct Trust {
+    /// The signature rules, in order: empty when none is required.
+    pub rules: Vec<TrustRule>,
+    /// A Git chart or values file at a `semver` range only: the tag patterns (`v1.*`, `*`) of
+    /// the Git entries holding its repository and path, the only tags the range is resolved
+    /// among; None when no such entry holds it (permissive mode) or the ref is no range.
+    pub tags: Option<Vec<String>>,
+}
 
 impl Trust {
-    /// Whether no signature is required.
+    /// Whether no signature is required (tag patterns are no signature rule).
     pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.rules.is_empty()
     }
 }
 
 /// Every signature rule for `chart`: the `verify` of every `sources` entry of every `governing`
 /// policy whose prefix holds its source. All apply, so no policy, prefix or Controller setting
-/// relaxes another's (a tenant writes none of them).
+/// relaxes another's (a tenant writes none of them). No tag patterns: admission adds those
+/// from the Git rules.
 pub(crate) fn trust(governing: &[Governing<'_>], chart: &Chart) -> Trust {
     let Some(url) = source_url(chart) else {
         return Trust::default();
@@ -136,7 +146,7 @@ pub(crate) fn trust(governing: &[Governing<'_>], chart: &Chart) -> Trust {
         .collect();
     rules.sort();
     rules.dedup();
-    Trust(rules)
+    Trust { rules, tags: None }
 }
 
 /// One `sources` entry holding a chart's source, with its policy and prefix in normal form.
@@ -219,8 +229,15 @@ pub(crate) fn credentials(
     };
     let holders = holders(governing, &url);
     let Some(named) = &chart.source_secret_ref else {
-        return Ok(holders
-            .first()
+        let first = holders.first().filter(|h| h.entry.secret_ref.is_some());
+        if let Some(h) = first {
+            plain_http(
+                h,
+                &url,
+                &h.entry.secret_ref.as_ref().expect("filtered").name,
+            )?;
+        }
+        return Ok(first
             .and_then(|h| {
                 h.entry.secret_ref.as_ref().map(|s| Credentials::Platform {
                     secret: s.name.clone(),
@@ -243,6 +260,7 @@ pub(crate) fn credentials(
             .iter()
             .any(|r| r.allows_by_name(&named.name))
     }) {
+        plain_http(h, &url, &named.name)?;
         return Ok(tenant(h, Vec::new()));
     }
     let by_labels = |h: &Holder<'_>| -> Vec<BTreeMap<String, String>> {
@@ -254,6 +272,7 @@ pub(crate) fn credentials(
             .collect()
     };
     if let Some(h) = holders.iter().find(|h| !by_labels(h).is_empty()) {
+        plain_http(h, &url, &named.name)?;
         let mut labels: Vec<_> = holders.iter().flat_map(by_labels).collect();
         labels.sort();
         labels.dedup();
@@ -266,6 +285,19 @@ pub(crate) fn credentials(
         &named.name,
         &url.0,
     ))
+}
+
+/// Refuses to send the credentials of Secret `secret`, given by the entry `h`, to a plain
+/// `http://` Git repository unless that entry itself sets `insecure` (labs only).
+fn plain_http(h: &Holder<'_>, (url, git): &(SourceUrl, bool), secret: &str) -> Result<(), String> {
+    let insecure = h.entry.git.as_ref().is_some_and(|g| g.insecure);
+    match *git && url.scheme() == "http" && !insecure {
+        true => Err(format!(
+            "the credentials of Secret {secret} (Git sources entry {} of TenancyPolicy {}) would go to {url} over plain http, which that entry does not allow: serve the repository over https or ssh, or (for a lab only) set insecure: true on that entry",
+            h.prefix, h.policy
+        )),
+        false => Ok(()),
+    }
 }
 
 /// Why a chart may not name Secret `secret` for its source `url`, and the rule that would

@@ -44,7 +44,7 @@ pub(crate) fn prefixes(
 }
 
 /// The rules every mode keeps for a Git source: the repository `https://` or `ssh://` (plain
-/// `http://` only under a Git prefix a governing policy lists) in normal form (no credentials
+/// `http://` only under a Git entry of a governing policy that sets `insecure`) in normal form (no credentials
 /// but an ssh user, no query or fragment, no encoded separator; see [`SourceUrl::git`]), a host
 /// that leads back into the hub only under a listed Git prefix, the path relative without `..`,
 /// exactly one ref.
@@ -74,12 +74,43 @@ pub(crate) fn check(
             "git url {shown:?}: its host is {why}, which the hub does not fetch from unless a TenancyPolicy governing hub namespace {hub_namespace} lists its prefix in a Git sources entry"
         ));
     }
-    if name.scheme() == "http" && !listed() {
+    let insecure = || {
+        governing
+            .iter()
+            .flat_map(|(_, spec)| prefixes(spec))
+            .any(|(p, access)| access.insecure && p.holds(&name))
+    };
+    if name.scheme() == "http" && !insecure() {
         return Err(format!(
-            "git url {shown:?} is plain http and under no Git sources entry of a TenancyPolicy governing hub namespace {hub_namespace}: use https or ssh, or have such a policy list its prefix"
+            "git url {shown:?} is plain http, and no Git sources entry holding it in a TenancyPolicy governing hub namespace {hub_namespace} sets insecure: true: serve it over https or ssh, or (for a lab only) have a platform admin set insecure: true on that entry"
         ));
     }
     Ok(())
+}
+
+/// The tags a Git source's `semver` range may pick: every pattern of the Git entries (of every
+/// governing policy) holding its repository and its path, sorted; None for another ref, or when
+/// no entry holds it (then admission refuses it unless permissive). A range is never resolved
+/// against a tag none of these patterns allows, however new.
+pub(crate) fn tags(governing: &[Governing<'_>], source: Source<'_>) -> Option<Vec<String>> {
+    if !matches!(source.reference.kind(), Ok(RefKind::Semver(_))) {
+        return None;
+    }
+    let (name, _) = SourceUrl::git(source.url).ok()?;
+    let path = clean_path(source.path).ok()?;
+    let holding: Vec<&GitAccess> = governing
+        .iter()
+        .flat_map(|(_, spec)| prefixes(spec))
+        .filter(|(prefix, access)| prefix.holds(&name) && path_allowed(access, &path))
+        .map(|(_, access)| access)
+        .collect();
+    if holding.is_empty() {
+        return None;
+    }
+    let mut tags: Vec<String> = holding.iter().flat_map(|a| a.tags.clone()).collect();
+    tags.sort();
+    tags.dedup();
+    Some(tags)
 }
 
 /// The rule of `policy` a Git source breaks, or None when one of its Git `sources` entries
@@ -183,7 +214,7 @@ pub(crate) fn path_holds(prefix: &str, path: &str) -> bool {
 }
 
 /// True when `pattern` (an exact name, `prefix*` or `*`) allows `name`.
-fn pattern_allows(pattern: &str, name: &str) -> bool {
+pub(crate) fn pattern_allows(pattern: &str, name: &str) -> bool {
     match pattern.strip_suffix('*') {
         Some(prefix) => name.starts_with(prefix),
         None => pattern == name,
@@ -201,9 +232,9 @@ pub(crate) fn path_allowed(access: &GitAccess, path: &str) -> bool {
             .any(|p| path_holds(&p, path))
 }
 
-/// Whether a Git `sources` entry allows the ref. A semver range may pick any tag of the
-/// repository, so it is allowed only where every tag is (`tags: ["*"]`). Err: the rule, in
-/// words.
+/// Whether a Git `sources` entry allows the ref. A semver range is resolved only among the tags
+/// the entries holding it allow (see [`crate::policy::access::Trust::tags`]), so an entry
+/// allowing some tag allows it. Err: the rule, in words.
 pub(crate) fn ref_allowed(access: &GitAccess, reference: &RefKind) -> Result<(), String> {
     let listed = |patterns: &[String]| match patterns.is_empty() {
         true => "none".to_owned(),
@@ -218,10 +249,9 @@ pub(crate) fn ref_allowed(access: &GitAccess, reference: &RefKind) -> Result<(),
             listed(&access.branches)
         )),
         RefKind::Tag(tag) => tag_allowed(access, tag),
-        RefKind::Semver(_) if access.tags.iter().any(|t| t == "*") => Ok(()),
+        RefKind::Semver(_) if !access.tags.is_empty() => Ok(()),
         RefKind::Semver(range) => Err(format!(
-            "semver {range} may pick any tag, which needs every tag allowed (tags: [\"*\"]; allowed: {})",
-            listed(&access.tags)
+            "semver {range} picks among the tags allowed, and no tag is (tags: none): list the tag patterns the range may pick (v1.*, *)"
         )),
         RefKind::Commit(_) if access.allow_commits => Ok(()),
         RefKind::Commit(commit) => Err(format!(

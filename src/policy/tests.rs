@@ -1,7 +1,9 @@
 //! Tests of admission: what the tenancy policies allow, and as whom.
 
 use super::*;
-use crate::api::key::ClusterNamespace;
+use std::collections::BTreeMap;
+
+use crate::api::key::{ClusterNamespace, ReleaseKey};
 use crate::api::policy::PolicyClusterSelector;
 
 fn key(cluster: &str, namespace: &str) -> ReleaseKey {

@@ -258,6 +258,51 @@ impl GitRepo {
     }
 }
 
+/// The example chart's directory in the repositories the tests push.
+#[allow(dead_code)] // used by some test crates only
+pub const CHART_PATH: &str = "charts/deployment-example";
+
+/// A working copy holding the example chart at `version` with `replicas`, and `values` files.
+#[allow(dead_code)] // used by some test crates only
+pub fn work_tree(version: &str, replicas: u32, values: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let chart = dir.path().join(CHART_PATH);
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/charts/deployment-example");
+    for file in [
+        "Chart.yaml",
+        "values.yaml",
+        "templates/deployment.yaml",
+        "templates/service.yaml",
+    ] {
+        let to = chart.join(file);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        let text = std::fs::read_to_string(source.join(file)).unwrap();
+        let text = match file {
+            "Chart.yaml" => text.replace("version: 0.1.0", &format!("version: {version}")),
+            "values.yaml" => text.replace("replicaCount: 1", &format!("replicaCount: {replicas}")),
+            _ => text,
+        };
+        std::fs::write(to, text).unwrap();
+    }
+    for (path, text) in values {
+        let to = dir.path().join(path);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::write(to, text).unwrap();
+    }
+    dir
+}
+
+/// Makes `dir` a Git repository of one commit (of `file`), so a tree holding it is pushed by
+/// [`GitRepo::push_dir`] with a submodule (a gitlink) there.
+#[allow(dead_code)] // used by some test crates only
+pub fn embedded_repo(dir: &Path, file: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join(file), "elsewhere\n").unwrap();
+    run(git(dir).args(["init", "-q"]));
+    run(git(dir).args(["add", "-A"]));
+    run(git(dir).args(["commit", "-q", "-m", "elsewhere"]));
+}
+
 /// The `X-Gitea-Signature` of a webhook body: the hex HMAC-SHA256 of `body` with `secret`.
 #[allow(dead_code)] // used by some test crates only
 pub fn gitea_signature(secret: &[u8], body: &[u8]) -> String {

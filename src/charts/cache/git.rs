@@ -10,6 +10,7 @@
 pub(crate) mod files;
 pub(crate) mod package;
 pub(crate) mod protocol;
+mod refs;
 
 use std::{
     io::Write as _,
@@ -63,13 +64,18 @@ pub(crate) struct GitChart<'a> {
     pub(crate) interval: Duration,
 }
 
+/// What a ref's resolution is kept by: the repository (as fetched), the ref, whose credentials,
+/// and the tags a semver range may pick ([`Trust::tags`]).
+type RefKey = (String, RefKind, Credentials, Option<Vec<String>>);
+
 /// The Git side of the chart cache: the fetcher and what it answered.
 #[derive(Default)]
 pub(crate) struct GitState {
     /// The fetcher; None: Git charts cannot be resolved, and say so.
     pub(crate) fetcher: Option<PathBuf>,
-    /// Resolutions of refs, by repository (as fetched), ref and whose credentials.
-    refs: DashMap<(String, RefKind, Credentials), (Instant, Found)>,
+    /// Resolutions of refs, by repository (as fetched), ref, whose credentials and the tags a
+    /// range may pick.
+    refs: DashMap<RefKey, (Instant, Found)>,
     /// What each commit's chart was packed into, by repository, commit, path, chart name, whose
     /// credentials and the signature rules.
     archives: DashMap<(String, String, String, String, Credentials, Trust), Resolved>,
@@ -357,7 +363,14 @@ impl ChartCache {
         let flight = self.git.flights.entry(url.clone()).or_default().clone();
         let _flight = flight.lock().await;
         let found = self
-            .resolve_ref(&fetcher, chart, &url, &access, credentials, &secrets)
+            .resolve_ref(
+                &fetcher,
+                chart,
+                &url,
+                &access,
+                (credentials, trust),
+                &secrets,
+            )
             .await
             .map_err(error)?;
         let key = (
@@ -395,6 +408,7 @@ impl ChartCache {
                 url.to_owned(),
                 chart.reference.clone(),
                 credentials.clone(),
+                trust.tags.clone(),
             ))?;
             (known.0.elapsed() < chart.interval).then(|| known.1.commit.clone())?
         };
@@ -414,37 +428,6 @@ impl ChartCache {
             .then_some(known)
     }
 
-    /// The commit `chart`'s ref names: the last resolution while younger than its interval,
-    /// else the fetcher's `resolve`.
-    async fn resolve_ref(
-        &self,
-        fetcher: &Path,
-        chart: &GitChart<'_>,
-        url: &str,
-        access: &Access,
-        credentials: &Credentials,
-        secrets: &[&str],
-    ) -> std::result::Result<Found, String> {
-        let key = (url.to_owned(), chart.reference.clone(), credentials.clone());
-        if let Some(known) = self.git.refs.get(&key)
-            && known.0.elapsed() < chart.interval
-        {
-            return Ok(known.1.clone());
-        }
-        let request = Request::resolve(url, chart.reference, access, TIMEOUT_SECS);
-        let found = failed(url, ask(fetcher, &request, secrets).await?)?;
-        if let RefKind::Commit(asked) = chart.reference
-            && !found.commit.eq_ignore_ascii_case(asked)
-        {
-            return Err(format!(
-                "the fetcher resolved commit {asked} to another commit, {}",
-                found.commit
-            ));
-        }
-        self.git.refs.insert(key, (Instant::now(), found.clone()));
-        Ok(found)
-    }
-
     /// Fetches `found.commit`'s chart directory into a scratch directory (checked against the
     /// first signature rule there, each further rule by a fetch of its own), packs it and keeps
     /// the archive.
@@ -458,7 +441,7 @@ impl ChartCache {
         trust: &Trust,
     ) -> std::result::Result<Resolved, String> {
         let mut rules = Vec::new();
-        for rule in &trust.0 {
+        for rule in &trust.rules {
             rules.push((rule, self.rule_keys(rule).await?));
         }
         let mut signed_by = Vec::new();

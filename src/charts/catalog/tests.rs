@@ -395,19 +395,22 @@ impl Resolve for Signed {
 
 /// A cosign rule of policy `platform` for the test prefix.
 fn cosign_rule() -> Trust {
-    Trust(vec![crate::policy::access::TrustRule {
-        policy: "platform".into(),
-        prefix: SCOPE.into(),
-        verify: crate::api::policy::SourceVerify {
-            provider: crate::api::policy::VerifyProvider::Cosign,
-            secret_ref: crate::api::crd::SecretReference {
-                name: "keys".into(),
+    Trust {
+        rules: vec![crate::policy::access::TrustRule {
+            policy: "platform".into(),
+            prefix: SCOPE.into(),
+            verify: crate::api::policy::SourceVerify {
+                provider: crate::api::policy::VerifyProvider::Cosign,
+                secret_ref: crate::api::crd::SecretReference {
+                    name: "keys".into(),
+                },
+                trusted_identities: Vec::new(),
+                match_oidc_identity: Vec::new(),
+                transparency_log: None,
             },
-            trusted_identities: Vec::new(),
-            match_oidc_identity: Vec::new(),
-            transparency_log: None,
-        },
-    }])
+        }],
+        tags: None,
+    }
 }
 
 /// Lets the hub fetch every chart under [`SCOPE`], checked by [`cosign_rule`].

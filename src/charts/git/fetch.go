@@ -33,7 +33,7 @@ type fetchJob struct {
 
 // parseFetch checks the fields of a fetch request.
 func parseFetch(req request) (fetchJob, error) {
-	if req.Ref != (reference{}) {
+	if !req.Ref.empty() {
 		if err := checkRef(req.Ref); err != nil {
 			return fetchJob{}, err
 		}

@@ -18,7 +18,8 @@
 //
 // resolve lists the repository's references (ls-remote) and answers the commit a ref names: a
 // branch's tip; a tag's commit (an annotated tag peeled); for a semver range, the newest tag (a
-// leading "v" allowed) whose version is in the range; a commit as given, without asking the
+// leading "v" allowed) whose version is in the range, among the tags its ref.tags patterns allow
+// (an exact name, "prefix*" or "*"; none given: every tag); a commit as given, without asking the
 // server (fetch checks it exists).
 //
 // fetch also names the commit (what resolve answered), maxBytes (0 means 64 MiB), an empty
@@ -105,12 +106,20 @@ type request struct {
 	Verify *trust `json:"verify,omitempty"`
 }
 
-// reference names what to resolve: exactly one field is set.
+// reference names what to resolve: exactly one of branch, tag, semver and commit is set.
 type reference struct {
 	Branch string `json:"branch,omitempty"`
 	Tag    string `json:"tag,omitempty"`
 	Semver string `json:"semver,omitempty"`
 	Commit string `json:"commit,omitempty"`
+	// With semver only: the tag patterns (an exact name, "prefix*" or "*") the range picks
+	// among, as the policy allows them; none: every tag.
+	Tags []string `json:"tags,omitempty"`
+}
+
+// empty tells whether no field of the ref is set.
+func (r reference) empty() bool {
+	return r.Branch == "" && r.Tag == "" && r.Semver == "" && r.Commit == "" && len(r.Tags) == 0
 }
 
 // credentials open a private repository: basic auth or a bearer token over http(s), a key over ssh.

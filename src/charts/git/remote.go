@@ -199,6 +199,9 @@ func checkRef(ref reference) error {
 	if set != 1 {
 		return fail(errorRequest, "ref must hold exactly one of branch, tag, semver and commit")
 	}
+	if len(ref.Tags) > 0 && ref.Semver == "" {
+		return fail(errorRequest, "ref.tags (the tag patterns a semver range picks among) goes with semver only")
+	}
 	if ref.Commit != "" && !commitPattern.MatchString(ref.Commit) {
 		return fail(errorRequest, "ref.commit %q is not a full commit id (40 lowercase hex digits)", ref.Commit)
 	}
@@ -230,7 +233,10 @@ func resolve(ctx context.Context, repo repository, ref reference) (*success, err
 	case ref.Tag != "":
 		name = plumbing.NewTagReferenceName(ref.Tag)
 	default:
-		tag, ok := newestMatching(tagNames(commits), semverRange)
+		tag, ok := newestMatching(allowedTags(tagNames(commits), ref.Tags), semverRange)
+		if !ok && len(ref.Tags) > 0 {
+			return nil, fail(errorNotFound, "no tag of %s allowed by the patterns %s is a version in the range %q", repo.url, strings.Join(ref.Tags, ", "), ref.Semver)
+		}
 		if !ok {
 			return nil, fail(errorNotFound, "no tag of %s is a version in the range %q", repo.url, ref.Semver)
 		}
@@ -278,6 +284,32 @@ func tagNames(refs map[plumbing.ReferenceName]plumbing.Hash) []string {
 		}
 	}
 	return tags
+}
+
+// allowedTags are the tags some pattern allows (every tag when there is no pattern), so a range
+// never picks a tag the policy does not allow, however new.
+func allowedTags(tags, patterns []string) []string {
+	var out []string
+	for _, tag := range tags {
+		if tagAllowed(patterns, tag) {
+			out = append(out, tag)
+		}
+	}
+	return out
+}
+
+// tagAllowed tells whether a pattern (an exact name, "prefix*" or "*") allows the tag; with no
+// pattern, every tag is allowed.
+func tagAllowed(patterns []string, tag string) bool {
+	if len(patterns) == 0 {
+		return true
+	}
+	for _, p := range patterns {
+		if prefix, isPrefix := strings.CutSuffix(p, "*"); isPrefix && strings.HasPrefix(tag, prefix) || p == tag {
+			return true
+		}
+	}
+	return false
 }
 
 // newestMatching picks the tag of the newest version (a leading "v" allowed) in the range; of two

@@ -69,6 +69,48 @@ func TestResolveAnswersTheCommitOfEachKindOfRef(t *testing.T) {
 	wantError(t, ask(t, request{Op: "resolve", URL: url, Ref: reference{Semver: "not a range"}, Auth: auth}), errorRequest, "not a version range")
 }
 
+func TestASemverRangePicksOnlyAmongTheTagsItsPatternsAllow(t *testing.T) {
+	repo := newRepo(t)
+	commits := map[string]string{}
+	for _, v := range []string{"v1.2.0", "1.3.0", "v2.0.0"} {
+		commits[v] = repo.commit(t, map[string]string{"charts/web/Chart.yaml": "version: " + v + "\n"})
+		repo.tag(t, v, "release "+v)
+	}
+	url := httpGit{user: "deploy", password: "pw-1"}.serveHTTP(t, repo.root)
+	auth := &credentials{Username: "deploy", Password: "pw-1"}
+
+	// 1.3.0 is the newest version in the range, but no pattern allows it.
+	ok := wantOk(t, ask(t, request{Op: "resolve", URL: url, Ref: reference{Semver: ">=1.0.0 <2.0.0", Tags: []string{"v1*", "v1.2.0"}}, Auth: auth}))
+	if ok.Commit != commits["v1.2.0"] || ok.Ref != "refs/tags/v1.2.0" {
+		t.Errorf("picked %s at %s, want v1.2.0 (%s)", ok.Commit, ok.Ref, commits["v1.2.0"])
+	}
+	ok = wantOk(t, ask(t, request{Op: "resolve", URL: url, Ref: reference{Semver: ">=1.0.0 <2.0.0"}, Auth: auth}))
+	if ok.Ref != "refs/tags/1.3.0" {
+		t.Errorf("without patterns picked %s, want 1.3.0", ok.Ref)
+	}
+	wantError(t, ask(t, request{Op: "resolve", URL: url, Ref: reference{Semver: ">=1.3.0 <2", Tags: []string{"v*"}}, Auth: auth}), errorNotFound, "allowed by the patterns v*")
+	wantError(t, ask(t, request{Op: "resolve", URL: url, Ref: reference{Branch: "main", Tags: []string{"v*"}}, Auth: auth}), errorRequest, "ref.tags")
+}
+
+func TestTagPatternsAreExactNamesPrefixesOrEverything(t *testing.T) {
+	for _, tc := range []struct {
+		patterns []string
+		tag      string
+		want     bool
+	}{
+		{nil, "anything", true},
+		{[]string{"*"}, "v9", true},
+		{[]string{"v1.*"}, "v1.2.0", true},
+		{[]string{"v1.*"}, "v10.0.0", false},
+		{[]string{"v1.2.0"}, "v1.2.0", true},
+		{[]string{"v1.2.0"}, "v1.2.0-rc.1", false},
+	} {
+		if got := tagAllowed(tc.patterns, tc.tag); got != tc.want {
+			t.Errorf("%v allows %s: %v, want %v", tc.patterns, tc.tag, got, tc.want)
+		}
+	}
+}
+
 func TestBasicAuthAndBearerTokensOpenTheRepository(t *testing.T) {
 	repo, commits := taggedRepo(t)
 	url := httpGit{user: "deploy", password: "pw-1", token: "tok-1"}.serveHTTP(t, repo.root)

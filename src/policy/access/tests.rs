@@ -393,7 +393,7 @@ fn every_governing_policys_signature_rule_holding_a_source_applies_and_none_rela
     let a = admission(Mode::Enforce, vec![strict, narrower]);
     let providers = |chart: &Chart| -> Vec<(String, &'static str)> {
         a.trust("team-a", chart)
-            .0
+            .rules
             .iter()
             .map(|r| (r.policy.clone(), r.verify.provider.as_str()))
             .collect()

@@ -131,10 +131,13 @@ fn refs_are_allowed_by_their_patterns_and_commits_only_when_asked() {
     );
     assert!(ref_allowed(&a, &RefKind::Tag("v1.0.0".into())).is_ok());
     assert!(ref_allowed(&a, &RefKind::Tag("1.0.0".into())).is_err());
-    // A range may pick any tag: only an entry allowing every tag allows one.
-    let why = ref_allowed(&a, &RefKind::Semver(">=1".into())).unwrap_err();
-    assert!(why.contains("every tag"), "{why}");
-    assert!(ref_allowed(&access(&[], &[], &["*"]), &RefKind::Semver(">=1".into())).is_ok());
+    // A range picks among the tags the entry allows (see `Trust::tags`): any pattern will do.
+    assert!(ref_allowed(&a, &RefKind::Semver(">=1".into())).is_ok());
+    let why = ref_allowed(&access(&[], &["*"], &[]), &RefKind::Semver(">=1".into())).unwrap_err();
+    assert!(
+        why.contains("semver >=1") && why.contains("no tag"),
+        "{why}"
+    );
     let commit = RefKind::Commit("0".repeat(40));
     assert!(
         ref_allowed(&a, &commit)
@@ -379,23 +382,151 @@ fn a_loopback_git_host_is_refused_in_every_mode_unless_a_git_entry_lists_it() {
 }
 
 #[test]
-fn plain_http_git_is_refused_unless_a_git_entry_lists_its_prefix() {
+fn plain_http_git_is_refused_unless_the_git_entry_holding_it_says_insecure() {
     let chart = git_chart(
         "http://git.example.com/team-a/charts",
         "charts/web",
         branch("main"),
     );
-    let open = policy(vec![SourceAccess {
-        url: "https://git.example.com/team-a/".into(),
-        git: Some(access(&[], &["main"], &[])),
+    let entry = |url: &str, insecure: bool| SourceAccess {
+        url: url.into(),
+        git: Some(GitAccess {
+            insecure,
+            ..access(&[], &["main"], &[])
+        }),
         ..SourceAccess::default()
-    }]);
+    };
+    let open = policy(vec![entry("https://git.example.com/team-a/", false)]);
     let why = verdict(&open, &chart).unwrap_err();
     assert!(why.contains("plain http"), "{why}");
-    let listed = policy(vec![SourceAccess {
-        url: "http://git.example.com/team-a/".into(),
-        git: Some(access(&[], &["main"], &[])),
+    // Listing the http prefix is not enough: the entry must say insecure, in every mode.
+    let mut listed = policy(vec![entry("http://git.example.com/team-a/", false)]);
+    for mode in [Mode::Enforce, Mode::Permissive] {
+        listed.mode = mode;
+        let why = verdict(&listed, &chart).unwrap_err();
+        assert!(
+            why.contains("\"http://git.example.com/team-a/charts\"")
+                && why.contains("plain http")
+                && why.contains("insecure: true")
+                && why.contains("team-a"),
+            "{why}"
+        );
+        assert_eq!(listed.fetch_scope("team-a", &chart), None);
+    }
+    let insecure = policy(vec![entry("http://git.example.com/team-a/", true)]);
+    verdict(&insecure, &chart).unwrap();
+    assert!(insecure.fetch_scope("team-a", &chart).is_some());
+}
+
+#[test]
+fn credentials_go_over_plain_http_only_from_an_entry_that_says_insecure() {
+    let chart = git_chart(
+        "http://git.example.com/team-a/charts",
+        "charts/web",
+        branch("main"),
+    );
+    let entry = |url: &str, insecure: bool, secret: Option<&str>| SourceAccess {
+        url: url.into(),
+        secret_ref: secret.map(|name| crate::api::crd::SecretReference { name: name.into() }),
+        git: Some(GitAccess {
+            insecure,
+            ..access(&[], &["main"], &[])
+        }),
         ..SourceAccess::default()
-    }]);
-    verdict(&listed, &chart).unwrap();
+    };
+    // The longest prefix gives the credentials; it does not say insecure, so they stay home.
+    let mixed = policy(vec![
+        entry("http://git.example.com/team-a/", true, None),
+        entry(
+            "http://git.example.com/team-a/charts",
+            false,
+            Some("git-pass"),
+        ),
+    ]);
+    let why = verdict(&mixed, &chart).unwrap_err();
+    assert!(
+        why.contains("git-pass") && why.contains("plain http") && why.contains("insecure: true"),
+        "{why}"
+    );
+    assert_eq!(mixed.fetch_scope("team-a", &chart), None);
+    let lab = policy(vec![entry(
+        "http://git.example.com/team-a/",
+        true,
+        Some("git-pass"),
+    )]);
+    verdict(&lab, &chart).unwrap();
+    assert!(matches!(
+        lab.credentials("team-a", &chart),
+        Ok(Credentials::Platform { .. })
+    ));
+    // Over https the flag changes nothing.
+    let https = git_chart(
+        "https://git.example.com/team-a/charts",
+        "charts/web",
+        branch("main"),
+    );
+    let secure = policy(vec![entry(
+        "https://git.example.com/team-a/",
+        false,
+        Some("git-pass"),
+    )]);
+    verdict(&secure, &https).unwrap();
+}
+
+#[test]
+fn a_semver_range_is_resolved_among_the_tags_the_entries_holding_its_path_allow() {
+    let mut admission = policy(vec![
+        SourceAccess {
+            url: "https://git.example.com/team-a/".into(),
+            git: Some(access(&["charts"], &["main"], &["v1.2*", "v1.1.0"])),
+            ..SourceAccess::default()
+        },
+        SourceAccess {
+            url: "https://git.example.com/team-a/charts".into(),
+            git: Some(access(&["charts/web"], &[], &["stable-*", "v1.2*"])),
+            ..SourceAccess::default()
+        },
+        // Holds the repository but not the path: its tags count for nothing.
+        SourceAccess {
+            url: "https://git.example.com/".into(),
+            git: Some(access(&["other"], &[], &["*"])),
+            ..SourceAccess::default()
+        },
+    ]);
+    let range = GitRef {
+        semver: Some(">=1.0.0".into()),
+        ..GitRef::default()
+    };
+    let chart = git_chart(
+        "https://git.example.com/team-a/charts.git",
+        "charts/web",
+        range,
+    );
+    verdict(&admission, &chart).unwrap();
+    let patterns = |admission: &Admission| admission.trust("team-a", &chart).tags;
+    assert_eq!(
+        patterns(&admission),
+        Some(vec![
+            "stable-*".to_owned(),
+            "v1.1.0".to_owned(),
+            "v1.2*".to_owned()
+        ])
+    );
+    let Some(Scope::Under(_, _, trust)) = admission.fetch_scope("team-a", &chart) else {
+        panic!("no scope");
+    };
+    assert_eq!(trust.tags, patterns(&admission));
+    // Signatures are what `is_empty` speaks of; tag patterns are no signature rule.
+    assert!(trust.is_empty());
+    // A branch is not filtered by tags.
+    let main = git_chart(
+        "https://git.example.com/team-a/charts",
+        "charts/web",
+        branch("main"),
+    );
+    assert_eq!(admission.trust("team-a", &main).tags, None);
+    // Permissive, with no entry holding the repository, every tag may be picked.
+    admission.mode = Mode::Permissive;
+    admission.policies[0].spec.sources.clear();
+    assert_eq!(patterns(&admission), None);
 }

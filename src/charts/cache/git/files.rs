@@ -90,7 +90,14 @@ impl ChartCache {
         let flight = self.git.flights.entry(url.clone()).or_default().clone();
         let _flight = flight.lock().await;
         let found = self
-            .resolve_ref(&fetcher, &chart, &url, &access, group.credentials, &secrets)
+            .resolve_ref(
+                &fetcher,
+                &chart,
+                &url,
+                &access,
+                (group.credentials, group.trust),
+                &secrets,
+            )
             .await
             .map_err(error)?;
         let key = |path: &str| {
@@ -148,6 +155,7 @@ impl ChartCache {
                 url.to_owned(),
                 group.reference.clone(),
                 group.credentials.clone(),
+                group.trust.tags.clone(),
             ))?;
             (known.0.elapsed().as_secs() < group.interval_secs).then(|| known.1.commit.clone())?
         };
@@ -181,7 +189,7 @@ impl ChartCache {
         let mut rules = vec![None];
         if !trust.is_empty() {
             rules.clear();
-            for rule in &trust.0 {
+            for rule in &trust.rules {
                 rules.push(Some((rule, self.rule_keys(rule).await?)));
             }
         }

@@ -32,6 +32,9 @@ pub(crate) struct WireRef {
     semver: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     commit: Option<String>,
+    /// With `semver` only: the tag patterns the range picks among (none: every tag).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tags: Option<Vec<String>>,
 }
 
 impl From<&RefKind> for WireRef {
@@ -191,13 +194,24 @@ pub(crate) struct Access {
 }
 
 impl Request {
-    /// The request resolving `reference` of the repository `url` to a commit.
-    pub(crate) fn resolve(url: &str, reference: &RefKind, access: &Access, timeout: u64) -> Self {
+    /// The request resolving `reference` of the repository `url` to a commit; a semver range
+    /// among the tags the patterns `tags` allow only (every tag when None).
+    pub(crate) fn resolve(
+        url: &str,
+        reference: &RefKind,
+        tags: Option<&[String]>,
+        access: &Access,
+        timeout: u64,
+    ) -> Self {
+        let mut wire = WireRef::from(reference);
+        if matches!(reference, RefKind::Semver(_)) {
+            wire.tags = tags.map(<[String]>::to_vec);
+        }
         Self {
             protocol: PROTOCOL,
             op: Op::Resolve,
             url: url.to_owned(),
-            reference: reference.into(),
+            reference: wire,
             timeout_seconds: timeout,
             auth: access.auth.clone(),
             ca_bundle: access.ca_bundle.clone(),
@@ -230,7 +244,7 @@ impl Request {
             out: Some(out.to_string_lossy().into_owned()),
             paths,
             verify,
-            ..Self::resolve(url, reference, access, timeout)
+            ..Self::resolve(url, reference, None, access, timeout)
         }
     }
 

@@ -63,6 +63,8 @@ fn a_resolve_request_is_written_as_the_protocol_says() {
     let request = Request::resolve(
         "https://git.example.com/team/charts.git",
         &RefKind::Branch("main".into()),
+        // Tag patterns go with a semver range only.
+        Some(&["v*".to_owned()][..]),
         &access,
         60,
     );
@@ -477,6 +479,14 @@ esac
     script
 }
 
+/// A fetcher that is the shell script `body`, in `dir`.
+fn script_fetcher(dir: &Path, body: &str) -> std::path::PathBuf {
+    let script = dir.join("fetcher.sh");
+    std::fs::write(&script, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
+
 fn lines(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
@@ -574,13 +584,10 @@ async fn a_commit_is_resolved_once_per_interval_fetched_once_and_packed_the_same
 #[tokio::test]
 async fn a_fetchers_failure_names_the_repository_and_masks_the_secret() {
     let lab = tempfile::tempdir().unwrap();
-    let script = lab.path().join("fetcher.sh");
-    std::fs::write(
-        &script,
-        "#!/bin/sh\ncat >/dev/null\nprintf '{\"protocol\":1,\"error\":{\"kind\":\"auth\",\"message\":\"authentication failed for hunter22\"}}'\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = script_fetcher(
+        lab.path(),
+        "cat >/dev/null\nprintf '{\"protocol\":1,\"error\":{\"kind\":\"auth\",\"message\":\"authentication failed for hunter22\"}}'",
+    );
     let mut map = Map::default();
     map.0.insert(
         ("tenancy-hub".into(), "git-team-a".into()),
@@ -615,4 +622,51 @@ async fn a_fetchers_failure_names_the_repository_and_masks_the_secret() {
         .unwrap_err()
         .to_string();
     assert!(why.contains("--git-fetcher"), "{why}");
+}
+
+#[tokio::test]
+async fn a_semver_range_is_sent_with_its_tag_patterns_and_a_tag_outside_them_is_refused() {
+    let lab = tempfile::tempdir().unwrap();
+    // A fetcher that ignores the patterns (an older one, or a broken one).
+    let script = script_fetcher(
+        lab.path(),
+        "cat >> \"$(dirname \"$0\")/requests\"\nprintf '{\"protocol\":1,\"ok\":{\"commit\":\"%s\",\"ref\":\"refs/tags/v1.3.0\"}}' 3333333333333333333333333333333333333333",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cache = cache_in(dir.path(), &script, Arc::new(Map::default()));
+    let reference = RefKind::Semver(">=1.0.0".into());
+    let chart = GitChart {
+        url: "https://git.example.com/team-a/charts",
+        path: "charts/web",
+        reference: &reference,
+        chart: "web",
+        interval: Duration::from_secs(60),
+    };
+    let trust = Trust {
+        tags: Some(vec!["v1.2*".into()]),
+        ..Trust::default()
+    };
+    let why = cache
+        .git(&chart, &Credentials::None, &trust)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(why.contains("v1.3.0") && why.contains("v1.2*"), "{why}");
+    let sent = lines(&lab.path().join("requests"));
+    assert!(
+        sent[0].contains(r#""ref":{"semver":">=1.0.0","tags":["v1.2*"]}"#),
+        "{sent:?}"
+    );
+    // No pattern at all: nothing is asked, the refusal says what to do.
+    let none = Trust {
+        tags: Some(Vec::new()),
+        ..Trust::default()
+    };
+    let why = cache
+        .git(&chart, &Credentials::None, &none)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(why.contains("no tag") && why.contains("tags"), "{why}");
+    assert_eq!(lines(&lab.path().join("requests")).len(), 1);
 }
