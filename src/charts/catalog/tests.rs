@@ -3,6 +3,7 @@
 use super::*;
 use crate::api::crd::{Chart, Tenancy};
 use crate::policy::access::Credentials;
+use futures::future::BoxFuture;
 
 fn spec(chart: &str) -> ControllerSpec {
     ControllerSpec {
