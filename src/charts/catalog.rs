@@ -159,9 +159,10 @@ impl ChartCatalog {
 
     /// Brings what is known of every chart `spec` names up to date: directories are read again
     /// when their files changed, remote charts resolved when never resolved or resolved longer
-    /// than the interval ago.
+    /// than the interval ago; `tenant` is the namespace of the Controller of `spec`.
     pub(crate) async fn prepare(
         &self,
+        tenant: &str,
         spec: &ControllerSpec,
         chart_home: &Path,
         allowed: &(dyn Fn(&Chart) -> Option<Scope> + Sync),
@@ -169,7 +170,7 @@ impl ChartCatalog {
         let now = Instant::now();
         let interval = self.interval;
         let fresh = move |tried: Instant| now.duration_since(tried) < interval;
-        let wanted = wanted_by(spec, chart_home, allowed);
+        let wanted = wanted_by(tenant, spec, chart_home, allowed);
         futures::stream::iter(wanted)
             .for_each_concurrent(RESOLVE_CONCURRENCY, |w| async move {
                 match w {
@@ -186,15 +187,16 @@ impl ChartCatalog {
     }
 
     /// What is known of a chart fetched with `credentials` under the signature rules `trust`
-    /// now, for the planner.
+    /// now, for the planner of a Controller of namespace `tenant`.
     pub(crate) fn lookup(
         &self,
+        tenant: &str,
         source: &ChartSource,
         credentials: &Credentials,
         trust: &Trust,
         version: Option<&str>,
     ) -> ChartLookup {
-        match RemoteKey::of(source, (credentials, trust), version) {
+        match RemoteKey::of(tenant, source, (credentials, trust), version) {
             Err(path) => match self.directories.get(path) {
                 Some(entry) => ChartLookup::Found {
                     version: None,

@@ -28,6 +28,9 @@ pub(super) enum Remote {
         reference: RefKind,
         chart: String,
         interval_secs: u64,
+        /// The namespace of the Controllers it is resolved for: the policies governing it admit
+        /// its dependencies.
+        tenant: String,
     },
 }
 
@@ -44,8 +47,10 @@ pub(crate) struct RemoteKey {
 }
 
 impl RemoteKey {
-    /// The key of a repository or OCI chart; a chart-home directory's path otherwise.
+    /// The key of a repository, OCI or Git chart (a Git chart's for Controllers of `tenant`);
+    /// a chart-home directory's path otherwise.
     pub(super) fn of<'a>(
+        tenant: &str,
         source: &'a ChartSource,
         (credentials, trust): (&Credentials, &Trust),
         constraint: Option<&str>,
@@ -69,6 +74,7 @@ impl RemoteKey {
                 reference: reference.clone(),
                 chart: chart.clone(),
                 interval_secs: *interval_secs,
+                tenant: tenant.to_owned(),
             },
         };
         Ok(Self {
@@ -137,8 +143,9 @@ pub(crate) enum Wanted {
 
 /// Every chart a spec names that `allowed` lets the hub fetch (the tenancy policies' and the
 /// chart-source rules' say: a refused chart is never read or fetched), with where its fetches
-/// must stay.
+/// must stay; `tenant` is the namespace of the Controller of `spec`.
 pub(crate) fn wanted_by(
+    tenant: &str,
     spec: &ControllerSpec,
     chart_home: &Path,
     allowed: &dyn Fn(&Chart) -> Option<Scope>,
@@ -154,7 +161,12 @@ pub(crate) fn wanted_by(
                 Scope::ChartHome => Default::default(),
             };
             match (
-                RemoteKey::of(&source, (&credentials, &trust), c.version.as_deref()),
+                RemoteKey::of(
+                    tenant,
+                    &source,
+                    (&credentials, &trust),
+                    c.version.as_deref(),
+                ),
                 scope,
             ) {
                 (Err(path), _) => (!path

@@ -94,12 +94,14 @@ impl Resolve for Arc<ChartCache> {
                     reference,
                     chart,
                     interval_secs,
+                    tenant,
                 } => {
                     let chart = GitChart {
                         url,
                         path,
                         reference,
                         chart,
+                        tenant,
                         interval: Duration::from_secs(*interval_secs),
                     };
                     self.git(&chart, credentials, &key.trust).await
