@@ -3,7 +3,7 @@
 mod common;
 
 use common::{
-    fixtures::{DEADLINE, chart, message, put_secret, tenancy, unique, wait_until},
+    fixtures::{DEADLINE, chart, message, tenancy, unique, wait_until},
     git::{GitRepo, GitServer},
     hub::{Hub, allow_all},
     repo::ChartRepo,
@@ -103,17 +103,7 @@ fn git_chart(repo: &GitRepo, release: &str) -> Chart {
 async fn a_git_chart_gets_its_dependency_from_an_allowed_repository_and_one_from_outside_is_refused()
  {
     let (hub, server) = hub_for("git-deps").await;
-    let secret = unique("git-pull");
-    put_secret(
-        &hub.lab,
-        OPERATOR_NAMESPACE,
-        &secret,
-        &[
-            ("username", &server.username),
-            ("password", &server.password),
-        ],
-    )
-    .await;
+    let secret = server.pull_secret(&hub.lab, OPERATOR_NAMESPACE).await;
     let allowed = ChartRepo::serve(&hub.lab, &["0.1.0", "0.2.0", "1.0.0"]);
     let outside = ChartRepo::serve(&hub.lab, &["0.1.0"]);
     allowed.wait_ready().await;

@@ -75,6 +75,14 @@ impl Entry {
         if let Some(refused) = &slot.refused {
             return ChartLookup::Unverified(refused.clone());
         }
+        // A Git chart whose dependency the policies refuse: nothing of it is planned.
+        if let Some(refused) = slot
+            .good
+            .as_ref()
+            .and_then(|g| g.git.as_ref()?.refused.as_ref())
+        {
+            return ChartLookup::Missing(refused.clone());
+        }
         match (&slot.good, &slot.failure) {
             (Some(good), _) if key.trust.is_empty() => ChartLookup::Found {
                 version: Some(good.version.clone()),

@@ -411,7 +411,9 @@ impl ChartCache {
     }
 
     /// A packed commit with the dependencies of repositories or registries it asks for added
-    /// (see `dependencies`); a refused commit or one asking for none as it is.
+    /// (see `dependencies`); a refused commit or one asking for none as it is. A dependency the
+    /// policies refuse resolves the chart as refused (no archive, the refusal in `git`), so
+    /// what was resolved before is not planned either.
     async fn finish(
         &self,
         chart: &GitChart<'_>,
@@ -423,7 +425,22 @@ impl ChartCache {
             .and_then(|a| self.git.requests.get(a).map(|r| r.clone()));
         match requests {
             Some(requests) if !requests.is_empty() => {
-                self.with_dependencies(chart, packed, &requests).await
+                match self
+                    .with_dependencies(chart, packed.clone(), &requests)
+                    .await
+                {
+                    Ok(resolved) => Ok(resolved),
+                    Err(dependencies::DependencyError::Failed(why)) => Err(why),
+                    Err(dependencies::DependencyError::Refused(why)) => Ok(Resolved {
+                        archive: None,
+                        digest: None,
+                        git: packed.git.map(|g| GitFound {
+                            refused: Some(why),
+                            ..g
+                        }),
+                        ..packed
+                    }),
+                }
             }
             _ => Ok(packed),
         }

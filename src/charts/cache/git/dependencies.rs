@@ -44,6 +44,16 @@ pub(crate) fn scope_under(
 /// What one dependency resolved to, kept for a Git interval: when, the version, the archive.
 pub(super) type Memo = (Instant, String, String);
 
+/// Why a Git chart's dependencies could not be added.
+#[derive(Debug)]
+pub(crate) enum DependencyError {
+    /// The policies refuse one: the chart is refused until they change (what was resolved
+    /// before no longer counts).
+    Refused(String),
+    /// A fetch or the cache failed: tried again at the next look.
+    Failed(String),
+}
+
 /// The chart entry a dependency would be: `repo` and the chart's name, or an `oci://`
 /// chartName under the registry path, at the pinned version or the constraint.
 pub(crate) fn as_chart(request: &DependencyRequest) -> Chart {
@@ -120,7 +130,7 @@ impl ChartCache {
         chart: &GitChart<'_>,
         base: Resolved,
         requests: &[DependencyRequest],
-    ) -> Result<Resolved, String> {
+    ) -> Result<Resolved, DependencyError> {
         let base_archive = base.archive.clone().expect("a packed chart has an archive");
         let mut archives: Vec<(String, String)> = Vec::new();
         let mut shown = Vec::new();
@@ -137,7 +147,10 @@ impl ChartCache {
         let archive = match known {
             Some(archive) if self.store.has(&archive) => archive,
             _ => {
-                let archive = self.assemble(&base_archive, &archives).await?;
+                let archive = self
+                    .assemble(&base_archive, &archives)
+                    .await
+                    .map_err(DependencyError::Failed)?;
                 tracing::info!(chart = %chart.chart, commit = base.git.as_ref().map_or("", |g| g.commit.as_str()), dependencies = %shown.join(", "), %archive, "packed a Git chart with its dependencies");
                 self.git.assembled.insert(key, archive.clone());
                 archive
@@ -161,9 +174,10 @@ impl ChartCache {
         &self,
         chart: &GitChart<'_>,
         request: &DependencyRequest,
-    ) -> Result<(String, String), String> {
+    ) -> Result<(String, String), DependencyError> {
         let admission = self.git.admission.get();
-        let (scope, credentials) = admit(admission, chart.tenant, chart.chart, request)?;
+        let (scope, credentials) = admit(admission, chart.tenant, chart.chart, request)
+            .map_err(DependencyError::Refused)?;
         let key = (request.clone(), scope.clone(), credentials.clone());
         if let Some(memo) = self.git.dependencies.get(&key).map(|m| m.clone())
             && memo.0.elapsed() < chart.interval.max(Duration::from_secs(1))
@@ -172,10 +186,10 @@ impl ChartCache {
             return Ok((memo.1, memo.2));
         }
         let failed = |e: String| {
-            redact(&format!(
+            DependencyError::Failed(redact(&format!(
                 "chart {}: dependency {:?} of {}/Chart.yaml from {}: {e}",
                 chart.chart, request.name, request.chart, request.repository
-            ))
+            )))
         };
         let version = request.version.as_deref();
         let resolved = match request.repository.starts_with("oci://") {

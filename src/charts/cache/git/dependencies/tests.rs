@@ -385,11 +385,15 @@ async fn a_dependency_is_resolved_from_the_repository_and_a_new_version_changes_
     let cache = open(dir.path());
     // Refused while no policy allows the repository: nothing fetched from it.
     cache.admit_git_dependencies(admitting("https://charts.example.com/".into()));
-    let why = cache
+    let refused = cache
         .git(&chart, &Credentials::None, &Trust::default())
         .await
-        .unwrap_err()
-        .to_string();
+        .unwrap();
+    assert_eq!(
+        refused.archive, None,
+        "nothing of a refused chart is kept for it"
+    );
+    let why = refused.git.unwrap().refused.unwrap();
     assert!(
         why.contains("\"common\"") && why.contains("is refused"),
         "{why}"
@@ -447,4 +451,47 @@ async fn a_dependency_is_resolved_from_the_repository_and_a_new_version_changes_
         .unwrap();
     assert_ne!(moved.archive, resolved.archive);
     assert!(moved.git.unwrap().dependencies[0].starts_with("common 1.2.0"));
+}
+
+#[tokio::test]
+async fn a_policy_that_stops_allowing_the_repository_refuses_the_chart_at_the_next_look() {
+    let lab = tempfile::tempdir().unwrap();
+    let fetcher = stand_in(lab.path());
+    let server = repository(&[("1.0.0", b"one")]).await;
+    let repo = format!("{}/repo", server.origin);
+    std::fs::write(lab.path().join("repo"), &repo).unwrap();
+    let reference = RefKind::Branch("main".into());
+    let chart = GitChart {
+        url: "https://git.example.com/team-a/charts.git",
+        path: "charts/web",
+        reference: &reference,
+        chart: "web",
+        tenant: "team-a",
+        interval: std::time::Duration::from_secs(3600),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cache = ChartCache::open(dir.path(), 1 << 30, "helm".into(), Arc::new(Metrics::new()))
+        .unwrap()
+        .with_git_fetcher(Some(fetcher));
+    let allowed = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let admission = admitting(repo);
+    let flag = allowed.clone();
+    cache.admit_git_dependencies(Arc::new(move |tenant: &str, chart: &Chart| {
+        match flag.load(std::sync::atomic::Ordering::SeqCst) {
+            true => admission(tenant, chart),
+            false => Err("no TenancyPolicy governing namespace team-a lists it".into()),
+        }
+    }));
+    let first = cache
+        .git(&chart, &Credentials::None, &Trust::default())
+        .await
+        .unwrap();
+    assert!(first.archive.is_some());
+    allowed.store(false, std::sync::atomic::Ordering::SeqCst);
+    let then = cache
+        .git(&chart, &Credentials::None, &Trust::default())
+        .await
+        .unwrap();
+    assert_eq!(then.archive, None);
+    assert!(then.git.unwrap().refused.unwrap().contains("is refused"));
 }
