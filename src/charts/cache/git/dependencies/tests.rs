@@ -337,6 +337,18 @@ async fn repository(versions: &[(&str, &[u8])]) -> Server {
     .await
 }
 
+/// Chart `web` of the stand-in's repository at `reference`, for namespace team-a.
+fn web(reference: &RefKind) -> GitChart<'_> {
+    GitChart {
+        url: "https://git.example.com/team-a/charts.git",
+        path: "charts/web",
+        reference,
+        chart: "web",
+        tenant: "team-a",
+        interval: std::time::Duration::from_secs(3600),
+    }
+}
+
 /// Admits every repository under `allowed` (as its own scope), refuses the others.
 fn admitting(allowed: String) -> DependencyAdmission {
     Arc::new(move |_: &str, chart: &Chart| {
@@ -368,14 +380,7 @@ async fn a_dependency_is_resolved_from_the_repository_and_a_new_version_changes_
     let repo = format!("{}/repo", server.origin);
     std::fs::write(lab.path().join("repo"), &repo).unwrap();
     let reference = RefKind::Branch("main".into());
-    let chart = GitChart {
-        url: "https://git.example.com/team-a/charts.git",
-        path: "charts/web",
-        reference: &reference,
-        chart: "web",
-        tenant: "team-a",
-        interval: std::time::Duration::from_secs(3600),
-    };
+    let chart = web(&reference);
     let dir = tempfile::tempdir().unwrap();
     let open = |dir: &Path| {
         ChartCache::open(dir, 1 << 30, "helm".into(), Arc::new(Metrics::new()))
@@ -461,14 +466,7 @@ async fn a_policy_that_stops_allowing_the_repository_refuses_the_chart_at_the_ne
     let repo = format!("{}/repo", server.origin);
     std::fs::write(lab.path().join("repo"), &repo).unwrap();
     let reference = RefKind::Branch("main".into());
-    let chart = GitChart {
-        url: "https://git.example.com/team-a/charts.git",
-        path: "charts/web",
-        reference: &reference,
-        chart: "web",
-        tenant: "team-a",
-        interval: std::time::Duration::from_secs(3600),
-    };
+    let chart = web(&reference);
     let dir = tempfile::tempdir().unwrap();
     let cache = ChartCache::open(dir.path(), 1 << 30, "helm".into(), Arc::new(Metrics::new()))
         .unwrap()
