@@ -42,17 +42,7 @@ struct Setup {
 impl Setup {
     async fn new(hub: &Hub) -> Self {
         let server = GitServer::get(&hub.lab);
-        let secret = unique("git-pull");
-        put_secret(
-            &hub.lab,
-            OPERATOR_NAMESPACE,
-            &secret,
-            &[
-                ("username", &server.username),
-                ("password", &server.password),
-            ],
-        )
-        .await;
+        let secret = server.pull_secret(&hub.lab, OPERATOR_NAMESPACE).await;
         let hook_secret = unique("git-hook");
         put_secret(
             &hub.lab,

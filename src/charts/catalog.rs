@@ -1,28 +1,20 @@
 //! What is known of each chart: chart-home directories by content digest, repository and OCI charts by resolved version.
 
 use std::{
-    collections::{BTreeMap, HashSet},
+    collections::HashSet,
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
-    time::{Duration, SystemTime},
+    time::Duration,
 };
 
 use dashmap::DashMap;
-use futures::{StreamExt, future::BoxFuture};
-use sha2::{Digest, Sha256};
+use futures::StreamExt;
 use tokio::time::Instant;
 
 use crate::{
-    api::crd::RefKind,
     api::crd::{Chart, ControllerSpec},
-    charts::cache::{
-        ChartCache, Resolved,
-        git::{
-            GitChart,
-            files::{FileContent, FileGroup},
-        },
-    },
-    plan::{self, ChartLookup, ChartSource, Verified},
+    charts::cache::Resolved,
+    plan::{ChartLookup, ChartSource, Verified},
     policy::Scope,
     policy::access::{Credentials, Trust},
     policy::source::{SourceUrl, redact},
@@ -30,279 +22,6 @@ use crate::{
 
 /// Resolutions run at once by one refresh.
 const RESOLVE_CONCURRENCY: usize = 4;
-
-/// What a directory looked like when its digest was taken: every file's path, size and mtime.
-type DirectoryListing = BTreeMap<PathBuf, (u64, Option<SystemTime>)>;
-
-/// A chart outside the chart home.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum Remote {
-    /// A chart in a Helm repository.
-    Repository { url: String, chart: String },
-    /// An `oci://` reference.
-    Oci(String),
-    /// A chart directory of a Git repository at a ref.
-    Git {
-        url: String,
-        path: String,
-        reference: RefKind,
-        chart: String,
-        interval_secs: u64,
-    },
-}
-
-/// A remote chart with the version constraint it is asked for with, whose credentials it is
-/// fetched with and the signature rules it must pass: what one Controller resolved with
-/// credentials is never another's without, nor what one checked under no rule another's under
-/// some.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct RemoteKey {
-    remote: Remote,
-    constraint: Option<String>,
-    pub(crate) credentials: Credentials,
-    pub(crate) trust: Trust,
-}
-
-impl RemoteKey {
-    /// The key of a repository or OCI chart; a chart-home directory's path otherwise.
-    fn of<'a>(
-        source: &'a ChartSource,
-        (credentials, trust): (&Credentials, &Trust),
-        constraint: Option<&str>,
-    ) -> Result<Self, &'a Path> {
-        let remote = match source {
-            ChartSource::Directory(path) => return Err(path),
-            ChartSource::Repository { url, chart } => Remote::Repository {
-                url: url.clone(),
-                chart: chart.clone(),
-            },
-            ChartSource::Oci(reference) => Remote::Oci(reference.clone()),
-            ChartSource::Git {
-                url,
-                path,
-                reference,
-                chart,
-                interval_secs,
-            } => Remote::Git {
-                url: url.clone(),
-                path: path.clone(),
-                reference: reference.clone(),
-                chart: chart.clone(),
-                interval_secs: *interval_secs,
-            },
-        };
-        Ok(Self {
-            remote,
-            constraint: constraint.map(str::to_owned),
-            credentials: credentials.clone(),
-            trust: trust.clone(),
-        })
-    }
-
-    /// The OCI reference (`oci://…`), when it is an OCI chart.
-    pub(crate) fn oci(&self) -> Option<&str> {
-        match &self.remote {
-            Remote::Oci(reference) => Some(reference),
-            Remote::Repository { .. } | Remote::Git { .. } => None,
-        }
-    }
-
-    /// Whether it is a Git chart.
-    pub(crate) fn is_git(&self) -> bool {
-        matches!(self.remote, Remote::Git { .. })
-    }
-
-    /// The chart in words, for messages: name, constraint and where it is looked for, without
-    /// credentials.
-    fn describe(&self) -> String {
-        let version = match &self.constraint {
-            Some(c) => format!("version {c}"),
-            None => "(newest version)".to_owned(),
-        };
-        redact(&match &self.remote {
-            Remote::Repository { url, chart } => format!("chart {chart} {version} from {url}"),
-            Remote::Oci(reference) => format!("chart {reference} {version}"),
-            Remote::Git {
-                url,
-                path,
-                reference,
-                chart,
-                ..
-            } => format!("chart {chart} from Git {url} path {path} at {reference}"),
-        })
-    }
-
-    /// Why the chart cannot be used, from helm's error.
-    fn missing(&self, error: &str) -> String {
-        let check = match self.remote {
-            Remote::Repository { .. } => "check repo/version",
-            Remote::Oci(_) => "check the oci:// reference/version",
-            Remote::Git { .. } => "check git (url, ref, path) and the source's Secret",
-        };
-        redact(&format!(
-            "cannot resolve {}: {error}; {check}",
-            self.describe()
-        ))
-    }
-}
-
-/// A chart the planner may ask about.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum Wanted {
-    /// A chart-home directory.
-    Directory(PathBuf),
-    /// A repository or OCI chart with its constraint, and the prefix its fetches stay under.
-    Remote(Box<RemoteKey>, SourceUrl),
-}
-
-/// Every chart a spec names that `allowed` lets the hub fetch (the tenancy policies' and the
-/// chart-source rules' say: a refused chart is never read or fetched), with where its fetches
-/// must stay.
-pub(crate) fn wanted_by(
-    spec: &ControllerSpec,
-    chart_home: &Path,
-    allowed: &dyn Fn(&Chart) -> Option<Scope>,
-) -> HashSet<Wanted> {
-    spec.tenancies
-        .iter()
-        .flat_map(|t| &t.charts)
-        .filter_map(|c| {
-            let scope = allowed(c)?;
-            let source = plan::source_of(c, chart_home);
-            let (credentials, trust) = match &scope {
-                Scope::Under(_, credentials, trust) => (credentials.clone(), trust.clone()),
-                Scope::ChartHome => Default::default(),
-            };
-            match (
-                RemoteKey::of(&source, (&credentials, &trust), c.version.as_deref()),
-                scope,
-            ) {
-                (Err(path), _) => (!path
-                    .components()
-                    .any(|c| c == std::path::Component::ParentDir))
-                .then(|| Wanted::Directory(path.to_owned())),
-                (Ok(key), Scope::Under(prefix, ..)) => Some(Wanted::Remote(Box::new(key), prefix)),
-                (Ok(_), Scope::ChartHome) => None,
-            }
-        })
-        .collect()
-}
-
-/// What the signature rules found of a resolved chart.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Checked {
-    /// Every rule passed.
-    Verified(Verified),
-    /// A rule refused it: which, and why.
-    Refused(String),
-}
-
-/// Resolves remote charts and checks their signatures: the chart cache and the verifier in the
-/// operator, a script in tests.
-pub(crate) trait Resolve: Send + Sync {
-    /// Resolves `key`, every fetch staying under `scope`; a repository index fetched at or
-    /// after `since` is used again (None: any fetched one).
-    fn resolve<'a>(
-        &'a self,
-        key: &'a RemoteKey,
-        scope: &'a SourceUrl,
-        since: Option<Instant>,
-    ) -> BoxFuture<'a, Result<Resolved, String>>;
-
-    /// Checks what `key` resolved to against its signature rules (`key.trust`, not empty); an
-    /// error when no verdict could be reached.
-    fn verify<'a>(
-        &'a self,
-        key: &'a RemoteKey,
-        scope: &'a SourceUrl,
-        resolved: &'a Resolved,
-    ) -> BoxFuture<'a, Result<Checked, String>> {
-        let _ = (key, scope, resolved);
-        Box::pin(async {
-            Err("this process checks no chart signatures; run the operator with the verifier (--verifier)".to_owned())
-        })
-    }
-
-    /// Forgets what no resolution used since `before`.
-    fn forget(&self, _before: Instant) {}
-
-    /// Makes the Git sources of these repositories (names in normal form) due at once;
-    /// returns how many were known.
-    fn make_due(&self, repositories: &[SourceUrl]) -> usize {
-        let _ = repositories;
-        0
-    }
-
-    /// The commit a Git ref names now and the values files asked of it at that commit.
-    fn git_files<'a>(&'a self, group: &'a FileGroup<'a>) -> BoxFuture<'a, GitFiles> {
-        let _ = group;
-        Box::pin(async { Err("this process reads no Git values files".to_owned()) })
-    }
-}
-
-/// What [`Resolve::git_files`] answers.
-pub(crate) type GitFiles = Result<(String, BTreeMap<String, FileContent>), String>;
-
-impl Resolve for Arc<ChartCache> {
-    fn resolve<'a>(
-        &'a self,
-        key: &'a RemoteKey,
-        scope: &'a SourceUrl,
-        since: Option<Instant>,
-    ) -> BoxFuture<'a, Result<Resolved, String>> {
-        Box::pin(async move {
-            let (constraint, credentials) = (key.constraint.as_deref(), &key.credentials);
-            match &key.remote {
-                Remote::Repository { url, chart } => {
-                    self.repository(url, chart, constraint, scope, credentials, since)
-                        .await
-                }
-                Remote::Oci(reference) => self.oci(reference, constraint, credentials).await,
-                Remote::Git {
-                    url,
-                    path,
-                    reference,
-                    chart,
-                    interval_secs,
-                } => {
-                    let chart = GitChart {
-                        url,
-                        path,
-                        reference,
-                        chart,
-                        interval: Duration::from_secs(*interval_secs),
-                    };
-                    self.git(&chart, credentials, &key.trust).await
-                }
-            }
-            .map_err(|e| e.to_string())
-        })
-    }
-
-    fn forget(&self, before: Instant) {
-        self.forget_indexes(before);
-    }
-
-    fn git_files<'a>(&'a self, group: &'a FileGroup<'a>) -> BoxFuture<'a, GitFiles> {
-        Box::pin(async move {
-            ChartCache::git_files(self, group)
-                .await
-                .map_err(|e| e.to_string())
-        })
-    }
-
-    fn make_due(&self, repositories: &[SourceUrl]) -> usize {
-        self.git.make_due(repositories)
-    }
-}
-
-/// A chart-home directory as last read.
-struct Directory {
-    stamp: DirectoryListing,
-    digest: String,
-    /// When a spec last named it.
-    seen: Instant,
-}
 
 /// One remote chart and constraint: its last resolution.
 struct Entry {
@@ -356,6 +75,14 @@ impl Entry {
         if let Some(refused) = &slot.refused {
             return ChartLookup::Unverified(refused.clone());
         }
+        // A Git chart whose dependency the policies refuse: nothing of it is planned.
+        if let Some(refused) = slot
+            .good
+            .as_ref()
+            .and_then(|g| g.git.as_ref()?.refused.as_ref())
+        {
+            return ChartLookup::Missing(refused.clone());
+        }
         match (&slot.good, &slot.failure) {
             (Some(good), _) if key.trust.is_empty() => ChartLookup::Found {
                 version: Some(good.version.clone()),
@@ -402,7 +129,7 @@ impl ChartCatalog {
     /// A catalog resolving repository and OCI charts through `cache`, again when a resolution
     /// is older than `interval`; checking no signatures.
     #[cfg(test)]
-    pub(crate) fn new(cache: Arc<ChartCache>, interval: Duration) -> Self {
+    pub(crate) fn new(cache: Arc<crate::charts::cache::ChartCache>, interval: Duration) -> Self {
         Self::with_resolver(Box::new(cache), interval)
     }
 
@@ -440,9 +167,10 @@ impl ChartCatalog {
 
     /// Brings what is known of every chart `spec` names up to date: directories are read again
     /// when their files changed, remote charts resolved when never resolved or resolved longer
-    /// than the interval ago.
+    /// than the interval ago; `tenant` is the namespace of the Controller of `spec`.
     pub(crate) async fn prepare(
         &self,
+        tenant: &str,
         spec: &ControllerSpec,
         chart_home: &Path,
         allowed: &(dyn Fn(&Chart) -> Option<Scope> + Sync),
@@ -450,7 +178,7 @@ impl ChartCatalog {
         let now = Instant::now();
         let interval = self.interval;
         let fresh = move |tried: Instant| now.duration_since(tried) < interval;
-        let wanted = wanted_by(spec, chart_home, allowed);
+        let wanted = wanted_by(tenant, spec, chart_home, allowed);
         futures::stream::iter(wanted)
             .for_each_concurrent(RESOLVE_CONCURRENCY, |w| async move {
                 match w {
@@ -467,15 +195,16 @@ impl ChartCatalog {
     }
 
     /// What is known of a chart fetched with `credentials` under the signature rules `trust`
-    /// now, for the planner.
+    /// now, for the planner of a Controller of namespace `tenant`.
     pub(crate) fn lookup(
         &self,
+        tenant: &str,
         source: &ChartSource,
         credentials: &Credentials,
         trust: &Trust,
         version: Option<&str>,
     ) -> ChartLookup {
-        match RemoteKey::of(source, (credentials, trust), version) {
+        match RemoteKey::of(tenant, source, (credentials, trust), version) {
             Err(path) => match self.directories.get(path) {
                 Some(entry) => ChartLookup::Found {
                     version: None,
@@ -635,35 +364,6 @@ impl ChartCatalog {
         }
         entry.lookup(key) != before
     }
-
-    /// Takes a directory's digest again when its files changed; forgets it when it is no chart.
-    /// Returns whether its digest changed.
-    fn refresh_directory(&self, path: &Path, now: Instant) -> bool {
-        let Some(stamp) = stamp(path) else {
-            return self.directories.remove(path).is_some();
-        };
-        if let Some(mut known) = self.directories.get_mut(path) {
-            known.seen = now;
-            if known.stamp == stamp {
-                return false;
-            }
-        }
-        match digest_directory(path, &stamp) {
-            Ok(digest) => {
-                let known = Directory {
-                    stamp,
-                    digest: digest.clone(),
-                    seen: now,
-                };
-                let old = self.directories.insert(path.to_owned(), known);
-                old.is_none_or(|o| o.digest != digest)
-            }
-            Err(error) => {
-                tracing::warn!(chart = %path.display(), %error, "cannot read the chart directory");
-                self.directories.remove(path).is_some()
-            }
-        }
-    }
 }
 
 /// Takes the signature check of a resolution into its slot: verified, it is the one planned;
@@ -710,42 +410,13 @@ fn take_verdict(
     }
 }
 
-/// Every file below a chart directory with its size and mtime; None when it holds no Chart.yaml.
-fn stamp(root: &Path) -> Option<DirectoryListing> {
-    if !root.join("Chart.yaml").is_file() {
-        return None;
-    }
-    let mut out = DirectoryListing::new();
-    let mut pending = vec![root.to_owned()];
-    while let Some(dir) = pending.pop() {
-        for entry in std::fs::read_dir(&dir).ok()?.flatten() {
-            let path = entry.path();
-            let meta = entry.metadata().ok()?;
-            if meta.is_dir() {
-                pending.push(path);
-            } else {
-                let relative = path.strip_prefix(root).ok()?.to_owned();
-                out.insert(relative, (meta.len(), meta.modified().ok()));
-            }
-        }
-    }
-    Some(out)
-}
+mod directory;
+mod key;
+mod resolve;
 
-/// A digest over every file's relative path and content, in path order: 16 hex digits.
-fn digest_directory(root: &Path, stamp: &DirectoryListing) -> std::io::Result<String> {
-    let mut hasher = Sha256::new();
-    for relative in stamp.keys() {
-        let content = std::fs::read(root.join(relative))?;
-        hasher.update(relative.to_string_lossy().as_bytes());
-        hasher.update([0]);
-        hasher.update((content.len() as u64).to_le_bytes());
-        hasher.update(&content);
-    }
-    let digest = hasher.finalize();
-    Ok(digest[..8].iter().map(|b| format!("{b:02x}")).collect())
-}
-
+use directory::Directory;
+pub(crate) use key::{RemoteKey, Wanted, wanted_by};
+pub(crate) use resolve::{Checked, GitFiles, Resolve};
 mod git_values;
 
 #[cfg(test)]

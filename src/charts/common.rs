@@ -33,6 +33,9 @@ pub(crate) struct GitFound {
     pub(crate) signed_by: Vec<String>,
     /// Why a signature rule refused the commit, when one did: nothing of it is packed.
     pub(crate) refused: Option<String>,
+    /// The dependencies of repositories or registries added to the archive, as
+    /// `name version sha256:…`, in `Chart.yaml` order.
+    pub(crate) dependencies: Vec<String>,
 }
 
 /// A program the operator runs beside helm: `given`, else `name` beside `helm`, else on PATH.

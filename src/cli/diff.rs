@@ -149,6 +149,12 @@ pub(crate) async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
     let links = Links::looking(registry, signer);
     let charts = Charts::open(&args, &hub)?;
     let mut state = HubState::load(&args, &links, clusters, hub, &files).await?;
+    charts.renderer.cache.admit_git_dependencies({
+        let admission = state.admission.clone();
+        Arc::new(move |tenant: &str, chart: &crate::api::crd::Chart| {
+            crate::charts::cache::git::dependencies::scope_under(&admission, tenant, chart)
+        })
+    });
     state.variables = variables;
     let (mut all, releases) = plan_files(&files, &state, &charts, &args).await;
     if let Some(only) = &args.cluster {

@@ -219,13 +219,13 @@ impl Fixture {
         self.ctx
             .kept
             .charts
-            .prepare(&c.spec, home, &|chart| admission.fetch_scope("", chart))
+            .prepare("", &c.spec, home, &|chart| admission.fetch_scope("", chart))
             .await;
         let lookup =
             |s: &plan::ChartSource,
              c: &crate::policy::access::Credentials,
              t: &crate::policy::access::Trust,
-             v: Option<&str>| { self.ctx.kept.charts.lookup(s, c, t, v) };
+             v: Option<&str>| { self.ctx.kept.charts.lookup("", s, c, t, v) };
         let clusters = self.ctx.members.registry.load().labels();
         plan::desired(
             &owner_id(c),

@@ -497,7 +497,7 @@ pub(crate) async fn keep_fresh(
         let admission = admission_of(&ctx.policies, &ctx.settings);
         let wanted = |c: &TenancyController| {
             let namespace = c.namespace().unwrap_or_default();
-            charts::wanted_by(&c.spec, home, &|chart| {
+            charts::wanted_by(&namespace, &c.spec, home, &|chart| {
                 admission.fetch_scope(&namespace, chart)
             })
         };

@@ -206,7 +206,7 @@ pub(crate) async fn plan_spec(
     let (owner, admission) = (seen.owner, seen.admission);
     planning
         .charts
-        .prepare(&c.spec, planning.chart_home, &|chart| {
+        .prepare(&owner.namespace, &c.spec, planning.chart_home, &|chart| {
             admission.fetch_scope(&owner.namespace, chart)
         })
         .await;
@@ -214,7 +214,9 @@ pub(crate) async fn plan_spec(
                   credentials: &Credentials,
                   trust: &Trust,
                   version: Option<&str>| {
-        planning.charts.lookup(source, credentials, trust, version)
+        planning
+            .charts
+            .lookup(&owner.namespace, source, credentials, trust, version)
     };
     let values = |source: &plan::ValuesSource| {
         planning

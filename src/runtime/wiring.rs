@@ -248,6 +248,16 @@ pub(crate) async fn build(
         tracing::info!(cluster = %link.cluster(), "watching release records");
     }
     let (policy_store, policy_writer) = reflector::store();
+    chart_cache.admit_git_dependencies({
+        let (store, settings) = (policy_store.clone(), config.settings.clone());
+        Arc::new(move |tenant: &str, chart: &crate::api::crd::Chart| {
+            crate::charts::cache::git::dependencies::scope_under(
+                &admission_of(&store, &settings),
+                tenant,
+                chart,
+            )
+        })
+    });
     let claims = Arc::new(Claims::new(hub.chart_home.clone()));
     let runtime = reconciler(
         config,

@@ -47,6 +47,21 @@ pub struct GitRepo {
 
 #[allow(dead_code)] // used by some test crates only
 impl GitServer {
+    /// Puts its basic auth into a new platform Secret of the operator's namespace `namespace`;
+    /// returns the Secret's name.
+    #[allow(dead_code)] // used by some test crates only
+    pub async fn pull_secret(&self, lab: &Lab, namespace: &str) -> String {
+        let secret = super::fixtures::unique("git-pull");
+        super::fixtures::put_secret(
+            lab,
+            namespace,
+            &secret,
+            &[("username", &self.username), ("password", &self.password)],
+        )
+        .await;
+        secret
+    }
+
     /// The lab's Git server, read from DIR/git and the env file.
     pub fn get(lab: &Lab) -> Self {
         let dir = lab.dir.join("git");

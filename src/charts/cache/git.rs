@@ -7,7 +7,10 @@
 //! `verify` gives. What it exported is packed here, so the same commit gives the same digest on
 //! every hub and after every restart, and pull members get digest-named chunks as for any chart.
 
+pub(crate) mod dependencies;
 pub(crate) mod files;
+mod helmignore;
+mod lock;
 pub(crate) mod package;
 pub(crate) mod protocol;
 mod refs;
@@ -60,6 +63,9 @@ pub(crate) struct GitChart<'a> {
     pub(crate) reference: &'a RefKind,
     /// The chart's name: its Chart.yaml's.
     pub(crate) chart: &'a str,
+    /// The namespace of the Controller it is resolved for: its dependencies are admitted by
+    /// the policies governing it.
+    pub(crate) tenant: &'a str,
     /// How long a resolution of the ref is used.
     pub(crate) interval: Duration,
 }
@@ -84,6 +90,22 @@ pub(crate) struct GitState {
     files: DashMap<(String, String, String, Credentials, Trust), files::FileContent>,
     /// Held while a source is resolved or fetched, so each is asked once at a time.
     flights: DashMap<String, Arc<tokio::sync::Mutex<()>>>,
+    /// Admits dependencies of repositories or registries (unset: they are refused).
+    pub(crate) admission: std::sync::OnceLock<dependencies::DependencyAdmission>,
+    /// The dependencies each packed archive (by sha256) asks for.
+    requests: DashMap<String, Arc<Vec<package::DependencyRequest>>>,
+    /// What each dependency resolved to last, by request, scope and whose credentials.
+    dependencies: DashMap<
+        (
+            package::DependencyRequest,
+            crate::policy::source::SourceUrl,
+            Credentials,
+        ),
+        dependencies::Memo,
+    >,
+    /// The archive a packed archive with its dependencies added became: by the packed
+    /// archive and the dependencies' paths and archives.
+    assembled: DashMap<(String, Vec<(String, String)>), String>,
 }
 
 impl GitState {
@@ -108,6 +130,10 @@ impl GitState {
             .retain(|(_, commit, ..), _| commits.contains(commit));
         self.archives
             .retain(|_, r| r.archive.as_ref().is_none_or(|a| kept.contains(a)));
+        self.requests.retain(|archive, _| kept.contains(archive));
+        self.dependencies
+            .retain(|_, (at, _, archive)| *at >= before && kept.contains(archive));
+        self.assembled.retain(|_, archive| kept.contains(archive));
     }
 }
 
@@ -339,7 +365,7 @@ impl ChartCache {
         let (_, url) = crate::policy::source::SourceUrl::git(chart.url)
             .map_err(|refused| error(refused.to_string()))?;
         if let Some(known) = self.known(chart, &url, credentials, trust) {
-            return Ok(known);
+            return self.finish(chart, known).await.map_err(error);
         }
         let ssh = url.starts_with("ssh://");
         let secret = match &self.secrets {
@@ -381,17 +407,62 @@ impl ChartCache {
             credentials.clone(),
             trust.clone(),
         );
-        if let Some(known) = self.git.archives.get(&key).map(|r| r.clone())
-            && known.archive.as_ref().is_none_or(|a| self.store.has(a))
-        {
-            return Ok(known);
+        let known = self.git.archives.get(&key).map(|r| r.clone());
+        let resolved = match known {
+            Some(known) if known.archive.as_ref().is_none_or(|a| self.store.has(a)) => known,
+            _ => {
+                let resolved = self
+                    .fetch_commit(&fetcher, chart, &url, (&access, &secrets), &found, trust)
+                    .await
+                    .map_err(error)?;
+                self.git.archives.insert(key, resolved.clone());
+                resolved
+            }
+        };
+        drop(_flight);
+        self.finish(chart, resolved).await.map_err(error)
+    }
+
+    /// A packed commit with the dependencies of repositories or registries it asks for added
+    /// (see `dependencies`); a refused commit or one asking for none as it is. A dependency the
+    /// policies refuse resolves the chart as refused (no archive, the refusal in `git`), so
+    /// what was resolved before is not planned either.
+    async fn finish(
+        &self,
+        chart: &GitChart<'_>,
+        packed: Resolved,
+    ) -> std::result::Result<Resolved, String> {
+        let requests = packed
+            .archive
+            .as_ref()
+            .and_then(|a| self.git.requests.get(a).map(|r| r.clone()));
+        match requests {
+            Some(requests) if !requests.is_empty() => {
+                match self
+                    .with_dependencies(chart, packed.clone(), &requests)
+                    .await
+                {
+                    Ok(resolved) => Ok(resolved),
+                    Err(dependencies::DependencyError::Failed(why)) => Err(why),
+                    Err(dependencies::DependencyError::Refused(why)) => Ok(Resolved {
+                        archive: None,
+                        digest: None,
+                        git: packed.git.map(|g| GitFound {
+                            refused: Some(why),
+                            ..g
+                        }),
+                        ..packed
+                    }),
+                }
+            }
+            _ => Ok(packed),
         }
-        let resolved = self
-            .fetch_commit(&fetcher, chart, &url, (&access, &secrets), &found, trust)
-            .await
-            .map_err(error)?;
-        self.git.archives.insert(key, resolved.clone());
-        Ok(resolved)
+    }
+
+    /// Admits the dependencies of Git charts from repositories or registries with `admission`
+    /// (the operator's policies), from now on; without it they are refused.
+    pub(crate) fn admit_git_dependencies(&self, admission: dependencies::DependencyAdmission) {
+        let _ = self.git.admission.set(admission);
     }
 
     /// What `chart` resolved to last, while that resolution is younger than its interval and
@@ -500,6 +571,7 @@ impl ChartCache {
                                 found.commit,
                                 rule.describe()
                             )),
+                            dependencies: Vec::new(),
                         }),
                         ..Resolved::default()
                     });
@@ -520,7 +592,13 @@ impl ChartCache {
                 .await
                 .map_err(|e| e.to_string())??;
                 version = packed.version;
-                archive = Some(self.keep_packed(&packed.bytes).map_err(|e| e.to_string())?);
+                let kept = self.keep_packed(&packed.bytes).map_err(|e| e.to_string())?;
+                if !packed.requests.is_empty() {
+                    self.git
+                        .requests
+                        .insert(kept.clone(), Arc::new(packed.requests));
+                }
+                archive = Some(kept);
             }
         }
         let archive = archive.expect("the first pass packs");
@@ -535,6 +613,7 @@ impl ChartCache {
                 reference: found.reference.clone(),
                 signed_by,
                 refused: None,
+                dependencies: Vec::new(),
             }),
         })
     }

@@ -1,9 +1,11 @@
 //! Tests of the chart cache: repository indexes, the archive store and OCI pulls.
 
 use super::*;
+use crate::charts::fetch;
 use crate::charts::fetch::testing::{Answer, Server};
 use crate::policy::access::Credentials;
 use crate::policy::source;
+use sha2::{Digest, Sha256};
 use std::time::Duration;
 
 /// A loopback repository at `/repo`, counting the requests of each path.

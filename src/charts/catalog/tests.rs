@@ -3,6 +3,7 @@
 use super::*;
 use crate::api::crd::{Chart, Tenancy};
 use crate::policy::access::Credentials;
+use futures::future::BoxFuture;
 
 fn spec(chart: &str) -> ControllerSpec {
     ControllerSpec {
@@ -115,6 +116,7 @@ fn repo_source() -> ChartSource {
 
 fn version_of(catalog: &ChartCatalog, constraint: Option<&str>) -> Result<String, String> {
     match catalog.lookup(
+        "",
         &repo_source(),
         &Credentials::None,
         &Trust::default(),
@@ -127,6 +129,7 @@ fn version_of(catalog: &ChartCatalog, constraint: Option<&str>) -> Result<String
 
 fn digest_of(catalog: &ChartCatalog, path: &Path) -> Option<String> {
     match catalog.lookup(
+        "",
         &ChartSource::Directory(path.to_owned()),
         &Credentials::None,
         &Trust::default(),
@@ -145,7 +148,9 @@ async fn a_chart_directory_digest_follows_its_content_not_its_place() {
     std::fs::write(chart.join("Chart.yaml"), "name: web\nversion: 0.1.0\n").unwrap();
     std::fs::write(chart.join("templates/cm.yaml"), "kind: ConfigMap\n").unwrap();
     let catalog = ChartCatalog::with_resolver(Box::new(Script::default()), HOUR);
-    catalog.prepare(&spec("web"), home.path(), &anywhere).await;
+    catalog
+        .prepare("", &spec("web"), home.path(), &anywhere)
+        .await;
     let first = digest_of(&catalog, &chart).expect("found");
 
     std::fs::write(
@@ -153,7 +158,9 @@ async fn a_chart_directory_digest_follows_its_content_not_its_place() {
         "kind: ConfigMap # changed\n",
     )
     .unwrap();
-    catalog.prepare(&spec("web"), home.path(), &anywhere).await;
+    catalog
+        .prepare("", &spec("web"), home.path(), &anywhere)
+        .await;
     let changed = digest_of(&catalog, &chart).expect("found");
     assert_ne!(first, changed, "same name and version, new content");
 
@@ -163,7 +170,9 @@ async fn a_chart_directory_digest_follows_its_content_not_its_place() {
     for f in ["Chart.yaml", "templates/cm.yaml"] {
         std::fs::copy(chart.join(f), copy.join(f)).unwrap();
     }
-    catalog.prepare(&spec("web"), other.path(), &anywhere).await;
+    catalog
+        .prepare("", &spec("web"), other.path(), &anywhere)
+        .await;
     assert_eq!(digest_of(&catalog, &copy), Some(changed));
 }
 
@@ -172,9 +181,10 @@ async fn a_directory_without_chart_yaml_is_missing_and_says_where_it_was_looked_
     let home = tempfile::tempdir().unwrap();
     let catalog = ChartCatalog::with_resolver(Box::new(Script::default()), HOUR);
     catalog
-        .prepare(&spec("nothing"), home.path(), &anywhere)
+        .prepare("", &spec("nothing"), home.path(), &anywhere)
         .await;
     let ChartLookup::Missing(reason) = catalog.lookup(
+        "",
         &ChartSource::Directory(home.path().join("nothing")),
         &Credentials::None,
         &Trust::default(),
@@ -193,17 +203,17 @@ async fn a_resolution_is_reused_within_the_interval_and_renewed_after_it() {
     let script = Script::answering(&[Ok("1.0.0"), Ok("1.1.0")]);
     let catalog = ChartCatalog::with_resolver(Box::new(script.clone()), HOUR);
     catalog
-        .prepare(&repo_spec(None), Path::new("/charts"), &anywhere)
+        .prepare("", &repo_spec(None), Path::new("/charts"), &anywhere)
         .await;
     assert_eq!(version_of(&catalog, None), Ok("1.0.0".into()));
     tokio::time::advance(HOUR / 2).await;
     catalog
-        .prepare(&repo_spec(None), Path::new("/charts"), &anywhere)
+        .prepare("", &repo_spec(None), Path::new("/charts"), &anywhere)
         .await;
     assert_eq!(script.calls(), 1, "a fresh resolution is not repeated");
     tokio::time::advance(HOUR).await;
     catalog
-        .prepare(&repo_spec(None), Path::new("/charts"), &anywhere)
+        .prepare("", &repo_spec(None), Path::new("/charts"), &anywhere)
         .await;
     assert_eq!(script.calls(), 2);
     assert_eq!(version_of(&catalog, None), Ok("1.1.0".into()));
@@ -214,13 +224,13 @@ async fn a_new_scope_resolves_again_and_what_the_old_one_resolved_no_longer_coun
     let script = Script::answering(&[Ok("1.0.0"), Err("outside the chartSources prefix")]);
     let catalog = ChartCatalog::with_resolver(Box::new(script.clone()), HOUR);
     let home = Path::new("/charts");
-    catalog.prepare(&repo_spec(None), home, &anywhere).await;
+    catalog.prepare("", &repo_spec(None), home, &anywhere).await;
     assert_eq!(version_of(&catalog, None), Ok("1.0.0".into()));
     let narrower = |_: &Chart| {
         let prefix = SourceUrl::parse("https://charts.example.com/stable").unwrap();
         Some(Scope::Under(prefix, Credentials::None, Trust::default()))
     };
-    catalog.prepare(&repo_spec(None), home, &narrower).await;
+    catalog.prepare("", &repo_spec(None), home, &narrower).await;
     assert_eq!(
         script.calls(),
         2,
@@ -240,9 +250,9 @@ async fn concurrent_prepares_of_one_chart_run_helm_once() {
     let spec = repo_spec(Some("^1"));
     let home = Path::new("/charts");
     tokio::join!(
-        catalog.prepare(&spec, home, &anywhere),
-        catalog.prepare(&spec, home, &anywhere),
-        catalog.prepare(&spec, home, &anywhere)
+        catalog.prepare("", &spec, home, &anywhere),
+        catalog.prepare("", &spec, home, &anywhere),
+        catalog.prepare("", &spec, home, &anywhere)
     );
     assert_eq!(script.calls(), 1);
     assert_eq!(version_of(&catalog, Some("^1")), Ok("1.0.0".into()));
@@ -258,11 +268,11 @@ async fn a_failed_resolution_keeps_the_last_good_version_and_without_one_says_wh
     let catalog = ChartCatalog::with_resolver(Box::new(script.clone()), HOUR);
     let home = Path::new("/charts");
     catalog
-        .prepare(&repo_spec(Some(">=1")), home, &anywhere)
+        .prepare("", &repo_spec(Some(">=1")), home, &anywhere)
         .await;
     tokio::time::advance(HOUR).await;
     catalog
-        .prepare(&repo_spec(Some(">=1")), home, &anywhere)
+        .prepare("", &repo_spec(Some(">=1")), home, &anywhere)
         .await;
     assert_eq!(script.calls(), 2);
     assert_eq!(version_of(&catalog, Some(">=1")), Ok("1.0.0".into()));
@@ -272,7 +282,7 @@ async fn a_failed_resolution_keeps_the_last_good_version_and_without_one_says_wh
     )]);
     let catalog = ChartCatalog::with_resolver(Box::new(failing), HOUR);
     catalog
-        .prepare(&repo_spec(Some(">=1")), home, &anywhere)
+        .prepare("", &repo_spec(Some(">=1")), home, &anywhere)
         .await;
     let reason = version_of(&catalog, Some(">=1")).unwrap_err();
     assert_eq!(
@@ -286,8 +296,8 @@ async fn a_refresh_tells_which_charts_changed_and_forgets_charts_no_spec_names()
     let script = Script::answering(&[Ok("1.0.0"), Ok("1.0.0"), Ok("1.1.0")]);
     let catalog = ChartCatalog::with_resolver(Box::new(script.clone()), HOUR);
     let home = Path::new("/charts");
-    catalog.prepare(&repo_spec(None), home, &anywhere).await;
-    let wanted = wanted_by(&repo_spec(None), home, &anywhere);
+    catalog.prepare("", &repo_spec(None), home, &anywhere).await;
+    let wanted = wanted_by("", &repo_spec(None), home, &anywhere);
     assert!(
         catalog.refresh(&wanted).await.is_empty(),
         "the same version is no change"
@@ -317,8 +327,10 @@ async fn a_refresh_finds_a_chart_home_template_changed_under_the_same_version() 
     std::fs::write(chart.join("Chart.yaml"), "name: web\nversion: 0.1.0\n").unwrap();
     std::fs::write(chart.join("templates/cm.yaml"), "kind: ConfigMap\n").unwrap();
     let catalog = ChartCatalog::with_resolver(Box::new(Script::default()), HOUR);
-    catalog.prepare(&spec("web"), home.path(), &anywhere).await;
-    let wanted = wanted_by(&spec("web"), home.path(), &anywhere);
+    catalog
+        .prepare("", &spec("web"), home.path(), &anywhere)
+        .await;
+    let wanted = wanted_by("", &spec("web"), home.path(), &anywhere);
     assert!(catalog.refresh(&wanted).await.is_empty());
     std::fs::write(chart.join("templates/cm.yaml"), "kind: ConfigMap # v2\n").unwrap();
     assert_eq!(catalog.refresh(&wanted).await, wanted);
@@ -332,10 +344,10 @@ async fn a_prepare_takes_an_index_younger_than_the_interval_and_a_refresh_one_fe
     let home = Path::new("/charts");
     tokio::time::advance(2 * HOUR).await;
     let prepared = Instant::now();
-    catalog.prepare(&repo_spec(None), home, &anywhere).await;
+    catalog.prepare("", &repo_spec(None), home, &anywhere).await;
     let refreshed = Instant::now();
     catalog
-        .refresh(&wanted_by(&repo_spec(None), home, &anywhere))
+        .refresh(&wanted_by("", &repo_spec(None), home, &anywhere))
         .await;
     assert_eq!(
         *script.sinces.lock().unwrap(),
@@ -423,7 +435,7 @@ fn ruled(_: &Chart) -> Option<Scope> {
 }
 
 fn signed_lookup(catalog: &ChartCatalog, trust: &Trust) -> ChartLookup {
-    catalog.lookup(&repo_source(), &Credentials::None, trust, Some("1.0.0"))
+    catalog.lookup("", &repo_source(), &Credentials::None, trust, Some("1.0.0"))
 }
 
 fn verified() -> Checked {
@@ -439,7 +451,7 @@ async fn a_chart_under_a_signature_rule_is_found_only_once_verified_and_then_by_
     let catalog = ChartCatalog::with_resolver(Box::new(resolver), HOUR);
     let home = Path::new("/charts");
     catalog
-        .prepare(&repo_spec(Some("1.0.0")), home, &ruled)
+        .prepare("", &repo_spec(Some("1.0.0")), home, &ruled)
         .await;
     assert_eq!(
         signed_lookup(&catalog, &cosign_rule()),
@@ -473,7 +485,7 @@ async fn a_refused_chart_is_unverified_and_an_unchecked_one_keeps_only_what_was_
     let catalog = ChartCatalog::with_resolver(Box::new(resolver), Duration::ZERO);
     let home = Path::new("/charts");
     let spec = repo_spec(Some("1.0.0"));
-    catalog.prepare(&spec, home, &ruled).await;
+    catalog.prepare("", &spec, home, &ruled).await;
     assert!(matches!(
         signed_lookup(&catalog, &cosign_rule()),
         ChartLookup::Found {
@@ -483,7 +495,7 @@ async fn a_refused_chart_is_unverified_and_an_unchecked_one_keeps_only_what_was_
     ));
 
     // Not checked this time, same content: the verdict reached before stands.
-    catalog.prepare(&spec, home, &ruled).await;
+    catalog.prepare("", &spec, home, &ruled).await;
     assert!(matches!(
         signed_lookup(&catalog, &cosign_rule()),
         ChartLookup::Found {
@@ -493,7 +505,7 @@ async fn a_refused_chart_is_unverified_and_an_unchecked_one_keeps_only_what_was_
     ));
 
     // Refused: nothing is planned, not even what was verified before, and the rule is named.
-    catalog.prepare(&spec, home, &ruled).await;
+    catalog.prepare("", &spec, home, &ruled).await;
     let ChartLookup::Unverified(why) = signed_lookup(&catalog, &cosign_rule()) else {
         panic!("a refused chart is unverified")
     };
@@ -504,7 +516,7 @@ async fn a_refused_chart_is_unverified_and_an_unchecked_one_keeps_only_what_was_
     assert!(!why.contains("secret"), "no credentials of the URL: {why}");
 
     // Not checked, with nothing verified to keep: it waits, saying why.
-    catalog.prepare(&spec, home, &ruled).await;
+    catalog.prepare("", &spec, home, &ruled).await;
     let ChartLookup::Unverified(why) = signed_lookup(&catalog, &cosign_rule()) else {
         panic!("an unchecked chart is unverified")
     };

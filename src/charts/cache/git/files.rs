@@ -85,6 +85,7 @@ impl ChartCache {
             path: "",
             reference: group.reference,
             chart: "",
+            tenant: "",
             interval: std::time::Duration::from_secs(group.interval_secs),
         };
         let flight = self.git.flights.entry(url.clone()).or_default().clone();

@@ -10,7 +10,8 @@ use crate::{
     metrics::Metrics,
 };
 
-fn write(root: &Path, path: &str, text: &str) {
+/// Writes `text` at `path` under `root`, making its directories.
+pub(super) fn write(root: &Path, path: &str, text: &str) {
     let file = root.join(path);
     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
     std::fs::write(file, text).unwrap();
@@ -30,7 +31,8 @@ fn chart_dir(root: &Path, dir: &str, name: &str, extra: &str) {
     );
 }
 
-fn entries(bytes: &[u8]) -> Vec<(String, u32, u64, u64)> {
+/// The entries of an archive: path, mode, time, owner.
+pub(super) fn entries(bytes: &[u8]) -> Vec<(String, u32, u64, u64)> {
     let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
     archive
         .entries()
@@ -246,7 +248,7 @@ fn the_same_chart_packs_to_the_same_bytes_whatever_its_files_times_or_order() {
 }
 
 #[test]
-fn file_dependencies_are_packed_under_charts_and_others_must_be_vendored() {
+fn file_dependencies_are_packed_under_charts_and_others_are_asked_of_the_cache() {
     let dir = tempfile::tempdir().unwrap();
     chart_dir(
         dir.path(),
@@ -261,21 +263,21 @@ fn file_dependencies_are_packed_under_charts_and_others_must_be_vendored() {
         names.contains(&"web/charts/common/Chart.yaml".to_owned()),
         "{names:?}"
     );
-    // A dependency from a repository that is not in charts/ is refused: helm never fetches it.
+    // A dependency from a repository that is not in charts/ is asked of the cache (helm never
+    // fetches it); one vendored in charts/ is not.
     let other = tempfile::tempdir().unwrap();
     chart_dir(
         other.path(),
         "web",
         "web",
-        "dependencies:\n- name: redis\n  version: 1.0.0\n  repository: https://user:pw@charts.example.com/\n",
+        "dependencies:\n- name: redis\n  version: 1.0.0\n  repository: https://charts.example.com/\n",
     );
-    let why = package::pack(other.path(), "web", "web", 1 << 20).unwrap_err();
-    assert!(
-        why.contains("\"redis\"") && why.contains("not in its charts/") && !why.contains("pw@"),
-        "{why}"
-    );
+    let asked = package::pack(other.path(), "web", "web", 1 << 20).unwrap();
+    assert_eq!(asked.requests.len(), 1);
+    assert_eq!(asked.requests[0].name, "redis");
     write(other.path(), "web/charts/redis-1.0.0.tgz", "archive");
-    package::pack(other.path(), "web", "web", 1 << 20).unwrap();
+    let vendored = package::pack(other.path(), "web", "web", 1 << 20).unwrap();
+    assert!(vendored.requests.is_empty());
 }
 
 #[test]
@@ -531,6 +533,7 @@ async fn a_commit_is_resolved_once_per_interval_fetched_once_and_packed_the_same
         path: "charts/web",
         reference: &reference,
         chart: "web",
+        tenant: "team-a",
         interval: Duration::from_secs(3600),
     };
     let one = tempfile::tempdir().unwrap();
@@ -601,6 +604,7 @@ async fn a_fetchers_failure_names_the_repository_and_masks_the_secret() {
         path: "charts/web",
         reference: &reference,
         chart: "web",
+        tenant: "team-a",
         interval: Duration::from_secs(60),
     };
     let why = cache
@@ -641,6 +645,7 @@ async fn a_semver_range_is_sent_with_its_tag_patterns_and_a_tag_outside_them_is_
         reference: &reference,
         chart: "web",
         interval: Duration::from_secs(60),
+        tenant: "team-a",
     };
     let trust = Trust {
         tags: Some(vec!["v1.2*".into()]),

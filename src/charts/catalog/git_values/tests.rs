@@ -221,10 +221,10 @@ async fn a_git_chart_is_found_with_its_commit_and_digest() {
         ))
     };
     catalog
-        .prepare(&spec, std::path::Path::new("/charts"), &scope)
+        .prepare("", &spec, std::path::Path::new("/charts"), &scope)
         .await;
     assert_eq!(
-        catalog.lookup(&source, &Credentials::None, &Trust::default(), None),
+        catalog.lookup("", &source, &Credentials::None, &Trust::default(), None),
         ChartLookup::Found {
             version: Some("0.1.0".into()),
             digest: Some(format!("sha256:{}", "a".repeat(64))),
