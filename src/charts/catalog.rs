@@ -183,7 +183,7 @@ impl ChartCatalog {
             .for_each_concurrent(RESOLVE_CONCURRENCY, |w| async move {
                 match w {
                     Wanted::Directory(path) => {
-                        self.refresh_directory(&path, now);
+                        directory::refresh(&self.directories, &path, now);
                     }
                     Wanted::Remote(key, scope) => {
                         self.resolve(&key, &scope, now, now.checked_sub(interval), fresh)
@@ -233,7 +233,7 @@ impl ChartCatalog {
         futures::stream::iter(wanted.clone())
             .map(|w| async move {
                 let changed = match &w {
-                    Wanted::Directory(path) => self.refresh_directory(path, now),
+                    Wanted::Directory(path) => directory::refresh(&self.directories, path, now),
                     Wanted::Remote(key, scope) => {
                         self.resolve(key, scope, now, Some(now), |tried| tried > now)
                             .await

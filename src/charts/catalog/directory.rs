@@ -6,10 +6,9 @@ use std::{
     time::SystemTime,
 };
 
+use dashmap::DashMap;
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
-
-use crate::charts::catalog::ChartCatalog;
 
 /// What a directory looked like when its digest was taken: every file's path, size and mtime.
 type DirectoryListing = BTreeMap<PathBuf, (u64, Option<SystemTime>)>;
@@ -22,33 +21,35 @@ pub(super) struct Directory {
     pub(super) seen: Instant,
 }
 
-impl ChartCatalog {
-    /// Takes a directory's digest again when its files changed; forgets it when it is no chart.
-    /// Returns whether its digest changed.
-    pub(super) fn refresh_directory(&self, path: &Path, now: Instant) -> bool {
-        let Some(stamp) = stamp(path) else {
-            return self.directories.remove(path).is_some();
-        };
-        if let Some(mut known) = self.directories.get_mut(path) {
-            known.seen = now;
-            if known.stamp == stamp {
-                return false;
-            }
+/// Takes the digest of the directory at `path` in `directories` again when its files changed;
+/// forgets it when it is no chart. Returns whether its digest changed.
+pub(super) fn refresh(
+    directories: &DashMap<PathBuf, Directory>,
+    path: &Path,
+    now: Instant,
+) -> bool {
+    let Some(stamp) = stamp(path) else {
+        return directories.remove(path).is_some();
+    };
+    if let Some(mut known) = directories.get_mut(path) {
+        known.seen = now;
+        if known.stamp == stamp {
+            return false;
         }
-        match digest_directory(path, &stamp) {
-            Ok(digest) => {
-                let known = Directory {
-                    stamp,
-                    digest: digest.clone(),
-                    seen: now,
-                };
-                let old = self.directories.insert(path.to_owned(), known);
-                old.is_none_or(|o| o.digest != digest)
-            }
-            Err(error) => {
-                tracing::warn!(chart = %path.display(), %error, "cannot read the chart directory");
-                self.directories.remove(path).is_some()
-            }
+    }
+    match digest_directory(path, &stamp) {
+        Ok(digest) => {
+            let known = Directory {
+                stamp,
+                digest: digest.clone(),
+                seen: now,
+            };
+            let old = directories.insert(path.to_owned(), known);
+            old.is_none_or(|o| o.digest != digest)
+        }
+        Err(error) => {
+            tracing::warn!(chart = %path.display(), %error, "cannot read the chart directory");
+            directories.remove(path).is_some()
         }
     }
 }
