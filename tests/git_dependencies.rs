@@ -59,7 +59,8 @@ async fn hub_for(prefix: &str) -> (Hub, GitServer) {
     (Hub::with_args(prefix, &args).await, server)
 }
 
-/// A policy allowing `team/` of the Git server (path `charts`, branch main) with `secret`, and
+/// A policy allowing `team/` of the Git server (path `charts`, branch main; plain http, so
+/// `insecure`) with `secret`, and
 /// the chart sources `sources`.
 fn policy(
     namespace: &str,
@@ -76,6 +77,8 @@ fn policy(
         git: Some(GitAccess {
             paths: vec!["charts".into()],
             branches: vec!["main".into()],
+            // The lab's Git server speaks plain http.
+            insecure: true,
             ..GitAccess::default()
         }),
         ..SourceAccess::default()
