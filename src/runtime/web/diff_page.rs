@@ -12,6 +12,7 @@ use crate::{
         web::{
             diffs::{self, Got, Made},
             html::{Page, esc, seg},
+            pages::offered,
             state::{WebError, WebState},
         },
     },
@@ -20,28 +21,6 @@ use crate::{
 
 /// How long a page request waits for a diff being made before it answers "being made".
 const WAIT: Duration = Duration::from_secs(10);
-
-/// The path of the diff page of `key`, planned for Controller `namespace/name`.
-pub(crate) fn path(namespace: &str, name: &str, key: &ReleaseKey) -> String {
-    format!(
-        "/ui/controllers/{}/{}/diff/{}/{}/{}",
-        seg(namespace),
-        seg(name),
-        seg(key.scope.cluster.as_str()),
-        seg(&key.scope.namespace),
-        seg(&key.release)
-    )
-}
-
-/// Whether the view offers a diff of `next`: an install or upgrade it plans a release for, or
-/// an uninstall (a rollback renders no chart).
-pub(crate) fn offered(next: &Next) -> bool {
-    match next.action {
-        Action::Install | Action::Upgrade => next.release.is_some(),
-        Action::Uninstall => true,
-        _ => false,
-    }
-}
 
 impl WebState {
     /// The diff page of release `key` of Controller `namespace/name`, for the viewer with `token`

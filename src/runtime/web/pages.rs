@@ -8,13 +8,13 @@ use kube::ResourceExt as _;
 
 use crate::{
     api::crd::{ChartMessage, RolloutStatus, TenancyController, TenancyStatus},
+    api::key::ReleaseKey,
     observe::model::Model,
     runtime::web::{
-        diff_page,
         html::{Page, esc, id, seg},
         view::{ClusterInfo, Live, Seen, cell, live, release_state, watched},
     },
-    status::next::Next,
+    status::next::{Action, Next},
 };
 
 /// What the hub knows of a pull member's agent, for the cluster page.
@@ -106,10 +106,10 @@ pub(crate) fn next_html(namespace: &str, name: &str, next: &[Next]) -> String {
             Some(why) => ("held", why.as_str()),
             None => ("progressing", "queued or running"),
         };
-        let diff = match diff_page::offered(n) {
+        let diff = match offered(n) {
             true => format!(
                 "<a href=\"{}\" aria-label=\"Show the manifest diff of {}\">Show the manifest diff</a>",
-                esc(&diff_page::path(namespace, name, &n.key)),
+                esc(&diff_path(namespace, name, &n.key)),
                 esc(&n.key.to_string())
             ),
             false => String::new(),
@@ -380,4 +380,26 @@ pub(crate) fn cluster(
     delivered.push_str("</tbody></table></section>");
     page.section("delivered".into(), delivered);
     page
+}
+
+/// The path of the diff page of `key`, planned for Controller `namespace/name`.
+pub(crate) fn diff_path(namespace: &str, name: &str, key: &ReleaseKey) -> String {
+    format!(
+        "/ui/controllers/{}/{}/diff/{}/{}/{}",
+        seg(namespace),
+        seg(name),
+        seg(key.scope.cluster.as_str()),
+        seg(&key.scope.namespace),
+        seg(&key.release)
+    )
+}
+
+/// Whether the view offers a diff of `next`: an install or upgrade it plans a release for, or
+/// an uninstall (a rollback renders no chart).
+pub(crate) fn offered(next: &Next) -> bool {
+    match next.action {
+        Action::Install | Action::Upgrade => next.release.is_some(),
+        Action::Uninstall => true,
+        _ => false,
+    }
 }

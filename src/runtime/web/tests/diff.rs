@@ -22,9 +22,9 @@ use super::controllers;
 use crate::{
     runtime::auth::fake,
     runtime::web::{
-        WebState,
-        diff_page::{self, offered, path},
+        WebState, diff_page,
         diffs::{Diffs, FAILED_FRESH, Got, Made, MakeDiff, SHOWN},
+        pages::{diff_path as path, offered},
         router, routes,
     },
     status::next::{Action, Next},
