@@ -178,7 +178,11 @@ impl DeletionPolicy {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
-    validation = Rule::new("self.charts.all(c, self.charts.exists_one(d, (has(d.releaseName) ? d.releaseName : self.__namespace__) == (has(c.releaseName) ? c.releaseName : self.__namespace__)))")
+    // The names are mapped once (the one-element list binds them) and compared by the API
+    // server's native indexOf: `charts.all(c, charts.exists_one(..))` was evaluated pairwise, and
+    // the API server runs every rule on each status write too, so a Controller of 200 tenancies
+    // of 16 charts took 8 s to have its status written.
+    validation = Rule::new("[self.charts.map(c, has(c.releaseName) ? c.releaseName : self.__namespace__)].all(names, names.all(n, names.indexOf(n) == names.lastIndexOf(n)))")
         .message("release names must be unique within a tenancy (a chart without releaseName is released under the namespace name)"),
     validation = Rule::new("self.charts.all(c, has(c.releaseName) || size(self.__namespace__) <= 53)")
         .message("a chart without releaseName is released under the namespace name, which is then limited to 53 characters: set releaseName")
