@@ -1,7 +1,7 @@
 //! The fleet view's live updates (pure but for the count of open streams): the bounds on open
 //! streams per viewer and in all, and what to send an open page when its page changed.
 //!
-//! A stream (`state::stream`) is a task of its own: every [`TICK`] it looks whether the model,
+//! A stream (`stream::open`) is a task of its own: every [`TICK`] it looks whether the model,
 //! the Controllers or the registry changed (a cheap fingerprint), and if so builds the viewer's
 //! page again, as the page handlers do (the viewer's token reviewed again, through the
 //! reviewer's cache), and sends what [`update`] says. A reader that does not take an event within

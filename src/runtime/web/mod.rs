@@ -20,6 +20,7 @@ mod routes;
 mod session;
 mod shared;
 mod state;
+mod stream;
 mod view;
 
 pub(crate) use routes::router;

@@ -23,6 +23,7 @@ use crate::runtime::{
         live::{self, digest},
         session,
         state::{self, View, WebError, WebState},
+        stream,
         view::Filters,
     },
 };
@@ -373,7 +374,7 @@ async fn stream(
         )
             .into_response();
     };
-    state::stream(state, viewer.token, viewer.from, view, served, slot).into_response()
+    stream::open(state, viewer.token, viewer.from, view, served, slot).into_response()
 }
 
 async fn fleet_live(

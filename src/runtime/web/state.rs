@@ -1,25 +1,19 @@
 //! The fleet view's state and its one way of building a page for a viewer: what the viewer may
-//! see (the status API's reviews), the page of it (the fleet matrix built once per access group,
-//! see `shared`), and the live stream that builds it again when something changes.
+//! see (the status API's reviews) and the page of it (the fleet matrix built once per access
+//! group, see `shared`); `stream` builds it again for a live page when something changes.
 
 use std::{
     collections::BTreeSet,
-    convert::Infallible,
     hash::{Hash as _, Hasher as _},
     net::IpAddr,
     sync::{Arc, OnceLock},
     time::Duration,
 };
 
-use axum::{
-    http::HeaderValue,
-    response::sse::{Event, KeepAlive, Sse},
-};
+use axum::http::HeaderValue;
 use dashmap::DashMap;
-use futures::Stream;
 use k8s_openapi::api::core::v1::Event as KubeEvent;
 use kube::{Api, ResourceExt as _, api::ListParams};
-use tokio::sync::mpsc;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
@@ -33,7 +27,7 @@ use crate::{
             diffs::{Diffs, MakeDiff},
             events, fleet,
             html::Page,
-            live::{self, RECHECK, SLOW_READER, Slot, TICK, digest, update},
+            live,
             pages::{self, Agent},
             session,
             shared::{SharedPage, SharedPages},
@@ -505,7 +499,7 @@ impl WebState {
     }
 
     /// A number that changes when the model, the Controllers or the registry do.
-    fn fingerprint(&self) -> u64 {
+    pub(crate) fn fingerprint(&self) -> u64 {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         self.api.model.version().hash(&mut h);
         for c in self.api.fleet.controllers() {
@@ -527,86 +521,4 @@ pub(crate) fn shown_version(v: &str) -> String {
         .filter(|c| !c.is_control())
         .take(SHOWN_VERSION)
         .collect()
-}
-
-/// The stream of `view` for the viewer with `token`, whose page was served with digest
-/// `served` (empty: send the page first). Holds `slot` while open.
-pub(crate) fn stream(
-    state: WebState,
-    token: Arc<str>,
-    from: Option<std::net::IpAddr>,
-    view: View,
-    served: String,
-    slot: Slot,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let (tx, rx) = mpsc::channel(live::QUEUE);
-    let (cancel, tasks) = (state.cancel.clone(), state.tasks.clone());
-    tasks.spawn(async move {
-        tokio::select! {
-            () = cancel.cancelled() => {}
-            () = produce(&state, &token, from, &view, &served, &tx) => {}
-        }
-        drop(slot);
-    });
-    let events =
-        futures::stream::unfold(
-            rx,
-            |mut rx| async move { rx.recv().await.map(|e| (Ok(e), rx)) },
-        );
-    Sse::new(events).keep_alive(KeepAlive::default())
-}
-
-/// Sends `view`'s updates on `tx` until the reader goes, is too slow, or may read no more.
-async fn produce(
-    state: &WebState,
-    token: &Arc<str>,
-    from: Option<std::net::IpAddr>,
-    view: &View,
-    served: &str,
-    tx: &mpsc::Sender<Event>,
-) {
-    let mut last: Option<Arc<Page>> = None;
-    let mut seen_at: Option<(u64, tokio::time::Instant)> = None;
-    let mut tick = tokio::time::interval(TICK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = tx.closed() => return,
-            _ = tick.tick() => {}
-        }
-        let fingerprint = state.fingerprint();
-        if let Some((f, at)) = seen_at
-            && f == fingerprint
-            && at.elapsed() < RECHECK
-        {
-            continue;
-        }
-        seen_at = Some((fingerprint, tokio::time::Instant::now()));
-        let (event, end) = match state.build(token, from, view).await {
-            Ok(Built {
-                page,
-                fingerprint: built_at,
-                ..
-            }) => {
-                // A page shared from before this tick's fingerprint: built again on the next.
-                seen_at = Some((built_at, tokio::time::Instant::now()));
-                if last.is_none() && digest(&page) == served {
-                    last = Some(page);
-                    continue;
-                }
-                let event = update(last.as_deref(), &page);
-                last = Some(page);
-                match event {
-                    Some(event) => (event, false),
-                    None => continue,
-                }
-            }
-            Err(e) if e.is_transient() => continue,
-            Err(e) => (Event::default().event("gone").data(e.to_string()), true),
-        };
-        // A reader gone, or too slow to take an event within its time, is let go.
-        if tx.send_timeout(event, SLOW_READER).await.is_err() || end {
-            return;
-        }
-    }
 }
