@@ -68,13 +68,17 @@ fn verifier(
 struct Setup {
     /// The repository's URL.
     repo: String,
+    /// The repository, counting what is asked of it.
     server: crate::charts::fetch::testing::Server,
+    /// The cache under test.
     cache: ChartCache,
     /// The cache's directory.
     dir: tempfile::TempDir,
+    /// The stand-in fetcher's directory, kept while the cache runs it.
     _fetcher: tempfile::TempDir,
 }
 
+/// A [`Setup`] of its own for one test.
 async fn set_up() -> Setup {
     let fetcher = tempfile::tempdir().unwrap();
     let script = stand_in(fetcher.path());
@@ -105,9 +109,10 @@ async fn look(cache: &ChartCache) -> Resolved {
 
 #[tokio::test]
 async fn a_dependency_its_source_rule_refuses_refuses_the_chart_naming_it_and_nothing_is_packed() {
-    let Setup { repo, cache, .. } = set_up().await;
+    let setup = set_up().await;
+    let Setup { repo, cache, .. } = &setup;
     let trust = Trust {
-        rules: vec![provenance_rule("platform", &repo)],
+        rules: vec![provenance_rule("platform", repo)],
         tags: None,
     };
     cache.admit_git_dependencies(admitting_under(
@@ -123,7 +128,7 @@ async fn a_dependency_its_source_rule_refuses_refuses_the_chart_naming_it_and_no
         Arc::clone(&asked),
     ));
 
-    let refused = look(&cache).await;
+    let refused = look(cache).await;
 
     assert_eq!(
         refused.archive, None,
@@ -148,22 +153,23 @@ async fn a_dependency_its_source_rule_refuses_refuses_the_chart_naming_it_and_no
         "the .prov beside the archive the index lists"
     );
     // Asked again within the interval: still refused, not checked again.
-    let again = look(&cache).await;
+    let again = look(cache).await;
     assert_eq!(again.archive, None);
     assert_eq!(checks.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
 async fn a_verified_dependency_is_packed_with_its_signer_and_checked_again_only_under_new_rules() {
+    let setup = set_up().await;
     let Setup {
         repo,
         server,
         cache,
         dir,
         ..
-    } = set_up().await;
+    } = &setup;
     let rules = Arc::new(Mutex::new(Trust {
-        rules: vec![provenance_rule("platform", &repo)],
+        rules: vec![provenance_rule("platform", repo)],
         tags: None,
     }));
     cache.admit_git_dependencies(admitting_under(repo.clone(), Arc::clone(&rules)));
@@ -174,7 +180,7 @@ async fn a_verified_dependency_is_packed_with_its_signer_and_checked_again_only_
         asked,
     ));
 
-    let resolved = look(&cache).await;
+    let resolved = look(cache).await;
 
     let archive = resolved
         .archive
@@ -195,7 +201,7 @@ async fn a_verified_dependency_is_packed_with_its_signer_and_checked_again_only_
     assert_eq!(found.refused, None);
     // Looked at again and again with the same rules: the same archive, checked once.
     for _ in 0..3 {
-        let again = look(&cache).await;
+        let again = look(cache).await;
         assert_eq!(again, resolved);
     }
     assert_eq!(checks.load(Ordering::SeqCst), 1, "one check per resolution");
@@ -205,8 +211,8 @@ async fn a_verified_dependency_is_packed_with_its_signer_and_checked_again_only_
         .lock()
         .unwrap()
         .rules
-        .push(provenance_rule("security", &repo));
-    let checked = look(&cache).await;
+        .push(provenance_rule("security", repo));
+    let checked = look(cache).await;
     assert_eq!(
         checks.load(Ordering::SeqCst),
         2,
@@ -217,21 +223,22 @@ async fn a_verified_dependency_is_packed_with_its_signer_and_checked_again_only_
 
 #[tokio::test]
 async fn without_a_verifier_a_dependency_under_signature_rules_is_refused_unfetched() {
+    let setup = set_up().await;
     let Setup {
         repo,
         server,
         cache,
         ..
-    } = set_up().await;
+    } = &setup;
     cache.admit_git_dependencies(admitting_under(
         repo.clone(),
         Arc::new(Mutex::new(Trust {
-            rules: vec![provenance_rule("platform", &repo)],
+            rules: vec![provenance_rule("platform", repo)],
             tags: None,
         })),
     ));
 
-    let refused = look(&cache).await;
+    let refused = look(cache).await;
 
     assert_eq!(refused.archive, None);
     let why = refused.git.unwrap().refused.unwrap();
