@@ -1,26 +1,30 @@
-//! End-to-end tests of a Git chart's dependencies: an umbrella chart in the lab's Git server depending on a chart of the lab's HTTP chart repository, resolved by the hub (the newest version its range allows) and delivered with the dependency's objects, its `.helmignore` applied; and a dependency from a repository outside the policy refused in status with nothing installed.
+//! End-to-end tests of a Git chart's dependencies: an umbrella chart in the lab's Git server depending on a chart of the lab's HTTP chart repository, resolved by the hub (the newest version its range allows) and delivered with the dependency's objects, its `.helmignore` applied; a dependency from a repository outside the policy refused in status with nothing installed; and dependencies from the lab's OCI registry under a cosign rule: the one signed with the trusted key delivered with its signer in status, unsigned or signed by another key refused by name with nothing installed.
 
 mod common;
 
 use common::{
-    fixtures::{DEADLINE, chart, message, tenancy, unique, wait_until},
-    git::{GitRepo, GitServer},
-    hub::{Hub, allow_all},
-    repo::ChartRepo,
+    fixtures::{DEADLINE, chart, message, put_secret, tenancy, unique, wait_until},
+    git::{GitRepo, GitServer, git_policy},
+    hub::Hub,
+    repo::{ChartRepo, OciRegistry, example_chart},
+    signing::{cosign, key_pairs, oci_digest, run},
 };
 use kube::Api;
 use tenancy_hub::api::{
     crd::{Chart, ControllerSpec, GitRef, GitSource, SecretReference, TenancyController},
-    policy::{GitAccess, SourceAccess, TenancyPolicySpec},
+    policy::{SourceAccess, SourceVerify, VerifyProvider},
 };
 
 /// The namespace the operator keeps its platform Secrets in (its `--lease-namespace`).
 const OPERATOR_NAMESPACE: &str = "tenancy-hub";
 
+/// The range the umbrella asks of the chart repository: 0.2.0 among 0.1.0, 0.2.0 and 1.0.0.
+const RANGE: &str = ">=0.1.0 <1.0.0";
+
 /// A working copy holding chart `umbrella` at `charts/umbrella`: a ConfigMap of its own and a
-/// dependency on the example chart (`>=0.1.0 <1.0.0`) of `repository`; its `.helmignore` leaves
-/// out a file that would not render.
-fn umbrella(repository: &str) -> tempfile::TempDir {
+/// dependency on the example chart at `version` (a range or a version) of `repository`; its
+/// `.helmignore` leaves out a file that would not render.
+fn umbrella(repository: &str, version: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let write = |path: &str, text: &str| {
         let to = dir.path().join("charts/umbrella").join(path);
@@ -30,7 +34,7 @@ fn umbrella(repository: &str) -> tempfile::TempDir {
     write(
         "Chart.yaml",
         &format!(
-            "apiVersion: v2\nname: umbrella\nversion: 1.0.0\ndependencies:\n- name: deployment-example\n  version: \">=0.1.0 <1.0.0\"\n  repository: {repository}\n"
+            "apiVersion: v2\nname: umbrella\nversion: 1.0.0\ndependencies:\n- name: deployment-example\n  version: \"{version}\"\n  repository: {repository}\n"
         ),
     );
     write("values.yaml", "greeting: hello\n");
@@ -59,33 +63,6 @@ async fn hub_for(prefix: &str) -> (Hub, GitServer) {
     (Hub::with_args(prefix, &args).await, server)
 }
 
-/// A policy allowing `team/` of the Git server (path `charts`, branch main; plain http, so
-/// `insecure`) with `secret`, and
-/// the chart sources `sources`.
-fn policy(
-    namespace: &str,
-    server: &GitServer,
-    secret: &str,
-    sources: &[&str],
-) -> TenancyPolicySpec {
-    let mut policy = allow_all(namespace, sources);
-    policy.sources = vec![SourceAccess {
-        url: format!("{}/team/", server.http),
-        secret_ref: Some(SecretReference {
-            name: secret.to_owned(),
-        }),
-        git: Some(GitAccess {
-            paths: vec!["charts".into()],
-            branches: vec!["main".into()],
-            // The lab's Git server speaks plain http.
-            insecure: true,
-            ..GitAccess::default()
-        }),
-        ..SourceAccess::default()
-    }];
-    policy
-}
-
 fn git_chart(repo: &GitRepo, release: &str) -> Chart {
     Chart {
         git: Some(GitSource {
@@ -112,13 +89,24 @@ async fn a_git_chart_gets_its_dependency_from_an_allowed_repository_and_one_from
     allowed.wait_ready().await;
     hub.policy(
         &hub.namespace,
-        policy(&hub.namespace, &server, &secret, &[&allowed.url]),
+        git_policy(
+            &server,
+            &hub.namespace,
+            "team",
+            &secret,
+            None,
+            &[&allowed.url],
+        ),
     )
     .await;
     let good = server.create_repo(&unique("team/umbrella"));
-    let commit = good.push_dir(umbrella(&allowed.url).path(), "main", "umbrella");
+    let commit = good.push_dir(umbrella(&allowed.url, RANGE).path(), "main", "umbrella");
     let bad = server.create_repo(&unique("team/foreign-dep"));
-    bad.push_dir(umbrella(&outside.url).path(), "main", "foreign dependency");
+    bad.push_dir(
+        umbrella(&outside.url, RANGE).path(),
+        "main",
+        "foreign dependency",
+    );
     let ns = unique("deps");
     hub.apply(
         "deps",
@@ -184,4 +172,128 @@ async fn a_git_chart_gets_its_dependency_from_an_allowed_repository_and_one_from
         "nothing of the refused chart is installed"
     );
     hub.delete_and_wait_gone("deps").await;
+}
+
+/// A `sources` entry of the registry `registry`, fetched with the CA of Secret `ca`, its charts
+/// checked by cosign with the public keys of Secret `keys`.
+fn cosign_source(registry: &OciRegistry, ca: &str, keys: &str) -> SourceAccess {
+    SourceAccess {
+        url: registry.prefix(),
+        secret_ref: Some(SecretReference { name: ca.into() }),
+        verify: Some(SourceVerify {
+            provider: VerifyProvider::Cosign,
+            secret_ref: SecretReference { name: keys.into() },
+            trusted_identities: Vec::new(),
+            match_oidc_identity: Vec::new(),
+            transparency_log: None,
+        }),
+        ..SourceAccess::default()
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the lab with its Git server: kind/up.sh, then --include-ignored"]
+async fn a_git_chart_gets_a_registry_dependency_signed_with_the_trusted_key_and_not_one_unsigned_or_signed_by_another()
+ {
+    let (hub, server) = hub_for("git-oci-deps").await;
+    let lab = &hub.lab;
+    let secret = server.pull_secret(lab, OPERATOR_NAMESPACE).await;
+    let registry = OciRegistry::serve(lab);
+    let keys = key_pairs(lab, &registry);
+    let sign = |key: &str, version: &str| {
+        let digest = oci_digest(lab, &registry, version);
+        let target = format!("{}/charts/deployment-example@{digest}", registry.host);
+        run(cosign(lab, &registry, keys.path())
+            .args(["sign", "--key", key, "--tlog-upload=false", "--yes"])
+            .arg(target));
+    };
+    for version in ["1.0.0", "1.0.1", "1.0.2"] {
+        registry.push(lab, &example_chart(), version).await;
+    }
+    sign("good.key", "1.0.0");
+    sign("other.key", "1.0.2");
+    let (ca, trust) = (unique("registry-ca"), unique("cosign-keys"));
+    let pem = std::fs::read_to_string(&registry.ca).unwrap();
+    put_secret(lab, OPERATOR_NAMESPACE, &ca, &[("ca.crt", &pem)]).await;
+    let key = std::fs::read_to_string(keys.path().join("good.pub")).unwrap();
+    put_secret(lab, OPERATOR_NAMESPACE, &trust, &[("charts.pub", &key)]).await;
+    let mut policy = git_policy(&server, &hub.namespace, "team", &secret, None, &[]);
+    policy.sources.push(cosign_source(&registry, &ca, &trust));
+    hub.policy(&hub.namespace, policy).await;
+    // The umbrella's Chart.yaml names the registry (`oci://…/charts`) and the version.
+    let prefix = registry.prefix();
+    let registry_repository = prefix.trim_end_matches('/');
+    let mut charts = Vec::new();
+    for (release, version) in [
+        ("signed", "1.0.0"),
+        ("unsigned", "1.0.1"),
+        ("stranger", "1.0.2"),
+    ] {
+        let repo = server.create_repo(&unique(&format!("team/{release}")));
+        repo.push_dir(
+            umbrella(registry_repository, version).path(),
+            "main",
+            release,
+        );
+        charts.push(git_chart(&repo, release));
+    }
+    let ns = unique("oci-deps");
+    hub.apply(
+        "oci-deps",
+        ControllerSpec {
+            tenancies: vec![tenancy(&ns, &["member-1"], charts)],
+            ..Default::default()
+        },
+    )
+    .await;
+    let api: Api<TenancyController> = hub.api();
+    let status = wait_until(
+        "the signed dependency delivered, the others refused",
+        DEADLINE,
+        || async {
+            let status = api.get("oci-deps").await.ok()?.status?;
+            let signed = message(&status, "member-1", "signed")?;
+            let refused = ["unsigned", "stranger"].iter().all(|release| {
+                message(&status, "member-1", release)
+                    .is_some_and(|m| m.error_message.contains("is not verified"))
+            });
+            (signed.phase == "Deployed" && refused).then_some(status)
+        },
+    )
+    .await;
+    let signed = message(&status, "member-1", "signed").unwrap();
+    assert!(
+        signed
+            .verified_by
+            .starts_with("dependency deployment-example 1.0.0: cosign: key sha256:"),
+        "who signed the dependency is shown: {signed:?}"
+    );
+    let manifest = hub
+        .lab
+        .helm("member-1", &["get", "manifest", "signed", "-n", &ns]);
+    assert!(
+        manifest.contains("signed-umbrella") && manifest.contains("kind: Deployment"),
+        "the umbrella's ConfigMap and the dependency's Deployment: {manifest}"
+    );
+    for (release, version) in [("unsigned", "1.0.1"), ("stranger", "1.0.2")] {
+        let m = message(&status, "member-1", release).unwrap();
+        assert!(
+            m.error_message
+                .contains("dependency \"deployment-example\"")
+                && m.error_message.contains("charts/umbrella/Chart.yaml")
+                && m.error_message.contains(&registry.host)
+                && m.error_message
+                    .contains(&format!("version {version} is not verified"))
+                && m.error_message.contains("refused by cosign (TenancyPolicy"),
+            "{release}: {m:?}"
+        );
+        assert!(m.verified_by.is_empty(), "{m:?}");
+        assert!(
+            hub.lab
+                .try_helm("member-1", &["status", release, "-n", &ns])
+                .is_err(),
+            "nothing of {release} is installed"
+        );
+    }
+    hub.delete_and_wait_gone("oci-deps").await;
 }

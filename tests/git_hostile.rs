@@ -6,14 +6,11 @@ use std::{collections::BTreeMap, time::Duration};
 
 use common::{
     fixtures::{DEADLINE, chart, message, put_secret, tenancy, unique, wait_until},
-    git::{CHART_PATH, GitRepo, GitServer, embedded_repo, gitea_signature, work_tree},
-    hub::{Hub, allow_all},
+    git::{CHART_PATH, GitRepo, GitServer, embedded_repo, git_policy, gitea_signature, work_tree},
+    hub::Hub,
 };
-use tenancy_hub::api::{
-    crd::{
-        ControllerSpec, ControllerStatus, GitRef, GitSource, SecretReference, TenancyController,
-    },
-    policy::{GitAccess, GitWebhook, SourceAccess, TenancyPolicySpec},
+use tenancy_hub::api::crd::{
+    ControllerSpec, ControllerStatus, GitRef, GitSource, TenancyController,
 };
 
 /// The namespace the operator keeps its platform Secrets in (its `--lease-namespace`).
@@ -27,38 +24,6 @@ const HOOK_SECRET: &str = "hook-secret-of-team-b";
 
 /// Past the operator's bound on what one fetch receives and writes (64 MiB).
 const HUGE: u64 = 65 << 20;
-
-/// A policy of `namespace` allowing the Git repositories under `<server>/<team>/` (paths under
-/// `charts`, branch main, plain http as the lab's server speaks it) with the server's password
-/// from Secret `secret`, and push hooks signed with the secret of `hook` when given.
-fn policy(
-    server: &GitServer,
-    namespace: &str,
-    team: &str,
-    secret: &str,
-    hook: Option<&str>,
-) -> TenancyPolicySpec {
-    let mut policy = allow_all(namespace, &[]);
-    policy.sources = vec![SourceAccess {
-        url: format!("{}/{team}/", server.http),
-        secret_ref: Some(SecretReference {
-            name: secret.to_owned(),
-        }),
-        git: Some(GitAccess {
-            paths: vec!["charts".into()],
-            branches: vec!["main".into()],
-            insecure: true,
-            webhook: hook.map(|name| GitWebhook {
-                secret_ref: SecretReference {
-                    name: name.to_owned(),
-                },
-            }),
-            ..GitAccess::default()
-        }),
-        ..SourceAccess::default()
-    }];
-    policy
-}
 
 /// The example chart of `repo` at `path`, branch main, looked at every `interval`.
 fn git_chart(
@@ -188,12 +153,12 @@ async fn hostile_repositories_and_a_hook_flood_of_one_team_are_refused_while_the
     let (prefix_a, prefix_b) = (unique("team-a"), unique("team-b"));
     hub.policy(
         &team_a,
-        policy(&server, &team_a, &prefix_a, &secret, Some(&hook)),
+        git_policy(&server, &team_a, &prefix_a, &secret, Some(&hook), &[]),
     )
     .await;
     hub.policy(
         &team_b,
-        policy(&server, &team_b, &prefix_b, &secret, Some(&hook)),
+        git_policy(&server, &team_b, &prefix_b, &secret, Some(&hook), &[]),
     )
     .await;
 

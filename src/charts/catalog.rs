@@ -87,7 +87,7 @@ impl Entry {
             (Some(good), _) if key.trust.is_empty() => ChartLookup::Found {
                 version: Some(good.version.clone()),
                 digest: good.digest.clone(),
-                verified: None,
+                verified: signed_dependencies(good),
                 commit: good.git.as_ref().map(|g| g.commit.clone()),
             },
             (Some(good), _) => match &slot.verified {
@@ -111,6 +111,17 @@ impl Entry {
             (None, None) => ChartLookup::Missing(format!("{} is not resolved yet", key.describe())),
         }
     }
+}
+
+/// A Git chart no rule asks signatures of, whose dependencies' sources did: who signed them,
+/// with the archive they were packed into (the one installed).
+fn signed_dependencies(good: &Resolved) -> Option<Verified> {
+    let signed_by = &good.git.as_ref()?.signed_by;
+    let archive = good.archive.clone()?;
+    (!signed_by.is_empty()).then(|| Verified {
+        by: signed_by.join("; "),
+        archive,
+    })
 }
 
 /// The chart catalog: looked up by the planner, filled before each plan and refreshed every

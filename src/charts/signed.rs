@@ -8,13 +8,19 @@ use tokio::time::Instant;
 use crate::{
     api::policy::{SourceVerify, TransparencyLog, VerifyProvider},
     charts::{
-        cache::{ChartCache, Resolved},
+        cache::{
+            ChartCache, Resolved,
+            git::dependencies::{DependencyCheck, DependencyVerdict, VerdictFuture},
+        },
         catalog::{Checked, RemoteKey, Resolve},
         credentials::SecretData,
         verify::{Check, Keyless, OciChart, Verdict, Verifier},
     },
     plan::Verified,
-    policy::{access::TrustRule, source::SourceUrl},
+    policy::{
+        access::{Credentials, Trust, TrustRule},
+        source::SourceUrl,
+    },
 };
 
 /// The chart cache, and the verifier when the operator runs one.
@@ -48,7 +54,8 @@ impl Resolve for Sources {
         resolved: &'a Resolved,
     ) -> BoxFuture<'a, Result<Checked, String>> {
         Box::pin(async move {
-            // A Git chart's commit was checked by the fetcher, rule by rule, as it was fetched.
+            // A Git chart's commit was checked by the fetcher, rule by rule, as it was fetched,
+            // and its dependencies by their sources' rules as they were resolved.
             if let Some(git) = resolved.git.as_ref().filter(|_| key.is_git()) {
                 return Ok(match (&git.refused, &resolved.archive) {
                     (Some(refused), _) => Checked::Refused(refused.clone()),
@@ -59,42 +66,11 @@ impl Resolve for Sources {
                     (None, None) => return Err("the chart cache holds no archive of it".to_owned()),
                 });
             }
-            let Some(verifier) = &self.verifier else {
-                return Err(
-                    "this operator runs without the signature verifier: install tenancy-hub-verify beside it or pass --verifier"
-                        .to_owned(),
-                );
+            let subject = Subject {
+                oci: key.oci(),
+                credentials: &key.credentials,
             };
-            let Some(archive) = resolved.archive.clone() else {
-                return Err("the chart cache holds no archive of it".to_owned());
-            };
-            let mut by = Vec::new();
-            for rule in &key.trust.rules {
-                let provider = rule.verify.provider.as_str();
-                let verdict = self.check(verifier, key, scope, resolved, rule).await;
-                let outcome = match &verdict {
-                    Ok(Verdict::Verified { .. }) => "verified",
-                    Ok(Verdict::Refused { refusal, .. }) => refusal.metric_label(),
-                    Err(_) => "error",
-                };
-                self.cache
-                    .metrics()
-                    .chart_verified(&rule.prefix, provider, outcome);
-                match verdict {
-                    Ok(Verdict::Verified { by: who, .. }) => by.push(format!("{provider}: {who}")),
-                    Ok(Verdict::Refused { reason, .. }) => {
-                        return Ok(Checked::Refused(format!(
-                            "refused by {}: {reason}",
-                            rule.describe()
-                        )));
-                    }
-                    Err(error) => return Err(format!("{}: {error}", rule.describe())),
-                }
-            }
-            Ok(Checked::Verified(Verified {
-                by: by.join("; "),
-                archive,
-            }))
+            self.check_rules(subject, &key.trust, scope, resolved).await
         })
     }
 
@@ -117,12 +93,102 @@ impl Resolve for Sources {
 /// Why a rule cannot be checked at all, in words: a setting someone must change.
 type Unusable = String;
 
+/// What signature rules check: the chart's OCI reference (`oci://…`; None: a chart of a Helm
+/// repository) and whose credentials fetch it.
+#[derive(Clone, Copy)]
+struct Subject<'a> {
+    oci: Option<&'a str>,
+    credentials: &'a Credentials,
+}
+
 impl Sources {
-    /// The verdict of one rule on what `key` resolved to.
+    /// Makes the chart cache check the dependencies of Git charts from sources with signature
+    /// rules as this checks chart entries of those sources (the cache held weakly, so the
+    /// hook it keeps does not keep it); without a verifier they stay refused.
+    pub(crate) fn verify_git_dependencies(&self) {
+        let Some(verifier) = self.verifier.clone() else {
+            return;
+        };
+        let cache = Arc::downgrade(&self.cache);
+        self.cache.verify_git_dependencies(Arc::new(
+            move |check: DependencyCheck| -> VerdictFuture {
+                let (cache, verifier) = (cache.clone(), verifier.clone());
+                Box::pin(async move {
+                    let cache = cache
+                        .upgrade()
+                        .ok_or_else(|| "the chart cache was shut down".to_owned())?;
+                    let sources = Sources {
+                        cache,
+                        verifier: Some(verifier),
+                    };
+                    let subject = Subject {
+                        oci: check.oci.as_deref(),
+                        credentials: &check.credentials,
+                    };
+                    let checked = sources
+                        .check_rules(subject, &check.trust, &check.scope, &check.resolved)
+                        .await?;
+                    Ok(match checked {
+                        Checked::Verified(verified) => DependencyVerdict::Signed(verified.by),
+                        Checked::Refused(why) => DependencyVerdict::Refused(why),
+                    })
+                })
+            },
+        ));
+    }
+
+    /// Checks what `subject` resolved to against every rule of `trust`, in order: verified by
+    /// all, or refused by the first that refuses; an error when a rule cannot be checked.
+    async fn check_rules(
+        &self,
+        subject: Subject<'_>,
+        trust: &Trust,
+        scope: &SourceUrl,
+        resolved: &Resolved,
+    ) -> Result<Checked, String> {
+        let Some(verifier) = &self.verifier else {
+            return Err(
+                "this operator runs without the signature verifier: install tenancy-hub-verify beside it or pass --verifier"
+                    .to_owned(),
+            );
+        };
+        let Some(archive) = resolved.archive.clone() else {
+            return Err("the chart cache holds no archive of it".to_owned());
+        };
+        let mut by = Vec::new();
+        for rule in &trust.rules {
+            let provider = rule.verify.provider.as_str();
+            let verdict = self.check(verifier, subject, scope, resolved, rule).await;
+            let outcome = match &verdict {
+                Ok(Verdict::Verified { .. }) => "verified",
+                Ok(Verdict::Refused { refusal, .. }) => refusal.metric_label(),
+                Err(_) => "error",
+            };
+            self.cache
+                .metrics()
+                .chart_verified(&rule.prefix, provider, outcome);
+            match verdict {
+                Ok(Verdict::Verified { by: who, .. }) => by.push(format!("{provider}: {who}")),
+                Ok(Verdict::Refused { reason, .. }) => {
+                    return Ok(Checked::Refused(format!(
+                        "refused by {}: {reason}",
+                        rule.describe()
+                    )));
+                }
+                Err(error) => return Err(format!("{}: {error}", rule.describe())),
+            }
+        }
+        Ok(Checked::Verified(Verified {
+            by: by.join("; "),
+            archive,
+        }))
+    }
+
+    /// The verdict of one rule on what `subject` resolved to.
     async fn check(
         &self,
         verifier: &Verifier,
-        key: &RemoteKey,
+        subject: Subject<'_>,
         scope: &SourceUrl,
         resolved: &Resolved,
         rule: &TrustRule,
@@ -140,7 +206,7 @@ impl Sources {
             .trust_secret(&rule.verify.secret_ref.name)
             .await?;
         let name = &rule.verify.secret_ref.name;
-        match (rule.verify.provider, key.oci()) {
+        match (rule.verify.provider, subject.oci) {
             (VerifyProvider::Cosign | VerifyProvider::Notation, Some(reference)) => {
                 let reference = reference.trim_start_matches("oci://").to_owned();
                 let Some(digest) = resolved.digest.clone() else {
@@ -148,7 +214,7 @@ impl Sources {
                 };
                 let registry = self
                     .cache
-                    .registry_access(&reference, &key.credentials)
+                    .registry_access(&reference, subject.credentials)
                     .await
                     .map_err(|e| e.to_string())?;
                 let chart = OciChart {
@@ -177,7 +243,7 @@ impl Sources {
                 verifier.verify(&check).await.map_err(|e| e.to_string())
             }
             (VerifyProvider::Provenance, None) => {
-                self.provenance(verifier, key, scope, resolved, &secret, name)
+                self.provenance(verifier, subject, scope, resolved, &secret, name)
                     .await
             }
             (VerifyProvider::Pgp | VerifyProvider::Ssh, _) => Err(format!(
@@ -200,7 +266,7 @@ impl Sources {
     async fn provenance(
         &self,
         verifier: &Verifier,
-        key: &RemoteKey,
+        subject: Subject<'_>,
         scope: &SourceUrl,
         resolved: &Resolved,
         secret: &SecretData,
@@ -223,7 +289,7 @@ impl Sources {
         let prov = scratch.path().join("chart.prov");
         let served = self
             .cache
-            .provenance(location, scope, &key.credentials, &prov)
+            .provenance(location, scope, subject.credentials, &prov)
             .await
             .map_err(|e| e.to_string())?;
         let file_name = location

@@ -348,6 +348,7 @@ impl Charts {
                 crate::charts::verify::DEFAULT_VERDICTS,
             ))),
         };
+        sources.verify_git_dependencies();
         let catalog = ChartCatalog::with_resolver(Box::new(sources), Duration::from_secs(300));
         Ok(Self {
             renderer: Renderer { helm, cache },

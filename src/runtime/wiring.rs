@@ -258,6 +258,14 @@ pub(crate) async fn build(
             )
         })
     });
+    let sources = crate::charts::signed::Sources {
+        cache: chart_cache.clone(),
+        verifier: Some(Arc::new(crate::charts::verify::Verifier::new(
+            config.verifier.clone(),
+            crate::charts::verify::DEFAULT_VERDICTS,
+        ))),
+    };
+    sources.verify_git_dependencies();
     let claims = Arc::new(Claims::new(hub.chart_home.clone()));
     let runtime = reconciler(
         config,
@@ -303,13 +311,7 @@ pub(crate) async fn build(
             orphans: Default::default(),
             index: Arc::new(ControllerIndex::new(drift)),
             charts: Arc::new(ChartCatalog::with_resolver(
-                Box::new(crate::charts::signed::Sources {
-                    cache: chart_cache.clone(),
-                    verifier: Some(Arc::new(crate::charts::verify::Verifier::new(
-                        config.verifier.clone(),
-                        crate::charts::verify::DEFAULT_VERDICTS,
-                    ))),
-                }),
+                Box::new(sources),
                 config.settings.chart_interval,
             )),
             values: Arc::new(crate::controller::hub_values::HubValues::new(

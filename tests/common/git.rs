@@ -5,6 +5,11 @@ use std::{
     process::{Command, Stdio},
 };
 
+use tenancy_hub::api::{
+    crd::SecretReference,
+    policy::{GitAccess, GitWebhook, SourceAccess, TenancyPolicySpec},
+};
+
 use super::lab::Lab;
 
 /// The lab's Git server, as kind/up.sh left it in DIR/git.
@@ -271,6 +276,41 @@ impl GitRepo {
             .env("GIT_CONFIG_VALUE_0", &self.authorization);
         command
     }
+}
+
+/// A policy of `namespace` allowing the Git repositories under `<server>/<team>/` (paths under
+/// `charts`, branch main, plain http as the lab's server speaks it, so `insecure`) with the
+/// server's password from Secret `secret`, push hooks signed with the secret of Secret `hook`
+/// when given, and the chart sources `sources`.
+#[allow(dead_code)] // used by some test crates only
+pub fn git_policy(
+    server: &GitServer,
+    namespace: &str,
+    team: &str,
+    secret: &str,
+    hook: Option<&str>,
+    sources: &[&str],
+) -> TenancyPolicySpec {
+    let mut policy = super::hub::allow_all(namespace, sources);
+    policy.sources = vec![SourceAccess {
+        url: format!("{}/{team}/", server.http),
+        secret_ref: Some(SecretReference {
+            name: secret.to_owned(),
+        }),
+        git: Some(GitAccess {
+            paths: vec!["charts".into()],
+            branches: vec!["main".into()],
+            insecure: true,
+            webhook: hook.map(|name| GitWebhook {
+                secret_ref: SecretReference {
+                    name: name.to_owned(),
+                },
+            }),
+            ..GitAccess::default()
+        }),
+        ..SourceAccess::default()
+    }];
+    policy
 }
 
 /// The example chart's directory in the repositories the tests push.

@@ -94,15 +94,11 @@ pub(crate) struct GitState {
     pub(crate) admission: std::sync::OnceLock<dependencies::DependencyAdmission>,
     /// The dependencies each packed archive (by sha256) asks for.
     requests: DashMap<String, Arc<Vec<package::DependencyRequest>>>,
-    /// What each dependency resolved to last, by request, scope and whose credentials.
-    dependencies: DashMap<
-        (
-            package::DependencyRequest,
-            crate::policy::source::SourceUrl,
-            Credentials,
-        ),
-        dependencies::Memo,
-    >,
+    /// Checks dependencies of sources with signature rules (unset: they are refused).
+    pub(crate) verification: std::sync::OnceLock<dependencies::DependencyVerification>,
+    /// What each dependency resolved to last, by request, scope, whose credentials and the
+    /// signature rules.
+    dependencies: DashMap<dependencies::MemoKey, dependencies::Memo>,
     /// The archive a packed archive with its dependencies added became: by the packed
     /// archive and the dependencies' paths and archives.
     assembled: DashMap<(String, Vec<(String, String)>), String>,
@@ -132,7 +128,7 @@ impl GitState {
             .retain(|_, r| r.archive.as_ref().is_none_or(|a| kept.contains(a)));
         self.requests.retain(|archive, _| kept.contains(archive));
         self.dependencies
-            .retain(|_, (at, _, archive)| *at >= before && kept.contains(archive));
+            .retain(|_, memo| memo.at >= before && kept.contains(&memo.archive));
         self.assembled.retain(|_, archive| kept.contains(archive));
     }
 }
@@ -425,7 +421,7 @@ impl ChartCache {
 
     /// A packed commit with the dependencies of repositories or registries it asks for added
     /// (see `dependencies`); a refused commit or one asking for none as it is. A dependency the
-    /// policies refuse resolves the chart as refused (no archive, the refusal in `git`), so
+    /// policies or its source's signature rules refuse resolves the chart as refused (no archive, the refusal in `git`), so
     /// what was resolved before is not planned either.
     async fn finish(
         &self,

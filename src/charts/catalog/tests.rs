@@ -525,3 +525,35 @@ async fn a_refused_chart_is_unverified_and_an_unchecked_one_keeps_only_what_was_
         "{why}"
     );
 }
+
+#[test]
+fn a_git_chart_no_rule_covers_shows_who_signed_its_dependencies_with_the_archive_it_installs() {
+    let packed = |signed_by: &[&str]| Resolved {
+        version: "1.0.0".into(),
+        archive: Some("a".repeat(64)),
+        git: Some(crate::charts::common::GitFound {
+            commit: "1".repeat(40),
+            signed_by: signed_by.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+
+    let signed =
+        super::signed_dependencies(&packed(&["dependency redis 18.1.0: cosign: key sha256:ab"]));
+    let unsigned = super::signed_dependencies(&packed(&[]));
+    let not_git = super::signed_dependencies(&Resolved {
+        archive: Some("a".repeat(64)),
+        ..Default::default()
+    });
+
+    assert_eq!(
+        signed,
+        Some(crate::plan::Verified {
+            by: "dependency redis 18.1.0: cosign: key sha256:ab".into(),
+            archive: "a".repeat(64),
+        })
+    );
+    assert_eq!(unsigned, None, "nothing was checked");
+    assert_eq!(not_git, None);
+}

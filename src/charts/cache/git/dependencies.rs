@@ -3,12 +3,14 @@
 //! The admission is the operator's (see [`DependencyAdmission`]): the same normalisation,
 //! prefix rules and credentials Secrets as for a chart entry whose `repo` (or `oci://`
 //! chartName) is the dependency's repository, taken for the Controller's namespace, read anew
-//! at each resolution so a changed policy applies at the next one. A source with signature
-//! rules is refused here: the hub checks signatures of the charts it resolves as chart
-//! entries, and a dependency is not one.
+//! at each resolution so a changed policy applies at the next one. A dependency of a source
+//! with signature rules is checked against them as a chart entry of that source is (see
+//! [`DependencyVerification`]), once per resolution: a refusal refuses the chart, and who
+//! signed it is recorded beside the commit's signers.
 
 use std::{sync::Arc, time::Duration};
 
+use futures::future::BoxFuture;
 use tokio::time::Instant;
 
 use crate::{
@@ -20,7 +22,11 @@ use crate::{
         },
         cache::{ChartCache, Resolved},
     },
-    policy::{Scope, access::Credentials, source::redact},
+    policy::{
+        Scope,
+        access::{Credentials, Trust},
+        source::{SourceUrl, redact},
+    },
 };
 
 /// Where a chart entry may be fetched from for a Controller of a namespace: the operator's
@@ -41,8 +47,56 @@ pub(crate) fn scope_under(
     })
 }
 
-/// What one dependency resolved to, kept for a Git interval: when, the version, the archive.
-pub(super) type Memo = (Instant, String, String);
+/// A dependency resolved from a source with signature rules, to be checked against them as a
+/// chart entry of that source is.
+pub(crate) struct DependencyCheck {
+    /// Its `oci://` reference when it comes from a registry; None: a Helm repository.
+    pub(crate) oci: Option<String>,
+    /// The prefix its fetches stay under (a `.prov` file is fetched under it too).
+    pub(crate) scope: SourceUrl,
+    /// Whose credentials fetch it.
+    pub(crate) credentials: Credentials,
+    /// The signature rules of the policies, not empty.
+    pub(crate) trust: Trust,
+    /// What it resolved to: the version, manifest digest, archive and `.prov` location.
+    pub(crate) resolved: Resolved,
+}
+
+/// What the signature rules found of a dependency.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum DependencyVerdict {
+    /// Every rule passed: who signed it, per rule (`cosign: key sha256:…`).
+    Signed(String),
+    /// A rule refused it: which, and why.
+    Refused(String),
+}
+
+/// Checks a dependency against the signature rules of its source, with the verifier and the
+/// platform's trust material as for chart entries (the operator's `signed::Sources`); an error
+/// when no verdict could be reached (a rule that cannot be used, the verifier or registry
+/// failing): the chart's resolution is tried again at the next look.
+pub(crate) type DependencyVerification =
+    Arc<dyn Fn(DependencyCheck) -> VerdictFuture + Send + Sync>;
+
+/// The answer of a [`DependencyVerification`], to come.
+pub(crate) type VerdictFuture = BoxFuture<'static, Result<DependencyVerdict, String>>;
+
+/// What a dependency is kept by: the request, the scope, whose credentials and the signature
+/// rules (new rules resolve and check it again).
+pub(super) type MemoKey = (DependencyRequest, SourceUrl, Credentials, Trust);
+
+/// What one dependency resolved to, kept for a Git interval.
+#[derive(Clone, Debug)]
+pub(super) struct Memo {
+    /// When it was resolved.
+    pub(super) at: Instant,
+    /// The version.
+    pub(super) version: String,
+    /// The archive's sha256 in the cache.
+    pub(super) archive: String,
+    /// The signature rules' verdict on that archive; None when no rule asks.
+    pub(super) verdict: Option<DependencyVerdict>,
+}
 
 /// Why a Git chart's dependencies could not be added.
 #[derive(Debug)]
@@ -76,20 +130,29 @@ pub(crate) fn as_chart(request: &DependencyRequest) -> Chart {
     }
 }
 
+/// The dependency in words, for messages: the chart, the dependency, where it is asked for
+/// and its repository (redacted).
+fn named(chart: &str, request: &DependencyRequest) -> String {
+    format!(
+        "chart {chart}: dependency {:?} of {}/Chart.yaml from {}",
+        request.name,
+        request.chart,
+        redact(&request.repository)
+    )
+}
+
 /// Where `request` (a dependency of Git chart `chart`) may be fetched from for a Controller of
-/// `tenant`, with whose credentials; a refusal names the chart, the dependency, its repository
-/// (redacted) and what to do.
+/// `tenant`, with whose credentials and under which signature rules (`verifies`: whether this
+/// process can check them; if not, a source with rules is refused); a refusal names the
+/// chart, the dependency, its repository (redacted) and what to do.
 pub(crate) fn admit(
     admission: Option<&DependencyAdmission>,
+    verifies: bool,
     tenant: &str,
     chart: &str,
     request: &DependencyRequest,
-) -> Result<(crate::policy::source::SourceUrl, Credentials), String> {
-    let repository = redact(&request.repository);
-    let named = format!(
-        "chart {chart}: dependency {:?} of {}/Chart.yaml from {repository}",
-        request.name, request.chart
-    );
+) -> Result<(SourceUrl, Credentials, Trust), String> {
+    let named = named(chart, request);
     let vendor = "or commit the dependency's archive under charts/";
     let Some(admission) = admission else {
         return Err(format!(
@@ -97,9 +160,11 @@ pub(crate) fn admit(
         ));
     };
     match admission(tenant, &as_chart(request)) {
-        Ok(Scope::Under(scope, credentials, trust)) if trust.is_empty() => Ok((scope, credentials)),
+        Ok(Scope::Under(scope, credentials, trust)) if trust.is_empty() || verifies => {
+            Ok((scope, credentials, trust))
+        }
         Ok(Scope::Under(_, _, trust)) => Err(format!(
-            "{named}: its source falls under signature rules ({}), which the hub checks for chart entries only: list the dependency as a chart entry of its own, {vendor}",
+            "{named}: its source falls under signature rules ({}), and this process checks no signatures: run it with the verifier (--verifier), {vendor}",
             trust
                 .rules
                 .iter()
@@ -111,6 +176,26 @@ pub(crate) fn admit(
         Err(why) => Err(format!(
             "{named} is refused: {why}; a platform admin adds its repository (or a prefix holding it) to the chartSources or sources of a TenancyPolicy governing namespace {tenant}, {vendor}"
         )),
+    }
+}
+
+/// A kept resolution as [`ChartCache::resolve_dependency`] answers: its version, archive and
+/// signers, or the refusal of a signature rule, naming the chart, the dependency, its
+/// repository (redacted) and what to do.
+fn found(
+    chart: &GitChart<'_>,
+    request: &DependencyRequest,
+    memo: Memo,
+) -> Result<(String, String, Option<String>), DependencyError> {
+    match memo.verdict {
+        None => Ok((memo.version, memo.archive, None)),
+        Some(DependencyVerdict::Signed(by)) => Ok((memo.version, memo.archive, Some(by))),
+        Some(DependencyVerdict::Refused(why)) => Err(DependencyError::Refused(redact(&format!(
+            "{} version {} is not verified: {why}; nothing of chart {} is installed until the dependency is published signed as the rule asks (or a platform admin changes the rule), or commit the dependency's verified archive under charts/",
+            named(chart.chart, request),
+            memo.version,
+            chart.chart
+        )))),
     }
 }
 
@@ -133,10 +218,13 @@ impl ChartCache {
     ) -> Result<Resolved, DependencyError> {
         let base_archive = base.archive.clone().expect("a packed chart has an archive");
         let mut archives: Vec<(String, String)> = Vec::new();
-        let mut shown = Vec::new();
+        let (mut shown, mut signed_by) = (Vec::new(), Vec::new());
         for request in requests {
-            let (version, sha) = self.resolve_dependency(chart, request).await?;
+            let (version, sha, signed) = self.resolve_dependency(chart, request).await?;
             shown.push(format!("{} {version} sha256:{}", request.name, &sha[..12]));
+            if let Some(by) = signed {
+                signed_by.push(format!("dependency {} {version}: {by}", request.name));
+            }
             let path = archive_path(request, &version);
             if !archives.iter().any(|(p, _)| *p == path) {
                 archives.push((path, sha));
@@ -162,34 +250,40 @@ impl ChartCache {
             archive: Some(archive),
             git: base.git.map(|g| crate::charts::common::GitFound {
                 dependencies: shown,
+                signed_by: g.signed_by.into_iter().chain(signed_by).collect(),
                 ..g
             }),
             ..base
         })
     }
 
-    /// One dependency's version and archive: the one resolved within the chart's interval, or
-    /// a resolution through the cache under the scope its admission gives.
+    /// One dependency's version, archive and who signed it (when rules ask): the one resolved
+    /// within the chart's interval, or a resolution through the cache under the scope its
+    /// admission gives, checked against its source's signature rules.
     async fn resolve_dependency(
         &self,
         chart: &GitChart<'_>,
         request: &DependencyRequest,
-    ) -> Result<(String, String), DependencyError> {
+    ) -> Result<(String, String, Option<String>), DependencyError> {
+        let verification = self.git.verification.get();
         let admission = self.git.admission.get();
-        let (scope, credentials) = admit(admission, chart.tenant, chart.chart, request)
-            .map_err(DependencyError::Refused)?;
-        let key = (request.clone(), scope.clone(), credentials.clone());
+        let (scope, credentials, trust) = admit(
+            admission,
+            verification.is_some(),
+            chart.tenant,
+            chart.chart,
+            request,
+        )
+        .map_err(DependencyError::Refused)?;
+        let key = (request.clone(), scope.clone(), credentials.clone(), trust);
         if let Some(memo) = self.git.dependencies.get(&key).map(|m| m.clone())
-            && memo.0.elapsed() < chart.interval.max(Duration::from_secs(1))
-            && self.store.has(&memo.2)
+            && memo.at.elapsed() < chart.interval.max(Duration::from_secs(1))
+            && self.store.has(&memo.archive)
         {
-            return Ok((memo.1, memo.2));
+            return found(chart, request, memo);
         }
         let failed = |e: String| {
-            DependencyError::Failed(redact(&format!(
-                "chart {}: dependency {:?} of {}/Chart.yaml from {}: {e}",
-                chart.chart, request.name, request.chart, request.repository
-            )))
+            DependencyError::Failed(redact(&format!("{}: {e}", named(chart.chart, request))))
         };
         let version = request.version.as_deref();
         let resolved = match request.repository.starts_with("oci://") {
@@ -220,12 +314,41 @@ impl ChartCache {
         }
         let archive = resolved
             .archive
+            .clone()
             .ok_or_else(|| failed("the cache kept no archive".into()))?;
-        self.git.dependencies.insert(
-            key,
-            (Instant::now(), resolved.version.clone(), archive.clone()),
-        );
-        Ok((resolved.version, archive))
+        // Rules without a verifier were refused by `admit`.
+        let verdict = match verification {
+            None => None,
+            Some(_) if key.3.is_empty() => None,
+            Some(verify) => Some(
+                verify(DependencyCheck {
+                    oci: request
+                        .repository
+                        .starts_with("oci://")
+                        .then(|| as_chart(request).chart_name),
+                    scope,
+                    credentials,
+                    trust: key.3.clone(),
+                    resolved: resolved.clone(),
+                })
+                .await
+                .map_err(|e| failed(format!("its signatures cannot be checked: {e}")))?,
+            ),
+        };
+        let memo = Memo {
+            at: Instant::now(),
+            version: resolved.version,
+            archive,
+            verdict,
+        };
+        self.git.dependencies.insert(key, memo.clone());
+        found(chart, request, memo)
+    }
+
+    /// Checks the signatures of Git charts' dependencies from sources with signature rules
+    /// with `verification`, from now on; without it they are refused.
+    pub(crate) fn verify_git_dependencies(&self, verification: DependencyVerification) {
+        let _ = self.git.verification.set(verification);
     }
 
     /// The base archive with `archives` (path inside it, sha256 in the cache) added, kept;

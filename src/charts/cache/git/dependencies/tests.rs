@@ -62,6 +62,7 @@ fn a_dependency_from_a_repository_outside_the_policy_is_refused_naming_chart_dep
     });
     let why = admit(
         Some(&refuse),
+        true,
         "team-a",
         "web",
         &request("redis", "https://user:pw@elsewhere.example.com/charts"),
@@ -81,6 +82,7 @@ fn a_dependency_from_a_repository_outside_the_policy_is_refused_naming_chart_dep
     // A process that admits none says so.
     let none = admit(
         None,
+        true,
         "team-a",
         "web",
         &request("redis", "https://c.example.com"),
@@ -90,7 +92,8 @@ fn a_dependency_from_a_repository_outside_the_policy_is_refused_naming_chart_dep
 }
 
 #[test]
-fn a_dependency_whose_source_requires_signatures_is_refused_not_fetched_unchecked() {
+fn a_dependency_whose_source_requires_signatures_is_admitted_with_its_rules_only_where_they_are_checked()
+ {
     let rule = crate::policy::access::TrustRule {
         policy: "team-a".into(),
         prefix: "https://charts.example.com/".into(),
@@ -99,27 +102,30 @@ fn a_dependency_whose_source_requires_signatures_is_refused_not_fetched_unchecke
         }))
         .unwrap(),
     };
+    let trust = Trust {
+        rules: vec![rule],
+        tags: None,
+    };
+    let rules = trust.clone();
     let signed: DependencyAdmission = Arc::new(move |_: &str, chart: &Chart| {
         Ok(Scope::Under(
             SourceUrl::parse(chart.repo.as_deref().unwrap()).unwrap(),
             Credentials::None,
-            Trust {
-                rules: vec![rule.clone()],
-                tags: None,
-            },
+            rules.clone(),
         ))
     });
-    let why = admit(
-        Some(&signed),
-        "team-a",
-        "web",
-        &request("redis", "https://charts.example.com/"),
-    )
-    .unwrap_err();
+    let redis = request("redis", "https://charts.example.com/");
+
+    let unchecked = admit(Some(&signed), false, "team-a", "web", &redis).unwrap_err();
+    let (_, _, checked) = admit(Some(&signed), true, "team-a", "web", &redis).unwrap();
+
     assert!(
-        why.contains("signature rules") && why.contains("\"redis\""),
-        "{why}"
+        unchecked.contains("signature rules")
+            && unchecked.contains("\"redis\"")
+            && unchecked.contains("--verifier"),
+        "{unchecked}"
     );
+    assert_eq!(checked, trust, "the rules go with it, to be checked");
 }
 
 #[test]
@@ -496,3 +502,5 @@ async fn a_policy_that_stops_allowing_the_repository_refuses_the_chart_at_the_ne
     assert_eq!(then.archive, None);
     assert!(then.git.unwrap().refused.unwrap().contains("is refused"));
 }
+
+mod signatures;
