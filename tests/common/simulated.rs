@@ -157,8 +157,9 @@ impl Fleet {
                 member
             }
         });
+        // In the order of `names`, so a test's member i is the one it names at i.
         let members: Vec<Arc<Member>> = futures::stream::iter(joins)
-            .buffer_unordered(JOIN_AT_ONCE)
+            .buffered(JOIN_AT_ONCE)
             .collect()
             .await;
         Self {
