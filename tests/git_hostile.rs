@@ -1,4 +1,4 @@
-//! End-to-end tests of hostile Git sources beside a second tenant: team a's Controller points at a huge repository, a path with `..`, a symlink out of the chart and a submodule, and floods its policy's push hook with bad signatures; each is refused with a clear message while team b's Git chart keeps being delivered and upgraded by a push its own hook announces.
+//! End-to-end tests of hostile Git sources beside a second tenant: team a's Controller points at a huge repository, a path with `..`, a symlink out of the chart and a submodule, and floods its policy's push hook with bad signatures; each is refused with a clear message (the flood with 401s, amid which team a's own valid hook is still taken) while team b's Git chart keeps being delivered and upgraded by a push its own hook announces.
 
 mod common;
 
@@ -110,25 +110,27 @@ fn deployed_from(status: &ControllerStatus, release: &str, commit: &str) -> bool
         .is_some_and(|m| m.phase == "Deployed" && m.source.contains(commit))
 }
 
+/// Posts a push hook to `url` signed with `secret`; its status code.
+async fn post_hook(client: &reqwest::Client, url: &str, body: &[u8], secret: &[u8]) -> u16 {
+    client
+        .post(url)
+        .header("x-gitea-event", "push")
+        .header("x-gitea-signature", gitea_signature(secret, body))
+        .header("content-type", "application/json")
+        .body(body.to_vec())
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .expect("every hook is answered")
+        .status()
+        .as_u16()
+}
+
 /// Posts `count` push hooks to `url` at once, signed with a wrong secret; the status codes.
 async fn flood(url: &str, body: &[u8], count: usize) -> Vec<u16> {
     let client = reqwest::Client::new();
-    let signature = gitea_signature(b"not the secret", body);
-    let posts = (0..count).map(|_| {
-        client
-            .post(url)
-            .header("x-gitea-event", "push")
-            .header("x-gitea-signature", &signature)
-            .header("content-type", "application/json")
-            .body(body.to_vec())
-            .timeout(Duration::from_secs(10))
-            .send()
-    });
-    futures::future::join_all(posts)
-        .await
-        .into_iter()
-        .map(|r| r.expect("every hook is answered").status().as_u16())
-        .collect()
+    let posts = (0..count).map(|_| post_hook(&client, url, body, b"not the secret"));
+    futures::future::join_all(posts).await
 }
 
 #[tokio::test]
@@ -243,28 +245,33 @@ async fn hostile_repositories_and_a_hook_flood_of_one_team_are_refused_while_the
         "nothing of team a's hostile charts was installed"
     );
 
-    // A flood of badly signed hooks at team a's policy: every one answered at once, at most a
-    // window's worth even looked at, the rest turned away before any work.
+    // A flood of badly signed hooks at team a's policy, and amid it a valid hook of team a: every
+    // bad one answered 401 (the flood is under the policy's failure bound), the valid one taken,
+    // the bad ones having taken nothing of the valid hooks' window.
     let body = serde_json::json!({
         "ref": "refs/heads/main",
         "repository": {"clone_url": hostile.http_url},
     })
     .to_string();
+    let url_a = format!("http://{}/hooks/git/{team_a}", operator.http);
     let flood_started = std::time::Instant::now();
-    let codes = flood(
-        &format!("http://{}/hooks/git/{team_a}", operator.http),
-        body.as_bytes(),
-        200,
-    )
-    .await;
+    let (codes, valid) = tokio::join!(flood(&url_a, body.as_bytes(), 200), async {
+        tokio::task::yield_now().await;
+        post_hook(
+            &reqwest::Client::new(),
+            &url_a,
+            body.as_bytes(),
+            HOOK_SECRET.as_bytes(),
+        )
+        .await
+    });
     let flood_took = flood_started.elapsed();
     let unauthorized = codes.iter().filter(|&&c| c == 401).count();
-    let limited = codes.iter().filter(|&&c| c == 429).count();
     eprintln!(
-        "flood of 200 badly signed hooks: {unauthorized} answered 401, {limited} answered 429, in {flood_took:?}"
+        "flood of 200 badly signed hooks: {unauthorized} answered 401, in {flood_took:?}; team a's valid hook amid it: {valid}"
     );
-    assert_eq!(unauthorized + limited, codes.len(), "{codes:?}");
-    assert!((1..=20).contains(&unauthorized), "{unauthorized} looked at");
+    assert_eq!(unauthorized, codes.len(), "{codes:?}");
+    assert_eq!(valid, 202, "team a's valid hook amid the flood");
 
     // Meanwhile team b pushes; its own hook, signed with its secret, brings the push in.
     let pushed = std::time::Instant::now();

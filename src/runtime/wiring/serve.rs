@@ -32,15 +32,14 @@ pub(super) async fn serve_http(
     let streams = StreamCounts::default();
     let fleet = crate::runtime::web::FleetSources::default();
     let http = ApiState {
-        git_hooks: Some(crate::runtime::git_hooks::GitHooks {
-            policies: ctx.hub.policies.clone(),
-            secrets: Arc::new(crate::charts::credentials::HubSecrets(
+        git_hooks: Some(crate::runtime::git_hooks::GitHooks::new(
+            ctx.hub.policies.clone(),
+            Arc::new(crate::charts::credentials::HubSecrets(
                 ctx.hub.client.clone(),
             )),
-            operator_namespace: config.settings.operator_namespace.clone(),
-            charts: ctx.kept.charts.clone(),
-            windows: Default::default(),
-        }),
+            config.settings.operator_namespace.clone(),
+            ctx.kept.charts.clone(),
+        )),
         model: ctx.members.model.clone(),
         registry: ctx.members.registry.clone(),
         metrics: ctx.out.metrics.clone(),
