@@ -5,6 +5,7 @@ use std::{collections::BTreeMap, os::unix::fs::PermissionsExt as _, path::Path, 
 use futures::future::BoxFuture;
 
 use super::*;
+use crate::{api::policy::VerifyProvider, charts::credentials::SecretData};
 use crate::{
     charts::credentials::{ReadSecret, SourceSecrets},
     metrics::Metrics,
