@@ -14,7 +14,7 @@ use crate::{
         },
         catalog::{Checked, RemoteKey, Resolve},
         credentials::SecretData,
-        verify::{Check, Keyless, OciChart, Verdict, Verifier},
+        verify::{Check, DEFAULT_VERDICTS, Keyless, OciChart, Verdict, Verifier, VerifierBinary},
     },
     plan::Verified,
     policy::{
@@ -102,10 +102,22 @@ struct Subject<'a> {
 }
 
 impl Sources {
+    /// The chart cache with a verifier running `binary` (verdicts kept as
+    /// [`DEFAULT_VERDICTS`] allows), the cache told to check Git charts' dependencies through it:
+    /// how the operator and `diff` both check signatures.
+    pub(crate) fn with_verifier(cache: Arc<ChartCache>, binary: VerifierBinary) -> Self {
+        let sources = Self {
+            cache,
+            verifier: Some(Arc::new(Verifier::new(binary, DEFAULT_VERDICTS))),
+        };
+        sources.verify_git_dependencies();
+        sources
+    }
+
     /// Makes the chart cache check the dependencies of Git charts from sources with signature
     /// rules as this checks chart entries of those sources (the cache held weakly, so the
     /// hook it keeps does not keep it); without a verifier they stay refused.
-    pub(crate) fn verify_git_dependencies(&self) {
+    fn verify_git_dependencies(&self) {
         let Some(verifier) = self.verifier.clone() else {
             return;
         };

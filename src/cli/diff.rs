@@ -341,14 +341,7 @@ impl Charts {
             crate::charts::verify::locate(args.verifier.as_deref(), &args.helm),
             Duration::from_secs(60),
         );
-        let sources = crate::charts::signed::Sources {
-            cache: cache.clone(),
-            verifier: Some(Arc::new(crate::charts::verify::Verifier::new(
-                verifier,
-                crate::charts::verify::DEFAULT_VERDICTS,
-            ))),
-        };
-        sources.verify_git_dependencies();
+        let sources = crate::charts::signed::Sources::with_verifier(cache.clone(), verifier);
         let catalog = ChartCatalog::with_resolver(Box::new(sources), Duration::from_secs(300));
         Ok(Self {
             renderer: Renderer { helm, cache },

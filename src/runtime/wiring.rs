@@ -257,14 +257,8 @@ pub(crate) async fn build(
             )
         })
     });
-    let sources = crate::charts::signed::Sources {
-        cache: chart_cache.clone(),
-        verifier: Some(Arc::new(crate::charts::verify::Verifier::new(
-            config.verifier.clone(),
-            crate::charts::verify::DEFAULT_VERDICTS,
-        ))),
-    };
-    sources.verify_git_dependencies();
+    let sources =
+        crate::charts::signed::Sources::with_verifier(chart_cache.clone(), config.verifier.clone());
     let claims = Arc::new(Claims::new(hub.chart_home.clone()));
     let runtime = reconciler(
         config,
